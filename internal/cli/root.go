@@ -1,0 +1,124 @@
+// Package cli is cmcp's command layer: one cobra constructor per verb, each
+// with an options struct, whose RunE validates and calls one library function.
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/confidential-mcp/cmcp/internal/ui"
+)
+
+// env is what every verb is given: the streams, the environment and the
+// global output options. There is no package-level state.
+type env struct {
+	stdin   io.Reader
+	stdout  io.Writer
+	stderr  io.Writer
+	environ []string
+	out     ui.Options
+}
+
+// printer returns the Printer for the current output options.
+func (e *env) printer() *ui.Printer {
+	return ui.NewPrinter(e.stdout, e.stderr, e.out, e.environ)
+}
+
+// Main runs cmcp with args and returns the process exit code. It prints every
+// error exactly once, as "cmcp: error: ..." followed by "cmcp: hint: ..." lines.
+func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	e := &env{stdin: stdin, stdout: stdout, stderr: stderr, environ: os.Environ()}
+	root := newRootCmd(e)
+	root.SetArgs(args)
+	err := root.Execute()
+	if err == nil {
+		return ui.ExitOK
+	}
+	code := ui.CodeOf(err)
+	var ue *ui.Error
+	var coder ui.Coder
+	if !errors.As(err, &ue) && !errors.As(err, &coder) && isCobraUsageError(err) {
+		code = ui.ExitUsage
+	}
+	fmt.Fprintf(stderr, "cmcp: error: %v\n", err)
+	for _, h := range ui.HintsOf(err) {
+		fmt.Fprintf(stderr, "cmcp: hint: %s\n", h)
+	}
+	if code == ui.ExitUsage && len(ui.HintsOf(err)) == 0 {
+		fmt.Fprintf(stderr, "cmcp: hint: run '%s --help' for usage\n", commandPath(root, args))
+	}
+	return code
+}
+
+// isCobraUsageError recognises the errors cobra itself returns for an
+// unknown command, flag or argument count.
+func isCobraUsageError(err error) bool {
+	msg := err.Error()
+	for _, p := range []string{"unknown command", "unknown flag", "unknown shorthand flag", "flag needs an argument", "invalid argument", "accepts ", "requires at least", "requires at most", "bad flag syntax", "if any flags in the group"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
+func commandPath(root *cobra.Command, args []string) string {
+	c, _, err := root.Find(args)
+	if err != nil || c == nil {
+		return root.Name()
+	}
+	return c.CommandPath()
+}
+
+func newRootCmd(e *env) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "cmcp",
+		Short: "Confidential MCP gateway: attested, policy-checked, audited tool calls",
+		Long: `cmcp is a confidential MCP gateway and the toolkit around it.
+
+It runs inside a confidential VM (AMD SEV-SNP or Intel TDX), binds its signing
+key to a hardware attestation report, decides every tool call with a Cedar
+policy, and writes every decision to a signed Merkle-tree audit log that an
+auditor verifies offline. It spawns stdio MCP servers itself and refuses to run
+code whose digest does not match its pin.` + "\n\n" + exitCodesText(),
+		SilenceErrors:     true,
+		SilenceUsage:      true,
+		DisableAutoGenTag: true,
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			return e.out.Validate()
+		},
+	}
+	root.SetIn(e.stdin)
+	root.SetOut(e.stdout)
+	root.SetErr(e.stderr)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		return ui.WithCode(ui.ExitUsage, err)
+	})
+	e.out.AddFlags(root.PersistentFlags())
+	root.AddCommand(
+		newVersionCmd(e),
+	)
+	return root
+}
+
+func exitCodesText() string {
+	var b strings.Builder
+	b.WriteString("Exit codes:\n")
+	for _, c := range ui.ExitCodes {
+		fmt.Fprintf(&b, "  %2d  %s\n", c.Code, c.Meaning)
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+// usageArgs wraps a positional-argument validator so that its errors carry
+// the usage exit code.
+func usageArgs(v cobra.PositionalArgs) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		return ui.WithCode(ui.ExitUsage, v(cmd, args))
+	}
+}
