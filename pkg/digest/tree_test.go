@@ -229,4 +229,3 @@ func TestTreeProgressAndCancel(t *testing.T) {
 		t.Fatalf("cancelled Tree: err = %v", err)
 	}
 }
-
