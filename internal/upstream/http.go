@@ -17,11 +17,12 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// Evidence classes of HTTP upstreams (the same strings as pkg/evidence).
+// Evidence classes of HTTP upstreams (the same strings as pkg/evidence and
+// the exported Class* constants of this package).
 const (
-	ClassTLSPinned = "tls-pinned"
-	ClassTLSCA     = "tls-ca"
-	ClassPlaintext = "plaintext"
+	classTLSPinned = "tls-pinned"
+	classTLSCA     = "tls-ca"
+	classPlaintext = "plaintext"
 )
 
 // HTTPOptions describes one Streamable HTTP upstream. Secrets are never in
@@ -110,7 +111,7 @@ func NewHTTP(o HTTPOptions) (*HTTPUpstream, error) {
 			if o.CAFile != "" {
 				return nil, errf("both tls_pin and ca_file are set; a pin already names the one key to accept, remove ca_file")
 			}
-			up.pin, up.verify.want, up.class = pin, pin, ClassTLSPinned
+			up.pin, up.verify.want, up.class = pin, pin, classTLSPinned
 			tr.TLSClientConfig = pinnedTLSConfig(up.verify, u.Hostname())
 		} else {
 			var roots *x509.CertPool
@@ -124,14 +125,14 @@ func NewHTTP(o HTTPOptions) (*HTTPUpstream, error) {
 					return nil, errf("ca_file %s holds no PEM certificate", o.CAFile)
 				}
 			}
-			up.class = ClassTLSCA
+			up.class = classTLSCA
 			tr.TLSClientConfig = caTLSConfig(up.verify, u.Hostname(), roots)
 		}
 	case "http":
 		if o.TLSPin != "" || o.CAFile != "" {
 			return nil, errf("tls_pin / ca_file set on an http:// url %q; use https:// or remove them", o.URL)
 		}
-		up.class = ClassPlaintext
+		up.class = classPlaintext
 		if !o.AllowRemotePlaintext {
 			if !isLoopbackHost(u.Hostname()) {
 				return nil, errf("plaintext http:// to %s, which is not a loopback address; use https:// with tls_pin, "+
@@ -215,7 +216,7 @@ func (h *HTTPUpstream) explain(err error) error {
 	if errors.As(err, &pm) {
 		return pm
 	}
-	if h.class == ClassTLSPinned {
+	if h.class == classTLSPinned {
 		if got := h.verify.lastSeen(); !got.IsZero() && !got.Equal(h.pin) {
 			return &PinMismatchError{Upstream: h.name, Want: h.pin, Got: got}
 		}

@@ -134,8 +134,8 @@ func TestHTTPPinnedRightKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if up.Class() != ClassTLSPinned {
-		t.Fatalf("class = %q, want %q", up.Class(), ClassTLSPinned)
+	if up.Class() != classTLSPinned {
+		t.Fatalf("class = %q, want %q", up.Class(), classTLSPinned)
 	}
 	got, err := callEcho(t, up)
 	if err != nil {
@@ -194,8 +194,8 @@ func TestHTTPCAVerified(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if up.Class() != ClassTLSCA {
-		t.Fatalf("class = %q, want %q", up.Class(), ClassTLSCA)
+	if up.Class() != classTLSCA {
+		t.Fatalf("class = %q, want %q", up.Class(), classTLSCA)
 	}
 	if got, err := callEcho(t, up); err != nil || got != "echo: hi" {
 		t.Fatalf("call with ca_file: %q, %v", got, err)
@@ -243,7 +243,7 @@ func TestHTTPPlaintextLoopbackAndCredentials(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if up.Class() != ClassPlaintext {
+			if up.Class() != classPlaintext {
 				t.Fatalf("class = %q, want plaintext", up.Class())
 			}
 			if got, err := callEcho(t, up); err != nil || got != "echo: hi" {
@@ -322,7 +322,7 @@ func TestHTTPOptionsErrors(t *testing.T) {
 	}
 	// Remote plaintext is possible when explicitly allowed.
 	up, err := NewHTTP(HTTPOptions{Name: "lan", URL: "http://192.0.2.10:8080/mcp", AllowRemotePlaintext: true})
-	if err != nil || up.Class() != ClassPlaintext {
+	if err != nil || up.Class() != classPlaintext {
 		t.Fatalf("allowed remote plaintext: %v", err)
 	}
 }
