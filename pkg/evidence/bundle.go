@@ -20,7 +20,7 @@ const Format = "cmcp-evidence/v1"
 // Evidence types (media-type-like names of the raw evidence).
 const (
 	TypeSNPReport = "application/vnd.cmcp.sev-snp.report+certtable" // SNP report (1184 bytes) followed by the GHCB certificate table (may be empty)
-	TypeTDXQuote  = "application/vnd.cmcp.tdx.quote.v4"              // TDX quote version 4 with its embedded PCK chain
+	TypeTDXQuote  = "application/vnd.cmcp.tdx.quote.v4"             // TDX quote version 4 with its embedded PCK chain
 )
 
 // MaxBundleSize bounds the size of a bundle document.
