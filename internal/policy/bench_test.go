@@ -7,8 +7,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"time"
 	"testing"
+	"time"
 )
 
 // bench50 writes a bundle of 50 policies of the kinds the examples use.
