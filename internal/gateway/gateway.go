@@ -84,6 +84,7 @@ type Gateway struct {
 	catalog  *catalog.Catalog
 	caps     *mcp.ServerCapabilities
 	sessions map[*session]struct{}
+	byID     map[string]*session
 
 	killed   atomic.Bool
 	closing  atomic.Bool
@@ -124,7 +125,7 @@ func New(opts Options) (*Gateway, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	g := &Gateway{opts: opts, log: opts.Log, decider: opts.Decider, logger: opts.Logger,
-		ups: map[string]*upState{}, catalog: catalog.New(), sessions: map[*session]struct{}{}}
+		ups: map[string]*upState{}, catalog: catalog.New(), sessions: map[*session]struct{}{}, byID: map[string]*session{}}
 	if g.decider == nil {
 		g.decider = AllowAll{}
 	}

@@ -2,10 +2,12 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"sync/atomic"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/confidential-mcp/cmcp/internal/catalog"
@@ -55,11 +57,9 @@ func (st *upState) connect(ctx context.Context, s *session) (*live, error) {
 		sessID = s.id
 	}
 	client := mcp.NewClient(&mcp.Implementation{Name: g.opts.Name, Version: g.opts.Version}, &mcp.ClientOptions{
-		Capabilities:                lv.clientCaps(),
-		ProgressNotificationHandler: lv.onProgress,
-		LoggingMessageHandler:       lv.onLog,
-		ResourceUpdatedHandler:      lv.onResourceUpdated,
-		ToolListChangedHandler:      lv.onToolsChanged,
+		Capabilities:           lv.clientCaps(),
+		ResourceUpdatedHandler: lv.onResourceUpdated,
+		ToolListChangedHandler: lv.onToolsChanged,
 		PromptListChangedHandler: func(context.Context, *mcp.PromptListChangedRequest) {
 			lv.forEachSession(func(s *session) { s.notifyListChanged("prompts") })
 		},
@@ -69,7 +69,7 @@ func (st *upState) connect(ctx context.Context, s *session) (*live, error) {
 	})
 	client.AddReceivingMiddleware(lv.serverRequests)
 	cctx := upstream.WithSession(ctx, sessID)
-	conn, err := st.opts.Upstream.Connect(cctx, client)
+	conn, err := st.opts.Upstream.Connect(cctx, client, upstream.ConnectOptions{Intercept: lv.intercept})
 	if err != nil {
 		g.record(ctx, &auditlog.Upstream{Name: st.name, Transport: st.transport(), EvidenceClass: st.expectedClass(), Session: sessID, Event: "failed", Reason: err.Error()})
 		return nil, err
@@ -276,31 +276,51 @@ func (lv *live) clientCaps() *mcp.ClientCapabilities {
 	return &mcp.ClientCapabilities{Sampling: &mcp.SamplingCapabilities{}, Elicitation: &mcp.ElicitationCapabilities{}}
 }
 
-func (lv *live) onProgress(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
-	ctx, s := lv.route(req.Params.ProgressToken)
-	if s == nil {
-		return
+// intercept forwards progress and logging notifications in wire order,
+// before the response they precede reaches the caller.
+func (lv *live) intercept(msg jsonrpc.Message) bool {
+	req, ok := msg.(*jsonrpc.Request)
+	if !ok || req.IsCall() {
+		return false
 	}
+	switch req.Method {
+	case "notifications/progress":
+		var p mcp.ProgressNotificationParams
+		if json.Unmarshal(req.Params, &p) == nil {
+			lv.onProgress(&p)
+		}
+		return true
+	case "notifications/message":
+		var p mcp.LoggingMessageParams
+		if json.Unmarshal(req.Params, &p) == nil {
+			lv.onLog(&p)
+		}
+		return true
+	}
+	return false
+}
+
+func (lv *live) onProgress(params *mcp.ProgressNotificationParams) {
 	lv.mu.Lock()
-	p := lv.tokens[fmt.Sprint(req.Params.ProgressToken)]
+	p := lv.tokens[fmt.Sprint(params.ProgressToken)]
 	lv.mu.Unlock()
 	if p == nil {
 		return // progress for a request that is over, or not ours
 	}
-	params := *req.Params
-	params.ProgressToken = p.token
-	if ss := s.downSession(); ss != nil {
-		_ = ss.NotifyProgress(ctx, &params)
+	out := *params
+	out.ProgressToken = p.token
+	if ss := p.s.downSession(); ss != nil {
+		_ = ss.NotifyProgress(p.ctx, &out)
 	}
 }
 
-func (lv *live) onLog(_ context.Context, req *mcp.LoggingMessageRequest) {
+func (lv *live) onLog(params *mcp.LoggingMessageParams) {
 	ctx, s := lv.route(nil)
 	if s == nil {
 		return
 	}
 	if ss := s.downSession(); ss != nil {
-		_ = ss.Log(ctx, req.Params)
+		_ = ss.Log(ctx, params)
 	}
 }
 

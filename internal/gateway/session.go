@@ -11,6 +11,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/confidential-mcp/cmcp/internal/catalog"
+	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 )
 
@@ -45,6 +46,9 @@ func (g *Gateway) newSession(principal, front string) *session {
 	opts := &mcp.ServerOptions{
 		Capabilities: caps,
 		Logger:       g.logger,
+		// Sessions are stateful: the sessionless 2026-07-28 protocol is not
+		// offered, so modern clients fall back to initialize.
+		SupportedProtocolVersions: frontVersions(),
 	}
 	if caps.Completions != nil {
 		opts.CompletionHandler = s.complete
@@ -96,6 +100,7 @@ func (s *session) bind(ss *mcp.ServerSession, params *mcp.InitializeParams) {
 	s.g.record(context.Background(), rec)
 	s.g.mu.Lock()
 	s.g.sessions[s] = struct{}{}
+	s.g.byID[s.id] = s
 	s.g.mu.Unlock()
 	go func() {
 		_ = ss.Wait()
@@ -103,11 +108,34 @@ func (s *session) bind(ss *mcp.ServerSession, params *mcp.InitializeParams) {
 	}()
 }
 
+// bindLazily binds the session on its first request if initialize did not.
+func (s *session) bindLazily(req mcp.Request) {
+	if s.downSession() != nil {
+		return
+	}
+	if ss, ok := req.GetSession().(*mcp.ServerSession); ok {
+		s.bind(ss, ss.InitializeParams())
+	}
+}
+
+func frontVersions() []string {
+	var out []string
+	for _, v := range mcp.SupportedProtocolVersions() {
+		if v <= upstream.ProtocolVersion {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
 // end stops the session's children and records the end.
 func (s *session) end(reason string) {
 	s.endOnce.Do(func() {
 		s.g.mu.Lock()
 		delete(s.g.sessions, s)
+		if s.g.byID[s.id] == s {
+			delete(s.g.byID, s.id)
+		}
 		s.g.mu.Unlock()
 		if ss := s.downSession(); ss != nil {
 			_ = ss.Close()
@@ -298,7 +326,9 @@ func addTool(srv *mcp.Server, t *mcp.Tool, h mcp.ToolHandler) (err error) {
 
 // toolHandler is reached only if the middleware did not take the call.
 func (s *session) toolHandler(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	return s.callTool(ctx, req)
+	res, err := s.callTool(ctx, req)
+	r, _ := res.(*mcp.CallToolResult)
+	return r, err
 }
 
 // notifyListChanged makes the SDK send notifications/<kind>/list_changed to
@@ -328,12 +358,14 @@ func (s *session) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 		case "initialize":
 			res, err := next(ctx, method, req)
 			if err == nil {
-				if ir, ok := req.(*mcp.InitializeRequest); ok {
-					s.bind(ir.Session, ir.Params)
+				if ss, ok := req.GetSession().(*mcp.ServerSession); ok {
+					ip, _ := req.GetParams().(*mcp.InitializeParams)
+					s.bind(ss, ip)
 				}
 			}
 			return res, err
 		case "tools/call":
+			s.bindLazily(req)
 			return s.callTool(ctx, req.(*mcp.CallToolRequest))
 		case "tools/list":
 			res, err := next(ctx, method, req)

@@ -84,7 +84,7 @@ type ExitEvent struct {
 	Fault       string // why the gateway ended it ("" = normal stop)
 	StderrBytes int64
 	StderrLines int64
-	Dropped     int64 // stderr lines not written to the gateway log
+	Dropped     int64 // stderr bytes not written to the gateway log (rate limit, long lines)
 }
 
 // Hooks receive the child's life events. Any may be nil.
@@ -111,12 +111,12 @@ type Stdio struct {
 func (s *Stdio) Name() string { return s.Spec.Name }
 
 // Connect implements Upstream: measure, spawn and initialise.
-func (s *Stdio) Connect(ctx context.Context, client *mcp.Client) (*Conn, error) {
+func (s *Stdio) Connect(ctx context.Context, client *mcp.Client, opts ConnectOptions) (*Conn, error) {
 	child, err := Spawn(ctx, s.Spec, s.Environ, s.Hooks, s.Share)
 	if err != nil {
 		return nil, err
 	}
-	cs, err := client.Connect(ctx, &childTransport{child: child}, &mcp.ClientSessionOptions{ProtocolVersion: ProtocolVersion})
+	cs, err := client.Connect(ctx, Intercept(&childTransport{child: child}, opts.Intercept), &mcp.ClientSessionOptions{ProtocolVersion: ProtocolVersion})
 	if err != nil {
 		fault := child.Fault()
 		child.Stop()
@@ -162,11 +162,11 @@ var (
 type Child struct {
 	name    string
 	session string
-	class string
-	cmd   *exec.Cmd
-	pid   int
-	grace time.Duration
-	hooks Hooks
+	class   string
+	cmd     *exec.Cmd
+	pid     int
+	grace   time.Duration
+	hooks   Hooks
 
 	stdin  io.WriteCloser
 	stdout io.ReadCloser
@@ -196,12 +196,12 @@ func Spawn(ctx context.Context, spec StdioSpec, environ []string, hooks Hooks, s
 		}
 		return nil, &SpawnError{Upstream: spec.Name, Reason: reason, Hint: hint, Err: err}
 	}
-	path, err := resolveCommand(spec.Command, lookupEnv(env, "PATH"))
+	path, err := digest.ResolveCommand(spec.Command, lookupEnv(env, "PATH"))
 	if err != nil {
 		return refuse(err.Error(), "check the upstream's command in the configuration", err)
 	}
 	ev.Path = path
-	f, d, err := openMeasured(path)
+	f, d, err := digest.OpenFile(path)
 	if err != nil {
 		return refuse(fmt.Sprintf("measure %s: %v", path, err), "", err)
 	}
@@ -413,13 +413,15 @@ func (c *Child) pumpStderr(r io.ReadCloser, spec StdioSpec) {
 	for {
 		chunk, err := br.ReadSlice('\n')
 		c.stderrBytes.Add(int64(len(chunk)))
-		if len(line) < lineMax {
-			room := lineMax - len(line)
-			if len(chunk) < room {
-				room = len(chunk)
-			}
-			line = append(line, chunk[:room]...)
+		room := lineMax - len(line)
+		if room < 0 {
+			room = 0
 		}
+		if len(chunk) < room {
+			room = len(chunk)
+		}
+		line = append(line, chunk[:room]...)
+		c.dropped.Add(int64(len(chunk) - room))
 		if errors.Is(err, bufio.ErrBufferFull) {
 			continue
 		}
@@ -433,7 +435,7 @@ func (c *Child) pumpStderr(r io.ReadCloser, spec StdioSpec) {
 				inWindow++
 				c.hooks.Log.Info("upstream stderr", "upstream", c.name, "pid", c.pid, "line", strings.TrimRight(string(line), "\r\n"))
 			} else {
-				c.dropped.Add(1)
+				c.dropped.Add(int64(len(line)))
 			}
 			line = line[:0]
 		}

@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/confidential-mcp/cmcp/pkg/framing"
 )
 
 // childTransport is an mcp.Transport over a spawned child's stdin and stdout,
@@ -36,29 +39,33 @@ type childConn struct {
 }
 
 func (c *childConn) readLoop() {
-	r := newFrameReader(c.child.stdout, maxFrame)
+	r := framing.NewReader(c.child.stdout, maxFrame)
 	for {
 		line, err := r.Read()
+		var msg jsonrpc.Message
 		if err == nil {
-			var msg jsonrpc.Message
 			msg, err = jsonrpc.DecodeMessage(line)
 			if err != nil {
-				err = &DesyncError{Upstream: c.child.name, Offset: r.Offset() - int64(len(line)) - 1, Excerpt: excerpt(line), Cause: err}
+				err = &DesyncError{Offset: r.Offset() - int64(len(line)) - 1, Excerpt: framing.Excerpt(line), Cause: err}
 			}
-			if err == nil {
-				select {
-				case c.incoming <- msg:
-					continue
-				case <-c.closed:
-					return
-				}
+		}
+		var fd *framing.DesyncError
+		if errors.As(err, &fd) {
+			err = &DesyncError{Offset: fd.Offset, Excerpt: fd.Excerpt, Cause: fd}
+		}
+		if err == nil {
+			select {
+			case c.incoming <- msg:
+				continue
+			case <-c.closed:
+				return
 			}
 		}
 		var de *DesyncError
 		if errors.As(err, &de) {
 			de.Upstream = c.child.name
 			c.child.fail(de)
-		} else if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		} else if errors.Is(err, io.EOF) || errors.Is(err, os.ErrClosed) {
 			err = c.child.exitFault()
 		} else {
 			err = fmt.Errorf("upstream %q: read stdout: %w", c.child.name, err)
@@ -116,16 +123,11 @@ type DesyncError struct {
 }
 
 func (e *DesyncError) Error() string {
-	return fmt.Sprintf("upstream %q wrote a line that is not a JSON-RPC message on stdout at byte %d (%s): the child was stopped and will be respawned, re-measured, on the next call; a stdio MCP server must write only JSON-RPC to stdout and its logs to stderr",
+	return fmt.Sprintf("upstream %q wrote a line that is not a JSON-RPC message on stdout at byte %d (it starts %s): the child was stopped and will be respawned, re-measured, on the next call; a stdio MCP server must write only JSON-RPC to stdout and its logs to stderr",
 		e.Upstream, e.Offset, e.Excerpt)
 }
 
 func (e *DesyncError) Unwrap() error { return e.Cause }
 
-func excerpt(b []byte) string {
-	const n = 40
-	if len(b) > n {
-		return fmt.Sprintf("%q...", b[:n])
-	}
-	return fmt.Sprintf("%q", b)
-}
+// maxFrame bounds one JSON-RPC message read from a child (the go-sdk default).
+const maxFrame = 16 << 20

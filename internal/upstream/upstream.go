@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -32,7 +33,7 @@ type Upstream interface {
 	Name() string
 	// Connect returns a live, initialised connection. Errors say which
 	// upstream failed and why, in words an agent can act on.
-	Connect(ctx context.Context, client *mcp.Client) (*Conn, error)
+	Connect(ctx context.Context, client *mcp.Client, opts ConnectOptions) (*Conn, error)
 }
 
 // Conn is a live connection to an upstream.
@@ -82,4 +83,50 @@ func (c *Conn) Fault() error {
 		return nil
 	}
 	return c.fault()
+}
+
+// ConnectOptions are what the gateway asks of every connection.
+type ConnectOptions struct {
+	// Intercept, if set, sees every message from the upstream in wire
+	// order before the MCP client does; returning true consumes it. The
+	// gateway uses it for progress and logging notifications, which the
+	// client would otherwise dispatch after the response they precede.
+	Intercept func(jsonrpc.Message) bool
+}
+
+// Intercept wraps t so that every message read passes through f first
+// (see ConnectOptions.Intercept). Upstream implementations wrap their
+// transport with it.
+func Intercept(t mcp.Transport, f func(jsonrpc.Message) bool) mcp.Transport {
+	if f == nil {
+		return t
+	}
+	return &interceptTransport{t: t, f: f}
+}
+
+type interceptTransport struct {
+	t mcp.Transport
+	f func(jsonrpc.Message) bool
+}
+
+func (it *interceptTransport) Connect(ctx context.Context) (mcp.Connection, error) {
+	c, err := it.t.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &interceptConn{Connection: c, f: it.f}, nil
+}
+
+type interceptConn struct {
+	mcp.Connection
+	f func(jsonrpc.Message) bool
+}
+
+func (ic *interceptConn) Read(ctx context.Context) (jsonrpc.Message, error) {
+	for {
+		msg, err := ic.Connection.Read(ctx)
+		if err != nil || !ic.f(msg) {
+			return msg, err
+		}
+	}
 }
