@@ -129,7 +129,7 @@ func Load(ctx context.Context, dir string, opts LoadOptions) (*Bundle, error) {
 	if err != nil {
 		return nil, err
 	}
-	d, err := treeDigest(ctx, dir, opts.Progress)
+	d, err := digest.Tree(ctx, dir, digest.TreeOptions{Progress: opts.Progress})
 	if err != nil {
 		return nil, &LoadError{File: dir, Reason: fmt.Sprintf("digest: %v", err), code: ui.ExitIO}
 	}
