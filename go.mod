@@ -14,11 +14,8 @@ require (
 	github.com/modelcontextprotocol/go-sdk v1.8.0
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.1.0
-<<<<<<< HEAD
-	golang.org/x/mod v0.43.0
-=======
 	go.yaml.in/yaml/v3 v3.0.6
->>>>>>> main
+	golang.org/x/mod v0.43.0
 	golang.org/x/term v0.48.0
 )
 
