@@ -275,7 +275,7 @@ func Verify(dir string, opt VerifyOptions) (*Report, error) {
 		}
 		if root != x.cp.Root {
 			return rep, &VerifyError{Class: ClassFork, Pos: Position{Epoch: er.Epoch, Index: x.cp.Size}, Expected: b64(x.cp.Root), Computed: b64(root),
-				Msg: fmt.Sprintf("SECURITY ERROR: fork: the first %d records of epoch %d hash to another root than the saved checkpoint signs; this log is not an extension of what was seen before.\nsaved checkpoint:\n%s", x.cp.Size, er.Epoch, indent(string(x.raw))),
+				Msg:  fmt.Sprintf("SECURITY ERROR: fork: the first %d records of epoch %d hash to another root than the saved checkpoint signs; this log is not an extension of what was seen before.\nsaved checkpoint:\n%s", x.cp.Size, er.Epoch, indent(string(x.raw))),
 				Hint: "the history was rewritten by someone holding the key; keep both the saved checkpoint and this directory as evidence"}
 		}
 	}
