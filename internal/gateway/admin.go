@@ -10,27 +10,33 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
-// AdminLog is what the admin listener needs from the audit log: one durable
-// admin record per operator action, and a forced checkpoint.
+// AdminLog is what the admin listener needs from the audit log beyond what
+// the gateway writes itself: the record of a forced checkpoint, and the
+// checkpoint.
 type AdminLog interface {
-	// RecordAdmin appends an admin record (action kill_switch_on,
-	// kill_switch_off or checkpoint) and returns once it is durable.
+	// RecordAdmin appends an admin record and returns once it is durable.
 	RecordAdmin(ctx context.Context, action, actor, reason string) error
 	// Checkpoint writes a signed checkpoint now.
 	Checkpoint() error
 }
 
-// Admin record actions.
-const (
-	AdminKillOn     = "kill_switch_on"
-	AdminKillOff    = "kill_switch_off"
-	AdminCheckpoint = "checkpoint"
-)
+// KillSwitcher is the gateway's kill switch (*Gateway implements it): while
+// engaged every tools/call is refused, and each change is recorded in the
+// audit log (engaging fails closed even when the record cannot be written;
+// clearing does not happen unrecorded).
+type KillSwitcher interface {
+	SetKillSwitch(ctx context.Context, on bool, actor, reason string) error
+	KillSwitch() bool
+}
+
+// AdminCheckpoint is the action of the admin record of a forced checkpoint.
+const AdminCheckpoint = "checkpoint"
 
 // AdminOptions configures the admin listener.
 type AdminOptions struct {
@@ -40,13 +46,21 @@ type AdminOptions struct {
 	// TokenDigest is "sha256:<hex>" of the admin bearer token. Required:
 	// the admin endpoint never runs without its own credential.
 	TokenDigest digest.Digest
-	Kill        *KillSwitch
+	Kill        KillSwitcher
 	Metrics     *Metrics
 	Log         AdminLog
 	// Ready reports whether the gateway can serve calls (audit log open,
 	// catalog loaded); nil means ready.
 	Ready  func() error
 	Logger *slog.Logger
+}
+
+// KillStatus is the kill switch's state as the admin endpoint reports it.
+type KillStatus struct {
+	Engaged bool      `json:"engaged"`
+	Since   time.Time `json:"since,omitzero"`
+	Actor   string    `json:"actor,omitzero"`
+	Reason  string    `json:"reason,omitzero"`
 }
 
 // Admin is the operators' listener: /healthz and /readyz (no credential,
@@ -58,6 +72,9 @@ type Admin struct {
 	ln  net.Listener
 	srv *http.Server
 	mux *http.ServeMux
+
+	killMu sync.Mutex // serialises kill switch changes and guards kill
+	kill   KillStatus
 }
 
 // maxAdminBody bounds an admin request body (a reason string).
@@ -84,7 +101,7 @@ func NewAdmin(o AdminOptions) (*Admin, error) {
 	a.mux.Handle("POST /admin/kill-switch/clear", a.auth(a.killClear))
 	a.mux.Handle("POST /admin/checkpoint", a.auth(a.checkpoint))
 	o.Metrics.GaugeFunc("cmcp_kill_switch_engaged", "1 while the operator's kill switch stops all calls.", func() float64 {
-		if o.Kill.Engaged() {
+		if o.Kill.KillSwitch() {
 			return 1
 		}
 		return 0
@@ -164,7 +181,7 @@ func (a *Admin) readyz(w http.ResponseWriter, _ *http.Request) {
 			return
 		}
 	}
-	if a.o.Kill.Engaged() {
+	if a.o.Kill.KillSwitch() {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		io.WriteString(w, "not ready: kill switch engaged\n")
 		return
@@ -180,7 +197,18 @@ func (a *Admin) metrics(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (a *Admin) killStatus(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, a.o.Kill.Status())
+	writeJSON(w, http.StatusOK, a.status())
+}
+
+func (a *Admin) status() KillStatus {
+	a.killMu.Lock()
+	defer a.killMu.Unlock()
+	st := a.kill
+	st.Engaged = a.o.Kill.KillSwitch()
+	if !st.Engaged {
+		st = KillStatus{}
+	}
+	return st
 }
 
 // adminRequest is the optional JSON body of an admin POST.
@@ -215,53 +243,53 @@ func actorOf(r *http.Request) string {
 	return "admin-token@" + host
 }
 
-// killEngage stops every call at once (fail closed first), then writes the
-// admin record. If the record cannot be written the switch stays engaged
-// and the operator is told.
+// killEngage stops every call. The gateway engages the switch even when its
+// audit record cannot be written (fail closed), and the operator is told.
 func (a *Admin) killEngage(w http.ResponseWriter, r *http.Request) {
-	req, ok := readAdminRequest(w, r)
-	if !ok {
-		return
-	}
-	actor := actorOf(r)
-	if !a.o.Kill.Engage(actor, req.Reason) {
-		writeJSON(w, http.StatusOK, map[string]any{"changed": false, "state": a.o.Kill.Status()})
-		return
-	}
-	a.o.Logger.Warn("kill switch engaged", "actor", actor, "reason", req.Reason)
-	if err := a.o.Log.RecordAdmin(r.Context(), AdminKillOn, actor, req.Reason); err != nil {
-		a.o.Logger.Error("kill switch engaged but not recorded", "err", err)
-		writeJSON(w, http.StatusInternalServerError, map[string]any{
-			"error": fmt.Sprintf("the kill switch is engaged, but its audit record could not be written: %v", err),
-			"state": a.o.Kill.Status(),
-		})
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"changed": true, "state": a.o.Kill.Status()})
+	a.setKill(w, r, true)
 }
 
-// killClear writes the admin record first and clears the switch only once
-// that record is durable: calls never resume unrecorded.
+// killClear lets calls through again, but only once the clearing is
+// durably recorded: calls never resume unrecorded.
 func (a *Admin) killClear(w http.ResponseWriter, r *http.Request) {
+	a.setKill(w, r, false)
+}
+
+func (a *Admin) setKill(w http.ResponseWriter, r *http.Request, on bool) {
 	req, ok := readAdminRequest(w, r)
 	if !ok {
 		return
 	}
-	if !a.o.Kill.Engaged() {
-		writeJSON(w, http.StatusOK, map[string]any{"changed": false, "state": a.o.Kill.Status()})
-		return
-	}
 	actor := actorOf(r)
-	if err := a.o.Log.RecordAdmin(r.Context(), AdminKillOff, actor, req.Reason); err != nil {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{
-			"error": fmt.Sprintf("the kill switch stays engaged: its clearing could not be recorded in the audit log: %v", err),
-			"state": a.o.Kill.Status(),
-		})
+	a.killMu.Lock()
+	defer a.killMu.Unlock()
+	if a.o.Kill.KillSwitch() == on {
+		st := a.kill
+		st.Engaged = on
+		writeJSON(w, http.StatusOK, map[string]any{"changed": false, "state": st})
 		return
 	}
-	changed := a.o.Kill.Clear()
-	a.o.Logger.Warn("kill switch cleared", "actor", actor, "reason", req.Reason)
-	writeJSON(w, http.StatusOK, map[string]any{"changed": changed, "state": a.o.Kill.Status()})
+	err := a.o.Kill.SetKillSwitch(r.Context(), on, actor, req.Reason)
+	engaged := a.o.Kill.KillSwitch()
+	if engaged && !a.kill.Engaged {
+		a.kill = KillStatus{Engaged: true, Since: time.Now().UTC(), Actor: actor, Reason: req.Reason}
+	} else if !engaged {
+		a.kill = KillStatus{}
+	}
+	verb := map[bool]string{true: "engaged", false: "cleared"}[on]
+	if err != nil {
+		a.o.Logger.Error("kill switch change not recorded", "want", verb, "engaged", engaged, "err", err)
+		code := http.StatusInternalServerError
+		msg := fmt.Sprintf("the kill switch is engaged, but its audit record could not be written: %v", err)
+		if !on {
+			code = http.StatusServiceUnavailable
+			msg = fmt.Sprintf("the kill switch stays engaged: clearing it could not be recorded in the audit log: %v", err)
+		}
+		writeJSON(w, code, map[string]any{"error": msg, "state": a.kill})
+		return
+	}
+	a.o.Logger.Warn("kill switch "+verb, "actor", actor, "reason", req.Reason)
+	writeJSON(w, http.StatusOK, map[string]any{"changed": true, "state": a.kill})
 }
 
 // checkpoint records the request, then forces a signed checkpoint that

@@ -137,13 +137,13 @@ func (m *Metrics) GaugeFunc(name, help string, f func() float64) {
 func (m *Metrics) WriteText(out io.Writer) error {
 	w := bufio.NewWriter(out)
 	m.mu.Lock()
-	calls := sortedKeys(m.calls, func(a, b [3]string) int {
+	calls := metricKeys(m.calls, func(a, b [3]string) int {
 		return strings.Compare(a[0]+"\x00"+a[1]+"\x00"+a[2], b[0]+"\x00"+b[1]+"\x00"+b[2])
 	})
-	decisions := sortedKeys(m.decisions, func(a, b [2]string) int { return strings.Compare(a[0]+"\x00"+a[1], b[0]+"\x00"+b[1]) })
-	spawns := sortedKeys(m.spawns, func(a, b [2]string) int { return strings.Compare(a[0]+"\x00"+a[1], b[0]+"\x00"+b[1]) })
-	ups := sortedKeys(m.up, strings.Compare)
-	lats := sortedKeys(m.latency, strings.Compare)
+	decisions := metricKeys(m.decisions, func(a, b [2]string) int { return strings.Compare(a[0]+"\x00"+a[1], b[0]+"\x00"+b[1]) })
+	spawns := metricKeys(m.spawns, func(a, b [2]string) int { return strings.Compare(a[0]+"\x00"+a[1], b[0]+"\x00"+b[1]) })
+	ups := metricKeys(m.up, strings.Compare)
+	lats := metricKeys(m.latency, strings.Compare)
 
 	header(w, "cmcp_calls_total", "counter", "tools/call requests handled, by upstream, policy decision and outcome.")
 	for _, k := range calls {
@@ -235,7 +235,7 @@ func formatFloat(v float64) string {
 	return strconv.FormatFloat(v, 'g', -1, 64)
 }
 
-func sortedKeys[K comparable, V any](m map[K]V, cmp func(a, b K) int) []K {
+func metricKeys[K comparable, V any](m map[K]V, cmp func(a, b K) int) []K {
 	keys := make([]K, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)

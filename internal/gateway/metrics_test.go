@@ -2,17 +2,12 @@ package gateway
 
 import (
 	"bytes"
-	"context"
-	"errors"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // sampleLine is one sample of the Prometheus text format (no timestamps).
@@ -122,46 +117,5 @@ func TestMetricsExposition(t *testing.T) {
 			t.Fatalf("bucket le=%v = %v < previous %v", le, v, prev)
 		}
 		prev = v
-	}
-}
-
-func TestKillSwitch(t *testing.T) {
-	var k KillSwitch
-	if k.Engaged() || k.Check() != nil {
-		t.Fatal("zero KillSwitch is engaged")
-	}
-	if !k.Engage("ops", "incident 7") || k.Engage("other", "again") {
-		t.Fatal("Engage should report a change exactly once")
-	}
-	err := k.Check()
-	var je *jsonrpc.Error
-	if !errors.As(err, &je) || je.Code != CodeKillSwitch {
-		t.Fatalf("Check = %v, want a JSON-RPC error with code %d", err, CodeKillSwitch)
-	}
-	if strings.Contains(je.Message, "incident 7") {
-		t.Fatalf("the operator's reason leaks to agents: %q", je.Message)
-	}
-	if st := k.Status(); !st.Engaged || st.Actor != "ops" || st.Reason != "incident 7" {
-		t.Fatalf("status = %+v", st)
-	}
-
-	// The middleware refuses upstream-bound methods other than tools/call
-	// and lets the rest through.
-	var passed []string
-	h := k.Middleware()(func(ctx context.Context, method string, _ mcp.Request) (mcp.Result, error) {
-		passed = append(passed, method)
-		return nil, nil
-	})
-	for _, m := range []string{"resources/read", "prompts/get", "completion/complete", "tools/list", "ping", "tools/call"} {
-		_, err := h(context.Background(), m, nil)
-		if upstreamMethods[m] != (err != nil) {
-			t.Errorf("%s while engaged: err = %v", m, err)
-		}
-	}
-	if strings.Join(passed, ",") != "tools/list,ping,tools/call" {
-		t.Fatalf("passed = %v", passed)
-	}
-	if !k.Clear() || k.Clear() || k.Engaged() || k.Check() != nil {
-		t.Fatal("Clear should report a change exactly once and let calls through")
 	}
 }
