@@ -13,16 +13,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
-// AdminLog is what the admin listener needs from the audit log beyond what
-// the gateway writes itself: the record of a forced checkpoint, and the
-// checkpoint.
+// AdminLog is what the admin listener needs from the audit log: the record
+// of a forced checkpoint, and the checkpoint. *auditlog.Writer implements it.
 type AdminLog interface {
-	// RecordAdmin appends an admin record and returns once it is durable.
-	RecordAdmin(ctx context.Context, action, actor, reason string) error
-	// Checkpoint writes a signed checkpoint now.
+	Append(ctx context.Context, rec auditlog.Record) (auditlog.Receipt, error)
 	Checkpoint() error
 }
 
@@ -300,7 +298,7 @@ func (a *Admin) checkpoint(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	actor := actorOf(r)
-	if err := a.o.Log.RecordAdmin(r.Context(), AdminCheckpoint, actor, req.Reason); err != nil {
+	if _, err := a.o.Log.Append(r.Context(), &auditlog.Admin{Action: AdminCheckpoint, Actor: actor, Reason: req.Reason}); err != nil {
 		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": fmt.Sprintf("record the checkpoint request: %v", err)})
 		return
 	}
