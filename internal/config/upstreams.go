@@ -35,18 +35,18 @@ import (
 //	      url: https://mcp.example.com/mcp
 //	      tls_pin: sha256:...           # SHA-256 of the server's SubjectPublicKeyInfo
 type Upstream struct {
-	Name  string `yaml:"name"`
-	Stdio *Stdio `yaml:"stdio"`
-	HTTP  *HTTP  `yaml:"http"`
+	Name  string `yaml:"name" json:"name"`
+	Stdio *Stdio `yaml:"stdio" json:"stdio,omitempty"`
+	HTTP  *HTTP  `yaml:"http" json:"http,omitempty"`
 	// Pin is the digest of the code a stdio upstream runs.
-	Pin *Pin `yaml:"pin"`
+	Pin *Pin `yaml:"pin" json:"pin,omitempty"`
 	// AllowUnmeasured lets a stdio upstream without a pin run, recorded
 	// with the evidence class spawn-unmeasured.
-	AllowUnmeasured bool `yaml:"allow_unmeasured"`
+	AllowUnmeasured bool `yaml:"allow_unmeasured" json:"allow_unmeasured,omitempty"`
 	// Lifecycle is LifecyclePerSession (default) or LifecycleShared.
-	Lifecycle string `yaml:"lifecycle"`
+	Lifecycle string `yaml:"lifecycle" json:"lifecycle,omitempty"`
 	// Namespace exposes tools as "<name>__<tool>"; default true.
-	Namespace *bool `yaml:"namespace"`
+	Namespace *bool `yaml:"namespace" json:"namespace,omitempty"`
 }
 
 // Stdio describes how to spawn a stdio upstream.
@@ -54,50 +54,50 @@ type Stdio struct {
 	// Command is a program name looked up on PATH (absolute entries only)
 	// or a path; Load makes a relative path (one with a slash) absolute,
 	// relative to the configuration file.
-	Command string   `yaml:"command"`
-	Args    []string `yaml:"args"`
+	Command string   `yaml:"command" json:"command,omitempty"`
+	Args    []string `yaml:"args" json:"args,omitempty"`
 	// Dir is the child's working directory; Load makes it absolute.
-	Dir string `yaml:"dir"`
+	Dir string `yaml:"dir" json:"dir,omitempty"`
 	// Env sets variables in the child explicitly.
-	Env map[string]string `yaml:"env"`
+	Env map[string]string `yaml:"env" json:"env,omitempty"`
 	// EnvAllow names variables copied from the gateway's environment; nil
 	// means the gateway's default list.
-	EnvAllow []string `yaml:"env_allow"`
+	EnvAllow []string `yaml:"env_allow" json:"env_allow,omitempty"`
 }
 
 // Pin is what a stdio upstream's code must digest to.
 type Pin struct {
 	// Command is the digest of the resolved command file (digest.File).
-	Command digest.Digest `yaml:"command"`
+	Command digest.Digest `yaml:"command" json:"command,omitzero"`
 	// Target is an extra measure target for interpreted servers: a script
 	// (file digest) or a package directory (tree digest). Load makes it
 	// absolute, relative to the configuration file.
-	Target string `yaml:"target"`
+	Target string `yaml:"target" json:"target,omitempty"`
 	// TargetDigest is the digest Target must have.
-	TargetDigest digest.Digest `yaml:"target_digest"`
+	TargetDigest digest.Digest `yaml:"target_digest" json:"target_digest,omitzero"`
 }
 
 // HTTP describes a Streamable HTTP upstream.
 type HTTP struct {
-	URL string `yaml:"url"`
+	URL string `yaml:"url" json:"url,omitempty"`
 	// TLSPin is the SHA-256 of the server's SubjectPublicKeyInfo; with it
 	// the CA chain is not consulted.
-	TLSPin digest.Digest `yaml:"tls_pin"`
+	TLSPin digest.Digest `yaml:"tls_pin" json:"tls_pin,omitzero"`
 	// CAFile is a PEM file of roots for an unpinned https:// server; Load
 	// makes it absolute.
-	CAFile string `yaml:"ca_file"`
+	CAFile string `yaml:"ca_file" json:"ca_file,omitempty"`
 	// AllowRemotePlaintext permits http:// to a non-loopback host.
-	AllowRemotePlaintext bool `yaml:"allow_remote_plaintext"`
+	AllowRemotePlaintext bool `yaml:"allow_remote_plaintext" json:"allow_remote_plaintext,omitempty"`
 	// BearerTokenEnv / BearerTokenFile name where the upstream's bearer
 	// token is (at most one); the token itself never appears in the file.
-	BearerTokenEnv  string `yaml:"bearer_token_env"`
-	BearerTokenFile string `yaml:"bearer_token_file"`
+	BearerTokenEnv  string `yaml:"bearer_token_env" json:"bearer_token_env,omitempty"`
+	BearerTokenFile string `yaml:"bearer_token_file" json:"bearer_token_file,omitempty"`
 	// HeadersFromEnv / HeadersFromFile map header names to the environment
 	// variable / file holding the value.
-	HeadersFromEnv  map[string]string `yaml:"headers_from_env"`
-	HeadersFromFile map[string]string `yaml:"headers_from_file"`
+	HeadersFromEnv  map[string]string `yaml:"headers_from_env" json:"headers_from_env,omitempty"`
+	HeadersFromFile map[string]string `yaml:"headers_from_file" json:"headers_from_file,omitempty"`
 	// ConnectTimeout bounds connect and TLS handshake, e.g. "10s".
-	ConnectTimeout time.Duration `yaml:"connect_timeout"`
+	ConnectTimeout time.Duration `yaml:"connect_timeout" json:"connect_timeout,omitempty"`
 }
 
 // Lifecycles of an upstream connection.

@@ -251,6 +251,30 @@ type Call struct {
 	PolicyBundle  digest.Digest   `json:"policy_bundle,omitzero"`
 	Outcome       string          `json:"outcome"` // forwarded, refused
 	Reason        string          `json:"reason,omitzero"`
+	// PolicyInput is what the policy decision used beyond the fields above,
+	// so that replay rebuilds the exact Cedar request. Absent when no policy
+	// decided the call (mode "none", or a call refused before the decision).
+	PolicyInput *PolicyInput `json:"policy_input,omitzero"`
+}
+
+// PolicyInput is the part of a Cedar request that a call record does not
+// otherwise hold (internal/policy documents the entity model).
+type PolicyInput struct {
+	Groups        []string  `json:"groups,omitzero"`      // the agent's groups (Group parents)
+	EvidenceClass string    `json:"evidence_class"`       // the upstream's class the decision saw
+	Hints         ToolHints `json:"hints"`                // the tool's annotations, MCP defaults applied
+	SessionCalls  int64     `json:"session_calls,string"` // calls of the session decided before this one
+	ToolsUsed     []string  `json:"tools_used,omitzero"`  // tools the session's earlier calls were let through to
+	Time          time.Time `json:"time"`                 // decision time (milliseconds)
+	Errors        []string  `json:"errors,omitzero"`      // evaluation errors
+}
+
+// ToolHints are MCP tool annotations as the policy saw them.
+type ToolHints struct {
+	ReadOnly    bool `json:"readOnlyHint"`
+	Destructive bool `json:"destructiveHint"`
+	Idempotent  bool `json:"idempotentHint"`
+	OpenWorld   bool `json:"openWorldHint"`
 }
 
 // Result records the outcome of a forwarded call.
@@ -277,6 +301,7 @@ type Stderr struct {
 type Policy struct {
 	Event    string        `json:"event"` // loaded, reloaded, rejected
 	Bundle   digest.Digest `json:"bundle,omitzero"`
+	Previous digest.Digest `json:"previous,omitzero"` // reloaded, rejected: the bundle in force before
 	Mode     string        `json:"mode,omitzero"`
 	Path     string        `json:"path,omitzero"`
 	Policies int64         `json:"policies,string,omitzero"`
