@@ -102,6 +102,8 @@ code whose digest does not match its pin.` + "\n\n" + exitCodesText(),
 	e.out.AddFlags(root.PersistentFlags())
 	root.AddCommand(
 		newVersionCmd(e),
+		newSpawnDigestCmd(e),
+		newVerifyChainCmd(e),
 	)
 	return root
 }

@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/cedar-policy/cedar-go"
+	cedarast "github.com/cedar-policy/cedar-go/ast"
 	xast "github.com/cedar-policy/cedar-go/x/exp/ast"
 	"github.com/cedar-policy/cedar-go/x/exp/schema"
 	"github.com/cedar-policy/cedar-go/x/exp/schema/validate"
@@ -27,15 +28,18 @@ import (
 // file of a directory, checked against the directory's .cedarschema, and the
 // tree digest of the directory.
 type Bundle struct {
-	dir      string
-	digest   digest.Digest
-	schema   string   // bundle-relative path of the schema file
-	files    []string // bundle-relative paths of the policy files, sorted
-	set      *cedar.PolicySet
-	ids      []string // policy ids in file order
-	index    map[string]int
-	forbids  map[cedar.PolicyID]bool
-	position map[cedar.PolicyID]string
+	dir     string
+	digest  digest.Digest
+	schema  string   // bundle-relative path of the schema file
+	files   []string // bundle-relative paths of the policy files, sorted
+	set     *cedar.PolicySet
+	ids     []string // policy ids in file order
+	index   map[string]int
+	forbids map[cedar.PolicyID]bool
+	// argScopes holds, for every policy that reads context.arguments, a
+	// permit with the same scope and no conditions (see DependsOnArguments).
+	argScopes *cedar.PolicySet
+	position  map[cedar.PolicyID]string
 }
 
 // Dir is the directory the bundle was loaded from.
@@ -125,7 +129,7 @@ func Load(ctx context.Context, dir string, opts LoadOptions) (*Bundle, error) {
 	if err != nil {
 		return nil, err
 	}
-	d, err := treeDigest(ctx, dir, opts.Progress)
+	d, err := digest.Tree(ctx, dir, digest.TreeOptions{Progress: opts.Progress})
 	if err != nil {
 		return nil, &LoadError{File: dir, Reason: fmt.Sprintf("digest: %v", err), code: ui.ExitIO}
 	}
@@ -271,12 +275,13 @@ func compile(dir string, snap *snapshot) (*Bundle, error) {
 	}
 
 	b := &Bundle{
-		dir:      dir,
-		schema:   snap.schema.rel,
-		set:      cedar.NewPolicySet(),
-		forbids:  map[cedar.PolicyID]bool{},
-		position: map[cedar.PolicyID]string{},
-		index:    map[string]int{},
+		dir:       dir,
+		schema:    snap.schema.rel,
+		set:       cedar.NewPolicySet(),
+		forbids:   map[cedar.PolicyID]bool{},
+		position:  map[cedar.PolicyID]string{},
+		index:     map[string]int{},
+		argScopes: cedar.NewPolicySet(),
 	}
 	for _, f := range snap.policies {
 		path := filepath.Join(dir, filepath.FromSlash(f.rel))
@@ -315,6 +320,11 @@ func compile(dir string, snap *snapshot) (*Bundle, error) {
 			b.ids = append(b.ids, id)
 			b.position[pid] = loc
 			b.forbids[pid] = p.Effect() == cedar.Forbid
+			if js, err := p.MarshalJSON(); err != nil || bytes.Contains(js, []byte(`"arguments"`)) {
+				a := (*xast.Policy)(p.AST())
+				scope := &xast.Policy{Effect: xast.EffectPermit, Principal: a.Principal, Action: a.Action, Resource: a.Resource, Position: a.Position}
+				b.argScopes.Add(pid, cedar.NewPolicyFromAST((*cedarast.Policy)(scope)))
+			}
 		}
 	}
 	return b, nil

@@ -102,3 +102,23 @@ func (b *Bundle) sortIDs(ids []string) []string {
 	slices.SortFunc(ids, func(x, y string) int { return b.index[x] - b.index[y] })
 	return slices.Compact(ids)
 }
+
+// DependsOnArguments reports whether the decision for r may depend on its
+// arguments: some policy that reads context.arguments (or merely names
+// "arguments") has a scope that matches r's principal, action and resource.
+// When it is false, Decide gives the same answer whatever the arguments
+// (other than arguments past the limits, which deny). Replay uses it to tell
+// the calls it can check without the payloads from those it cannot.
+func (b *Bundle) DependsOnArguments(r *Request) bool {
+	if r.Action != ActionCallTool || len(b.argScopes.Map()) == 0 {
+		return false
+	}
+	q := *r
+	q.Arguments = nil
+	req, ents, err := build(&q)
+	if err != nil {
+		return true
+	}
+	dec, _ := cedar.Authorize(b.argScopes, ents, req)
+	return dec == cedar.Allow
+}
