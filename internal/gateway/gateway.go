@@ -62,6 +62,7 @@ type Options struct {
 	Log       AuditLog
 	Decider   Decider    // nil: AllowAll
 	Filter    ListFilter // nil: no filtering
+	Metrics   *Metrics   // nil: no metrics
 	Logger    *slog.Logger
 	// CallTimeout bounds one forwarded tools/call (0: 5 minutes).
 	CallTimeout time.Duration
