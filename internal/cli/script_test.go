@@ -84,7 +84,7 @@ func cmdCmcp(ts *testscript.TestScript, neg bool, args []string) {
 	old, err := os.Getwd()
 	ts.Check(err)
 	ts.Check(os.Chdir(ts.MkAbs(".")))
-	code := run(args, strings.NewReader(""), ts.Stdout(), ts.Stderr(), scriptEnviron(ts))
+	code := mainWithEnv(args, strings.NewReader(""), ts.Stdout(), ts.Stderr(), scriptEnviron(ts))
 	ts.Check(os.Chdir(old))
 	cwdMu.Unlock()
 	checkExit(ts, neg, code)
