@@ -104,6 +104,7 @@ code whose digest does not match its pin.` + "\n\n" + exitCodesText(),
 		newVersionCmd(e),
 		newSpawnDigestCmd(e),
 		newVerifyChainCmd(e),
+		newReplayCmd(e),
 	)
 	return root
 }
