@@ -82,17 +82,6 @@ func base(t *testing.T) (*testLog, string) {
 	return &testLog{dir: dst, key: baseLog.key, vkey: baseLog.vkey}, filepath.Join(baseDir, "saved.cp")
 }
 
-func TestMain(m *testing.M) {
-	if os.Getenv("CMCP_CLI_CHILD") == "1" {
-		os.Exit(Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
-	}
-	code := m.Run()
-	if baseDir != "" {
-		os.RemoveAll(baseDir)
-	}
-	os.Exit(code)
-}
-
 func runCLI(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
