@@ -66,14 +66,6 @@ func base(t *testing.T) (*testLog, string) {
 	return l, saved
 }
 
-// TestVerifyChainChild is the child process of TestVerifyChainPermissionDenied.
-func TestVerifyChainChild(t *testing.T) {
-	if os.Getenv("CMCP_CLI_CHILD") != "1" {
-		return
-	}
-	os.Exit(Main(strings.Split(os.Getenv("CMCP_CLI_ARGS"), "\x1f"), os.Stdin, os.Stdout, os.Stderr))
-}
-
 func runCLI(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
@@ -464,8 +456,8 @@ func TestVerifyChainPermissionDenied(t *testing.T) {
 	if err := os.WriteFile(exe, b, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(exe, "-test.run=^TestVerifyChainChild$")
-	cmd.Env = append(os.Environ(), "CMCP_CLI_CHILD=1", "CMCP_CLI_ARGS="+strings.Join([]string{"verify-chain", d, "--key", l.vkey}, "\x1f"))
+	cmd := exec.Command(exe, "verify-chain", d, "--key", l.vkey)
+	cmd.Env = append(os.Environ(), "CMCP_CLI_CHILD=1") // TestMain runs cli.Main
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if os.Geteuid() == 0 {
