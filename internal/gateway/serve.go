@@ -19,6 +19,7 @@ import (
 
 	"github.com/confidential-mcp/cmcp/internal/buildinfo"
 	"github.com/confidential-mcp/cmcp/internal/config"
+	"github.com/confidential-mcp/cmcp/internal/policy"
 	"github.com/confidential-mcp/cmcp/internal/tee"
 	"github.com/confidential-mcp/cmcp/internal/ui"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
@@ -38,9 +39,9 @@ type ServeOptions struct {
 	Environ []string
 	// Logger receives the gateway log (stderr).
 	Logger *slog.Logger
-	// Decider and Filter come from the policy engine. Nil Decider: AllowAll,
-	// which is refused when the configuration has a policy section (a
-	// policy that is parsed but not enforced is a bug).
+	// Decider and Filter replace the policy engine that Serve builds from
+	// the policy: section. With neither, every call is allowed and recorded
+	// with mode "none".
 	Decider      Decider
 	Filter       ListFilter
 	PolicyDigest digest.Digest
@@ -70,8 +71,18 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 		return ui.Errorf(ui.ExitConfig, "%s: no audit: section: the gateway never runs calls unrecorded", cfg.Path).
 			Hint("add:\n  audit:\n    dir: audit/")
 	}
+	var eng *policy.Engine
 	if cfg.Policy != nil && o.Decider == nil {
-		return ui.Errorf(ui.ExitConfig, "%s: a policy: section is configured but no policy engine was given to the gateway", cfg.Path)
+		b, err := policy.Load(ctx, cfg.Resolve(cfg.Policy.Dir), policy.LoadOptions{Expect: cfg.Policy.Expect})
+		if err != nil {
+			return fmt.Errorf("%s: policy: %w", cfg.Path, err)
+		}
+		mode, err := policy.ParseMode(cfg.Policy.ModeOrDefault())
+		if err != nil {
+			return ui.WithCode(ui.ExitConfig, err)
+		}
+		eng = policy.NewEngine(b, mode, cfg.Policy.Groups)
+		o.PolicyDigest, o.PolicyMode = b.Digest(), string(mode)
 	}
 	if len(cfg.Upstreams) == 0 {
 		return ui.Errorf(ui.ExitConfig, "%s: no upstreams: the gateway has nothing to serve", cfg.Path).Hint("add an upstream; see examples/cmcp.yaml")
@@ -160,7 +171,7 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 	if err != nil {
 		return err
 	}
-	g, err := New(Options{Version: gwInfo.Version, Upstreams: ups, Log: w, Decider: o.Decider, Filter: o.Filter, Logger: logger,
+	g, err := New(Options{Version: gwInfo.Version, Upstreams: ups, Log: w, Decider: o.Decider, Filter: o.Filter, Policy: eng, Logger: logger,
 		CallTimeout: srvCfg.CallTimeout, Environ: o.Environ, Metrics: o.Metrics})
 	if err != nil {
 		return ui.WithCode(ui.ExitConfig, err)
