@@ -39,11 +39,7 @@ func TestMain(m *testing.M) {
 type cleanupM struct{ m *testing.M }
 
 func (c cleanupM) Run() int {
-	code := c.m.Run()
-	if baseDir != "" { // verify_chain_test.go's shared logs
-		os.RemoveAll(baseDir)
-	}
-	return code
+	return c.m.Run()
 }
 
 // TestScripts runs testdata/script/*.txtar. Commands added to testscript:
