@@ -59,6 +59,7 @@ func TestScripts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	nobodyOnce, nobodyBin, nobodyErr = sync.Once{}, "", nil // for -count > 1
 	t.Cleanup(func() {
 		if nobodyBin != "" {
 			os.RemoveAll(filepath.Dir(nobodyBin))
