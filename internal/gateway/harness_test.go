@@ -79,6 +79,7 @@ type harness struct {
 	url  string
 	exe  string
 	logs *strings.Builder
+	key  ed25519.PrivateKey
 }
 
 func newHarness(t *testing.T, c hconf) *harness {
@@ -136,7 +137,7 @@ func newHarness(t *testing.T, c hconf) *harness {
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", g.HTTPHandler(HTTPOptions{Tokens: c.tokens, MaxRequestBytes: 1 << 20}))
 	srv := httptest.NewServer(mux)
-	h := &harness{t: t, dir: dir, w: w, g: g, srv: srv, url: srv.URL + "/mcp", exe: exe, logs: logs}
+	h := &harness{t: t, dir: dir, w: w, g: g, srv: srv, url: srv.URL + "/mcp", exe: exe, logs: logs, key: key}
 	t.Cleanup(func() {
 		srv.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

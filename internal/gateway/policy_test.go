@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/confidential-mcp/cmcp/internal/policy"
 	"github.com/confidential-mcp/cmcp/internal/replay"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
@@ -267,4 +269,133 @@ func TestPolicyReload(t *testing.T) {
 	if calls[0].Body["policy_bundle"] != old.String() || calls[1].Body["policy_bundle"] != next.String() {
 		t.Fatalf("call bundles %v %v", calls[0].Body["policy_bundle"], calls[1].Body["policy_bundle"])
 	}
+}
+
+// TestReplayCatchesFlipInGatewayLog rewrites the real gateway's log with
+// the gateway's own key, flipping one decision: the forged log verifies, and
+// only replay can tell, at the right record.
+func TestReplayCatchesFlipInGatewayLog(t *testing.T) {
+	id, _ := age.GenerateX25519Identity()
+	dir := policyBundle(t, testPolicy)
+	eng := engine(t, dir, policy.Enforcing)
+	h := newHarness(t, hconf{tokens: policyTokens, policy: eng, recipients: []string{id.Recipient().String()}})
+	a := h.connect("tok-a", nil)
+	for _, text := range []string{"one", "secret", "two"} {
+		call(t, a, "t__echo", map[string]any{"text": text})
+	}
+	h.g.Shutdown(context.Background())
+	h.w.Close()
+
+	// Forge: same key, every record copied, call 1 (denied) recorded as allowed.
+	genesis, opener := readGenesis(t, h.dir, id)
+	forged := t.TempDir()
+	w, err := auditlog.Open(forged, auditlog.Options{Key: h.key, PolicyDigest: genesis.PolicyDigest, PolicyMode: genesis.PolicyMode,
+		Gateway: genesis.Gateway, Recipients: []string{id.Recipient().String()}, Vault: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := auditlog.NewReader(h.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newIndex := map[int64]int64{}
+	calls, flipped := 0, int64(-1)
+	for {
+		e, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch e.Kind {
+		case auditlog.KindGenesis, auditlog.KindCheckpoint, auditlog.KindSeal, auditlog.KindSegment, auditlog.KindRecovery:
+			continue
+		}
+		rec, err := e.Decode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch rec := rec.(type) {
+		case *auditlog.Call:
+			p, err := opener.Payload(rec.Args)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec.Args = w.Commit(p)
+			if calls == 1 {
+				if rec.Decision != "deny" {
+					t.Fatalf("call 1 was %s", rec.Decision)
+				}
+				rec.Decision, rec.PolicyIDs, rec.Outcome = "allow", []string{"staff-calls"}, "forwarded"
+			}
+			calls++
+		case *auditlog.Result:
+			rec.Call = newIndex[rec.Call]
+			if !rec.Result.IsZero() {
+				p, err := opener.Payload(rec.Result)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rec.Result = w.Commit(p)
+			}
+		}
+		rc, err := w.Append(context.Background(), rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		newIndex[e.Index] = rc.Index
+		if c, ok := rec.(*auditlog.Call); ok && c.Decision == "allow" && slices.Equal(c.PolicyIDs, []string{"staff-calls"}) && calls == 2 {
+			flipped = rc.Index
+		}
+	}
+	r.Close()
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := auditlog.Verify(forged, auditlog.VerifyOptions{Keys: []string{w.VerifierKey()}}); err != nil {
+		t.Fatalf("the forged log must verify with the gateway's key: %v", err)
+	}
+	rep, err := replay.Run(context.Background(), forged, replay.Options{Policies: []string{dir}, Identities: []age.Identity{id},
+		Verify: auditlog.VerifyOptions{Keys: []string{w.VerifierKey()}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Summary.Differs != 1 || rep.Summary.Same != 2 || !rep.Findings() {
+		t.Fatalf("replay: %+v", rep.Summary)
+	}
+	for _, c := range rep.Calls {
+		if (c.Replay.Status == replay.StatusDiffers) != (c.Index == flipped) {
+			t.Fatalf("record %d: %s (flipped record is %d)", c.Index, c.Replay.Status, flipped)
+		}
+		if c.Index == flipped && (c.Replay.Decision != "deny" || !slices.Equal(c.Replay.PolicyIDs, []string{"no-secret"})) {
+			t.Fatalf("flipped record replays as %+v", c.Replay)
+		}
+	}
+}
+
+func readGenesis(t *testing.T, dir string, id age.Identity) (*auditlog.Genesis, *auditlog.Opener) {
+	t.Helper()
+	r, err := auditlog.NewReader(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	e, err := r.Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := e.Decode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := rec.(*auditlog.Genesis)
+	o, err := auditlog.NewOpener(g, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.LoadVault(filepath.Dir(e.Pos.File), id); err != nil {
+		t.Fatal(err)
+	}
+	return g, o
 }
