@@ -314,14 +314,11 @@ func buildUpstreams(cfg *config.Config, s *config.Server, environ []string, w *a
 			uo.Upstream = &upstream.Stdio{Spec: spec, Environ: environ, Hooks: StdioHooks(w, logger, m), Share: share}
 			uo.Transport = "stdio"
 		case u.HTTP != nil:
-			h, err := upstream.NewHTTP(upstream.HTTPOptions{Name: u.Name, URL: u.HTTP.URL, TLSPin: u.HTTP.TLSPin.String(), CAFile: u.HTTP.CAFile,
-				AllowRemotePlaintext: u.HTTP.AllowRemotePlaintext, BearerTokenEnv: u.HTTP.BearerTokenEnv, BearerTokenFile: u.HTTP.BearerTokenFile,
-				HeadersFromEnv: u.HTTP.HeadersFromEnv, HeadersFromFile: u.HTTP.HeadersFromFile, ConnectTimeout: u.HTTP.ConnectTimeout,
-				LookupEnv: lookupIn(environ)})
+			h, err := upstream.NewHTTP(upstream.HTTPOptionsFromConfig(u.Name, u.HTTP, lookupIn(environ)))
 			if err != nil {
 				return nil, ui.WithCode(ui.ExitConfig, err)
 			}
-			uo.Upstream = upstream.HTTPConnector{H: h}
+			uo.Upstream = h
 			uo.Transport, uo.Class = "http", h.Class()
 		}
 		out = append(out, uo)
