@@ -35,6 +35,8 @@ type Config struct {
 	Upstreams []Upstream `yaml:"upstreams"`
 	// Policy is the Cedar bundle that decides every call.
 	Policy *Policy `yaml:"policy"`
+	// Admin is the operators' listener (health, metrics, kill switch).
+	Admin *Admin `yaml:"admin"`
 
 	// Path is the file the configuration was loaded from ("" for LoadBytes
 	// without a name). Relative paths in the file are relative to its
