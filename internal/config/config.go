@@ -35,6 +35,12 @@ type Config struct {
 	Upstreams []Upstream `yaml:"upstreams"`
 	// Policy is the Cedar bundle that decides every call.
 	Policy *Policy `yaml:"policy"`
+	// Server is the agent-facing MCP endpoint (gateway.go).
+	Server *Server `yaml:"server"`
+	// Audit is where and how the audit log is written (gateway.go).
+	Audit *Audit `yaml:"audit"`
+	// Catalog holds tool-definition pins and the drift action (gateway.go).
+	Catalog *Catalog `yaml:"catalog"`
 	// Admin is the operators' listener (health, metrics, kill switch).
 	Admin *Admin `yaml:"admin"`
 
