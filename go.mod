@@ -4,6 +4,8 @@ go 1.26.8
 
 require (
 	charm.land/lipgloss/v2 v2.1.0
+	filippo.io/age v1.3.2
+	github.com/cedar-policy/cedar-go v1.9.2
 	github.com/charmbracelet/colorprofile v0.4.3
 	github.com/go-json-experiment/json v1.27.2
 	github.com/google/go-configfs-tsm v0.3.3
@@ -12,10 +14,13 @@ require (
 	github.com/modelcontextprotocol/go-sdk v1.8.0
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.1.0
+	go.yaml.in/yaml/v3 v3.0.6
+	golang.org/x/mod v0.43.0
 	golang.org/x/term v0.48.0
 )
 
 require (
+	filippo.io/hpke v0.4.0 // indirect
 	github.com/charmbracelet/ultraviolet v0.0.0-20260811164956-006e29f97886 // indirect
 	github.com/charmbracelet/x/ansi v0.11.8 // indirect
 	github.com/charmbracelet/x/term v0.2.2 // indirect
@@ -37,6 +42,7 @@ require (
 	github.com/yosida95/uritemplate/v3 v3.0.2 // indirect
 	go.uber.org/multierr v1.11.0 // indirect
 	golang.org/x/crypto v0.59.0 // indirect
+	golang.org/x/exp v0.0.0-20231006140011-7918f672742d // indirect
 	golang.org/x/oauth2 v0.35.0 // indirect
 	golang.org/x/sync v0.22.0 // indirect
 	golang.org/x/sys v0.50.0 // indirect

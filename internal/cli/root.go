@@ -102,6 +102,7 @@ code whose digest does not match its pin.` + "\n\n" + exitCodesText(),
 	e.out.AddFlags(root.PersistentFlags())
 	root.AddCommand(
 		newVersionCmd(e),
+		newSpawnDigestCmd(e),
 	)
 	return root
 }

@@ -3,6 +3,8 @@ package digest
 import (
 	"errors"
 	"fmt"
+	"math"
+	"strconv"
 
 	"github.com/go-json-experiment/json/jsontext"
 )
@@ -65,6 +67,13 @@ func checkNumbers(in []byte) error {
 		if isInteger(raw) {
 			if i, ok := parseIntMagnitude(raw); !ok || i > maxSafeInt {
 				return fmt.Errorf("%w: integer %s at byte %d is beyond ±2^53 and would lose precision; encode it as a string", ErrNotCanonicalizable, clip(raw), dec.InputOffset()-int64(len(raw)))
+			}
+		} else if v, err := strconv.ParseFloat(raw, 64); err == nil {
+			// 1e16 is written 10000000000000000 in canonical form (ES6
+			// uses digits below 1e21): an integer beyond 2^53 that this
+			// function would then refuse. Refuse it here too.
+			if a := math.Abs(v); a > maxSafeInt && a < 1e21 && a == math.Trunc(a) {
+				return fmt.Errorf("%w: number %s at byte %d is an integer beyond ±2^53 and would lose precision; encode it as a string", ErrNotCanonicalizable, clip(raw), dec.InputOffset()-int64(len(raw)))
 			}
 		}
 	}

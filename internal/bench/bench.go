@@ -1,0 +1,178 @@
+// Package bench measures cmcp against the upstreams it fronts: the same
+// go-sdk client drives tools/call through a real `cmcp serve` process and
+// directly against the same upstream, in the same run, so that the results
+// are ratios that survive a noisy machine. The benchmark itself is in
+// bench_test.go (BenchmarkGateway); see scripts/bench.sh.
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Connector opens one new MCP client session with the system under test.
+type Connector func(ctx context.Context) (*mcp.ClientSession, error)
+
+// Load is one measurement: Concurrency sessions, each with its own
+// goroutine, calling Tool Warmup times untimed and then Calls times timed.
+type Load struct {
+	Concurrency int
+	Calls       int // timed calls per session
+	Warmup      int // untimed calls per session
+	Tool        string
+	Args        any
+}
+
+// Result of one Load.
+type Result struct {
+	Concurrency int
+	Calls       int
+	P50, P99    time.Duration
+	CallsPerSec float64
+}
+
+// Measure runs l against connect. All sessions are opened before the clock
+// starts, and closed after it stops.
+func Measure(ctx context.Context, connect Connector, l Load) (Result, error) {
+	if l.Concurrency < 1 || l.Calls < 1 {
+		return Result{}, fmt.Errorf("bench: concurrency and calls must be at least 1")
+	}
+	sessions := make([]*mcp.ClientSession, l.Concurrency)
+	defer func() {
+		for _, s := range sessions {
+			if s != nil {
+				s.Close()
+			}
+		}
+	}()
+	for i := range sessions {
+		s, err := connect(ctx)
+		if err != nil {
+			return Result{}, fmt.Errorf("bench: open session %d: %w", i, err)
+		}
+		sessions[i] = s
+	}
+	call := func(s *mcp.ClientSession) error {
+		res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: l.Tool, Arguments: l.Args})
+		if err != nil {
+			return err
+		}
+		if res.IsError {
+			return fmt.Errorf("tool %s returned isError: %v", l.Tool, res.Content)
+		}
+		return nil
+	}
+	for _, s := range sessions {
+		for range l.Warmup {
+			if err := call(s); err != nil {
+				return Result{}, fmt.Errorf("bench: warm-up call: %w", err)
+			}
+		}
+	}
+
+	lat := make([][]time.Duration, l.Concurrency)
+	errs := make([]error, l.Concurrency)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i, s := range sessions {
+		lat[i] = make([]time.Duration, 0, l.Calls)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for range l.Calls {
+				t0 := time.Now()
+				if err := call(s); err != nil {
+					errs[i] = err
+					return
+				}
+				lat[i] = append(lat[i], time.Since(t0))
+			}
+		}()
+	}
+	t0 := time.Now()
+	close(start)
+	wg.Wait()
+	elapsed := time.Since(t0)
+	for _, err := range errs {
+		if err != nil {
+			return Result{}, fmt.Errorf("bench: call: %w", err)
+		}
+	}
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	return Result{
+		Concurrency: l.Concurrency,
+		Calls:       len(all),
+		P50:         percentile(all, 0.50),
+		P99:         percentile(all, 0.99),
+		CallsPerSec: float64(len(all)) / elapsed.Seconds(),
+	}, nil
+}
+
+// percentile of sorted durations (nearest rank).
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(p*float64(len(sorted)) + 0.5)
+	if i >= len(sorted) {
+		i = len(sorted) - 1
+	}
+	if i > 0 {
+		i--
+	}
+	return sorted[i]
+}
+
+// PeakRSS returns the peak resident set size (VmHWM) of process pid, in bytes.
+func PeakRSS(pid int) (int64, error) {
+	return procStatusKB(pid, "VmHWM:")
+}
+
+// CurrentRSS returns the resident set size (VmRSS) of process pid, in bytes.
+func CurrentRSS(pid int) (int64, error) {
+	return procStatusKB(pid, "VmRSS:")
+}
+
+func procStatusKB(pid int, field string) (int64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	return statusField(f, field)
+}
+
+func statusField(r io.Reader, field string) (int64, error) {
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), field)
+		if !ok {
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) != 2 || f[1] != "kB" {
+			return 0, fmt.Errorf("unexpected %s line %q", field, sc.Text())
+		}
+		kb, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return 0, err
+		}
+		return kb << 10, nil
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("no %s in /proc status", field)
+}

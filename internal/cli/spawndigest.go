@@ -1,0 +1,286 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/confidential-mcp/cmcp/internal/config"
+	"github.com/confidential-mcp/cmcp/internal/measure"
+	"github.com/confidential-mcp/cmcp/internal/ui"
+)
+
+type spawnDigestOptions struct {
+	Target string
+	Check  string
+	Name   string
+}
+
+func (o *spawnDigestOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.Target, "target", "", "also measure this script (file digest) or package directory (tree digest)")
+	fs.StringVar(&o.Check, "check", "", "re-measure every pinned stdio upstream of this cmcp.yaml and compare with its pins")
+	fs.StringVar(&o.Name, "name", "", "upstream name in the printed cmcp.yaml entry (default: from the command)")
+}
+
+func newSpawnDigestCmd(e *env) *cobra.Command {
+	o := &spawnDigestOptions{}
+	cmd := &cobra.Command{
+		Use:   "spawn-digest [--target FILE|DIR] [--name NAME] -- COMMAND [ARGS...] | --check CONFIG",
+		Short: "Pin the code of a stdio MCP server, or check the pins of a config",
+		Long: `Pin the code of a stdio MCP server before anyone is allowed to run it.
+
+spawn-digest resolves COMMAND exactly as the gateway will (a name is looked up
+in the absolute directories of PATH, then every symbolic link is resolved to the
+real file), digests that file through its descriptor, and, with --target,
+digests a script (file digest) or a whole package directory such as an
+interpreted server's node_modules (tree digest; the encoding is documented in
+pkg/digest/TREE.md). It prints the resolved path, the digests and a cmcp.yaml
+upstream entry ready to paste under "upstreams:".
+
+With --check CONFIG it re-measures every pinned stdio upstream of the config,
+resolving each command with the PATH the gateway would give that child, and
+prints a table: upstream, what was measured, pinned, actual and the result
+(match, mismatch, missing, error). It exits 5 if any pin mismatches or any file
+is missing, 3 if a file exists but cannot be measured, 0 if every pin matches.
+Use it as the release gate in CI.
+
+Large trees show progress on a terminal.`,
+		Example: `  cmcp spawn-digest -- ls
+  cmcp spawn-digest --name files -- ./bin/sample-server --root /srv/data
+  cmcp spawn-digest --target ./node_modules/@acme/server -- node ./node_modules/@acme/server/dist/index.js
+  cmcp spawn-digest --output json -- ls | jq -r .command_digest
+  cmcp spawn-digest --check cmcp.yaml`,
+		Args: usageArgs(func(cmd *cobra.Command, args []string) error {
+			switch {
+			case o.Check != "" && len(args) > 0:
+				return fmt.Errorf("give either --check CONFIG or a COMMAND, not both")
+			case o.Check != "" && (o.Target != "" || o.Name != ""):
+				return fmt.Errorf("--target and --name apply to a COMMAND, not to --check")
+			case o.Check == "" && len(args) == 0:
+				return fmt.Errorf("missing COMMAND: spawn-digest [--target FILE|DIR] -- COMMAND [ARGS...], or --check CONFIG")
+			}
+			return nil
+		}),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p := e.printer()
+			if o.Check != "" {
+				return runSpawnCheck(cmd.Context(), e, p, o.Check)
+			}
+			return runSpawnDigest(cmd.Context(), e, p, o, args)
+		},
+	}
+	cmd.Flags().SetInterspersed(false)
+	o.AddFlags(cmd.Flags())
+	return cmd
+}
+
+type spawnDigestDoc struct {
+	SchemaVersion int `json:"schema_version"`
+	*measure.Result
+	Upstream config.Upstream `json:"upstream"`
+	YAML     string          `json:"yaml"`
+}
+
+func runSpawnDigest(ctx context.Context, e *env, p *ui.Printer, o *spawnDigestOptions, args []string) error {
+	name := o.Name
+	if name == "" {
+		name = nameFromCommand(args[0])
+	}
+	if err := config.ValidateName(name); err != nil {
+		return ui.Errorf(ui.ExitUsage, "--name: %w", err)
+	}
+	prog := treeProgress(p)
+	r, err := measure.Command(ctx, args[0], args[1:], e.getenv("PATH"), o.Target, prog.add)
+	prog.done()
+	if err != nil {
+		return err
+	}
+	u := upstreamEntry(name, r)
+	y := entryYAML(u, r)
+	if p.JSONOut {
+		return p.JSON(spawnDigestDoc{SchemaVersion: ui.SchemaVersion, Result: r, Upstream: u, YAML: y})
+	}
+	p.Printf("%s  %s\n", p.Dim("command "), r.Command)
+	p.Printf("%s  %s (%s)\n", p.Dim("resolved"), r.Resolved, sizeText(r.CommandBytes))
+	p.Printf("%s  %s\n", p.Dim("digest  "), p.Bold(r.CommandDigest.String()))
+	if t := r.Target; t != nil {
+		p.Printf("%s  %s (%s)\n", p.Dim("target  "), t.Path, targetText(t))
+		p.Printf("%s  %s\n", p.Dim("digest  "), p.Bold(t.Digest.String()))
+	}
+	p.Printf("\n%s\n%s", p.Dim("# cmcp.yaml: paste under upstreams:"), y)
+	return nil
+}
+
+// upstreamEntry is the config entry that pins r.
+func upstreamEntry(name string, r *measure.Result) config.Upstream {
+	cmd := r.Command
+	if strings.ContainsRune(cmd, '/') && !filepath.IsAbs(cmd) {
+		// Relative paths in cmcp.yaml are relative to the file, not to
+		// where spawn-digest ran: write it absolute.
+		cmd, _ = filepath.Abs(cmd)
+	}
+	u := config.Upstream{Name: name, Stdio: &config.Stdio{Command: cmd, Args: r.Args}, Pin: &config.Pin{Command: r.CommandDigest}}
+	if len(r.Args) == 0 {
+		u.Stdio.Args = nil
+	}
+	if r.Target != nil {
+		u.Pin.Target, u.Pin.TargetDigest = r.Target.Path, r.Target.Digest
+	}
+	return u
+}
+
+// entryYAML renders u as a list item to paste under "upstreams:", with
+// comments saying what each digest covers.
+func entryYAML(u config.Upstream, r *measure.Result) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "  - name: %s\n    stdio:\n      command: %s\n", yamlScalar(u.Name), yamlScalar(u.Stdio.Command))
+	if len(u.Stdio.Args) > 0 {
+		q := make([]string, len(u.Stdio.Args))
+		for i, a := range u.Stdio.Args {
+			q[i] = yamlScalar(a)
+		}
+		fmt.Fprintf(&b, "      args: [%s]\n", strings.Join(q, ", "))
+	}
+	fmt.Fprintf(&b, "    pin:\n      command: %s  # %s\n", u.Pin.Command, r.Resolved)
+	if t := r.Target; t != nil {
+		fmt.Fprintf(&b, "      target: %s\n      target_digest: %s  # %s\n", yamlScalar(t.Path), t.Digest, targetText(t))
+	}
+	return b.String()
+}
+
+// yamlScalar quotes s as YAML needs it, on one line.
+func yamlScalar(s string) string {
+	out, err := yaml.Marshal(s)
+	if err != nil || strings.Count(strings.TrimRight(string(out), "\n"), "\n") > 0 {
+		return fmt.Sprintf("%q", s)
+	}
+	return strings.TrimRight(string(out), "\n")
+}
+
+var nameBad = regexp.MustCompile(`[^A-Za-z0-9_-]+`)
+
+// nameFromCommand derives an upstream name from a command.
+func nameFromCommand(c string) string {
+	n := nameBad.ReplaceAllString(filepath.Base(c), "-")
+	for strings.Contains(n, "__") {
+		n = strings.ReplaceAll(n, "__", "_")
+	}
+	n = strings.Trim(n, "-")
+	if len(n) > config.MaxNameLen {
+		n = n[:config.MaxNameLen]
+	}
+	if n == "" {
+		n = "upstream"
+	}
+	return n
+}
+
+func targetText(t *measure.Target) string {
+	if t.Kind == measure.KindTree {
+		return fmt.Sprintf("tree: %d files, %s", t.Files, sizeText(t.Bytes))
+	}
+	return "file: " + sizeText(t.Bytes)
+}
+
+func sizeText(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
+
+// progressAdapter turns the cumulative counts of a tree measurement into a
+// ui.Progress of bytes, one progress line per tree.
+type progressAdapter struct {
+	p    *ui.Printer
+	cur  *ui.Progress
+	path string
+	last int64
+}
+
+func treeProgress(p *ui.Printer) *progressAdapter { return &progressAdapter{p: p} }
+
+func (a *progressAdapter) add(path string, files, bytes int64) {
+	if a.cur == nil || path != a.path {
+		a.cur.Done()
+		a.cur, a.path, a.last = a.p.Progress("measuring "+path+" (bytes)", 0), path, 0
+	}
+	a.cur.Add(bytes - a.last)
+	a.last = bytes
+}
+
+func (a *progressAdapter) done() { a.cur.Done() }
+
+type spawnCheckDoc struct {
+	SchemaVersion int           `json:"schema_version"`
+	Config        string        `json:"config"`
+	OK            bool          `json:"ok"`
+	Results       []measure.Row `json:"results"`
+}
+
+func runSpawnCheck(ctx context.Context, e *env, p *ui.Printer, path string) error {
+	c, err := config.Load(path)
+	if err != nil {
+		return err
+	}
+	prog := treeProgress(p)
+	rows, err := measure.Check(ctx, c, e.environ, prog.add)
+	prog.done()
+	if err != nil {
+		return ui.WithCode(ui.ExitFailure, err)
+	}
+	var failed []measure.Row
+	total := 0
+	for _, r := range rows {
+		if r.Status == measure.StatusSkipped || r.Status == measure.StatusUnpinned {
+			continue
+		}
+		total++
+		if r.Failed() {
+			failed = append(failed, r)
+		}
+	}
+	if p.JSONOut {
+		if err := p.JSON(spawnCheckDoc{SchemaVersion: ui.SchemaVersion, Config: c.Path, OK: len(failed) == 0, Results: rows}); err != nil {
+			return err
+		}
+	} else {
+		table := make([][]string, 0, len(rows))
+		for _, r := range rows {
+			what := r.What
+			if r.Kind != "" {
+				what += " (" + r.Kind + ")"
+			}
+			table = append(table, []string{r.Upstream, what + "\n" + r.Path, r.Pinned.String(), r.Actual.String(), statusText(p, r)})
+		}
+		p.Table([]string{"upstream", "measured", "pinned", "actual", "result"}, table)
+	}
+	if len(failed) > 0 {
+		return &measure.CheckError{Config: path, Failed: failed, Total: total}
+	}
+	if !p.JSONOut {
+		p.Printf("%s %d of %d pins match\n", p.OK("ok"), total, total)
+	}
+	return nil
+}
+
+func statusText(p *ui.Printer, r measure.Row) string {
+	switch r.Status {
+	case measure.StatusMatch:
+		return p.OK(r.Status)
+	case measure.StatusUnpinned, measure.StatusSkipped:
+		return p.Dim(r.Status)
+	}
+	return p.Bad(r.Status)
+}

@@ -1,0 +1,484 @@
+// Package config loads cmcp.yaml: schema version 1, loaded strictly. Unknown
+// keys, duplicate keys, values of the wrong type and invalid settings are
+// errors that name the file, line and column and say what to do. Each
+// section lives in its own file of this package (upstreams.go, policy.go,
+// ...) and is one field of Config.
+package config
+
+import (
+	"bytes"
+	"encoding"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/confidential-mcp/cmcp/internal/ui"
+)
+
+// Version is the only schema version this cmcp reads.
+const Version = 1
+
+// Config is a loaded cmcp.yaml. To add a section, add one field here with a
+// yaml tag and put its type, with a Validate() error method, in a file of
+// its own; Load checks unknown keys and types for it and calls Validate.
+type Config struct {
+	// Version must be 1.
+	Version int `yaml:"version"`
+	// Upstreams are the MCP servers the gateway spawns or dials.
+	Upstreams []Upstream `yaml:"upstreams"`
+	// Policy is the Cedar bundle that decides every call.
+	Policy *Policy `yaml:"policy"`
+
+	// Path is the file the configuration was loaded from ("" for LoadBytes
+	// without a name). Relative paths in the file are relative to its
+	// directory.
+	Path string `yaml:"-"`
+}
+
+// Error is one problem in a configuration file, at a position.
+type Error struct {
+	File      string
+	Line, Col int    // 1-based; 0 when the problem has no single position
+	Field     string // the setting, e.g. upstreams[0].pin.command
+	Msg       string
+	Hint      string // what to do, if there is something to say
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString(e.File)
+	if e.Line > 0 {
+		fmt.Fprintf(&b, ":%d:%d", e.Line, e.Col)
+	}
+	b.WriteString(": ")
+	if e.Field != "" {
+		b.WriteString(e.Field + ": ")
+	}
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// ExitCode is ui.ExitConfig.
+func (e *Error) ExitCode() int { return ui.ExitConfig }
+
+// Hints returns the hint, if any.
+func (e *Error) Hints() []string {
+	if e.Hint == "" {
+		return nil
+	}
+	return []string{e.Hint}
+}
+
+// Errors is every problem found in one file (Load reports them all at once).
+type Errors []*Error
+
+func (es Errors) Error() string {
+	lines := make([]string, len(es))
+	for i, e := range es {
+		lines[i] = e.Error()
+	}
+	if len(es) > 1 {
+		return fmt.Sprintf("%d problems in the configuration:\n  %s", len(es), strings.Join(lines, "\n  "))
+	}
+	return strings.Join(lines, "\n")
+}
+
+// ExitCode is ui.ExitConfig.
+func (es Errors) ExitCode() int { return ui.ExitConfig }
+
+// Hints returns the distinct hints of all errors.
+func (es Errors) Hints() []string {
+	var hs []string
+	for _, e := range es {
+		if e.Hint != "" && !slices.Contains(hs, e.Hint) {
+			hs = append(hs, e.Hint)
+		}
+	}
+	return hs
+}
+
+// Unwrap lets errors.As find each *Error.
+func (es Errors) Unwrap() []error {
+	out := make([]error, len(es))
+	for i, e := range es {
+		out[i] = e
+	}
+	return out
+}
+
+// Load reads and validates the configuration file at path.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, ui.Errorf(ui.ExitIO, "read config: %w", err).Hint("pass the path of a cmcp.yaml file")
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, ui.Errorf(ui.ExitIO, "read config: %w", err)
+	}
+	c, err := parse(path, abs, data)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// LoadBytes validates a configuration held in memory. name is used in
+// errors; relative paths are taken relative to the working directory.
+func LoadBytes(name string, data []byte) (*Config, error) {
+	return parse(name, "", data)
+}
+
+// maxErrors bounds how many problems one Load reports.
+const maxErrors = 20
+
+// loader collects the errors of one file.
+type loader struct {
+	file string
+	errs Errors
+}
+
+func (l *loader) errorf(n *yaml.Node, field, hint, format string, args ...any) {
+	if len(l.errs) >= maxErrors {
+		return
+	}
+	e := &Error{File: l.file, Field: field, Msg: fmt.Sprintf(format, args...), Hint: hint}
+	if n != nil {
+		e.Line, e.Col = n.Line, n.Column
+	}
+	l.errs = append(l.errs, e)
+}
+
+func parse(name, abs string, data []byte) (*Config, error) {
+	l := &loader{file: name}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			l.errorf(nil, "", "start the file with: version: 1", "the configuration is empty")
+			return nil, l.errs
+		}
+		l.syntaxError(err)
+		return nil, l.errs
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		l.errorf(&extra, "", "keep one configuration per file", "a second YAML document (---) is not allowed")
+		return nil, l.errs
+	} else if !errors.Is(err, io.EOF) {
+		l.syntaxError(err)
+		return nil, l.errs
+	}
+	root := &doc
+	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
+		root = root.Content[0]
+	}
+	if root.Kind != yaml.MappingNode {
+		l.errorf(root, "", "start the file with: version: 1", "the configuration must be a mapping of sections, not a %s", kindName(root))
+		return nil, l.errs
+	}
+
+	l.check(root, reflect.TypeOf(Config{}), "")
+	if len(l.errs) > 0 {
+		return nil, l.errs
+	}
+	c := &Config{}
+	if err := root.Decode(c); err != nil {
+		// check has already refused everything yaml would; keep the file name.
+		l.errorf(root, "", "", "%v", err)
+		return nil, l.errs
+	}
+	c.Path = abs
+	if abs == "" {
+		c.Path = name
+	}
+	l.validate(c, root, filepath.Dir(abs))
+	if len(l.errs) > 0 {
+		return nil, l.errs
+	}
+	return c, nil
+}
+
+// syntaxError turns a yaml parse error ("yaml: line 3: ...") into an *Error.
+func (l *loader) syntaxError(err error) {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	line := 0
+	if rest, ok := strings.CutPrefix(msg, "line "); ok {
+		if n, after, ok := strings.Cut(rest, ": "); ok {
+			if _, err := fmt.Sscanf(n, "%d", &line); err == nil {
+				msg = after
+			}
+		}
+	}
+	l.errs = append(l.errs, &Error{File: l.file, Line: line, Col: 1, Msg: "invalid YAML: " + msg})
+}
+
+// validator is implemented by every section.
+type validator interface{ Validate() error }
+
+// validate checks the settings of every section.
+func (l *loader) validate(c *Config, root *yaml.Node, dir string) {
+	if c.Version != Version {
+		n := valueNode(root, "version")
+		if n == nil {
+			n = root
+		}
+		if c.Version == 0 {
+			l.errorf(n, "version", "add the line: version: 1", "missing: the schema version is required")
+		} else {
+			l.errorf(n, "version", "this cmcp reads version 1", "unsupported schema version %d", c.Version)
+		}
+	}
+	l.validateUpstreams(c, valueNode(root, "upstreams"), dir)
+	// Sections with a Validate method report at their key's position.
+	v := reflect.ValueOf(c).Elem()
+	t := v.Type()
+	for i := range t.NumField() {
+		name := yamlName(t.Field(i))
+		if name == "" || name == "upstreams" {
+			continue
+		}
+		f := v.Field(i)
+		if f.Kind() == reflect.Pointer && f.IsNil() {
+			continue
+		}
+		val, ok := f.Interface().(validator)
+		if !ok && f.CanAddr() {
+			val, ok = f.Addr().Interface().(validator)
+		}
+		if !ok {
+			continue
+		}
+		if err := val.Validate(); err != nil {
+			l.errorf(keyNode(root, name), name, "", "%v", err)
+		}
+	}
+}
+
+// keyNode returns the key node of name in the mapping m, or m.
+func keyNode(m *yaml.Node, name string) *yaml.Node {
+	for i := 0; m != nil && m.Kind == yaml.MappingNode && i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == name {
+			return m.Content[i]
+		}
+	}
+	return m
+}
+
+// valueNode returns the value node of name in the mapping m, or nil.
+func valueNode(m *yaml.Node, name string) *yaml.Node {
+	for i := 0; m != nil && m.Kind == yaml.MappingNode && i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == name {
+			return m.Content[i+1]
+		}
+	}
+	return nil
+}
+
+var (
+	textUnmarshalerType = reflect.TypeFor[encoding.TextUnmarshaler]()
+	yamlUnmarshalerType = reflect.TypeFor[yaml.Unmarshaler]()
+)
+
+// check walks the YAML node n against the Go type t and reports, with their
+// positions, unknown and duplicate keys, YAML features cmcp does not accept,
+// and values that do not decode into their field.
+func (l *loader) check(n *yaml.Node, t reflect.Type, field string) {
+	for n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if n.Tag == "!!null" {
+		return // an empty value leaves the default
+	}
+	pt := reflect.PointerTo(t)
+	switch {
+	case pt.Implements(yamlUnmarshalerType):
+		l.decodeInto(n, t, field)
+		return
+	case pt.Implements(textUnmarshalerType):
+		if n.Kind != yaml.ScalarNode {
+			l.errorf(n, field, "", "want a single value, got a %s", kindName(n))
+			return
+		}
+		l.decodeInto(n, t, field)
+		return
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		if n.Kind != yaml.MappingNode {
+			l.errorf(n, field, "", "want a mapping of settings, got a %s", kindName(n))
+			return
+		}
+		fields := map[string]reflect.StructField{}
+		var known []string
+		for i := range t.NumField() {
+			f := t.Field(i)
+			if name := yamlName(f); name != "" {
+				fields[name] = f
+				known = append(known, name)
+			}
+		}
+		seen := map[string]*yaml.Node{}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			sub := join(field, k.Value)
+			if k.Value == "<<" {
+				l.errorf(k, field, "write the settings out in full", "YAML merge keys (<<) are not accepted")
+				continue
+			}
+			if prev, dup := seen[k.Value]; dup {
+				l.errorf(k, sub, "remove one of them", "duplicate key (first at line %d)", prev.Line)
+				continue
+			}
+			seen[k.Value] = k
+			f, ok := fields[k.Value]
+			if !ok {
+				where := "at the top level"
+				if field != "" {
+					where = "in " + field
+				}
+				l.errorf(k, "", suggest(k.Value, known), "unknown key %q %s", k.Value, where)
+				continue
+			}
+			l.check(v, f.Type, sub)
+		}
+	case reflect.Map:
+		if n.Kind != yaml.MappingNode {
+			l.errorf(n, field, "", "want a mapping, got a %s", kindName(n))
+			return
+		}
+		seen := map[string]*yaml.Node{}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			if k.Value == "<<" {
+				l.errorf(k, field, "write the entries out in full", "YAML merge keys (<<) are not accepted")
+				continue
+			}
+			if prev, dup := seen[k.Value]; dup {
+				l.errorf(k, join(field, k.Value), "remove one of them", "duplicate key (first at line %d)", prev.Line)
+				continue
+			}
+			seen[k.Value] = k
+			l.decodeInto(k, t.Key(), field)
+			l.check(v, t.Elem(), join(field, k.Value))
+		}
+	case reflect.Slice:
+		if n.Kind != yaml.SequenceNode {
+			l.errorf(n, field, "", "want a list, got a %s", kindName(n))
+			return
+		}
+		for i, item := range n.Content {
+			l.check(item, t.Elem(), fmt.Sprintf("%s[%d]", field, i))
+		}
+	default:
+		if n.Kind != yaml.ScalarNode {
+			l.errorf(n, field, "", "want a single value, got a %s", kindName(n))
+			return
+		}
+		l.decodeInto(n, t, field)
+	}
+}
+
+// decodeInto decodes n into a new value of type t and reports a failure at
+// n's position.
+func (l *loader) decodeInto(n *yaml.Node, t reflect.Type, field string) {
+	if t.Kind() == reflect.Bool && n.Tag != "!!bool" {
+		// yaml.v3 would read yes/no/on/off into a bool; cmcp wants it spelled out.
+		l.errorf(n, field, "", "%q: want true or false", n.Value)
+		return
+	}
+	v := reflect.New(t)
+	if err := n.Decode(v.Interface()); err != nil {
+		msg := err.Error()
+		var te *yaml.TypeError
+		if errors.As(err, &te) && len(te.Errors) > 0 {
+			msg = te.Errors[0]
+			if _, after, ok := strings.Cut(msg, ": "); ok && strings.HasPrefix(msg, "line ") {
+				msg = after
+			}
+		}
+		msg = strings.TrimPrefix(msg, "yaml: ")
+		l.errorf(n, field, "", "%s", msg)
+	}
+}
+
+// yamlName is the key of a struct field in YAML ("" for skipped fields).
+func yamlName(f reflect.StructField) string {
+	if !f.IsExported() {
+		return ""
+	}
+	tag := f.Tag.Get("yaml")
+	name, _, _ := strings.Cut(tag, ",")
+	if name == "-" {
+		return ""
+	}
+	if name == "" {
+		return strings.ToLower(f.Name)
+	}
+	return name
+}
+
+func join(field, key string) string {
+	if field == "" {
+		return key
+	}
+	return field + "." + key
+}
+
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "mapping"
+	case yaml.SequenceNode:
+		return "list"
+	case yaml.ScalarNode:
+		return "single value"
+	case yaml.AliasNode:
+		return "alias"
+	}
+	return "document"
+}
+
+// suggest names the known key closest to k, or lists the known keys.
+func suggest(k string, known []string) string {
+	best, bestD := "", 3
+	for _, c := range known {
+		if d := editDistance(strings.ToLower(k), c); d < bestD {
+			best, bestD = c, d
+		}
+	}
+	if best != "" {
+		return fmt.Sprintf("did you mean %q? known keys here: %s", best, strings.Join(known, ", "))
+	}
+	return "known keys here: " + strings.Join(known, ", ")
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}

@@ -1,0 +1,177 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/confidential-mcp/cmcp/internal/ui"
+)
+
+const (
+	d1 = "sha256:1111111111111111111111111111111111111111111111111111111111111111"
+	d2 = "sha256:2222222222222222222222222222222222222222222222222222222222222222"
+)
+
+const goodConfig = `# a full example
+version: 1
+upstreams:
+  - name: files
+    stdio:
+      command: cmcp-sample-server
+      args: [--root, /srv]
+      env: {LOG_LEVEL: info}
+      env_allow: [PATH, HOME]
+    pin:
+      command: ` + d1 + `
+      target: ./server
+      target_digest: ` + d2 + `
+    lifecycle: shared
+  - name: scratch-pad
+    stdio:
+      command: ./bin/tool
+    allow_unmeasured: true
+    namespace: false
+  - name: remote_1
+    http:
+      url: https://mcp.example.com/mcp
+      tls_pin: ` + d1 + `
+      bearer_token_env: REMOTE_TOKEN
+      connect_timeout: 5s
+`
+
+func TestLoadGood(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "cmcp.yaml")
+	os.WriteFile(p, []byte(goodConfig), 0o644)
+	c, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Upstreams) != 3 || c.Path != p {
+		t.Fatalf("loaded %+v", c)
+	}
+	f := c.Upstream("files")
+	if f.Pin.Command.String() != d1 || f.Pin.TargetDigest.String() != d2 || f.Pin.Target != filepath.Join(dir, "server") {
+		t.Errorf("pin %+v", f.Pin)
+	}
+	if !f.Shared() || !f.Namespaced() || f.Stdio.Command != "cmcp-sample-server" || f.Stdio.Env["LOG_LEVEL"] != "info" {
+		t.Errorf("files %+v %+v", f, f.Stdio)
+	}
+	s := c.Upstream("scratch-pad")
+	if s.Stdio.Command != filepath.Join(dir, "bin/tool") || s.Namespaced() || s.Shared() {
+		t.Errorf("scratch-pad %+v %+v", s, s.Stdio)
+	}
+	r := c.Upstream("remote_1")
+	if r.HTTP.TLSPin.String() != d1 || r.HTTP.ConnectTimeout.Seconds() != 5 {
+		t.Errorf("remote %+v", r.HTTP)
+	}
+}
+
+func TestLoadErrors(t *testing.T) {
+	up := func(s string) string { return "version: 1\nupstreams:\n" + s }
+	tests := []struct {
+		name, yaml string
+		want       string // substring of the error, with file:line:col
+		hint       string
+	}{
+		{"empty", "", "c.yaml: the configuration is empty", "version: 1"},
+		{"syntax", "version: 1\nupstreams: [\n", "c.yaml:2:1: invalid YAML", ""},
+		{"two documents", "version: 1\n---\nversion: 1\n", "c.yaml:2:1: a second YAML document", ""},
+		{"not a mapping", "- a\n", "c.yaml:1:1: the configuration must be a mapping", ""},
+		{"missing version", "upstreams: []\n", "c.yaml:1:1: version: missing", "version: 1"},
+		{"wrong version", "version: 2\n", "c.yaml:1:10: version: unsupported schema version 2", ""},
+		{"unknown top-level key", "version: 1\nupstream: []\n", `c.yaml:2:1: unknown key "upstream" at the top level`, `did you mean "upstreams"`},
+		{"unknown nested key", up("  - name: a\n    stdio:\n      comand: x\n"), `c.yaml:5:7: unknown key "comand" in upstreams[0].stdio`, `did you mean "command"`},
+		{"duplicate key", up("  - name: a\n    name: b\n"), "c.yaml:4:5: upstreams[0].name: duplicate key (first at line 3)", ""},
+		{"merge key", "version: 1\nbase: &b {x: 1}\n", `c.yaml:2:1: unknown key "base"`, ""},
+		{"wrong type", "version: one\n", "c.yaml:1:10: version: cannot unmarshal !!str `one` into int", ""},
+		{"list instead of map", up("  - name: a\n    stdio: [x]\n"), "c.yaml:4:12: upstreams[0].stdio: want a mapping of settings, got a list", ""},
+		{"malformed digest", up("  - name: a\n    stdio: {command: x}\n    pin: {command: sha256:abc}\n"), `c.yaml:5:20: upstreams[0].pin.command: malformed digest "sha256:abc"`, ""},
+		{"bad name", up("  - name: a.b\n    stdio: {command: x}\n    allow_unmeasured: true\n"), `c.yaml:3:11: upstreams[0] (a.b).name: name "a.b": use only letters`, ""},
+		{"double underscore", up("  - name: a__b\n    stdio: {command: x}\n    allow_unmeasured: true\n"), `contains "__"`, ""},
+		{"long name", up("  - name: " + strings.Repeat("a", 33) + "\n    stdio: {command: x}\n    allow_unmeasured: true\n"), "is 33 characters; at most 32", ""},
+		{"duplicate name", up("  - name: a\n    stdio: {command: x}\n    allow_unmeasured: true\n  - name: a\n    stdio: {command: y}\n    allow_unmeasured: true\n"), `c.yaml:6:11: upstreams[1] (a).name: upstream "a" is defined twice (first at line 3)`, ""},
+		{"unpinned stdio", up("  - name: a\n    stdio: {command: x}\n"), "c.yaml:3:5: upstreams[0] (a): a stdio upstream needs a pin", "cmcp spawn-digest -- x"},
+		{"pin and allow_unmeasured", up("  - name: a\n    stdio: {command: x}\n    pin: {command: " + d1 + "}\n    allow_unmeasured: true\n"), "c.yaml:6:23: upstreams[0] (a).allow_unmeasured: has no effect on a pinned upstream", ""},
+		{"target without digest", up("  - name: a\n    stdio: {command: x}\n    pin: {command: " + d1 + ", target: ./t}\n"), "upstreams[0] (a).pin.target_digest: missing", ""},
+		{"neither stdio nor http", up("  - name: a\n"), "c.yaml:3:5: upstreams[0] (a): neither stdio nor http", ""},
+		{"both", up("  - name: a\n    stdio: {command: x}\n    http: {url: https://x}\n"), "both stdio and http", ""},
+		{"bad lifecycle", up("  - name: a\n    stdio: {command: x}\n    allow_unmeasured: true\n    lifecycle: forever\n"), `c.yaml:6:16: upstreams[0] (a).lifecycle: "forever": want per-session or shared`, ""},
+		{"bad url", up("  - name: a\n    http: {url: ftp://x}\n"), `want an http:// or https:// URL`, ""},
+		{"pin on http", up("  - name: a\n    http: {url: https://x}\n    pin: {command: " + d1 + "}\n"), "a code pin applies to stdio upstreams only", ""},
+		{"tls pin on http://", up("  - name: a\n    http: {url: http://x, tls_pin: " + d1 + "}\n"), "a TLS pin needs https://", ""},
+		{"bad env name", up("  - name: a\n    stdio: {command: x, env_allow: [OK, 'BAD-NAME']}\n    allow_unmeasured: true\n"), `c.yaml:4:41: upstreams[0] (a).stdio.env_allow[1]: "BAD-NAME" is not a valid`, ""},
+		{"bool typo", up("  - name: a\n    stdio: {command: x}\n    allow_unmeasured: yes\n"), `c.yaml:5:23: upstreams[0].allow_unmeasured: "yes": want true or false`, ""},
+		{"bad duration", up("  - name: a\n    http: {url: https://x, connect_timeout: soon}\n"), "upstreams[0].http.connect_timeout", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := LoadBytes("c.yaml", []byte(tt.yaml))
+			if err == nil {
+				t.Fatal("loaded, want an error")
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error:\n  %v\nwant it to contain:\n  %s", err, tt.want)
+			}
+			if ui.CodeOf(err) != ui.ExitConfig {
+				t.Errorf("exit code %d, want %d", ui.CodeOf(err), ui.ExitConfig)
+			}
+			if tt.hint != "" && !strings.Contains(strings.Join(ui.HintsOf(err), "\n"), tt.hint) {
+				t.Errorf("hints %q do not mention %q", ui.HintsOf(err), tt.hint)
+			}
+			var ce *Error
+			if !errors.As(err, &ce) {
+				t.Errorf("errors.As(*Error) failed for %T", err)
+			}
+		})
+	}
+}
+
+func TestLoadReportsEveryProblem(t *testing.T) {
+	_, err := LoadBytes("c.yaml", []byte("version: 1\nfoo: 1\nbar: 2\n"))
+	var es Errors
+	if !errors.As(err, &es) || len(es) != 2 || !strings.Contains(err.Error(), "2 problems") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestLoadMissingFile(t *testing.T) {
+	_, err := Load(filepath.Join(t.TempDir(), "nope.yaml"))
+	if ui.CodeOf(err) != ui.ExitIO || !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("err = %v (code %d)", err, ui.CodeOf(err))
+	}
+}
+
+func FuzzLoad(f *testing.F) {
+	f.Add([]byte(goodConfig))
+	f.Add([]byte("version: 1\nupstreams:\n  - name: a\n    stdio: {command: x}\n"))
+	f.Add([]byte("version: 1\npolicy: {dir: p, mode: advisory, groups: {ops: [a]}}\n"))
+	f.Add([]byte("version: 1\nx: &a [*a]\n"))
+	f.Add([]byte("version: 1\nupstreams: [{name: a, http: {url: 'https://h', headers_from_env: {X-Key: K}}}]\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := LoadBytes("f.yaml", data)
+		if err != nil {
+			if c != nil {
+				t.Fatal("config returned with an error")
+			}
+			if !strings.HasPrefix(err.Error(), "f.yaml") && !strings.Contains(err.Error(), "problems in the configuration") {
+				t.Fatalf("error does not name the file: %v", err)
+			}
+			if ui.CodeOf(err) != ui.ExitConfig {
+				t.Fatalf("exit code %d for %v", ui.CodeOf(err), err)
+			}
+			return
+		}
+		if c.Version != Version {
+			t.Fatalf("loaded version %d", c.Version)
+		}
+		for _, u := range c.Upstreams {
+			if ValidateName(u.Name) != nil || (u.Stdio == nil) == (u.HTTP == nil) {
+				t.Fatalf("invalid upstream loaded: %+v", u)
+			}
+		}
+	})
+}

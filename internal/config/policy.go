@@ -1,0 +1,84 @@
+package config
+
+import (
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"slices"
+
+	"github.com/confidential-mcp/cmcp/pkg/digest"
+)
+
+// Policy is the `policy:` section: the Cedar bundle that decides every call.
+//
+//	policy:
+//	  dir: policy/            # a directory of .cedar files and one .cedarschema (relative to the config file)
+//	  expect: sha256:...      # the bundle's tree digest; the gateway refuses another bundle
+//	  mode: enforcing         # enforcing (default), advisory or silent
+//	  groups:                 # Group::"ops" is a parent of Agent::"carol" and Agent::"dave"
+//	    ops: [carol, dave]
+type Policy struct {
+	Dir    string              `yaml:"dir" json:"dir"`
+	Expect digest.Digest       `yaml:"expect" json:"expect"`
+	Mode   string              `yaml:"mode" json:"mode"`
+	Groups map[string][]string `yaml:"groups" json:"groups"`
+}
+
+var cedarID = regexp.MustCompile(`^[^"\\\x00-\x1f]{1,256}$`)
+
+// Validate checks the section without reading the bundle.
+func (p *Policy) Validate() error {
+	if p.Dir == "" {
+		return fmt.Errorf("policy.dir is required: a directory of .cedar files and one .cedarschema")
+	}
+	switch p.Mode {
+	case "", "enforcing", "advisory", "silent":
+	default:
+		return fmt.Errorf("policy.mode %q: want enforcing, advisory or silent", p.Mode)
+	}
+	for g, members := range p.Groups {
+		if !cedarID.MatchString(g) {
+			return fmt.Errorf("policy.groups: group name %q: want 1 to 256 characters without quotes, backslashes or control characters", g)
+		}
+		seen := map[string]bool{}
+		for _, m := range members {
+			if m == "" {
+				return fmt.Errorf("policy.groups.%s: empty agent identity", g)
+			}
+			if seen[m] {
+				return fmt.Errorf("policy.groups.%s: agent %q listed twice", g, m)
+			}
+			seen[m] = true
+		}
+	}
+	return nil
+}
+
+// ModeOrDefault is Mode, or "enforcing" when unset.
+func (p *Policy) ModeOrDefault() string {
+	if p.Mode == "" {
+		return "enforcing"
+	}
+	return p.Mode
+}
+
+// GroupsOf lists, sorted, the groups whose members include agent.
+func (p *Policy) GroupsOf(agent string) []string {
+	var gs []string
+	for g, members := range p.Groups {
+		if slices.Contains(members, agent) {
+			gs = append(gs, g)
+		}
+	}
+	slices.Sort(gs)
+	return gs
+}
+
+// BundleDir is Dir, resolved against the directory of the config file when
+// it is relative.
+func (p *Policy) BundleDir(configPath string) string {
+	if filepath.IsAbs(p.Dir) || configPath == "" {
+		return p.Dir
+	}
+	return filepath.Join(filepath.Dir(configPath), p.Dir)
+}

@@ -1,0 +1,286 @@
+package config
+
+import (
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/confidential-mcp/cmcp/pkg/digest"
+)
+
+// Upstream is one entry of the `upstreams:` section: an MCP server that the
+// gateway spawns (stdio) or dials (http). Exactly one of Stdio and HTTP is set.
+//
+//	upstreams:
+//	  - name: files                 # [A-Za-z0-9_-], 1 to 32 characters, no "__"
+//	    stdio:
+//	      command: cmcp-sample-server   # a name looked up on PATH, or a path
+//	      args: [--root, /srv/data]
+//	      dir: /srv                     # working directory (default: the gateway's)
+//	      env: {LOG_LEVEL: info}        # set explicitly in the child
+//	      env_allow: [PATH, HOME]       # copied from the gateway's environment
+//	    pin:                            # from `cmcp spawn-digest`
+//	      command: sha256:...           # the resolved command file
+//	      target: ./server              # optional: a script or package directory
+//	      target_digest: sha256:...     # its file or tree digest
+//	    lifecycle: per-session          # per-session (default) or shared
+//	    namespace: true                 # expose tools as files__<tool> (default)
+//	  - name: remote
+//	    http:
+//	      url: https://mcp.example.com/mcp
+//	      tls_pin: sha256:...           # SHA-256 of the server's SubjectPublicKeyInfo
+type Upstream struct {
+	Name  string `yaml:"name" json:"name"`
+	Stdio *Stdio `yaml:"stdio" json:"stdio,omitempty"`
+	HTTP  *HTTP  `yaml:"http" json:"http,omitempty"`
+	// Pin is the digest of the code a stdio upstream runs.
+	Pin *Pin `yaml:"pin" json:"pin,omitempty"`
+	// AllowUnmeasured lets a stdio upstream without a pin run, recorded
+	// with the evidence class spawn-unmeasured.
+	AllowUnmeasured bool `yaml:"allow_unmeasured" json:"allow_unmeasured,omitempty"`
+	// Lifecycle is LifecyclePerSession (default) or LifecycleShared.
+	Lifecycle string `yaml:"lifecycle" json:"lifecycle,omitempty"`
+	// Namespace exposes tools as "<name>__<tool>"; default true.
+	Namespace *bool `yaml:"namespace" json:"namespace,omitempty"`
+}
+
+// Stdio describes how to spawn a stdio upstream.
+type Stdio struct {
+	// Command is a program name looked up on PATH (absolute entries only)
+	// or a path; Load makes a relative path (one with a slash) absolute,
+	// relative to the configuration file.
+	Command string   `yaml:"command" json:"command,omitempty"`
+	Args    []string `yaml:"args" json:"args,omitempty"`
+	// Dir is the child's working directory; Load makes it absolute.
+	Dir string `yaml:"dir" json:"dir,omitempty"`
+	// Env sets variables in the child explicitly.
+	Env map[string]string `yaml:"env" json:"env,omitempty"`
+	// EnvAllow names variables copied from the gateway's environment; nil
+	// means the gateway's default list.
+	EnvAllow []string `yaml:"env_allow" json:"env_allow,omitempty"`
+}
+
+// Pin is what a stdio upstream's code must digest to.
+type Pin struct {
+	// Command is the digest of the resolved command file (digest.File).
+	Command digest.Digest `yaml:"command" json:"command,omitzero"`
+	// Target is an extra measure target for interpreted servers: a script
+	// (file digest) or a package directory (tree digest). Load makes it
+	// absolute, relative to the configuration file.
+	Target string `yaml:"target" json:"target,omitempty"`
+	// TargetDigest is the digest Target must have.
+	TargetDigest digest.Digest `yaml:"target_digest" json:"target_digest,omitzero"`
+}
+
+// HTTP describes a Streamable HTTP upstream.
+type HTTP struct {
+	URL string `yaml:"url" json:"url,omitempty"`
+	// TLSPin is the SHA-256 of the server's SubjectPublicKeyInfo; with it
+	// the CA chain is not consulted.
+	TLSPin digest.Digest `yaml:"tls_pin" json:"tls_pin,omitzero"`
+	// CAFile is a PEM file of roots for an unpinned https:// server; Load
+	// makes it absolute.
+	CAFile string `yaml:"ca_file" json:"ca_file,omitempty"`
+	// AllowRemotePlaintext permits http:// to a non-loopback host.
+	AllowRemotePlaintext bool `yaml:"allow_remote_plaintext" json:"allow_remote_plaintext,omitempty"`
+	// BearerTokenEnv / BearerTokenFile name where the upstream's bearer
+	// token is (at most one); the token itself never appears in the file.
+	BearerTokenEnv  string `yaml:"bearer_token_env" json:"bearer_token_env,omitempty"`
+	BearerTokenFile string `yaml:"bearer_token_file" json:"bearer_token_file,omitempty"`
+	// HeadersFromEnv / HeadersFromFile map header names to the environment
+	// variable / file holding the value.
+	HeadersFromEnv  map[string]string `yaml:"headers_from_env" json:"headers_from_env,omitempty"`
+	HeadersFromFile map[string]string `yaml:"headers_from_file" json:"headers_from_file,omitempty"`
+	// ConnectTimeout bounds connect and TLS handshake, e.g. "10s".
+	ConnectTimeout time.Duration `yaml:"connect_timeout" json:"connect_timeout,omitempty"`
+}
+
+// Lifecycles of an upstream connection.
+const (
+	LifecyclePerSession = "per-session"
+	LifecycleShared     = "shared"
+)
+
+// MaxNameLen is the longest upstream name: "<name>__<tool>" must stay
+// within the 64 characters every major MCP client accepts.
+const MaxNameLen = 32
+
+var (
+	nameRE    = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+	envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+)
+
+// ValidateName checks an upstream name: 1 to MaxNameLen characters from
+// [A-Za-z0-9_-], without "__" (the namespace separator).
+func ValidateName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("the name is empty")
+	case len(name) > MaxNameLen:
+		return fmt.Errorf("name %q is %d characters; at most %d", name, len(name), MaxNameLen)
+	case !nameRE.MatchString(name):
+		return fmt.Errorf("name %q: use only letters, digits, '_' and '-'", name)
+	case strings.Contains(name, "__"):
+		return fmt.Errorf("name %q contains \"__\", the separator of namespaced tool names", name)
+	}
+	return nil
+}
+
+// Namespaced reports whether tools are exposed as "<name>__<tool>".
+func (u *Upstream) Namespaced() bool { return u.Namespace == nil || *u.Namespace }
+
+// Shared reports whether one connection serves every session.
+func (u *Upstream) Shared() bool { return u.Lifecycle == LifecycleShared }
+
+// Upstream returns the upstream called name, or nil.
+func (c *Config) Upstream(name string) *Upstream {
+	for i := range c.Upstreams {
+		if c.Upstreams[i].Name == name {
+			return &c.Upstreams[i]
+		}
+	}
+	return nil
+}
+
+// validateUpstreams checks the upstreams section; seq is its YAML node.
+func (l *loader) validateUpstreams(c *Config, seq *yaml.Node, dir string) {
+	seen := map[string]*yaml.Node{}
+	for i := range c.Upstreams {
+		u := &c.Upstreams[i]
+		var n *yaml.Node
+		if seq != nil && i < len(seq.Content) {
+			n = seq.Content[i]
+		}
+		at := func(key string) *yaml.Node {
+			if v := valueNode(n, key); v != nil {
+				return v
+			}
+			return n
+		}
+		in := func(section, key string) *yaml.Node {
+			if v := valueNode(valueNode(n, section), key); v != nil {
+				return v
+			}
+			return at(section)
+		}
+		f := fmt.Sprintf("upstreams[%d]", i)
+		if u.Name != "" {
+			f = fmt.Sprintf("upstreams[%d] (%s)", i, u.Name)
+		}
+		if err := ValidateName(u.Name); err != nil {
+			l.errorf(at("name"), f+".name", "upstream names become tool prefixes: name__tool", "%v", err)
+		} else if prev, dup := seen[u.Name]; dup {
+			l.errorf(at("name"), f+".name", "give every upstream its own name", "upstream %q is defined twice (first at line %d)", u.Name, prev.Line)
+		} else {
+			seen[u.Name] = at("name")
+		}
+		switch u.Lifecycle {
+		case "", LifecyclePerSession, LifecycleShared:
+		default:
+			l.errorf(at("lifecycle"), f+".lifecycle", "", "%q: want per-session or shared", u.Lifecycle)
+		}
+		switch {
+		case u.Stdio == nil && u.HTTP == nil:
+			l.errorf(n, f, "add a stdio: or an http: section", "neither stdio nor http: say how to reach the upstream")
+			continue
+		case u.Stdio != nil && u.HTTP != nil:
+			l.errorf(at("http"), f, "split it into two upstreams", "both stdio and http: an upstream is one or the other")
+			continue
+		}
+		if u.HTTP != nil {
+			if u.Pin != nil {
+				l.errorf(at("pin"), f+".pin", "pin an HTTP upstream's key with http.tls_pin", "a code pin applies to stdio upstreams only")
+			}
+			if u.AllowUnmeasured {
+				l.errorf(at("allow_unmeasured"), f+".allow_unmeasured", "", "applies to stdio upstreams only")
+			}
+			h := u.HTTP
+			pu, err := url.Parse(h.URL)
+			switch {
+			case h.URL == "":
+				l.errorf(at("http"), f+".http.url", "", "missing: the upstream's MCP endpoint URL")
+			case err != nil:
+				l.errorf(in("http", "url"), f+".http.url", "", "%v", err)
+			case pu.Scheme != "https" && pu.Scheme != "http" || pu.Host == "":
+				l.errorf(in("http", "url"), f+".http.url", "", "%q: want an http:// or https:// URL with a host", h.URL)
+			case pu.Scheme == "http" && !h.TLSPin.IsZero():
+				l.errorf(in("http", "tls_pin"), f+".http.tls_pin", "use an https:// URL", "a TLS pin needs https://")
+			}
+			if h.BearerTokenEnv != "" && h.BearerTokenFile != "" {
+				l.errorf(in("http", "bearer_token_file"), f+".http", "", "set bearer_token_env or bearer_token_file, not both")
+			}
+			if h.CAFile != "" && !h.TLSPin.IsZero() {
+				l.errorf(in("http", "ca_file"), f+".http.ca_file", "remove ca_file or tls_pin", "has no effect with tls_pin: a pinned key is accepted without a CA chain")
+			}
+			if h.ConnectTimeout < 0 {
+				l.errorf(in("http", "connect_timeout"), f+".http.connect_timeout", "", "negative duration")
+			}
+			h.CAFile = absPath(dir, h.CAFile)
+			h.BearerTokenFile = absPath(dir, h.BearerTokenFile)
+			for k, v := range h.HeadersFromFile {
+				h.HeadersFromFile[k] = absPath(dir, v)
+			}
+			continue
+		}
+		s := u.Stdio
+		if s.Command == "" {
+			l.errorf(at("stdio"), f+".stdio.command", "", "missing: the program to run")
+		}
+		for name := range s.Env {
+			if !envNameRE.MatchString(name) {
+				l.errorf(valueNode(n, "stdio"), f+".stdio.env", "", "%q is not a valid environment variable name", name)
+			}
+		}
+		for j, name := range s.EnvAllow {
+			if !envNameRE.MatchString(name) {
+				node := valueNode(valueNode(n, "stdio"), "env_allow")
+				if node != nil && j < len(node.Content) {
+					node = node.Content[j]
+				}
+				l.errorf(node, fmt.Sprintf("%s.stdio.env_allow[%d]", f, j), "", "%q is not a valid environment variable name", name)
+			}
+		}
+		if strings.ContainsRune(s.Command, '/') {
+			s.Command = absPath(dir, s.Command)
+		}
+		s.Dir = absPath(dir, s.Dir)
+		switch {
+		case u.Pin == nil && !u.AllowUnmeasured:
+			l.errorf(n, f, fmt.Sprintf("run: cmcp spawn-digest -- %s, and paste its pin: section here (or set allow_unmeasured: true to run it as spawn-unmeasured)", s.Command),
+				"a stdio upstream needs a pin: the gateway refuses to run unmeasured code")
+		case u.Pin != nil && u.AllowUnmeasured:
+			l.errorf(at("allow_unmeasured"), f+".allow_unmeasured", "remove allow_unmeasured or the pin", "has no effect on a pinned upstream")
+		case u.Pin != nil:
+			p := u.Pin
+			if p.Command.IsZero() {
+				l.errorf(at("pin"), f+".pin.command", "run cmcp spawn-digest to compute it", "missing: the digest of the command file")
+			}
+			if p.Target != "" && p.TargetDigest.IsZero() {
+				l.errorf(in("pin", "target"), f+".pin.target_digest", "run cmcp spawn-digest --target to compute it", "missing: a target needs its digest")
+			}
+			if p.Target == "" && !p.TargetDigest.IsZero() {
+				l.errorf(in("pin", "target_digest"), f+".pin.target", "", "missing: a target digest needs its target path")
+			}
+			p.Target = absPath(dir, p.Target)
+		}
+	}
+}
+
+// absPath makes p absolute relative to dir; "" stays "".
+func absPath(dir, p string) string {
+	if p == "" || filepath.IsAbs(p) {
+		return p
+	}
+	if dir == "" || dir == "." {
+		if a, err := filepath.Abs(p); err == nil {
+			return a
+		}
+		return p
+	}
+	return filepath.Join(dir, p)
+}

@@ -1,0 +1,319 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/digest"
+)
+
+// AdminLog is what the admin listener needs from the audit log: the record
+// of a forced checkpoint, and the checkpoint. *auditlog.Writer implements it.
+type AdminLog interface {
+	Append(ctx context.Context, rec auditlog.Record) (auditlog.Receipt, error)
+	Checkpoint() error
+}
+
+// KillSwitcher is the gateway's kill switch (*Gateway implements it): while
+// engaged every tools/call is refused, and each change is recorded in the
+// audit log (engaging fails closed even when the record cannot be written;
+// clearing does not happen unrecorded).
+type KillSwitcher interface {
+	SetKillSwitch(ctx context.Context, on bool, actor, reason string) error
+	KillSwitch() bool
+}
+
+// AdminCheckpoint is the action of the admin record of a forced checkpoint.
+const AdminCheckpoint = "checkpoint"
+
+// AdminOptions configures the admin listener.
+type AdminOptions struct {
+	// Addr is the listen address (host:port). It must never be the MCP
+	// listener's address: agents must not reach this endpoint.
+	Addr string
+	// TokenDigest is "sha256:<hex>" of the admin bearer token. Required:
+	// the admin endpoint never runs without its own credential.
+	TokenDigest digest.Digest
+	Kill        KillSwitcher
+	Metrics     *Metrics
+	Log         AdminLog
+	// Ready reports whether the gateway can serve calls (audit log open,
+	// catalog loaded); nil means ready.
+	Ready  func() error
+	Logger *slog.Logger
+}
+
+// KillStatus is the kill switch's state as the admin endpoint reports it.
+type KillStatus struct {
+	Engaged bool      `json:"engaged"`
+	Since   time.Time `json:"since,omitzero"`
+	Actor   string    `json:"actor,omitzero"`
+	Reason  string    `json:"reason,omitzero"`
+}
+
+// Admin is the operators' listener: /healthz and /readyz (no credential,
+// they reveal nothing but up/down), and behind the admin token /metrics,
+// /admin/kill-switch (GET state, POST engage, POST clear) and
+// /admin/checkpoint (POST).
+type Admin struct {
+	o   AdminOptions
+	ln  net.Listener
+	srv *http.Server
+	mux *http.ServeMux
+
+	killMu sync.Mutex // serialises kill switch changes and guards kill
+	kill   KillStatus
+}
+
+// maxAdminBody bounds an admin request body (a reason string).
+const maxAdminBody = 64 << 10
+
+// NewAdmin validates o and builds the handler; Start listens.
+func NewAdmin(o AdminOptions) (*Admin, error) {
+	if o.TokenDigest.IsZero() {
+		return nil, errors.New("admin listener: no token configured; set admin.token_sha256 to the sha256 digest " +
+			"of a random token (the admin endpoint never runs without its own credential)")
+	}
+	if o.Kill == nil || o.Metrics == nil || o.Log == nil {
+		return nil, errors.New("admin listener: kill switch, metrics and audit log are required")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	a := &Admin{o: o, mux: http.NewServeMux()}
+	a.mux.HandleFunc("GET /healthz", a.healthz)
+	a.mux.HandleFunc("GET /readyz", a.readyz)
+	a.mux.Handle("GET /metrics", a.auth(a.metrics))
+	a.mux.Handle("GET /admin/kill-switch", a.auth(a.killStatus))
+	a.mux.Handle("POST /admin/kill-switch/engage", a.auth(a.killEngage))
+	a.mux.Handle("POST /admin/kill-switch/clear", a.auth(a.killClear))
+	a.mux.Handle("POST /admin/checkpoint", a.auth(a.checkpoint))
+	o.Metrics.GaugeFunc("cmcp_kill_switch_engaged", "1 while the operator's kill switch stops all calls.", func() float64 {
+		if o.Kill.KillSwitch() {
+			return 1
+		}
+		return 0
+	})
+	return a, nil
+}
+
+// Handler is the admin endpoint's HTTP handler (for tests and embedding).
+func (a *Admin) Handler() http.Handler { return a.mux }
+
+// Start listens on o.Addr and serves in the background.
+func (a *Admin) Start() error {
+	ln, err := net.Listen("tcp", a.o.Addr)
+	if err != nil {
+		return fmt.Errorf("admin listener: %w", err)
+	}
+	a.ln = ln
+	a.srv = &http.Server{
+		Handler:           a.mux,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		MaxHeaderBytes:    16 << 10,
+		ErrorLog:          slog.NewLogLogger(a.o.Logger.Handler(), slog.LevelWarn),
+	}
+	go func() {
+		if err := a.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			a.o.Logger.Error("admin listener stopped", "err", err)
+		}
+	}()
+	a.o.Logger.Info("admin listener", "addr", ln.Addr().String())
+	return nil
+}
+
+// Addr is the address the listener is bound to (after Start).
+func (a *Admin) Addr() string {
+	if a.ln == nil {
+		return ""
+	}
+	return a.ln.Addr().String()
+}
+
+// Shutdown stops the listener, letting requests in flight finish until ctx ends.
+func (a *Admin) Shutdown(ctx context.Context) error {
+	if a.srv == nil {
+		return nil
+	}
+	return a.srv.Shutdown(ctx)
+}
+
+// auth admits a request only with the admin bearer token, compared as a
+// digest in constant time.
+func (a *Admin) auth(h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || tok == "" || !digest.Bytes([]byte(tok)).Equal(a.o.TokenDigest) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="cmcp-admin"`)
+			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "the admin token is missing or wrong"})
+			return
+		}
+		h(w, r)
+	})
+}
+
+func (a *Admin) healthz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	io.WriteString(w, "ok\n")
+}
+
+func (a *Admin) readyz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if a.o.Ready != nil {
+		if err := a.o.Ready(); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, "not ready: %v\n", err)
+			return
+		}
+	}
+	if a.o.Kill.KillSwitch() {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		io.WriteString(w, "not ready: kill switch engaged\n")
+		return
+	}
+	io.WriteString(w, "ready\n")
+}
+
+func (a *Admin) metrics(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	if err := a.o.Metrics.WriteText(w); err != nil {
+		a.o.Logger.Warn("write /metrics", "err", err)
+	}
+}
+
+func (a *Admin) killStatus(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, a.status())
+}
+
+func (a *Admin) status() KillStatus {
+	a.killMu.Lock()
+	defer a.killMu.Unlock()
+	st := a.kill
+	st.Engaged = a.o.Kill.KillSwitch()
+	if !st.Engaged {
+		st = KillStatus{}
+	}
+	return st
+}
+
+// adminRequest is the optional JSON body of an admin POST.
+type adminRequest struct {
+	Reason string `json:"reason"`
+}
+
+func readAdminRequest(w http.ResponseWriter, r *http.Request) (adminRequest, bool) {
+	var req adminRequest
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxAdminBody))
+	if err != nil {
+		writeJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"error": fmt.Sprintf("request body: %v", err)})
+		return req, false
+	}
+	if len(strings.TrimSpace(string(body))) == 0 {
+		return req, true
+	}
+	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf(`request body: %v; send {"reason": "..."} or nothing`, err)})
+		return req, false
+	}
+	return req, true
+}
+
+func actorOf(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	return "admin-token@" + host
+}
+
+// killEngage stops every call. The gateway engages the switch even when its
+// audit record cannot be written (fail closed), and the operator is told.
+func (a *Admin) killEngage(w http.ResponseWriter, r *http.Request) {
+	a.setKill(w, r, true)
+}
+
+// killClear lets calls through again, but only once the clearing is
+// durably recorded: calls never resume unrecorded.
+func (a *Admin) killClear(w http.ResponseWriter, r *http.Request) {
+	a.setKill(w, r, false)
+}
+
+func (a *Admin) setKill(w http.ResponseWriter, r *http.Request, on bool) {
+	req, ok := readAdminRequest(w, r)
+	if !ok {
+		return
+	}
+	actor := actorOf(r)
+	a.killMu.Lock()
+	defer a.killMu.Unlock()
+	if a.o.Kill.KillSwitch() == on {
+		st := a.kill
+		st.Engaged = on
+		writeJSON(w, http.StatusOK, map[string]any{"changed": false, "state": st})
+		return
+	}
+	err := a.o.Kill.SetKillSwitch(r.Context(), on, actor, req.Reason)
+	engaged := a.o.Kill.KillSwitch()
+	if engaged && !a.kill.Engaged {
+		a.kill = KillStatus{Engaged: true, Since: time.Now().UTC(), Actor: actor, Reason: req.Reason}
+	} else if !engaged {
+		a.kill = KillStatus{}
+	}
+	verb := map[bool]string{true: "engaged", false: "cleared"}[on]
+	if err != nil {
+		a.o.Logger.Error("kill switch change not recorded", "want", verb, "engaged", engaged, "err", err)
+		code := http.StatusInternalServerError
+		msg := fmt.Sprintf("the kill switch is engaged, but its audit record could not be written: %v", err)
+		if !on {
+			code = http.StatusServiceUnavailable
+			msg = fmt.Sprintf("the kill switch stays engaged: clearing it could not be recorded in the audit log: %v", err)
+		}
+		writeJSON(w, code, map[string]any{"error": msg, "state": a.kill})
+		return
+	}
+	a.o.Logger.Warn("kill switch "+verb, "actor", actor, "reason", req.Reason)
+	writeJSON(w, http.StatusOK, map[string]any{"changed": true, "state": a.kill})
+}
+
+// checkpoint records the request, then forces a signed checkpoint that
+// covers it.
+func (a *Admin) checkpoint(w http.ResponseWriter, r *http.Request) {
+	req, ok := readAdminRequest(w, r)
+	if !ok {
+		return
+	}
+	actor := actorOf(r)
+	if _, err := a.o.Log.Append(r.Context(), &auditlog.Admin{Action: AdminCheckpoint, Actor: actor, Reason: req.Reason}); err != nil {
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": fmt.Sprintf("record the checkpoint request: %v", err)})
+		return
+	}
+	if err := a.o.Log.Checkpoint(); err != nil {
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": fmt.Sprintf("checkpoint: %v", err)})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"checkpoint": "written"})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}

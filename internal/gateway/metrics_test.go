@@ -1,0 +1,121 @@
+package gateway
+
+import (
+	"bytes"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// sampleLine is one sample of the Prometheus text format (no timestamps).
+var sampleLine = regexp.MustCompile(`^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?:[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\.)*",?)*\})? (\S+)$`)
+
+// parseExposition checks the text format line by line (every sample's
+// family was declared with HELP and TYPE before it) and returns the samples
+// as "name{labels}" -> value.
+func parseExposition(t *testing.T, text string) map[string]float64 {
+	t.Helper()
+	typed := map[string]string{}
+	out := map[string]float64{}
+	for i, line := range strings.Split(strings.TrimSuffix(text, "\n"), "\n") {
+		switch {
+		case strings.HasPrefix(line, "# HELP "):
+		case strings.HasPrefix(line, "# TYPE "):
+			f := strings.Fields(line)
+			if len(f) != 4 {
+				t.Fatalf("line %d: bad TYPE line %q", i+1, line)
+			}
+			if _, dup := typed[f[2]]; dup {
+				t.Fatalf("line %d: family %s declared twice", i+1, f[2])
+			}
+			typed[f[2]] = f[3]
+		default:
+			m := sampleLine.FindStringSubmatch(line)
+			if m == nil {
+				t.Fatalf("line %d: not a valid sample: %q", i+1, line)
+			}
+			fam := m[1]
+			if typed[fam] == "" {
+				fam = strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(fam, "_bucket"), "_sum"), "_count")
+			}
+			if typed[fam] == "" {
+				t.Fatalf("line %d: sample %s before its TYPE", i+1, m[1])
+			}
+			v, err := strconv.ParseFloat(m[3], 64)
+			if err != nil {
+				t.Fatalf("line %d: value %q: %v", i+1, m[3], err)
+			}
+			out[m[1]+m[2]] = v
+		}
+	}
+	return out
+}
+
+func TestMetricsExposition(t *testing.T) {
+	m := NewMetrics()
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range 100 {
+				m.CallDone("fs", "allow", OutcomeOK, time.Duration(i*100+j)*time.Microsecond+time.Microsecond)
+			}
+		}()
+	}
+	wg.Wait()
+	m.CallDone("fs", "deny", OutcomeRefused, 0)
+	m.CallDone(`we"ird\up`+"\n", "allow", OutcomeUpstreamError, 3*time.Second)
+	m.Decision("allow", "enforcing")
+	m.Decision("deny", "enforcing")
+	m.UpstreamHealth("fs", true)
+	m.UpstreamHealth("web", false)
+	m.Spawn("fs", "ok")
+	depth := 7
+	m.GaugeFunc("cmcp_audit_queue_depth", "Audit records waiting to be written.", func() float64 { return float64(depth) })
+
+	var buf bytes.Buffer
+	if err := m.WriteText(&buf); err != nil {
+		t.Fatal(err)
+	}
+	s := parseExposition(t, buf.String())
+	for k, want := range map[string]float64{
+		`cmcp_calls_total{upstream="fs",decision="allow",outcome="ok"}`:                        800,
+		`cmcp_calls_total{upstream="fs",decision="deny",outcome="refused"}`:                    1,
+		`cmcp_calls_total{upstream="we\"ird\\up\n",decision="allow",outcome="upstream_error"}`: 1,
+		`cmcp_call_duration_seconds_count{upstream="fs"}`:                                      800,
+		`cmcp_call_duration_seconds_bucket{upstream="fs",le="+Inf"}`:                           800,
+		`cmcp_call_duration_seconds_bucket{upstream="fs",le="0.0005"}`:                         500,
+		`cmcp_call_duration_seconds_bucket{upstream="we\"ird\\up\n",le="2.5"}`:                 0,
+		`cmcp_call_duration_seconds_bucket{upstream="we\"ird\\up\n",le="5"}`:                   1,
+		`cmcp_policy_decisions_total{decision="deny",mode="enforcing"}`:                        1,
+		`cmcp_upstream_up{upstream="fs"}`:                                                      1,
+		`cmcp_upstream_up{upstream="web"}`:                                                     0,
+		`cmcp_upstream_spawns_total{upstream="fs",result="ok"}`:                                1,
+		`cmcp_audit_queue_depth`:                                                               7,
+	} {
+		got, ok := s[k]
+		if !ok {
+			t.Errorf("missing sample %s in\n%s", k, buf.String())
+			continue
+		}
+		if got != want {
+			t.Errorf("%s = %v, want %v", k, got, want)
+		}
+	}
+	if s["process_resident_memory_bytes"] <= 0 {
+		t.Errorf("process_resident_memory_bytes missing or zero")
+	}
+	// Buckets are cumulative and never decrease.
+	prev := -1.0
+	for _, le := range latencyBuckets {
+		v := s[`cmcp_call_duration_seconds_bucket{upstream="fs",le="`+formatFloat(le)+`"}`]
+		if v < prev {
+			t.Fatalf("bucket le=%v = %v < previous %v", le, v, prev)
+		}
+		prev = v
+	}
+}

@@ -1,0 +1,275 @@
+// Package measure computes and checks the pins of stdio upstreams, exactly
+// as the gateway will before it spawns them: resolve the command (PATH, then
+// symlinks), digest the file through its descriptor, and digest the measure
+// target (a file, or a directory as a tree). It is the library behind
+// `cmcp spawn-digest`.
+package measure
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/confidential-mcp/cmcp/internal/config"
+	"github.com/confidential-mcp/cmcp/internal/ui"
+	"github.com/confidential-mcp/cmcp/pkg/digest"
+)
+
+// Kinds of measured things.
+const (
+	KindFile = "file"
+	KindTree = "tree"
+)
+
+// Target is a measured script or package directory.
+type Target struct {
+	Path   string        `json:"path"`
+	Kind   string        `json:"kind"` // KindFile or KindTree
+	Digest digest.Digest `json:"digest"`
+	Files  int64         `json:"files"` // 1 for a file
+	Bytes  int64         `json:"bytes"`
+}
+
+// Result is what spawn-digest measured.
+type Result struct {
+	Command       string        `json:"command"` // as given
+	Args          []string      `json:"args"`
+	Resolved      string        `json:"resolved"` // the real file the gateway will execute
+	CommandDigest digest.Digest `json:"command_digest"`
+	CommandBytes  int64         `json:"command_bytes"`
+	Target        *Target       `json:"target,omitempty"`
+}
+
+// Progress is told how far the measurement of a tree has got.
+type Progress func(path string, files, bytes int64)
+
+// Command resolves command on pathEnv and measures it, and target if it is
+// not "".
+func Command(ctx context.Context, command string, args []string, pathEnv, target string, progress Progress) (*Result, error) {
+	resolved, err := digest.ResolveCommand(command, pathEnv)
+	if err != nil {
+		return nil, fileError(err, "check the command name, or give its path")
+	}
+	f, d, err := digest.OpenFile(resolved)
+	if err != nil {
+		return nil, fileError(err, "the gateway must read the file to measure it")
+	}
+	fi, _ := f.Stat()
+	f.Close()
+	r := &Result{Command: command, Args: args, Resolved: resolved, CommandDigest: d}
+	if r.Args == nil {
+		r.Args = []string{}
+	}
+	if fi != nil {
+		r.CommandBytes = fi.Size()
+	}
+	if target != "" {
+		abs, err := filepath.Abs(target)
+		if err != nil {
+			return nil, fileError(err, "")
+		}
+		t, err := MeasureTarget(ctx, abs, progress)
+		if err != nil {
+			return nil, err
+		}
+		r.Target = t
+	}
+	return r, nil
+}
+
+// MeasureTarget measures path: a file digest for a file, a tree digest for a
+// directory.
+func MeasureTarget(ctx context.Context, path string, progress Progress) (*Target, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fileError(fmt.Errorf("measure target: %w", err), "")
+	}
+	if fi.IsDir() {
+		t := &Target{Path: path, Kind: KindTree}
+		d, err := digest.Tree(ctx, path, digest.TreeOptions{Progress: func(files, bytes int64) {
+			t.Files, t.Bytes = files, bytes
+			if progress != nil {
+				progress(path, files, bytes)
+			}
+		}})
+		if err != nil {
+			return nil, fileError(fmt.Errorf("measure target: %w", err), treeHint(err))
+		}
+		t.Digest = d
+		return t, nil
+	}
+	f, d, err := digest.OpenFile(path)
+	if err != nil {
+		return nil, fileError(fmt.Errorf("measure target: %w", err), "")
+	}
+	defer f.Close()
+	st, _ := f.Stat()
+	return &Target{Path: path, Kind: KindFile, Digest: d, Files: 1, Bytes: st.Size()}, nil
+}
+
+func treeHint(err error) string {
+	switch {
+	case errors.Is(err, digest.ErrSymlinkEscape):
+		return "a measured tree must be self-contained: copy the link's target into the tree, or measure a directory that contains it"
+	case errors.Is(err, digest.ErrSpecialFile):
+		return "remove devices, sockets and FIFOs from the package directory"
+	case errors.Is(err, digest.ErrSymlinkDangling), errors.Is(err, digest.ErrSymlinkLoop):
+		return "fix or remove the link"
+	}
+	return ""
+}
+
+// fileError gives err the I/O exit code and a hint.
+func fileError(err error, hint string) error {
+	e := ui.WithCode(ui.ExitIO, err).(*ui.Error)
+	if errors.Is(err, fs.ErrPermission) {
+		e.Hint("run cmcp as a user who can read the file: the gateway reads it to measure it")
+	} else if hint != "" {
+		e.Hint("%s", hint)
+	}
+	return e
+}
+
+// Statuses of a checked pin.
+const (
+	StatusMatch    = "match"
+	StatusMismatch = "mismatch"
+	StatusMissing  = "missing"   // the command or target does not exist
+	StatusError    = "error"     // it exists but cannot be measured
+	StatusUnpinned = "unpinned"  // allow_unmeasured: nothing to check
+	StatusSkipped  = "not-stdio" // an HTTP upstream: its pin is checked at connect
+)
+
+// Row is one checked pin.
+type Row struct {
+	Upstream string        `json:"upstream"`
+	What     string        `json:"what"` // "command" or "target"
+	Path     string        `json:"path"` // the resolved file or the target
+	Kind     string        `json:"kind,omitempty"`
+	Pinned   digest.Digest `json:"pinned,omitzero"`
+	Actual   digest.Digest `json:"actual,omitzero"`
+	Status   string        `json:"status"`
+	Error    string        `json:"error,omitempty"`
+}
+
+// Failed reports whether the row fails the check.
+func (r Row) Failed() bool {
+	return r.Status == StatusMismatch || r.Status == StatusMissing || r.Status == StatusError
+}
+
+// ChildPATH is the PATH the gateway resolves a stdio upstream's command
+// with: the child's environment, built from env (explicit values win) and
+// env_allow (nil means the gateway's default list, which includes PATH).
+func ChildPATH(s *config.Stdio, environ []string) string {
+	if v, ok := s.Env["PATH"]; ok {
+		return v
+	}
+	if s.EnvAllow != nil && !slices.Contains(s.EnvAllow, "PATH") {
+		return ""
+	}
+	for _, kv := range environ {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// Check re-measures every pinned stdio upstream of c, resolving commands as
+// the gateway would with the environment environ, and returns one row per
+// pin (command, then target). It fails only on a cancelled context; the rows
+// say what matched.
+func Check(ctx context.Context, c *config.Config, environ []string, progress Progress) ([]Row, error) {
+	var rows []Row
+	for i := range c.Upstreams {
+		u := &c.Upstreams[i]
+		switch {
+		case u.Stdio == nil:
+			rows = append(rows, Row{Upstream: u.Name, What: "http", Path: u.HTTP.URL, Status: StatusSkipped})
+			continue
+		case u.Pin == nil:
+			rows = append(rows, Row{Upstream: u.Name, What: "command", Path: u.Stdio.Command, Status: StatusUnpinned})
+			continue
+		}
+		row := Row{Upstream: u.Name, What: "command", Path: u.Stdio.Command, Kind: KindFile, Pinned: u.Pin.Command}
+		resolved, err := digest.ResolveCommand(u.Stdio.Command, ChildPATH(u.Stdio, environ))
+		if err == nil {
+			row.Path = resolved
+			var f *os.File
+			f, row.Actual, err = digest.OpenFile(resolved)
+			if err == nil {
+				f.Close()
+			}
+		}
+		rows = append(rows, finish(row, err))
+		if u.Pin.Target != "" {
+			row := Row{Upstream: u.Name, What: "target", Path: u.Pin.Target, Pinned: u.Pin.TargetDigest}
+			t, err := MeasureTarget(ctx, u.Pin.Target, progress)
+			if err == nil {
+				row.Kind, row.Actual = t.Kind, t.Digest
+			}
+			if ctx.Err() != nil {
+				return rows, context.Cause(ctx)
+			}
+			rows = append(rows, finish(row, err))
+		}
+	}
+	return rows, nil
+}
+
+func finish(r Row, err error) Row {
+	switch {
+	case err != nil && (errors.Is(err, fs.ErrNotExist) || errors.Is(err, digest.ErrNotFound)):
+		r.Status, r.Error = StatusMissing, err.Error()
+	case err != nil:
+		r.Status, r.Error = StatusError, err.Error()
+	case r.Actual.Equal(r.Pinned):
+		r.Status = StatusMatch
+	default:
+		r.Status = StatusMismatch
+	}
+	return r
+}
+
+// CheckError summarises the failed rows: it names every upstream with its
+// pinned and actual digests. Its exit code is ui.ExitMismatch if a pin
+// mismatched or a file is missing, else ui.ExitIO.
+type CheckError struct {
+	Config string
+	Failed []Row
+	Total  int
+}
+
+func (e *CheckError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d of %d pins in %s do not verify", len(e.Failed), e.Total, e.Config)
+	for _, r := range e.Failed {
+		switch r.Status {
+		case StatusMismatch:
+			fmt.Fprintf(&b, "\n  %s %s %s: pinned %s, actual %s", r.Upstream, r.What, r.Path, r.Pinned, r.Actual)
+		default:
+			fmt.Fprintf(&b, "\n  %s %s: %s: %s", r.Upstream, r.What, r.Status, r.Error)
+		}
+	}
+	return b.String()
+}
+
+// ExitCode implements ui.Coder.
+func (e *CheckError) ExitCode() int {
+	for _, r := range e.Failed {
+		if r.Status != StatusError {
+			return ui.ExitMismatch
+		}
+	}
+	return ui.ExitIO
+}
+
+// Hints implements ui.Hinter.
+func (e *CheckError) Hints() []string {
+	return []string{"if the change is expected, re-pin with: cmcp spawn-digest [--target PATH] -- COMMAND, and update the config; otherwise find out who changed the file"}
+}

@@ -1,0 +1,343 @@
+package policy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/cedar-policy/cedar-go"
+	cedarast "github.com/cedar-policy/cedar-go/ast"
+	xast "github.com/cedar-policy/cedar-go/x/exp/ast"
+	"github.com/cedar-policy/cedar-go/x/exp/schema"
+	"github.com/cedar-policy/cedar-go/x/exp/schema/validate"
+
+	"github.com/confidential-mcp/cmcp/internal/ui"
+	"github.com/confidential-mcp/cmcp/pkg/digest"
+)
+
+// Bundle is a loaded, validated policy bundle: every policy of every .cedar
+// file of a directory, checked against the directory's .cedarschema, and the
+// tree digest of the directory.
+type Bundle struct {
+	dir     string
+	digest  digest.Digest
+	schema  string   // bundle-relative path of the schema file
+	files   []string // bundle-relative paths of the policy files, sorted
+	set     *cedar.PolicySet
+	ids     []string // policy ids in file order
+	index   map[string]int
+	forbids map[cedar.PolicyID]bool
+	// argScopes holds, for every policy that reads context.arguments, a
+	// permit with the same scope and no conditions (see DependsOnArguments).
+	argScopes *cedar.PolicySet
+	position  map[cedar.PolicyID]string
+}
+
+// Dir is the directory the bundle was loaded from.
+func (b *Bundle) Dir() string { return b.dir }
+
+// Digest is the tree digest of the bundle directory (pkg/digest.Tree).
+func (b *Bundle) Digest() digest.Digest { return b.digest }
+
+// Files lists the bundle's policy files (relative to Dir), then its schema.
+func (b *Bundle) Files() []string { return append(slices.Clone(b.files), b.schema) }
+
+// PolicyIDs lists the ids of the bundle's policies in file order.
+func (b *Bundle) PolicyIDs() []string { return slices.Clone(b.ids) }
+
+// Position is the file:line:col where the policy with this id starts.
+func (b *Bundle) Position(id string) string { return b.position[cedar.PolicyID(id)] }
+
+// LoadError is a bundle that cannot be used: the file (and line and column
+// when known) and the reason.
+type LoadError struct {
+	File   string // path of the offending file, or the bundle directory
+	Line   int    // 0 when unknown
+	Col    int    // 0 when unknown
+	Reason string
+	Hint   string
+	code   int
+}
+
+func (e *LoadError) Error() string {
+	loc := e.File
+	if e.Line > 0 {
+		loc += ":" + strconv.Itoa(e.Line)
+		if e.Col > 0 {
+			loc += ":" + strconv.Itoa(e.Col)
+		}
+	}
+	return "policy bundle: " + loc + ": " + e.Reason
+}
+
+// ExitCode is ui.ExitMismatch for a pin mismatch, ui.ExitIO when the bundle
+// cannot be read, and ui.ExitConfig otherwise.
+func (e *LoadError) ExitCode() int {
+	if e.code != 0 {
+		return e.code
+	}
+	return ui.ExitConfig
+}
+
+// Hints says what to do about it.
+func (e *LoadError) Hints() []string {
+	if e.Hint == "" {
+		return nil
+	}
+	return []string{e.Hint}
+}
+
+// LoadOptions are the options of Load.
+type LoadOptions struct {
+	// Expect pins the bundle's tree digest; the zero Digest means no pin.
+	Expect digest.Digest
+	// Progress is passed to digest.Tree.
+	Progress func(files, bytes int64)
+}
+
+// Limits on what a bundle may hold. A bundle past them is refused.
+const (
+	maxBundleFiles = 10000
+	maxFileBytes   = 4 << 20
+)
+
+// Load reads, parses and validates the bundle in dir. It fails, naming the
+// file, line and reason, when a policy does not parse, when a policy does not
+// validate against the schema, when the schema does not describe the
+// gateway's entity model, or when the bundle's digest does not match
+// opts.Expect.
+func Load(ctx context.Context, dir string, opts LoadOptions) (*Bundle, error) {
+	st, err := os.Stat(dir)
+	if err != nil {
+		return nil, &LoadError{File: dir, Reason: fmt.Sprintf("cannot read bundle directory: %v", errors.Unwrap(err)), code: ui.ExitIO,
+			Hint: "policy.dir must name a directory of .cedar files and one .cedarschema"}
+	}
+	if !st.IsDir() {
+		return nil, &LoadError{File: dir, Reason: "not a directory",
+			Hint: "policy.dir must name a directory of .cedar files and one .cedarschema"}
+	}
+	snap, err := readBundle(dir)
+	if err != nil {
+		return nil, err
+	}
+	d, err := digest.Tree(ctx, dir, digest.TreeOptions{Progress: opts.Progress})
+	if err != nil {
+		return nil, &LoadError{File: dir, Reason: fmt.Sprintf("digest: %v", err), code: ui.ExitIO}
+	}
+	// The files parsed must be the files digested: read them again and
+	// compare with what was parsed, so a bundle edited during the load is
+	// refused instead of being recorded under the wrong digest.
+	again, err := readBundle(dir)
+	if err != nil {
+		return nil, err
+	}
+	if !snap.equal(again) {
+		return nil, &LoadError{File: dir, Reason: "the bundle changed while it was being loaded",
+			Hint: "finish editing the bundle, then start or reload the gateway again"}
+	}
+	if !opts.Expect.IsZero() && !opts.Expect.Equal(d) {
+		return nil, &LoadError{File: dir, code: ui.ExitMismatch,
+			Reason: fmt.Sprintf("digest %s does not match the pin %s", d, opts.Expect),
+			Hint:   fmt.Sprintf("if this bundle is the one you approved, set policy.expect: %s", d)}
+	}
+	b, err := compile(dir, snap)
+	if err != nil {
+		return nil, err
+	}
+	b.digest = d
+	return b, nil
+}
+
+type bundleFile struct {
+	rel  string
+	data []byte
+}
+
+type snapshot struct {
+	schema   bundleFile
+	policies []bundleFile
+}
+
+func (s *snapshot) equal(o *snapshot) bool {
+	if s.schema.rel != o.schema.rel || !bytes.Equal(s.schema.data, o.schema.data) || len(s.policies) != len(o.policies) {
+		return false
+	}
+	for i := range s.policies {
+		if s.policies[i].rel != o.policies[i].rel || !bytes.Equal(s.policies[i].data, o.policies[i].data) {
+			return false
+		}
+	}
+	return true
+}
+
+// readBundle reads every .cedar file under dir (recursively, sorted by path)
+// and the single .cedarschema at its top level.
+func readBundle(dir string) (*snapshot, error) {
+	var s snapshot
+	var schemas []string
+	n := 0
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return &LoadError{File: path, Reason: fmt.Sprintf("cannot read: %v", err), code: ui.ExitIO}
+		}
+		if n++; n > maxBundleFiles {
+			return &LoadError{File: dir, Reason: fmt.Sprintf("more than %d files", maxBundleFiles)}
+		}
+		rel, _ := filepath.Rel(dir, path)
+		rel = filepath.ToSlash(rel)
+		ext := filepath.Ext(path)
+		if ext != ".cedar" && ext != ".cedarschema" {
+			return nil
+		}
+		if !d.Type().IsRegular() {
+			return &LoadError{File: path, Reason: "not a regular file (symlinks and devices are not allowed in a bundle)"}
+		}
+		if ext == ".cedarschema" && strings.Contains(rel, "/") {
+			return &LoadError{File: path, Reason: "a .cedarschema must sit at the top of the bundle directory"}
+		}
+		data, err := readLimited(path)
+		if err != nil {
+			return err
+		}
+		if ext == ".cedarschema" {
+			schemas = append(schemas, rel)
+			s.schema = bundleFile{rel: rel, data: data}
+		} else {
+			s.policies = append(s.policies, bundleFile{rel: rel, data: data})
+		}
+		return nil
+	})
+	if err != nil {
+		var le *LoadError
+		if errors.As(err, &le) {
+			return nil, le
+		}
+		return nil, &LoadError{File: dir, Reason: err.Error(), code: ui.ExitIO}
+	}
+	switch {
+	case len(schemas) == 0:
+		return nil, &LoadError{File: dir, Reason: "no .cedarschema file",
+			Hint: "a bundle needs its schema: copy examples/policy/schema.cedarschema and extend CallArgs"}
+	case len(schemas) > 1:
+		return nil, &LoadError{File: dir, Reason: fmt.Sprintf("more than one .cedarschema (%s)", strings.Join(schemas, ", "))}
+	case len(s.policies) == 0:
+		return nil, &LoadError{File: dir, Reason: "no .cedar policy files",
+			Hint: "a bundle without policies denies every call; add at least one .cedar file"}
+	}
+	slices.SortFunc(s.policies, func(a, b bundleFile) int { return strings.Compare(a.rel, b.rel) })
+	return &s, nil
+}
+
+func readLimited(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, &LoadError{File: path, Reason: fmt.Sprintf("cannot read: %v", errors.Unwrap(err)), code: ui.ExitIO}
+	}
+	defer f.Close()
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(io.LimitReader(f, maxFileBytes+1)); err != nil {
+		return nil, &LoadError{File: path, Reason: fmt.Sprintf("cannot read: %v", err), code: ui.ExitIO}
+	}
+	if buf.Len() > maxFileBytes {
+		return nil, &LoadError{File: path, Reason: fmt.Sprintf("larger than %d bytes", maxFileBytes)}
+	}
+	return buf.Bytes(), nil
+}
+
+var parsePos = regexp.MustCompile(`^(?:parser error: )?parse error at <input>:(\d+):(\d+) (.*)$`)
+
+// compile parses the schema and the policies and validates each policy
+// against the schema with cedar-go's validator (strict mode).
+func compile(dir string, snap *snapshot) (*Bundle, error) {
+	schemaPath := filepath.Join(dir, filepath.FromSlash(snap.schema.rel))
+	var sch schema.Schema
+	sch.SetFilename(schemaPath)
+	if err := sch.UnmarshalCedar(snap.schema.data); err != nil {
+		return nil, schemaParseError(schemaPath, err)
+	}
+	resolved, err := sch.Resolve()
+	if err != nil {
+		return nil, &LoadError{File: schemaPath, Reason: fmt.Sprintf("schema: %v", err)}
+	}
+	v := validate.New(resolved)
+	if err := checkEntityModel(v); err != nil {
+		return nil, &LoadError{File: schemaPath, Reason: "the schema does not describe the gateway's entity model: " + err.Error(),
+			Hint: "start from examples/policy/schema.cedarschema; see internal/policy's documentation for the entity model"}
+	}
+
+	b := &Bundle{
+		dir:       dir,
+		schema:    snap.schema.rel,
+		set:       cedar.NewPolicySet(),
+		forbids:   map[cedar.PolicyID]bool{},
+		position:  map[cedar.PolicyID]string{},
+		index:     map[string]int{},
+		argScopes: cedar.NewPolicySet(),
+	}
+	for _, f := range snap.policies {
+		path := filepath.Join(dir, filepath.FromSlash(f.rel))
+		list, err := cedar.NewPolicyListFromBytes(path, f.data)
+		if err != nil {
+			if m := parsePos.FindStringSubmatch(err.Error()); m != nil {
+				line, _ := strconv.Atoi(m[1])
+				col, _ := strconv.Atoi(m[2])
+				return nil, &LoadError{File: path, Line: line, Col: col, Reason: "syntax: " + m[3]}
+			}
+			return nil, &LoadError{File: path, Reason: "syntax: " + strings.TrimPrefix(err.Error(), "parser error: ")}
+		}
+		b.files = append(b.files, f.rel)
+		for _, p := range list {
+			pos := p.Position()
+			loc := fmt.Sprintf("%s:%d:%d", f.rel, pos.Line, pos.Column)
+			id := loc
+			if a, ok := p.Annotations()["id"]; ok {
+				id = string(a)
+				if id == "" {
+					return nil, &LoadError{File: path, Line: pos.Line, Col: pos.Column, Reason: `empty @id("")`}
+				}
+			}
+			pid := cedar.PolicyID(id)
+			if prev, dup := b.position[pid]; dup {
+				return nil, &LoadError{File: path, Line: pos.Line, Col: pos.Column,
+					Reason: fmt.Sprintf("policy id %q is already used at %s", id, prev),
+					Hint:   `give every policy a unique @id("...")`}
+			}
+			if err := v.Policy(id, (*xast.Policy)(p.AST())); err != nil {
+				return nil, &LoadError{File: path, Line: pos.Line, Col: pos.Column,
+					Reason: "does not validate against " + snap.schema.rel + ": " + strings.ReplaceAll(err.Error(), "\n", "; ")}
+			}
+			b.set.Add(pid, p)
+			b.index[id] = len(b.ids)
+			b.ids = append(b.ids, id)
+			b.position[pid] = loc
+			b.forbids[pid] = p.Effect() == cedar.Forbid
+			if js, err := p.MarshalJSON(); err != nil || bytes.Contains(js, []byte(`"arguments"`)) {
+				a := (*xast.Policy)(p.AST())
+				scope := &xast.Policy{Effect: xast.EffectPermit, Principal: a.Principal, Action: a.Action, Resource: a.Resource, Position: a.Position}
+				b.argScopes.Add(pid, cedar.NewPolicyFromAST((*cedarast.Policy)(scope)))
+			}
+		}
+	}
+	return b, nil
+}
+
+var schemaPos = regexp.MustCompile(`^(.*):(\d+):(\d+): (.*)$`)
+
+func schemaParseError(path string, err error) error {
+	msg := err.Error()
+	if m := schemaPos.FindStringSubmatch(msg); m != nil && m[1] == path {
+		line, _ := strconv.Atoi(m[2])
+		col, _ := strconv.Atoi(m[3])
+		return &LoadError{File: path, Line: line, Col: col, Reason: "schema syntax: " + m[4]}
+	}
+	return &LoadError{File: path, Reason: "schema syntax: " + msg}
+}

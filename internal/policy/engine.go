@@ -1,0 +1,169 @@
+package policy
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/confidential-mcp/cmcp/pkg/digest"
+)
+
+// Engine is the policy state of a running gateway: the current bundle, the
+// mode, the agents' groups and the facts of every open session. It is safe
+// for concurrent use; Reload swaps the bundle atomically.
+type Engine struct {
+	cur      atomic.Pointer[engineState]
+	reloadMu sync.Mutex
+	sessions sync.Map // session id -> *sessionFacts
+	now      func() time.Time
+}
+
+type engineState struct {
+	bundle *Bundle
+	mode   Mode
+	groups map[string][]string // agent -> sorted groups
+}
+
+type sessionFacts struct {
+	mu    sync.Mutex
+	calls int64
+	used  []string // sorted, unique
+}
+
+// NewEngine starts an engine on a loaded bundle. groups maps a group name to
+// its member agents (the config's policy.groups).
+func NewEngine(b *Bundle, mode Mode, groups map[string][]string) *Engine {
+	e := &Engine{now: time.Now}
+	e.cur.Store(newState(b, mode, groups))
+	return e
+}
+
+func newState(b *Bundle, mode Mode, groups map[string][]string) *engineState {
+	byAgent := map[string][]string{}
+	for _, g := range slices.Sorted(maps.Keys(groups)) {
+		for _, a := range groups[g] {
+			if !slices.Contains(byAgent[a], g) {
+				byAgent[a] = append(byAgent[a], g)
+			}
+		}
+	}
+	return &engineState{bundle: b, mode: mode, groups: byAgent}
+}
+
+// Bundle is the bundle in force.
+func (e *Engine) Bundle() *Bundle { return e.cur.Load().bundle }
+
+// Mode is the mode in force.
+func (e *Engine) Mode() Mode { return e.cur.Load().mode }
+
+// GroupsOf lists the groups of an agent, sorted.
+func (e *Engine) GroupsOf(agent string) []string { return slices.Clone(e.cur.Load().groups[agent]) }
+
+// Call is one tools/call as the gateway sees it.
+type Call struct {
+	Agent         string
+	Session       string
+	Tool          string // exposed name
+	ToolName      string // name at the upstream
+	Upstream      string
+	EvidenceClass string
+	Annotations   Annotations
+	Arguments     []byte // exact bytes of params.arguments
+}
+
+// Outcome is a decision with everything the call record needs.
+type Outcome struct {
+	Decision
+	Mode   Mode
+	Bundle digest.Digest
+	// Refuse is true when the call must not reach the upstream: a deny in
+	// enforcing mode.
+	Refuse bool
+	// Request is the request that was decided, with Arguments left out (the
+	// call record holds their commitment). Replay rebuilds it from the record.
+	Request Request
+}
+
+// DecideCall decides one call and updates the session's facts: the call
+// counts in calls, and its tool joins tools_used unless the call is refused.
+func (e *Engine) DecideCall(c Call) Outcome {
+	st := e.cur.Load()
+	f := e.facts(c.Session)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r := Request{
+		Action: ActionCallTool, Agent: c.Agent, Groups: st.groups[c.Agent],
+		Tool: c.Tool, ToolName: c.ToolName, Upstream: c.Upstream, EvidenceClass: c.EvidenceClass,
+		Annotations: c.Annotations, Arguments: c.Arguments,
+		Session: Session{ID: c.Session, Calls: f.calls, ToolsUsed: f.used},
+		Time:    e.now().UTC().Truncate(time.Millisecond),
+	}
+	d := st.bundle.Decide(&r)
+	out := Outcome{Decision: d, Mode: st.mode, Bundle: st.bundle.Digest(), Refuse: !d.Allow && st.mode == Enforcing}
+	r.Arguments = nil
+	r.Groups = slices.Clone(r.Groups)
+	out.Request = r
+	f.calls++
+	if !out.Refuse {
+		if i, found := slices.BinarySearch(f.used, c.Tool); !found {
+			// copy on write: the Request handed out keeps the old slice
+			used := make([]string, 0, len(f.used)+1)
+			used = append(append(append(used, f.used[:i]...), c.Tool), f.used[i:]...)
+			f.used = used
+		}
+	}
+	return out
+}
+
+// Visible reports whether list_tools permits the agent to see a tool.
+func (e *Engine) Visible(agent, session string, t Call) bool {
+	st := e.cur.Load()
+	f := e.facts(session)
+	f.mu.Lock()
+	r := Request{
+		Action: ActionListTools, Agent: agent, Groups: st.groups[agent],
+		Tool: t.Tool, ToolName: t.ToolName, Upstream: t.Upstream, EvidenceClass: t.EvidenceClass,
+		Annotations: t.Annotations,
+		Session:     Session{ID: session, Calls: f.calls, ToolsUsed: f.used},
+		Time:        e.now().UTC().Truncate(time.Millisecond),
+	}
+	f.mu.Unlock()
+	return st.bundle.Decide(&r).Allow
+}
+
+// EndSession forgets a session's facts.
+func (e *Engine) EndSession(id string) { e.sessions.Delete(id) }
+
+func (e *Engine) facts(id string) *sessionFacts {
+	if v, ok := e.sessions.Load(id); ok {
+		return v.(*sessionFacts)
+	}
+	v, _ := e.sessions.LoadOrStore(id, &sessionFacts{})
+	return v.(*sessionFacts)
+}
+
+// Switch describes a reload.
+type Switch struct {
+	Old, New digest.Digest
+	Mode     Mode
+	Policies int
+}
+
+// Reload loads the bundle in dir and, only if it loads, validates and
+// matches expect (when expect is set), puts it in force with the new mode
+// and groups. On error the engine keeps its old bundle, mode and groups.
+func (e *Engine) Reload(ctx context.Context, dir string, expect digest.Digest, mode Mode, groups map[string][]string) (Switch, error) {
+	e.reloadMu.Lock()
+	defer e.reloadMu.Unlock()
+	old := e.cur.Load()
+	b, err := Load(ctx, dir, LoadOptions{Expect: expect})
+	if err != nil {
+		return Switch{Old: old.bundle.Digest(), Mode: old.mode}, fmt.Errorf("reload refused, keeping bundle %s: %w", old.bundle.Digest(), err)
+	}
+	e.cur.Store(newState(b, mode, groups))
+	return Switch{Old: old.bundle.Digest(), New: b.Digest(), Mode: mode, Policies: len(b.ids)}, nil
+}

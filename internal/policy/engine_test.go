@@ -1,0 +1,130 @@
+package policy
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/confidential-mcp/cmcp/pkg/digest"
+)
+
+func TestEngineSessionFactsAndModes(t *testing.T) {
+	b := load(t, "../../examples/policy/session-limits")
+	for _, mode := range []Mode{Enforcing, Advisory, Silent} {
+		t.Run(string(mode), func(t *testing.T) {
+			e := NewEngine(b, mode, map[string][]string{"contractors": {"erin"}, "ops": {"erin", "carol"}})
+			e.now = func() time.Time { return time.Date(2026, 11, 30, 12, 0, 0, 123456789, time.UTC) }
+			read := Call{Agent: "carol", Session: "s1", Tool: "fs__read_file", ToolName: "read_file", Upstream: "fs", EvidenceClass: "spawn-measured", Annotations: DefaultAnnotations}
+			post := Call{Agent: "carol", Session: "s1", Tool: "web__post", ToolName: "post", Upstream: "web", EvidenceClass: "tls-pinned", Annotations: DefaultAnnotations}
+			o := e.DecideCall(post)
+			if !o.Allow || o.Refuse || o.Request.Session.Calls != 0 || len(o.Request.Session.ToolsUsed) != 0 {
+				t.Fatalf("first post: %+v", o)
+			}
+			if o.Request.Time != time.Date(2026, 11, 30, 12, 0, 0, 123000000, time.UTC) || o.Bundle != b.Digest() || o.Mode != mode {
+				t.Fatalf("request time %v bundle %v mode %v", o.Request.Time, o.Bundle, o.Mode)
+			}
+			e.DecideCall(read)
+			o = e.DecideCall(post)
+			if o.Allow || !slices.Equal(o.PolicyIDs, []string{"no-exfiltration"}) || o.Refuse != (mode == Enforcing) {
+				t.Fatalf("post after read: %+v", o)
+			}
+			if o.Request.Session.Calls != 2 || !slices.Equal(o.Request.Session.ToolsUsed, []string{"fs__read_file", "web__post"}) {
+				t.Fatalf("facts %+v", o.Request.Session)
+			}
+			// The decided request rebuilds the decision.
+			if d := b.Decide(&o.Request); d.Allow != o.Allow || !slices.Equal(d.PolicyIDs, o.PolicyIDs) {
+				t.Fatalf("rebuild: %+v vs %+v", d, o.Decision)
+			}
+			// A refused call does not join tools_used; another session is separate.
+			o = e.DecideCall(Call{Agent: "carol", Session: "s2", Tool: "web__post", Upstream: "web"})
+			if o.Request.Session.Calls != 0 || !o.Allow {
+				t.Fatalf("s2: %+v", o)
+			}
+			if g := e.GroupsOf("erin"); !slices.Equal(g, []string{"contractors", "ops"}) {
+				t.Fatalf("groups %v", g)
+			}
+			e.EndSession("s1")
+			if o := e.DecideCall(post); o.Request.Session.Calls != 0 || !o.Allow {
+				t.Fatalf("after end: %+v", o)
+			}
+		})
+	}
+}
+
+func TestEngineRefusedToolNotUsed(t *testing.T) {
+	e := NewEngine(load(t, "../../examples/policy/measured-only"), Enforcing, nil)
+	c := Call{Agent: "a", Session: "s", Tool: "x__t", Upstream: "x", EvidenceClass: "spawn-unmeasured"}
+	if o := e.DecideCall(c); !o.Refuse {
+		t.Fatalf("%+v", o)
+	}
+	if o := e.DecideCall(c); o.Request.Session.Calls != 1 || len(o.Request.Session.ToolsUsed) != 0 {
+		t.Fatalf("%+v", o.Request.Session)
+	}
+	if e.Visible("a", "s", c) {
+		t.Fatal("unmeasured tool visible")
+	}
+	c.EvidenceClass = "spawn-measured"
+	if !e.Visible("a", "s", c) {
+		t.Fatal("measured tool hidden")
+	}
+}
+
+func TestEngineReload(t *testing.T) {
+	sch := exampleSchema(t)
+	dir := bundle(t, map[string]string{"schema.cedarschema": sch, "a.cedar": `@id("all") permit (principal, action, resource);`})
+	b1 := load(t, dir)
+	e := NewEngine(b1, Enforcing, nil)
+	call := Call{Agent: "a", Session: "s", Tool: "x__t", Upstream: "x"}
+
+	write := func(content string) {
+		if err := os.WriteFile(filepath.Join(dir, "a.cedar"), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A bundle that does not validate is refused; the old one stays.
+	write(`@id("bad") forbid (principal, action, resource) when { resource.nope };`)
+	if _, err := e.Reload(context.Background(), dir, digest.Digest{}, Enforcing, nil); err == nil || !strings.Contains(err.Error(), "keeping bundle "+b1.Digest().String()) || !strings.Contains(err.Error(), "a.cedar:1:") {
+		t.Fatalf("got %v", err)
+	}
+	if e.Bundle() != b1 || !e.DecideCall(call).Allow {
+		t.Fatal("old bundle not kept")
+	}
+	// A valid bundle with a stale pin is refused.
+	write(`@id("none") forbid (principal, action, resource);`)
+	if _, err := e.Reload(context.Background(), dir, b1.Digest(), Enforcing, nil); err == nil || !strings.Contains(err.Error(), "does not match the pin") {
+		t.Fatalf("got %v", err)
+	}
+	// With the new pin it switches, and the mode and groups change with it.
+	b2 := load(t, dir)
+	sw, err := e.Reload(context.Background(), dir, b2.Digest(), Advisory, map[string][]string{"g": {"a"}})
+	if err != nil || sw.Old != b1.Digest() || sw.New != b2.Digest() || sw.Mode != Advisory || sw.Policies != 1 {
+		t.Fatalf("switch %+v %v", sw, err)
+	}
+	o := e.DecideCall(call)
+	if o.Allow || o.Refuse || o.Bundle != b2.Digest() || !slices.Equal(o.PolicyIDs, []string{"none"}) || !slices.Equal(o.Request.Groups, []string{"g"}) {
+		t.Fatalf("after reload: %+v", o)
+	}
+}
+
+func TestDependsOnArguments(t *testing.T) {
+	b := load(t, "../../examples/policy/path-guard")
+	r := Request{Action: ActionCallTool, Agent: "a", Tool: "fs__read", Upstream: "fs", Session: Session{ID: "s"}}
+	if !b.DependsOnArguments(&r) {
+		t.Fatal("fs call should depend on arguments")
+	}
+	r.Upstream, r.Tool = "git", "git__log"
+	if b.DependsOnArguments(&r) {
+		t.Fatal("git call does not depend on arguments")
+	}
+	r.Upstream, r.Action = "fs", ActionListTools
+	if b.DependsOnArguments(&r) {
+		t.Fatal("list_tools never depends on arguments")
+	}
+	if load(t, "../../examples/policy/allow-list").DependsOnArguments(&Request{Action: ActionCallTool, Agent: "alice", Tool: "git__x", Upstream: "git"}) {
+		t.Fatal("allow-list does not read arguments")
+	}
+}

@@ -1,0 +1,365 @@
+package policy
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/confidential-mcp/cmcp/internal/ui"
+	"github.com/confidential-mcp/cmcp/pkg/digest"
+)
+
+func load(t testing.TB, dir string) *Bundle {
+	t.Helper()
+	b, err := Load(context.Background(), dir, LoadOptions{})
+	if err != nil {
+		t.Fatalf("load %s: %v", dir, err)
+	}
+	return b
+}
+
+var noon = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+// base is a call that the attributes bundle allows.
+func base() Request {
+	return Request{
+		Action: ActionCallTool, Agent: "alice", Groups: []string{"staff"},
+		Tool: "up__read", ToolName: "read", Upstream: "up", EvidenceClass: "spawn-measured",
+		Annotations: Annotations{ReadOnly: true, Idempotent: true},
+		Arguments:   []byte(`{"path":"/srv/x","count":3,"ratio":0.25,"force":false,"tags":["dev"],"opts":{"mode":"ro"},"n":null}`),
+		Session:     Session{ID: "s1", Calls: 2, ToolsUsed: []string{"up__read"}},
+		Time:        noon,
+	}
+}
+
+func TestEveryAttribute(t *testing.T) {
+	b := load(t, "testdata/attributes")
+	if d := b.Decide(ptr(base())); !d.Allow || !slices.Equal(d.PolicyIDs, []string{"permit-all"}) || len(d.Errors) > 0 {
+		t.Fatalf("base call: %+v", d)
+	}
+	cases := []struct {
+		name string
+		edit func(r *Request)
+		want string
+	}{
+		{"principal", func(r *Request) { r.Agent = "mallory" }, "principal-eq"},
+		{"group parent", func(r *Request) { r.Groups = []string{"staff", "banned"} }, "principal-group"},
+		{"action list_tools", func(r *Request) { r.Agent = "blind"; r.Action = ActionListTools }, "action-list"},
+		{"resource uid", func(r *Request) { r.Tool = "up__nuke" }, "resource-eq"},
+		{"resource parent upstream", func(r *Request) { r.Upstream = "evil" }, "resource-parent"},
+		{"tool name", func(r *Request) { r.ToolName = "rm" }, "tool-name"},
+		{"tool upstream attr", func(r *Request) { r.Upstream = "shady" }, "tool-upstream"},
+		{"evidence class", func(r *Request) { r.EvidenceClass = "plaintext" }, "tool-class"},
+		{"readOnlyHint", func(r *Request) { r.Agent = "ro"; r.Annotations.ReadOnly = false }, "hint-readonly"},
+		{"destructiveHint", func(r *Request) { r.Agent = "careful"; r.Annotations.Destructive = true }, "hint-destructive"},
+		{"idempotentHint", func(r *Request) { r.Agent = "retrier"; r.Annotations.Idempotent = false }, "hint-idempotent"},
+		{"openWorldHint", func(r *Request) { r.Agent = "offline"; r.Annotations.OpenWorld = true }, "hint-openworld"},
+		{"session id", func(r *Request) { r.Session.ID = "s-bad" }, "session-id"},
+		{"session calls", func(r *Request) { r.Session.Calls = 10 }, "session-calls"},
+		{"session tools used", func(r *Request) { r.Session.ToolsUsed = []string{"up__secret"} }, "session-tools"},
+		{"time", func(r *Request) { r.Time = time.Date(1999, 1, 1, 0, 0, 0, 0, time.UTC) }, "time"},
+		{"argument string", func(r *Request) { r.Arguments = []byte(`{"path":"/etc/passwd"}`) }, "arg-string"},
+		{"argument long", func(r *Request) { r.Arguments = []byte(`{"count":101}`) }, "arg-long"},
+		{"argument decimal", func(r *Request) { r.Arguments = []byte(`{"ratio":0.75}`) }, "arg-decimal"},
+		{"argument bool", func(r *Request) { r.Arguments = []byte(`{"force":true}`) }, "arg-bool"},
+		{"argument array as set", func(r *Request) { r.Arguments = []byte(`{"tags":["dev","prod",null]}`) }, "arg-set"},
+		{"argument nested record", func(r *Request) { r.Arguments = []byte(`{"opts":{"mode":"rw"}}`) }, "arg-record"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := base()
+			tc.edit(&r)
+			d := b.Decide(&r)
+			if d.Allow || !slices.Equal(d.PolicyIDs, []string{tc.want}) {
+				t.Fatalf("got %+v, want deny by %s", d, tc.want)
+			}
+			if !strings.Contains(d.Reason, tc.want) {
+				t.Errorf("reason %q does not name %s", d.Reason, tc.want)
+			}
+		})
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func TestForbidThatErrorsDenies(t *testing.T) {
+	b := load(t, "testdata/attributes")
+	r := base()
+	// count is declared Long; a string makes `count > 100` an error. Cedar
+	// would skip the forbid; we count it as matching.
+	r.Arguments = []byte(`{"count":"999"}`)
+	d := b.Decide(&r)
+	if d.Allow || !slices.Equal(d.PolicyIDs, []string{"arg-long"}) || len(d.Errors) != 1 || !strings.HasPrefix(d.Errors[0], "arg-long: ") {
+		t.Fatalf("got %+v", d)
+	}
+	// A float with more than four decimals is not a Cedar decimal: it is
+	// given as a string, and the decimal comparison errors.
+	r.Arguments = []byte(`{"ratio":0.123456}`)
+	if d := b.Decide(&r); d.Allow || !slices.Equal(d.PolicyIDs, []string{"arg-decimal"}) {
+		t.Fatalf("got %+v", d)
+	}
+}
+
+func TestArgumentLimits(t *testing.T) {
+	b := load(t, "testdata/attributes")
+	deep := strings.Repeat(`{"a":`, MaxArgumentDepth) + "1" + strings.Repeat("}", MaxArgumentDepth)
+	tooDeep := strings.Repeat(`{"a":`, MaxArgumentDepth+1) + "1" + strings.Repeat("}", MaxArgumentDepth+1)
+	many := `{"a":[` + strings.Repeat("1,", MaxArgumentValues) + `1]}`
+	big := `{"a":"` + strings.Repeat("x", MaxArgumentBytes) + `"}`
+	cases := []struct {
+		name, args, want string
+	}{
+		{"at depth limit", deep, ""},
+		{"past depth limit", tooDeep, "nested deeper than 32 levels"},
+		{"too many values", many, "more than 10000 values"},
+		{"too many bytes", big, "more than the policy limit of 1048576"},
+		{"not an object", `[1]`, "not a JSON object"},
+		{"duplicate member", `{"path":"/srv/x","path":"/etc/passwd"}`, "duplicate"},
+		{"bad json", `{"a":}`, "invalid JSON"},
+		{"trailing data", `{} {}`, "trailing data"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := base()
+			r.Arguments = []byte(tc.args)
+			d := b.Decide(&r)
+			if tc.want == "" {
+				if !d.Allow {
+					t.Fatalf("got %+v", d)
+				}
+				return
+			}
+			if d.Allow || len(d.PolicyIDs) != 0 || !strings.Contains(d.Reason, tc.want) || !strings.Contains(d.Reason, "arguments") {
+				t.Fatalf("got %+v, want deny mentioning %q", d, tc.want)
+			}
+		})
+	}
+}
+
+func TestExamples(t *testing.T) {
+	type call struct {
+		name  string
+		req   Request
+		allow bool
+		ids   []string
+	}
+	mk := func(edit func(r *Request)) Request {
+		r := Request{Action: ActionCallTool, Agent: "alice", Tool: "git__log", ToolName: "log", Upstream: "git",
+			EvidenceClass: "spawn-measured", Annotations: DefaultAnnotations, Session: Session{ID: "s"}, Time: noon}
+		edit(&r)
+		return r
+	}
+	examples := map[string][]call{
+		"allow-list": {
+			{"alice on git", mk(func(r *Request) {}), true, []string{"alice-git"}},
+			{"alice lists git", mk(func(r *Request) { r.Action = ActionListTools }), true, []string{"alice-git"}},
+			{"alice on web", mk(func(r *Request) { r.Tool, r.Upstream = "web__search", "web" }), false, nil},
+			{"bob on web search", mk(func(r *Request) { r.Agent, r.Tool, r.Upstream = "bob", "web__search", "web" }), true, []string{"bob-search"}},
+			{"bob on git", mk(func(r *Request) { r.Agent = "bob" }), false, nil},
+			{"carol in ops", mk(func(r *Request) { r.Agent, r.Groups = "carol", []string{"ops"} }), true, []string{"ops-everything"}},
+			{"carol alone", mk(func(r *Request) { r.Agent = "carol" }), false, nil},
+		},
+		"path-guard": {
+			{"inside", mk(func(r *Request) {
+				r.Upstream, r.Tool, r.Arguments = "fs", "fs__read_file", []byte(`{"path":"/srv/data/a.txt"}`)
+			}), true, []string{"fs-allowed"}},
+			{"outside", mk(func(r *Request) {
+				r.Upstream, r.Tool, r.Arguments = "fs", "fs__read_file", []byte(`{"path":"/etc/shadow"}`)
+			}), false, []string{"fs-path-outside-data"}},
+			{"dotdot", mk(func(r *Request) {
+				r.Upstream, r.Tool, r.Arguments = "fs", "fs__read_file", []byte(`{"path":"/srv/data/../../etc/shadow"}`)
+			}), false, []string{"fs-path-dotdot"}},
+			{"no path argument", mk(func(r *Request) { r.Upstream, r.Tool, r.Arguments = "fs", "fs__list_roots", []byte(`{}`) }), true, []string{"fs-allowed"}},
+			{"listing is not refused by the argument rules", mk(func(r *Request) { r.Upstream, r.Tool, r.Action = "fs", "fs__read_file", ActionListTools }), true, []string{"fs-allowed"}},
+			{"other upstream", mk(func(r *Request) {}), false, nil},
+		},
+		"measured-only": {
+			{"measured", mk(func(r *Request) {}), true, []string{"allow-all"}},
+			{"pinned tls", mk(func(r *Request) { r.EvidenceClass = "tls-pinned" }), true, []string{"allow-all"}},
+			{"unmeasured call", mk(func(r *Request) { r.EvidenceClass = "spawn-unmeasured" }), false, []string{"no-unmeasured-code"}},
+			{"unmeasured list", mk(func(r *Request) { r.EvidenceClass, r.Action = "spawn-unmeasured", ActionListTools }), false, []string{"no-unmeasured-code"}},
+		},
+		"read-only": {
+			{"reporter read-only tool", mk(func(r *Request) { r.Agent, r.Annotations = "reporter", Annotations{ReadOnly: true} }), true, []string{"reporter-read-only"}},
+			{"reporter default hints", mk(func(r *Request) { r.Agent = "reporter" }), false, nil},
+			{"reporter read-only but destructive", mk(func(r *Request) { r.Agent, r.Annotations = "reporter", Annotations{ReadOnly: true, Destructive: true} }), false, nil},
+			{"others anything", mk(func(r *Request) {}), true, []string{"everyone-else"}},
+		},
+		"session-limits": {
+			{"fresh session", mk(func(r *Request) {}), true, []string{"allow-all"}},
+			{"budget spent", mk(func(r *Request) { r.Session.Calls = 100 }), false, []string{"call-budget"}},
+			{"post after read", mk(func(r *Request) { r.Tool, r.Session.ToolsUsed = "web__post", []string{"fs__read_file"} }), false, []string{"no-exfiltration"}},
+			{"post without read", mk(func(r *Request) { r.Tool, r.Session.ToolsUsed = "web__post", []string{"git__log"} }), true, []string{"allow-all"}},
+			{"contractor at noon", mk(func(r *Request) { r.Groups = []string{"contractors"} }), true, []string{"allow-all"}},
+			{"contractor at night", mk(func(r *Request) { r.Groups, r.Time = []string{"contractors"}, noon.Add(10*time.Hour) }), false, []string{"contractor-hours"}},
+		},
+	}
+	for name, calls := range examples {
+		b := load(t, filepath.Join("../../examples/policy", name))
+		for _, c := range calls {
+			t.Run(name+"/"+c.name, func(t *testing.T) {
+				d := b.Decide(&c.req)
+				if d.Allow != c.allow || !slices.Equal(d.PolicyIDs, c.ids) || len(d.Errors) > 0 {
+					t.Fatalf("got %+v, want allow=%v ids=%v", d, c.allow, c.ids)
+				}
+			})
+		}
+	}
+}
+
+// bundle writes a bundle from name -> content into a temporary directory.
+func bundle(t *testing.T, files map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, content := range files {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func exampleSchema(t *testing.T) string {
+	b, err := os.ReadFile("../../examples/policy/schema.cedarschema")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestLoadErrors(t *testing.T) {
+	sch := exampleSchema(t)
+	cases := []struct {
+		name  string
+		files map[string]string
+		file  string
+		line  int
+		want  string
+		code  int
+	}{
+		{"syntax", map[string]string{"schema.cedarschema": sch, "a.cedar": "permit (principal, action, resource);\n\npermit (principal, action, resource)\n  when { 1 ++ 2 };\n"},
+			"a.cedar", 4, "syntax", ui.ExitConfig},
+		{"unknown attribute", map[string]string{"schema.cedarschema": sch, "a.cedar": "permit (principal, action, resource);\n@id(\"x\")\nforbid (principal, action, resource) when { resource.owner == \"me\" };\n"},
+			"a.cedar", 2, "attribute `owner` on entity type `Tool` not found", ui.ExitConfig},
+		{"unguarded optional argument", map[string]string{"schema.cedarschema": sch, "a.cedar": "forbid (principal, action == Action::\"call_tool\", resource) when { context.arguments.path == \"/\" };\n"},
+			"a.cedar", 1, "optional attribute `arguments.path`", ui.ExitConfig},
+		{"unknown entity type", map[string]string{"schema.cedarschema": sch, "a.cedar": "permit (principal == User::\"x\", action, resource);\n"},
+			"a.cedar", 1, "does not validate", ui.ExitConfig},
+		{"duplicate id", map[string]string{"schema.cedarschema": sch, "a.cedar": "@id(\"p\") permit (principal, action, resource);\n", "b.cedar": "\n@id(\"p\") forbid (principal, action, resource);\n"},
+			"b.cedar", 2, `policy id "p" is already used at a.cedar:1:1`, ui.ExitConfig},
+		{"no schema", map[string]string{"a.cedar": "permit (principal, action, resource);"}, "", 0, "no .cedarschema", ui.ExitConfig},
+		{"two schemas", map[string]string{"a.cedarschema": sch, "b.cedarschema": sch, "a.cedar": "permit (principal, action, resource);"}, "", 0, "more than one .cedarschema", ui.ExitConfig},
+		{"no policies", map[string]string{"schema.cedarschema": sch}, "", 0, "no .cedar policy files", ui.ExitConfig},
+		{"schema syntax", map[string]string{"schema.cedarschema": "entity Agent;\nentity", "a.cedar": "permit (principal, action, resource);"}, "schema.cedarschema", 2, "schema syntax", ui.ExitConfig},
+		{"schema not the entity model", map[string]string{
+			"schema.cedarschema": strings.Replace(sch, "  name: String,", "  name: Long,", 1), "a.cedar": "permit (principal, action, resource);"},
+			"schema.cedarschema", 0, "does not describe the gateway's entity model", ui.ExitConfig},
+		{"schema missing an action", map[string]string{
+			"schema.cedarschema": sch[:strings.Index(sch, "action list_tools")], "a.cedar": "permit (principal, action, resource);"},
+			"schema.cedarschema", 0, "list_tools", ui.ExitConfig},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := bundle(t, tc.files)
+			_, err := Load(context.Background(), dir, LoadOptions{})
+			var le *LoadError
+			if !errors.As(err, &le) {
+				t.Fatalf("got %v, want *LoadError", err)
+			}
+			t.Log(err)
+			if !strings.Contains(err.Error(), tc.want) || le.ExitCode() != tc.code {
+				t.Fatalf("got %q (exit %d), want %q (exit %d)", err, le.ExitCode(), tc.want, tc.code)
+			}
+			wantFile := dir
+			if tc.file != "" {
+				wantFile = filepath.Join(dir, tc.file)
+			}
+			if le.File != wantFile || le.Line != tc.line {
+				t.Fatalf("at %s:%d, want %s:%d (%v)", le.File, le.Line, wantFile, tc.line, err)
+			}
+		})
+	}
+}
+
+func TestPin(t *testing.T) {
+	dir := bundle(t, map[string]string{"schema.cedarschema": exampleSchema(t), "a.cedar": "permit (principal, action, resource);\n"})
+	b, err := Load(context.Background(), dir, LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(context.Background(), dir, LoadOptions{Expect: b.Digest()}); err != nil {
+		t.Fatalf("matching pin: %v", err)
+	}
+	// Any file counts, not only policies.
+	if err := os.WriteFile(filepath.Join(dir, "NOTES.md"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Load(context.Background(), dir, LoadOptions{Expect: b.Digest()})
+	var le *LoadError
+	if !errors.As(err, &le) || le.ExitCode() != ui.ExitMismatch || !strings.Contains(err.Error(), "does not match the pin "+b.Digest().String()) {
+		t.Fatalf("got %v", err)
+	}
+	if h := le.Hints(); len(h) != 1 || !strings.Contains(h[0], "policy.expect: sha256:") {
+		t.Fatalf("hints %q", h)
+	}
+	if _, err := Load(context.Background(), dir, LoadOptions{Expect: digest.Bytes([]byte("x"))}); err == nil {
+		t.Fatal("wrong pin accepted")
+	}
+}
+
+func TestDefaultPolicyIDIsPosition(t *testing.T) {
+	dir := bundle(t, map[string]string{"schema.cedarschema": exampleSchema(t), "sub/a.cedar": "permit (principal, action, resource);\n\n  forbid (principal == Agent::\"x\", action, resource);\n"})
+	b := load(t, dir)
+	if got := b.PolicyIDs(); !slices.Equal(got, []string{"sub/a.cedar:1:1", "sub/a.cedar:3:3"}) {
+		t.Fatalf("ids %v", got)
+	}
+	r := base()
+	r.Agent = "x"
+	if d := b.Decide(&r); d.Allow || !slices.Equal(d.PolicyIDs, []string{"sub/a.cedar:3:3"}) {
+		t.Fatalf("got %+v", d)
+	}
+}
+
+func TestAnnotationsFromMCP(t *testing.T) {
+	cases := []struct {
+		in   string
+		want Annotations
+	}{
+		{``, DefaultAnnotations},
+		{`null`, DefaultAnnotations},
+		{`{}`, DefaultAnnotations},
+		{`{"title":"x","readOnlyHint":true}`, Annotations{ReadOnly: true, Destructive: true, OpenWorld: true}},
+		{`{"destructiveHint":false,"idempotentHint":true,"openWorldHint":false,"x":{"y":[1]}}`, Annotations{Idempotent: true}},
+		{`{"readOnlyHint":"yes"}`, DefaultAnnotations},
+	}
+	for _, tc := range cases {
+		if got := AnnotationsFromMCP([]byte(tc.in)); got != tc.want {
+			t.Errorf("%s: got %+v, want %+v", tc.in, got, tc.want)
+		}
+	}
+}
+
+func FuzzArgumentsRecord(f *testing.F) {
+	for _, s := range []string{`{}`, `{"path":"/srv/data/a"}`, `{"a":[1,2.5,"x",null,{"b":true}]}`, `{"n":12345678901234567890}`, `{"x":1e3}`, `[]`, `{"a":1,"a":2}`} {
+		f.Add([]byte(s))
+	}
+	b := load(f, "testdata/attributes")
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		_, err := ArgumentsRecord(raw)
+		r := base()
+		r.Arguments = raw
+		d := b.Decide(&r)
+		if err != nil && d.Allow {
+			t.Fatalf("arguments %q rejected (%v) but the call was allowed", raw, err)
+		}
+	})
+}

@@ -1,0 +1,401 @@
+package policy
+
+import (
+	"bytes"
+
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cedar-policy/cedar-go"
+	"github.com/cedar-policy/cedar-go/types"
+	"github.com/go-json-experiment/json/jsontext"
+)
+
+// Action is what the agent asks to do.
+type Action string
+
+// The two actions of the entity model.
+const (
+	ActionCallTool  Action = "call_tool"  // tools/call
+	ActionListTools Action = "list_tools" // a tool's entry in tools/list
+)
+
+// Annotations are the MCP tool annotations the policy sees, with the MCP
+// defaults applied to hints the tool does not declare (readOnlyHint false,
+// destructiveHint true, idempotentHint false, openWorldHint true).
+type Annotations struct {
+	ReadOnly    bool `json:"readOnlyHint"`
+	Destructive bool `json:"destructiveHint"`
+	Idempotent  bool `json:"idempotentHint"`
+	OpenWorld   bool `json:"openWorldHint"`
+}
+
+// DefaultAnnotations are the MCP defaults for a tool that declares no hints.
+var DefaultAnnotations = Annotations{Destructive: true, OpenWorld: true}
+
+// AnnotationsFromMCP reads the hints of an MCP tool's "annotations" object
+// (which may be empty or null), applying the MCP defaults to missing hints.
+// Hints that are not booleans keep their default.
+func AnnotationsFromMCP(raw []byte) Annotations {
+	a := DefaultAnnotations
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return a
+	}
+	dec := jsontext.NewDecoder(bytes.NewReader(raw))
+	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
+		return a
+	}
+	for dec.PeekKind() == '"' {
+		k, err := dec.ReadToken()
+		if err != nil {
+			return a
+		}
+		name := k.String()
+		v, err := dec.ReadToken()
+		if err != nil {
+			return a
+		}
+		if v.Kind() == '{' || v.Kind() == '[' {
+			if err := dec.SkipValue(); err != nil {
+				return a
+			}
+			continue
+		}
+		if v.Kind() != 't' && v.Kind() != 'f' {
+			continue
+		}
+		b := v.Bool()
+		switch name {
+		case "readOnlyHint":
+			a.ReadOnly = b
+		case "destructiveHint":
+			a.Destructive = b
+		case "idempotentHint":
+			a.Idempotent = b
+		case "openWorldHint":
+			a.OpenWorld = b
+		}
+	}
+	return a
+}
+
+// Session holds the facts about the agent's session at the time of the
+// decision.
+type Session struct {
+	ID string `json:"id"`
+	// Calls is the number of tools/call requests of this session decided
+	// before this one, whatever their decision.
+	Calls int64 `json:"calls"`
+	// ToolsUsed are the exposed names of the tools this session's earlier
+	// calls were forwarded to, each once.
+	ToolsUsed []string `json:"tools_used"`
+}
+
+// Request is everything a decision depends on. Replay rebuilds it from the
+// audit log; the same Request always gives the same Decision.
+type Request struct {
+	Action        Action
+	Agent         string   // authenticated identity: Agent::"<Agent>"
+	Groups        []string // the agent's groups from the config: Group::"<g>" parents
+	Tool          string   // exposed name: Tool::"<Tool>" (normally "<upstream>__<tool>")
+	ToolName      string   // the tool's name at its upstream
+	Upstream      string   // Upstream::"<Upstream>", the tool's parent
+	EvidenceClass string   // the upstream's evidence class (pkg/evidence)
+	Annotations   Annotations
+	// Arguments are the exact bytes of params.arguments (a JSON object, or
+	// empty). Only call_tool uses them.
+	Arguments []byte
+	Session   Session
+	// Time is the decision time; Cedar sees it with millisecond precision.
+	Time time.Time
+}
+
+// Limits on the arguments given to Cedar. Past them the call is denied with
+// an error that names the limit.
+const (
+	MaxArgumentBytes  = 1 << 20 // bytes of params.arguments
+	MaxArgumentDepth  = 32      // nesting of objects and arrays
+	MaxArgumentValues = 10000   // values (scalars, objects, arrays)
+)
+
+// ArgumentsError is an argument object that cannot be given to Cedar.
+type ArgumentsError struct{ Reason string }
+
+func (e *ArgumentsError) Error() string { return "arguments: " + e.Reason }
+
+var (
+	typAgent    = cedar.EntityType("Agent")
+	typGroup    = cedar.EntityType("Group")
+	typTool     = cedar.EntityType("Tool")
+	typUpstream = cedar.EntityType("Upstream")
+	typAction   = cedar.EntityType("Action")
+
+	uidCallTool  = cedar.NewEntityUID(typAction, "call_tool")
+	uidListTools = cedar.NewEntityUID(typAction, "list_tools")
+)
+
+// entities is the entity store of one request: the agent and its groups, the
+// tool and its upstream, the two actions. It is built per request without a
+// map.
+type entities struct {
+	agent    cedar.Entity
+	groups   []cedar.EntityUID
+	tool     cedar.Entity
+	upstream cedar.Entity
+}
+
+func (e *entities) Get(uid cedar.EntityUID) (cedar.Entity, bool) {
+	switch uid.Type {
+	case typAgent:
+		if uid == e.agent.UID {
+			return e.agent, true
+		}
+	case typGroup:
+		for _, g := range e.groups {
+			if g == uid {
+				return cedar.Entity{UID: uid}, true
+			}
+		}
+	case typTool:
+		if uid == e.tool.UID {
+			return e.tool, true
+		}
+	case typUpstream:
+		if uid == e.upstream.UID {
+			return e.upstream, true
+		}
+	case typAction:
+		if uid == uidCallTool || uid == uidListTools {
+			return cedar.Entity{UID: uid}, true
+		}
+	}
+	return cedar.Entity{}, false
+}
+
+// The entities of agents and tools do not change from call to call: they are
+// built once and cached (bounded; past the bound they are built per call).
+const maxCached = 4096
+
+type agentEnt struct {
+	agent  cedar.Entity
+	groups []cedar.EntityUID
+}
+
+type toolEnt struct{ tool, upstream cedar.Entity }
+
+var (
+	agentCache, toolCache   sync.Map
+	agentCached, toolCached atomic.Int64
+)
+
+func agentEntity(agent string, groups []string) (cedar.Entity, []cedar.EntityUID) {
+	key := agent + "\x00" + strings.Join(groups, "\x00")
+	if v, ok := agentCache.Load(key); ok {
+		a := v.(*agentEnt)
+		return a.agent, a.groups
+	}
+	uids := make([]cedar.EntityUID, len(groups))
+	for i, g := range groups {
+		uids[i] = cedar.NewEntityUID(typGroup, cedar.String(g))
+	}
+	a := &agentEnt{agent: cedar.Entity{UID: cedar.NewEntityUID(typAgent, cedar.String(agent)), Parents: cedar.NewEntityUIDSet(uids...)}, groups: uids}
+	if agentCached.Add(1) <= maxCached {
+		agentCache.Store(key, a)
+	}
+	return a.agent, a.groups
+}
+
+func toolEntities(r *Request) (cedar.Entity, cedar.Entity) {
+	an := r.Annotations
+	key := fmt.Sprintf("%s\x00%s\x00%s\x00%s\x00%t%t%t%t", r.Tool, r.ToolName, r.Upstream, r.EvidenceClass, an.ReadOnly, an.Destructive, an.Idempotent, an.OpenWorld)
+	if v, ok := toolCache.Load(key); ok {
+		t := v.(*toolEnt)
+		return t.tool, t.upstream
+	}
+	upUID := cedar.NewEntityUID(typUpstream, cedar.String(r.Upstream))
+	class := cedar.String(r.EvidenceClass)
+	t := &toolEnt{
+		upstream: cedar.Entity{UID: upUID, Attributes: cedar.NewRecord(cedar.RecordMap{"evidence_class": class})},
+		tool: cedar.Entity{
+			UID:     cedar.NewEntityUID(typTool, cedar.String(r.Tool)),
+			Parents: cedar.NewEntityUIDSet(upUID),
+			Attributes: cedar.NewRecord(cedar.RecordMap{
+				"name":           cedar.String(r.ToolName),
+				"upstream":       cedar.String(r.Upstream),
+				"evidence_class": class,
+				"annotations": cedar.NewRecord(cedar.RecordMap{
+					"readOnlyHint":    cedar.Boolean(an.ReadOnly),
+					"destructiveHint": cedar.Boolean(an.Destructive),
+					"idempotentHint":  cedar.Boolean(an.Idempotent),
+					"openWorldHint":   cedar.Boolean(an.OpenWorld),
+				}),
+			}),
+		},
+	}
+	if toolCached.Add(1) <= maxCached {
+		toolCache.Store(key, t)
+	}
+	return t.tool, t.upstream
+}
+
+// build turns a Request into a Cedar request and its entities.
+func build(r *Request) (cedar.Request, *entities, error) {
+	var act cedar.EntityUID
+	switch r.Action {
+	case ActionCallTool:
+		act = uidCallTool
+	case ActionListTools:
+		act = uidListTools
+	default:
+		return cedar.Request{}, nil, fmt.Errorf("unknown action %q", r.Action)
+	}
+	e := &entities{}
+	e.agent, e.groups = agentEntity(r.Agent, r.Groups)
+	e.tool, e.upstream = toolEntities(r)
+	used := make([]cedar.Value, len(r.Session.ToolsUsed))
+	for i, t := range r.Session.ToolsUsed {
+		used[i] = cedar.String(t)
+	}
+	ctx := cedar.RecordMap{
+		"session": cedar.NewRecord(cedar.RecordMap{
+			"id":         cedar.String(r.Session.ID),
+			"calls":      cedar.Long(r.Session.Calls),
+			"tools_used": cedar.NewSet(used...),
+		}),
+		"now": cedar.NewDatetimeFromMillis(r.Time.UnixMilli()),
+	}
+	if r.Action == ActionCallTool {
+		args, err := ArgumentsRecord(r.Arguments)
+		if err != nil {
+			return cedar.Request{}, nil, err
+		}
+		ctx["arguments"] = args
+	}
+	return cedar.Request{Principal: e.agent.UID, Action: act, Resource: e.tool.UID, Context: cedar.NewRecord(ctx)}, e, nil
+}
+
+// ArgumentsRecord converts the bytes of params.arguments to the Cedar record
+// policies see as context.arguments:
+//
+//   - an object becomes a record; null members are left out (Cedar has no
+//     null), so `context.arguments has x` is false for them;
+//   - an array becomes a set: order and duplicates are lost, nulls dropped;
+//   - a string a String, true/false a Bool;
+//   - an integer in int64 range a Long; a number with at most four digits
+//     after the point and no exponent a decimal; any other number the String
+//     of its JSON literal (comparing it as a number is then an error, which
+//     makes a forbid policy match: see Decision);
+//   - empty input or null is the empty record.
+//
+// Arguments that are not an object, are not valid JSON, repeat a member name
+// or exceed MaxArgumentBytes, MaxArgumentDepth or MaxArgumentValues are an
+// *ArgumentsError.
+func ArgumentsRecord(raw []byte) (cedar.Record, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return cedar.NewRecord(nil), nil
+	}
+	if len(raw) > MaxArgumentBytes {
+		return cedar.Record{}, &ArgumentsError{Reason: fmt.Sprintf("%d bytes, more than the policy limit of %d", len(raw), MaxArgumentBytes)}
+	}
+	if raw[0] != '{' {
+		return cedar.Record{}, &ArgumentsError{Reason: "not a JSON object"}
+	}
+	c := converter{dec: jsontext.NewDecoder(bytes.NewReader(raw))}
+	v, err := c.value(1)
+	if err != nil {
+		return cedar.Record{}, err
+	}
+	if _, err := c.dec.ReadToken(); err != io.EOF {
+		return cedar.Record{}, &ArgumentsError{Reason: "trailing data after the object"}
+	}
+	return v.(cedar.Record), nil
+}
+
+type converter struct {
+	dec    *jsontext.Decoder
+	values int
+}
+
+func (c *converter) value(depth int) (cedar.Value, error) {
+	if c.values++; c.values > MaxArgumentValues {
+		return nil, &ArgumentsError{Reason: fmt.Sprintf("more than %d values, the policy limit", MaxArgumentValues)}
+	}
+	tok, err := c.dec.ReadToken()
+	if err != nil {
+		return nil, &ArgumentsError{Reason: "invalid JSON: " + err.Error()}
+	}
+	switch tok.Kind() {
+	case '{', '[':
+		if depth > MaxArgumentDepth {
+			return nil, &ArgumentsError{Reason: fmt.Sprintf("nested deeper than %d levels, the policy limit (at %s)", MaxArgumentDepth, c.dec.StackPointer())}
+		}
+	}
+	switch tok.Kind() {
+	case 'n':
+		return nil, nil
+	case 't', 'f':
+		return cedar.Boolean(tok.Bool()), nil
+	case '"':
+		return cedar.String(tok.String()), nil
+	case '0':
+		return number(tok.String()), nil
+	case '{':
+		m := cedar.RecordMap{}
+		for c.dec.PeekKind() != '}' {
+			k, err := c.dec.ReadToken()
+			if err != nil {
+				return nil, &ArgumentsError{Reason: "invalid JSON: " + err.Error()}
+			}
+			name := cedar.String(k.String())
+			v, err := c.value(depth + 1)
+			if err != nil {
+				return nil, err
+			}
+			if v != nil {
+				m[name] = v
+			}
+		}
+		if _, err := c.dec.ReadToken(); err != nil {
+			return nil, &ArgumentsError{Reason: "invalid JSON: " + err.Error()}
+		}
+		return cedar.NewRecord(m), nil
+	case '[':
+		var s []cedar.Value
+		for c.dec.PeekKind() != ']' {
+			v, err := c.value(depth + 1)
+			if err != nil {
+				return nil, err
+			}
+			if v != nil {
+				s = append(s, v)
+			}
+		}
+		if _, err := c.dec.ReadToken(); err != nil {
+			return nil, &ArgumentsError{Reason: "invalid JSON: " + err.Error()}
+		}
+		return cedar.NewSet(s...), nil
+	}
+	return nil, &ArgumentsError{Reason: fmt.Sprintf("unexpected JSON token %v", tok.Kind())}
+}
+
+func number(lit string) cedar.Value {
+	if !strings.ContainsAny(lit, ".eE") {
+		if n, err := strconv.ParseInt(lit, 10, 64); err == nil {
+			return cedar.Long(n)
+		}
+		return cedar.String(lit)
+	}
+	if i := strings.IndexByte(lit, '.'); i >= 0 && !strings.ContainsAny(lit, "eE") && len(lit)-i-1 <= 4 {
+		if d, err := types.ParseDecimal(lit); err == nil {
+			return d
+		}
+	}
+	return cedar.String(lit)
+}

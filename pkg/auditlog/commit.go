@@ -1,0 +1,169 @@
+package auditlog
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"filippo.io/age"
+	jsonv2 "github.com/go-json-experiment/json"
+)
+
+// CommitmentScheme names the commitment construction in the genesis record.
+const CommitmentScheme = "hmac-sha256/v1"
+
+// VaultFile is the name of the payload vault in an epoch directory.
+const VaultFile = "vault.jsonl"
+
+// commitKey derives the per-commitment key k_id from the epoch secret:
+// HMAC-SHA256(secret, "cmcp/audit/commit-key/v1\x00" || decimal id).
+func commitKey(secret []byte, id int64) []byte {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte("cmcp/audit/commit-key/v1\x00"))
+	m.Write(strconv.AppendInt(nil, id, 10))
+	return m.Sum(nil)
+}
+
+// commitMAC computes HMAC-SHA256(k, "cmcp/audit/payload/v1\x00" || payload).
+func commitMAC(key, payload []byte) []byte {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte("cmcp/audit/payload/v1\x00"))
+	m.Write(payload)
+	return m.Sum(nil)
+}
+
+// CheckCommitment reports whether payload matches c under the commitment
+// key k (from Opener.Key). The comparison is constant-time.
+func CheckCommitment(key []byte, c Commitment, payload []byte) bool {
+	if c.IsZero() || int64(len(payload)) != c.Size {
+		return false
+	}
+	return hmac.Equal(commitMAC(key, payload), c.MAC)
+}
+
+// sealSecret encrypts the epoch secret to the age recipients.
+func sealSecret(secret []byte, rs []age.Recipient) ([]byte, error) {
+	var b bytes.Buffer
+	w, err := age.Encrypt(&b, rs...)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := w.Write(secret); err != nil {
+		return nil, err
+	}
+	if err := w.Close(); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+// Opener opens the payload commitments of one epoch with an auditor's age
+// identity: it holds the epoch secret.
+type Opener struct {
+	secret []byte
+	vault  map[int64][]byte
+}
+
+// NewOpener decrypts the epoch commitment secret sealed in g with one of the
+// identities.
+func NewOpener(g *Genesis, ids ...age.Identity) (*Opener, error) {
+	if len(g.Commitments.SealedSecret) == 0 {
+		return nil, fmt.Errorf("epoch %d has no sealed commitment secret: it was written without age recipients, so its commitments cannot be opened", g.Epoch)
+	}
+	r, err := age.Decrypt(bytes.NewReader(g.Commitments.SealedSecret), ids...)
+	if err != nil {
+		return nil, fmt.Errorf("open the commitment secret of epoch %d: %w", g.Epoch, err)
+	}
+	s, err := io.ReadAll(io.LimitReader(r, 1024))
+	if err != nil {
+		return nil, fmt.Errorf("open the commitment secret of epoch %d: %w", g.Epoch, err)
+	}
+	if len(s) != 32 {
+		return nil, fmt.Errorf("commitment secret of epoch %d is %d bytes, want 32", g.Epoch, len(s))
+	}
+	return &Opener{secret: s}, nil
+}
+
+// Key returns the key of commitment id. Handing it to someone opens exactly
+// that one commitment.
+func (o *Opener) Key(id int64) []byte { return commitKey(o.secret, id) }
+
+// Check reports whether payload is what c commits to.
+func (o *Opener) Check(c Commitment, payload []byte) bool {
+	return CheckCommitment(o.Key(c.ID), c, payload)
+}
+
+// vaultLine is one line of the vault: a payload encrypted with age.
+type vaultLine struct {
+	ID  int64  `json:"id,string"`
+	Age []byte `json:"age"`
+}
+
+// ErrNoPayload is returned by Payload when the vault does not hold it.
+var ErrNoPayload = errors.New("payload not in the vault")
+
+// LoadVault decrypts the vault of the epoch directory dir with the
+// identities. A torn final line (crash) is ignored.
+func (o *Opener) LoadVault(dir string, ids ...age.Identity) error {
+	f, err := os.Open(filepath.Join(dir, VaultFile))
+	if err != nil {
+		return fmt.Errorf("open payload vault: %w", err)
+	}
+	defer f.Close()
+	o.vault = make(map[int64][]byte)
+	br := bufio.NewReaderSize(f, 64<<10)
+	for n := 1; ; n++ {
+		line, err := br.ReadBytes('\n')
+		if err == io.EOF {
+			return nil // a final fragment without '\n' is a torn write
+		}
+		if err != nil {
+			return fmt.Errorf("read payload vault: %w", err)
+		}
+		var vl vaultLine
+		if err := jsonv2.Unmarshal(line[:len(line)-1], &vl); err != nil {
+			return fmt.Errorf("%s:%d: %w", VaultFile, n, err)
+		}
+		r, err := age.Decrypt(bytes.NewReader(vl.Age), ids...)
+		if err != nil {
+			return fmt.Errorf("%s:%d: decrypt payload %d: %w", VaultFile, n, vl.ID, err)
+		}
+		p, err := io.ReadAll(r)
+		if err != nil {
+			return fmt.Errorf("%s:%d: decrypt payload %d: %w", VaultFile, n, vl.ID, err)
+		}
+		o.vault[vl.ID] = p
+	}
+}
+
+// Payload returns the vault's payload for c after checking it against c.
+func (o *Opener) Payload(c Commitment) ([]byte, error) {
+	p, ok := o.vault[c.ID]
+	if !ok {
+		return nil, fmt.Errorf("commitment %d: %w", c.ID, ErrNoPayload)
+	}
+	if !o.Check(c, p) {
+		return nil, fmt.Errorf("commitment %d: the vault's payload does not match the commitment in the log", c.ID)
+	}
+	return p, nil
+}
+
+// ParseRecipients parses age recipient strings (age1...), one per element.
+func ParseRecipients(ss []string) ([]age.Recipient, error) {
+	if len(ss) == 0 {
+		return nil, nil
+	}
+	rs, err := age.ParseRecipients(strings.NewReader(strings.Join(ss, "\n")))
+	if err != nil {
+		return nil, fmt.Errorf("age recipients: %w", err)
+	}
+	return rs, nil
+}

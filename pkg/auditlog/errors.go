@@ -1,0 +1,84 @@
+package auditlog
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"strings"
+)
+
+// Class classifies a verification failure. The CLI maps each class to its
+// own exit code.
+type Class string
+
+const (
+	ClassIntegrity  Class = "integrity"  // hash, link, sequence, tree, canonical form, structure
+	ClassSignature  Class = "signature"  // a checkpoint signature does not verify
+	ClassKey        Class = "key"        // signed by a key that is not trusted; evidence rejected
+	ClassTruncation Class = "truncation" // records or epochs missing against a checkpoint or a successor
+	ClassFork       Class = "fork"       // inconsistent with a saved checkpoint
+	ClassIO         Class = "io"         // a file could not be read
+	ClassNotLog     Class = "not-a-log"  // the directory is not an audit log
+)
+
+// VerifyError is a verification failure with its precise location.
+type VerifyError struct {
+	Class    Class    `json:"class"`
+	Pos      Position `json:"position"`
+	Msg      string   `json:"message"`
+	Expected string   `json:"expected,omitempty"` // what the log (or a checkpoint) says
+	Computed string   `json:"computed,omitempty"` // what the verifier computed
+	LastGood int64    `json:"last_good_checkpoint,omitempty"`
+	Hint     string   `json:"hint,omitempty"`
+	Err      error    `json:"-"`
+}
+
+func (e *VerifyError) Error() string {
+	var b strings.Builder
+	b.WriteString(string(e.Class))
+	b.WriteString(" failure at ")
+	b.WriteString(e.Pos.String())
+	b.WriteString(": ")
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+func (e *VerifyError) Unwrap() error { return e.Err }
+
+// Hints implements the CLI's hint interface.
+func (e *VerifyError) Hints() []string {
+	var hs []string
+	if e.Hint != "" {
+		hs = append(hs, e.Hint)
+	}
+	return hs
+}
+
+func ioFailure(pos Position, err error) *VerifyError {
+	ve := &VerifyError{Class: ClassIO, Pos: pos, Msg: err.Error(), Err: err}
+	if errors.Is(err, fs.ErrPermission) {
+		ve.Hint = "run as a user that may read the audit directory"
+	}
+	return ve
+}
+
+// TamperError is returned by Open when the previous epoch is damaged before
+// its last signed checkpoint: that is tampering or disk corruption, not a
+// crash, and the writer refuses to continue.
+type TamperError struct {
+	Dir string
+	Err *VerifyError
+}
+
+func (e *TamperError) Error() string {
+	return fmt.Sprintf("audit directory %s is damaged before its last signed checkpoint, which a crash cannot cause (tampering or disk corruption): %v", e.Dir, e.Err)
+}
+
+func (e *TamperError) Unwrap() error { return e.Err }
+
+func (e *TamperError) Hints() []string {
+	return []string{
+		"keep the directory unchanged as evidence and run 'cmcp verify-chain " + e.Dir + "' for the full report",
+		"to keep serving, start a new audit directory (move this one aside); the gateway never appends to a damaged log",
+	}
+}

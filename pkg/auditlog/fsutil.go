@@ -1,0 +1,99 @@
+package auditlog
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// lockDir takes an exclusive advisory lock on dir/.lock so that two writers
+// never append to the same audit directory.
+func lockDir(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock audit directory: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("audit directory %s is in use by another writer (lock %s held)", dir, f.Name())
+		}
+		return nil, fmt.Errorf("lock audit directory: %w", err)
+	}
+	return f, nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("sync directory: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync directory %s: %w", dir, err)
+	}
+	return nil
+}
+
+func fdatasync(f *os.File) error {
+	for {
+		err := syscall.Fdatasync(int(f.Fd()))
+		if err != syscall.EINTR {
+			return err
+		}
+	}
+}
+
+// parseNumbered returns n for names "<prefix>NNNNNN<suffix>".
+func parseNumbered(name, prefix, suffix string) (int, bool) {
+	s, ok := strings.CutPrefix(name, prefix)
+	if !ok {
+		return 0, false
+	}
+	s, ok = strings.CutSuffix(s, suffix)
+	if !ok || len(s) != 6 {
+		return 0, false
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n <= 0 {
+		return 0, false
+	}
+	return n, true
+}
+
+// listEpochs returns the epoch numbers in dir, ascending.
+func listEpochs(dir string) ([]int, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("read audit directory: %w", err)
+	}
+	var out []int
+	for _, e := range ents {
+		if n, ok := parseNumbered(e.Name(), "epoch-", ""); ok {
+			out = append(out, n)
+		}
+	}
+	sort.Ints(out)
+	return out, nil
+}
+
+// listSegments returns the segment numbers in an epoch directory, ascending.
+func listSegments(epochDir string) ([]int, error) {
+	ents, err := os.ReadDir(epochDir)
+	if err != nil {
+		return nil, fmt.Errorf("read epoch directory: %w", err)
+	}
+	var out []int
+	for _, e := range ents {
+		if n, ok := parseNumbered(e.Name(), "seg-", ".jsonl"); ok {
+			out = append(out, n)
+		}
+	}
+	sort.Ints(out)
+	return out, nil
+}

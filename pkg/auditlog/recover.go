@@ -1,0 +1,105 @@
+package auditlog
+
+import (
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// recoverEpoch examines the newest existing epoch before a new one starts.
+// A sealed epoch is only summarised. An unsealed one (the writer crashed)
+// may end with an incomplete or damaged tail after its last checkpoint: the
+// tail is saved to "<segment>.torn-<time>", cut off and described in the
+// returned Recovery record. Damage before the last checkpoint is refused.
+func recoverEpoch(dir string, epoch int) (*Predecessor, *Recovery, error) {
+	res, err := scanEpoch(dir, epoch, scanOptions{tolerateTail: true})
+	if err != nil && res.empty {
+		// The writer died before the genesis record was durable: nothing
+		// was ever acknowledged in this epoch. Move it aside and look at
+		// the one before.
+		aside := filepath.Join(dir, fmt.Sprintf("aborted-%s-%s", epochName(epoch), time.Now().UTC().Format("20060102T150405.000000000Z")))
+		if err := os.Rename(filepath.Join(dir, epochName(epoch)), aside); err != nil {
+			return nil, nil, fmt.Errorf("move aside the empty epoch %d: %w", epoch, err)
+		}
+		if err := syncDir(dir); err != nil {
+			return nil, nil, err
+		}
+		epochs, err := listEpochs(dir)
+		if err != nil || len(epochs) == 0 {
+			return nil, nil, err
+		}
+		return recoverEpoch(dir, epochs[len(epochs)-1])
+	}
+	if err != nil {
+		var ve *VerifyError
+		if errors.As(err, &ve) && ve.Class != ClassIO {
+			return nil, nil, &TamperError{Dir: dir, Err: ve}
+		}
+		return nil, nil, fmt.Errorf("read the previous epoch: %w", err)
+	}
+	pred := &Predecessor{Epoch: epoch, Origin: res.Origin, Size: res.Records, Root: res.Root[:], Sealed: res.Sealed}
+	if res.Sealed {
+		return pred, nil, nil
+	}
+	rec := &Recovery{Epoch: epoch, Origin: res.Origin, Records: res.Records, Unsealed: res.Unsealed, Root: res.Root[:], File: filepath.Base(res.lastFile)}
+	var cut int64 = -1
+	switch {
+	case res.tailErr != nil:
+		cut = res.tailStart
+		rec.Reason = "damaged record after the last checkpoint: " + res.tailErr.Msg
+	case res.TornBytes > 0:
+		cut = res.TornAt.Offset
+		rec.Reason = "incomplete final line (the writer stopped mid-write)"
+	default:
+		rec.Reason = "the epoch was not sealed (the writer stopped without closing); nothing to cut"
+	}
+	if cut >= 0 {
+		path := res.lastFile
+		if res.tailErr != nil {
+			path = res.tailErr.Pos.File
+		}
+		rec.File = filepath.Base(path)
+		rec.Offset = cut
+		n, sum, saved, err := cutTail(path, cut)
+		if err != nil {
+			return nil, nil, fmt.Errorf("recover epoch %d: %w", epoch, err)
+		}
+		rec.DroppedBytes, rec.DroppedSHA256, rec.SavedAs = n, sum, saved
+	}
+	return pred, rec, nil
+}
+
+// cutTail copies path[off:] to a side file, truncates path at off and syncs.
+func cutTail(path string, off int64) (int64, []byte, string, error) {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return 0, nil, "", err
+	}
+	defer f.Close()
+	if _, err := f.Seek(off, io.SeekStart); err != nil {
+		return 0, nil, "", err
+	}
+	tail, err := io.ReadAll(f)
+	if err != nil {
+		return 0, nil, "", err
+	}
+	sum := sha256.Sum256(tail)
+	saved := filepath.Base(path) + ".torn-" + time.Now().UTC().Format("20060102T150405.000000000Z")
+	if err := os.WriteFile(filepath.Join(filepath.Dir(path), saved), tail, 0o600); err != nil {
+		return 0, nil, "", fmt.Errorf("save the cut tail: %w", err)
+	}
+	if err := f.Truncate(off); err != nil {
+		return 0, nil, "", fmt.Errorf("cut the tail of %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		return 0, nil, "", fmt.Errorf("sync %s: %w", path, err)
+	}
+	if err := syncDir(filepath.Dir(path)); err != nil {
+		return 0, nil, "", err
+	}
+	return int64(len(tail)), sum[:], saved, nil
+}

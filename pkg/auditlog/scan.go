@@ -1,0 +1,523 @@
+package auditlog
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"time"
+
+	"golang.org/x/mod/sumdb/note"
+	"golang.org/x/mod/sumdb/tlog"
+)
+
+// Position locates a record or a failure in an audit directory.
+type Position struct {
+	Epoch  int    `json:"epoch"`
+	File   string `json:"file,omitempty"`   // path of the segment file
+	Line   int64  `json:"line,omitempty"`   // 1-based line in the file
+	Offset int64  `json:"offset"`           // byte offset in the file
+	Index  int64  `json:"index"`            // record index (seq) in the epoch
+	Kind   Kind   `json:"kind,omitempty"`   // kind of the record, if known
+	Record string `json:"record,omitempty"` // excerpt of the line
+}
+
+func (p Position) String() string {
+	if p.File == "" {
+		return fmt.Sprintf("epoch %d", p.Epoch)
+	}
+	return fmt.Sprintf("epoch %d, record %d (%s:%d, byte %d)", p.Epoch, p.Index, p.File, p.Line, p.Offset)
+}
+
+// rawLine is one line of a segment with what the workers computed for it.
+type rawLine struct {
+	line    []byte // without '\n'
+	off     int64
+	no      int64
+	torn    bool // final fragment without '\n'
+	tooLong bool
+	env     envelope
+	hash    tlog.Hash
+	perr    error
+}
+
+type lineBatch struct {
+	seg      int
+	file     string
+	lines    []rawLine
+	ioErr    error
+	fileDone bool
+	fileSum  []byte
+	ready    chan struct{}
+}
+
+const chunkSize = 4 << 20
+
+// streamLines reads the segments of an epoch in order and parses and hashes
+// their lines on all cores. Batches arrive on the returned channel in file
+// order; each is usable after its ready channel is closed. Closing stop
+// ends the stream early.
+func streamLines(epochDir string, segs []int, stop <-chan struct{}) <-chan *lineBatch {
+	out := make(chan *lineBatch, 16)
+	work := make(chan *lineBatch, 16)
+	workers := runtime.GOMAXPROCS(0)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for b := range work {
+				for i := range b.lines {
+					l := &b.lines[i]
+					if l.torn || l.tooLong {
+						continue
+					}
+					l.env, l.perr = parseLine(l.line)
+					l.hash = tlog.RecordHash(l.line)
+				}
+				close(b.ready)
+			}
+		}()
+	}
+	send := func(b *lineBatch) bool {
+		select {
+		case out <- b:
+		case <-stop:
+			return false
+		}
+		select {
+		case work <- b:
+		case <-stop:
+			return false
+		}
+		return true
+	}
+	go func() {
+		defer close(out)
+		defer func() { close(work); wg.Wait() }()
+		for _, n := range segs {
+			path := filepath.Join(epochDir, segmentName(n))
+			if !readSegment(n, path, send) {
+				return
+			}
+		}
+	}()
+	return out
+}
+
+// readSegment splits one segment file into batches of lines.
+func readSegment(seg int, path string, send func(*lineBatch) bool) bool {
+	newBatch := func() *lineBatch {
+		return &lineBatch{seg: seg, file: path, ready: make(chan struct{})}
+	}
+	fail := func(err error) bool {
+		b := newBatch()
+		b.ioErr = err
+		send(b)
+		return false
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return fail(err)
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil {
+		return fail(err)
+	} else if !fi.Mode().IsRegular() {
+		return fail(fmt.Errorf("%s is not a regular file (%s)", path, fi.Mode().Type()))
+	}
+	sum := sha256.New()
+	var carry []byte
+	var off, no int64
+	for {
+		buf := make([]byte, len(carry), len(carry)+chunkSize)
+		copy(buf, carry)
+		n, rerr := io.ReadFull(f, buf[len(carry):cap(buf)])
+		buf = buf[:len(carry)+n]
+		sum.Write(buf[len(carry):])
+		eof := rerr == io.EOF || rerr == io.ErrUnexpectedEOF
+		if rerr != nil && !eof {
+			return fail(fmt.Errorf("read %s: %w", path, rerr))
+		}
+		b := newBatch()
+		rest := buf
+		for {
+			i := bytes.IndexByte(rest, '\n')
+			if i < 0 {
+				break
+			}
+			no++
+			b.lines = append(b.lines, rawLine{line: rest[:i], off: off, no: no})
+			if i > MaxLineBytes {
+				b.lines[len(b.lines)-1].tooLong = true
+				b.lines[len(b.lines)-1].line = rest[:256]
+			}
+			off += int64(i + 1)
+			rest = rest[i+1:]
+		}
+		carry = rest
+		if len(carry) > MaxLineBytes {
+			no++
+			b.lines = append(b.lines, rawLine{line: carry[:256], off: off, no: no, tooLong: true})
+			if !send(b) {
+				return false
+			}
+			return true // the verifier stops at this line
+		}
+		if eof {
+			if len(carry) > 0 {
+				no++
+				b.lines = append(b.lines, rawLine{line: carry, off: off, no: no, torn: true})
+			}
+			b.fileDone = true
+			b.fileSum = sum.Sum(nil)
+			return send(b)
+		}
+		if len(b.lines) > 0 && !send(b) {
+			return false
+		}
+	}
+}
+
+// scanOptions control scanEpoch.
+type scanOptions struct {
+	trusted    map[string]bool                 // nil: trust the genesis key (reported by the caller)
+	wantRoots  map[string]map[int64]*tlog.Hash // by origin: sizes whose roots to keep
+	keepLeaves bool
+	progress   func(bytes int64)
+	evidence   func(g *Genesis) error
+	// tolerateTail: in the last segment, report an error after the last
+	// checkpoint as a cuttable tail instead of failing (writer recovery).
+	tolerateTail bool
+}
+
+// EpochResult is what verifying one epoch established.
+type EpochResult struct {
+	Epoch            int         `json:"epoch"`
+	Dir              string      `json:"dir"`
+	Origin           string      `json:"origin"`
+	Key              string      `json:"key"`
+	Genesis          *Genesis    `json:"-"`
+	Segments         int         `json:"segments"`
+	Records          int64       `json:"records"`
+	Checkpoints      int         `json:"checkpoints"`
+	LastCheckpoint   *Checkpoint `json:"-"`
+	LastCheckpointAt int64       `json:"last_checkpoint_index"` // index of the last checkpoint record, -1 if none
+	Unsealed         int64       `json:"unsealed"`              // records after the last checkpoint
+	Sealed           bool        `json:"sealed"`                // ended with seal + final checkpoint
+	TornBytes        int64       `json:"torn_bytes"`            // incomplete final line (crash)
+	TornAt           *Position   `json:"torn_at,omitempty"`
+	First, Last      time.Time   `json:"-"`
+	Root             tlog.Hash   `json:"-"`
+	Recovery         *Recovery   `json:"-"` // recovery record in this epoch (about the previous one)
+	Leaves           []tlog.Hash `json:"-"`
+
+	// tail (writer recovery only): where a bad tail after the last checkpoint starts.
+	tailErr   *VerifyError
+	tailStart int64
+	lastFile  string
+	lastEnd   int64 // end offset of the last good line in the last file
+	empty     bool  // no complete record at all
+	cpEnd     int64 // end offset of the last checkpoint line in the last file (-1 if in an earlier file)
+}
+
+// scanEpoch verifies one epoch directory.
+func scanEpoch(dir string, epoch int, opt scanOptions) (*EpochResult, error) {
+	edir := filepath.Join(dir, epochName(epoch))
+	res := &EpochResult{Epoch: epoch, Dir: edir, LastCheckpointAt: -1, cpEnd: -1}
+	fi, err := os.Stat(edir)
+	if err != nil {
+		return res, ioFailure(Position{Epoch: epoch}, err)
+	}
+	if !fi.IsDir() {
+		return res, ioFailure(Position{Epoch: epoch}, fmt.Errorf("%s is not a directory", edir))
+	}
+	segs, err := listSegments(edir)
+	if err != nil {
+		return res, ioFailure(Position{Epoch: epoch}, err)
+	}
+	if len(segs) == 0 {
+		res.empty = true
+		return res, &VerifyError{Class: ClassIntegrity, Pos: Position{Epoch: epoch}, Msg: fmt.Sprintf("epoch directory %s holds no segment files (seg-000001.jsonl ...)", edir)}
+	}
+	for i, n := range segs {
+		if n != i+1 {
+			return res, &VerifyError{Class: ClassIntegrity, Pos: Position{Epoch: epoch, File: filepath.Join(edir, segmentName(i+1))},
+				Msg: fmt.Sprintf("segment %s is missing (found %s)", segmentName(i+1), segmentName(n)), Hint: "a whole segment file was deleted or renamed"}
+		}
+	}
+	res.Segments = len(segs)
+	stop := make(chan struct{})
+	defer close(stop)
+	ch := streamLines(edir, segs, stop)
+
+	var (
+		fr        frontier
+		prev      tlog.Hash
+		verifiers note.Verifiers
+		g         *Genesis
+		segStart  bool
+		prevSum   []byte
+		prevFile  string
+		lastKinds [2]Kind
+		curSeg    int
+		sinceProg int64
+	)
+	for b := range ch {
+		<-b.ready
+		if b.ioErr != nil {
+			return res, ioFailure(Position{Epoch: epoch, File: b.file, Index: res.Records}, b.ioErr)
+		}
+		if b.seg != curSeg {
+			curSeg = b.seg
+			segStart = true
+			if b.seg == segs[len(segs)-1] && res.Records > 0 && res.LastCheckpointAt == res.Records-1 {
+				res.cpEnd = 0 // everything in the last segment comes after the last checkpoint
+			}
+		}
+		for i := range b.lines {
+			l := &b.lines[i]
+			pos := Position{Epoch: epoch, File: b.file, Line: l.no, Offset: l.off, Index: res.Records, Kind: l.env.Kind, Record: excerpt(l.line)}
+			fail := func(class Class, expected, computed, format string, args ...any) (*EpochResult, error) {
+				ve := &VerifyError{Class: class, Pos: pos, Expected: expected, Computed: computed, Msg: fmt.Sprintf(format, args...)}
+				if res.LastCheckpoint != nil {
+					ve.LastGood = res.LastCheckpoint.Size
+				}
+				if opt.tolerateTail && b.seg == segs[len(segs)-1] && res.cpEnd >= 0 && l.off >= res.cpEnd {
+					res.tailErr = ve
+					res.tailStart = l.off
+					res.lastFile = b.file
+					return res, nil
+				}
+				return res, ve
+			}
+			isLastSeg := b.seg == segs[len(segs)-1]
+			if l.torn {
+				if !isLastSeg {
+					return fail(ClassIntegrity, "", "", "segment %s ends with an incomplete line of %d bytes but is not the last segment", filepath.Base(b.file), len(l.line))
+				}
+				res.TornBytes = int64(len(l.line))
+				p := pos
+				res.TornAt = &p
+				res.lastFile = b.file
+				continue
+			}
+			if l.tooLong {
+				return fail(ClassIntegrity, "", "", "line is longer than %d bytes; no record is that large", MaxLineBytes)
+			}
+			if l.perr != nil {
+				var se *syntaxError
+				if errors.As(l.perr, &se) {
+					pos.Offset += int64(se.Offset)
+					return fail(ClassIntegrity, "", "", "malformed record: %s (byte %d of the line)", se.Msg, se.Offset)
+				}
+				return fail(ClassIntegrity, "", "", "malformed record: %v", l.perr)
+			}
+			e := &l.env
+			if e.Seq != res.Records {
+				return fail(ClassIntegrity, fmt.Sprint(res.Records), fmt.Sprint(e.Seq), "sequence number %d, expected %d: a record was removed, duplicated or reordered", e.Seq, res.Records)
+			}
+			if e.Prev != prev {
+				return fail(ClassIntegrity, b64(e.Prev), b64(prev), "broken hash link: prev does not match the hash of record %d: record %d was modified, or records between were removed", res.Records-1, res.Records-1)
+			}
+			if res.Records == 0 && e.Kind != KindGenesis {
+				return fail(ClassIntegrity, string(KindGenesis), string(e.Kind), "the first record of an epoch must be genesis")
+			}
+			if segStart && b.seg > 1 && e.Kind != KindSegment {
+				return fail(ClassIntegrity, string(KindSegment), string(e.Kind), "the first record of segment %d must be a segment record", b.seg)
+			}
+			if !segStart && e.Kind == KindSegment || b.seg == 1 && e.Kind == KindSegment {
+				return fail(ClassIntegrity, "", "", "a segment record in the middle of a segment")
+			}
+			segStart = false
+			if res.Records > 0 && e.Kind == KindGenesis {
+				return fail(ClassIntegrity, "", "", "a second genesis record inside an epoch")
+			}
+			if e.TS != "" {
+				t, _ := time.Parse(time.RFC3339Nano, e.TS)
+				if res.First.IsZero() {
+					res.First = t
+				}
+				res.Last = t
+			}
+			switch e.Kind {
+			case KindGenesis:
+				r, err := DecodeBody(KindGenesis, e.Body)
+				if err != nil {
+					return fail(ClassIntegrity, "", "", "genesis: %v", err)
+				}
+				g = r.(*Genesis)
+				res.Genesis = g
+				if g.Epoch != epoch {
+					return fail(ClassIntegrity, fmt.Sprint(epoch), fmt.Sprint(g.Epoch), "genesis names epoch %d but sits in %s", g.Epoch, epochName(epoch))
+				}
+				v, err := note.NewVerifier(g.Key)
+				if err != nil {
+					return fail(ClassIntegrity, "", "", "genesis key %q: %v", g.Key, err)
+				}
+				if v.Name() != g.Origin {
+					return fail(ClassIntegrity, g.Origin, v.Name(), "genesis key name differs from the origin")
+				}
+				res.Origin, res.Key = g.Origin, g.Key
+				verifiers = note.VerifierList(v)
+				st, err := StatementOf(e.Body)
+				if err != nil {
+					return fail(ClassIntegrity, "", "", "genesis statement: %v", err)
+				}
+				if !st.Equal(g.Statement) {
+					return fail(ClassIntegrity, g.Statement.String(), st.String(), "genesis statement digest does not match its body")
+				}
+				if opt.trusted != nil {
+					if !opt.trusted[g.Key] {
+						ve := &VerifyError{Class: ClassKey, Pos: pos, Computed: g.Key,
+							Msg:  fmt.Sprintf("epoch %d is signed by key %s+%08x, which is not among the trusted keys (--key)", epoch, v.Name(), v.KeyHash()),
+							Hint: "the log was written (or rewritten) with another key; pass the gateway's key with --key if it is genuine"}
+						return res, ve
+					}
+				}
+				if opt.evidence != nil {
+					if err := opt.evidence(g); err != nil {
+						return res, &VerifyError{Class: ClassKey, Pos: pos, Msg: fmt.Sprintf("genesis evidence: %v", err), Err: err}
+					}
+				}
+			case KindCheckpoint:
+				r, err := DecodeBody(KindCheckpoint, e.Body)
+				if err != nil {
+					return fail(ClassIntegrity, "", "", "%v", err)
+				}
+				msg := []byte(r.(*CheckpointRecord).Note)
+				cp, err := OpenCheckpoint(msg, verifiers)
+				if err != nil {
+					var uv *note.UnverifiedNoteError
+					var bad *note.InvalidSignatureError
+					switch {
+					case errors.As(err, &bad):
+						return fail(ClassSignature, "", "", "checkpoint signature does not verify: %v", err)
+					case errors.As(err, &uv):
+						return fail(ClassKey, g.Key, sigNames(uv.Note), "checkpoint is not signed by the epoch's key (signed by %s)", sigNames(uv.Note))
+					case errors.Is(err, ErrMalformedCheckpoint):
+						return fail(ClassIntegrity, "", "", "%v", err)
+					default:
+						return fail(ClassSignature, "", "", "checkpoint rejected: %v", err)
+					}
+				}
+				if cp.Origin != g.Origin {
+					return fail(ClassIntegrity, g.Origin, cp.Origin, "checkpoint origin differs from the epoch's origin")
+				}
+				if cp.Size != res.Records {
+					return fail(ClassIntegrity, fmt.Sprint(res.Records), fmt.Sprint(cp.Size), "checkpoint size does not match its position (it must cover exactly the records before it)")
+				}
+				if root := fr.root(); root != cp.Root {
+					return fail(ClassIntegrity, b64(cp.Root), b64(root), "Merkle root mismatch at size %d: the checkpoint signs one root, the records hash to another", cp.Size)
+				}
+				res.LastCheckpoint = cp
+				res.LastCheckpointAt = res.Records
+				res.Checkpoints++
+				if b.seg == segs[len(segs)-1] {
+					res.cpEnd = l.off + int64(len(l.line)) + 1
+				}
+			case KindSegment:
+				r, err := DecodeBody(KindSegment, e.Body)
+				if err != nil {
+					return fail(ClassIntegrity, "", "", "%v", err)
+				}
+				s := r.(*Segment)
+				switch {
+				case s.Number != b.seg:
+					return fail(ClassIntegrity, fmt.Sprint(b.seg), fmt.Sprint(s.Number), "segment record names another segment number")
+				case s.FirstIndex != res.Records:
+					return fail(ClassIntegrity, fmt.Sprint(res.Records), fmt.Sprint(s.FirstIndex), "segment record names another first index")
+				case s.PrevFile != prevFile:
+					return fail(ClassIntegrity, prevFile, s.PrevFile, "segment record names another previous file")
+				case !bytes.Equal(s.PrevSHA256, prevSum):
+					return fail(ClassIntegrity, fmt.Sprintf("%x", s.PrevSHA256), fmt.Sprintf("%x", prevSum), "the previous segment file %s does not hash to what the segment record says: it was modified", prevFile)
+				case res.LastCheckpoint == nil || s.Checkpoint != string(res.LastCheckpoint.Note):
+					return fail(ClassIntegrity, "", "", "segment record does not carry the checkpoint that closed the previous segment")
+				}
+				sf, err := frontierFrom(res.Records, s.Frontier)
+				if err != nil || sf.root() != fr.root() {
+					return fail(ClassIntegrity, "", "", "segment record's tree frontier does not match the records before it")
+				}
+			case KindSeal:
+				r, err := DecodeBody(KindSeal, e.Body)
+				if err != nil {
+					return fail(ClassIntegrity, "", "", "%v", err)
+				}
+				if r.(*Seal).Records != res.Records {
+					return fail(ClassIntegrity, fmt.Sprint(res.Records), fmt.Sprint(r.(*Seal).Records), "seal record counts another number of records")
+				}
+			case KindRecovery:
+				r, err := DecodeBody(KindRecovery, e.Body)
+				if err != nil {
+					return fail(ClassIntegrity, "", "", "%v", err)
+				}
+				res.Recovery = r.(*Recovery)
+			}
+			fr.append(l.hash)
+			prev = l.hash
+			if opt.keepLeaves {
+				res.Leaves = append(res.Leaves, l.hash)
+			}
+			res.Records++
+			if want := opt.wantRoots[res.Origin]; want != nil {
+				if p, ok := want[res.Records]; ok && p == nil {
+					r := fr.root()
+					want[res.Records] = &r
+				}
+			}
+			lastKinds[0], lastKinds[1] = lastKinds[1], e.Kind
+			res.lastFile = b.file
+			res.lastEnd = l.off + int64(len(l.line)) + 1
+			sinceProg += int64(len(l.line)) + 1
+		}
+		if opt.progress != nil && sinceProg > 0 {
+			opt.progress(sinceProg)
+			sinceProg = 0
+		}
+		if b.fileDone {
+			prevSum = b.fileSum
+			prevFile = filepath.Base(b.file)
+		}
+	}
+	res.Root = fr.root()
+	if res.LastCheckpointAt >= 0 {
+		res.Unsealed = res.Records - res.LastCheckpointAt - 1
+	} else {
+		res.Unsealed = res.Records
+	}
+	res.Sealed = res.tailErr == nil && res.TornBytes == 0 && lastKinds == [2]Kind{KindSeal, KindCheckpoint}
+	if res.Records == 0 && res.tailErr == nil {
+		res.empty = true
+		return res, &VerifyError{Class: ClassIntegrity, Pos: Position{Epoch: epoch, File: filepath.Join(edir, segmentName(1))}, Msg: "epoch holds no complete record"}
+	}
+	return res, nil
+}
+
+func b64(h tlog.Hash) string { return base64.StdEncoding.EncodeToString(h[:]) }
+
+func excerpt(b []byte) string {
+	if len(b) > 160 {
+		return string(bytes.ToValidUTF8(b[:157], []byte("?"))) + "..."
+	}
+	return string(bytes.ToValidUTF8(b, []byte("?")))
+}
+
+func sigNames(n *note.Note) string {
+	var b bytes.Buffer
+	for i, s := range n.UnverifiedSigs {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s+%08x", s.Name, s.Hash)
+	}
+	if b.Len() == 0 {
+		return "no key"
+	}
+	return b.String()
+}

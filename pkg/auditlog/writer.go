@@ -1,0 +1,839 @@
+package auditlog
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"filippo.io/age"
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+	"golang.org/x/mod/sumdb/note"
+	"golang.org/x/mod/sumdb/tlog"
+
+	"github.com/confidential-mcp/cmcp/pkg/digest"
+)
+
+// Defaults for Options.
+const (
+	DefaultCheckpointEvery    = 1000
+	DefaultCheckpointInterval = time.Second
+	DefaultSyncInterval       = 100 * time.Millisecond
+	DefaultSegmentBytes       = 256 << 20
+	DefaultName               = "cmcp.local/audit"
+	maxBatch                  = 4096
+)
+
+// Options configure a new epoch.
+type Options struct {
+	// Key signs the epoch's checkpoints. Required. Generate it per boot
+	// (inside the CVM) and bind its public half to the attestation.
+	Key ed25519.PrivateKey
+	// Name prefixes the origin. The origin of the epoch (and the note key
+	// name) is Name + "/epoch-NNNNNN-<8 random hex>". Default DefaultName.
+	// It must not contain spaces or '+'.
+	Name string
+	// Durability is strict, group (default) or interval.
+	Durability string
+	// SyncInterval is the fdatasync period of the interval mode (default 100ms).
+	SyncInterval time.Duration
+	// CheckpointEvery and CheckpointInterval set the checkpoint cadence: a
+	// checkpoint after that many records or that much time with new records,
+	// whichever comes first (defaults 1000 and 1s).
+	CheckpointEvery    int64
+	CheckpointInterval time.Duration
+	// SegmentBytes rotates to a new segment file beyond this size (default 256 MiB).
+	SegmentBytes int64
+	// Genesis content supplied by the gateway.
+	Gateway       GatewayInfo
+	ConfigDigest  digest.Digest
+	PolicyDigest  digest.Digest
+	CatalogDigest digest.Digest
+	PolicyMode    string
+	Extra         json.RawMessage
+	// Evidence, if set, is called once with the statement (the digest of the
+	// genesis body without statement and evidence) and the public key; the
+	// evidence it returns (JSON, e.g. a pkg/evidence bundle binding the key,
+	// a nonce and the statement) is stored in the genesis record.
+	Evidence func(statement digest.Digest, pub ed25519.PublicKey) (json.RawMessage, error)
+	// Recipients are age recipients (age1...) of the auditors. With them
+	// the epoch commitment secret is sealed into the genesis record, so a
+	// holder of a matching identity can open commitments. Without them the
+	// commitments can never be opened.
+	Recipients []string
+	// Vault keeps every committed payload, encrypted with age to
+	// Recipients, in the epoch's vault.jsonl. Requires Recipients.
+	Vault bool
+	// OnCheckpoint is called (from the committer; keep it short) with each
+	// new signed checkpoint once it is durable, e.g. to export it to a
+	// witness or a remote sink.
+	OnCheckpoint func(note []byte)
+}
+
+// Receipt tells an appender where its record went.
+type Receipt struct {
+	Epoch   int
+	Index   int64     // record index (seq) in the epoch
+	Hash    tlog.Hash // leaf hash
+	Time    time.Time // the record's ts
+	Durable bool      // fdatasync'd (false in interval mode)
+}
+
+// ErrClosed is returned by Append after Close.
+var ErrClosed = errors.New("audit log is closed")
+
+// FatalError wraps the write or sync error that made a Writer unusable.
+// Every Append after it returns the same error: the writer never drops a
+// record silently.
+type FatalError struct{ Err error }
+
+func (e *FatalError) Error() string {
+	return fmt.Sprintf("audit log is unusable after a write error (restart; recovery cuts an incomplete tail): %v", e.Err)
+}
+func (e *FatalError) Unwrap() error { return e.Err }
+
+type pending struct {
+	kind Kind
+	body []byte
+	res  Receipt
+	err  error
+	done chan struct{}
+}
+
+type ctlOp int
+
+const (
+	opCheckpoint ctlOp = iota
+	opClose
+)
+
+type ctlReq struct {
+	op    ctlOp
+	reply chan error
+}
+
+// Writer appends records to one epoch. It is safe for concurrent use; one
+// committer goroutine writes and syncs batches (group commit).
+type Writer struct {
+	dir      string
+	epochDir string
+	epoch    int
+	origin   string
+	vkey     string
+	signer   note.Signer
+	opts     Options
+	lock     *os.File
+	now      func() time.Time
+
+	in   chan *pending
+	ctl  chan ctlReq
+	done chan struct{}
+
+	mu     sync.RWMutex // held shared by senders; exclusively by Close
+	closed bool
+
+	fatal atomic.Pointer[FatalError]
+
+	secret     []byte
+	nextCommit atomic.Int64
+	recips     []age.Recipient
+	vaultMu    sync.Mutex
+	vaultBuf   []byte
+	vaultF     *os.File
+
+	latestMu sync.Mutex
+	latest   []byte
+
+	// committer state
+	f        *os.File
+	segNo    int
+	segBytes int64
+	segHash  hash.Hash
+	seq      int64
+	prev     tlog.Hash
+	fr       frontier
+	sinceCP  int64
+	lastNote string
+	buf      []byte
+	dirty    bool
+	cpNotes  [][]byte
+}
+
+// Origin returns the epoch's origin (the checkpoint origin and key name).
+func (w *Writer) Origin() string { return w.origin }
+
+// VerifierKey returns the note verifier key of the epoch's signing key
+// ("origin+hash+base64"), the form `cmcp verify-chain --key` takes.
+func (w *Writer) VerifierKey() string { return w.vkey }
+
+// Epoch returns the epoch number and its directory.
+func (w *Writer) Epoch() (int, string) { return w.epoch, w.epochDir }
+
+// LatestCheckpoint returns the newest durable signed checkpoint note.
+func (w *Writer) LatestCheckpoint() []byte {
+	w.latestMu.Lock()
+	defer w.latestMu.Unlock()
+	return append([]byte(nil), w.latest...)
+}
+
+// Err returns the fatal error that stopped the writer, if any.
+func (w *Writer) Err() error {
+	if e := w.fatal.Load(); e != nil {
+		return e
+	}
+	return nil
+}
+
+func (o *Options) setDefaults() error {
+	if len(o.Key) != ed25519.PrivateKeySize {
+		return errors.New("options: Key must be an Ed25519 private key")
+	}
+	if o.Name == "" {
+		o.Name = DefaultName
+	}
+	if strings.ContainsAny(o.Name, " +\t\n") {
+		return fmt.Errorf("options: name %q must not contain spaces or '+'", o.Name)
+	}
+	switch o.Durability {
+	case "":
+		o.Durability = DurabilityGroup
+	case DurabilityStrict, DurabilityGroup, DurabilityInterval:
+	default:
+		return fmt.Errorf("options: durability %q: want strict, group or interval", o.Durability)
+	}
+	if o.SyncInterval <= 0 {
+		o.SyncInterval = DefaultSyncInterval
+	}
+	if o.CheckpointEvery <= 0 {
+		o.CheckpointEvery = DefaultCheckpointEvery
+	}
+	if o.CheckpointInterval <= 0 {
+		o.CheckpointInterval = DefaultCheckpointInterval
+	}
+	if o.SegmentBytes <= 0 {
+		o.SegmentBytes = DefaultSegmentBytes
+	}
+	if o.Vault && len(o.Recipients) == 0 {
+		return errors.New("options: the payload vault needs age recipients")
+	}
+	return nil
+}
+
+// Open starts a new epoch in the audit directory dir (created if needed)
+// and returns its Writer. If the previous epoch did not end with a seal
+// (a crash), its incomplete tail is cut first and described in a recovery
+// record; damage before its last checkpoint is refused as tampering.
+func Open(dir string, opts Options) (*Writer, error) {
+	if err := opts.setDefaults(); err != nil {
+		return nil, err
+	}
+	recips, err := ParseRecipients(opts.Recipients)
+	if err != nil {
+		return nil, fmt.Errorf("options: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create audit directory: %w", err)
+	}
+	lock, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	w := &Writer{dir: dir, opts: opts, lock: lock, now: time.Now, recips: recips}
+	ok := false
+	defer func() {
+		if !ok {
+			w.closeFiles()
+			lock.Close()
+		}
+	}()
+
+	epochs, err := listEpochs(dir)
+	if err != nil {
+		return nil, err
+	}
+	var pred *Predecessor
+	var recov *Recovery
+	if len(epochs) > 0 {
+		pred, recov, err = recoverEpoch(dir, epochs[len(epochs)-1])
+		if err != nil {
+			return nil, err
+		}
+	}
+	w.epoch = 1
+	if pred != nil {
+		w.epoch = pred.Epoch + 1
+	}
+
+	var rnd [4]byte
+	if _, err := rand.Read(rnd[:]); err != nil {
+		return nil, err
+	}
+	name := epochName(w.epoch)
+	w.origin = opts.Name + "/" + name + "-" + hex.EncodeToString(rnd[:])
+	w.signer, w.vkey, err = NewNoteKeys(w.origin, opts.Key)
+	if err != nil {
+		return nil, err
+	}
+	w.secret = make([]byte, 32)
+	if _, err := rand.Read(w.secret); err != nil {
+		return nil, err
+	}
+
+	g := &Genesis{
+		Origin:           w.origin,
+		Epoch:            w.epoch,
+		Key:              w.vkey,
+		Created:          w.now().UTC(),
+		Durability:       opts.Durability,
+		CheckpointEvery:  opts.CheckpointEvery,
+		CheckpointMillis: opts.CheckpointInterval.Milliseconds(),
+		SegmentBytes:     opts.SegmentBytes,
+		Gateway:          opts.Gateway,
+		ConfigDigest:     opts.ConfigDigest,
+		PolicyDigest:     opts.PolicyDigest,
+		CatalogDigest:    opts.CatalogDigest,
+		PolicyMode:       opts.PolicyMode,
+		Commitments:      CommitmentInfo{Scheme: CommitmentScheme},
+		Predecessor:      pred,
+		Extra:            opts.Extra,
+	}
+	if opts.Durability == DurabilityInterval {
+		g.IntervalMillis = opts.SyncInterval.Milliseconds()
+	}
+	if len(recips) > 0 {
+		g.Commitments.Recipients = opts.Recipients
+		if g.Commitments.SealedSecret, err = sealSecret(w.secret, recips); err != nil {
+			return nil, fmt.Errorf("seal the commitment secret: %w", err)
+		}
+		if opts.Vault {
+			g.Commitments.Vault = VaultFile
+		}
+	}
+	body, err := encodeBody(g)
+	if err != nil {
+		return nil, err
+	}
+	if g.Statement, err = StatementOf(body); err != nil {
+		return nil, err
+	}
+	if opts.Evidence != nil {
+		ev, err := opts.Evidence(g.Statement, opts.Key.Public().(ed25519.PublicKey))
+		if err != nil {
+			return nil, fmt.Errorf("attestation evidence for the genesis record: %w", err)
+		}
+		g.Evidence = ev
+	}
+	if body, err = encodeBody(g); err != nil {
+		return nil, err
+	}
+
+	w.epochDir = filepath.Join(dir, name)
+	if err := os.Mkdir(w.epochDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create epoch directory: %w", err)
+	}
+	if err := syncDir(dir); err != nil {
+		return nil, err
+	}
+	if opts.Vault {
+		if w.vaultF, err = os.OpenFile(filepath.Join(w.epochDir, VaultFile), os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o600); err != nil {
+			return nil, fmt.Errorf("create payload vault: %w", err)
+		}
+	}
+	if err := w.openSegment(1); err != nil {
+		return nil, err
+	}
+	ts := timestamp(g.Created)
+	w.addLine(KindGenesis, body, ts)
+	if recov != nil {
+		rb, err := encodeBody(recov)
+		if err != nil {
+			return nil, err
+		}
+		w.addLine(KindRecovery, rb, timestamp(w.now()))
+	}
+	if err := w.addCheckpoint(); err != nil {
+		return nil, err
+	}
+	if err := w.flush(true); err != nil {
+		return nil, err
+	}
+	w.publish()
+
+	w.in = make(chan *pending, maxBatch)
+	w.ctl = make(chan ctlReq)
+	w.done = make(chan struct{})
+	go w.run()
+	ok = true
+	return w, nil
+}
+
+func epochName(n int) string { return fmt.Sprintf("epoch-%06d", n) }
+
+func segmentName(n int) string { return fmt.Sprintf("seg-%06d.jsonl", n) }
+
+// StatementOf returns the statement digest of a genesis body: the digest of
+// its canonical JSON with the "statement" and "evidence" members removed.
+func StatementOf(body []byte) (digest.Digest, error) {
+	var m map[string]jsontext.Value
+	if err := jsonv2.Unmarshal(body, &m); err != nil {
+		return digest.Digest{}, fmt.Errorf("genesis statement: %w", err)
+	}
+	delete(m, "statement")
+	delete(m, "evidence")
+	raw, err := jsonv2.Marshal(m, jsonv2.Deterministic(true))
+	if err != nil {
+		return digest.Digest{}, fmt.Errorf("genesis statement: %w", err)
+	}
+	return digest.JSON(raw)
+}
+
+func (w *Writer) openSegment(n int) error {
+	p := filepath.Join(w.epochDir, segmentName(n))
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("create segment: %w", err)
+	}
+	if err := syncDir(w.epochDir); err != nil {
+		f.Close()
+		return err
+	}
+	w.f, w.segNo, w.segBytes, w.segHash = f, n, 0, sha256.New()
+	return nil
+}
+
+// addLine appends one record to the pending buffer and advances the chain.
+func (w *Writer) addLine(kind Kind, body []byte, ts string) Receipt {
+	start := len(w.buf)
+	w.buf = appendLine(w.buf, kind, body, w.prev, w.seq, ts)
+	h := tlog.RecordHash(w.buf[start:])
+	w.buf = append(w.buf, '\n')
+	r := Receipt{Epoch: w.epoch, Index: w.seq, Hash: h}
+	w.fr.append(h)
+	w.prev = h
+	w.seq++
+	w.sinceCP++
+	return r
+}
+
+// addCheckpoint appends a signed checkpoint over every record so far.
+func (w *Writer) addCheckpoint() error {
+	text := checkpointBody(w.origin, w.fr.n, w.fr.root())
+	msg, err := note.Sign(&note.Note{Text: text}, w.signer)
+	if err != nil {
+		return fmt.Errorf("sign checkpoint: %w", err)
+	}
+	body, err := encodeBody(&CheckpointRecord{Note: string(msg)})
+	if err != nil {
+		return err
+	}
+	w.addLine(KindCheckpoint, body, "")
+	w.sinceCP = 0
+	w.lastNote = string(msg)
+	w.cpNotes = append(w.cpNotes, msg)
+	return nil
+}
+
+// flush writes the pending buffer (and the vault before it) in one write
+// and, if sync, fdatasyncs both.
+func (w *Writer) flush(sync bool) error {
+	if err := w.flushVault(sync); err != nil {
+		return err
+	}
+	if len(w.buf) > 0 {
+		n, err := w.f.Write(w.buf)
+		w.segHash.Write(w.buf[:n])
+		w.segBytes += int64(n)
+		if err != nil {
+			return fmt.Errorf("write %s: %w", w.f.Name(), err)
+		}
+		w.buf = w.buf[:0]
+		w.dirty = true
+	}
+	if sync && w.dirty {
+		if err := fdatasync(w.f); err != nil {
+			return fmt.Errorf("fdatasync %s: %w", w.f.Name(), err)
+		}
+		w.dirty = false
+	}
+	return nil
+}
+
+func (w *Writer) flushVault(sync bool) error {
+	if w.vaultF == nil {
+		return nil
+	}
+	w.vaultMu.Lock()
+	b := w.vaultBuf
+	w.vaultBuf = nil
+	w.vaultMu.Unlock()
+	if len(b) > 0 {
+		if _, err := w.vaultF.Write(b); err != nil {
+			return fmt.Errorf("write payload vault: %w", err)
+		}
+		if sync {
+			if err := fdatasync(w.vaultF); err != nil {
+				return fmt.Errorf("fdatasync payload vault: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// publish makes the checkpoints written so far visible (after they are durable).
+func (w *Writer) publish() {
+	if len(w.cpNotes) == 0 {
+		return
+	}
+	last := w.cpNotes[len(w.cpNotes)-1]
+	w.latestMu.Lock()
+	w.latest = last
+	w.latestMu.Unlock()
+	if w.opts.OnCheckpoint != nil {
+		for _, n := range w.cpNotes {
+			w.opts.OnCheckpoint(n)
+		}
+	}
+	w.cpNotes = w.cpNotes[:0]
+}
+
+func (w *Writer) setFatal(err error) *FatalError {
+	fe := &FatalError{Err: err}
+	if w.fatal.CompareAndSwap(nil, fe) {
+		return fe
+	}
+	return w.fatal.Load()
+}
+
+// Append writes rec and returns once it is durable (strict, group) or
+// written to the file (interval). Kinds the writer owns (genesis, segment,
+// checkpoint, recovery, seal) are refused. If ctx ends first, Append
+// returns ctx.Err() but the record may still be written.
+func (w *Writer) Append(ctx context.Context, rec Record) (Receipt, error) {
+	if rec == nil {
+		return Receipt{}, errors.New("append: nil record")
+	}
+	k := rec.Kind()
+	if writerKinds[k] {
+		return Receipt{}, fmt.Errorf("append: %s records are written by the log itself", k)
+	}
+	if fe := w.fatal.Load(); fe != nil {
+		return Receipt{}, fe
+	}
+	body, err := encodeBody(rec)
+	if err != nil {
+		return Receipt{}, err
+	}
+	if len(body) > MaxRecordBytes-256 {
+		return Receipt{}, fmt.Errorf("append: %s record is %d bytes, the limit is %d", k, len(body), MaxRecordBytes-256)
+	}
+	p := &pending{kind: k, body: body, done: make(chan struct{})}
+	w.mu.RLock()
+	if w.closed {
+		w.mu.RUnlock()
+		return Receipt{}, ErrClosed
+	}
+	select {
+	case w.in <- p:
+	case <-ctx.Done():
+		w.mu.RUnlock()
+		return Receipt{}, ctx.Err()
+	}
+	w.mu.RUnlock()
+	select {
+	case <-p.done:
+		return p.res, p.err
+	case <-ctx.Done():
+		return Receipt{}, ctx.Err()
+	}
+}
+
+// Commit returns a commitment to payload (the exact wire bytes) under a
+// fresh per-commitment key. With a vault, the payload is also sealed with
+// age to the recipients and written to the vault before any record that
+// is appended after this call becomes durable.
+func (w *Writer) Commit(payload []byte) Commitment {
+	id := w.nextCommit.Add(1) - 1
+	c := Commitment{ID: id, Size: int64(len(payload)), MAC: commitMAC(commitKey(w.secret, id), payload)}
+	if w.vaultF != nil {
+		ct, err := sealSecret(payload, w.recips)
+		if err != nil {
+			w.setFatal(fmt.Errorf("seal payload %d for the vault: %w", id, err))
+			return c
+		}
+		line, err := jsonv2.Marshal(vaultLine{ID: id, Age: ct})
+		if err != nil {
+			w.setFatal(fmt.Errorf("encode vault line: %w", err))
+			return c
+		}
+		w.vaultMu.Lock()
+		w.vaultBuf = append(append(w.vaultBuf, line...), '\n')
+		w.vaultMu.Unlock()
+	}
+	return c
+}
+
+// Checkpoint writes a signed checkpoint over every record appended so far
+// (if there is any since the last one) and makes it durable.
+func (w *Writer) Checkpoint() error {
+	w.mu.RLock()
+	if w.closed {
+		w.mu.RUnlock()
+		return ErrClosed
+	}
+	reply := make(chan error, 1)
+	w.ctl <- ctlReq{op: opCheckpoint, reply: reply}
+	w.mu.RUnlock()
+	return <-reply
+}
+
+// Close drains pending appends, writes a seal record and a final
+// checkpoint, syncs and closes the epoch. It returns the fatal error if the
+// writer had one.
+func (w *Writer) Close() error {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return ErrClosed
+	}
+	w.closed = true
+	w.mu.Unlock()
+	reply := make(chan error, 1)
+	w.ctl <- ctlReq{op: opClose, reply: reply}
+	err := <-reply
+	<-w.done
+	w.lock.Close()
+	return err
+}
+
+func (w *Writer) run() {
+	defer close(w.done)
+	cpTick := time.NewTicker(w.opts.CheckpointInterval)
+	defer cpTick.Stop()
+	var syncC <-chan time.Time
+	if w.opts.Durability == DurabilityInterval {
+		t := time.NewTicker(w.opts.SyncInterval)
+		defer t.Stop()
+		syncC = t.C
+	}
+	batch := make([]*pending, 0, 64)
+	for {
+		select {
+		case p := <-w.in:
+			batch = append(batch[:0], p)
+			if w.opts.Durability != DurabilityStrict {
+				batch = w.drain(batch)
+			}
+			w.commit(batch)
+		case <-cpTick.C:
+			if w.sinceCP > 0 && w.fatal.Load() == nil {
+				if w.guard(func() error {
+					if err := w.addCheckpoint(); err != nil {
+						return err
+					}
+					return w.flush(w.opts.Durability != DurabilityInterval)
+				}) == nil {
+					w.maybeRotate()
+				}
+			}
+		case <-syncC:
+			if w.fatal.Load() == nil && (w.dirty || w.vaultPending()) {
+				w.guard(func() error { return w.flush(true) })
+			}
+		case c := <-w.ctl:
+			switch c.op {
+			case opCheckpoint:
+				c.reply <- w.forcedCheckpoint()
+			case opClose:
+				for {
+					batch = w.drain(batch[:0])
+					if len(batch) == 0 {
+						break
+					}
+					w.commit(batch)
+				}
+				c.reply <- w.seal()
+				return
+			}
+		}
+	}
+}
+
+// drain adds queued appends to batch without blocking.
+func (w *Writer) drain(batch []*pending) []*pending {
+	for len(batch) < maxBatch {
+		select {
+		case p := <-w.in:
+			batch = append(batch, p)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
+func (w *Writer) vaultPending() bool {
+	w.vaultMu.Lock()
+	defer w.vaultMu.Unlock()
+	return len(w.vaultBuf) > 0
+}
+
+// guard runs fn and turns its error into the fatal error.
+func (w *Writer) guard(fn func() error) error {
+	if fe := w.fatal.Load(); fe != nil {
+		return fe
+	}
+	if err := fn(); err != nil {
+		return w.setFatal(err)
+	}
+	w.publish()
+	return nil
+}
+
+func (w *Writer) forcedCheckpoint() error {
+	return w.guard(func() error {
+		if w.sinceCP > 0 {
+			if err := w.addCheckpoint(); err != nil {
+				return err
+			}
+		}
+		return w.flush(true)
+	})
+}
+
+func (w *Writer) commit(batch []*pending) {
+	if fe := w.fatal.Load(); fe != nil {
+		for _, p := range batch {
+			p.err = fe
+			close(p.done)
+		}
+		return
+	}
+	now := w.now()
+	ts := timestamp(now)
+	for _, p := range batch {
+		p.res = w.addLine(p.kind, p.body, ts)
+		p.res.Time = now
+	}
+	durable := w.opts.Durability != DurabilityInterval
+	err := w.guard(func() error {
+		if w.sinceCP >= w.opts.CheckpointEvery {
+			if err := w.addCheckpoint(); err != nil {
+				return err
+			}
+		}
+		return w.flush(durable)
+	})
+	for _, p := range batch {
+		if err != nil {
+			p.err = err
+			p.res = Receipt{}
+		} else {
+			p.res.Durable = durable
+		}
+		close(p.done)
+	}
+	if err == nil {
+		w.maybeRotate()
+	}
+}
+
+// maybeRotate closes the segment with a checkpoint and starts the next one
+// with a segment record once the segment is large enough.
+func (w *Writer) maybeRotate() error {
+	if w.segBytes < w.opts.SegmentBytes {
+		return nil
+	}
+	err := func() error {
+		if w.sinceCP > 0 {
+			if err := w.addCheckpoint(); err != nil {
+				return err
+			}
+		}
+		if err := w.flush(true); err != nil {
+			return err
+		}
+		prevName := filepath.Base(w.f.Name())
+		prevSum := w.segHash.Sum(nil)
+		if err := w.f.Close(); err != nil {
+			return fmt.Errorf("close %s: %w", prevName, err)
+		}
+		if err := w.openSegment(w.segNo + 1); err != nil {
+			return err
+		}
+		fr := make([][]byte, len(w.fr.hashes))
+		for i, h := range w.fr.hashes {
+			fr[i] = append([]byte(nil), h[:]...)
+		}
+		body, err := encodeBody(&Segment{Number: w.segNo, FirstIndex: w.seq, PrevFile: prevName, PrevSHA256: prevSum, Checkpoint: w.lastNote, Frontier: fr})
+		if err != nil {
+			return err
+		}
+		w.addLine(KindSegment, body, timestamp(w.now()))
+		return w.flush(true)
+	}()
+	if err != nil {
+		return w.setFatal(err)
+	}
+	w.publish()
+	return nil
+}
+
+func (w *Writer) seal() error {
+	if fe := w.fatal.Load(); fe != nil {
+		w.closeFiles()
+		return fe
+	}
+	err := func() error {
+		body, err := encodeBody(&Seal{Reason: "close", Records: w.seq})
+		if err != nil {
+			return err
+		}
+		w.addLine(KindSeal, body, timestamp(w.now()))
+		if err := w.addCheckpoint(); err != nil {
+			return err
+		}
+		if err := w.flush(true); err != nil {
+			return err
+		}
+		return nil
+	}()
+	if err != nil {
+		fe := w.setFatal(err)
+		w.closeFiles()
+		return fe
+	}
+	w.publish()
+	if err := w.closeFiles(); err != nil {
+		return err
+	}
+	return syncDir(w.epochDir)
+}
+
+func (w *Writer) closeFiles() error {
+	var first error
+	if w.f != nil {
+		if err := w.f.Close(); err != nil && first == nil {
+			first = err
+		}
+		w.f = nil
+	}
+	if w.vaultF != nil {
+		if err := w.vaultF.Close(); err != nil && first == nil {
+			first = err
+		}
+		w.vaultF = nil
+	}
+	return first
+}

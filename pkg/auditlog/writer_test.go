@@ -1,0 +1,231 @@
+package auditlog
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"filippo.io/age"
+	"golang.org/x/mod/sumdb/tlog"
+
+	"github.com/confidential-mcp/cmcp/pkg/digest"
+)
+
+func testKey(t testing.TB) ed25519.PrivateKey {
+	t.Helper()
+	_, k, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func sampleCall(w *Writer, i int) *Call {
+	return &Call{
+		Session: "sess-1", Agent: "agent-a", Tool: "fs__read", Upstream: "fs", UpstreamTool: "read",
+		EvidenceClass: "spawn-measured", Args: w.Commit([]byte(fmt.Sprintf(`{"path":"/tmp/%d"}`, i))),
+		Decision: DecisionAllow, PolicyIDs: []string{"policy0"}, PolicyMode: "enforcing",
+		PolicyBundle: digest.Bytes([]byte("bundle")), Outcome: OutcomeForwarded,
+	}
+}
+
+// writeLog writes n call records with conc appenders and closes the writer.
+func writeLog(t testing.TB, dir string, opts Options, n, conc int) *Writer {
+	t.Helper()
+	if opts.Key == nil {
+		opts.Key = testKey(t)
+	}
+	w, err := Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	per := n / conc
+	for g := range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range per {
+				if _, err := w.Append(context.Background(), sampleCall(w, g*per+i)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+func TestWriterRoundTrip(t *testing.T) {
+	for _, mode := range []string{DurabilityStrict, DurabilityGroup, DurabilityInterval} {
+		t.Run(mode, func(t *testing.T) {
+			dir := t.TempDir()
+			w := writeLog(t, dir, Options{Durability: mode, CheckpointEvery: 50}, 400, 8)
+			res, err := scanEpoch(dir, 1, scanOptions{trusted: map[string]bool{w.VerifierKey(): true}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// genesis, initial checkpoint, 400 calls, checkpoints, seal, final checkpoint
+			if !res.Sealed || res.Unsealed != 0 || res.Checkpoints < 9 {
+				t.Fatalf("sealed=%v unsealed=%d checkpoints=%d", res.Sealed, res.Unsealed, res.Checkpoints)
+			}
+			if res.Genesis.Durability != mode {
+				t.Fatalf("genesis durability %q", res.Genesis.Durability)
+			}
+			r, err := NewReader(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			calls := 0
+			var leaves []tlog.Hash
+			for {
+				e, err := r.Next()
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				leaves = append(leaves, e.Hash)
+				rec, err := e.Decode()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if c, ok := rec.(*Call); ok {
+					calls++
+					if c.Tool != "fs__read" || c.Args.IsZero() {
+						t.Fatalf("call decoded as %+v", c)
+					}
+				}
+			}
+			if calls != 400 || int64(len(leaves)) != res.Records {
+				t.Fatalf("read %d calls, %d records; scan saw %d", calls, len(leaves), res.Records)
+			}
+			// The frontier agrees with x/mod's own tree hash.
+			th, err := tlog.TreeHash(int64(len(leaves)), memHashes(storedHashes(t, leaves)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if th != res.Root {
+				t.Fatalf("root %x, tlog says %x", res.Root, th)
+			}
+		})
+	}
+}
+
+type memHashes []tlog.Hash
+
+func (m memHashes) ReadHashes(idx []int64) ([]tlog.Hash, error) {
+	out := make([]tlog.Hash, len(idx))
+	for i, x := range idx {
+		out[i] = m[x]
+	}
+	return out, nil
+}
+
+func storedHashes(t testing.TB, leaves []tlog.Hash) []tlog.Hash {
+	var st memHashes
+	for i, l := range leaves {
+		hs, err := tlog.StoredHashesForRecordHash(int64(i), l, st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st = append(st, hs...)
+	}
+	return st
+}
+
+func TestCommitmentsAndVault(t *testing.T) {
+	id, err := age.GenerateX25519Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	w, err := Open(dir, Options{Key: testKey(t), Recipients: []string{id.Recipient().String()}, Vault: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload := []byte(`{"path":"/etc/passwd"}`)
+	c := w.Commit(payload)
+	if _, err := w.Append(context.Background(), &Call{Session: "s", Agent: "a", Tool: "t", Upstream: "u", EvidenceClass: "plaintext", Args: c, Decision: DecisionAllow, PolicyMode: "enforcing", Outcome: OutcomeForwarded}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := scanEpoch(dir, 1, scanOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := NewOpener(res.Genesis, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !o.Check(c, payload) || o.Check(c, []byte(`{"path":"/etc/shadow"}`)) {
+		t.Fatal("commitment check")
+	}
+	if err := o.LoadVault(filepath.Join(dir, "epoch-000001"), id); err != nil {
+		t.Fatal(err)
+	}
+	got, err := o.Payload(c)
+	if err != nil || string(got) != string(payload) {
+		t.Fatalf("vault payload %q, %v", got, err)
+	}
+	other, _ := age.GenerateX25519Identity()
+	if _, err := NewOpener(res.Genesis, other); err == nil {
+		t.Fatal("a foreign identity opened the secret")
+	}
+}
+
+func TestReopenAfterCleanClose(t *testing.T) {
+	dir := t.TempDir()
+	writeLog(t, dir, Options{}, 10, 1)
+	w2 := writeLog(t, dir, Options{}, 10, 1)
+	if e, _ := w2.Epoch(); e != 2 {
+		t.Fatalf("second epoch is %d", e)
+	}
+	res, err := scanEpoch(dir, 2, scanOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := res.Genesis.Predecessor; p == nil || p.Epoch != 1 || !p.Sealed || p.Size == 0 {
+		t.Fatalf("predecessor %+v", p)
+	}
+}
+
+func TestAppendRefusesWriterKinds(t *testing.T) {
+	w, err := Open(t.TempDir(), Options{Key: testKey(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if _, err := w.Append(context.Background(), &Seal{}); err == nil {
+		t.Fatal("seal accepted from a caller")
+	}
+}
+
+func TestSecondWriterRefused(t *testing.T) {
+	dir := t.TempDir()
+	w, err := Open(dir, Options{Key: testKey(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if _, err := Open(dir, Options{Key: testKey(t)}); err == nil {
+		t.Fatal("two writers on one directory")
+	}
+}
+
+var _ = os.Remove
