@@ -103,6 +103,7 @@ code whose digest does not match its pin.` + "\n\n" + exitCodesText(),
 	root.AddCommand(
 		newVersionCmd(e),
 		newSpawnDigestCmd(e),
+		newAttestCmd(e),
 	)
 	return root
 }
