@@ -104,6 +104,8 @@ code whose digest does not match its pin.` + "\n\n" + exitCodesText(),
 		newVersionCmd(e),
 		newSpawnDigestCmd(e),
 		newAttestCmd(e),
+		newVerifyChainCmd(e),
+		newReplayCmd(e),
 	)
 	return root
 }

@@ -113,9 +113,8 @@ func (b *Bundle) DependsOnArguments(r *Request) bool {
 	if r.Action != ActionCallTool || len(b.argScopes.Map()) == 0 {
 		return false
 	}
-	q := *r
-	q.Arguments = nil
-	req, ents, err := build(&q)
+	// Scopes do not read the context.
+	req, ents, err := buildScope(r)
 	if err != nil {
 		return true
 	}

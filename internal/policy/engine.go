@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
@@ -166,4 +167,24 @@ func (e *Engine) Reload(ctx context.Context, dir string, expect digest.Digest, m
 	}
 	e.cur.Store(newState(b, mode, groups))
 	return Switch{Old: old.bundle.Digest(), New: b.Digest(), Mode: mode, Policies: len(b.ids)}, nil
+}
+
+// Input is what the call record must carry beyond its own fields for replay
+// to rebuild the request (pkg/auditlog.PolicyInput).
+func (o *Outcome) Input() *auditlog.PolicyInput {
+	r := &o.Request
+	a := r.Annotations
+	return &auditlog.PolicyInput{
+		Groups: r.Groups, EvidenceClass: r.EvidenceClass,
+		Hints:        auditlog.ToolHints{ReadOnly: a.ReadOnly, Destructive: a.Destructive, Idempotent: a.Idempotent, OpenWorld: a.OpenWorld},
+		SessionCalls: r.Session.Calls, ToolsUsed: r.Session.ToolsUsed, Time: r.Time, Errors: o.Errors,
+	}
+}
+
+// Effect is "allow" or "deny", as the call record spells it.
+func (d Decision) Effect() string {
+	if d.Allow {
+		return auditlog.DecisionAllow
+	}
+	return auditlog.DecisionDeny
 }

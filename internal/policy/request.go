@@ -213,7 +213,13 @@ func agentEntity(agent string, groups []string) (cedar.Entity, []cedar.EntityUID
 
 func toolEntities(r *Request) (cedar.Entity, cedar.Entity) {
 	an := r.Annotations
-	key := fmt.Sprintf("%s\x00%s\x00%s\x00%s\x00%t%t%t%t", r.Tool, r.ToolName, r.Upstream, r.EvidenceClass, an.ReadOnly, an.Destructive, an.Idempotent, an.OpenWorld)
+	hints := []byte{'0', '0', '0', '0'}
+	for i, h := range []bool{an.ReadOnly, an.Destructive, an.Idempotent, an.OpenWorld} {
+		if h {
+			hints[i] = '1'
+		}
+	}
+	key := r.Tool + "\x00" + r.ToolName + "\x00" + r.Upstream + "\x00" + r.EvidenceClass + "\x00" + string(hints)
 	if v, ok := toolCache.Load(key); ok {
 		t := v.(*toolEnt)
 		return t.tool, t.upstream
@@ -246,18 +252,10 @@ func toolEntities(r *Request) (cedar.Entity, cedar.Entity) {
 
 // build turns a Request into a Cedar request and its entities.
 func build(r *Request) (cedar.Request, *entities, error) {
-	var act cedar.EntityUID
-	switch r.Action {
-	case ActionCallTool:
-		act = uidCallTool
-	case ActionListTools:
-		act = uidListTools
-	default:
-		return cedar.Request{}, nil, fmt.Errorf("unknown action %q", r.Action)
+	req, e, err := buildScope(r)
+	if err != nil {
+		return req, e, err
 	}
-	e := &entities{}
-	e.agent, e.groups = agentEntity(r.Agent, r.Groups)
-	e.tool, e.upstream = toolEntities(r)
 	used := make([]cedar.Value, len(r.Session.ToolsUsed))
 	for i, t := range r.Session.ToolsUsed {
 		used[i] = cedar.String(t)
@@ -277,7 +275,26 @@ func build(r *Request) (cedar.Request, *entities, error) {
 		}
 		ctx["arguments"] = args
 	}
-	return cedar.Request{Principal: e.agent.UID, Action: act, Resource: e.tool.UID, Context: cedar.NewRecord(ctx)}, e, nil
+	req.Context = cedar.NewRecord(ctx)
+	return req, e, nil
+}
+
+// buildScope builds the principal, action and resource of a request and its
+// entities, without the context.
+func buildScope(r *Request) (cedar.Request, *entities, error) {
+	var act cedar.EntityUID
+	switch r.Action {
+	case ActionCallTool:
+		act = uidCallTool
+	case ActionListTools:
+		act = uidListTools
+	default:
+		return cedar.Request{}, nil, fmt.Errorf("unknown action %q", r.Action)
+	}
+	e := &entities{}
+	e.agent, e.groups = agentEntity(r.Agent, r.Groups)
+	e.tool, e.upstream = toolEntities(r)
+	return cedar.Request{Principal: e.agent.UID, Action: act, Resource: e.tool.UID}, e, nil
 }
 
 // ArgumentsRecord converts the bytes of params.arguments to the Cedar record

@@ -1,0 +1,270 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"filippo.io/age"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/confidential-mcp/cmcp/internal/replay"
+	"github.com/confidential-mcp/cmcp/internal/ui"
+)
+
+type replayOptions struct {
+	keys        []string
+	checkpoints []string
+	policies    []string
+	whatIf      string
+	identities  []string
+	unverified  bool
+	all         bool
+	session     string
+	agent       string
+	tool        string
+	decision    string
+	since       string
+	until       string
+}
+
+func (o *replayOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.StringArrayVar(&o.policies, "policy", nil, "re-evaluate every call against this bundle `DIR` (its digest must be the one the log recorded; repeat for logs that switched bundles)")
+	fs.StringVar(&o.whatIf, "what-if", "", "evaluate every call against this bundle `DIR` and list the calls whose decision would change")
+	fs.StringArrayVar(&o.identities, "identity", nil, "age identity `FILE` of an auditor: opens the sealed payload vault so that argument-dependent decisions can be replayed")
+	fs.StringArrayVar(&o.keys, "key", nil, "trusted note verifier key (origin+hash+base64), or a file with one per line, as for verify-chain; repeatable")
+	fs.StringArrayVar(&o.checkpoints, "checkpoint", nil, "signed checkpoint `FILE` saved earlier, as for verify-chain; repeatable")
+	fs.BoolVar(&o.unverified, "unverified", false, "replay even if the log does not verify; every output line is then marked UNVERIFIED")
+	fs.BoolVar(&o.all, "all", false, "with --policy or --what-if, list every call, not only those with a finding")
+	fs.StringVar(&o.session, "session", "", "only calls of this session `ID`")
+	fs.StringVar(&o.agent, "agent", "", "only calls of this agent `IDENTITY`")
+	fs.StringVar(&o.tool, "tool", "", "only calls of this exposed tool `NAME`")
+	fs.StringVar(&o.decision, "decision", "", "only calls with this recorded decision (allow or deny)")
+	fs.StringVar(&o.since, "since", "", "only calls at or after this `TIME` (RFC 3339)")
+	fs.StringVar(&o.until, "until", "", "only calls before this `TIME` (RFC 3339)")
+}
+
+func (o *replayOptions) options() (replay.Options, error) {
+	opts := replay.Options{Policies: o.policies, WhatIf: o.whatIf, Unverified: o.unverified,
+		Filter: replay.Filter{Session: o.session, Agent: o.agent, Tool: o.tool, Decision: o.decision}}
+	switch o.decision {
+	case "", "allow", "deny":
+	default:
+		return opts, ui.Errorf(ui.ExitUsage, "--decision %q: want allow or deny", o.decision)
+	}
+	for _, t := range []struct {
+		flag, v string
+		dst     *time.Time
+	}{{"--since", o.since, &opts.Filter.Since}, {"--until", o.until, &opts.Filter.Until}} {
+		if t.v == "" {
+			continue
+		}
+		v, err := time.Parse(time.RFC3339Nano, t.v)
+		if err != nil {
+			return opts, ui.Errorf(ui.ExitUsage, "%s %q: want an RFC 3339 time such as 2026-11-30T01:00:00Z", t.flag, t.v)
+		}
+		*t.dst = v
+	}
+	vo := verifyChainOptions{Keys: o.keys}
+	keys, err := vo.loadKeys()
+	if err != nil {
+		return opts, err
+	}
+	opts.Verify.Keys = keys
+	for _, f := range o.checkpoints {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return opts, ui.Errorf(ui.ExitIO, "--checkpoint: %w", err)
+		}
+		opts.Verify.Checkpoints = append(opts.Verify.Checkpoints, b)
+	}
+	for _, path := range o.identities {
+		f, err := os.Open(path)
+		if err != nil {
+			return opts, ui.Errorf(ui.ExitIO, "--identity: %w", err)
+		}
+		ids, err := age.ParseIdentities(f)
+		f.Close()
+		if err != nil {
+			return opts, ui.Errorf(ui.ExitUsage, "--identity %s: %w", path, err).Hint("the file must hold age identities (AGE-SECRET-KEY-1...), as written by age-keygen")
+		}
+		opts.Identities = append(opts.Identities, ids...)
+	}
+	return opts, nil
+}
+
+type replayDoc struct {
+	SchemaVersion int `json:"schema_version"`
+	*replay.Report
+}
+
+func newReplayCmd(e *env) *cobra.Command {
+	o := &replayOptions{}
+	cmd := &cobra.Command{
+		Use:   "replay LOGDIR",
+		Short: "Rebuild sessions and calls from an audit log and re-check every policy decision",
+		Long: `replay verifies an audit log (as verify-chain does), then prints its
+timeline: sessions, agents, calls, upstreams and their evidence classes,
+decisions, latencies and outcomes.
+
+With --policy DIR it re-evaluates every recorded call against the bundle the
+log recorded (a bundle with another digest is refused) and reports every call
+whose recorded decision differs: proof that no decision was flipped. With
+--what-if DIR it evaluates every call against another bundle and lists the
+calls whose decision would change.
+
+A decision that depends on the call's arguments needs them: with --identity
+(an auditor's age identity) replay opens the sealed payload vault, checks each
+payload against its commitment in the log (a mismatch is tampering), and uses
+it. Without it those calls are listed as not replayable, never guessed.
+
+Exit status 30 when a decision differs, a payload was tampered with, or a
+record names a bundle without the decision's input.`,
+		Example: `  cmcp replay /var/lib/cmcp/audit
+  cmcp replay /var/lib/cmcp/audit --policy policy/ --identity auditor.key
+  cmcp replay /var/lib/cmcp/audit --what-if policy-next/ --agent alice`,
+		Args: usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts, err := o.options()
+			if err != nil {
+				return err
+			}
+			p := e.printer()
+			prog := p.Progress("reading records", 0)
+			opts.Progress = func(n int64) { prog.Add(4096) }
+			rep, err := replay.Run(cmd.Context(), args[0], opts)
+			prog.Done()
+			if err != nil {
+				return err
+			}
+			if rep.Unverified != "" {
+				p.Warnf("UNVERIFIED: the log does not verify (%s); every line below is marked", rep.Unverified)
+			}
+			if p.JSONOut {
+				if err := p.JSON(replayDoc{SchemaVersion: ui.SchemaVersion, Report: rep}); err != nil {
+					return err
+				}
+			} else {
+				printReplay(p, rep, o)
+			}
+			if rep.Findings() {
+				s := rep.Summary
+				return ui.Errorf(ui.ExitReplay, "replay found %d decision(s) that differ from the record, %d tampered payload(s), %d incomplete record(s)", s.Differs, s.Tampered, s.Incomplete)
+			}
+			return nil
+		},
+	}
+	o.AddFlags(cmd.Flags())
+	return cmd
+}
+
+func printReplay(p *ui.Printer, rep *replay.Report, o *replayOptions) {
+	mark := func(row []string) []string {
+		if rep.Unverified != "" {
+			return append([]string{"UNVERIFIED"}, row...)
+		}
+		return row
+	}
+	head := func(h ...string) []string { return mark(h) }
+	checking := len(o.policies) > 0 || o.whatIf != ""
+	if !checking {
+		var rows [][]string
+		for _, s := range rep.Sessions {
+			rows = append(rows, mark([]string{s.ID, s.Agent, s.Front, s.Client, stamp(s.Start), stamp(s.End), fmt.Sprint(s.Calls)}))
+		}
+		if len(rows) > 0 {
+			p.Table(head("SESSION", "AGENT", "FRONT", "CLIENT", "START", "END", "CALLS"), rows)
+		}
+	}
+	var rows [][]string
+	for _, c := range rep.Calls {
+		if checking && !o.all && !finding(c) {
+			continue
+		}
+		outcome := c.Outcome
+		if c.Result != "" {
+			outcome += "/" + c.Result
+		}
+		latency := ""
+		if c.LatencyMicros > 0 {
+			latency = (time.Duration(c.LatencyMicros) * time.Microsecond).String()
+		}
+		row := []string{fmt.Sprintf("%d:%d", c.Epoch, c.Index), stamp(c.Time), c.Session, c.Agent, c.Tool, c.EvidenceClass,
+			decisionWord(p, c.Decision), strings.Join(c.PolicyIDs, ","), c.Mode, outcome, latency}
+		if len(o.policies) > 0 {
+			row = append(row, checkWord(p, c.Replay))
+		}
+		if o.whatIf != "" {
+			row = append(row, checkWord(p, c.WhatIf))
+		}
+		rows = append(rows, mark(row))
+	}
+	h := []string{"RECORD", "TIME", "SESSION", "AGENT", "TOOL", "CLASS", "DECISION", "POLICIES", "MODE", "OUTCOME", "LATENCY"}
+	if len(o.policies) > 0 {
+		h = append(h, "REPLAY")
+	}
+	if o.whatIf != "" {
+		h = append(h, "WHAT-IF")
+	}
+	if len(rows) > 0 {
+		p.Table(head(h...), rows)
+	}
+	s := rep.Summary
+	line := fmt.Sprintf("%d records, %d calls", s.Records, s.Calls)
+	if len(o.policies) > 0 {
+		line += fmt.Sprintf("; replay: %d same, %d differ, %d not replayable, %d tampered, %d without a decision", s.Same, s.Differs, s.NotReplayable, s.Tampered, s.NoDecision)
+		if s.NoBundle > 0 {
+			line += fmt.Sprintf(", %d decided by a bundle not given", s.NoBundle)
+		}
+		if s.Incomplete > 0 {
+			line += fmt.Sprintf(", %d incomplete", s.Incomplete)
+		}
+	}
+	if o.whatIf != "" {
+		line += fmt.Sprintf("; what-if %s: %d would change", rep.WhatIf, s.Changes)
+	}
+	if rep.Unverified != "" {
+		line = "UNVERIFIED " + line
+	}
+	p.Printf("%s\n", line)
+}
+
+func finding(c *replay.Call) bool {
+	for _, ck := range []*replay.Check{c.Replay, c.WhatIf} {
+		if ck != nil && ck.Status != replay.StatusSame && ck.Status != replay.StatusUnchanged && ck.Status != replay.StatusNoDecision {
+			return true
+		}
+	}
+	return false
+}
+
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format("2006-01-02T15:04:05.000Z")
+}
+
+func decisionWord(p *ui.Printer, d string) string {
+	if d == "allow" {
+		return p.OK(d)
+	}
+	return p.Bad(d)
+}
+
+func checkWord(p *ui.Printer, ck *replay.Check) string {
+	if ck == nil {
+		return ""
+	}
+	switch ck.Status {
+	case replay.StatusSame, replay.StatusUnchanged:
+		return p.OK(ck.Status)
+	case replay.StatusDiffers, replay.StatusTampered, replay.StatusIncomplete:
+		return p.Bad(ck.Status + ": " + ck.Reason)
+	case replay.StatusChanges:
+		return p.Warn(ck.Status + " to " + ck.Decision + " (" + strings.Join(ck.PolicyIDs, ",") + ")")
+	}
+	return p.Warn(ck.Status)
+}

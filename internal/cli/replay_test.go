@@ -1,0 +1,128 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"filippo.io/age"
+
+	"github.com/confidential-mcp/cmcp/internal/policy"
+	"github.com/confidential-mcp/cmcp/internal/ui"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+)
+
+// replayLog writes a small log as the gateway would: decided by the real
+// engine with examples/policy/path-guard, payloads sealed to id. flip
+// records the opposite decision for that call.
+func replayLog(t *testing.T, id *age.X25519Identity, flip int) string {
+	t.Helper()
+	const bundleDir = "../../examples/policy/path-guard"
+	b, err := policy.Load(context.Background(), bundleDir, policy.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, key, _ := ed25519.GenerateKey(rand.Reader)
+	dir := t.TempDir()
+	w, err := auditlog.Open(dir, auditlog.Options{Key: key, PolicyDigest: b.Digest(), PolicyMode: "enforcing",
+		Recipients: []string{id.Recipient().String()}, Vault: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := policy.NewEngine(b, policy.Enforcing, nil)
+	ctx := context.Background()
+	w.Append(ctx, &auditlog.Session{ID: "s1", Event: "start", Agent: "alice", Front: "http"})
+	for i, path := range []string{"/srv/data/a", "/etc/passwd", "/srv/data/b"} {
+		args := []byte(`{"path":"` + path + `"}`)
+		c := policy.Call{Agent: "alice", Session: "s1", Tool: "fs__read_file", ToolName: "read_file", Upstream: "fs", EvidenceClass: "spawn-measured", Arguments: args}
+		o := eng.DecideCall(c)
+		rec := &auditlog.Call{Session: "s1", Agent: "alice", Tool: c.Tool, Upstream: "fs", UpstreamTool: c.ToolName, EvidenceClass: c.EvidenceClass,
+			Args: w.Commit(args), Decision: o.Effect(), PolicyIDs: o.PolicyIDs, PolicyMode: string(o.Mode), PolicyBundle: o.Bundle,
+			Outcome: auditlog.OutcomeForwarded, PolicyInput: o.Input()}
+		if o.Refuse {
+			rec.Outcome = auditlog.OutcomeRefused
+		}
+		if i == flip {
+			rec.Decision = "allow"
+		}
+		rc, err := w.Append(ctx, rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !o.Refuse {
+			w.Append(ctx, &auditlog.Result{Call: rc.Index, Session: "s1", Outcome: auditlog.ResultOK, LatencyMicros: 1500})
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func run(args ...string) (string, string, int) {
+	var out, errb bytes.Buffer
+	code := Main(args, strings.NewReader(""), &out, &errb)
+	return out.String(), errb.String(), code
+}
+
+func TestReplayCommand(t *testing.T) {
+	id, _ := age.GenerateX25519Identity()
+	idFile := filepath.Join(t.TempDir(), "auditor.key")
+	if err := os.WriteFile(idFile, []byte(id.String()+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const bundle = "../../examples/policy/path-guard"
+	log := replayLog(t, id, -1)
+
+	out, errs, code := run("replay", log)
+	if code != 0 || !strings.Contains(out, "fs__read_file") || !strings.Contains(out, "fs-path-outside-data") || !strings.Contains(out, "forwarded/ok") || !strings.Contains(out, "4 calls") && !strings.Contains(out, "3 calls") {
+		t.Fatalf("timeline: code %d\n%s\n%s", code, out, errs)
+	}
+
+	out, errs, code = run("replay", log, "--policy", bundle)
+	if code != 0 || !strings.Contains(out, "0 same, 0 differ, 3 not replayable") {
+		t.Fatalf("without identity: code %d\n%s\n%s", code, out, errs)
+	}
+	out, errs, code = run("replay", log, "--policy", bundle, "--identity", idFile)
+	if code != 0 || !strings.Contains(out, "3 same, 0 differ, 0 not replayable") {
+		t.Fatalf("with identity: code %d\n%s\n%s", code, out, errs)
+	}
+
+	out, errs, code = run("-o", "json", "replay", log, "--policy", bundle, "--identity", idFile, "--decision", "deny")
+	var doc struct {
+		SchemaVersion int `json:"schema_version"`
+		Calls         []struct {
+			Decision string   `json:"decision"`
+			Policies []string `json:"policy_ids"`
+			Replay   struct{ Status string }
+		} `json:"calls"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &doc) != nil || doc.SchemaVersion != ui.SchemaVersion || len(doc.Calls) != 1 || doc.Calls[0].Replay.Status != "same" {
+		t.Fatalf("json: code %d\n%s\n%s", code, out, errs)
+	}
+
+	flipped := replayLog(t, id, 1)
+	out, errs, code = run("replay", flipped, "--policy", bundle, "--identity", idFile)
+	if code != ui.ExitReplay || !strings.Contains(out, "differs: recorded allow by [fs-path-outside-data], replay gives deny") || !strings.Contains(errs, "1 decision(s) that differ") {
+		t.Fatalf("flipped: code %d\n%s\n%s", code, out, errs)
+	}
+
+	_, errs, code = run("replay", log, "--policy", "../../examples/policy/allow-list")
+	if code != ui.ExitMismatch || !strings.Contains(errs, "--what-if") {
+		t.Fatalf("other bundle: code %d\n%s", code, errs)
+	}
+	out, errs, code = run("replay", log, "--what-if", "../../examples/policy/allow-list", "--identity", idFile)
+	if code != 0 || !strings.Contains(out, "changes to deny") || !strings.Contains(out, "2 would change") {
+		t.Fatalf("what-if: code %d\n%s\n%s", code, out, errs)
+	}
+	_, errs, code = run("replay", log, "--decision", "maybe")
+	if code != ui.ExitUsage {
+		t.Fatalf("bad flag: code %d %s", code, errs)
+	}
+}

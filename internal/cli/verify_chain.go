@@ -1,0 +1,398 @@
+package cli
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/confidential-mcp/cmcp/internal/ui"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+)
+
+type verifyChainOptions struct {
+	Keys           []string
+	Checkpoints    []string
+	SaveCheckpoint string
+	Prove          int64
+	Epoch          int
+	Proof          string
+}
+
+func (o *verifyChainOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.StringArrayVar(&o.Keys, "key", nil, "trusted note verifier key (origin+hash+base64), or a file with one per line; repeatable")
+	fs.StringArrayVar(&o.Checkpoints, "checkpoint", nil, "signed checkpoint FILE saved earlier (detects truncation, rollback and forks); repeatable")
+	fs.StringVar(&o.SaveCheckpoint, "save-checkpoint", "", "write the newest verified checkpoint to FILE")
+	fs.Int64Var(&o.Prove, "prove", -1, "write an offline proof (c2sp.org/tlog-proof@v1) for record `N` to stdout")
+	fs.IntVar(&o.Epoch, "epoch", 0, "epoch of the record for --prove (default: the newest)")
+	fs.StringVar(&o.Proof, "proof", "", "check the offline proof in FILE (needs --key; no log needed)")
+}
+
+func newVerifyChainCmd(e *env) *cobra.Command {
+	o := &verifyChainOptions{}
+	cmd := &cobra.Command{
+		Use:   "verify-chain DIR | --proof FILE --key KEY",
+		Short: "Verify an audit log offline: canonical records, hash links, Merkle tree, signed checkpoints",
+		Long: `verify-chain verifies every epoch and segment of an audit directory: the
+canonical form of every line, sequence numbers, hash links, the RFC 6962
+tree, every checkpoint signature and root, the epoch chain, and, with
+--checkpoint, that the log extends a checkpoint saved earlier (truncation,
+rollback and fork detection).
+
+Without a checkpoint kept outside the log, truncation of the tail cannot be
+detected; verify-chain says so every time, and reports how many records
+come after the last checkpoint (the unsealed tail).
+
+On failure it names the epoch, segment file, line, byte offset and record
+index, with the expected and computed values, and exits with a code for
+the class of failure:
+  10 integrity (hash, link, sequence, tree, canonical form)   11 bad signature
+  12 untrusted key   13 truncation or rollback   14 fork   2 usage   3 I/O`,
+		Example: `  cmcp verify-chain /var/lib/cmcp/audit --key "$(cat gateway.vkey)" --save-checkpoint seen.cp
+  cmcp verify-chain /var/lib/cmcp/audit --key gateway.vkey --checkpoint seen.cp
+  cmcp verify-chain /var/lib/cmcp/audit --prove 4321 > r4321.proof
+  cmcp verify-chain --proof r4321.proof --key gateway.vkey`,
+		Args: usageArgs(cobra.MaximumNArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			keys, err := o.loadKeys()
+			if err != nil {
+				return err
+			}
+			p := e.printer()
+			if o.Proof != "" {
+				if len(args) > 0 || o.Prove >= 0 || len(o.Checkpoints) > 0 || o.SaveCheckpoint != "" {
+					return ui.Errorf(ui.ExitUsage, "--proof checks a proof on its own: give no DIR, --prove, --checkpoint or --save-checkpoint with it")
+				}
+				return runVerifyProof(p, o.Proof, keys)
+			}
+			if len(args) != 1 {
+				return ui.Errorf(ui.ExitUsage, "give the audit directory to verify (or --proof FILE)")
+			}
+			if o.Prove >= 0 {
+				return runProve(p, args[0], o, keys)
+			}
+			return runVerifyChain(p, args[0], o, keys)
+		},
+	}
+	o.AddFlags(cmd.Flags())
+	return cmd
+}
+
+// loadKeys expands --key values that name files.
+func (o *verifyChainOptions) loadKeys() ([]string, error) {
+	var out []string
+	for _, k := range o.Keys {
+		if fi, err := os.Stat(k); err == nil && fi.Mode().IsRegular() {
+			f, err := os.Open(k)
+			if err != nil {
+				return nil, ui.Errorf(ui.ExitIO, "--key %s: %w", k, err)
+			}
+			sc := bufio.NewScanner(f)
+			n := 0
+			for sc.Scan() {
+				l := strings.TrimSpace(sc.Text())
+				if l == "" || strings.HasPrefix(l, "#") {
+					continue
+				}
+				out = append(out, l)
+				n++
+			}
+			f.Close()
+			if err := sc.Err(); err != nil {
+				return nil, ui.Errorf(ui.ExitIO, "--key %s: %w", k, err)
+			}
+			if n == 0 {
+				return nil, ui.Errorf(ui.ExitUsage, "--key %s: the file holds no key", k)
+			}
+			continue
+		}
+		out = append(out, k)
+	}
+	if _, err := auditlog.ParseKeys(out); err != nil {
+		return nil, verifyErr(err)
+	}
+	return out, nil
+}
+
+// classCode maps a verification failure class to its exit code.
+func classCode(c auditlog.Class) int {
+	switch c {
+	case auditlog.ClassIntegrity:
+		return ui.ExitLogInteg
+	case auditlog.ClassSignature:
+		return ui.ExitLogSig
+	case auditlog.ClassKey:
+		return ui.ExitLogKey
+	case auditlog.ClassTruncation:
+		return ui.ExitLogTrunc
+	case auditlog.ClassFork:
+		return ui.ExitLogFork
+	case auditlog.ClassIO:
+		return ui.ExitIO
+	case auditlog.ClassUsage, auditlog.ClassNotLog:
+		return ui.ExitUsage
+	}
+	return ui.ExitFailure
+}
+
+// verifyErr gives a library error its exit code (keeping an existing one).
+func verifyErr(err error) error {
+	var ue *ui.Error
+	if errors.As(err, &ue) {
+		return err
+	}
+	var ve *auditlog.VerifyError
+	if errors.As(err, &ve) {
+		return ui.WithCode(classCode(ve.Class), err)
+	}
+	return ui.WithCode(ui.ExitIO, err)
+}
+
+type checkpointDoc struct {
+	Origin string `json:"origin"`
+	Size   int64  `json:"size"`
+	Root   string `json:"root"`
+	Note   string `json:"note"`
+}
+
+type verifyChainDoc struct {
+	SchemaVersion int                       `json:"schema_version"`
+	Status        string                    `json:"status"` // verified, failed
+	Dir           string                    `json:"dir"`
+	Epochs        []*auditlog.EpochResult   `json:"epochs"`
+	Records       int64                     `json:"records"`
+	Checkpoints   int                       `json:"checkpoints"`
+	First         *time.Time                `json:"first,omitempty"`
+	Last          *time.Time                `json:"last,omitempty"`
+	KeysTrusted   bool                      `json:"keys_trusted"`
+	Newest        *checkpointDoc            `json:"newest_checkpoint,omitempty"`
+	Unsealed      int64                     `json:"unsealed_tail"`
+	External      []*auditlog.ExternalCheck `json:"external_checkpoints"`
+	Warnings      []string                  `json:"warnings"`
+	Failure       *auditlog.VerifyError     `json:"failure,omitempty"`
+	ExitCode      int                       `json:"exit_code"`
+}
+
+func cpDoc(cp *auditlog.Checkpoint) *checkpointDoc {
+	if cp == nil {
+		return nil
+	}
+	return &checkpointDoc{Origin: cp.Origin, Size: cp.Size, Root: cp.Root.String(), Note: string(cp.Note)}
+}
+
+func runVerifyChain(p *ui.Printer, dir string, o *verifyChainOptions, keys []string) error {
+	opt := auditlog.VerifyOptions{Keys: keys}
+	for _, f := range o.Checkpoints {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return ui.Errorf(ui.ExitIO, "--checkpoint: %w", err)
+		}
+		opt.Checkpoints = append(opt.Checkpoints, b)
+	}
+	prog := p.Progress("verifying", auditlog.LogBytes(dir))
+	opt.Progress = prog.Add
+	rep, err := auditlog.Verify(dir, opt)
+	prog.Done()
+
+	var ve *auditlog.VerifyError
+	if err != nil && !errors.As(err, &ve) {
+		return ui.WithCode(ui.ExitIO, err)
+	}
+	code := ui.ExitOK
+	if ve != nil {
+		code = classCode(ve.Class)
+	}
+	if p.JSONOut {
+		doc := verifyChainDoc{SchemaVersion: ui.SchemaVersion, Status: "verified", Dir: dir, Epochs: rep.Epochs, Records: rep.Records,
+			Checkpoints: rep.Checkpoints, KeysTrusted: rep.KeysTrusted, Newest: cpDoc(rep.Newest), Unsealed: rep.Unsealed,
+			External: rep.External, Warnings: rep.Warnings, Failure: ve, ExitCode: code}
+		if doc.Epochs == nil {
+			doc.Epochs = []*auditlog.EpochResult{}
+		}
+		if doc.External == nil {
+			doc.External = []*auditlog.ExternalCheck{}
+		}
+		if doc.Warnings == nil {
+			doc.Warnings = []string{}
+		}
+		if !rep.First.IsZero() {
+			doc.First, doc.Last = &rep.First, &rep.Last
+		}
+		if ve != nil {
+			doc.Status = "failed"
+		}
+		if err := p.JSON(doc); err != nil {
+			return ui.WithCode(ui.ExitIO, err)
+		}
+	} else if ve != nil {
+		printFailure(p, ve)
+	} else {
+		printReport(p, rep)
+	}
+	if ve != nil {
+		return ui.WithCode(code, ve)
+	}
+	if o.SaveCheckpoint != "" {
+		if rep.Newest == nil {
+			return ui.Errorf(ui.ExitIO, "--save-checkpoint: the log has no checkpoint to save")
+		}
+		if err := writeFileAtomic(o.SaveCheckpoint, rep.Newest.Note); err != nil {
+			return ui.Errorf(ui.ExitIO, "--save-checkpoint: %w", err)
+		}
+		if !p.JSONOut {
+			p.Printf("Saved checkpoint %s size %d to %s\n", rep.Newest.Origin, rep.Newest.Size, o.SaveCheckpoint)
+		}
+	}
+	return nil
+}
+
+func writeFileAtomic(path string, data []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+func printReport(p *ui.Printer, rep *auditlog.Report) {
+	segs := 0
+	for _, e := range rep.Epochs {
+		segs += e.Segments
+	}
+	check := p.OK("✓")
+	warn := p.Warn("!")
+	p.Printf("Verified audit log %s\n", p.Bold(rep.Dir))
+	p.Printf("  %s %d records in %s, %s (%s to %s)\n", check, rep.Records, plural(len(rep.Epochs), "epoch"), plural(segs, "segment file"),
+		rep.First.Format(time.RFC3339), rep.Last.Format(time.RFC3339))
+	p.Printf("  %s every line is strict RFC 8785 canonical JSON; sequence numbers contiguous; hash links intact\n", check)
+	p.Printf("  %s %d checkpoints: signatures valid, Merkle roots match the records, each consistent with the one before\n", check, rep.Checkpoints)
+	if len(rep.Epochs) > 1 {
+		p.Printf("  %s epoch chain: each genesis names its predecessor's size and root, and they match\n", check)
+	}
+	if rep.KeysTrusted {
+		p.Printf("  %s every epoch is signed by a trusted key (--key)\n", check)
+	}
+	for _, x := range rep.External {
+		p.Printf("  %s consistent with the saved checkpoint %s size %d (epoch %d now has %d records)\n", check, x.Origin, x.Size, x.Epoch, x.Records)
+	}
+	rows := make([][]string, 0, len(rep.Epochs))
+	for _, e := range rep.Epochs {
+		sealed := "yes"
+		if !e.Sealed {
+			sealed = "no"
+		}
+		key := e.Key
+		if parts := strings.SplitN(key, "+", 3); len(parts) == 3 {
+			key = parts[0] + "+" + parts[1]
+		}
+		rows = append(rows, []string{fmt.Sprint(e.Epoch), key, fmt.Sprint(e.Records), fmt.Sprint(e.Checkpoints), fmt.Sprint(e.Unsealed), sealed})
+	}
+	p.Table([]string{"epoch", "signer (origin+key hash)", "records", "checkpoints", "unsealed", "sealed"}, rows)
+	for _, w := range rep.Warnings {
+		p.Printf("  %s %s\n", warn, w)
+	}
+	last := rep.Epochs[len(rep.Epochs)-1]
+	if rep.Newest != nil {
+		p.Printf("Result: %s through record %d of epoch %d (newest checkpoint: size %d, root %s)\n",
+			p.OK("VERIFIED"), rep.Newest.Size-1, last.Epoch, rep.Newest.Size, rep.Newest.Root)
+	}
+}
+
+func printFailure(p *ui.Printer, ve *auditlog.VerifyError) {
+	p.Printf("%s %s\n", p.Bad("FAIL"), p.Bold(string(ve.Class)))
+	p.Printf("  %s\n", strings.ReplaceAll(ve.Msg, "\n", "\n  "))
+	if ve.Pos.Epoch > 0 {
+		p.Printf("  epoch:     %d\n", ve.Pos.Epoch)
+	}
+	if ve.Pos.File != "" {
+		p.Printf("  file:      %s\n", ve.Pos.File)
+		if ve.Pos.Line > 0 {
+			p.Printf("  line:      %d\n", ve.Pos.Line)
+		}
+		p.Printf("  offset:    byte %d\n", ve.Pos.Offset)
+		p.Printf("  record:    %d", ve.Pos.Index)
+		if ve.Pos.Kind != "" {
+			p.Printf(" (%s)", ve.Pos.Kind)
+		}
+		p.Printf("\n")
+	}
+	if ve.Expected != "" || ve.Computed != "" {
+		p.Printf("  expected:  %s\n  computed:  %s\n", ve.Expected, ve.Computed)
+	}
+	if ve.LastGood > 0 {
+		p.Printf("  last good checkpoint: size %d (records 0-%d verified)\n", ve.LastGood, ve.LastGood-1)
+	}
+	if ve.Pos.Record != "" {
+		p.Printf("  line text: %s\n", p.Dim(ve.Pos.Record))
+	}
+}
+
+func runProve(p *ui.Printer, dir string, o *verifyChainOptions, keys []string) error {
+	if len(o.Checkpoints) > 0 || o.SaveCheckpoint != "" {
+		return ui.Errorf(ui.ExitUsage, "--prove makes a proof; run --checkpoint and --save-checkpoint separately")
+	}
+	prog := p.Progress("verifying", auditlog.LogBytes(dir))
+	pr, err := auditlog.Prove(dir, o.Epoch, o.Prove, auditlog.VerifyOptions{Keys: keys, Progress: prog.Add})
+	prog.Done()
+	if err != nil {
+		return verifyErr(err)
+	}
+	text := pr.Format()
+	if p.JSONOut {
+		return p.JSON(struct {
+			SchemaVersion int    `json:"schema_version"`
+			Index         int64  `json:"index"`
+			Proof         string `json:"proof"`
+		}{ui.SchemaVersion, pr.Index, string(text)})
+	}
+	_, err = p.Out.Write(text)
+	return err
+}
+
+func runVerifyProof(p *ui.Printer, file string, keys []string) error {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return ui.Errorf(ui.ExitIO, "--proof: %w", err)
+	}
+	res, err := auditlog.VerifyProof(b, keys)
+	if err != nil {
+		var ve *auditlog.VerifyError
+		if errors.As(err, &ve) && ve.Class == auditlog.ClassUsage {
+			return ui.WithCode(ui.ExitUsage, err)
+		}
+		if p.JSONOut {
+			p.JSON(struct {
+				SchemaVersion int                   `json:"schema_version"`
+				Status        string                `json:"status"`
+				Failure       *auditlog.VerifyError `json:"failure"`
+			}{ui.SchemaVersion, "failed", ve})
+		}
+		return verifyErr(err)
+	}
+	if p.JSONOut {
+		return p.JSON(struct {
+			SchemaVersion int            `json:"schema_version"`
+			Status        string         `json:"status"`
+			Index         int64          `json:"index"`
+			Kind          string         `json:"kind"`
+			Checkpoint    *checkpointDoc `json:"checkpoint"`
+			Record        string         `json:"record"`
+		}{ui.SchemaVersion, "verified", res.Index, string(res.Kind), cpDoc(res.Checkpoint), string(res.Record)})
+	}
+	p.Printf("%s record %d (%s) is included in %s at tree size %d\n", p.OK("✓"), res.Index, res.Kind, res.Checkpoint.Origin, res.Checkpoint.Size)
+	p.Printf("  checkpoint signed by a trusted key; root %s\n", res.Checkpoint.Root)
+	p.Printf("  record: %s\n", string(res.Record))
+	return nil
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return fmt.Sprintf("%d %s", n, word)
+	}
+	return fmt.Sprintf("%d %ss", n, word)
+}

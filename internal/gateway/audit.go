@@ -1,0 +1,63 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+
+	"github.com/confidential-mcp/cmcp/internal/upstream"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/digest"
+)
+
+// StdioHooks returns the hooks that record a stdio upstream's spawns
+// (started or refused), exits and stderr byte counts in the audit log, and
+// send its stderr lines to logger. A spawn that cannot be recorded is
+// refused: no child runs unrecorded.
+func StdioHooks(log AuditLog, logger *slog.Logger) upstream.Hooks {
+	return upstream.Hooks{
+		Log: logger,
+		Spawn: func(ev upstream.SpawnEvent) error {
+			rec := &auditlog.Spawn{Upstream: ev.Upstream, Session: ev.Session, Shared: ev.SessionShare == "shared", Path: ev.Path,
+				MeasureTarget: ev.MeasurePath, Digest: ev.Digest, Pin: ev.Pin, EvidenceClass: ev.Class, PID: int64(ev.PID), Outcome: "started", Reason: ev.Reason}
+			if ev.MeasurePath != "" {
+				// The record names the measure target; its digest and pin are
+				// in the reason so that one record says everything.
+				if ev.MeasureDig.IsZero() {
+					rec.Reason = joinReason(rec.Reason, "measure target "+ev.MeasurePath+" not measured")
+				} else {
+					rec.Reason = joinReason(rec.Reason, "measure target digest "+ev.MeasureDig.String()+" pin "+ev.MeasurePin.String())
+				}
+			}
+			if b, err := json.Marshal(ev.Args); err == nil {
+				rec.ArgvDigest = digest.Bytes(b)
+			}
+			if ev.Refused {
+				rec.Outcome = "refused"
+				if rec.EvidenceClass == "" {
+					rec.EvidenceClass = "none"
+				}
+			}
+			_, err := log.Append(context.Background(), rec)
+			return err
+		},
+		Exit: func(ev upstream.ExitEvent) {
+			rec := &auditlog.Spawn{Upstream: ev.Upstream, Session: ev.Session, EvidenceClass: "none", PID: int64(ev.PID), Outcome: "exited",
+				ExitCode: int64(ev.ExitCode), Signal: ev.Signal, Reason: ev.Fault}
+			if _, err := log.Append(context.Background(), rec); err != nil && logger != nil {
+				logger.Error("record child exit", "upstream", ev.Upstream, "err", err)
+			}
+			srec := &auditlog.Stderr{Upstream: ev.Upstream, Session: ev.Session, Bytes: ev.StderrBytes, Lines: ev.StderrLines, Dropped: ev.Dropped}
+			if _, err := log.Append(context.Background(), srec); err != nil && logger != nil {
+				logger.Error("record child stderr", "upstream", ev.Upstream, "err", err)
+			}
+		},
+	}
+}
+
+func joinReason(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
+}

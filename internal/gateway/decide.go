@@ -1,0 +1,76 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/confidential-mcp/cmcp/pkg/digest"
+)
+
+// Policy modes a Decision can carry. ModeNone is the gateway's own default
+// (no policy configured: every call is allowed, and recorded as such).
+const (
+	ModeNone      = "none"
+	ModeEnforcing = "enforcing"
+	ModeAdvisory  = "advisory"
+	ModeSilent    = "silent"
+)
+
+// SessionInfo describes the agent session a request belongs to.
+type SessionInfo struct {
+	ID            string
+	Front         string // "http" or "stdio"
+	ClientName    string
+	ClientVersion string
+}
+
+// DecisionRequest is what a Decider is asked about one tools/call.
+type DecisionRequest struct {
+	Principal     string          // authenticated agent identity
+	Tool          string          // exposed tool name
+	UpstreamTool  string          // the upstream's own tool name
+	Upstream      string          // upstream name
+	EvidenceClass string          // the upstream's evidence class
+	Args          json.RawMessage // arguments as the agent sent them
+	Session       SessionInfo
+}
+
+// Decision is a Decider's answer. Its fields go into the call record as they
+// are. A call is refused when Effect is "deny" and Mode is "enforcing" (or
+// any mode other than advisory and silent, which record and forward).
+type Decision struct {
+	Effect    string   // "allow" or "deny"
+	PolicyIDs []string // the policies that determined the effect
+	Mode      string   // ModeNone, ModeEnforcing, ModeAdvisory, ModeSilent
+	Bundle    digest.Digest
+	Reason    string // shown to the agent on a refusal
+}
+
+// Refuses reports whether the decision stops the call.
+func (d Decision) Refuses() bool {
+	return d.Effect != "allow" && d.Mode != ModeAdvisory && d.Mode != ModeSilent
+}
+
+// Decider decides every tools/call. The policy engine implements it; the
+// gateway's default is AllowAll. An error refuses the call (fail closed).
+type Decider interface {
+	Decide(ctx context.Context, req DecisionRequest) (Decision, error)
+}
+
+// AllowAll is the decider used when no policy is configured: it allows every
+// call and says so in the call record (mode "none", decision "allow").
+type AllowAll struct{}
+
+// Decide implements Decider.
+func (AllowAll) Decide(context.Context, DecisionRequest) (Decision, error) {
+	return Decision{Effect: "allow", Mode: ModeNone}, nil
+}
+
+// ListFilter chooses which tools an agent sees in tools/list. The policy
+// engine implements it (action list_tools); nil shows every catalog tool.
+// Filtering the list never replaces deciding the call.
+type ListFilter interface {
+	FilterTools(ctx context.Context, principal string, session SessionInfo, tools []*mcp.Tool) []*mcp.Tool
+}

@@ -1,0 +1,25 @@
+package gateway
+
+import (
+	"fmt"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+)
+
+// JSON-RPC error codes of gateway faults. They are stable: agents and tests
+// may rely on them. Upstream errors are passed through with their own codes.
+const (
+	CodeUnknownTool         = -32060 // the tool is not in this gateway's catalog
+	CodeDenied              = -32061 // the policy denied the call
+	CodeUpstreamUnavailable = -32062 // the upstream could not be started or reached (digest mismatch, exit at start, ...)
+	CodeAuditUnavailable    = -32063 // the audit log could not record the call: refused, never run unrecorded
+	CodeKillSwitch          = -32064 // an operator engaged the kill switch
+	CodeToolDrifted         = -32065 // the tool's definition no longer matches its pin
+	CodeUpstreamTimeout     = -32066 // the upstream did not answer within the per-call timeout
+	CodeUpstreamFailed      = -32067 // the upstream died or broke the protocol during the call
+	CodeShuttingDown        = -32068 // the gateway is shutting down
+)
+
+func fault(code int, format string, args ...any) *jsonrpc.Error {
+	return &jsonrpc.Error{Code: int64(code), Message: "cmcp: " + fmt.Sprintf(format, args...)}
+}

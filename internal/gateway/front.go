@@ -1,0 +1,180 @@
+package gateway
+
+import (
+	"context"
+	"crypto/x509/pkix"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/confidential-mcp/cmcp/pkg/digest"
+)
+
+// Token maps a bearer token, stored only as its SHA-256 digest, to an agent
+// identity.
+type Token struct {
+	Digest   digest.Digest
+	Identity string
+}
+
+// TokenDigest is how a bearer token is stored in the configuration.
+func TokenDigest(token string) digest.Digest { return digest.Bytes([]byte(token)) }
+
+// HTTPOptions configures the Streamable HTTP front end.
+type HTTPOptions struct {
+	// Tokens are the accepted bearer tokens. Empty (and no client
+	// certificates): development mode, every request is AnonymousIdentity;
+	// CheckListen then allows loopback addresses only.
+	Tokens []Token
+	// ClientCerts accepts a verified TLS client certificate (mutual TLS) as
+	// authentication; its subject is the identity.
+	ClientCerts bool
+	// SessionTimeout ends sessions idle for this long, stopping their
+	// children (0: 10 minutes; negative: never).
+	SessionTimeout time.Duration
+	// MaxRequestBytes bounds a request body; larger ones get 413 (0: 4 MiB).
+	MaxRequestBytes int64
+}
+
+// AnonymousIdentity is the identity of every agent when no authentication
+// is configured (loopback only).
+const AnonymousIdentity = "anonymous"
+
+type sessCtxKey struct{}
+
+// HTTPHandler returns the agent-facing MCP endpoint (mount it at /mcp): it
+// authenticates every request, binds each session to the identity that
+// opened it, and serves MCP over Streamable HTTP with idle-session reaping,
+// DNS-rebinding protection and a request size limit.
+func (g *Gateway) HTTPHandler(o HTTPOptions) http.Handler {
+	timeout := o.SessionTimeout
+	if timeout == 0 {
+		timeout = 10 * time.Minute
+	}
+	if timeout < 0 {
+		timeout = 0
+	}
+	maxBytes := o.MaxRequestBytes
+	if maxBytes <= 0 {
+		maxBytes = 4 << 20
+	}
+	probe := mcp.NewServer(&mcp.Implementation{Name: g.opts.Name, Version: g.opts.Version}, nil)
+	sdk := mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
+		if s, ok := r.Context().Value(sessCtxKey{}).(*session); ok {
+			return s.srv
+		}
+		if id := r.Header.Get("Mcp-Session-Id"); id != "" {
+			if s := g.sessionByID(id); s != nil {
+				return s.srv
+			}
+		}
+		return probe
+	}, &mcp.StreamableHTTPOptions{
+		SessionTimeout:      timeout,
+		MaxRequestBodyBytes: maxBytes,
+		Logger:              g.logger,
+	})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		who, err := authenticate(r, o)
+		if err != nil {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="cmcp"`)
+			http.Error(w, "cmcp: "+err.Error(), http.StatusUnauthorized)
+			return
+		}
+		if id := r.Header.Get("Mcp-Session-Id"); id != "" {
+			if s := g.sessionByID(id); s != nil && s.principal != who {
+				http.Error(w, "cmcp: this session belongs to another identity; open your own session", http.StatusForbidden)
+				return
+			}
+		} else if r.Method == http.MethodPost {
+			if g.closing.Load() {
+				http.Error(w, "cmcp: the gateway is shutting down", http.StatusServiceUnavailable)
+				return
+			}
+			s := g.newSession(who, "http")
+			r = r.WithContext(context.WithValue(r.Context(), sessCtxKey{}, s))
+		}
+		sdk.ServeHTTP(w, r)
+	})
+}
+
+// authenticate returns the identity of the request's agent.
+func authenticate(r *http.Request, o HTTPOptions) (string, error) {
+	if h := r.Header.Get("Authorization"); h != "" {
+		scheme, tok, ok := strings.Cut(h, " ")
+		if !ok || !strings.EqualFold(scheme, "bearer") || tok == "" {
+			return "", errors.New("the Authorization header must be \"Bearer <token>\"")
+		}
+		got := TokenDigest(strings.TrimSpace(tok))
+		who := ""
+		// Compare against every token, in constant time, without an early
+		// exit.
+		for _, t := range o.Tokens {
+			if got.Equal(t.Digest) && who == "" {
+				who = t.Identity
+			}
+		}
+		if who == "" {
+			return "", errors.New("the bearer token is not valid for this gateway")
+		}
+		return who, nil
+	}
+	if o.ClientCerts && r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.VerifiedChains[0]) > 0 {
+		return CertIdentity(r.TLS.VerifiedChains[0][0].Subject), nil
+	}
+	if len(o.Tokens) == 0 && !o.ClientCerts {
+		return AnonymousIdentity, nil
+	}
+	return "", errors.New("authentication required: send \"Authorization: Bearer <token>\" or a client certificate")
+}
+
+// CertIdentity is the identity of a client certificate subject.
+func CertIdentity(subject pkix.Name) string { return "cert:" + subject.String() }
+
+// CheckListen refuses to listen on a non-loopback address without any
+// authentication configured.
+func CheckListen(addr string, authenticated bool) error {
+	if authenticated {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("listen address %q: %w", addr, err)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	ip := net.ParseIP(host)
+	if ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("refusing to listen on %s without authentication: configure bearer tokens (or mutual TLS) for the MCP endpoint, or listen on a loopback address such as 127.0.0.1", addr)
+	}
+	return nil
+}
+
+func (g *Gateway) sessionByID(id string) *session {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.byID[id]
+}
+
+// ServeStdio serves one agent session over in and out (cmcp serve --stdio:
+// the agent spawned cmcp). It returns when the agent closes its end or ctx
+// ends, after the session's children are stopped.
+func (g *Gateway) ServeStdio(ctx context.Context, in io.ReadCloser, out io.WriteCloser, identity string) error {
+	if identity == "" {
+		identity = AnonymousIdentity
+	}
+	s := g.newSession(identity, "stdio")
+	err := s.srv.Run(ctx, &mcp.IOTransport{Reader: in, Writer: out})
+	s.end("agent closed the stdio connection")
+	if err != nil && (errors.Is(err, io.EOF) || errors.Is(err, context.Canceled)) {
+		return nil
+	}
+	return err
+}

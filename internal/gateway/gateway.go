@@ -1,0 +1,383 @@
+// Package gateway is cmcp serve: the MCP front ends (Streamable HTTP and
+// stdio) that agents talk to, their authentication and sessions, the catalog
+// of upstream tools, the call pipeline (route, decide, record durably,
+// forward, record the result) and faithful forwarding of everything else MCP
+// carries between an agent and its upstreams.
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"golang.org/x/sync/singleflight"
+
+	"github.com/confidential-mcp/cmcp/internal/catalog"
+	"github.com/confidential-mcp/cmcp/internal/upstream"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/digest"
+)
+
+// AuditLog is what the gateway needs from the audit log writer.
+// *auditlog.Writer implements it.
+type AuditLog interface {
+	Append(ctx context.Context, rec auditlog.Record) (auditlog.Receipt, error)
+	Commit(payload []byte) auditlog.Commitment
+}
+
+// UpstreamOptions configures one upstream in the gateway.
+type UpstreamOptions struct {
+	Upstream upstream.Upstream
+	// Namespaced exposes tools as "<upstream>__<tool>" (the default);
+	// false is allowed for a single upstream only.
+	Namespaced bool
+	// Shared runs one connection (child) for all sessions instead of one
+	// per session.
+	Shared bool
+	// ToolPins maps the upstream's tool names to definition digests. Nil:
+	// the definitions seen on the first connection of this run are the
+	// baseline (recorded as such), later connections are checked against it.
+	ToolPins map[string]digest.Digest
+	// DriftWarn flags drifted tools but keeps them (drift: warn); the
+	// default refuses them.
+	DriftWarn bool
+	// Transport is recorded in upstream records ("stdio", "http").
+	Transport string
+	// Class is the evidence class the configuration promises (recorded
+	// for calls refused before any connection was made).
+	Class string
+}
+
+// Options configures a Gateway.
+type Options struct {
+	Name      string // implementation name shown to agents ("cmcp")
+	Version   string
+	Upstreams []UpstreamOptions
+	Log       AuditLog
+	Decider   Decider    // nil: AllowAll
+	Filter    ListFilter // nil: no filtering
+	Logger    *slog.Logger
+	// CallTimeout bounds one forwarded tools/call (0: 5 minutes).
+	CallTimeout time.Duration
+	// Environ is the gateway's environment; children get only allowlisted
+	// variables from it.
+	Environ []string
+}
+
+// Gateway is a running cmcp gateway.
+type Gateway struct {
+	opts    Options
+	log     AuditLog
+	decider Decider
+	logger  *slog.Logger
+
+	ups   map[string]*upState
+	order []string
+
+	mu       sync.Mutex
+	catalog  *catalog.Catalog
+	caps     *mcp.ServerCapabilities
+	sessions map[*session]struct{}
+	byID     map[string]*session
+
+	killed   atomic.Bool
+	closing  atomic.Bool
+	inflight sync.WaitGroup
+	nextID   atomic.Uint64
+}
+
+// upState is the gateway's view of one upstream.
+type upState struct {
+	g    *Gateway
+	opts UpstreamOptions
+	name string
+
+	mu       sync.Mutex
+	baseline map[string]digest.Digest // approved definitions (pins or first seen)
+	tools    []*mcp.Tool              // the approved tools, upstream names
+	init     *mcp.InitializeResult
+	class    string // evidence class of the last connection
+	lastErr  error  // why the upstream is unavailable, if it is
+	loaded   bool
+
+	sf     singleflight.Group
+	shared *live // the shared connection, when Shared
+}
+
+// New builds a gateway. It does not connect to any upstream: Start does.
+func New(opts Options) (*Gateway, error) {
+	if opts.Log == nil {
+		return nil, errors.New("gateway: an audit log is required: calls are never run unrecorded")
+	}
+	if opts.Name == "" {
+		opts.Name = "cmcp"
+	}
+	if opts.CallTimeout <= 0 {
+		opts.CallTimeout = 5 * time.Minute
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	g := &Gateway{opts: opts, log: opts.Log, decider: opts.Decider, logger: opts.Logger,
+		ups: map[string]*upState{}, catalog: catalog.New(), sessions: map[*session]struct{}{}, byID: map[string]*session{}}
+	if g.decider == nil {
+		g.decider = AllowAll{}
+	}
+	for _, u := range opts.Upstreams {
+		name := u.Upstream.Name()
+		if err := catalog.CheckUpstreamName(name); err != nil {
+			return nil, err
+		}
+		if _, dup := g.ups[name]; dup {
+			return nil, fmt.Errorf("upstream %q is configured twice", name)
+		}
+		if !u.Namespaced && len(opts.Upstreams) > 1 {
+			return nil, fmt.Errorf("upstream %q: namespacing: none is only allowed with a single upstream", name)
+		}
+		st := &upState{g: g, opts: u, name: name}
+		if u.ToolPins != nil {
+			st.baseline = u.ToolPins
+		}
+		g.ups[name] = st
+		g.order = append(g.order, name)
+	}
+	return g, nil
+}
+
+// Start connects once to every upstream to learn its tools, checks them
+// against their pins and builds the catalog. An upstream that cannot be
+// started (digest mismatch, exit at start) stays in the configuration as
+// unavailable: calls to it are refused with the reason, and each call tries
+// again (re-measured). Per-session upstreams are stopped after this probe;
+// a shared one is kept.
+func (g *Gateway) Start(ctx context.Context) error {
+	for _, name := range g.order {
+		st := g.ups[name]
+		if err := st.load(ctx); err != nil {
+			g.logger.Warn("upstream unavailable", "upstream", name, "err", err)
+		}
+	}
+	g.rebuildCatalog()
+	return nil
+}
+
+// load connects to the upstream (unless already loaded) and approves its
+// tools. Concurrent callers share one attempt.
+func (st *upState) load(ctx context.Context) error {
+	st.mu.Lock()
+	loaded := st.loaded
+	st.mu.Unlock()
+	if loaded {
+		return nil
+	}
+	_, err, _ := st.sf.Do("load", func() (any, error) {
+		st.mu.Lock()
+		if st.loaded {
+			st.mu.Unlock()
+			return nil, nil
+		}
+		st.mu.Unlock()
+		lv, err := st.connect(ctx, nil)
+		if err != nil {
+			st.mu.Lock()
+			st.lastErr = err
+			st.mu.Unlock()
+			return nil, err
+		}
+		st.mu.Lock()
+		st.loaded, st.lastErr = true, nil
+		if st.opts.Shared {
+			st.shared = lv
+		}
+		st.mu.Unlock()
+		if !st.opts.Shared {
+			lv.close("catalog probe done")
+		}
+		return nil, nil
+	})
+	if err == nil {
+		st.g.rebuildCatalog()
+	}
+	return err
+}
+
+// rebuildCatalog recomputes the exposed tools and the capabilities from the
+// loaded upstreams and updates every session's visible tools.
+func (g *Gateway) rebuildCatalog() {
+	cat := catalog.New()
+	caps := &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}, Logging: &mcp.LoggingCapabilities{}}
+	for _, name := range g.order {
+		st := g.ups[name]
+		st.mu.Lock()
+		tools, baseline, init := st.tools, st.baseline, st.init
+		st.mu.Unlock()
+		refused := cat.Add(name, st.opts.Namespaced, tools, baseline)
+		for _, d := range refused {
+			g.recordDrift(context.Background(), d, "refused", "")
+		}
+		if init != nil && init.Capabilities != nil {
+			uc := init.Capabilities
+			if uc.Prompts != nil {
+				if caps.Prompts == nil {
+					caps.Prompts = &mcp.PromptCapabilities{}
+				}
+				caps.Prompts.ListChanged = true
+			}
+			if uc.Resources != nil {
+				if caps.Resources == nil {
+					caps.Resources = &mcp.ResourceCapabilities{}
+				}
+				caps.Resources.ListChanged = true
+				caps.Resources.Subscribe = caps.Resources.Subscribe || uc.Resources.Subscribe
+			}
+			if uc.Completions != nil {
+				caps.Completions = &mcp.CompletionCapabilities{}
+			}
+		}
+	}
+	g.mu.Lock()
+	g.catalog, g.caps = cat, caps
+	sessions := make([]*session, 0, len(g.sessions))
+	for s := range g.sessions {
+		sessions = append(sessions, s)
+	}
+	g.mu.Unlock()
+	for _, s := range sessions {
+		s.syncTools()
+	}
+}
+
+// Catalog returns the current catalog.
+func (g *Gateway) Catalog() *catalog.Catalog {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.catalog
+}
+
+// CatalogDigest is the digest of the exposed tools and their pins.
+func (g *Gateway) CatalogDigest() digest.Digest { return g.Catalog().Digest() }
+
+// SetKillSwitch engages or clears the kill switch: while it is on, every
+// tools/call is refused (and recorded). The change is recorded first; if it
+// cannot be recorded the switch is engaged anyway (fail closed) and the
+// error returned.
+func (g *Gateway) SetKillSwitch(ctx context.Context, on bool, actor, reason string) error {
+	action := "kill_switch_off"
+	if on {
+		action = "kill_switch_on"
+	}
+	_, err := g.log.Append(ctx, &auditlog.Admin{Action: action, Actor: actor, Reason: reason})
+	if err != nil && !on {
+		return fmt.Errorf("record %s: %w", action, err)
+	}
+	g.killed.Store(on)
+	return err
+}
+
+// KillSwitch reports whether the kill switch is engaged.
+func (g *Gateway) KillSwitch() bool { return g.killed.Load() }
+
+// Sessions returns the number of live agent sessions.
+func (g *Gateway) Sessions() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.sessions)
+}
+
+// UpstreamStatus is the health of one upstream.
+type UpstreamStatus struct {
+	Name          string
+	Available     bool
+	EvidenceClass string
+	Tools         int
+	Error         string
+}
+
+// Upstreams reports the status of every upstream, by name.
+func (g *Gateway) Upstreams() []UpstreamStatus {
+	var out []UpstreamStatus
+	for _, name := range g.order {
+		st := g.ups[name]
+		st.mu.Lock()
+		s := UpstreamStatus{Name: name, Available: st.loaded && st.lastErr == nil, EvidenceClass: st.class, Tools: len(st.tools)}
+		if st.lastErr != nil {
+			s.Error = st.lastErr.Error()
+		}
+		st.mu.Unlock()
+		out = append(out, s)
+	}
+	return out
+}
+
+// Shutdown stops accepting calls, waits for in-flight calls until ctx ends,
+// then closes every session and stops every upstream.
+func (g *Gateway) Shutdown(ctx context.Context) error {
+	g.closing.Store(true)
+	done := make(chan struct{})
+	go func() { g.inflight.Wait(); close(done) }()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = fmt.Errorf("shutdown: in-flight calls still running after the drain deadline: %w", ctx.Err())
+	}
+	g.mu.Lock()
+	sessions := make([]*session, 0, len(g.sessions))
+	for s := range g.sessions {
+		sessions = append(sessions, s)
+	}
+	g.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, s := range sessions {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.end("gateway shutdown") }()
+	}
+	for _, name := range g.order {
+		st := g.ups[name]
+		st.mu.Lock()
+		lv := st.shared
+		st.shared = nil
+		st.mu.Unlock()
+		if lv != nil {
+			wg.Add(1)
+			go func() { defer wg.Done(); lv.close("gateway shutdown") }()
+		}
+	}
+	wg.Wait()
+	return err
+}
+
+func (g *Gateway) recordDrift(ctx context.Context, d catalog.DriftEvent, action, session string) {
+	change := d.Kind
+	if change == catalog.DriftAdded {
+		change = "new"
+	}
+	rec := &auditlog.Drift{Upstream: d.Upstream, Tool: d.Tool, Change: change, Pin: d.Pinned, Observed: d.Got, Action: action, Session: session}
+	if _, err := g.log.Append(ctx, rec); err != nil {
+		g.logger.Error("record drift", "err", err)
+	}
+	g.logger.Warn("tool drift", "upstream", d.Upstream, "tool", d.Tool, "action", action, "detail", d.String())
+}
+
+func (g *Gateway) record(ctx context.Context, rec auditlog.Record) error {
+	_, err := g.log.Append(ctx, rec)
+	if err != nil {
+		g.logger.Error("audit append failed", "kind", rec.Kind(), "err", err)
+	}
+	return err
+}
+
+func sortedKeys[M ~map[string]V, V any](m M) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,738 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/confidential-mcp/cmcp/pkg/digest"
+)
+
+func TestCallThroughGateway(t *testing.T) {
+	h := newHarness(t, hconf{})
+	cs := h.connect("", nil)
+	ctx := context.Background()
+
+	lt, err := cs.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tl := range lt.Tools {
+		names = append(names, tl.Name)
+	}
+	for _, want := range []string{"t__echo", "t__fail", "t__hang"} {
+		if !slices.Contains(names, want) {
+			t.Fatalf("tools/list = %v, missing %s", names, want)
+		}
+	}
+
+	res, err := call(t, cs, "t__echo", map[string]any{"text": "hi"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := firstText(res); got != "echo: hi" {
+		t.Fatalf("echo = %q", got)
+	}
+	if sc, _ := json.Marshal(res.StructuredContent); string(sc) != `{"echoed":"hi"}` {
+		t.Fatalf("structuredContent = %s", sc)
+	}
+	if res.Meta["child"] != "meta" {
+		t.Fatalf("_meta not forwarded: %v", res.Meta)
+	}
+
+	res, err = call(t, cs, "t__fail", nil)
+	if err != nil || !res.IsError || firstText(res) != "it failed as asked" {
+		t.Fatalf("fail: res=%+v err=%v", res, err)
+	}
+
+	_, err = call(t, cs, "t__rpcerr", nil)
+	if wireCode(err) != 4242 || !strings.Contains(err.Error(), "custom upstream error") {
+		t.Fatalf("upstream error not forwarded as sent: %v", err)
+	}
+
+	rs := h.records()
+	calls, results := kinds(rs, "call"), kinds(rs, "result")
+	if len(calls) != 3 || len(results) != 3 {
+		t.Fatalf("want 3 call and 3 result records, got %d and %d", len(calls), len(results))
+	}
+	c0 := calls[0].Body
+	if c0["tool"] != "t__echo" || c0["upstream"] != "t" || c0["upstream_tool"] != "echo" || c0["decision"] != "allow" ||
+		c0["policy_mode"] != "none" || c0["outcome"] != "forwarded" || c0["evidence_class"] != "spawn-measured" || c0["agent"] != AnonymousIdentity {
+		t.Fatalf("call record: %v", c0)
+	}
+	if c0["args"] == nil {
+		t.Fatalf("call record lacks the argument commitment: %v", c0)
+	}
+	outcomes := []any{results[0].Body["outcome"], results[1].Body["outcome"], results[2].Body["outcome"]}
+	if !slices.Equal(outcomes, []any{"ok", "is_error", "upstream_error"}) {
+		t.Fatalf("result outcomes = %v", outcomes)
+	}
+	// Each result names its call record.
+	for i, r := range results {
+		if r.Body["call"] != calls[i].Seq {
+			t.Fatalf("result %d names call %v, want %v", i, r.Body["call"], calls[i].Seq)
+		}
+	}
+	spawns := kinds(rs, "spawn")
+	if len(spawns) < 2 || spawns[0].Body["outcome"] != "started" || spawns[0].Body["evidence_class"] != "spawn-measured" {
+		t.Fatalf("spawn records: %v", spawns)
+	}
+	if len(kinds(rs, "session")) < 1 {
+		t.Fatal("no session record")
+	}
+}
+
+func TestUnknownTool(t *testing.T) {
+	h := newHarness(t, hconf{})
+	cs := h.connect("", nil)
+	for _, name := range []string{"t__nope", "nope", "other__echo"} {
+		_, err := call(t, cs, name, nil)
+		if wireCode(err) != CodeUnknownTool || !strings.Contains(err.Error(), "tools/list") {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	calls := kinds(h.records(), "call")
+	if len(calls) != 3 || calls[0].Body["outcome"] != "refused" || len(kinds(h.records(), "result")) != 0 {
+		t.Fatalf("unknown tools must be recorded as refused: %v", calls)
+	}
+}
+
+func TestAuthentication(t *testing.T) {
+	h := newHarness(t, hconf{tokens: []Token{{Digest: TokenDigest("s3cret-a"), Identity: "agent-a"}, {Digest: TokenDigest("s3cret-b"), Identity: "agent-b"}}})
+	for _, tc := range []struct{ name, tok string }{{"missing", ""}, {"wrong", "nope"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest("POST", h.url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			if tc.tok != "" {
+				req.Header.Set("Authorization", "Bearer "+tc.tok)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusUnauthorized || !bytes.Contains(body, []byte("cmcp:")) {
+				t.Fatalf("status %d body %s", resp.StatusCode, body)
+			}
+			if _, err := h.tryConnect(tc.tok, nil); err == nil {
+				t.Fatal("client connected without a valid token")
+			}
+		})
+	}
+	cs := h.connect("s3cret-a", nil)
+	if _, err := call(t, cs, "t__echo", map[string]any{"text": "x"}); err != nil {
+		t.Fatal(err)
+	}
+	calls := kinds(h.records(), "call")
+	if calls[len(calls)-1].Body["agent"] != "agent-a" {
+		t.Fatalf("identity not recorded: %v", calls[len(calls)-1].Body)
+	}
+	// Another identity cannot use agent-a's session.
+	req, _ := http.NewRequest("POST", h.url, strings.NewReader(`{"jsonrpc":"2.0","id":9,"method":"ping"}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Authorization", "Bearer s3cret-b")
+	req.Header.Set("Mcp-Session-Id", cs.ID())
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("session hijack: status %d", resp.StatusCode)
+	}
+}
+
+func TestCheckListen(t *testing.T) {
+	for _, tc := range []struct {
+		addr string
+		auth bool
+		ok   bool
+	}{{"127.0.0.1:0", false, true}, {"[::1]:9", false, true}, {"localhost:1", false, true}, {"0.0.0.0:9", false, false}, {"10.1.2.3:9", false, false}, {"0.0.0.0:9", true, true}} {
+		err := CheckListen(tc.addr, tc.auth)
+		if (err == nil) != tc.ok {
+			t.Errorf("CheckListen(%q, %v) = %v", tc.addr, tc.auth, err)
+		}
+	}
+}
+
+// rawPost sends body to the MCP endpoint (in a fresh session unless sid).
+func rawPost(t *testing.T, url, sid string, body []byte) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", url, bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if sid != "" {
+		req.Header.Set("Mcp-Session-Id", sid)
+		req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestBadInput(t *testing.T) {
+	h := newHarness(t, hconf{})
+	cs := h.connect("", nil)
+	sid := cs.ID()
+	cases := []struct {
+		name string
+		body []byte
+		code int
+	}{
+		{"malformed JSON", []byte(`{"jsonrpc":"2.0","id":1,"method":`), http.StatusBadRequest},
+		{"non-object", []byte(`"hello"`), http.StatusBadRequest},
+		{"batch", []byte(`[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"ping"}]`), http.StatusBadRequest},
+		{"huge", append(append([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t__echo","arguments":{"text":"`), bytes.Repeat([]byte("a"), 2<<20)...), []byte(`"}}}`)...), http.StatusRequestEntityTooLarge},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, body := rawPost(t, h.url, sid, tc.body)
+			if code != tc.code {
+				t.Fatalf("status %d, want %d; body %s", code, tc.code, clip(body, 300))
+			}
+			if strings.TrimSpace(body) == "" {
+				t.Fatal("empty error body: the agent gets no reason")
+			}
+		})
+	}
+	// The session still works and nothing reached the upstream.
+	if _, err := call(t, cs, "t__echo", map[string]any{"text": "after"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(kinds(h.records(), "call")); n != 1 {
+		t.Fatalf("%d call records, want 1", n)
+	}
+}
+
+func TestDigestMismatch(t *testing.T) {
+	bad := digest.Bytes([]byte("not the binary"))
+	h := newHarness(t, hconf{pin: &bad})
+	cs := h.connect("", nil)
+	_, err := call(t, cs, "t__echo", nil)
+	if wireCode(err) != CodeUpstreamUnavailable || !strings.Contains(err.Error(), `upstream "t"`) || !strings.Contains(err.Error(), bad.String()) {
+		t.Fatalf("want upstream-unavailable naming the upstream and pin, got %v", err)
+	}
+	rs := h.records()
+	var refused int
+	for _, s := range kinds(rs, "spawn") {
+		if s.Body["outcome"] == "refused" {
+			refused++
+		}
+		if s.Body["outcome"] == "started" {
+			t.Fatal("a mismatched binary was started")
+		}
+	}
+	if refused < 2 { // at Start and again (re-measured) at the call
+		t.Fatalf("refused spawn records: %d", refused)
+	}
+	if c := kinds(rs, "call"); len(c) != 1 || c[0].Body["outcome"] != "refused" {
+		t.Fatalf("call records: %v", c)
+	}
+}
+
+func TestUnpinned(t *testing.T) {
+	var zero digest.Digest
+	t.Run("refused", func(t *testing.T) {
+		h := newHarness(t, hconf{pin: &zero})
+		cs := h.connect("", nil)
+		_, err := call(t, cs, "t__echo", nil)
+		if wireCode(err) != CodeUpstreamUnavailable || !strings.Contains(err.Error(), "no pin") {
+			t.Fatalf("got %v", err)
+		}
+	})
+	t.Run("allow_unmeasured", func(t *testing.T) {
+		h := newHarness(t, hconf{pin: &zero, unmeasured: true})
+		cs := h.connect("", nil)
+		if _, err := call(t, cs, "t__echo", nil); err != nil {
+			t.Fatal(err)
+		}
+		c := kinds(h.records(), "call")
+		if c[0].Body["evidence_class"] != "spawn-unmeasured" {
+			t.Fatalf("class %v", c[0].Body["evidence_class"])
+		}
+	})
+}
+
+func TestChildExitsAtStart(t *testing.T) {
+	h := newHarness(t, hconf{mode: "exit"})
+	cs := h.connect("", nil)
+	_, err := call(t, cs, "t__echo", nil)
+	if wireCode(err) != CodeUpstreamUnavailable || !strings.Contains(err.Error(), `upstream "t"`) {
+		t.Fatalf("got %v", err)
+	}
+	if !strings.Contains(err.Error(), "exit status 3") && !strings.Contains(err.Error(), "closed") {
+		t.Fatalf("error does not say the child exited: %v", err)
+	}
+}
+
+func pidOf(t *testing.T, cs *mcp.ClientSession, tool string) int {
+	t.Helper()
+	res, err := call(t, cs, tool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(firstText(res))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}
+
+func TestChildDiesMidCall(t *testing.T) {
+	h := newHarness(t, hconf{})
+	cs := h.connect("", nil)
+	pid1 := pidOf(t, cs, "t__pid")
+	_, err := call(t, cs, "t__crash", nil)
+	if wireCode(err) != CodeUpstreamFailed || !strings.Contains(err.Error(), `upstream "t"`) {
+		t.Fatalf("got %v", err)
+	}
+	pid2 := pidOf(t, cs, "t__pid")
+	if pid2 == pid1 {
+		t.Fatal("the dead child was not replaced")
+	}
+	rs := h.records()
+	res := kinds(rs, "result")
+	if res[1].Body["outcome"] != "upstream_error" {
+		t.Fatalf("crash result: %v", res[1].Body)
+	}
+	started := 0
+	for _, s := range kinds(rs, "spawn") {
+		if s.Body["outcome"] == "started" {
+			started++
+		}
+	}
+	if started != 3 { // probe, first session child, respawn
+		t.Fatalf("started spawns = %d, want 3", started)
+	}
+}
+
+func TestGarbageOnStdout(t *testing.T) {
+	h := newHarness(t, hconf{})
+	cs := h.connect("", nil)
+	pid1 := pidOf(t, cs, "t__pid")
+	_, err := call(t, cs, "t__garbage", nil)
+	if wireCode(err) != CodeUpstreamFailed || !strings.Contains(err.Error(), "not a JSON-RPC message") || !strings.Contains(err.Error(), "this is not") {
+		t.Fatalf("got %v", err)
+	}
+	eventually(t, 10*time.Second, func() string {
+		if pidAlive(pid1) {
+			return "desynchronised child still alive"
+		}
+		return ""
+	})
+	if pid2 := pidOf(t, cs, "t__pid"); pid2 == pid1 {
+		t.Fatal("not respawned")
+	}
+	found := false
+	for _, s := range kinds(h.records(), "spawn") {
+		if r, _ := s.Body["reason"].(string); s.Body["outcome"] == "exited" && strings.Contains(r, "not a JSON-RPC message") {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatal("the desync is not recorded")
+	}
+}
+
+func TestStderrFlood(t *testing.T) {
+	h := newHarness(t, hconf{})
+	cs := h.connect("", nil)
+	start := time.Now()
+	res, err := call(t, cs, "t__flood", nil)
+	if err != nil || firstText(res) != "flooded" {
+		t.Fatalf("flood: %v %v", res, err)
+	}
+	if _, err := call(t, cs, "t__echo", map[string]any{"text": "still"}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("32 MiB of stderr took %s", time.Since(start))
+	cs.Close()
+	eventually(t, 10*time.Second, func() string {
+		for _, r := range kinds(h.records(), "stderr") {
+			b, _ := strconv.ParseInt(r.Body["bytes"].(string), 10, 64)
+			if b >= 32<<20 {
+				if r.Body["dropped"] == nil {
+					return "no dropped count"
+				}
+				return ""
+			}
+		}
+		return "no stderr record with the byte count"
+	})
+	if n := strings.Count(h.logs.String(), "upstream stderr"); n > 2000 {
+		t.Fatalf("the gateway log got %d stderr lines: not bounded", n)
+	}
+}
+
+func TestChildIgnoresSIGTERM(t *testing.T) {
+	h := newHarness(t, hconf{mode: "ignoreterm", grace: 300 * time.Millisecond})
+	cs := h.connect("", nil)
+	pid := pidOf(t, cs, "t__pid")
+	cs.Close()
+	eventually(t, 10*time.Second, func() string {
+		if pidAlive(pid) {
+			return "child ignoring SIGTERM is still alive"
+		}
+		return ""
+	})
+	eventually(t, 5*time.Second, func() string {
+		for _, s := range kinds(h.records(), "spawn") {
+			if s.Body["outcome"] == "exited" && s.Body["pid"] == strconv.Itoa(pid) {
+				if s.Body["signal"] != "killed" {
+					return fmt.Sprintf("exit signal %v", s.Body["signal"])
+				}
+				return ""
+			}
+		}
+		return "no exit record"
+	})
+}
+
+func TestNoOrphanedGrandchildren(t *testing.T) {
+	mark := filepath.Join(t.TempDir(), "gc.pid")
+	h := newHarness(t, hconf{mode: "grandparent", env: map[string]string{"CMCP_TEST_MARK": mark}})
+	cs := h.connect("", nil)
+	pidOf(t, cs, "t__pid")
+	b, err := os.ReadFile(mark)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gc, _ := strconv.Atoi(string(b))
+	if !pidAlive(gc) {
+		t.Fatal("grandchild not running")
+	}
+	cs.Close()
+	eventually(t, 10*time.Second, func() string {
+		if pidAlive(gc) {
+			return "grandchild orphaned"
+		}
+		return ""
+	})
+}
+
+func TestHungUpstream(t *testing.T) {
+	mark := filepath.Join(t.TempDir(), "cancelled")
+	h := newHarness(t, hconf{callTimeout: 500 * time.Millisecond, env: map[string]string{"CMCP_TEST_MARK": mark}})
+	cs := h.connect("", nil)
+	_, err := call(t, cs, "t__hang", nil)
+	if wireCode(err) != CodeUpstreamTimeout {
+		t.Fatalf("got %v", err)
+	}
+	eventually(t, 5*time.Second, func() string {
+		if b, _ := os.ReadFile(mark); string(b) != "cancelled" {
+			return "the upstream was not told to cancel"
+		}
+		return ""
+	})
+	// Agent-side cancellation is passed on as well.
+	os.Remove(mark)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	_, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "t__hang", Arguments: map[string]any{}})
+	cancel()
+	if err == nil {
+		t.Fatal("cancelled call returned no error")
+	}
+	eventually(t, 5*time.Second, func() string {
+		if b, _ := os.ReadFile(mark); string(b) != "cancelled" {
+			return "agent cancellation not passed on"
+		}
+		return ""
+	})
+	eventually(t, 5*time.Second, func() string {
+		res := kinds(h.records(), "result")
+		if len(res) != 2 || res[0].Body["outcome"] != "gateway_fault" || res[1].Body["outcome"] != "cancelled" {
+			return "results: " + strconv.Itoa(len(res))
+		}
+		return ""
+	})
+}
+
+func TestAuditFailureRefusesCalls(t *testing.T) {
+	h := newHarness(t, hconf{})
+	cs := h.connect("", nil)
+	pid := pidOf(t, cs, "t__pid")
+	_ = pid
+	before := len(kinds(h.records(), "call"))
+	// The log becomes unwritable: the writer is closed under the gateway.
+	if err := h.w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	mark := filepath.Join(t.TempDir(), "never")
+	_ = mark
+	_, err := call(t, cs, "t__echo", map[string]any{"text": "must not run"})
+	if wireCode(err) != CodeAuditUnavailable || !strings.Contains(err.Error(), "refused") {
+		t.Fatalf("got %v", err)
+	}
+	if after := len(kinds(h.records(), "call")); after != before {
+		t.Fatalf("call records %d -> %d", before, after)
+	}
+}
+
+func TestToolDrift(t *testing.T) {
+	// Pins taken from the honest server.
+	h0 := newHarness(t, hconf{})
+	pins := map[string]digest.Digest{}
+	h0.g.ups["t"].mu.Lock()
+	for k, v := range h0.g.ups["t"].baseline {
+		pins[k] = v
+	}
+	h0.g.ups["t"].mu.Unlock()
+
+	t.Run("refuse", func(t *testing.T) {
+		h := newHarness(t, hconf{mode: "drift", toolPins: pins})
+		cs := h.connect("", nil)
+		lt, _ := cs.ListTools(context.Background(), nil)
+		for _, tl := range lt.Tools {
+			if tl.Name == "t__echo" {
+				t.Fatal("drifted tool listed")
+			}
+		}
+		_, err := call(t, cs, "t__echo", nil)
+		if err == nil || (wireCode(err) != CodeUnknownTool && wireCode(err) != CodeToolDrifted) {
+			t.Fatalf("got %v", err)
+		}
+		if _, err := call(t, cs, "t__fail", nil); err != nil {
+			t.Fatalf("undrifted tool: %v", err)
+		}
+		var d []rec
+		for _, r := range kinds(h.records(), "drift") {
+			if r.Body["tool"] == "echo" {
+				d = append(d, r)
+			}
+		}
+		if len(d) == 0 || d[0].Body["change"] != "changed" || d[0].Body["action"] != "refused" {
+			t.Fatalf("drift records: %v", d)
+		}
+	})
+	t.Run("warn", func(t *testing.T) {
+		h := newHarness(t, hconf{mode: "drift", toolPins: pins, driftWarn: true})
+		cs := h.connect("", nil)
+		if _, err := call(t, cs, "t__echo", nil); err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, r := range kinds(h.records(), "drift") {
+			found = found || (r.Body["tool"] == "echo" && r.Body["action"] == "flagged")
+		}
+		if !found {
+			t.Fatal("no flagged drift record")
+		}
+	})
+}
+
+func TestConcurrentFirstUseStartsOneChild(t *testing.T) {
+	h := newHarness(t, hconf{})
+	cs := h.connect("", nil)
+	var wg sync.WaitGroup
+	pids := make([]int, 8)
+	for i := range pids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pids[i] = pidOf(t, cs, "t__pid")
+		}()
+	}
+	wg.Wait()
+	for _, p := range pids {
+		if p != pids[0] {
+			t.Fatalf("concurrent first calls used different children: %v", pids)
+		}
+	}
+}
+
+func TestSharedLifecycle(t *testing.T) {
+	h := newHarness(t, hconf{shared: true})
+	a, b := h.connect("", nil), h.connect("", nil)
+	if pa, pb := pidOf(t, a, "t__pid"), pidOf(t, b, "t__pid"); pa != pb {
+		t.Fatalf("shared upstream: %d vs %d", pa, pb)
+	}
+	for _, s := range kinds(h.records(), "spawn") {
+		if s.Body["outcome"] == "started" && s.Body["shared"] != true {
+			t.Fatalf("shared spawn not recorded as shared: %v", s.Body)
+		}
+	}
+}
+
+func TestChildEnvironmentHasNoSecrets(t *testing.T) {
+	environ := append(os.Environ(), "CMCP_ADMIN_TOKEN=top-secret", "AWS_SECRET_ACCESS_KEY=also-secret")
+	h := newHarness(t, hconf{environ: environ, env: map[string]string{"CONFIGURED": "yes"}})
+	cs := h.connect("", nil)
+	res, err := call(t, cs, "t__env", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := firstText(res)
+	if strings.Contains(env, "secret") {
+		t.Fatalf("a gateway secret reached the child:\n%s", env)
+	}
+	if !strings.Contains(env, "CONFIGURED=yes") || !strings.Contains(env, "PATH=") {
+		t.Fatalf("configured or allowlisted variables missing:\n%s", env)
+	}
+}
+
+func TestForwarding(t *testing.T) {
+	h := newHarness(t, hconf{})
+	var mu sync.Mutex
+	var progress []float64
+	var logs []string
+	opts := &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
+			mu.Lock()
+			defer mu.Unlock()
+			if r.Params.ProgressToken != "tok-1" {
+				logs = append(logs, "bad token")
+			}
+			progress = append(progress, r.Params.Progress)
+		},
+		LoggingMessageHandler: func(_ context.Context, r *mcp.LoggingMessageRequest) {
+			mu.Lock()
+			defer mu.Unlock()
+			logs = append(logs, r.Params.Data.(string))
+		},
+		CreateMessageHandler: func(_ context.Context, r *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+			return &mcp.CreateMessageResult{Model: "m", Role: "assistant", Content: &mcp.TextContent{Text: "sampled " + r.Params.Messages[0].Content.(*mcp.TextContent).Text}}, nil
+		},
+		ElicitationHandler: func(_ context.Context, r *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"name": "ada"}}, nil
+		},
+	}
+	cs := h.connect("", opts)
+	ctx := context.Background()
+	if err := cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "debug"}); err != nil {
+		t.Fatal(err)
+	}
+	p := &mcp.CallToolParams{Name: "t__progress", Arguments: map[string]any{}}
+	p.SetProgressToken("tok-1")
+	if _, err := cs.CallTool(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(progress) != 3 || !slices.Contains(logs, "progress done") || slices.Contains(logs, "bad token") {
+			return "progress/logs: " + strings.Join(logs, ",")
+		}
+		return ""
+	})
+	if res, err := call(t, cs, "t__sample", map[string]any{"text": "q"}); err != nil || firstText(res) != "sampled: sampled q" {
+		t.Fatalf("sampling: %v %v", firstText(res), err)
+	}
+	if res, err := call(t, cs, "t__elicit", nil); err != nil || firstText(res) != "elicited: accept ada" {
+		t.Fatalf("elicitation: %v %v", firstText(res), err)
+	}
+
+	rl, err := cs.ListResources(ctx, nil)
+	if err != nil || len(rl.Resources) != 1 || rl.Resources[0].URI != "test://static" {
+		t.Fatalf("resources/list: %v %v", rl, err)
+	}
+	rr, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "test://static"})
+	if err != nil || rr.Contents[0].Text != "static text" {
+		t.Fatalf("resources/read: %v %v", rr, err)
+	}
+	tl, err := cs.ListResourceTemplates(ctx, nil)
+	if err != nil || len(tl.ResourceTemplates) != 1 {
+		t.Fatalf("templates: %v %v", tl, err)
+	}
+	rr, err = cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "test://item/7"})
+	if err != nil || rr.Contents[0].Text != "item test://item/7" {
+		t.Fatalf("template read: %v %v", rr, err)
+	}
+	pl, err := cs.ListPrompts(ctx, nil)
+	if err != nil || len(pl.Prompts) != 1 || pl.Prompts[0].Name != "t__greet" {
+		t.Fatalf("prompts/list: %v %v", pl, err)
+	}
+	gp, err := cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: "t__greet", Arguments: map[string]string{"who": "bob"}})
+	if err != nil || gp.Messages[0].Content.(*mcp.TextContent).Text != "hello bob" {
+		t.Fatalf("prompts/get: %v %v", gp, err)
+	}
+	cr, err := cs.Complete(ctx, &mcp.CompleteParams{Ref: &mcp.CompleteReference{Type: "ref/prompt", Name: "t__greet"}, Argument: mcp.CompleteParamsArgument{Name: "who", Value: "bo"}})
+	if err != nil || len(cr.Completion.Values) != 1 || cr.Completion.Values[0] != "bo-done" {
+		t.Fatalf("complete: %v %v", cr, err)
+	}
+}
+
+func TestStdioFront(t *testing.T) {
+	h := newHarness(t, hconf{})
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	done := make(chan error, 1)
+	go func() { done <- h.g.ServeStdio(context.Background(), inR, outW, "local-user") }()
+	c := mcp.NewClient(&mcp.Implementation{Name: "stdio-agent", Version: "1"}, nil)
+	cs, err := c.Connect(context.Background(), &mcp.IOTransport{Reader: outR, Writer: inW}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := call(t, cs, "t__echo", map[string]any{"text": "via stdio"})
+	if err != nil || firstText(res) != "echo: via stdio" {
+		t.Fatalf("%v %v", firstText(res), err)
+	}
+	cs.Close()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("ServeStdio: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("ServeStdio did not return after the agent disconnected")
+	}
+	calls := kinds(h.records(), "call")
+	if calls[0].Body["agent"] != "local-user" || !strings.HasPrefix(calls[0].Body["session"].(string), "stdio-") {
+		t.Fatalf("call record: %v", calls[0].Body)
+	}
+	ended := false
+	for _, s := range kinds(h.records(), "session") {
+		ended = ended || s.Body["event"] == "end"
+	}
+	if !ended {
+		t.Fatal("no session end record")
+	}
+}
+
+type denyTool struct{ tool string }
+
+func (d denyTool) Decide(_ context.Context, r DecisionRequest) (Decision, error) {
+	if r.Tool == d.tool {
+		return Decision{Effect: "deny", Mode: ModeEnforcing, PolicyIDs: []string{"p1"}, Reason: "not today"}, nil
+	}
+	return Decision{Effect: "allow", Mode: ModeEnforcing, PolicyIDs: []string{"p0"}}, nil
+}
+
+func TestDeciderSeam(t *testing.T) {
+	h := newHarness(t, hconf{decider: denyTool{"t__echo"}})
+	cs := h.connect("", nil)
+	_, err := call(t, cs, "t__echo", nil)
+	if wireCode(err) != CodeDenied || !strings.Contains(err.Error(), "not today") {
+		t.Fatalf("got %v", err)
+	}
+	if _, err := call(t, cs, "t__fail", nil); err != nil {
+		t.Fatal(err)
+	}
+	calls := kinds(h.records(), "call")
+	if calls[0].Body["decision"] != "deny" || calls[0].Body["outcome"] != "refused" || calls[0].Body["policy_mode"] != "enforcing" {
+		t.Fatalf("deny record: %v", calls[0].Body)
+	}
+	if len(kinds(h.records(), "result")) != 1 {
+		t.Fatal("a refused call got a result record")
+	}
+}

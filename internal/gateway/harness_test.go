@@ -1,0 +1,292 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/confidential-mcp/cmcp/internal/upstream"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/digest"
+)
+
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(childEnv); mode != "" {
+		runChild(mode)
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// selfDigest is the pin of the test binary, which is also the upstream.
+func selfDigest(t testing.TB) (string, digest.Digest) {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, d, err := digest.OpenFile(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	return exe, d
+}
+
+type hconf struct {
+	mode        string
+	name        string
+	pin         *digest.Digest // nil: the right pin
+	unmeasured  bool
+	shared      bool
+	flat        bool
+	toolPins    map[string]digest.Digest
+	driftWarn   bool
+	tokens      []Token
+	callTimeout time.Duration
+	grace       time.Duration
+	env         map[string]string
+	environ     []string
+	decider     Decider
+	noStart     bool
+}
+
+type harness struct {
+	t    *testing.T
+	dir  string
+	w    *auditlog.Writer
+	g    *Gateway
+	srv  *httptest.Server
+	url  string
+	exe  string
+	logs *strings.Builder
+}
+
+func newHarness(t *testing.T, c hconf) *harness {
+	t.Helper()
+	if c.mode == "" {
+		c.mode = "server"
+	}
+	if c.name == "" {
+		c.name = "t"
+	}
+	exe, d := selfDigest(t)
+	pin := d
+	if c.pin != nil {
+		pin = *c.pin
+	}
+	dir := t.TempDir()
+	_, key, _ := ed25519.GenerateKey(rand.Reader)
+	w, err := auditlog.Open(dir, auditlog.Options{Key: key, Durability: auditlog.DurabilityGroup, Gateway: auditlog.GatewayInfo{Version: "test", Platform: "software"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &strings.Builder{}
+	logger := slog.New(slog.NewTextHandler(&lockedWriter{b: logs}, nil))
+	env := map[string]string{childEnv: c.mode}
+	for k, v := range c.env {
+		env[k] = v
+	}
+	spec := upstream.StdioSpec{Name: c.name, Command: exe, Pin: pin, AllowUnmeasured: c.unmeasured, Env: env, StopGrace: c.grace}
+	share := "per-session"
+	if c.shared {
+		share = "shared"
+	}
+	environ := c.environ
+	if environ == nil {
+		environ = os.Environ()
+	}
+	up := &upstream.Stdio{Spec: spec, Environ: environ, Hooks: StdioHooks(w, logger), Share: share}
+	g, err := New(Options{Version: "test", Log: w, Logger: logger, CallTimeout: c.callTimeout, Decider: c.decider,
+		Upstreams: []UpstreamOptions{{Upstream: up, Namespaced: !c.flat, Shared: c.shared, ToolPins: c.toolPins, DriftWarn: c.driftWarn, Class: upstream.ClassSpawnMeasured}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.noStart {
+		if err := g.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", g.HTTPHandler(HTTPOptions{Tokens: c.tokens, MaxRequestBytes: 1 << 20}))
+	srv := httptest.NewServer(mux)
+	h := &harness{t: t, dir: dir, w: w, g: g, srv: srv, url: srv.URL + "/mcp", exe: exe, logs: logs}
+	t.Cleanup(func() {
+		srv.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		g.Shutdown(ctx)
+		w.Close()
+		if t.Failed() {
+			t.Logf("gateway log:\n%s", clip(logs.String(), 4000))
+		}
+	})
+	return h
+}
+
+func clip(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}
+
+type lockedWriter struct {
+	mu sync.Mutex
+	b  *strings.Builder
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.b.Len() > 1<<20 {
+		return len(p), nil
+	}
+	return l.b.Write(p)
+}
+
+type bearer struct {
+	tok  string
+	base http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.tok)
+	return b.base.RoundTrip(r)
+}
+
+// connect opens an agent session with a go-sdk client.
+func (h *harness) connect(token string, opts *mcp.ClientOptions) *mcp.ClientSession {
+	h.t.Helper()
+	cs, err := h.tryConnect(token, opts)
+	if err != nil {
+		h.t.Fatalf("connect: %v", err)
+	}
+	h.t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+func (h *harness) tryConnect(token string, opts *mcp.ClientOptions) (*mcp.ClientSession, error) {
+	hc := &http.Client{Transport: http.DefaultTransport}
+	if token != "" {
+		hc.Transport = bearer{tok: token, base: http.DefaultTransport}
+	}
+	c := mcp.NewClient(&mcp.Implementation{Name: "test-agent", Version: "1"}, opts)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	return c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: h.url, HTTPClient: hc, MaxRetries: -1}, nil)
+}
+
+func call(t *testing.T, cs *mcp.ClientSession, name string, args any) (*mcp.CallToolResult, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if args == nil {
+		args = map[string]any{}
+	}
+	return cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+}
+
+func wireCode(err error) int64 {
+	var we *jsonrpc.Error
+	if errors.As(err, &we) {
+		return we.Code
+	}
+	return 0
+}
+
+func firstText(r *mcp.CallToolResult) string {
+	if r == nil || len(r.Content) == 0 {
+		return ""
+	}
+	if tc, ok := r.Content[0].(*mcp.TextContent); ok {
+		return tc.Text
+	}
+	return ""
+}
+
+type rec struct {
+	Kind string         `json:"kind"`
+	Seq  string         `json:"seq"`
+	Body map[string]any `json:"body"`
+}
+
+// records reads every record the gateway wrote so far.
+func (h *harness) records() []rec {
+	h.t.Helper()
+	return readRecords(h.t, h.dir)
+}
+
+func readRecords(t *testing.T, dir string) []rec {
+	t.Helper()
+	var out []rec
+	files, _ := filepath.Glob(filepath.Join(dir, "*", "seg-*.jsonl"))
+	for _, f := range files {
+		fh, err := os.Open(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(fh)
+		sc.Buffer(make([]byte, 1<<20), 8<<20)
+		for sc.Scan() {
+			var r rec
+			if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			out = append(out, r)
+		}
+		fh.Close()
+	}
+	return out
+}
+
+func kinds(rs []rec, kind string) []rec {
+	var out []rec
+	for _, r := range rs {
+		if r.Kind == kind {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// eventually polls f until it returns "" or the deadline passes.
+func eventually(t *testing.T, d time.Duration, f func() string) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	msg := ""
+	for time.Now().Before(deadline) {
+		if msg = f(); msg == "" {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("condition not met after %s: %s", d, msg)
+}
+
+func pidAlive(pid int) bool {
+	// Signal 0 checks existence; a zombie is not alive for us.
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	f := strings.Fields(string(b))
+	return len(f) > 2 && f[2] != "Z"
+}

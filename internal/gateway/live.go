@@ -1,0 +1,397 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/confidential-mcp/cmcp/internal/catalog"
+	"github.com/confidential-mcp/cmcp/internal/upstream"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/digest"
+)
+
+// live is one connected upstream session: a per-session child (owner set)
+// or the shared connection of an upstream (owner nil).
+type live struct {
+	st    *upState
+	owner *session
+	conn  *upstream.Conn
+
+	mu      sync.Mutex
+	allowed map[string]bool // upstream tool names usable on this connection
+	calls   map[uint64]*pending
+	tokens  map[string]*pending
+	closed  bool
+
+	nextTok atomic.Uint64
+}
+
+// pending is a forwarded request whose server-to-client traffic (progress,
+// logging, sampling, elicitation, roots) must reach the agent on the
+// request's own stream.
+type pending struct {
+	id    uint64
+	ctx   context.Context
+	s     *session
+	token any // the agent's progress token
+	upTok string
+}
+
+// connect starts a new connection to the upstream for session s (nil for the
+// catalog probe or the shared connection), checks its tools against the
+// baseline and records what happened.
+func (st *upState) connect(ctx context.Context, s *session) (*live, error) {
+	g := st.g
+	lv := &live{st: st, owner: s, calls: map[uint64]*pending{}, tokens: map[string]*pending{}}
+	if !st.opts.Shared {
+		lv.owner = s
+	}
+	sessID := ""
+	if s != nil {
+		sessID = s.id
+	}
+	client := mcp.NewClient(&mcp.Implementation{Name: g.opts.Name, Version: g.opts.Version}, &mcp.ClientOptions{
+		Capabilities:           lv.clientCaps(),
+		ResourceUpdatedHandler: lv.onResourceUpdated,
+		ToolListChangedHandler: lv.onToolsChanged,
+		PromptListChangedHandler: func(context.Context, *mcp.PromptListChangedRequest) {
+			lv.forEachSession(func(s *session) { s.notifyListChanged("prompts") })
+		},
+		ResourceListChangedHandler: func(context.Context, *mcp.ResourceListChangedRequest) {
+			lv.forEachSession(func(s *session) { s.notifyListChanged("resources") })
+		},
+	})
+	client.AddReceivingMiddleware(lv.serverRequests)
+	cctx := upstream.WithSession(ctx, sessID)
+	conn, err := st.opts.Upstream.Connect(cctx, client, upstream.ConnectOptions{Intercept: lv.intercept})
+	if err != nil {
+		g.record(ctx, &auditlog.Upstream{Name: st.name, Transport: st.transport(), EvidenceClass: st.expectedClass(), Session: sessID, Event: "failed", Reason: err.Error()})
+		return nil, err
+	}
+	lv.conn = conn
+	init := conn.Session.InitializeResult()
+	var tools []*mcp.Tool
+	for t, err := range conn.Session.Tools(ctx, nil) {
+		if err != nil {
+			conn.Close()
+			err = fmt.Errorf("upstream %q: tools/list: %w", st.name, err)
+			g.record(ctx, &auditlog.Upstream{Name: st.name, Transport: st.transport(), EvidenceClass: conn.Class, Session: sessID, Event: "failed", Reason: err.Error()})
+			return nil, err
+		}
+		tools = append(tools, t)
+	}
+	up := &auditlog.Upstream{Name: st.name, Transport: st.transport(), Endpoint: conn.Ref, EvidenceClass: conn.Class, Tools: int64(len(tools)), Session: sessID, Event: "connected"}
+	if init != nil && init.ServerInfo != nil {
+		up.ServerName, up.ServerVersion = init.ServerInfo.Name, init.ServerInfo.Version
+	}
+	if err := g.record(ctx, up); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("upstream %q: the connection could not be recorded in the audit log: %w", st.name, err)
+	}
+	lv.applyTools(ctx, tools, init, sessID)
+	return lv, nil
+}
+
+// applyTools checks tools against the upstream's baseline, records drift and
+// sets what this connection may call. On the first connection without pins
+// the tools become the baseline.
+func (lv *live) applyTools(ctx context.Context, tools []*mcp.Tool, init *mcp.InitializeResult, sessID string) {
+	st, g := lv.st, lv.st.g
+	st.mu.Lock()
+	baseline := st.baseline
+	first := baseline == nil
+	st.mu.Unlock()
+	refuse := !st.opts.DriftWarn
+	var accepted []*mcp.Tool
+	var digests map[string]digest.Digest
+	var drift []catalog.DriftEvent
+	if first {
+		accepted, digests, drift = catalog.Check(st.name, tools, nil, false)
+		// Without pins the first definitions seen are the baseline; only
+		// invalid tools are drift.
+		kept := drift[:0]
+		for _, d := range drift {
+			if d.Kind == catalog.DriftInvalid {
+				kept = append(kept, d)
+			}
+		}
+		drift = kept
+		st.mu.Lock()
+		if st.baseline == nil {
+			st.baseline = digests
+		}
+		st.mu.Unlock()
+	} else {
+		accepted, digests, drift = catalog.Check(st.name, tools, baseline, refuse)
+	}
+	for _, d := range drift {
+		action := "flagged"
+		if refuse || d.Kind == catalog.DriftInvalid {
+			action = "refused"
+		}
+		g.recordDrift(ctx, d, action, sessID)
+	}
+	allowed := map[string]bool{}
+	for _, t := range accepted {
+		allowed[t.Name] = true
+	}
+	lv.mu.Lock()
+	lv.allowed = allowed
+	lv.mu.Unlock()
+	st.mu.Lock()
+	st.class = lv.conn.Class
+	if init != nil {
+		st.init = init
+	}
+	if !st.loaded || lv.owner == nil {
+		// The probe (or the shared connection) defines what is exposed:
+		// approved tools only.
+		st.tools = accepted
+	}
+	st.mu.Unlock()
+}
+
+// allows reports whether the upstream tool may be called on this connection.
+func (lv *live) allows(tool string) bool {
+	lv.mu.Lock()
+	defer lv.mu.Unlock()
+	return lv.allowed[tool]
+}
+
+func (lv *live) close(reason string) {
+	lv.mu.Lock()
+	if lv.closed {
+		lv.mu.Unlock()
+		return
+	}
+	lv.closed = true
+	lv.mu.Unlock()
+	lv.conn.Close()
+	sessID := ""
+	if lv.owner != nil {
+		sessID = lv.owner.id
+	}
+	lv.st.g.record(context.Background(), &auditlog.Upstream{Name: lv.st.name, Transport: lv.st.transport(), EvidenceClass: lv.conn.Class, Session: sessID, Event: "disconnected", Reason: reason})
+}
+
+// dead reports why the connection is unusable, or nil.
+func (lv *live) dead() error {
+	lv.mu.Lock()
+	closed := lv.closed
+	lv.mu.Unlock()
+	if f := lv.conn.Fault(); f != nil {
+		return f
+	}
+	if closed {
+		return fmt.Errorf("upstream %q connection closed", lv.st.name)
+	}
+	return nil
+}
+
+// track registers a forwarded request and returns the progress token to
+// send upstream (nil if the agent sent none) and a release function.
+func (lv *live) track(ctx context.Context, s *session, agentToken any) (upTok any, release func()) {
+	p := &pending{id: lv.nextTok.Add(1), ctx: ctx, s: s, token: agentToken}
+	lv.mu.Lock()
+	lv.calls[p.id] = p
+	if agentToken != nil {
+		p.upTok = fmt.Sprintf("cmcp-%d", p.id)
+		lv.tokens[p.upTok] = p
+	}
+	lv.mu.Unlock()
+	release = func() {
+		lv.mu.Lock()
+		delete(lv.calls, p.id)
+		if p.upTok != "" {
+			delete(lv.tokens, p.upTok)
+		}
+		lv.mu.Unlock()
+	}
+	if p.upTok == "" {
+		return nil, release
+	}
+	return p.upTok, release
+}
+
+// route picks where a server-to-client message goes: the request it belongs
+// to (by progress token), else any in-flight request of this connection,
+// else the owning session outside any request.
+func (lv *live) route(tok any) (context.Context, *session) {
+	lv.mu.Lock()
+	defer lv.mu.Unlock()
+	if t, ok := tok.(string); ok {
+		if p, ok := lv.tokens[t]; ok {
+			return p.ctx, p.s
+		}
+	}
+	var best *pending
+	for _, p := range lv.calls {
+		if best == nil || p.id > best.id {
+			best = p
+		}
+	}
+	if best != nil {
+		return best.ctx, best.s
+	}
+	if lv.owner != nil {
+		return context.Background(), lv.owner
+	}
+	return nil, nil
+}
+
+func (lv *live) forEachSession(f func(*session)) {
+	if lv.owner != nil {
+		f(lv.owner)
+		return
+	}
+	g := lv.st.g
+	g.mu.Lock()
+	ss := make([]*session, 0, len(g.sessions))
+	for s := range g.sessions {
+		ss = append(ss, s)
+	}
+	g.mu.Unlock()
+	for _, s := range ss {
+		f(s)
+	}
+}
+
+// clientCaps mirrors the agent's capabilities upstream, so an upstream only
+// asks for sampling, elicitation or roots if the agent can answer.
+func (lv *live) clientCaps() *mcp.ClientCapabilities {
+	if lv.owner != nil {
+		if ss := lv.owner.downSession(); ss != nil {
+			if ip := ss.InitializeParams(); ip != nil && ip.Capabilities != nil {
+				c := *ip.Capabilities
+				return &c
+			}
+		}
+	}
+	return &mcp.ClientCapabilities{Sampling: &mcp.SamplingCapabilities{}, Elicitation: &mcp.ElicitationCapabilities{}}
+}
+
+// intercept forwards progress and logging notifications in wire order,
+// before the response they precede reaches the caller.
+func (lv *live) intercept(msg jsonrpc.Message) bool {
+	req, ok := msg.(*jsonrpc.Request)
+	if !ok || req.IsCall() {
+		return false
+	}
+	switch req.Method {
+	case "notifications/progress":
+		var p mcp.ProgressNotificationParams
+		if json.Unmarshal(req.Params, &p) == nil {
+			lv.onProgress(&p)
+		}
+		return true
+	case "notifications/message":
+		var p mcp.LoggingMessageParams
+		if json.Unmarshal(req.Params, &p) == nil {
+			lv.onLog(&p)
+		}
+		return true
+	}
+	return false
+}
+
+func (lv *live) onProgress(params *mcp.ProgressNotificationParams) {
+	lv.mu.Lock()
+	p := lv.tokens[fmt.Sprint(params.ProgressToken)]
+	lv.mu.Unlock()
+	if p == nil {
+		return // progress for a request that is over, or not ours
+	}
+	out := *params
+	out.ProgressToken = p.token
+	if ss := p.s.downSession(); ss != nil {
+		_ = ss.NotifyProgress(p.ctx, &out)
+	}
+}
+
+func (lv *live) onLog(params *mcp.LoggingMessageParams) {
+	ctx, s := lv.route(nil)
+	if s == nil {
+		return
+	}
+	if ss := s.downSession(); ss != nil {
+		_ = ss.Log(ctx, params)
+	}
+}
+
+func (lv *live) onResourceUpdated(ctx context.Context, req *mcp.ResourceUpdatedNotificationRequest) {
+	lv.forEachSession(func(s *session) { _ = s.srv.ResourceUpdated(context.Background(), req.Params) })
+}
+
+func (lv *live) onToolsChanged(ctx context.Context, _ *mcp.ToolListChangedRequest) {
+	go func() {
+		var tools []*mcp.Tool
+		for t, err := range lv.conn.Session.Tools(context.Background(), nil) {
+			if err != nil {
+				lv.st.g.logger.Warn("re-list tools after list_changed", "upstream", lv.st.name, "err", err)
+				return
+			}
+			tools = append(tools, t)
+		}
+		sessID := ""
+		if lv.owner != nil {
+			sessID = lv.owner.id
+		}
+		lv.applyTools(context.Background(), tools, nil, sessID)
+		if lv.owner == nil {
+			lv.st.g.rebuildCatalog()
+		} else {
+			lv.owner.syncTools()
+		}
+	}()
+}
+
+// serverRequests forwards the upstream's requests to the agent verbatim:
+// sampling, elicitation (without the client's own schema validation, which
+// rejects valid SEP-1330 schemas) and roots.
+func (lv *live) serverRequests(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		switch method {
+		case "elicitation/create", "sampling/createMessage", "roots/list":
+		default:
+			return next(ctx, method, req)
+		}
+		dctx, s := lv.route(nil)
+		if s == nil || s.downSession() == nil {
+			return nil, fault(CodeUpstreamUnavailable, "%s from upstream %q: no agent session to forward it to", method, lv.st.name)
+		}
+		ss := s.downSession()
+		switch p := req.GetParams().(type) {
+		case *mcp.ElicitParams:
+			return ss.Elicit(dctx, p)
+		case *mcp.CreateMessageWithToolsParams:
+			return ss.CreateMessageWithTools(dctx, p)
+		case *mcp.CreateMessageParams:
+			return ss.CreateMessage(dctx, p)
+		case *mcp.ListRootsParams:
+			return ss.ListRoots(dctx, p)
+		}
+		return next(ctx, method, req)
+	}
+}
+
+func (st *upState) transport() string {
+	if st.opts.Transport != "" {
+		return st.opts.Transport
+	}
+	return "stdio"
+}
+
+func (st *upState) expectedClass() string {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.class != "" {
+		return st.class
+	}
+	return st.opts.Class
+}

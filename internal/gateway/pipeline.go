@@ -1,0 +1,174 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/confidential-mcp/cmcp/internal/catalog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+)
+
+// callTool is the call pipeline: route the exposed name to an upstream
+// tool, check the kill switch, decide, reach the upstream, make the call
+// record durable, forward, and record the result. Every tools/call produces
+// exactly one call record; every forwarded call exactly one result record.
+func (s *session) callTool(ctx context.Context, req *mcp.CallToolRequest) (mcp.Result, error) {
+	g := s.g
+	g.inflight.Add(1)
+	defer g.inflight.Done()
+	start := time.Now()
+	params := req.Params
+	args := params.Arguments
+	if len(args) == 0 {
+		args = json.RawMessage("{}")
+	}
+	rec := &auditlog.Call{Session: s.id, Agent: s.principal, Tool: params.Name, Decision: auditlog.DecisionDeny, PolicyMode: ModeNone}
+	rec.Args = g.log.Commit(args)
+
+	// refuse records the call as refused and returns the fault.
+	refuse := func(err *jsonrpc.Error) (mcp.Result, error) {
+		rec.Outcome, rec.Reason = auditlog.OutcomeRefused, err.Message
+		if aerr := g.record(ctx, rec); aerr != nil {
+			return nil, fault(CodeAuditUnavailable, "the audit log cannot record calls (%v): every call is refused until an operator fixes it", aerr)
+		}
+		return nil, err
+	}
+
+	if g.closing.Load() {
+		return refuse(fault(CodeShuttingDown, "the gateway is shutting down; reconnect and retry"))
+	}
+	st, toolName, entry := s.route(params.Name)
+	if st == nil {
+		return refuse(fault(CodeUnknownTool, "unknown tool %q; call tools/list to see the tools this gateway exposes", params.Name))
+	}
+	rec.Upstream, rec.UpstreamTool, rec.EvidenceClass = st.name, toolName, st.expectedClass()
+	if g.killed.Load() {
+		return refuse(fault(CodeKillSwitch, "the kill switch is engaged: an operator has stopped all tool calls; retry when it is cleared"))
+	}
+	dec, err := g.decider.Decide(ctx, DecisionRequest{Principal: s.principal, Tool: params.Name, UpstreamTool: toolName, Upstream: st.name,
+		EvidenceClass: rec.EvidenceClass, Args: args, Session: s.info()})
+	if err != nil {
+		return refuse(fault(CodeDenied, "the policy could not decide this call (%v): refused", err))
+	}
+	rec.Decision, rec.PolicyIDs, rec.PolicyMode, rec.PolicyBundle = dec.Effect, dec.PolicyIDs, dec.Mode, dec.Bundle
+	if rec.Decision == "" {
+		rec.Decision = auditlog.DecisionDeny
+	}
+	if dec.Refuses() {
+		msg := fmt.Sprintf("denied by policy: tool %q for %q", params.Name, s.principal)
+		if dec.Reason != "" {
+			msg += ": " + dec.Reason
+		}
+		return refuse(fault(CodeDenied, "%s", msg))
+	}
+	if entry == nil {
+		// The upstream is known but its catalog is not loaded (it could not
+		// be started so far): try again, re-measured.
+		if err := st.load(ctx); err != nil {
+			return refuse(fault(CodeUpstreamUnavailable, "%v", err))
+		}
+		if _, _, entry = s.route(params.Name); entry == nil {
+			return refuse(fault(CodeUnknownTool, "unknown tool %q: upstream %q has no such tool; call tools/list to see the tools this gateway exposes", params.Name, st.name))
+		}
+	}
+	lv, err := s.upstreamFor(ctx, st.name)
+	if err != nil {
+		return refuse(fault(CodeUpstreamUnavailable, "%v", err))
+	}
+	rec.EvidenceClass = lv.conn.Class
+	if !lv.allows(toolName) {
+		return refuse(fault(CodeToolDrifted, "tool %q of upstream %q no longer matches its pinned definition and is refused; an operator must review it and update the pin (cmcp spawn-digest --tools)", toolName, st.name))
+	}
+
+	rec.Outcome = auditlog.OutcomeForwarded
+	rcpt, err := g.log.Append(ctx, rec)
+	if err != nil {
+		g.logger.Error("audit append failed; call refused", "tool", params.Name, "err", err)
+		return nil, fault(CodeAuditUnavailable, "the audit log cannot record calls (%v): the call was not forwarded; every call is refused until an operator fixes it", err)
+	}
+
+	// Forward.
+	upTok, release := lv.track(ctx, s, params.GetProgressToken())
+	cctx, cancel := context.WithTimeout(ctx, g.opts.CallTimeout)
+	res, callErr := lv.conn.Session.CallTool(cctx, &mcp.CallToolParams{
+		Meta:      withMeta(params.Meta, upTok),
+		Name:      toolName,
+		Arguments: args,
+	})
+	cancel()
+	release()
+
+	result := &auditlog.Result{Call: receiptIndex(rcpt), Session: s.id, LatencyMicros: time.Since(start).Microseconds()}
+	var out mcp.Result
+	var outErr error
+	switch {
+	case callErr == nil:
+		out = res
+		result.Outcome = auditlog.ResultOK
+		if res.IsError {
+			result.Outcome = auditlog.ResultIsError
+		}
+		if b, err := json.Marshal(res); err == nil {
+			result.Result = g.log.Commit(b)
+		}
+	case ctx.Err() != nil:
+		result.Outcome, result.Reason = auditlog.ResultCancelled, "the agent cancelled the call"
+		outErr = ctx.Err()
+	case errors.Is(cctx.Err(), context.DeadlineExceeded):
+		result.Outcome = auditlog.ResultGatewayFault
+		f := fault(CodeUpstreamTimeout, "upstream %q did not answer %q within %s; the call was cancelled upstream", st.name, toolName, g.opts.CallTimeout)
+		result.ErrorCode, result.Reason = f.Code, f.Message
+		outErr = f
+	default:
+		outErr = s.upstreamError(lv, callErr)
+		result.Outcome = auditlog.ResultUpstreamError
+		var we *jsonrpc.Error
+		if errors.As(outErr, &we) {
+			result.ErrorCode, result.Reason = we.Code, we.Message
+			if b, err := json.Marshal(we); err == nil {
+				result.Result = g.log.Commit(b)
+			}
+		}
+	}
+	if _, err := g.log.Append(context.WithoutCancel(ctx), result); err != nil {
+		g.logger.Error("audit append of a result failed", "tool", params.Name, "err", err)
+		return nil, fault(CodeAuditUnavailable, "the call ran but its result could not be recorded in the audit log (%v): the result is withheld and every further call is refused until an operator fixes the log", err)
+	}
+	return out, outErr
+}
+
+// route maps an exposed tool name to its upstream, the upstream's tool name
+// and the catalog entry. The upstream is found even when the tool is not in
+// the catalog (an upstream that could not be started yet), so that the
+// refusal can say which upstream is unavailable and why.
+func (s *session) route(name string) (*upState, string, *catalog.Entry) {
+	if e, ok := s.g.Catalog().Lookup(name); ok {
+		return s.g.ups[e.Upstream], e.Name, e
+	}
+	if len(s.g.order) == 1 {
+		st := s.g.ups[s.g.order[0]]
+		if !st.opts.Namespaced {
+			if st.isLoaded() {
+				return nil, "", nil
+			}
+			return st, name, nil
+		}
+	}
+	up, tool, ok := catalog.SplitExposed(name)
+	if !ok {
+		return nil, "", nil
+	}
+	st := s.g.ups[up]
+	if st == nil || st.isLoaded() {
+		return nil, "", nil
+	}
+	return st, tool, nil
+}
+
+func receiptIndex(r auditlog.Receipt) int64 { return r.Index }

@@ -1,0 +1,713 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/confidential-mcp/cmcp/internal/catalog"
+	"github.com/confidential-mcp/cmcp/internal/upstream"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+)
+
+// session is one agent session and its own MCP server.
+type session struct {
+	g         *Gateway
+	principal string
+	front     string
+	srv       *mcp.Server
+	id        string // set when the session initialises
+
+	down atomic.Pointer[mcp.ServerSession]
+
+	mu       sync.Mutex
+	lives    map[string]*live
+	visible  map[string]bool
+	logLevel mcp.LoggingLevel
+	resOwner map[string]string // resource URI -> upstream, from lists
+	started  bool
+
+	endOnce sync.Once
+	dummy   atomic.Uint64
+}
+
+// newSession builds the MCP server for one agent session. Nothing is
+// spawned until the session uses an upstream.
+func (g *Gateway) newSession(principal, front string) *session {
+	s := &session{g: g, principal: principal, front: front, lives: map[string]*live{}, visible: map[string]bool{}, resOwner: map[string]string{}}
+	g.mu.Lock()
+	caps := g.caps
+	g.mu.Unlock()
+	opts := &mcp.ServerOptions{
+		Capabilities: caps,
+		Logger:       g.logger,
+		// Sessions are stateful: the sessionless 2026-07-28 protocol is not
+		// offered, so modern clients fall back to initialize.
+		SupportedProtocolVersions: frontVersions(),
+	}
+	if caps.Completions != nil {
+		opts.CompletionHandler = s.complete
+	}
+	if caps.Resources != nil && caps.Resources.Subscribe {
+		opts.SubscribeHandler = s.subscribe
+		opts.UnsubscribeHandler = s.unsubscribe
+	}
+	s.srv = mcp.NewServer(&mcp.Implementation{Name: g.opts.Name, Version: g.opts.Version}, opts)
+	s.srv.AddReceivingMiddleware(s.middleware)
+	s.syncTools()
+	return s
+}
+
+func (s *session) downSession() *mcp.ServerSession { return s.down.Load() }
+
+func (s *session) info() SessionInfo {
+	si := SessionInfo{ID: s.id, Front: s.front}
+	if ss := s.downSession(); ss != nil {
+		if ip := ss.InitializeParams(); ip != nil && ip.ClientInfo != nil {
+			si.ClientName, si.ClientVersion = ip.ClientInfo.Name, ip.ClientInfo.Version
+		}
+	}
+	return si
+}
+
+// bind attaches the downstream session after initialize, records the session
+// start and arranges for its end.
+func (s *session) bind(ss *mcp.ServerSession, params *mcp.InitializeParams) {
+	s.mu.Lock()
+	if s.started {
+		s.mu.Unlock()
+		return
+	}
+	s.started = true
+	s.id = ss.ID()
+	if s.id == "" {
+		s.id = fmt.Sprintf("%s-%d", s.front, s.g.nextID.Add(1))
+	}
+	s.mu.Unlock()
+	s.down.Store(ss)
+	rec := &auditlog.Session{ID: s.id, Event: "start", Agent: s.principal, Front: s.front}
+	if params != nil {
+		rec.Protocol = params.ProtocolVersion
+		if params.ClientInfo != nil {
+			rec.ClientName, rec.ClientVersion = params.ClientInfo.Name, params.ClientInfo.Version
+		}
+	}
+	s.g.record(context.Background(), rec)
+	s.g.mu.Lock()
+	s.g.sessions[s] = struct{}{}
+	s.g.byID[s.id] = s
+	s.g.mu.Unlock()
+	go func() {
+		_ = ss.Wait()
+		s.end("agent disconnected or idle timeout")
+	}()
+}
+
+// bindLazily binds the session on its first request if initialize did not.
+func (s *session) bindLazily(req mcp.Request) {
+	if s.downSession() != nil {
+		return
+	}
+	if ss, ok := req.GetSession().(*mcp.ServerSession); ok {
+		s.bind(ss, ss.InitializeParams())
+	}
+}
+
+func frontVersions() []string {
+	var out []string
+	for _, v := range mcp.SupportedProtocolVersions() {
+		if v <= upstream.ProtocolVersion {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// end stops the session's children and records the end.
+func (s *session) end(reason string) {
+	s.endOnce.Do(func() {
+		s.g.mu.Lock()
+		delete(s.g.sessions, s)
+		if s.g.byID[s.id] == s {
+			delete(s.g.byID, s.id)
+		}
+		s.g.mu.Unlock()
+		if ss := s.downSession(); ss != nil {
+			_ = ss.Close()
+		}
+		s.mu.Lock()
+		lives := s.lives
+		s.lives = map[string]*live{}
+		id := s.id
+		s.mu.Unlock()
+		var wg sync.WaitGroup
+		for _, lv := range lives {
+			if lv.owner == s {
+				wg.Add(1)
+				go func() { defer wg.Done(); lv.close("session ended") }()
+			}
+		}
+		wg.Wait()
+		if id != "" {
+			s.g.record(context.Background(), &auditlog.Session{ID: id, Event: "end", Agent: s.principal, Front: s.front, Reason: reason})
+		}
+	})
+}
+
+// upstreamFor returns the session's live connection to upstream name,
+// starting it on first use. Concurrent first uses start one connection.
+func (s *session) upstreamFor(ctx context.Context, name string) (*live, error) {
+	st, ok := s.g.ups[name]
+	if !ok {
+		return nil, fmt.Errorf("no upstream %q", name)
+	}
+	if st.opts.Shared {
+		return st.sharedLive(ctx)
+	}
+	s.mu.Lock()
+	lv := s.lives[name]
+	s.mu.Unlock()
+	if lv != nil {
+		if lv.dead() == nil {
+			return lv, nil
+		}
+		s.mu.Lock()
+		if s.lives[name] == lv {
+			delete(s.lives, name)
+		}
+		s.mu.Unlock()
+		go lv.close(lv.dead().Error())
+	}
+	v, err, _ := st.sf.Do("session:"+s.sessKey(), func() (any, error) {
+		s.mu.Lock()
+		if lv := s.lives[name]; lv != nil {
+			s.mu.Unlock()
+			return lv, nil
+		}
+		s.mu.Unlock()
+		lv, err := st.connect(context.WithoutCancel(ctx), s)
+		if err != nil {
+			st.mu.Lock()
+			st.lastErr = err
+			st.mu.Unlock()
+			return nil, err
+		}
+		st.mu.Lock()
+		st.lastErr = nil
+		st.mu.Unlock()
+		s.mu.Lock()
+		s.lives[name] = lv
+		level := s.logLevel
+		s.mu.Unlock()
+		if level != "" {
+			_ = lv.conn.Session.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: level})
+		}
+		s.syncTools()
+		return lv, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !st.isLoaded() {
+		st.markLoaded()
+	}
+	return v.(*live), nil
+}
+
+func (s *session) sessKey() string { return fmt.Sprintf("%p", s) }
+
+func (st *upState) isLoaded() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.loaded
+}
+
+func (st *upState) markLoaded() {
+	st.mu.Lock()
+	st.loaded = true
+	st.mu.Unlock()
+	st.g.rebuildCatalog()
+}
+
+// sharedLive returns the upstream's shared connection, (re)starting it.
+func (st *upState) sharedLive(ctx context.Context) (*live, error) {
+	st.mu.Lock()
+	lv := st.shared
+	st.mu.Unlock()
+	if lv != nil && lv.dead() == nil {
+		return lv, nil
+	}
+	v, err, _ := st.sf.Do("shared", func() (any, error) {
+		st.mu.Lock()
+		cur := st.shared
+		st.mu.Unlock()
+		if cur != nil && cur.dead() == nil {
+			return cur, nil
+		}
+		if cur != nil {
+			go cur.close(cur.dead().Error())
+		}
+		lv, err := st.connect(context.WithoutCancel(ctx), nil)
+		st.mu.Lock()
+		if err != nil {
+			st.lastErr = err
+			st.shared = nil
+		} else {
+			st.lastErr, st.shared = nil, lv
+		}
+		first := !st.loaded && err == nil
+		st.loaded = st.loaded || err == nil
+		st.mu.Unlock()
+		if first {
+			st.g.rebuildCatalog()
+		}
+		return lv, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.(*live), nil
+}
+
+// syncTools makes the session's registered tools match the catalog minus the
+// tools its own connections refused for drift. Adding or removing tools
+// makes the SDK send notifications/tools/list_changed to the agent.
+func (s *session) syncTools() {
+	cat := s.g.Catalog()
+	want := map[string]*catalog.Entry{}
+	for _, e := range cat.Entries() {
+		s.mu.Lock()
+		lv := s.lives[e.Upstream]
+		s.mu.Unlock()
+		if lv != nil && !lv.allows(e.Name) {
+			continue
+		}
+		want[e.Exposed] = e
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var gone []string
+	for name := range s.visible {
+		if _, ok := want[name]; !ok {
+			gone = append(gone, name)
+			delete(s.visible, name)
+		}
+	}
+	if len(gone) > 0 {
+		s.srv.RemoveTools(gone...)
+	}
+	for _, name := range sortedKeys(want) {
+		if s.visible[name] {
+			continue
+		}
+		e := want[name]
+		if err := addTool(s.srv, e.Tool, s.toolHandler); err != nil {
+			s.g.logger.Error("expose tool", "tool", name, "err", err)
+			continue
+		}
+		s.visible[name] = true
+	}
+}
+
+func addTool(srv *mcp.Server, t *mcp.Tool, h mcp.ToolHandler) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("tool %q refused by the MCP server library: %v", t.Name, r)
+		}
+	}()
+	srv.AddTool(t, h)
+	return nil
+}
+
+// toolHandler is reached only if the middleware did not take the call.
+func (s *session) toolHandler(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	res, err := s.callTool(ctx, req)
+	r, _ := res.(*mcp.CallToolResult)
+	return r, err
+}
+
+// notifyListChanged makes the SDK send notifications/<kind>/list_changed to
+// this session's agent (prompts and resources are forwarded, not registered,
+// so a registration change is made and undone).
+func (s *session) notifyListChanged(kind string) {
+	n := fmt.Sprintf("cmcp-list-changed-%d", s.dummy.Add(1))
+	switch kind {
+	case "prompts":
+		s.srv.AddPrompt(&mcp.Prompt{Name: n}, func(context.Context, *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+			return nil, errors.New("gone")
+		})
+		s.srv.RemovePrompts(n)
+	case "resources":
+		uri := "cmcp-internal:///" + n
+		s.srv.AddResource(&mcp.Resource{Name: n, URI: uri}, func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+			return nil, errors.New("gone")
+		})
+		s.srv.RemoveResources(uri)
+	}
+}
+
+// middleware is the session's request pipeline.
+func (s *session) middleware(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		switch method {
+		case "initialize":
+			res, err := next(ctx, method, req)
+			if err == nil {
+				if ss, ok := req.GetSession().(*mcp.ServerSession); ok {
+					ip, _ := req.GetParams().(*mcp.InitializeParams)
+					s.bind(ss, ip)
+				}
+			}
+			return res, err
+		case "tools/call":
+			s.bindLazily(req)
+			return s.callTool(ctx, req.(*mcp.CallToolRequest))
+		case "tools/list":
+			res, err := next(ctx, method, req)
+			if err != nil || s.g.opts.Filter == nil {
+				return res, err
+			}
+			lr := res.(*mcp.ListToolsResult)
+			lr.Tools = s.g.opts.Filter.FilterTools(ctx, s.principal, s.info(), lr.Tools)
+			return lr, nil
+		case "logging/setLevel":
+			if p, ok := req.GetParams().(*mcp.SetLoggingLevelParams); ok {
+				s.setLevel(ctx, p)
+			}
+			return next(ctx, method, req)
+		case "resources/list":
+			return s.listResources(ctx, req.(*mcp.ListResourcesRequest))
+		case "resources/templates/list":
+			return s.listTemplates(ctx, req.(*mcp.ListResourceTemplatesRequest))
+		case "resources/read":
+			return s.readResource(ctx, req.(*mcp.ReadResourceRequest))
+		case "prompts/list":
+			return s.listPrompts(ctx, req.(*mcp.ListPromptsRequest))
+		case "prompts/get":
+			return s.getPrompt(ctx, req.(*mcp.GetPromptRequest))
+		}
+		return next(ctx, method, req)
+	}
+}
+
+func (s *session) setLevel(ctx context.Context, p *mcp.SetLoggingLevelParams) {
+	s.mu.Lock()
+	s.logLevel = p.Level
+	lives := make([]*live, 0, len(s.lives))
+	for _, lv := range s.lives {
+		lives = append(lives, lv)
+	}
+	s.mu.Unlock()
+	for _, lv := range lives {
+		if lv.conn.Session.InitializeResult().Capabilities.Logging != nil {
+			_ = lv.conn.Session.SetLoggingLevel(ctx, p)
+		}
+	}
+}
+
+// upstreamsWith lists the upstreams whose capabilities include what has().
+func (s *session) upstreamsWith(has func(*mcp.ServerCapabilities) bool) []string {
+	var out []string
+	for _, name := range s.g.order {
+		st := s.g.ups[name]
+		st.mu.Lock()
+		init := st.init
+		st.mu.Unlock()
+		if init != nil && init.Capabilities != nil && has(init.Capabilities) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+func hasResources(c *mcp.ServerCapabilities) bool { return c.Resources != nil }
+func hasPrompts(c *mcp.ServerCapabilities) bool   { return c.Prompts != nil }
+
+// single reports the only upstream when there is exactly one, so that list
+// requests (and their cursors) pass through unchanged.
+func (s *session) single(names []string) (string, bool) {
+	if len(names) == 1 && len(s.g.order) == 1 {
+		return names[0], true
+	}
+	return "", false
+}
+
+// forward runs f against upstream name's live connection with the request's
+// progress token mapped, and returns upstream errors as the upstream sent
+// them.
+func forward[R any](s *session, ctx context.Context, name string, tok any, f func(lv *live, upTok any) (R, error)) (R, error) {
+	var zero R
+	lv, err := s.upstreamFor(ctx, name)
+	if err != nil {
+		return zero, fault(CodeUpstreamUnavailable, "%v", err)
+	}
+	upTok, release := lv.track(ctx, s, tok)
+	defer release()
+	r, err := f(lv, upTok)
+	if err != nil {
+		return zero, s.upstreamError(lv, err)
+	}
+	return r, nil
+}
+
+// upstreamError turns an error from an upstream call into what the agent
+// sees: the upstream's own JSON-RPC error as sent, or a gateway fault that
+// says why the upstream failed.
+func (s *session) upstreamError(lv *live, err error) error {
+	var we *jsonrpc.Error
+	if errors.As(err, &we) {
+		return we
+	}
+	if f := lv.dead(); f != nil {
+		s.drop(lv)
+		return fault(CodeUpstreamFailed, "%v", f)
+	}
+	return fault(CodeUpstreamFailed, "upstream %q: %v", lv.st.name, err)
+}
+
+// drop forgets a dead connection so the next use respawns it.
+func (s *session) drop(lv *live) {
+	if lv.owner == nil {
+		return
+	}
+	s.mu.Lock()
+	if s.lives[lv.st.name] == lv {
+		delete(s.lives, lv.st.name)
+	}
+	s.mu.Unlock()
+	go lv.close("connection failed")
+}
+
+func withMeta(m mcp.Meta, tok any) mcp.Meta {
+	if m == nil && tok == nil {
+		return nil
+	}
+	out := mcp.Meta{}
+	for k, v := range m {
+		out[k] = v
+	}
+	if tok != nil {
+		out["progressToken"] = tok
+	}
+	return out
+}
+
+func (s *session) listResources(ctx context.Context, req *mcp.ListResourcesRequest) (*mcp.ListResourcesResult, error) {
+	ups := s.upstreamsWith(hasResources)
+	if name, ok := s.single(ups); ok {
+		return forward(s, ctx, name, nil, func(lv *live, _ any) (*mcp.ListResourcesResult, error) {
+			r, err := lv.conn.Session.ListResources(ctx, req.Params)
+			if err == nil {
+				s.noteOwners(name, r.Resources)
+			}
+			return r, err
+		})
+	}
+	out := &mcp.ListResourcesResult{Resources: []*mcp.Resource{}}
+	for _, name := range ups {
+		rs, err := forward(s, ctx, name, nil, func(lv *live, _ any) ([]*mcp.Resource, error) {
+			var all []*mcp.Resource
+			for r, err := range lv.conn.Session.Resources(ctx, nil) {
+				if err != nil {
+					return nil, err
+				}
+				all = append(all, r)
+			}
+			return all, nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		s.noteOwners(name, rs)
+		out.Resources = append(out.Resources, rs...)
+	}
+	return out, nil
+}
+
+func (s *session) noteOwners(name string, rs []*mcp.Resource) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range rs {
+		if _, taken := s.resOwner[r.URI]; !taken {
+			s.resOwner[r.URI] = name
+		}
+	}
+}
+
+func (s *session) listTemplates(ctx context.Context, req *mcp.ListResourceTemplatesRequest) (*mcp.ListResourceTemplatesResult, error) {
+	ups := s.upstreamsWith(hasResources)
+	if name, ok := s.single(ups); ok {
+		return forward(s, ctx, name, nil, func(lv *live, _ any) (*mcp.ListResourceTemplatesResult, error) {
+			return lv.conn.Session.ListResourceTemplates(ctx, req.Params)
+		})
+	}
+	out := &mcp.ListResourceTemplatesResult{ResourceTemplates: []*mcp.ResourceTemplate{}}
+	for _, name := range ups {
+		ts, err := forward(s, ctx, name, nil, func(lv *live, _ any) ([]*mcp.ResourceTemplate, error) {
+			var all []*mcp.ResourceTemplate
+			for t, err := range lv.conn.Session.ResourceTemplates(ctx, nil) {
+				if err != nil {
+					return nil, err
+				}
+				all = append(all, t)
+			}
+			return all, nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		out.ResourceTemplates = append(out.ResourceTemplates, ts...)
+	}
+	return out, nil
+}
+
+// resourceUpstreams lists the upstreams to ask about uri: its known owner
+// first, then every other upstream with resources.
+func (s *session) resourceUpstreams(uri string) []string {
+	ups := s.upstreamsWith(hasResources)
+	s.mu.Lock()
+	owner, ok := s.resOwner[uri]
+	s.mu.Unlock()
+	if !ok {
+		return ups
+	}
+	out := []string{owner}
+	for _, u := range ups {
+		if u != owner {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+func (s *session) readResource(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+	var lastErr error = fault(jsonrpcResourceNotFound, "resource %q not found in any upstream", req.Params.URI)
+	for _, name := range s.resourceUpstreams(req.Params.URI) {
+		r, err := forward(s, ctx, name, req.Params.GetProgressToken(), func(lv *live, tok any) (*mcp.ReadResourceResult, error) {
+			p := *req.Params
+			p.Meta = withMeta(p.Meta, tok)
+			return lv.conn.Session.ReadResource(ctx, &p)
+		})
+		if err == nil {
+			return r, nil
+		}
+		lastErr = err
+		var we *jsonrpc.Error
+		if errors.As(err, &we) && we.Code != jsonrpcResourceNotFound && we.Code != CodeUpstreamUnavailable {
+			return nil, err
+		}
+	}
+	return nil, lastErr
+}
+
+const jsonrpcResourceNotFound = -32002
+
+func (s *session) subscribe(ctx context.Context, req *mcp.SubscribeRequest) error {
+	ups := s.resourceUpstreams(req.Params.URI)
+	if len(ups) == 0 {
+		return fault(jsonrpcResourceNotFound, "resource %q not found in any upstream", req.Params.URI)
+	}
+	_, err := forward(s, ctx, ups[0], nil, func(lv *live, _ any) (struct{}, error) {
+		return struct{}{}, lv.conn.Session.Subscribe(ctx, req.Params)
+	})
+	return err
+}
+
+func (s *session) unsubscribe(ctx context.Context, req *mcp.UnsubscribeRequest) error {
+	ups := s.resourceUpstreams(req.Params.URI)
+	if len(ups) == 0 {
+		return fault(jsonrpcResourceNotFound, "resource %q not found in any upstream", req.Params.URI)
+	}
+	_, err := forward(s, ctx, ups[0], nil, func(lv *live, _ any) (struct{}, error) {
+		return struct{}{}, lv.conn.Session.Unsubscribe(ctx, req.Params)
+	})
+	return err
+}
+
+func (s *session) listPrompts(ctx context.Context, req *mcp.ListPromptsRequest) (*mcp.ListPromptsResult, error) {
+	ups := s.upstreamsWith(hasPrompts)
+	if name, ok := s.single(ups); ok && !s.g.ups[name].opts.Namespaced {
+		return forward(s, ctx, name, nil, func(lv *live, _ any) (*mcp.ListPromptsResult, error) {
+			return lv.conn.Session.ListPrompts(ctx, req.Params)
+		})
+	}
+	out := &mcp.ListPromptsResult{Prompts: []*mcp.Prompt{}}
+	for _, name := range ups {
+		ps, err := forward(s, ctx, name, nil, func(lv *live, _ any) ([]*mcp.Prompt, error) {
+			var all []*mcp.Prompt
+			for p, err := range lv.conn.Session.Prompts(ctx, nil) {
+				if err != nil {
+					return nil, err
+				}
+				all = append(all, p)
+			}
+			return all, nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range ps {
+			cp := *p
+			if s.g.ups[name].opts.Namespaced {
+				cp.Name = name + catalog.Separator + p.Name
+			}
+			out.Prompts = append(out.Prompts, &cp)
+		}
+	}
+	return out, nil
+}
+
+// promptUpstream splits an exposed prompt name.
+func (s *session) promptUpstream(name string) (up, prompt string, err error) {
+	if len(s.g.order) == 1 && !s.g.ups[s.g.order[0]].opts.Namespaced {
+		return s.g.order[0], name, nil
+	}
+	up, prompt, ok := catalog.SplitExposed(name)
+	if !ok || s.g.ups[up] == nil {
+		return "", "", &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("cmcp: unknown prompt %q; call prompts/list to see the prompts this gateway exposes", name)}
+	}
+	return up, prompt, nil
+}
+
+func (s *session) getPrompt(ctx context.Context, req *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+	up, prompt, err := s.promptUpstream(req.Params.Name)
+	if err != nil {
+		return nil, err
+	}
+	return forward(s, ctx, up, req.Params.GetProgressToken(), func(lv *live, tok any) (*mcp.GetPromptResult, error) {
+		p := *req.Params
+		p.Name = prompt
+		p.Meta = withMeta(p.Meta, tok)
+		return lv.conn.Session.GetPrompt(ctx, &p)
+	})
+}
+
+func (s *session) complete(ctx context.Context, req *mcp.CompleteRequest) (*mcp.CompleteResult, error) {
+	p := *req.Params
+	var up string
+	if p.Ref != nil && p.Ref.Type == "ref/prompt" {
+		u, prompt, err := s.promptUpstream(p.Ref.Name)
+		if err != nil {
+			return nil, err
+		}
+		ref := *p.Ref
+		ref.Name = prompt
+		p.Ref, up = &ref, u
+	} else if p.Ref != nil {
+		ups := s.resourceUpstreams(p.Ref.URI)
+		if len(ups) == 0 {
+			return nil, fault(jsonrpcResourceNotFound, "resource %q not found in any upstream", p.Ref.URI)
+		}
+		up = ups[0]
+	} else {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "cmcp: completion/complete needs a ref"}
+	}
+	return forward(s, ctx, up, nil, func(lv *live, _ any) (*mcp.CompleteResult, error) {
+		return lv.conn.Session.Complete(ctx, &p)
+	})
+}

@@ -1,0 +1,549 @@
+// Package replay rebuilds sessions and calls from an audit log and
+// re-evaluates every recorded policy decision: against the bundle the log
+// recorded (proof that no decision was flipped) or against another bundle
+// (what would change). It is the library behind `cmcp replay`.
+package replay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"filippo.io/age"
+
+	"github.com/confidential-mcp/cmcp/internal/policy"
+	"github.com/confidential-mcp/cmcp/internal/ui"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/digest"
+)
+
+// Options are the options of Run.
+type Options struct {
+	// Policies are bundle directories to replay against. Each must have a
+	// digest the log recorded; every call is checked against the bundle whose
+	// digest its record names.
+	Policies []string
+	// WhatIf is a bundle directory to evaluate every call against, listing
+	// the calls whose decision would change.
+	WhatIf string
+	// Identities open the sealed payload vault (age identities of an
+	// auditor). Without them, calls whose decision depends on the arguments
+	// are reported as not replayable.
+	Identities []age.Identity
+	// Unverified replays a log that does not verify; every output line is
+	// then marked.
+	Unverified bool
+	// Verify holds the trusted keys and saved checkpoints the log is
+	// verified against before it is replayed (as verify-chain does).
+	Verify auditlog.VerifyOptions
+	// Filter selects the calls reported.
+	Filter Filter
+	// Progress, if set, is called with the number of records read so far.
+	Progress func(records int64)
+}
+
+// Filter selects calls. Empty fields select everything.
+type Filter struct {
+	Session  string
+	Agent    string
+	Tool     string
+	Decision string // allow or deny
+	Since    time.Time
+	Until    time.Time
+}
+
+func (f *Filter) match(c *Call) bool {
+	return (f.Session == "" || c.Session == f.Session) &&
+		(f.Agent == "" || c.Agent == f.Agent) &&
+		(f.Tool == "" || c.Tool == f.Tool) &&
+		(f.Decision == "" || c.Decision == f.Decision) &&
+		(f.Since.IsZero() || !c.Time.Before(f.Since)) &&
+		(f.Until.IsZero() || c.Time.Before(f.Until))
+}
+
+// Check statuses.
+const (
+	StatusSame          = "same"           // replay gives the recorded decision
+	StatusDiffers       = "differs"        // replay gives another decision, or other determining policies
+	StatusNotReplayable = "not-replayable" // the decision depends on arguments that are not available
+	StatusTampered      = "tampered"       // the vault's payload does not match the commitment in the log
+	StatusNoBundle      = "no-bundle"      // the bundle the record names was not given
+	StatusNoDecision    = "no-decision"    // no policy decided this call (mode none, or refused before the decision)
+	StatusIncomplete    = "incomplete"     // the record names a bundle but not the decision's input
+	StatusUnchanged     = "unchanged"      // what-if: same allow/deny
+	StatusChanges       = "changes"        // what-if: the decision would change
+)
+
+// Check is the outcome of re-evaluating one call.
+type Check struct {
+	Status    string   `json:"status"`
+	Decision  string   `json:"decision,omitempty"`
+	PolicyIDs []string `json:"policy_ids,omitempty"`
+	Reason    string   `json:"reason,omitempty"`
+}
+
+// Call is one tools/call of the timeline.
+type Call struct {
+	Epoch         int       `json:"epoch"`
+	Index         int64     `json:"index"`
+	Time          time.Time `json:"time"`
+	Session       string    `json:"session"`
+	Agent         string    `json:"agent"`
+	Tool          string    `json:"tool"`
+	Upstream      string    `json:"upstream,omitempty"`
+	EvidenceClass string    `json:"evidence_class,omitempty"`
+	Decision      string    `json:"decision"`
+	PolicyIDs     []string  `json:"policy_ids,omitempty"`
+	Mode          string    `json:"mode"`
+	Bundle        string    `json:"bundle,omitempty"`
+	Outcome       string    `json:"outcome"`
+	Reason        string    `json:"reason,omitempty"`
+	Result        string    `json:"result,omitempty"` // outcome of the result record, if any
+	LatencyMicros int64     `json:"latency_us,omitempty"`
+	Replay        *Check    `json:"replay,omitempty"`
+	WhatIf        *Check    `json:"what_if,omitempty"`
+	Unverified    bool      `json:"unverified,omitempty"`
+
+	rec *auditlog.Call
+	ep  *epochState
+}
+
+// Session is one agent session of the timeline.
+type Session struct {
+	Epoch      int       `json:"epoch"`
+	ID         string    `json:"id"`
+	Agent      string    `json:"agent"`
+	Front      string    `json:"front,omitempty"`
+	Client     string    `json:"client,omitempty"`
+	Start      time.Time `json:"start,omitzero"`
+	End        time.Time `json:"end,omitzero"`
+	Calls      int       `json:"calls"`
+	Unverified bool      `json:"unverified,omitempty"`
+}
+
+// Summary counts the calls reported and the outcomes of the checks.
+type Summary struct {
+	Records       int64 `json:"records"`
+	Calls         int   `json:"calls"`
+	Same          int   `json:"same,omitempty"`
+	Differs       int   `json:"differs,omitempty"`
+	NotReplayable int   `json:"not_replayable,omitempty"`
+	Tampered      int   `json:"tampered,omitempty"`
+	NoBundle      int   `json:"no_bundle,omitempty"`
+	NoDecision    int   `json:"no_decision,omitempty"`
+	Incomplete    int   `json:"incomplete,omitempty"`
+	Changes       int   `json:"what_if_changes,omitempty"`
+}
+
+// Report is the result of Run.
+type Report struct {
+	Log string `json:"log"`
+	// Unverified is set (to the verification failure) when the log did not
+	// verify and Options.Unverified replayed it anyway.
+	Unverified string            `json:"unverified,omitempty"`
+	Bundles    map[string]string `json:"bundles,omitempty"` // digest -> directory replayed against
+	WhatIf     string            `json:"what_if_bundle,omitempty"`
+	Sessions   []*Session        `json:"sessions"`
+	Calls      []*Call           `json:"calls"`
+	Summary    Summary           `json:"summary"`
+}
+
+// Findings reports whether replay found a flipped decision or a tampered
+// payload, or (what-if) a decision that would change.
+func (r *Report) Findings() bool {
+	return r.Summary.Differs > 0 || r.Summary.Tampered > 0 || r.Summary.Incomplete > 0
+}
+
+// epochState is what replay keeps about the epoch being read.
+type epochState struct {
+	epoch   int
+	dir     string
+	genesis *auditlog.Genesis
+	opener  *auditlog.Opener
+	openErr error
+	calls   map[int64]*Call // by record index, for result records
+}
+
+// Run reads the log in dir, verifying it first, and replays it.
+func Run(ctx context.Context, dir string, opts Options) (*Report, error) {
+	rep := &Report{Log: dir, Bundles: map[string]string{}}
+	bundles := map[digest.Digest]*policy.Bundle{}
+	for _, p := range opts.Policies {
+		b, err := policy.Load(ctx, p, policy.LoadOptions{})
+		if err != nil {
+			return nil, err
+		}
+		bundles[b.Digest()] = b
+		rep.Bundles[b.Digest().String()] = p
+	}
+	var whatIf *policy.Bundle
+	if opts.WhatIf != "" {
+		b, err := policy.Load(ctx, opts.WhatIf, policy.LoadOptions{})
+		if err != nil {
+			return nil, err
+		}
+		whatIf = b
+		rep.WhatIf = b.Digest().String() + " (" + opts.WhatIf + ")"
+	}
+
+	verified := make(chan error, 1)
+	go func() { verified <- verify(ctx, dir, opts) }()
+	vctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	entries, readErr := readLog(vctx, dir)
+
+	recorded := map[digest.Digest]bool{}
+	sessions := map[string]*Session{}
+	var ep *epochState
+	var checks []*Call
+	var failed error
+	for batch := range entries {
+		for _, e := range batch {
+			rep.Summary.Records++
+			if opts.Progress != nil && rep.Summary.Records%4096 == 0 {
+				opts.Progress(rep.Summary.Records)
+			}
+			if failed != nil {
+				continue
+			}
+			switch rec := e.rec.(type) {
+			case *auditlog.Genesis:
+				ep = &epochState{epoch: e.pos.Epoch, dir: filepath.Dir(e.pos.File), genesis: rec, calls: map[int64]*Call{}}
+				if !rec.PolicyDigest.IsZero() {
+					recorded[rec.PolicyDigest] = true
+				}
+				if len(opts.Identities) > 0 {
+					ep.opener, ep.openErr = openVault(rec, ep.dir, opts.Identities)
+				}
+			case *auditlog.Policy:
+				if !rec.Bundle.IsZero() {
+					recorded[rec.Bundle] = true
+				}
+			case *auditlog.Session:
+				key := fmt.Sprintf("%d/%s", e.pos.Epoch, rec.ID)
+				s := sessions[key]
+				if s == nil {
+					s = &Session{Epoch: e.pos.Epoch, ID: rec.ID, Agent: rec.Agent, Front: rec.Front, Client: strings.TrimSpace(rec.ClientName + " " + rec.ClientVersion)}
+					sessions[key] = s
+					rep.Sessions = append(rep.Sessions, s)
+				}
+				switch rec.Event {
+				case "start":
+					s.Start = e.time
+				case "end":
+					s.End = e.time
+				}
+			case *auditlog.Call:
+				if ep == nil {
+					failed = fmt.Errorf("%s: call record before any genesis record", e.pos)
+					cancel()
+					continue
+				}
+				if !rec.PolicyBundle.IsZero() {
+					recorded[rec.PolicyBundle] = true
+				}
+				c := &Call{Epoch: e.pos.Epoch, Index: e.pos.Index, Time: e.time, Session: rec.Session, Agent: rec.Agent, Tool: rec.Tool,
+					Upstream: rec.Upstream, EvidenceClass: rec.EvidenceClass, Decision: rec.Decision, PolicyIDs: rec.PolicyIDs,
+					Mode: rec.PolicyMode, Outcome: rec.Outcome, Reason: rec.Reason, rec: rec, ep: ep}
+				if !rec.PolicyBundle.IsZero() {
+					c.Bundle = rec.PolicyBundle.String()
+				}
+				if s := sessions[fmt.Sprintf("%d/%s", e.pos.Epoch, rec.Session)]; s != nil {
+					s.Calls++
+				}
+				if !opts.Filter.match(c) {
+					continue
+				}
+				ep.calls[e.pos.Index] = c
+				rep.Calls = append(rep.Calls, c)
+				if len(opts.Policies) > 0 || whatIf != nil {
+					checks = append(checks, c)
+				}
+			case *auditlog.Result:
+				if ep == nil {
+					continue
+				}
+				if c := ep.calls[rec.Call]; c != nil {
+					c.Result, c.LatencyMicros = rec.Outcome, rec.LatencyMicros
+					delete(ep.calls, rec.Call)
+				}
+			}
+		}
+	}
+	if err := <-readErr; err != nil && failed == nil {
+		failed = err
+	}
+	if verr := <-verified; verr != nil {
+		var nv *NotVerifiedError
+		if !opts.Unverified || !errors.As(verr, &nv) {
+			return nil, verr
+		}
+		rep.Unverified = nv.Err.Error()
+	}
+	if failed != nil {
+		if rep.Unverified != "" {
+			return nil, fmt.Errorf("the unverified log cannot be read: %w", failed)
+		}
+		return nil, failed
+	}
+	if rep.Unverified != "" {
+		for _, s := range rep.Sessions {
+			s.Unverified = true
+		}
+		for _, c := range rep.Calls {
+			c.Unverified = true
+		}
+	}
+	runChecks(checks, bundles, whatIf)
+	for _, c := range checks {
+		if c.Replay != nil {
+			rep.Summary.count(c.Replay.Status)
+		}
+		if c.WhatIf != nil {
+			if c.WhatIf.Status == StatusChanges {
+				rep.Summary.Changes++
+			} else if c.WhatIf.Status != StatusUnchanged {
+				rep.Summary.count(c.WhatIf.Status)
+			}
+		}
+	}
+	for _, c := range rep.Calls {
+		c.rec, c.ep = nil, nil
+	}
+	rep.Summary.Calls = len(rep.Calls)
+	for d, b := range bundles {
+		if !recorded[d] {
+			var have []string
+			for r := range recorded {
+				have = append(have, r.String())
+			}
+			slices.Sort(have)
+			if len(have) == 0 {
+				have = []string{"none"}
+			}
+			return nil, ui.Errorf(ui.ExitMismatch, "policy bundle %s has digest %s, which the log never recorded (recorded: %s)", rep.Bundles[d.String()], d, strings.Join(have, ", ")).
+				Hint("--policy replays the bundle that decided the calls; to try another bundle use --what-if %s", b.Dir())
+		}
+	}
+	return rep, nil
+}
+
+func (s *Summary) count(status string) {
+	switch status {
+	case StatusSame:
+		s.Same++
+	case StatusDiffers:
+		s.Differs++
+	case StatusNotReplayable:
+		s.NotReplayable++
+	case StatusTampered:
+		s.Tampered++
+	case StatusNoBundle:
+		s.NoBundle++
+	case StatusNoDecision:
+		s.NoDecision++
+	case StatusIncomplete:
+		s.Incomplete++
+	}
+}
+
+func openVault(g *auditlog.Genesis, dir string, ids []age.Identity) (*auditlog.Opener, error) {
+	o, err := auditlog.NewOpener(g, ids...)
+	if err != nil {
+		return nil, err
+	}
+	if g.Commitments.Vault == "" {
+		return o, fmt.Errorf("epoch %d was written without a payload vault", g.Epoch)
+	}
+	if err := o.LoadVault(dir, ids...); err != nil {
+		return o, err
+	}
+	return o, nil
+}
+
+// request rebuilds the Cedar request of a call record.
+func request(rec *auditlog.Call) *policy.Request {
+	in := rec.PolicyInput
+	return &policy.Request{
+		Action: policy.ActionCallTool, Agent: rec.Agent, Groups: in.Groups,
+		Tool: rec.Tool, ToolName: rec.UpstreamTool, Upstream: rec.Upstream, EvidenceClass: in.EvidenceClass,
+		Annotations: policy.Annotations{ReadOnly: in.Hints.ReadOnly, Destructive: in.Hints.Destructive, Idempotent: in.Hints.Idempotent, OpenWorld: in.Hints.OpenWorld},
+		Session:     policy.Session{ID: rec.Session, Calls: in.SessionCalls, ToolsUsed: in.ToolsUsed},
+		Time:        in.Time,
+	}
+}
+
+// arguments supplies the call's arguments when the decision needs them. It
+// returns a non-nil Check when the call cannot be evaluated.
+func arguments(c *Call, b *policy.Bundle, req *policy.Request) *Check {
+	rec, ep := c.rec, c.ep
+	need := b.DependsOnArguments(req)
+	for _, e := range rec.PolicyInput.Errors {
+		if strings.HasPrefix(e, "arguments: ") {
+			need = true // the recorded decision came from the arguments' form
+		}
+	}
+	if !need || rec.Args.IsZero() {
+		return nil
+	}
+	if ep.opener == nil {
+		why := "its decision depends on the arguments; pass --identity to open the payload vault"
+		if ep.openErr != nil {
+			why = "its decision depends on the arguments, and the vault cannot be opened: " + ep.openErr.Error()
+		}
+		return &Check{Status: StatusNotReplayable, Reason: why}
+	}
+	p, err := ep.opener.Payload(rec.Args)
+	switch {
+	case errors.Is(err, auditlog.ErrNoPayload):
+		return &Check{Status: StatusNotReplayable, Reason: fmt.Sprintf("its decision depends on the arguments, and the vault has no payload for commitment %d", rec.Args.ID)}
+	case err != nil:
+		return &Check{Status: StatusTampered, Reason: fmt.Sprintf("the vault's arguments do not match the commitment in the log (commitment %d, %d bytes): the vault was altered", rec.Args.ID, rec.Args.Size)}
+	}
+	req.Arguments = p
+	return nil
+}
+
+func effect(d policy.Decision) string {
+	if d.Allow {
+		return auditlog.DecisionAllow
+	}
+	return auditlog.DecisionDeny
+}
+
+func replayCall(c *Call, b *policy.Bundle) *Check {
+	rec := c.rec
+	switch {
+	case rec.PolicyBundle.IsZero() && rec.PolicyInput == nil:
+		return &Check{Status: StatusNoDecision, Reason: "no policy decided this call (mode " + rec.PolicyMode + ")"}
+	case rec.PolicyInput == nil || rec.PolicyBundle.IsZero():
+		return &Check{Status: StatusIncomplete, Reason: "the record has a decision but not the bundle digest and the decision's input: it cannot come from the gateway"}
+	case b == nil:
+		return &Check{Status: StatusNoBundle, Reason: "decided by bundle " + rec.PolicyBundle.String() + ", which was not given with --policy"}
+	}
+	req := request(rec)
+	if ck := arguments(c, b, req); ck != nil {
+		return ck
+	}
+	d := b.Decide(req)
+	ck := &Check{Decision: effect(d), PolicyIDs: d.PolicyIDs, Reason: d.Reason}
+	if ck.Decision == rec.Decision && slices.Equal(d.PolicyIDs, rec.PolicyIDs) {
+		ck.Status = StatusSame
+	} else {
+		ck.Status = StatusDiffers
+		ck.Reason = fmt.Sprintf("recorded %s by [%s], replay gives %s by [%s]", rec.Decision, strings.Join(rec.PolicyIDs, ", "), ck.Decision, strings.Join(d.PolicyIDs, ", "))
+	}
+	return ck
+}
+
+func whatIfCall(c *Call, b *policy.Bundle) *Check {
+	rec := c.rec
+	if rec.PolicyInput == nil {
+		return &Check{Status: StatusNoDecision, Reason: "the record holds no policy input (no policy decided this call)"}
+	}
+	req := request(rec)
+	if ck := arguments(c, b, req); ck != nil {
+		return ck
+	}
+	d := b.Decide(req)
+	ck := &Check{Decision: effect(d), PolicyIDs: d.PolicyIDs, Reason: d.Reason, Status: StatusUnchanged}
+	if ck.Decision != rec.Decision {
+		ck.Status = StatusChanges
+	}
+	return ck
+}
+
+// runChecks re-evaluates the calls on every core. Each check only reads its
+// call record, its epoch's vault and the bundles.
+func runChecks(calls []*Call, bundles map[digest.Digest]*policy.Bundle, whatIf *policy.Bundle) {
+	workers := runtime.GOMAXPROCS(0)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(256)) - 256
+				if i >= len(calls) {
+					return
+				}
+				for _, c := range calls[i:min(i+256, len(calls))] {
+					if bundles != nil && len(bundles) > 0 {
+						c.Replay = replayCall(c, bundles[c.rec.PolicyBundle])
+					}
+					if whatIf != nil {
+						c.WhatIf = whatIfCall(c, whatIf)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+type entry struct {
+	pos  auditlog.Position
+	time time.Time
+	rec  auditlog.Record
+}
+
+// readLog reads and decodes the records replay uses, in order, in batches,
+// on its own goroutine. The error channel receives nil or the first error
+// once the entries channel is closed.
+func readLog(ctx context.Context, dir string) (<-chan []entry, <-chan error) {
+	out := make(chan []entry, 8)
+	errc := make(chan error, 1)
+	go func() {
+		defer close(errc)
+		defer close(out)
+		r, err := auditlog.NewReader(dir)
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer r.Close()
+		batch := make([]entry, 0, 512)
+		for {
+			e, err := r.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				errc <- err
+				return
+			}
+			var rec auditlog.Record
+			switch e.Kind {
+			case auditlog.KindGenesis, auditlog.KindSession, auditlog.KindCall, auditlog.KindResult, auditlog.KindPolicy:
+				if rec, err = e.Decode(); err != nil {
+					errc <- err
+					return
+				}
+			}
+			batch = append(batch, entry{pos: e.Pos, time: e.Time, rec: rec})
+			if len(batch) == cap(batch) {
+				select {
+				case out <- batch:
+				case <-ctx.Done():
+					errc <- ctx.Err()
+					return
+				}
+				batch = make([]entry, 0, 512)
+			}
+		}
+		if len(batch) > 0 {
+			out <- batch
+		}
+		errc <- nil
+	}()
+	return out, errc
+}

@@ -1,0 +1,327 @@
+package replay
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"filippo.io/age"
+
+	"github.com/confidential-mcp/cmcp/internal/policy"
+	"github.com/confidential-mcp/cmcp/internal/ui"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+)
+
+type testCall struct {
+	call policy.Call
+	args string
+}
+
+func calls() []testCall {
+	fs := func(agent, session, path string) testCall {
+		return testCall{policy.Call{Agent: agent, Session: session, Tool: "fs__read_file", ToolName: "read_file", Upstream: "fs",
+			EvidenceClass: "spawn-measured", Annotations: policy.Annotations{ReadOnly: true}}, `{"path":"` + path + `"}`}
+	}
+	git := func(agent, session, tool string, ro bool) testCall {
+		return testCall{policy.Call{Agent: agent, Session: session, Tool: "git__" + tool, ToolName: tool, Upstream: "git",
+			EvidenceClass: "spawn-measured", Annotations: policy.Annotations{ReadOnly: ro, Destructive: !ro}}, `{}`}
+	}
+	return []testCall{
+		fs("alice", "s1", "/srv/data/a.txt"), // 0 allow
+		fs("alice", "s1", "/etc/passwd"),     // 1 deny fs-outside-data
+		git("alice", "s1", "log", true),      // 2 allow alice-git
+		git("alice", "s1", "push", false),    // 3 allow alice-git; what-if: deny
+		git("bob", "s2", "log", true),        // 4 deny; what-if: allow
+		fs("bob", "s2", "/srv/data/b.txt"),   // 5 allow
+	}
+}
+
+type logFixture struct {
+	dir      string
+	key      ed25519.PrivateKey
+	identity *age.X25519Identity
+	bundle   *policy.Bundle
+	callIdx  []int64 // record index of each call record
+}
+
+// writeLog decides the calls with the real engine and writes them with the
+// real audit writer, as the gateway does. flip, if >= 0, records the
+// opposite decision for that call (a gateway whose memory was tampered
+// with, or a log rewritten with the real key).
+func writeLog(t *testing.T, key ed25519.PrivateKey, id *age.X25519Identity, flip int) *logFixture {
+	t.Helper()
+	b, err := policy.Load(context.Background(), "testdata/recorded", policy.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &logFixture{dir: t.TempDir(), key: key, identity: id, bundle: b}
+	opts := auditlog.Options{Key: key, PolicyDigest: b.Digest(), PolicyMode: "enforcing", Durability: auditlog.DurabilityGroup}
+	if id != nil {
+		opts.Recipients = []string{id.Recipient().String()}
+		opts.Vault = true
+	}
+	w, err := auditlog.Open(f.dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	eng := policy.NewEngine(b, policy.Enforcing, nil)
+	for _, s := range []string{"s1", "s2"} {
+		if _, err := w.Append(ctx, &auditlog.Session{ID: s, Event: "start", Agent: map[string]string{"s1": "alice", "s2": "bob"}[s]}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, c := range calls() {
+		c.call.Arguments = []byte(c.args)
+		o := eng.DecideCall(c.call)
+		rec := &auditlog.Call{Session: c.call.Session, Agent: c.call.Agent, Tool: c.call.Tool, Upstream: c.call.Upstream,
+			UpstreamTool: c.call.ToolName, EvidenceClass: c.call.EvidenceClass, Args: w.Commit([]byte(c.args)),
+			Decision: o.Effect(), PolicyIDs: o.PolicyIDs, PolicyMode: string(o.Mode), PolicyBundle: o.Bundle,
+			Outcome: auditlog.OutcomeForwarded, PolicyInput: o.Input()}
+		if o.Refuse {
+			rec.Outcome, rec.Reason = auditlog.OutcomeRefused, o.Reason
+		}
+		if i == flip {
+			rec.Decision = map[string]string{"allow": "deny", "deny": "allow"}[rec.Decision]
+		}
+		rc, err := w.Append(ctx, rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.callIdx = append(f.callIdx, rc.Index)
+		if rec.Outcome == auditlog.OutcomeForwarded {
+			if _, err := w.Append(ctx, &auditlog.Result{Call: rc.Index, Session: rec.Session, Outcome: auditlog.ResultOK, LatencyMicros: 1200, Result: w.Commit([]byte(`{"content":[]}`))}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func newKeys(t *testing.T) (ed25519.PrivateKey, *age.X25519Identity) {
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := age.GenerateX25519Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key, id
+}
+
+func statuses(rep *Report, what func(*Call) *Check) []string {
+	var s []string
+	for _, c := range rep.Calls {
+		s = append(s, what(c).Status)
+	}
+	return s
+}
+
+func replayOf(c *Call) *Check { return c.Replay }
+func whatIfOf(c *Call) *Check { return c.WhatIf }
+
+func TestReplayIdentical(t *testing.T) {
+	key, id := newKeys(t)
+	f := writeLog(t, key, id, -1)
+	ctx := context.Background()
+
+	// With the identity every decision is rebuilt, including those that
+	// depend on the path argument.
+	rep, err := Run(ctx, f.dir, Options{Policies: []string{"testdata/recorded"}, Identities: []age.Identity{id}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(statuses(rep, replayOf), " "); got != "same same same same same same" || rep.Findings() {
+		t.Fatalf("statuses %s", got)
+	}
+	if c := rep.Calls[1]; c.Decision != "deny" || c.Outcome != "refused" || c.Replay.PolicyIDs[0] != "fs-outside-data" {
+		t.Fatalf("call 1: %+v %+v", c, c.Replay)
+	}
+	if c := rep.Calls[0]; c.Result != "ok" || c.LatencyMicros != 1200 || c.Index != f.callIdx[0] {
+		t.Fatalf("call 0: %+v", c)
+	}
+	if len(rep.Sessions) != 2 || rep.Sessions[0].Calls != 4 || rep.Sessions[1].Calls != 2 {
+		t.Fatalf("sessions %+v %+v", rep.Sessions[0], rep.Sessions[1])
+	}
+
+	// Without it, the fs calls (whose decision depends on the path) are not
+	// replayable; the git calls are checked.
+	rep, err = Run(ctx, f.dir, Options{Policies: []string{"testdata/recorded"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(statuses(rep, replayOf), " "); got != "not-replayable not-replayable same same same not-replayable" || rep.Findings() {
+		t.Fatalf("statuses %s", got)
+	}
+	if !strings.Contains(rep.Calls[0].Replay.Reason, "--identity") {
+		t.Fatalf("reason %q", rep.Calls[0].Replay.Reason)
+	}
+
+	// Filters.
+	rep, err = Run(ctx, f.dir, Options{Filter: Filter{Agent: "alice", Decision: "allow"}})
+	if err != nil || len(rep.Calls) != 3 {
+		t.Fatalf("filter: %d calls, %v", len(rep.Calls), err)
+	}
+	rep, err = Run(ctx, f.dir, Options{Filter: Filter{Session: "s2", Tool: "git__log"}})
+	if err != nil || len(rep.Calls) != 1 || rep.Calls[0].Agent != "bob" {
+		t.Fatalf("filter: %+v, %v", rep.Calls, err)
+	}
+}
+
+func TestReplayCatchesFlippedDecision(t *testing.T) {
+	key, id := newKeys(t)
+	// Call 4 (bob on git) was denied; the log says allow. The log is signed
+	// with the real key: it verifies, and only replay can catch the flip.
+	f := writeLog(t, key, id, 4)
+	rep, err := Run(context.Background(), f.dir, Options{Policies: []string{"testdata/recorded"}, Identities: []age.Identity{id}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(statuses(rep, replayOf), " "); got != "same same same same differs same" || !rep.Findings() || rep.Summary.Differs != 1 {
+		t.Fatalf("statuses %s", got)
+	}
+	c := rep.Calls[4]
+	if c.Index != f.callIdx[4] || c.Decision != "allow" || c.Replay.Decision != "deny" || !strings.Contains(c.Replay.Reason, "recorded allow") {
+		t.Fatalf("flipped call: %+v %+v", c, c.Replay)
+	}
+}
+
+func TestWhatIf(t *testing.T) {
+	key, id := newKeys(t)
+	f := writeLog(t, key, id, -1)
+	rep, err := Run(context.Background(), f.dir, Options{WhatIf: "testdata/next", Identities: []age.Identity{id}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(statuses(rep, whatIfOf), " "); got != "unchanged unchanged unchanged changes changes unchanged" || rep.Summary.Changes != 2 || rep.Findings() {
+		t.Fatalf("statuses %s", got)
+	}
+	if c := rep.Calls[3].WhatIf; c.Decision != "deny" {
+		t.Fatalf("%+v", c)
+	}
+	if c := rep.Calls[4].WhatIf; c.Decision != "allow" || c.PolicyIDs[0] != "git-read-only" {
+		t.Fatalf("%+v", c)
+	}
+}
+
+func TestReplayRefusesOtherBundle(t *testing.T) {
+	key, id := newKeys(t)
+	f := writeLog(t, key, id, -1)
+	_, err := Run(context.Background(), f.dir, Options{Policies: []string{"testdata/next"}})
+	var ue *ui.Error
+	if !errors.As(err, &ue) || ue.Code != ui.ExitMismatch || !strings.Contains(err.Error(), "which the log never recorded (recorded: "+f.bundle.Digest().String()) {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestReplayTamperedVault(t *testing.T) {
+	key, id := newKeys(t)
+	f := writeLog(t, key, id, -1)
+	// Whoever holds the auditors' public key can write a vault line: replace
+	// the payload of call 1 (/etc/passwd, denied) with an allowed path.
+	vault := filepath.Join(f.dir, "epoch-000001", auditlog.VaultFile)
+	data, err := os.ReadFile(vault)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(nil, 1<<20)
+	replaced := false
+	for sc.Scan() {
+		var vl struct {
+			ID  int64  `json:"id,string"`
+			Age []byte `json:"age"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &vl); err != nil {
+			t.Fatal(err)
+		}
+		r, err := age.Decrypt(bytes.NewReader(vl.Age), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p bytes.Buffer
+		p.ReadFrom(r)
+		if p.String() == `{"path":"/etc/passwd"}` {
+			var enc bytes.Buffer
+			w, _ := age.Encrypt(&enc, id.Recipient())
+			w.Write([]byte(`{"path":"/srv/data/x"}`))
+			w.Close()
+			vl.Age = enc.Bytes()
+			replaced = true
+		}
+		line, _ := json.Marshal(vl)
+		out.Write(line)
+		out.WriteByte('\n')
+	}
+	if !replaced {
+		t.Fatal("payload not found in the vault")
+	}
+	if err := os.WriteFile(vault, out.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Run(context.Background(), f.dir, Options{Policies: []string{"testdata/recorded"}, Identities: []age.Identity{id}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(statuses(rep, replayOf), " "); got != "same tampered same same same same" || rep.Summary.Tampered != 1 || !rep.Findings() {
+		t.Fatalf("statuses %s", got)
+	}
+	if !strings.Contains(rep.Calls[1].Replay.Reason, "do not match the commitment") {
+		t.Fatalf("%+v", rep.Calls[1].Replay)
+	}
+}
+
+func TestReplayRefusesUnverifiedLog(t *testing.T) {
+	key, id := newKeys(t)
+	f := writeLog(t, key, id, -1)
+	seg := filepath.Join(f.dir, "epoch-000001", "seg-000001.jsonl")
+	data, err := os.ReadFile(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Rewrite bob's denied git call as carol's: the line stays canonical,
+	// but its hash no longer matches the chain and the tree.
+	i := bytes.Index(data, []byte(`"agent":"bob","args"`))
+	if i < 0 {
+		t.Fatal("bob's call not found")
+	}
+	copy(data[i:], `"agent":"bod"`)
+	if err := os.WriteFile(seg, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Run(context.Background(), f.dir, Options{Policies: []string{"testdata/recorded"}})
+	var nv *NotVerifiedError
+	if !errors.As(err, &nv) || nv.ExitCode() != ui.ExitLogInteg || !strings.Contains(strings.Join(ui.HintsOf(err), " "), "--unverified") {
+		t.Fatalf("got %v", err)
+	}
+	rep, err := Run(context.Background(), f.dir, Options{Policies: []string{"testdata/recorded"}, Unverified: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Unverified == "" || !strings.Contains(rep.Unverified, "integrity") {
+		t.Fatalf("unverified %q", rep.Unverified)
+	}
+	for _, c := range rep.Calls {
+		if !c.Unverified {
+			t.Fatalf("call %d not marked", c.Index)
+		}
+	}
+	for _, s := range rep.Sessions {
+		if !s.Unverified {
+			t.Fatalf("session %s not marked", s.ID)
+		}
+	}
+}

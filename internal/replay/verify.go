@@ -1,0 +1,55 @@
+package replay
+
+import (
+	"context"
+	"errors"
+
+	"github.com/confidential-mcp/cmcp/internal/ui"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+)
+
+// NotVerifiedError is a log that does not verify; replay refuses it unless
+// Options.Unverified. It wraps the *auditlog.VerifyError.
+type NotVerifiedError struct{ Err error }
+
+func (e *NotVerifiedError) Error() string { return "the audit log does not verify: " + e.Err.Error() }
+func (e *NotVerifiedError) Unwrap() error { return e.Err }
+
+// ExitCode is the verify-chain exit code of the failure's class.
+func (e *NotVerifiedError) ExitCode() int {
+	var ve *auditlog.VerifyError
+	if !errors.As(e.Err, &ve) {
+		return ui.ExitIO
+	}
+	switch ve.Class {
+	case auditlog.ClassIntegrity:
+		return ui.ExitLogInteg
+	case auditlog.ClassSignature:
+		return ui.ExitLogSig
+	case auditlog.ClassKey:
+		return ui.ExitLogKey
+	case auditlog.ClassTruncation:
+		return ui.ExitLogTrunc
+	case auditlog.ClassFork:
+		return ui.ExitLogFork
+	case auditlog.ClassIO:
+		return ui.ExitIO
+	}
+	return ui.ExitUsage
+}
+
+// Hints says how to go on.
+func (e *NotVerifiedError) Hints() []string {
+	return []string{"replay refuses a log that does not verify; run cmcp verify-chain for the details, or pass --unverified to replay it anyway (every line is then marked UNVERIFIED)"}
+}
+
+// verify checks the whole log as verify-chain does (pkg/auditlog.Verify),
+// with the trusted keys and saved checkpoints of opts.
+func verify(ctx context.Context, dir string, opts Options) error {
+	vo := opts.Verify
+	vo.Progress = nil
+	if _, err := auditlog.Verify(dir, vo); err != nil {
+		return &NotVerifiedError{Err: err}
+	}
+	return ctx.Err()
+}

@@ -1,0 +1,529 @@
+package upstream
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/confidential-mcp/cmcp/pkg/digest"
+)
+
+// DefaultEnvAllow are the variables a child inherits from the gateway's
+// environment when the configuration names none. Nothing else passes: the
+// gateway's own secrets (tokens, keys) never reach a child.
+var DefaultEnvAllow = []string{"PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR"}
+
+// StdioSpec configures a spawned upstream.
+type StdioSpec struct {
+	Name    string
+	Command string   // a path, or a name looked up on PATH
+	Args    []string // arguments after the command
+	Dir     string   // working directory ("" = the gateway's)
+
+	// Pin is the digest of the resolved executable file. Zero = unpinned.
+	Pin digest.Digest
+	// MeasurePath is an extra measure target for interpreted servers: the
+	// script, or the package directory (tree digest). MeasurePin is its pin.
+	MeasurePath string
+	MeasurePin  digest.Digest
+	// AllowUnmeasured lets an unpinned upstream run, as spawn-unmeasured.
+	AllowUnmeasured bool
+
+	// EnvAllow names the variables copied from the gateway's environment
+	// (nil = DefaultEnvAllow); Env sets values explicitly (they win).
+	EnvAllow []string
+	Env      map[string]string
+
+	// StopGrace is how long a child has between SIGTERM and SIGKILL.
+	StopGrace time.Duration
+	// StderrLineMax bounds one logged stderr line; StderrLinesPerSec bounds
+	// how many lines per second reach the gateway log (the rest are counted).
+	StderrLineMax     int
+	StderrLinesPerSec int
+}
+
+// SpawnEvent describes one spawn attempt, successful or refused, for the
+// audit log.
+type SpawnEvent struct {
+	Upstream     string
+	Path         string // resolved executable
+	Digest       digest.Digest
+	Pin          digest.Digest
+	MeasurePath  string
+	MeasureDig   digest.Digest
+	MeasurePin   digest.Digest
+	Class        string
+	PID          int
+	Refused      bool
+	Reason       string
+	Args         []string
+	EnvNames     []string // names only: values may be secrets
+	SessionShare string   // "per-session" or "shared", set by the caller
+	Session      string   // the agent session the child serves ("" if shared)
+}
+
+// ExitEvent describes the end of a child.
+type ExitEvent struct {
+	Upstream    string
+	Session     string
+	PID         int
+	ExitCode    int    // -1 when killed by a signal
+	Signal      string // signal name, if any
+	Fault       string // why the gateway ended it ("" = normal stop)
+	StderrBytes int64
+	StderrLines int64
+	Dropped     int64 // stderr bytes not written to the gateway log (rate limit, long lines)
+}
+
+// Hooks receive the child's life events. Any may be nil.
+type Hooks struct {
+	// Spawn is called after measuring, before exec when refused and right
+	// after exec otherwise. A non-nil error refuses the spawn (a child is
+	// never run unrecorded); a started child is then stopped.
+	Spawn func(SpawnEvent) error
+	Exit  func(ExitEvent)
+	// Log receives the gateway-log lines (stderr of the child).
+	Log *slog.Logger
+}
+
+// Stdio is an Upstream that spawns a measured child for every Connect.
+type Stdio struct {
+	Spec    StdioSpec
+	Environ []string // the gateway's environment (filtered by EnvAllow)
+	Hooks   Hooks
+	// Share is recorded in spawn events ("per-session" or "shared").
+	Share string
+}
+
+// Name implements Upstream.
+func (s *Stdio) Name() string { return s.Spec.Name }
+
+// Connect implements Upstream: measure, spawn and initialise.
+func (s *Stdio) Connect(ctx context.Context, client *mcp.Client, opts ConnectOptions) (*Conn, error) {
+	child, err := Spawn(ctx, s.Spec, s.Environ, s.Hooks, s.Share)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := client.Connect(ctx, Intercept(&childTransport{child: child}, opts.Intercept), &mcp.ClientSessionOptions{ProtocolVersion: ProtocolVersion})
+	if err != nil {
+		fault := child.Fault()
+		child.Stop()
+		if fault != nil {
+			return nil, fault
+		}
+		if f := child.exitFault(); f != nil && child.exited() {
+			return nil, f
+		}
+		return nil, fmt.Errorf("upstream %q: initialize: %w", s.Spec.Name, err)
+	}
+	ref := fmt.Sprintf("pid %d", child.pid)
+	return NewConn(cs, child.class, ref, child.Stop, child.Fault), nil
+}
+
+// SpawnError is a refused or failed spawn. It names the upstream and says
+// what to do.
+type SpawnError struct {
+	Upstream string
+	Reason   string
+	Hint     string
+	Err      error
+}
+
+func (e *SpawnError) Error() string {
+	s := fmt.Sprintf("upstream %q unavailable: %s", e.Upstream, e.Reason)
+	if e.Hint != "" {
+		s += "; " + e.Hint
+	}
+	return s
+}
+
+func (e *SpawnError) Unwrap() error { return e.Err }
+
+// ErrPinMismatch is wrapped by a SpawnError whose measured digest differs
+// from the pin; ErrUnpinned by one refused for having no pin.
+var (
+	ErrPinMismatch = errors.New("digest does not match pin")
+	ErrUnpinned    = errors.New("no pin")
+)
+
+// Child is a running, measured upstream process.
+type Child struct {
+	name    string
+	session string
+	class   string
+	cmd     *exec.Cmd
+	pid     int
+	grace   time.Duration
+	hooks   Hooks
+
+	stdin  io.WriteCloser
+	stdout io.ReadCloser
+	wmu    sync.Mutex
+
+	done     chan struct{} // closed once the process has been waited for
+	waitErr  error
+	stopOnce sync.Once
+	fault    atomic.Pointer[error]
+
+	stderrBytes, stderrLines, dropped atomic.Int64
+	stderrDone                        chan struct{}
+}
+
+// Spawn resolves, measures and starts the child described by spec. It
+// executes exactly the bytes it measured: the executable is opened once,
+// digested through that descriptor, and executed through /proc/self/fd.
+func Spawn(ctx context.Context, spec StdioSpec, environ []string, hooks Hooks, share string) (*Child, error) {
+	env := childEnv(spec, environ)
+	ev := SpawnEvent{Session: SessionFrom(ctx), Upstream: spec.Name, Pin: spec.Pin, MeasurePath: spec.MeasurePath, MeasurePin: spec.MeasurePin, Args: spec.Args, EnvNames: envNames(env), SessionShare: share}
+	refuse := func(reason, hint string, err error) (*Child, error) {
+		ev.Refused, ev.Reason = true, reason
+		if hooks.Spawn != nil {
+			if herr := hooks.Spawn(ev); herr != nil {
+				err = errors.Join(err, herr)
+			}
+		}
+		return nil, &SpawnError{Upstream: spec.Name, Reason: reason, Hint: hint, Err: err}
+	}
+	path, err := digest.ResolveCommand(spec.Command, lookupEnv(env, "PATH"))
+	if err != nil {
+		return refuse(err.Error(), "check the upstream's command in the configuration", err)
+	}
+	ev.Path = path
+	f, d, err := digest.OpenFile(path)
+	if err != nil {
+		return refuse(fmt.Sprintf("measure %s: %v", path, err), "", err)
+	}
+	defer f.Close()
+	ev.Digest = d
+	switch {
+	case !spec.Pin.IsZero():
+		if !d.Equal(spec.Pin) {
+			return refuse(fmt.Sprintf("executable %s has digest %s but the pin is %s", path, d, spec.Pin),
+				"if this change is intended, run 'cmcp spawn-digest' and update the pin", ErrPinMismatch)
+		}
+		ev.Class = ClassSpawnMeasured
+	case spec.AllowUnmeasured:
+		ev.Class = ClassSpawnUnmeasured
+	default:
+		return refuse(fmt.Sprintf("executable %s (digest %s) has no pin", path, d),
+			fmt.Sprintf("add 'pin: %s' to the upstream after checking the file, or set allow_unmeasured: true to run it as spawn-unmeasured", d), ErrUnpinned)
+	}
+	if spec.MeasurePath != "" {
+		md, err := measureTarget(ctx, spec.MeasurePath)
+		if err != nil {
+			return refuse(fmt.Sprintf("measure %s: %v", spec.MeasurePath, err), "", err)
+		}
+		ev.MeasureDig = md
+		switch {
+		case !spec.MeasurePin.IsZero():
+			if !md.Equal(spec.MeasurePin) {
+				return refuse(fmt.Sprintf("measure target %s has digest %s but the pin is %s", spec.MeasurePath, md, spec.MeasurePin),
+					"if this change is intended, run 'cmcp spawn-digest' and update the pin", ErrPinMismatch)
+			}
+		case spec.AllowUnmeasured:
+			ev.Class = ClassSpawnUnmeasured
+		default:
+			return refuse(fmt.Sprintf("measure target %s (digest %s) has no pin", spec.MeasurePath, md),
+				fmt.Sprintf("add the measure pin %s after checking the files", md), ErrUnpinned)
+		}
+	}
+
+	cmd := &exec.Cmd{
+		Path: fmt.Sprintf("/proc/self/fd/%d", f.Fd()),
+		Args: append([]string{spec.Command}, spec.Args...),
+		Env:  env,
+		Dir:  spec.Dir,
+		SysProcAttr: &syscall.SysProcAttr{
+			Setpgid:   true,
+			Pdeathsig: syscall.SIGKILL,
+		},
+	}
+	// Pipes are made here, not by os/exec, so that Wait never closes the
+	// gateway's ends under a reader: stdout and stderr end with EOF when
+	// the last writer (grandchildren included) is gone.
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		return nil, err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		outR.Close()
+		outW.Close()
+		return nil, err
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
+	err = cmd.Start()
+	inR.Close()
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		inW.Close()
+		outR.Close()
+		errR.Close()
+		return refuse(fmt.Sprintf("start %s: %v", path, err), "", err)
+	}
+	stdin, stdout, stderr := inW, outR, errR
+	grace := spec.StopGrace
+	if grace <= 0 {
+		grace = 5 * time.Second
+	}
+	c := &Child{session: ev.Session, name: spec.Name, class: ev.Class, cmd: cmd, pid: cmd.Process.Pid, grace: grace, hooks: hooks,
+		stdin: stdin, stdout: stdout, done: make(chan struct{}), stderrDone: make(chan struct{})}
+	go c.pumpStderr(stderr, spec)
+	go func() {
+		c.waitErr = cmd.Wait()
+		select {
+		case <-c.stderrDone:
+		case <-time.After(c.grace):
+		}
+		close(c.done)
+		c.reportExit()
+	}()
+	ev.PID = c.pid
+	if hooks.Spawn != nil {
+		if err := hooks.Spawn(ev); err != nil {
+			c.Stop()
+			return nil, &SpawnError{Upstream: spec.Name, Reason: "the spawn could not be recorded in the audit log", Err: err}
+		}
+	}
+	return c, nil
+}
+
+// PID is the child's process id (and process group id).
+func (c *Child) PID() int { return c.pid }
+
+func (c *Child) write(b []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	b = append(b, '\n')
+	_, err := c.stdin.Write(b)
+	return err
+}
+
+// fail records the fault that killed the child and stops it.
+func (c *Child) fail(err error) {
+	c.fault.CompareAndSwap(nil, &err)
+	go c.Stop()
+}
+
+// Fault returns why the gateway ended the child, or why it died.
+func (c *Child) Fault() error {
+	if p := c.fault.Load(); p != nil {
+		return *p
+	}
+	if c.exited() {
+		return c.exitFault()
+	}
+	return nil
+}
+
+func (c *Child) exited() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// exitFault describes the child's end for an agent.
+func (c *Child) exitFault() error {
+	if p := c.fault.Load(); p != nil {
+		return *p
+	}
+	select {
+	case <-c.done:
+	case <-time.After(2 * time.Second):
+		return fmt.Errorf("upstream %q closed its stdout: the next call respawns it", c.name)
+	}
+	return fmt.Errorf("upstream %q exited (%s): the next call respawns it; its stderr is in the gateway log", c.name, describeExit(c.cmd.ProcessState))
+}
+
+func describeExit(ps *os.ProcessState) string {
+	if ps == nil {
+		return "unknown status"
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return "killed by " + ws.Signal().String()
+	}
+	return fmt.Sprintf("exit status %d", ps.ExitCode())
+}
+
+// Stop ends the child: stdin is closed, SIGTERM goes to its process group,
+// and SIGKILL follows after the grace period. The whole group is killed in
+// the end, so grandchildren never outlive it. Stop waits for the child.
+func (c *Child) Stop() error {
+	c.stopOnce.Do(func() {
+		c.wmu.Lock()
+		c.stdin.Close()
+		c.wmu.Unlock()
+		_ = syscall.Kill(-c.pid, syscall.SIGTERM)
+		select {
+		case <-c.done:
+		case <-time.After(c.grace):
+			_ = syscall.Kill(-c.pid, syscall.SIGKILL)
+		}
+		// The direct child may be gone while its group lives on.
+		_ = syscall.Kill(-c.pid, syscall.SIGKILL)
+		<-c.done
+		c.stdout.Close()
+	})
+	<-c.done
+	return nil
+}
+
+// Done is closed when the child has exited and been reaped.
+func (c *Child) Done() <-chan struct{} { return c.done }
+
+func (c *Child) pumpStderr(r io.ReadCloser, spec StdioSpec) {
+	defer close(c.stderrDone)
+	defer r.Close()
+	lineMax := spec.StderrLineMax
+	if lineMax <= 0 {
+		lineMax = 4096
+	}
+	perSec := spec.StderrLinesPerSec
+	if perSec <= 0 {
+		perSec = 100
+	}
+	br := bufio.NewReaderSize(r, 64<<10)
+	window := time.Now()
+	inWindow := 0
+	var line []byte
+	for {
+		chunk, err := br.ReadSlice('\n')
+		c.stderrBytes.Add(int64(len(chunk)))
+		room := lineMax - len(line)
+		if room < 0 {
+			room = 0
+		}
+		if len(chunk) < room {
+			room = len(chunk)
+		}
+		line = append(line, chunk[:room]...)
+		c.dropped.Add(int64(len(chunk) - room))
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if len(line) > 0 {
+			c.stderrLines.Add(1)
+			now := time.Now()
+			if now.Sub(window) >= time.Second {
+				window, inWindow = now, 0
+			}
+			if inWindow < perSec && c.hooks.Log != nil {
+				inWindow++
+				c.hooks.Log.Info("upstream stderr", "upstream", c.name, "pid", c.pid, "line", strings.TrimRight(string(line), "\r\n"))
+			} else {
+				c.dropped.Add(int64(len(line)))
+			}
+			line = line[:0]
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (c *Child) reportExit() {
+	ev := ExitEvent{Session: c.session, Upstream: c.name, PID: c.pid, ExitCode: -1, StderrBytes: c.stderrBytes.Load(), StderrLines: c.stderrLines.Load(), Dropped: c.dropped.Load()}
+	if ps := c.cmd.ProcessState; ps != nil {
+		ev.ExitCode = ps.ExitCode()
+		if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			ev.Signal = ws.Signal().String()
+		}
+	}
+	if p := c.fault.Load(); p != nil {
+		ev.Fault = (*p).Error()
+	}
+	if c.hooks.Exit != nil {
+		c.hooks.Exit(ev)
+	}
+}
+
+// childEnv builds the child's environment: allowlisted variables from the
+// gateway's environment, then configured values.
+func childEnv(spec StdioSpec, environ []string) []string {
+	allow := spec.EnvAllow
+	if allow == nil {
+		allow = DefaultEnvAllow
+	}
+	set := map[string]string{}
+	var order []string
+	for _, name := range allow {
+		if v, ok := lookupEnvOK(environ, name); ok {
+			if _, dup := set[name]; !dup {
+				order = append(order, name)
+			}
+			set[name] = v
+		}
+	}
+	for k, v := range spec.Env {
+		if _, dup := set[k]; !dup {
+			order = append(order, k)
+		}
+		set[k] = v
+	}
+	out := make([]string, 0, len(order))
+	for _, k := range order {
+		out = append(out, k+"="+set[k])
+	}
+	return out
+}
+
+func envNames(env []string) []string {
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		out = append(out, k)
+	}
+	return out
+}
+
+func lookupEnv(env []string, name string) string {
+	v, _ := lookupEnvOK(env, name)
+	return v
+}
+
+func lookupEnvOK(env []string, name string) (string, bool) {
+	for i := len(env) - 1; i >= 0; i-- {
+		if k, v, ok := strings.Cut(env[i], "="); ok && k == name {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+type sessionKey struct{}
+
+// WithSession returns ctx carrying the agent session id that spawn and exit
+// events report.
+func WithSession(ctx context.Context, id string) context.Context {
+	return context.WithValue(ctx, sessionKey{}, id)
+}
+
+// SessionFrom returns the session id set by WithSession, or "".
+func SessionFrom(ctx context.Context) string {
+	s, _ := ctx.Value(sessionKey{}).(string)
+	return s
+}

@@ -1,0 +1,133 @@
+package upstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/confidential-mcp/cmcp/pkg/framing"
+)
+
+// childTransport is an mcp.Transport over a spawned child's stdin and stdout,
+// with strict framing: one JSON-RPC object per line. A line that is not one
+// is fatal for the child (the stream is never resynchronised): the read
+// fails, the child is killed and the fault is recorded.
+type childTransport struct {
+	child *Child
+}
+
+func (t *childTransport) Connect(ctx context.Context) (mcp.Connection, error) {
+	c := &childConn{child: t.child, incoming: make(chan jsonrpc.Message), closed: make(chan struct{})}
+	go c.readLoop()
+	return c, nil
+}
+
+type childConn struct {
+	child    *Child
+	incoming chan jsonrpc.Message
+	closed   chan struct{}
+	once     sync.Once
+
+	mu      sync.Mutex
+	readErr error
+}
+
+func (c *childConn) readLoop() {
+	r := framing.NewReader(c.child.stdout, maxFrame)
+	for {
+		line, err := r.Read()
+		var msg jsonrpc.Message
+		if err == nil {
+			msg, err = jsonrpc.DecodeMessage(line)
+			if err != nil {
+				err = &DesyncError{Offset: r.Offset() - int64(len(line)) - 1, Excerpt: framing.Excerpt(line), Cause: err}
+			}
+		}
+		var fd *framing.DesyncError
+		if errors.As(err, &fd) {
+			err = &DesyncError{Offset: fd.Offset, Excerpt: fd.Excerpt, Cause: fd}
+		}
+		if err == nil {
+			select {
+			case c.incoming <- msg:
+				continue
+			case <-c.closed:
+				return
+			}
+		}
+		var de *DesyncError
+		if errors.As(err, &de) {
+			de.Upstream = c.child.name
+			c.child.fail(de)
+		} else if errors.Is(err, io.EOF) || errors.Is(err, os.ErrClosed) {
+			err = c.child.exitFault()
+		} else {
+			err = fmt.Errorf("upstream %q: read stdout: %w", c.child.name, err)
+			c.child.fail(err)
+		}
+		c.mu.Lock()
+		c.readErr = err
+		c.mu.Unlock()
+		close(c.incoming)
+		return
+	}
+}
+
+func (c *childConn) Read(ctx context.Context) (jsonrpc.Message, error) {
+	select {
+	case msg, ok := <-c.incoming:
+		if !ok {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			return nil, c.readErr
+		}
+		return msg, nil
+	case <-c.closed:
+		return nil, io.EOF
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (c *childConn) Write(ctx context.Context, msg jsonrpc.Message) error {
+	b, err := jsonrpc.EncodeMessage(msg)
+	if err != nil {
+		return err
+	}
+	if err := c.child.write(b); err != nil {
+		return fmt.Errorf("upstream %q: write stdin: %w", c.child.name, err)
+	}
+	return nil
+}
+
+func (c *childConn) Close() error {
+	c.once.Do(func() { close(c.closed) })
+	return c.child.Stop()
+}
+
+func (c *childConn) SessionID() string { return "" }
+
+// DesyncError says that an upstream wrote something on stdout that is not a
+// JSON-RPC message. The child is killed; the next use respawns it.
+type DesyncError struct {
+	Upstream string
+	Offset   int64  // byte offset of the offending line in the child's stdout
+	Excerpt  string // the start of the offending line, quoted
+	Cause    error
+}
+
+func (e *DesyncError) Error() string {
+	return fmt.Sprintf("upstream %q wrote a line that is not a JSON-RPC message on stdout at byte %d (it starts %s): the child was stopped and will be respawned, re-measured, on the next call; a stdio MCP server must write only JSON-RPC to stdout and its logs to stderr",
+		e.Upstream, e.Offset, e.Excerpt)
+}
+
+func (e *DesyncError) Unwrap() error { return e.Cause }
+
+// maxFrame bounds one JSON-RPC message read from a child (the go-sdk default).
+const maxFrame = 16 << 20

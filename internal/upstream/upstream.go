@@ -1,0 +1,132 @@
+package upstream
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// ProtocolVersion is the MCP protocol version the gateway speaks to every
+// upstream. Newer versions turn logging, sampling and elicitation into
+// per-request metadata that a legacy downstream session cannot receive, so
+// the gateway pins this one (gateways.md §3.4).
+const ProtocolVersion = "2025-11-25"
+
+// Evidence classes of an upstream connection (see ARCHITECTURE.md). They are
+// the same strings as pkg/evidence's constants.
+const (
+	ClassSpawnMeasured   = "spawn-measured"
+	ClassSpawnUnmeasured = "spawn-unmeasured"
+	ClassTLSPinned       = "tls-pinned"
+	ClassTLSCA           = "tls-ca"
+	ClassPlaintext       = "plaintext"
+)
+
+// Upstream is one configured MCP server. Connect starts or dials it and runs
+// the MCP handshake with client; every call returns a fresh connection (a
+// per-session child, or the one shared child when the caller keeps it).
+type Upstream interface {
+	// Name is the configured upstream name.
+	Name() string
+	// Connect returns a live, initialised connection. Errors say which
+	// upstream failed and why, in words an agent can act on.
+	Connect(ctx context.Context, client *mcp.Client, opts ConnectOptions) (*Conn, error)
+}
+
+// Conn is a live connection to an upstream.
+type Conn struct {
+	// Session is the MCP client session to the upstream.
+	Session *mcp.ClientSession
+	// Class is the evidence class of this connection.
+	Class string
+	// Ref identifies this connection in the audit log (for a child: its
+	// spawn record's details; for HTTP: the endpoint).
+	Ref string
+
+	closeOnce sync.Once
+	closeErr  error
+	close     func() error
+	fault     func() error
+}
+
+// NewConn is for Upstream implementations: it wraps a session, its evidence
+// class, a reference for the audit log, the function that tears the
+// connection down and the function that reports why it died (nil while
+// healthy).
+func NewConn(s *mcp.ClientSession, class, ref string, closeFn, faultFn func() error) *Conn {
+	return &Conn{Session: s, Class: class, Ref: ref, close: closeFn, fault: faultFn}
+}
+
+// Close ends the session and releases the upstream (for a child: stops the
+// whole process group). It is safe to call more than once.
+func (c *Conn) Close() error {
+	c.closeOnce.Do(func() {
+		var errs []error
+		if c.Session != nil {
+			errs = append(errs, c.Session.Close())
+		}
+		if c.close != nil {
+			errs = append(errs, c.close())
+		}
+		c.closeErr = errors.Join(errs...)
+	})
+	return c.closeErr
+}
+
+// Fault returns why the connection died (a desynchronised stdout, a child
+// that exited), or nil while it is healthy.
+func (c *Conn) Fault() error {
+	if c.fault == nil {
+		return nil
+	}
+	return c.fault()
+}
+
+// ConnectOptions are what the gateway asks of every connection.
+type ConnectOptions struct {
+	// Intercept, if set, sees every message from the upstream in wire
+	// order before the MCP client does; returning true consumes it. The
+	// gateway uses it for progress and logging notifications, which the
+	// client would otherwise dispatch after the response they precede.
+	Intercept func(jsonrpc.Message) bool
+}
+
+// Intercept wraps t so that every message read passes through f first
+// (see ConnectOptions.Intercept). Upstream implementations wrap their
+// transport with it.
+func Intercept(t mcp.Transport, f func(jsonrpc.Message) bool) mcp.Transport {
+	if f == nil {
+		return t
+	}
+	return &interceptTransport{t: t, f: f}
+}
+
+type interceptTransport struct {
+	t mcp.Transport
+	f func(jsonrpc.Message) bool
+}
+
+func (it *interceptTransport) Connect(ctx context.Context) (mcp.Connection, error) {
+	c, err := it.t.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &interceptConn{Connection: c, f: it.f}, nil
+}
+
+type interceptConn struct {
+	mcp.Connection
+	f func(jsonrpc.Message) bool
+}
+
+func (ic *interceptConn) Read(ctx context.Context) (jsonrpc.Message, error) {
+	for {
+		msg, err := ic.Connection.Read(ctx)
+		if err != nil || !ic.f(msg) {
+			return msg, err
+		}
+	}
+}

@@ -1,0 +1,242 @@
+package auditlog
+
+import (
+	"bytes"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"golang.org/x/mod/sumdb/note"
+	"golang.org/x/mod/sumdb/tlog"
+)
+
+// ProofHeader is the first line of an offline proof (c2sp.org/tlog-proof@v1).
+const ProofHeader = "c2sp.org/tlog-proof@v1"
+
+// maxProofHashes bounds the inclusion proof length (a tree of 2^63 leaves).
+const maxProofHashes = 63
+
+// Proof is a parsed offline proof for one record.
+type Proof struct {
+	Record     []byte // the record line (the "extra" data)
+	Index      int64
+	Hashes     tlog.RecordProof
+	Checkpoint []byte // the signed note, verbatim
+}
+
+// Format encodes p as a c2sp.org/tlog-proof@v1 text.
+func (p *Proof) Format() []byte {
+	var b bytes.Buffer
+	b.WriteString(ProofHeader + "\n")
+	b.WriteString("extra " + base64.StdEncoding.EncodeToString(p.Record) + "\n")
+	fmt.Fprintf(&b, "index %d\n", p.Index)
+	for _, h := range p.Hashes {
+		b.WriteString(base64.StdEncoding.EncodeToString(h[:]) + "\n")
+	}
+	b.WriteString("\n")
+	b.Write(p.Checkpoint)
+	return b.Bytes()
+}
+
+// ErrMalformedProof is returned (wrapped) by ParseProof.
+var ErrMalformedProof = errors.New("malformed proof")
+
+// ParseProof parses a c2sp.org/tlog-proof@v1 text with the record in its
+// extra line. It does not verify anything.
+func ParseProof(text []byte) (*Proof, error) {
+	if len(text) > MaxLineBytes*2 {
+		return nil, fmt.Errorf("%w: %d bytes is too large", ErrMalformedProof, len(text))
+	}
+	head, cp, ok := bytes.Cut(text, []byte("\n\n"))
+	if !ok {
+		return nil, fmt.Errorf("%w: no blank line before the checkpoint", ErrMalformedProof)
+	}
+	lines := strings.Split(string(head), "\n")
+	if lines[0] != ProofHeader {
+		return nil, fmt.Errorf("%w: first line %q, want %q", ErrMalformedProof, clip(lines[0]), ProofHeader)
+	}
+	p := &Proof{Checkpoint: cp}
+	k := 1
+	if k < len(lines) && strings.HasPrefix(lines[k], "extra ") {
+		rec, err := base64.StdEncoding.Strict().DecodeString(lines[k][len("extra "):])
+		if err != nil {
+			return nil, fmt.Errorf("%w: extra line: %v", ErrMalformedProof, err)
+		}
+		p.Record = rec
+		k++
+	}
+	if k >= len(lines) {
+		return nil, fmt.Errorf("%w: no index line", ErrMalformedProof)
+	}
+	is, ok := strings.CutPrefix(lines[k], "index ")
+	idx, err := strconv.ParseInt(is, 10, 64)
+	if !ok || err != nil || idx < 0 || strconv.FormatInt(idx, 10) != is {
+		return nil, fmt.Errorf("%w: line %d: want \"index N\"", ErrMalformedProof, k+1)
+	}
+	p.Index = idx
+	for i, l := range lines[k+1:] {
+		if len(p.Hashes) >= maxProofHashes {
+			return nil, fmt.Errorf("%w: more than %d hashes", ErrMalformedProof, maxProofHashes)
+		}
+		hb, err := base64.StdEncoding.Strict().DecodeString(l)
+		if err != nil || len(hb) != tlog.HashSize {
+			return nil, fmt.Errorf("%w: line %d is not a base64 SHA-256 hash", ErrMalformedProof, k+2+i)
+		}
+		p.Hashes = append(p.Hashes, tlog.Hash(hb))
+	}
+	if p.Record == nil {
+		return nil, fmt.Errorf("%w: no extra line with the record (cmcp proofs carry the record)", ErrMalformedProof)
+	}
+	if _, err := ParseCheckpoint(cp); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrMalformedProof, err)
+	}
+	return p, nil
+}
+
+// ProofResult is what VerifyProof established.
+type ProofResult struct {
+	Index      int64
+	Kind       Kind
+	Checkpoint *Checkpoint
+	Record     []byte
+}
+
+// VerifyProof checks an offline proof against trusted note verifier keys:
+// the checkpoint signature, that the index is inside the checkpoint, that
+// the record is well-formed and carries that index, and the inclusion of
+// its leaf hash under the checkpoint's root.
+func VerifyProof(text []byte, keys []string) (*ProofResult, error) {
+	p, err := ParseProof(text)
+	if err != nil {
+		return nil, &VerifyError{Class: ClassIntegrity, Msg: err.Error(), Err: err}
+	}
+	set, err := ParseKeys(keys)
+	if err != nil {
+		return nil, err
+	}
+	if len(set) == 0 {
+		return nil, &VerifyError{Class: ClassUsage, Msg: "checking a proof needs the trusted key (--key): the proof carries no key of its own"}
+	}
+	var list []note.Verifier
+	for k := range set {
+		v, _ := note.NewVerifier(k)
+		list = append(list, v)
+	}
+	cp, err := OpenCheckpoint(p.Checkpoint, note.VerifierList(list...))
+	if err != nil {
+		var uv *note.UnverifiedNoteError
+		var bad *note.InvalidSignatureError
+		switch {
+		case errors.As(err, &bad):
+			return nil, &VerifyError{Class: ClassSignature, Pos: Position{Index: p.Index}, Msg: fmt.Sprintf("the proof's checkpoint signature does not verify: %v", err)}
+		case errors.As(err, &uv):
+			return nil, &VerifyError{Class: ClassKey, Pos: Position{Index: p.Index}, Msg: fmt.Sprintf("the proof's checkpoint is not signed by a trusted key (signed by %s)", sigNames(uv.Note))}
+		}
+		return nil, &VerifyError{Class: ClassIntegrity, Pos: Position{Index: p.Index}, Msg: fmt.Sprintf("the proof's checkpoint: %v", err)}
+	}
+	res := &ProofResult{Index: p.Index, Checkpoint: cp, Record: p.Record}
+	pos := Position{Epoch: epochOfOrigin(cp.Origin), Index: p.Index, Record: excerpt(p.Record)}
+	if p.Index >= cp.Size {
+		return res, &VerifyError{Class: ClassIntegrity, Pos: pos, Msg: fmt.Sprintf("record %d is not covered by the checkpoint (size %d)", p.Index, cp.Size)}
+	}
+	env, err := parseLine(p.Record)
+	if err != nil {
+		return res, &VerifyError{Class: ClassIntegrity, Pos: pos, Msg: fmt.Sprintf("the proof's record is malformed: %v", err)}
+	}
+	res.Kind = env.Kind
+	if env.Seq != p.Index {
+		return res, &VerifyError{Class: ClassIntegrity, Pos: pos, Expected: fmt.Sprint(p.Index), Computed: fmt.Sprint(env.Seq), Msg: "the record's seq differs from the proof's index"}
+	}
+	if err := tlog.CheckRecord(p.Hashes, cp.Size, cp.Root, p.Index, tlog.RecordHash(p.Record)); err != nil {
+		return res, &VerifyError{Class: ClassIntegrity, Pos: pos, Expected: b64(cp.Root), Msg: fmt.Sprintf("inclusion proof does not verify: the record, its index or the proof hashes were changed (%v)", err)}
+	}
+	return res, nil
+}
+
+// Prove builds an offline proof for record index of the given epoch (0:
+// the newest) against the newest checkpoint of that epoch. The epoch is
+// verified first; opt is as for Verify.
+func Prove(dir string, epoch int, index int64, opt VerifyOptions) (*Proof, error) {
+	if epoch == 0 {
+		epochs, err := listEpochs(dir)
+		if err != nil {
+			return nil, ioFailure(Position{}, err)
+		}
+		if len(epochs) == 0 {
+			return nil, &VerifyError{Class: ClassNotLog, Msg: fmt.Sprintf("%s is not an audit log: it holds no epoch-NNNNNN directories", dir)}
+		}
+		epoch = epochs[len(epochs)-1]
+	}
+	var trusted map[string]bool
+	if len(opt.Keys) > 0 {
+		var err error
+		if trusted, err = ParseKeys(opt.Keys); err != nil {
+			return nil, err
+		}
+	}
+	res, err := scanEpoch(dir, epoch, scanOptions{trusted: trusted, keepLeaves: true, progress: opt.Progress, evidence: opt.VerifyEvidence})
+	if err != nil {
+		return nil, err
+	}
+	if index < 0 || index >= res.Records {
+		return nil, &VerifyError{Class: ClassUsage, Pos: Position{Epoch: epoch}, Msg: fmt.Sprintf("epoch %d has records 0-%d; there is no record %d", epoch, res.Records-1, index)}
+	}
+	cp := res.LastCheckpoint
+	if cp == nil {
+		return nil, &VerifyError{Class: ClassUsage, Pos: Position{Epoch: epoch, Index: index}, Msg: fmt.Sprintf("epoch %d has no checkpoint yet", epoch)}
+	}
+	if index >= cp.Size {
+		return nil, &VerifyError{Class: ClassUsage, Pos: Position{Epoch: epoch, Index: index},
+			Msg: fmt.Sprintf("record %d is in the unsealed tail of epoch %d: no checkpoint covers it yet (the last one covers records 0-%d)", index, epoch, cp.Size-1)}
+	}
+	st := make(memStore, 0, 2*cp.Size)
+	for i := int64(0); i < cp.Size; i++ {
+		hs, err := tlog.StoredHashesForRecordHash(i, res.Leaves[i], st)
+		if err != nil {
+			return nil, err
+		}
+		st = append(st, hs...)
+	}
+	hashes, err := tlog.ProveRecord(cp.Size, index, st)
+	if err != nil {
+		return nil, fmt.Errorf("build the inclusion proof: %w", err)
+	}
+	line, err := readRecordLine(dir, epoch, index)
+	if err != nil {
+		return nil, err
+	}
+	return &Proof{Record: line, Index: index, Hashes: hashes, Checkpoint: cp.Note}, nil
+}
+
+type memStore []tlog.Hash
+
+func (m memStore) ReadHashes(idx []int64) ([]tlog.Hash, error) {
+	out := make([]tlog.Hash, len(idx))
+	for i, x := range idx {
+		if x < 0 || x >= int64(len(m)) {
+			return nil, fmt.Errorf("stored hash %d out of range", x)
+		}
+		out[i] = m[x]
+	}
+	return out, nil
+}
+
+// readRecordLine returns the line of record index in an epoch.
+func readRecordLine(dir string, epoch int, index int64) ([]byte, error) {
+	r, err := NewReader(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	for {
+		e, err := r.Next()
+		if err != nil {
+			return nil, fmt.Errorf("find record %d of epoch %d: %w", index, epoch, err)
+		}
+		if e.Pos.Epoch == epoch && e.Index == index {
+			return e.Line, nil
+		}
+	}
+}

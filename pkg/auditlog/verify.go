@@ -1,0 +1,324 @@
+package auditlog
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/mod/sumdb/note"
+	"golang.org/x/mod/sumdb/tlog"
+)
+
+// ClassUsage marks bad verifier input (a malformed --key, an unreadable
+// --checkpoint).
+const ClassUsage Class = "usage"
+
+// VerifyOptions control Verify.
+type VerifyOptions struct {
+	// Keys are the trusted note verifier keys ("origin+hash+base64"). Each
+	// epoch's genesis key must be one of them. Empty: each epoch is checked
+	// against the key in its own genesis record and the report says that
+	// trust was not established.
+	Keys []string
+	// Checkpoints are signed checkpoint notes kept outside the log (an
+	// auditor's saved state, a witness). They detect truncation, rollback
+	// and forks.
+	Checkpoints [][]byte
+	// VerifyEvidence, if set, checks each genesis record's attestation
+	// evidence (bound to its key and statement); an error fails the epoch
+	// with ClassKey.
+	VerifyEvidence func(g *Genesis) error
+	// Progress is called with the number of bytes verified since the last
+	// call (see LogBytes for the total).
+	Progress func(bytes int64)
+}
+
+// ExternalCheck is the outcome of checking the log against one external checkpoint.
+type ExternalCheck struct {
+	Origin  string `json:"origin"`
+	Size    int64  `json:"size"`
+	Root    string `json:"root"`
+	Epoch   int    `json:"epoch"`
+	Records int64  `json:"records"` // records of that epoch in the log
+}
+
+// Report is what Verify established.
+type Report struct {
+	Dir         string           `json:"dir"`
+	Epochs      []*EpochResult   `json:"epochs"`
+	Records     int64            `json:"records"`
+	Checkpoints int              `json:"checkpoints"`
+	First       time.Time        `json:"first"`
+	Last        time.Time        `json:"last"`
+	KeysTrusted bool             `json:"keys_trusted"` // every epoch key was among the --key keys
+	Newest      *Checkpoint      `json:"-"`            // newest in-band checkpoint of the newest epoch
+	Unsealed    int64            `json:"unsealed"`     // records of the newest epoch after its last checkpoint
+	External    []*ExternalCheck `json:"external"`
+	Warnings    []string         `json:"warnings"`
+}
+
+// LogBytes returns the total size of the segment files under dir (for a
+// progress bar).
+func LogBytes(dir string) int64 {
+	var n int64
+	epochs, _ := listEpochs(dir)
+	for _, e := range epochs {
+		ed := filepath.Join(dir, epochName(e))
+		segs, _ := listSegments(ed)
+		for _, s := range segs {
+			if fi, err := os.Stat(filepath.Join(ed, segmentName(s))); err == nil && fi.Mode().IsRegular() {
+				n += fi.Size()
+			}
+		}
+	}
+	return n
+}
+
+// ParseKeys checks note verifier keys and returns them as a set.
+func ParseKeys(keys []string) (map[string]bool, error) {
+	set := make(map[string]bool)
+	for _, k := range keys {
+		k = strings.TrimSpace(k)
+		v, err := note.NewVerifier(k)
+		if err != nil {
+			return nil, &VerifyError{Class: ClassUsage, Msg: fmt.Sprintf("key %q is not a note verifier key (want origin+hash+base64): %v", clip(k), err)}
+		}
+		_ = v
+		set[k] = true
+	}
+	return set, nil
+}
+
+func clip(s string) string {
+	if len(s) > 80 {
+		return s[:77] + "..."
+	}
+	return s
+}
+
+// Verify checks every epoch of the audit directory dir. It returns the
+// report and, on the first failure, a *VerifyError with its location.
+func Verify(dir string, opt VerifyOptions) (*Report, error) {
+	rep := &Report{Dir: dir}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return rep, ioFailure(Position{}, err)
+	}
+	if !fi.IsDir() {
+		return rep, &VerifyError{Class: ClassNotLog, Msg: fmt.Sprintf("%s is not a directory; give the audit directory (the one holding epoch-NNNNNN/)", dir)}
+	}
+	var trusted map[string]bool
+	if len(opt.Keys) > 0 {
+		if trusted, err = ParseKeys(opt.Keys); err != nil {
+			return rep, err
+		}
+	}
+	type ext struct {
+		cp  *Checkpoint
+		raw []byte
+	}
+	var exts []ext
+	wantRoots := map[string]map[int64]*tlog.Hash{}
+	for i, raw := range opt.Checkpoints {
+		cp, err := ParseCheckpoint(raw)
+		if err != nil {
+			return rep, &VerifyError{Class: ClassUsage, Msg: fmt.Sprintf("external checkpoint %d: %v", i+1, err)}
+		}
+		exts = append(exts, ext{cp, raw})
+		if wantRoots[cp.Origin] == nil {
+			wantRoots[cp.Origin] = map[int64]*tlog.Hash{}
+		}
+		wantRoots[cp.Origin][cp.Size] = nil
+	}
+	epochs, err := listEpochs(dir)
+	if err != nil {
+		return rep, ioFailure(Position{}, err)
+	}
+	if len(epochs) == 0 {
+		if len(exts) > 0 {
+			return rep, &VerifyError{Class: ClassTruncation, Expected: fmt.Sprint(exts[0].cp.Size), Computed: "0",
+				Msg:  fmt.Sprintf("%s holds no epochs, but the saved checkpoint commits to %d records of %s: the log was deleted", dir, exts[0].cp.Size, exts[0].cp.Origin),
+				Hint: "restore the audit directory from a backup"}
+		}
+		return rep, &VerifyError{Class: ClassNotLog, Msg: fmt.Sprintf("%s is not an audit log: it holds no epoch-NNNNNN directories", dir),
+			Hint: "give the directory cmcp serve writes its audit log to (audit.dir in cmcp.yaml)"}
+	}
+
+	for i, e := range epochs {
+		res, err := scanEpoch(dir, e, scanOptions{trusted: trusted, wantRoots: wantRoots, progress: opt.Progress, evidence: opt.VerifyEvidence})
+		rep.Epochs = append(rep.Epochs, res)
+		if err != nil {
+			return rep, err
+		}
+		rep.Records += res.Records
+		rep.Checkpoints += res.Checkpoints
+		if rep.First.IsZero() {
+			rep.First = res.First
+		}
+		if !res.Last.IsZero() {
+			rep.Last = res.Last
+		}
+		g := res.Genesis
+		gpos := Position{Epoch: e, File: filepath.Join(res.Dir, segmentName(1)), Line: 1, Index: 0, Kind: KindGenesis}
+		if i == 0 {
+			if g.Predecessor != nil {
+				return rep, &VerifyError{Class: ClassTruncation, Pos: gpos,
+					Msg:  fmt.Sprintf("epoch %d names a predecessor (epoch %d, %s, %d records) that is not in the directory: earlier epochs were deleted", e, g.Predecessor.Epoch, g.Predecessor.Origin, g.Predecessor.Size),
+					Hint: "verify the complete audit directory, or restore the missing epochs"}
+			}
+			continue
+		}
+		prev := rep.Epochs[i-1]
+		p := g.Predecessor
+		switch {
+		case e != epochs[i-1]+1:
+			return rep, &VerifyError{Class: ClassTruncation, Pos: gpos, Expected: epochName(e - 1), Computed: epochName(epochs[i-1]),
+				Msg: fmt.Sprintf("epoch %d is missing: the directory goes from epoch %d to epoch %d", e-1, epochs[i-1], e)}
+		case p == nil:
+			return rep, &VerifyError{Class: ClassIntegrity, Pos: gpos, Msg: fmt.Sprintf("epoch %d's genesis names no predecessor, but epoch %d precedes it", e, prev.Epoch)}
+		case p.Epoch != prev.Epoch || p.Origin != prev.Origin:
+			return rep, &VerifyError{Class: ClassIntegrity, Pos: gpos, Expected: p.Origin, Computed: prev.Origin,
+				Msg: fmt.Sprintf("epoch %d's genesis names predecessor %s (epoch %d), but the directory holds %s", e, p.Origin, p.Epoch, prev.Origin)}
+		case p.Size > prev.Records:
+			return rep, &VerifyError{Class: ClassTruncation, Pos: gpos, Expected: fmt.Sprint(p.Size), Computed: fmt.Sprint(prev.Records),
+				Msg:  fmt.Sprintf("epoch %d had %d records when epoch %d began, now it has %d: %d records were cut from its tail", prev.Epoch, p.Size, e, prev.Records, p.Size-prev.Records),
+				Hint: "restore the epoch from a backup; the records are lost from this copy"}
+		case p.Size < prev.Records:
+			return rep, &VerifyError{Class: ClassIntegrity, Pos: Position{Epoch: prev.Epoch, Index: p.Size}, Expected: fmt.Sprint(p.Size), Computed: fmt.Sprint(prev.Records),
+				Msg: fmt.Sprintf("epoch %d has %d records but had %d when epoch %d began: %d records were appended to it afterwards", prev.Epoch, prev.Records, p.Size, e, prev.Records-p.Size)}
+		case !bytes.Equal(p.Root, prev.Root[:]):
+			return rep, &VerifyError{Class: ClassIntegrity, Pos: gpos, Expected: b64h(p.Root), Computed: b64(prev.Root),
+				Msg: fmt.Sprintf("epoch %d's records hash to another root than epoch %d's genesis recorded: epoch %d was changed after it ended", prev.Epoch, e, prev.Epoch)}
+		case p.Sealed != prev.Sealed:
+			return rep, &VerifyError{Class: ClassIntegrity, Pos: gpos, Msg: fmt.Sprintf("epoch %d's genesis says epoch %d was sealed=%v, the log says %v", e, prev.Epoch, p.Sealed, prev.Sealed)}
+		}
+		if r := res.Recovery; r != nil && (r.Epoch != prev.Epoch || r.Records != prev.Records || !bytes.Equal(r.Root, prev.Root[:])) {
+			return rep, &VerifyError{Class: ClassIntegrity, Pos: Position{Epoch: e}, Msg: fmt.Sprintf("epoch %d's recovery record does not describe epoch %d as it is now", e, prev.Epoch)}
+		}
+	}
+	last := rep.Epochs[len(rep.Epochs)-1]
+	rep.Newest = last.LastCheckpoint
+	rep.Unsealed = last.Unsealed
+	rep.KeysTrusted = trusted != nil
+
+	for _, x := range exts {
+		ec := &ExternalCheck{Origin: x.cp.Origin, Size: x.cp.Size, Root: b64(x.cp.Root)}
+		rep.External = append(rep.External, ec)
+		var er *EpochResult
+		for _, r := range rep.Epochs {
+			if r.Origin == x.cp.Origin {
+				er = r
+			}
+		}
+		var vs note.Verifiers
+		switch {
+		case trusted != nil:
+			var list []note.Verifier
+			for k := range trusted {
+				v, _ := note.NewVerifier(k)
+				list = append(list, v)
+			}
+			vs = note.VerifierList(list...)
+		case er != nil:
+			v, _ := note.NewVerifier(er.Key)
+			vs = note.VerifierList(v)
+		}
+		if vs != nil {
+			if _, err := OpenCheckpoint(x.raw, vs); err != nil {
+				var uv *note.UnverifiedNoteError
+				var bad *note.InvalidSignatureError
+				switch {
+				case errors.As(err, &bad):
+					return rep, &VerifyError{Class: ClassSignature, Msg: fmt.Sprintf("the saved checkpoint (%s, size %d) has a bad signature: %v", x.cp.Origin, x.cp.Size, err)}
+				case errors.As(err, &uv):
+					return rep, &VerifyError{Class: ClassKey, Msg: fmt.Sprintf("the saved checkpoint (%s, size %d) is not signed by a trusted key (signed by %s)", x.cp.Origin, x.cp.Size, sigNames(uv.Note))}
+				default:
+					return rep, &VerifyError{Class: ClassSignature, Msg: fmt.Sprintf("the saved checkpoint: %v", err)}
+				}
+			}
+		}
+		if er == nil {
+			ve := &VerifyError{Class: ClassTruncation, Expected: x.cp.Origin,
+				Msg:  fmt.Sprintf("the saved checkpoint commits to %d records of %s, but no epoch of this log has that origin: the epoch was deleted or replaced", x.cp.Size, x.cp.Origin),
+				Hint: "restore the missing epoch from a backup"}
+			if vs == nil {
+				ve.Msg += " (the checkpoint's signature was not checked: no --key and no epoch to take a key from)"
+			}
+			if n := epochOfOrigin(x.cp.Origin); n > 0 {
+				for _, r := range rep.Epochs {
+					if r.Epoch == n {
+						ve.Class = ClassFork
+						ve.Pos = Position{Epoch: n}
+						ve.Computed = r.Origin
+						ve.Msg = fmt.Sprintf("the saved checkpoint is for %s, but %s now holds another history (%s): the epoch was regenerated", x.cp.Origin, epochName(n), r.Origin)
+						ve.Hint = "treat the log as rewritten; keep both the saved checkpoint and the directory as evidence"
+					}
+				}
+			}
+			return rep, ve
+		}
+		ec.Epoch, ec.Records = er.Epoch, er.Records
+		if x.cp.Size > er.Records {
+			return rep, &VerifyError{Class: ClassTruncation, Pos: Position{Epoch: er.Epoch, Index: er.Records}, Expected: fmt.Sprint(x.cp.Size), Computed: fmt.Sprint(er.Records),
+				Msg:  fmt.Sprintf("epoch %d has %d records but the saved checkpoint commits to %d: %d records were removed from its tail (truncation or rollback)", er.Epoch, er.Records, x.cp.Size, x.cp.Size-er.Records),
+				Hint: "restore the epoch from a backup; the saved checkpoint proves the missing records existed"}
+		}
+		var root tlog.Hash
+		if x.cp.Size == 0 {
+			root = (&frontier{}).root()
+		} else if r := wantRoots[x.cp.Origin][x.cp.Size]; r != nil {
+			root = *r
+		}
+		if root != x.cp.Root {
+			return rep, &VerifyError{Class: ClassFork, Pos: Position{Epoch: er.Epoch, Index: x.cp.Size}, Expected: b64(x.cp.Root), Computed: b64(root),
+				Msg:  fmt.Sprintf("SECURITY ERROR: fork: the first %d records of epoch %d hash to another root than the saved checkpoint signs; this log is not an extension of what was seen before.\nsaved checkpoint:\n%s", x.cp.Size, er.Epoch, indent(string(x.raw))),
+				Hint: "the history was rewritten by someone holding the key; keep both the saved checkpoint and this directory as evidence"}
+		}
+	}
+
+	// Warnings: what was not established.
+	if trusted == nil {
+		rep.Warnings = append(rep.Warnings, "trust not established: no --key given, so each epoch was checked against the key in its own genesis record; anyone able to rewrite the whole directory could have produced it (pass the gateway's key with --key, or check the genesis attestation)")
+	}
+	if len(exts) == 0 {
+		rep.Warnings = append(rep.Warnings, "truncation of the tail cannot be detected without a checkpoint kept outside the log: a log cut after its last checkpoint, or whose newest epoch was deleted, verifies as complete (save one with --save-checkpoint and pass it with --checkpoint next time)")
+	}
+	if last.Unsealed > 0 {
+		first := last.LastCheckpointAt + 1
+		rep.Warnings = append(rep.Warnings, fmt.Sprintf("unsealed tail: %d records of epoch %d (records %d-%d) come after the last checkpoint and are not covered by any signature; anyone with write access could have appended them", last.Unsealed, last.Epoch, first, last.Records-1))
+	}
+	if last.TornBytes > 0 {
+		rep.Warnings = append(rep.Warnings, fmt.Sprintf("epoch %d ends with an incomplete line of %d bytes (%s:%d, byte %d): the writer stopped mid-write; the next start cuts it", last.Epoch, last.TornBytes, last.TornAt.File, last.TornAt.Line, last.TornAt.Offset))
+	}
+	if !last.Sealed {
+		rep.Warnings = append(rep.Warnings, fmt.Sprintf("epoch %d is not sealed: the gateway is still running, or it stopped without closing the log", last.Epoch))
+	}
+	return rep, nil
+}
+
+func epochOfOrigin(origin string) int {
+	i := strings.LastIndex(origin, "/epoch-")
+	if i < 0 || len(origin) < i+13 {
+		return 0
+	}
+	n, ok := parseNumbered(origin[i+1:i+13], "epoch-", "")
+	if !ok {
+		return 0
+	}
+	return n
+}
+
+func b64h(b []byte) string {
+	if len(b) != tlog.HashSize {
+		return fmt.Sprintf("%x", b)
+	}
+	return b64(tlog.Hash(b))
+}
+
+func indent(s string) string {
+	return "    " + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n    ")
+}
