@@ -438,10 +438,10 @@ func runAttestVerify(e *env, o *attestVerifyOptions, args []string) error {
 	} else {
 		printResult(p, file, res)
 	}
-	return verifyErr(res)
+	return attestVerifyErr(res)
 }
 
-func verifyErr(res *evidence.Result) error {
+func attestVerifyErr(res *evidence.Result) error {
 	err := res.Err()
 	if err == nil {
 		return nil

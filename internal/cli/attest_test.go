@@ -26,12 +26,12 @@ import (
 	"github.com/confidential-mcp/cmcp/pkg/evidence"
 )
 
-type run struct {
+type attestRun struct {
 	code           int
 	stdout, stderr string
 }
 
-func cmcp(t *testing.T, dir string, args ...string) run {
+func runAttestCLI(t *testing.T, dir string, args ...string) attestRun {
 	t.Helper()
 	var out, errb bytes.Buffer
 	wd, _ := os.Getwd()
@@ -42,13 +42,13 @@ func cmcp(t *testing.T, dir string, args ...string) run {
 		defer os.Chdir(wd)
 	}
 	code := Main(args, strings.NewReader(""), &out, &errb)
-	return run{code, out.String(), errb.String()}
+	return attestRun{code, out.String(), errb.String()}
 }
 
 func TestAttestSoftwareProduceVerify(t *testing.T) {
 	dir := t.TempDir()
 	stmt := digest.Bytes([]byte("genesis")).String()
-	r := cmcp(t, dir, "attest", "--nonce", "a1b2c3d4", "--statement", stmt, "--provider", "software")
+	r := runAttestCLI(t, dir, "attest", "--nonce", "a1b2c3d4", "--statement", stmt, "--provider", "software")
 	if r.code != 0 || !strings.Contains(r.stdout, "UNATTESTED") || !strings.Contains(r.stderr, "unattested") {
 		t.Fatalf("attest software: %+v", r)
 	}
@@ -57,29 +57,29 @@ func TestAttestSoftwareProduceVerify(t *testing.T) {
 		t.Fatalf("generated private key: %v %v", fi, err)
 	}
 	// A second run never overwrites the private key.
-	r = cmcp(t, dir, "attest", "--nonce", "a1b2c3d4", "--provider", "software", "--out", "other.json")
+	r = runAttestCLI(t, dir, "attest", "--nonce", "a1b2c3d4", "--provider", "software", "--out", "other.json")
 	if r.code != ui.ExitIO || !strings.Contains(r.stderr, "never overwritten") {
 		t.Fatalf("key overwrite: %+v", r)
 	}
 	// Software evidence never verifies as hardware.
-	r = cmcp(t, dir, "attest", "verify", "cmcp-evidence.json")
+	r = runAttestCLI(t, dir, "attest", "verify", "cmcp-evidence.json")
 	if r.code != ui.ExitEvidence || !strings.Contains(r.stdout, "UNATTESTED") || !strings.Contains(r.stderr, "--allow-software") {
 		t.Fatalf("verify software: %+v", r)
 	}
 	key := filepath.Join(dir, "cmcp-attest-key.pem")
-	r = cmcp(t, dir, "attest", "verify", "cmcp-evidence.json", "--allow-software", "--nonce", "a1b2c3d4", "--key", key, "--statement", stmt)
+	r = runAttestCLI(t, dir, "attest", "verify", "cmcp-evidence.json", "--allow-software", "--nonce", "a1b2c3d4", "--key", key, "--statement", stmt)
 	if r.code != 0 || !strings.Contains(r.stdout, "verdict: WARNING") {
 		t.Fatalf("verify software allowed: %+v", r)
 	}
-	r = cmcp(t, dir, "attest", "verify", "cmcp-evidence.json", "--allow-software", "--nonce", "ffff")
+	r = runAttestCLI(t, dir, "attest", "verify", "cmcp-evidence.json", "--allow-software", "--nonce", "ffff")
 	if r.code != ui.ExitBinding || !strings.Contains(r.stderr, "not the expected nonce") {
 		t.Fatalf("verify wrong nonce: %+v", r)
 	}
-	r = cmcp(t, dir, "attest", "verify", "cmcp-evidence.json", "--allow-software", "--statement", digest.Bytes([]byte("x")).String())
+	r = runAttestCLI(t, dir, "attest", "verify", "cmcp-evidence.json", "--allow-software", "--statement", digest.Bytes([]byte("x")).String())
 	if r.code != ui.ExitBinding {
 		t.Fatalf("verify other statement: %+v", r)
 	}
-	r = cmcp(t, dir, "-o", "json", "attest", "verify", "cmcp-evidence.json", "--allow-software")
+	r = runAttestCLI(t, dir, "-o", "json", "attest", "verify", "cmcp-evidence.json", "--allow-software")
 	var doc map[string]any
 	if err := json.Unmarshal([]byte(r.stdout), &doc); err != nil || doc["platform"] != "software" || doc["attested"] != false || doc["schema_version"] == nil {
 		t.Fatalf("json: %v %s", err, r.stdout)
@@ -107,7 +107,7 @@ func TestAttestUsageAndPlainMachine(t *testing.T) {
 		{[]string{"attest", "verify", "--raw-report", "x", "--nonce", "00"}, ui.ExitUsage, "raw evidence has none"},
 	}
 	for _, c := range cases {
-		r := cmcp(t, dir, c.args...)
+		r := runAttestCLI(t, dir, c.args...)
 		if r.code != c.code || !strings.Contains(r.stderr, c.want) {
 			t.Errorf("%v: exit %d, stderr %q; want %d with %q", c.args, r.code, r.stderr, c.code, c.want)
 		}
@@ -115,7 +115,7 @@ func TestAttestUsageAndPlainMachine(t *testing.T) {
 	if _, err := tee.Detect(tee.Options{}); err == nil {
 		t.Skip("this machine has SEV-SNP or TDX")
 	}
-	r := cmcp(t, dir, "attest", "--nonce", "00")
+	r := runAttestCLI(t, dir, "attest", "--nonce", "00")
 	for _, want := range []string{"/sys/kernel/config/tsm/report", "/dev/sev-guest", "/dev/tdx_guest", "--provider software"} {
 		if !strings.Contains(r.stderr, want) {
 			t.Errorf("plain machine: stderr lacks %q: %s", want, r.stderr)
@@ -157,9 +157,9 @@ func captureFD1(t *testing.T, f func()) string {
 func TestAttestVerifyRawGenuine(t *testing.T) {
 	ev := "../../testdata/evidence/"
 	at := "--at=2025-06-01T00:00:00Z"
-	var r run
+	var r attestRun
 	leaked := captureFD1(t, func() {
-		r = cmcp(t, "", "-o", "json", "attest", "verify", "--raw-report", ev+"tdx-spr-e4-quote.dat", at)
+		r = runAttestCLI(t, "", "-o", "json", "attest", "verify", "--raw-report", ev+"tdx-spr-e4-quote.dat", at)
 	})
 	if leaked != "" {
 		t.Fatalf("a library wrote to the process stdout: %q", leaked)
@@ -180,13 +180,13 @@ func TestAttestVerifyRawGenuine(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "tampered.dat"), bad, 0o644)
 	os.WriteFile(filepath.Join(dir, "short.dat"), raw[:600], 0o644)
 	for _, f := range []string{"tampered.dat", "short.dat"} {
-		if r := cmcp(t, dir, "attest", "verify", "--raw-report", f, at); r.code != ui.ExitEvidence {
+		if r := runAttestCLI(t, dir, "attest", "verify", "--raw-report", f, at); r.code != ui.ExitEvidence {
 			t.Errorf("%s: %+v", f, r)
 		}
 	}
 	// The genuine SEV-SNP report in go-sev-guest's testdata: chain and
 	// signature verify, its debug policy is rejected; with PEM VCEK too.
-	r = cmcp(t, "", "attest", "verify", "--raw-report", ev+"snp-milan-v2-report.bin", "--cert", ev+"snp-milan-vcek.der", at)
+	r = runAttestCLI(t, "", "attest", "verify", "--raw-report", ev+"snp-milan-v2-report.bin", "--cert", ev+"snp-milan-vcek.der", at)
 	if r.code != ui.ExitRefValue || !strings.Contains(r.stdout, "chain to AMD ARK-Milan") || !strings.Contains(r.stderr, "allows debugging") {
 		t.Fatalf("SNP genuine: %+v", r)
 	}
@@ -195,10 +195,10 @@ func TestAttestVerifyRawGenuine(t *testing.T) {
 	snp, _ := os.ReadFile(ev + "snp-milan-v2-report.bin")
 	snp[0x90] ^= 1
 	os.WriteFile(filepath.Join(dir, "snp-tampered.bin"), snp, 0o644)
-	if r := cmcp(t, dir, "attest", "verify", "--raw-report", "snp-tampered.bin", "--cert", "vcek.pem", at); r.code != ui.ExitEvidence {
+	if r := runAttestCLI(t, dir, "attest", "verify", "--raw-report", "snp-tampered.bin", "--cert", "vcek.pem", at); r.code != ui.ExitEvidence {
 		t.Fatalf("SNP tampered: %+v", r)
 	}
-	if r := cmcp(t, "", "attest", "verify", "--raw-report", ev+"snp-milan-v2-report.bin", at); r.code != ui.ExitEvidence || !strings.Contains(r.stderr, "--cert") {
+	if r := runAttestCLI(t, "", "attest", "verify", "--raw-report", ev+"snp-milan-v2-report.bin", at); r.code != ui.ExitEvidence || !strings.Contains(r.stderr, "--cert") {
 		t.Fatalf("SNP without VCEK: %+v", r)
 	}
 }
@@ -267,7 +267,7 @@ func TestAttestVerifySNPBundle(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			r := cmcp(t, dir, append(append([]string{}, base...), c.extra...)...)
+			r := runAttestCLI(t, dir, append(append([]string{}, base...), c.extra...)...)
 			if r.code != c.code || !strings.Contains(r.stdout+r.stderr, c.want) {
 				t.Fatalf("exit %d want %d, %q not in:\n%s\n%s", r.code, c.code, c.want, r.stdout, r.stderr)
 			}
