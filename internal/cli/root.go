@@ -32,7 +32,13 @@ func (e *env) printer() *ui.Printer {
 // Main runs cmcp with args and returns the process exit code. It prints every
 // error exactly once, as "cmcp: error: ..." followed by "cmcp: hint: ..." lines.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	e := &env{stdin: stdin, stdout: stdout, stderr: stderr, environ: os.Environ()}
+	return mainWithEnv(args, stdin, stdout, stderr, os.Environ())
+}
+
+// mainWithEnv is Main with an explicit environment (the testscript harness passes
+// the script's).
+func mainWithEnv(args []string, stdin io.Reader, stdout, stderr io.Writer, environ []string) int {
+	e := &env{stdin: stdin, stdout: stdout, stderr: stderr, environ: environ}
 	root := newRootCmd(e)
 	root.SetArgs(args)
 	err := root.Execute()

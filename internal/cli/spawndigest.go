@@ -106,14 +106,16 @@ func runSpawnDigest(ctx context.Context, e *env, p *ui.Printer, o *spawnDigestOp
 	if p.JSONOut {
 		return p.JSON(spawnDigestDoc{SchemaVersion: ui.SchemaVersion, Result: r, Upstream: u, YAML: y})
 	}
-	p.Printf("%s  %s\n", p.Dim("command "), r.Command)
-	p.Printf("%s  %s (%s)\n", p.Dim("resolved"), r.Resolved, sizeText(r.CommandBytes))
-	p.Printf("%s  %s\n", p.Dim("digest  "), p.Bold(r.CommandDigest.String()))
+	// Everything printed is YAML (the facts are comments), so the whole
+	// output can be appended under "upstreams:" in cmcp.yaml.
+	p.Printf("%s %s\n", p.Dim("# command "), r.Command)
+	p.Printf("%s %s (%s)\n", p.Dim("# resolved"), r.Resolved, sizeText(r.CommandBytes))
+	p.Printf("%s %s\n", p.Dim("# digest  "), p.Bold(r.CommandDigest.String()))
 	if t := r.Target; t != nil {
-		p.Printf("%s  %s (%s)\n", p.Dim("target  "), t.Path, targetText(t))
-		p.Printf("%s  %s\n", p.Dim("digest  "), p.Bold(t.Digest.String()))
+		p.Printf("%s %s (%s)\n", p.Dim("# target  "), t.Path, targetText(t))
+		p.Printf("%s %s\n", p.Dim("# digest  "), p.Bold(t.Digest.String()))
 	}
-	p.Printf("\n%s\n%s", p.Dim("# cmcp.yaml: paste under upstreams:"), y)
+	p.Printf("%s\n%s", p.Dim("# cmcp.yaml entry: paste under upstreams:"), y)
 	return nil
 }
 

@@ -172,8 +172,8 @@ func ChildPATH(s *config.Stdio, environ []string) string {
 	if s.EnvAllow != nil && !slices.Contains(s.EnvAllow, "PATH") {
 		return ""
 	}
-	for _, kv := range environ {
-		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+	for i := len(environ) - 1; i >= 0; i-- { // the last definition wins
+		if v, ok := strings.CutPrefix(environ[i], "PATH="); ok {
 			return v
 		}
 	}

@@ -194,6 +194,8 @@ func walkTree(ctx context.Context, root, rel string, emit func(*treeEntry)) erro
 	if err != nil {
 		return fmt.Errorf("read directory %s: %w", displayRel(rel), unwrapPath(err))
 	}
+	// Sorted so that the first problem reported is the same on every run.
+	slices.SortFunc(des, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
 	for _, de := range des {
 		r := path.Join(rel, de.Name())
 		t := de.Type()

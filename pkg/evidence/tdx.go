@@ -3,6 +3,7 @@ package evidence
 import (
 	"encoding/hex"
 	"fmt"
+	"strings"
 
 	tabi "github.com/google/go-tdx-guest/abi"
 	tpb "github.com/google/go-tdx-guest/proto/tdx"
@@ -130,7 +131,7 @@ func tdxMeasurementClaims(r *Result, body *tpb.TDQuoteBody, ref *TDXReference) {
 		if len(bad) > 0 {
 			r.add(ClaimMeasurement, StatusContraindicated, FailRefValue, "%s", join(bad))
 		} else {
-			r.add(ClaimMeasurement, StatusAffirming, "", "%s match the reference values", join(good))
+			r.add(ClaimMeasurement, StatusAffirming, "", "%s match the reference values", strings.Join(good, ", "))
 		}
 	}
 	if ref != nil && len(ref.MRConfigID) > 0 {
