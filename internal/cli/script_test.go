@@ -20,10 +20,28 @@ import (
 // "cmcp-bin": scripts use `exec cmcp-bin ...` for a real child process (for
 // example a server in the background with &), and `cmcp ...` to run
 // cli.Main in-process.
+//
+// With CMCP_CLI_CHILD=1 the test binary is cmcp whatever its name (for
+// tests that start os.Args[0] as a child).
 func TestMain(m *testing.M) {
-	testscript.Main(m, map[string]func(){
+	if os.Getenv("CMCP_CLI_CHILD") == "1" {
+		os.Exit(Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	}
+	testscript.Main(cleanupM{m}, map[string]func(){
 		"cmcp-bin": func() { os.Exit(Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)) },
 	})
+}
+
+// cleanupM removes what the package's tests left behind after they ran
+// (testscript.Main exits the process itself).
+type cleanupM struct{ m *testing.M }
+
+func (c cleanupM) Run() int {
+	code := c.m.Run()
+	if baseDir != "" { // verify_chain_test.go's shared logs
+		os.RemoveAll(baseDir)
+	}
+	return code
 }
 
 // TestScripts runs testdata/script/*.txtar. Commands added to testscript:

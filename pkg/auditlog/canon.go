@@ -2,7 +2,6 @@ package auditlog
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -45,6 +44,12 @@ type canonScanner struct {
 }
 
 func (s *canonScanner) fail(format string, args ...any) error {
+	if s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ' ', '\t', '\r', '\n':
+			return &syntaxError{Offset: s.i, Msg: "whitespace between tokens (not in RFC 8785 canonical form)"}
+		}
+	}
 	return &syntaxError{Offset: s.i, Msg: fmt.Sprintf(format, args...)}
 }
 
@@ -400,6 +405,3 @@ func clipBytes(b []byte) string {
 	}
 	return string(b)
 }
-
-// errNotObject is returned for lines whose top level is not an object.
-var errNotObject = errors.New("not a JSON object")

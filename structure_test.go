@@ -1,0 +1,105 @@
+package cmcp_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"go/parser"
+	"go/token"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// listedPackage is the part of `go list -json` these tests read.
+type listedPackage struct {
+	ImportPath string
+	Name       string
+	Dir        string
+	GoFiles    []string
+	CgoFiles   []string
+	Deps       []string
+}
+
+// goList runs `go list -json` over patterns.
+func goList(t *testing.T, args ...string) []listedPackage {
+	t.Helper()
+	cmd := exec.Command("go", append([]string{"list", "-json"}, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list %v: %v\n%s", args, err, stderr.String())
+	}
+	var pkgs []listedPackage
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for {
+		var p listedPackage
+		if err := dec.Decode(&p); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		pkgs = append(pkgs, p)
+	}
+	if len(pkgs) == 0 {
+		t.Fatalf("go list %v listed no packages", args)
+	}
+	return pkgs
+}
+
+// TestOfflinePackagesDoNotImportNetHTTP: everything under pkg/ (the
+// libraries outside verifiers import: digest, framing, auditlog, evidence)
+// works offline, so none of it may depend on net/http, directly or not.
+func TestOfflinePackagesDoNotImportNetHTTP(t *testing.T) {
+	for _, p := range goList(t, "./pkg/...") {
+		if slices.Contains(p.Deps, "net/http") {
+			t.Errorf("%s depends on net/http (see `go list -deps %s`); offline packages must not", p.ImportPath, p.ImportPath)
+		}
+	}
+}
+
+// TestPackageDocComments: every package of the module has exactly one
+// package doc comment, "// Package <name> ..." ("// Command <name> ..." for
+// a main package), in one of its non-test files.
+func TestPackageDocComments(t *testing.T) {
+	fset := token.NewFileSet()
+	for _, p := range goList(t, "./...") {
+		if len(p.GoFiles)+len(p.CgoFiles) == 0 {
+			continue // tests only, like this one
+		}
+		var withDoc []string
+		for _, name := range slices.Concat(p.GoFiles, p.CgoFiles) {
+			f, err := parser.ParseFile(fset, filepath.Join(p.Dir, name), nil, parser.PackageClauseOnly|parser.ParseComments)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f.Doc == nil {
+				continue
+			}
+			withDoc = append(withDoc, name)
+			text := f.Doc.Text()
+			want := "Package " + p.Name + " "
+			if p.Name == "main" {
+				want = "Command "
+			}
+			if !strings.HasPrefix(text, want) {
+				t.Errorf("%s: %s: the package doc comment should start %q, it starts %q", p.ImportPath, name, want, firstLine(text))
+			}
+		}
+		switch len(withDoc) {
+		case 0:
+			t.Errorf("%s has no package doc comment: add \"// Package %s ...\" above the package clause of one file (doc.go or the main file)", p.ImportPath, p.Name)
+		case 1:
+		default:
+			t.Errorf("%s has %d package doc comments (%s): keep exactly one", p.ImportPath, len(withDoc), strings.Join(withDoc, ", "))
+		}
+	}
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
+}
