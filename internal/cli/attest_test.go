@@ -259,7 +259,7 @@ func TestAttestVerifySNPBundle(t *testing.T) {
 		want  string
 	}{
 		{"good", []string{"--reference", "ref.json"}, 0, "verdict: WARNING"},
-		{"embedded roots only", []string{"--roots="}, ui.ExitEvidence, "does not verify against embedded roots"},
+		{"embedded roots only", []string{"--roots="}, ui.ExitEvidence, "of the embedded roots"},
 		{"wrong nonce", []string{"--nonce", "beef"}, ui.ExitBinding, "not the expected nonce"},
 		{"wrong key", []string{"--key", "other.pub"}, ui.ExitBinding, "not the expected key"},
 		{"measurement", []string{"--reference", "other.json"}, ui.ExitRefValue, "not among"},

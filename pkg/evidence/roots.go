@@ -3,21 +3,23 @@ package evidence
 import (
 	"bytes"
 	"crypto/x509"
-	_ "embed"
+	"embed"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"sort"
 	"strings"
-
-	"github.com/google/go-sev-guest/verify/trust"
 )
 
-//go:embed roots/intel_sgx_root.pem
-var intelSGXRootPEM []byte
+//go:embed roots/*.pem
+var rootFiles embed.FS
 
 // EmbeddedSource names the roots compiled into cmcp.
 const EmbeddedSource = "embedded"
+
+// amdRoots are one AMD product line's anchors: the self-signed ARK, the ASK
+// (signs VCEKs) and the ASVK (signs VLEKs).
+type amdRoots struct{ ark, ask, asvk *x509.Certificate }
 
 // Roots are the trust anchors verification accepts: per AMD product line the
 // ARK with its ASK (VCEK chain) and ASVK (VLEK chain), and the Intel SGX root
@@ -25,58 +27,41 @@ const EmbeddedSource = "embedded"
 type Roots struct {
 	// Source is EmbeddedSource or the file the roots were read from.
 	Source string
-	amd    map[string][]*trust.AMDRootCerts
+	amd    map[string]*amdRoots
 	intel  *x509.CertPool
 	nIntel int
-	// Names lists the anchors for people ("ARK-Milan (VCEK+VLEK)", "Intel SGX Root CA").
+	// Names lists the anchors for people ("AMD ARK-Milan", "Intel SGX Root CA").
 	Names []string
 }
 
-// Embedded returns the vendor roots compiled into cmcp: the AMD ARK, ASK and
-// ASVK of Milan, Genoa and Turin as shipped by go-sev-guest (from AMD KDS),
-// and the Intel SGX Root CA.
+// Embedded returns the vendor roots compiled into cmcp (pkg/evidence/roots):
+// the AMD ARK, ASK and ASVK of Milan, Genoa and Turin as published by AMD KDS
+// (the copies go-sev-guest v0.15.0 ships), and the Intel SGX Root CA.
 func Embedded() *Roots {
-	r := &Roots{Source: EmbeddedSource, amd: map[string][]*trust.AMDRootCerts{}, intel: x509.NewCertPool()}
-	lines := []struct {
-		name       string
-		vcek, vlek []byte
-	}{
-		{"Milan", trust.AskArkMilanVcekBytes, trust.AskArkMilanVlekBytes},
-		{"Genoa", trust.AskArkGenoaVcekBytes, trust.AskArkGenoaVlekBytes},
-		{"Turin", trust.AskArkTurinVcekBytes, trust.AskArkTurinVlekBytes},
-	}
-	for _, l := range lines {
-		vcek, vlek := &trust.ProductCerts{}, &trust.ProductCerts{}
-		// The embedded Turin VLEK PEM ends in "\r\n\r\n", which the KDS parser rejects untrimmed.
-		if err := vcek.FromKDSCertBytes(bytes.TrimSpace(l.vcek)); err != nil {
-			panic(fmt.Sprintf("embedded AMD %s VCEK roots: %v", l.name, err))
-		}
-		if err := vlek.FromKDSCertBytes(bytes.TrimSpace(l.vlek)); err != nil {
-			panic(fmt.Sprintf("embedded AMD %s VLEK roots: %v", l.name, err))
-		}
-		if !vcek.Ark.Equal(vlek.Ark) {
-			panic(fmt.Sprintf("embedded AMD %s: VCEK and VLEK chains have different ARKs", l.name))
-		}
-		root := trust.AMDRootCertsProduct(l.name)
-		root.ProductCerts = &trust.ProductCerts{Ark: vcek.Ark, Ask: vcek.Ask, Asvk: vlek.Asvk}
-		r.amd[l.name] = []*trust.AMDRootCerts{root}
-		r.Names = append(r.Names, fmt.Sprintf("AMD ARK-%s (VCEK and VLEK)", l.name))
-	}
-	blk, _ := pem.Decode(intelSGXRootPEM)
-	c, err := x509.ParseCertificate(blk.Bytes)
+	var all []byte
+	entries, err := rootFiles.ReadDir("roots")
 	if err != nil {
-		panic(fmt.Sprintf("embedded Intel SGX root: %v", err))
+		panic(err)
 	}
-	r.intel.AddCert(c)
-	r.nIntel++
-	r.Names = append(r.Names, c.Subject.CommonName)
+	for _, e := range entries {
+		data, err := rootFiles.ReadFile("roots/" + e.Name())
+		if err != nil {
+			panic(err)
+		}
+		all = append(append(all, bytes.TrimSpace(data)...), '\n')
+	}
+	r, err := ParseRoots(all, EmbeddedSource)
+	if err != nil {
+		panic(fmt.Sprintf("embedded roots: %v", err))
+	}
 	return r
 }
 
 // ParseRoots reads replacement roots from PEM (or a single DER certificate):
 // for AMD, each product line's self-signed ARK ("ARK-<line>") with its ASK
-// ("SEV-<line>") and/or ASVK ("SEV-VLEK-<line>"); for Intel, self-signed CA
-// certificates. The result replaces the embedded roots entirely.
+// ("SEV-<line>") and/or ASVK ("SEV-VLEK-<line>"), as in AMD KDS cert_chain
+// files; for Intel, self-signed CA certificates. The result replaces the
+// embedded roots entirely.
 func ParseRoots(data []byte, source string) (*Roots, error) {
 	certs, err := ParseCertificates(data)
 	if err != nil {
@@ -85,24 +70,30 @@ func ParseRoots(data []byte, source string) (*Roots, error) {
 	if len(certs) == 0 {
 		return nil, errors.New("no certificates found")
 	}
-	r := &Roots{Source: source, amd: map[string][]*trust.AMDRootCerts{}, intel: x509.NewCertPool()}
-	type amdSet struct{ ark, ask, asvk *x509.Certificate }
-	sets := map[string]*amdSet{}
-	get := func(line string) *amdSet {
-		if sets[line] == nil {
-			sets[line] = &amdSet{}
+	r := &Roots{Source: source, amd: map[string]*amdRoots{}, intel: x509.NewCertPool()}
+	get := func(line string) *amdRoots {
+		if r.amd[line] == nil {
+			r.amd[line] = &amdRoots{}
 		}
-		return sets[line]
+		return r.amd[line]
+	}
+	set := func(slot **x509.Certificate, c *x509.Certificate, i int) error {
+		if *slot != nil && !(*slot).Equal(c) {
+			return fmt.Errorf("certificate %d (%q): a different certificate with this name came before", i+1, c.Subject.CommonName)
+		}
+		*slot = c
+		return nil
 	}
 	for i, c := range certs {
 		cn := c.Subject.CommonName
+		var err error
 		switch {
 		case strings.HasPrefix(cn, "ARK-"):
-			get(strings.TrimPrefix(cn, "ARK-")).ark = c
+			err = set(&get(strings.TrimPrefix(cn, "ARK-")).ark, c, i)
 		case strings.HasPrefix(cn, "SEV-VLEK-"):
-			get(strings.TrimPrefix(cn, "SEV-VLEK-")).asvk = c
+			err = set(&get(strings.TrimPrefix(cn, "SEV-VLEK-")).asvk, c, i)
 		case strings.HasPrefix(cn, "SEV-") && c.IsCA:
-			get(strings.TrimPrefix(cn, "SEV-")).ask = c
+			err = set(&get(strings.TrimPrefix(cn, "SEV-")).ask, c, i)
 		case c.IsCA && bytes.Equal(c.RawIssuer, c.RawSubject):
 			if err := c.CheckSignatureFrom(c); err != nil {
 				return nil, fmt.Errorf("certificate %d (%q): self-signed root whose signature does not verify: %v", i+1, cn, err)
@@ -113,21 +104,38 @@ func ParseRoots(data []byte, source string) (*Roots, error) {
 		default:
 			return nil, fmt.Errorf("certificate %d (%q) is neither an AMD ARK/ASK/ASVK nor a self-signed root CA", i+1, cn)
 		}
+		if err != nil {
+			return nil, err
+		}
 	}
-	lines := make([]string, 0, len(sets))
-	for l := range sets {
+	lines := make([]string, 0, len(r.amd))
+	for l := range r.amd {
 		lines = append(lines, l)
 	}
 	sort.Strings(lines)
 	for _, l := range lines {
-		s := sets[l]
+		s := r.amd[l]
 		if s.ark == nil || (s.ask == nil && s.asvk == nil) {
 			return nil, fmt.Errorf("AMD %s: need the ARK and an ASK or ASVK (the KDS cert_chain file has both)", l)
 		}
-		root := trust.AMDRootCertsProduct(l)
-		root.ProductCerts = &trust.ProductCerts{Ark: s.ark, Ask: s.ask, Asvk: s.asvk}
-		r.amd[l] = []*trust.AMDRootCerts{root}
-		r.Names = append(r.Names, "AMD ARK-"+l)
+		if err := s.ark.CheckSignatureFrom(s.ark); err != nil {
+			return nil, fmt.Errorf("AMD ARK-%s is not self-signed: %v", l, err)
+		}
+		for _, ica := range []*x509.Certificate{s.ask, s.asvk} {
+			if ica != nil {
+				if err := ica.CheckSignatureFrom(s.ark); err != nil {
+					return nil, fmt.Errorf("AMD %s is not signed by ARK-%s: %v", ica.Subject.CommonName, l, err)
+				}
+			}
+		}
+		what := "VCEK"
+		switch {
+		case s.ask != nil && s.asvk != nil:
+			what = "VCEK and VLEK"
+		case s.asvk != nil:
+			what = "VLEK"
+		}
+		r.Names = append(r.Names, fmt.Sprintf("AMD ARK-%s (%s)", l, what))
 	}
 	return r, nil
 }

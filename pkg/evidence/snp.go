@@ -1,6 +1,8 @@
 package evidence
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/x509"
 	"encoding/hex"
 	"fmt"
@@ -10,7 +12,6 @@ import (
 	"github.com/google/go-sev-guest/kds"
 	spb "github.com/google/go-sev-guest/proto/sevsnp"
 	svalidate "github.com/google/go-sev-guest/validate"
-	sverify "github.com/google/go-sev-guest/verify"
 )
 
 // SNPReportSize is the size of an SEV-SNP attestation report.
@@ -77,6 +78,59 @@ func ParseSNP(raw []byte, extra [][]byte) (*spb.Attestation, error) {
 	return &spb.Attestation{Report: rep, CertificateChain: chain}, nil
 }
 
+// verifySNPChain checks the signing certificate the way AMD's KDS issues it
+// (X.509 v3, RSASSA-PSS with SHA-384, an ECDSA P-384 key, the KDS
+// extensions), its chain to the pinned ARK through the ASK (VCEK) or ASVK
+// (VLEK) of the report's product line, its validity at o.Now, and the
+// report's ECDSA P-384 signature over its first 0x2A0 bytes.
+func verifySNPChain(report, keyDER []byte, key abi.ReportSigner, line string, o *VerifyOptions) error {
+	cert, err := x509.ParseCertificate(keyDER)
+	if err != nil {
+		return fmt.Errorf("%v certificate: %v", key, err)
+	}
+	if cert.Version != 3 || cert.SignatureAlgorithm != x509.SHA384WithRSAPSS {
+		return fmt.Errorf("%v certificate is not a KDS certificate: version %d, signature %v (want 3, SHA384-RSAPSS)", key, cert.Version, cert.SignatureAlgorithm)
+	}
+	pub, ok := cert.PublicKey.(*ecdsa.PublicKey)
+	if !ok || pub.Curve != elliptic.P384() {
+		return fmt.Errorf("%v certificate key is not ECDSA P-384", key)
+	}
+	if _, err := kds.CertificateExtensions(cert, key); err != nil {
+		return fmt.Errorf("%v certificate extensions: %v", key, err)
+	}
+	if len(o.Roots.amd) == 0 {
+		return fmt.Errorf("no AMD roots in %s", o.Roots.Source)
+	}
+	anchor := o.Roots.amd[line]
+	if anchor == nil {
+		return fmt.Errorf("no AMD root for product line %q in %s roots", line, o.Roots.Source)
+	}
+	ica := anchor.ask
+	if key == abi.VlekReportSigner {
+		ica = anchor.asvk
+	}
+	if ica == nil {
+		return fmt.Errorf("the %s roots for %s have no intermediate for %v certificates", o.Roots.Source, line, key)
+	}
+	roots, inter := x509.NewCertPool(), x509.NewCertPool()
+	roots.AddCert(anchor.ark)
+	inter.AddCert(ica)
+	if _, err := cert.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, CurrentTime: o.Now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+		return fmt.Errorf("SEV-SNP %v certificate does not chain to ARK-%s of the %s roots: %v", key, line, o.Roots.Source, err)
+	}
+	der, err := abi.ReportToSignatureDER(report)
+	if err != nil {
+		return fmt.Errorf("SEV-SNP report signature: %v", err)
+	}
+	if abi.SignatureAlgo(report) != abi.SignEcdsaP384Sha384 {
+		return fmt.Errorf("SEV-SNP report signature algorithm %d is not ECDSA P-384 with SHA-384", abi.SignatureAlgo(report))
+	}
+	if err := cert.CheckSignature(x509.ECDSAWithSHA384, abi.SignedComponent(report), der); err != nil {
+		return fmt.Errorf("SEV-SNP report signature does not verify with the %v certificate: %v", key, err)
+	}
+	return nil
+}
+
 func rootsClaim(r *Result, o *VerifyOptions) {
 	if o.Roots.Source == EmbeddedSource {
 		r.add(ClaimRoots, StatusAffirming, "", "vendor roots embedded in cmcp")
@@ -126,16 +180,8 @@ func verifySNP(r *Result, raw []byte, extra [][]byte, o *VerifyOptions) []byte {
 	}
 	line := productLine(rep, keyDER, info.SigningKey)
 	r.field("product_line", line)
-	if o.Roots.amd == nil || len(o.Roots.amd) == 0 {
-		r.add(ClaimEvidence, StatusContraindicated, FailEvidence, "no AMD roots in %s", o.Roots.Source)
-		return nil
-	}
-	if err := sverify.SnpAttestation(att, &sverify.Options{
-		TrustedRoots:        o.Roots.amd,
-		DisableCertFetching: true,
-		Now:                 o.Now,
-	}); err != nil {
-		r.add(ClaimEvidence, StatusContraindicated, FailEvidence, "SEV-SNP %s chain or report signature does not verify against %s roots: %v", signer, o.Roots.Source, err)
+	if err := verifySNPChain(raw[:abi.ReportSize], keyDER, info.SigningKey, line, o); err != nil {
+		r.add(ClaimEvidence, StatusContraindicated, FailEvidence, "%v", err)
 		return nil
 	}
 	// Consistency of the report with its signing certificate: REPORTED_TCB

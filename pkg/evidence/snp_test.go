@@ -225,7 +225,7 @@ func TestSNPRejections(t *testing.T) {
 		{"below minimum TCB", snpBundle(t, bd, quote), with(base, func(o *VerifyOptions) {
 			o.Reference = &ReferenceValues{SEVSNP: &SNPReference{MinimumTCB: &SNPTCB{Bootloader: 3, SNP: 22, Microcode: 100}}}
 		}), ClaimTCB, FailRefValue, "snp 8 < 22"},
-		{"chain to a root that is not pinned", snpBundle(t, bd, quote), with(base, func(o *VerifyOptions) { o.Roots = nil }), ClaimEvidence, FailEvidence, "does not verify against embedded roots"},
+		{"chain to a root that is not pinned", snpBundle(t, bd, quote), with(base, func(o *VerifyOptions) { o.Roots = nil }), ClaimEvidence, FailEvidence, "of the embedded roots"},
 		{"truncated report", snpBundle(t, bd, quote[:1000]), base, ClaimEvidence, FailEvidence, "truncated"},
 	}
 	for _, c := range cases {

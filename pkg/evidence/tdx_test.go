@@ -235,7 +235,7 @@ func TestTDXBinding(t *testing.T) {
 		}), ClaimMeasurement, FailRefValue, "RTMR1"},
 		{"debug attribute", debugQuote, with(good, func(o *VerifyOptions) { o.Roots = debugRoots }), ClaimDebug, FailRefValue, "DEBUG"},
 		{"tampered MRTD", tampered, good, ClaimEvidence, FailEvidence, "does not verify"},
-		{"fake root not pinned", quote, with(good, func(o *VerifyOptions) { o.Roots = nil }), ClaimEvidence, FailEvidence, "does not verify against embedded roots"},
+		{"fake root not pinned", quote, with(good, func(o *VerifyOptions) { o.Roots = nil }), ClaimEvidence, FailEvidence, "of the embedded roots"},
 		{"minimum TEE TCB SVN", quote, with(good, func(o *VerifyOptions) {
 			o.Reference = &ReferenceValues{TDX: &TDXReference{MinimumTEETCBSVN: bytes.Repeat([]byte{0xff}, 16)}}
 		}), ClaimTCB, FailRefValue, "below the minimum"},
