@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 
@@ -35,7 +34,8 @@ type testLog struct {
 
 func writeTestLog(t *testing.T, dir string, key ed25519.PrivateKey, calls int) *testLog {
 	t.Helper()
-	w, err := auditlog.Open(dir, auditlog.Options{Key: key, CheckpointEvery: 50})
+	// interval: these logs test the verifier, not durability; keep them fast.
+	w, err := auditlog.Open(dir, auditlog.Options{Key: key, CheckpointEvery: 50, Durability: auditlog.DurabilityInterval})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,33 +53,17 @@ func writeTestLog(t *testing.T, dir string, key ed25519.PrivateKey, calls int) *
 	return &testLog{dir: dir, key: key, vkey: w.VerifierKey()}
 }
 
-var (
-	baseOnce sync.Once
-	baseLog  *testLog
-	baseDir  string
-)
-
-// base returns a copy of one shared 300-call log (and its saved checkpoint).
+// base writes a fresh 300-call log and saves its newest checkpoint.
 func base(t *testing.T) (*testLog, string) {
 	t.Helper()
-	baseOnce.Do(func() {
-		d, err := os.MkdirTemp("", "cmcp-verify-base-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		baseDir = d
-		_, key, _ := ed25519.GenerateKey(rand.Reader)
-		baseLog = writeTestLog(t, filepath.Join(d, "log"), key, 300)
-		code, _, stderr := runCLI(t, "verify-chain", baseLog.dir, "--key", baseLog.vkey, "--save-checkpoint", filepath.Join(d, "saved.cp"))
-		if code != 0 {
-			t.Fatalf("base log does not verify: %s", stderr)
-		}
-	})
-	dst := filepath.Join(t.TempDir(), "log")
-	if err := os.CopyFS(dst, os.DirFS(baseLog.dir)); err != nil {
-		t.Fatal(err)
+	_, key, _ := ed25519.GenerateKey(rand.Reader)
+	d := t.TempDir()
+	l := writeTestLog(t, filepath.Join(d, "log"), key, 300)
+	saved := filepath.Join(d, "saved.cp")
+	if code, _, stderr := runCLI(t, "verify-chain", l.dir, "--key", l.vkey, "--save-checkpoint", saved); code != 0 {
+		t.Fatalf("base log does not verify: %s", stderr)
 	}
-	return &testLog{dir: dst, key: baseLog.key, vkey: baseLog.vkey}, filepath.Join(baseDir, "saved.cp")
+	return l, saved
 }
 
 func runCLI(t *testing.T, args ...string) (int, string, string) {
@@ -473,7 +457,7 @@ func TestVerifyChainPermissionDenied(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(exe, "verify-chain", d, "--key", l.vkey)
-	cmd.Env = append(os.Environ(), "CMCP_CLI_CHILD=1")
+	cmd.Env = append(os.Environ(), "CMCP_CLI_CHILD=1") // TestMain runs cli.Main
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if os.Geteuid() == 0 {

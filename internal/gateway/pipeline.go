@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -51,21 +50,21 @@ func (s *session) callTool(ctx context.Context, req *mcp.CallToolRequest) (mcp.R
 	if g.killed.Load() {
 		return refuse(fault(CodeKillSwitch, "the kill switch is engaged: an operator has stopped all tool calls; retry when it is cleared"))
 	}
+	var annotations *mcp.ToolAnnotations
+	if entry != nil && entry.Tool != nil {
+		annotations = entry.Tool.Annotations
+	}
 	dec, err := g.decider.Decide(ctx, DecisionRequest{Principal: s.principal, Tool: params.Name, UpstreamTool: toolName, Upstream: st.name,
-		EvidenceClass: rec.EvidenceClass, Args: args, Session: s.info()})
+		EvidenceClass: rec.EvidenceClass, Args: args, Session: s.info(), Annotations: annotations})
 	if err != nil {
 		return refuse(fault(CodeDenied, "the policy could not decide this call (%v): refused", err))
 	}
-	rec.Decision, rec.PolicyIDs, rec.PolicyMode, rec.PolicyBundle = dec.Effect, dec.PolicyIDs, dec.Mode, dec.Bundle
+	rec.Decision, rec.PolicyIDs, rec.PolicyMode, rec.PolicyBundle, rec.PolicyInput = dec.Effect, dec.PolicyIDs, dec.Mode, dec.Bundle, dec.Input
 	if rec.Decision == "" {
 		rec.Decision = auditlog.DecisionDeny
 	}
 	if dec.Refuses() {
-		msg := fmt.Sprintf("denied by policy: tool %q for %q", params.Name, s.principal)
-		if dec.Reason != "" {
-			msg += ": " + dec.Reason
-		}
-		return refuse(fault(CodeDenied, "%s", msg))
+		return refuse(deniedFault(params.Name, s.principal, dec))
 	}
 	if entry == nil {
 		// The upstream is known but its catalog is not loaded (it could not
