@@ -65,8 +65,9 @@ type Options struct {
 	Filter    ListFilter // nil: no filtering, or the policy engine when Policy is set
 	// Policy is the Cedar engine that decides every call and filters
 	// tools/list (action list_tools). Nil: no policy (mode "none").
-	Policy *policy.Engine
-	Logger *slog.Logger
+	Policy  *policy.Engine
+	Metrics *Metrics // nil: no metrics
+	Logger  *slog.Logger
 	// CallTimeout bounds one forwarded tools/call (0: 5 minutes).
 	CallTimeout time.Duration
 	// Environ is the gateway's environment; children get only allowlisted

@@ -123,7 +123,7 @@ func newHarness(t *testing.T, c hconf) *harness {
 	if environ == nil {
 		environ = os.Environ()
 	}
-	up := &upstream.Stdio{Spec: spec, Environ: environ, Hooks: StdioHooks(w, logger), Share: share}
+	up := &upstream.Stdio{Spec: spec, Environ: environ, Hooks: StdioHooks(w, logger, nil), Share: share}
 	g, err := New(Options{Version: "test", Log: w, Logger: logger, CallTimeout: c.callTimeout, Decider: c.decider, Policy: c.policy,
 		Upstreams: []UpstreamOptions{{Upstream: up, Namespaced: !c.flat, Shared: c.shared, ToolPins: c.toolPins, DriftWarn: c.driftWarn, Class: upstream.ClassSpawnMeasured}}})
 	if err != nil {

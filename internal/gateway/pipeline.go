@@ -33,6 +33,7 @@ func (s *session) callTool(ctx context.Context, req *mcp.CallToolRequest) (mcp.R
 	// refuse records the call as refused and returns the fault.
 	refuse := func(err *jsonrpc.Error) (mcp.Result, error) {
 		rec.Outcome, rec.Reason = auditlog.OutcomeRefused, err.Message
+		g.metricCall(rec.Upstream, rec.Decision, OutcomeRefused, 0)
 		if aerr := g.record(ctx, rec); aerr != nil {
 			return nil, fault(CodeAuditUnavailable, "the audit log cannot record calls (%v): every call is refused until an operator fixes it", aerr)
 		}
@@ -63,6 +64,9 @@ func (s *session) callTool(ctx context.Context, req *mcp.CallToolRequest) (mcp.R
 	if rec.Decision == "" {
 		rec.Decision = auditlog.DecisionDeny
 	}
+	if g.opts.Metrics != nil {
+		g.opts.Metrics.Decision(rec.Decision, rec.PolicyMode)
+	}
 	if dec.Refuses() {
 		return refuse(deniedFault(params.Name, s.principal, dec))
 	}
@@ -88,6 +92,7 @@ func (s *session) callTool(ctx context.Context, req *mcp.CallToolRequest) (mcp.R
 	rec.Outcome = auditlog.OutcomeForwarded
 	rcpt, err := g.log.Append(ctx, rec)
 	if err != nil {
+		g.metricCall(st.name, rec.Decision, OutcomeGatewayFault, 0)
 		g.logger.Error("audit append failed; call refused", "tool", params.Name, "err", err)
 		return nil, fault(CodeAuditUnavailable, "the audit log cannot record calls (%v): the call was not forwarded; every call is refused until an operator fixes it", err)
 	}
@@ -135,6 +140,7 @@ func (s *session) callTool(ctx context.Context, req *mcp.CallToolRequest) (mcp.R
 			}
 		}
 	}
+	g.metricCall(st.name, rec.Decision, result.Outcome, time.Since(start))
 	if _, err := g.log.Append(context.WithoutCancel(ctx), result); err != nil {
 		g.logger.Error("audit append of a result failed", "tool", params.Name, "err", err)
 		return nil, fault(CodeAuditUnavailable, "the call ran but its result could not be recorded in the audit log (%v): the result is withheld and every further call is refused until an operator fixes the log", err)
@@ -171,3 +177,9 @@ func (s *session) route(name string) (*upState, string, *catalog.Entry) {
 }
 
 func receiptIndex(r auditlog.Receipt) int64 { return r.Index }
+
+func (g *Gateway) metricCall(upstream, decision, outcome string, latency time.Duration) {
+	if g.opts.Metrics != nil {
+		g.opts.Metrics.CallDone(upstream, decision, outcome, latency)
+	}
+}
