@@ -107,6 +107,7 @@ code whose digest does not match its pin.` + "\n\n" + exitCodesText(),
 	})
 	e.out.AddFlags(root.PersistentFlags())
 	root.AddCommand(
+		newServeCmd(e),
 		newVersionCmd(e),
 		newSpawnDigestCmd(e),
 		newVerifyChainCmd(e),

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
 )
@@ -57,6 +59,7 @@ func TestScripts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	nobodyOnce, nobodyBin, nobodyErr = sync.Once{}, "", nil // for -count > 1
 	t.Cleanup(func() {
 		if nobodyBin != "" {
 			os.RemoveAll(filepath.Dir(nobodyBin))
@@ -181,12 +184,21 @@ func cmdAsNobody(ts *testscript.TestScript, neg bool, args []string) {
 			os.Chmod(d, fi.Mode().Perm()|0o011)
 		}
 	}
-	cmd := exec.Command(nobodyBin, args[1:]...)
-	cmd.Dir = ts.MkAbs(".")
-	cmd.Env = scriptEnviron(ts)
-	cmd.Stdout, cmd.Stderr = ts.Stdout(), ts.Stderr()
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-	err := cmd.Run()
+	var err error
+	for try := 0; ; try++ {
+		cmd := exec.Command(nobodyBin, args[1:]...)
+		cmd.Dir = ts.MkAbs(".")
+		cmd.Env = scriptEnviron(ts)
+		cmd.Stdout, cmd.Stderr = ts.Stdout(), ts.Stderr()
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		err = cmd.Run()
+		// A child forked elsewhere while the copy was open for writing
+		// may still hold it: ETXTBSY until that child execs. Try again.
+		if !errors.Is(err, syscall.ETXTBSY) || try == 50 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	code := 0
 	if ee, ok := err.(*exec.ExitError); ok {
 		code = ee.ExitCode()

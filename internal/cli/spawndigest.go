@@ -12,17 +12,20 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/confidential-mcp/cmcp/internal/config"
+	"github.com/confidential-mcp/cmcp/internal/gateway"
 	"github.com/confidential-mcp/cmcp/internal/measure"
 	"github.com/confidential-mcp/cmcp/internal/ui"
 )
 
 type spawnDigestOptions struct {
+	Tools  bool
 	Target string
 	Check  string
 	Name   string
 }
 
 func (o *spawnDigestOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.BoolVar(&o.Tools, "tools", false, "also spawn the measured server, list its tools and print their definition pins (catalog: section)")
 	fs.StringVar(&o.Target, "target", "", "also measure this script (file digest) or package directory (tree digest)")
 	fs.StringVar(&o.Check, "check", "", "re-measure every pinned stdio upstream of this cmcp.yaml and compare with its pins")
 	fs.StringVar(&o.Name, "name", "", "upstream name in the printed cmcp.yaml entry (default: from the command)")
@@ -52,6 +55,7 @@ Use it as the release gate in CI.
 
 Large trees show progress on a terminal.`,
 		Example: `  cmcp spawn-digest -- ls
+  cmcp spawn-digest --tools --name files -- ./bin/sample-server --root /srv/data
   cmcp spawn-digest --name files -- ./bin/sample-server --root /srv/data
   cmcp spawn-digest --target ./node_modules/@acme/server -- node ./node_modules/@acme/server/dist/index.js
   cmcp spawn-digest --output json -- ls | jq -r .command_digest
@@ -83,8 +87,11 @@ Large trees show progress on a terminal.`,
 type spawnDigestDoc struct {
 	SchemaVersion int `json:"schema_version"`
 	*measure.Result
-	Upstream config.Upstream `json:"upstream"`
-	YAML     string          `json:"yaml"`
+	Upstream  config.Upstream   `json:"upstream"`
+	YAML      string            `json:"yaml"`
+	Tools     []gateway.ToolPin `json:"tools,omitempty"`
+	ToolsYAML string            `json:"tools_yaml,omitempty"`
+	ToolsFlow string            `json:"tools_flow,omitempty"`
 }
 
 func runSpawnDigest(ctx context.Context, e *env, p *ui.Printer, o *spawnDigestOptions, args []string) error {
@@ -103,8 +110,16 @@ func runSpawnDigest(ctx context.Context, e *env, p *ui.Printer, o *spawnDigestOp
 	}
 	u := upstreamEntry(name, r)
 	y := entryYAML(u, r)
+	doc := spawnDigestDoc{SchemaVersion: ui.SchemaVersion, Result: r, Upstream: u, YAML: y}
+	if o.Tools {
+		pins, err := toolPins(ctx, e, name, r)
+		if err != nil {
+			return err
+		}
+		doc.Tools, doc.ToolsYAML, doc.ToolsFlow = pins, toolsYAML(name, pins), toolsFlow(pins)
+	}
 	if p.JSONOut {
-		return p.JSON(spawnDigestDoc{SchemaVersion: ui.SchemaVersion, Result: r, Upstream: u, YAML: y})
+		return p.JSON(doc)
 	}
 	// Everything printed is YAML (the facts are comments), so the whole
 	// output can be appended under "upstreams:" in cmcp.yaml.
@@ -116,6 +131,9 @@ func runSpawnDigest(ctx context.Context, e *env, p *ui.Printer, o *spawnDigestOp
 		p.Printf("%s %s\n", p.Dim("# digest  "), p.Bold(t.Digest.String()))
 	}
 	p.Printf("%s\n%s", p.Dim("# cmcp.yaml entry: paste under upstreams:"), y)
+	if o.Tools {
+		p.Printf("\n%s\n%s", p.Dim("# cmcp.yaml: tool definition pins (merge into catalog:)"), doc.ToolsYAML)
+	}
 	return nil
 }
 

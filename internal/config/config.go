@@ -35,6 +35,12 @@ type Config struct {
 	Upstreams []Upstream `yaml:"upstreams"`
 	// Policy is the Cedar bundle that decides every call.
 	Policy *Policy `yaml:"policy"`
+	// Server is the agent-facing MCP endpoint (gateway.go).
+	Server *Server `yaml:"server"`
+	// Audit is where and how the audit log is written (gateway.go).
+	Audit *Audit `yaml:"audit"`
+	// Catalog holds tool-definition pins and the drift action (gateway.go).
+	Catalog *Catalog `yaml:"catalog"`
 
 	// Path is the file the configuration was loaded from ("" for LoadBytes
 	// without a name). Relative paths in the file are relative to its

@@ -14,7 +14,7 @@ import (
 // (started or refused), exits and stderr byte counts in the audit log, and
 // send its stderr lines to logger. A spawn that cannot be recorded is
 // refused: no child runs unrecorded.
-func StdioHooks(log AuditLog, logger *slog.Logger) upstream.Hooks {
+func StdioHooks(log AuditLog, logger *slog.Logger, m *Metrics) upstream.Hooks {
 	return upstream.Hooks{
 		Log: logger,
 		Spawn: func(ev upstream.SpawnEvent) error {
@@ -31,6 +31,9 @@ func StdioHooks(log AuditLog, logger *slog.Logger) upstream.Hooks {
 			}
 			if b, err := json.Marshal(ev.Args); err == nil {
 				rec.ArgvDigest = digest.Bytes(b)
+			}
+			if m != nil {
+				m.Spawn(ev.Upstream, spawnResult(ev))
 			}
 			if ev.Refused {
 				rec.Outcome = "refused"
@@ -60,4 +63,17 @@ func joinReason(a, b string) string {
 		return b
 	}
 	return a + "; " + b
+}
+
+func spawnResult(ev upstream.SpawnEvent) string {
+	switch {
+	case !ev.Refused:
+		return "ok"
+	case !ev.Pin.IsZero() && !ev.Digest.IsZero() && !ev.Digest.Equal(ev.Pin):
+		return "digest_mismatch"
+	case ev.Pin.IsZero() && ev.Class == "":
+		return "unpinned"
+	default:
+		return "refused"
+	}
 }

@@ -79,7 +79,7 @@ func runChild(mode string) {
 	s.AddTool(&mcp.Tool{Name: "env", InputSchema: obj}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		return text("%s", strings.Join(os.Environ(), "\n")), nil
 	})
-	s.AddTool(&mcp.Tool{Name: "pid", InputSchema: obj}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	s.AddTool(&mcp.Tool{Name: "pid", InputSchema: obj, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		return text("%d", os.Getpid()), nil
 	})
 	s.AddTool(&mcp.Tool{Name: "crash", InputSchema: obj}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {

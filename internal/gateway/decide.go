@@ -6,6 +6,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
@@ -35,6 +36,9 @@ type DecisionRequest struct {
 	EvidenceClass string          // the upstream's evidence class
 	Args          json.RawMessage // arguments as the agent sent them
 	Session       SessionInfo
+	// Annotations are the tool's pinned annotations; nil when the tool's
+	// definition is not known yet (its upstream could not be started).
+	Annotations *mcp.ToolAnnotations
 }
 
 // Decision is a Decider's answer. Its fields go into the call record as they
@@ -46,6 +50,9 @@ type Decision struct {
 	Mode      string   // ModeNone, ModeEnforcing, ModeAdvisory, ModeSilent
 	Bundle    digest.Digest
 	Reason    string // shown to the agent on a refusal
+	// Input is what the decision used beyond the request, recorded in the
+	// call record for replay (nil for AllowAll).
+	Input *auditlog.PolicyInput
 }
 
 // Refuses reports whether the decision stops the call.

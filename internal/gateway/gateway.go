@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/confidential-mcp/cmcp/internal/catalog"
+	"github.com/confidential-mcp/cmcp/internal/policy"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
@@ -60,9 +61,13 @@ type Options struct {
 	Version   string
 	Upstreams []UpstreamOptions
 	Log       AuditLog
-	Decider   Decider    // nil: AllowAll
-	Filter    ListFilter // nil: no filtering
-	Logger    *slog.Logger
+	Decider   Decider    // nil: AllowAll, or the policy engine when Policy is set
+	Filter    ListFilter // nil: no filtering, or the policy engine when Policy is set
+	// Policy is the Cedar engine that decides every call and filters
+	// tools/list (action list_tools). Nil: no policy (mode "none").
+	Policy  *policy.Engine
+	Metrics *Metrics // nil: no metrics
+	Logger  *slog.Logger
 	// CallTimeout bounds one forwarded tools/call (0: 5 minutes).
 	CallTimeout time.Duration
 	// Environ is the gateway's environment; children get only allowlisted
@@ -126,6 +131,15 @@ func New(opts Options) (*Gateway, error) {
 	}
 	g := &Gateway{opts: opts, log: opts.Log, decider: opts.Decider, logger: opts.Logger,
 		ups: map[string]*upState{}, catalog: catalog.New(), sessions: map[*session]struct{}{}, byID: map[string]*session{}}
+	if opts.Policy != nil {
+		pd := &policyDecider{g: g, eng: opts.Policy}
+		if g.decider == nil {
+			g.decider = pd
+		}
+		if g.opts.Filter == nil {
+			g.opts.Filter = pd
+		}
+	}
 	if g.decider == nil {
 		g.decider = AllowAll{}
 	}
@@ -157,6 +171,7 @@ func New(opts Options) (*Gateway, error) {
 // again (re-measured). Per-session upstreams are stopped after this probe;
 // a shared one is kept.
 func (g *Gateway) Start(ctx context.Context) error {
+	g.recordPolicyLoaded(ctx)
 	for _, name := range g.order {
 		st := g.ups[name]
 		if err := st.load(ctx); err != nil {

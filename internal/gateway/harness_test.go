@@ -21,6 +21,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/confidential-mcp/cmcp/internal/policy"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
@@ -65,6 +66,8 @@ type hconf struct {
 	environ     []string
 	decider     Decider
 	noStart     bool
+	policy      *policy.Engine
+	recipients  []string // age recipients: commitments can be opened, payloads kept in the vault
 }
 
 type harness struct {
@@ -76,6 +79,7 @@ type harness struct {
 	url  string
 	exe  string
 	logs *strings.Builder
+	key  ed25519.PrivateKey
 }
 
 func newHarness(t *testing.T, c hconf) *harness {
@@ -93,7 +97,14 @@ func newHarness(t *testing.T, c hconf) *harness {
 	}
 	dir := t.TempDir()
 	_, key, _ := ed25519.GenerateKey(rand.Reader)
-	w, err := auditlog.Open(dir, auditlog.Options{Key: key, Durability: auditlog.DurabilityGroup, Gateway: auditlog.GatewayInfo{Version: "test", Platform: "software"}})
+	aopts := auditlog.Options{Key: key, Durability: auditlog.DurabilityGroup, Gateway: auditlog.GatewayInfo{Version: "test", Platform: "software"}}
+	if c.policy != nil {
+		aopts.PolicyDigest, aopts.PolicyMode = c.policy.Bundle().Digest(), string(c.policy.Mode())
+	}
+	if c.recipients != nil {
+		aopts.Recipients, aopts.Vault = c.recipients, true
+	}
+	w, err := auditlog.Open(dir, aopts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,8 +123,8 @@ func newHarness(t *testing.T, c hconf) *harness {
 	if environ == nil {
 		environ = os.Environ()
 	}
-	up := &upstream.Stdio{Spec: spec, Environ: environ, Hooks: StdioHooks(w, logger), Share: share}
-	g, err := New(Options{Version: "test", Log: w, Logger: logger, CallTimeout: c.callTimeout, Decider: c.decider,
+	up := &upstream.Stdio{Spec: spec, Environ: environ, Hooks: StdioHooks(w, logger, nil), Share: share}
+	g, err := New(Options{Version: "test", Log: w, Logger: logger, CallTimeout: c.callTimeout, Decider: c.decider, Policy: c.policy,
 		Upstreams: []UpstreamOptions{{Upstream: up, Namespaced: !c.flat, Shared: c.shared, ToolPins: c.toolPins, DriftWarn: c.driftWarn, Class: upstream.ClassSpawnMeasured}}})
 	if err != nil {
 		t.Fatal(err)
@@ -126,7 +137,7 @@ func newHarness(t *testing.T, c hconf) *harness {
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", g.HTTPHandler(HTTPOptions{Tokens: c.tokens, MaxRequestBytes: 1 << 20}))
 	srv := httptest.NewServer(mux)
-	h := &harness{t: t, dir: dir, w: w, g: g, srv: srv, url: srv.URL + "/mcp", exe: exe, logs: logs}
+	h := &harness{t: t, dir: dir, w: w, g: g, srv: srv, url: srv.URL + "/mcp", exe: exe, logs: logs, key: key}
 	t.Cleanup(func() {
 		srv.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -70,6 +70,9 @@ func (st *upState) connect(ctx context.Context, s *session) (*live, error) {
 	client.AddReceivingMiddleware(lv.serverRequests)
 	cctx := upstream.WithSession(ctx, sessID)
 	conn, err := st.opts.Upstream.Connect(cctx, client, upstream.ConnectOptions{Intercept: lv.intercept})
+	if m := g.opts.Metrics; m != nil {
+		m.UpstreamHealth(st.name, err == nil)
+	}
 	if err != nil {
 		g.record(ctx, &auditlog.Upstream{Name: st.name, Transport: st.transport(), EvidenceClass: st.expectedClass(), Session: sessID, Event: "failed", Reason: err.Error()})
 		return nil, err

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -34,6 +33,7 @@ func (s *session) callTool(ctx context.Context, req *mcp.CallToolRequest) (mcp.R
 	// refuse records the call as refused and returns the fault.
 	refuse := func(err *jsonrpc.Error) (mcp.Result, error) {
 		rec.Outcome, rec.Reason = auditlog.OutcomeRefused, err.Message
+		g.metricCall(rec.Upstream, rec.Decision, OutcomeRefused, 0)
 		if aerr := g.record(ctx, rec); aerr != nil {
 			return nil, fault(CodeAuditUnavailable, "the audit log cannot record calls (%v): every call is refused until an operator fixes it", aerr)
 		}
@@ -51,21 +51,24 @@ func (s *session) callTool(ctx context.Context, req *mcp.CallToolRequest) (mcp.R
 	if g.killed.Load() {
 		return refuse(fault(CodeKillSwitch, "the kill switch is engaged: an operator has stopped all tool calls; retry when it is cleared"))
 	}
+	var annotations *mcp.ToolAnnotations
+	if entry != nil && entry.Tool != nil {
+		annotations = entry.Tool.Annotations
+	}
 	dec, err := g.decider.Decide(ctx, DecisionRequest{Principal: s.principal, Tool: params.Name, UpstreamTool: toolName, Upstream: st.name,
-		EvidenceClass: rec.EvidenceClass, Args: args, Session: s.info()})
+		EvidenceClass: rec.EvidenceClass, Args: args, Session: s.info(), Annotations: annotations})
 	if err != nil {
 		return refuse(fault(CodeDenied, "the policy could not decide this call (%v): refused", err))
 	}
-	rec.Decision, rec.PolicyIDs, rec.PolicyMode, rec.PolicyBundle = dec.Effect, dec.PolicyIDs, dec.Mode, dec.Bundle
+	rec.Decision, rec.PolicyIDs, rec.PolicyMode, rec.PolicyBundle, rec.PolicyInput = dec.Effect, dec.PolicyIDs, dec.Mode, dec.Bundle, dec.Input
 	if rec.Decision == "" {
 		rec.Decision = auditlog.DecisionDeny
 	}
+	if g.opts.Metrics != nil {
+		g.opts.Metrics.Decision(rec.Decision, rec.PolicyMode)
+	}
 	if dec.Refuses() {
-		msg := fmt.Sprintf("denied by policy: tool %q for %q", params.Name, s.principal)
-		if dec.Reason != "" {
-			msg += ": " + dec.Reason
-		}
-		return refuse(fault(CodeDenied, "%s", msg))
+		return refuse(deniedFault(params.Name, s.principal, dec))
 	}
 	if entry == nil {
 		// The upstream is known but its catalog is not loaded (it could not
@@ -89,6 +92,7 @@ func (s *session) callTool(ctx context.Context, req *mcp.CallToolRequest) (mcp.R
 	rec.Outcome = auditlog.OutcomeForwarded
 	rcpt, err := g.log.Append(ctx, rec)
 	if err != nil {
+		g.metricCall(st.name, rec.Decision, OutcomeGatewayFault, 0)
 		g.logger.Error("audit append failed; call refused", "tool", params.Name, "err", err)
 		return nil, fault(CodeAuditUnavailable, "the audit log cannot record calls (%v): the call was not forwarded; every call is refused until an operator fixes it", err)
 	}
@@ -136,6 +140,7 @@ func (s *session) callTool(ctx context.Context, req *mcp.CallToolRequest) (mcp.R
 			}
 		}
 	}
+	g.metricCall(st.name, rec.Decision, result.Outcome, time.Since(start))
 	if _, err := g.log.Append(context.WithoutCancel(ctx), result); err != nil {
 		g.logger.Error("audit append of a result failed", "tool", params.Name, "err", err)
 		return nil, fault(CodeAuditUnavailable, "the call ran but its result could not be recorded in the audit log (%v): the result is withheld and every further call is refused until an operator fixes the log", err)
@@ -172,3 +177,9 @@ func (s *session) route(name string) (*upState, string, *catalog.Entry) {
 }
 
 func receiptIndex(r auditlog.Receipt) int64 { return r.Index }
+
+func (g *Gateway) metricCall(upstream, decision, outcome string, latency time.Duration) {
+	if g.opts.Metrics != nil {
+		g.opts.Metrics.CallDone(upstream, decision, outcome, latency)
+	}
+}

@@ -155,6 +155,9 @@ func (s *session) end(reason string) {
 		wg.Wait()
 		if id != "" {
 			s.g.record(context.Background(), &auditlog.Session{ID: id, Event: "end", Agent: s.principal, Front: s.front, Reason: reason})
+			if eng := s.g.opts.Policy; eng != nil {
+				eng.EndSession(id)
+			}
 		}
 	})
 }

@@ -13,16 +13,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/confidential-mcp/cmcp/pkg/digest"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-)
 
-// Evidence classes of HTTP upstreams (the same strings as pkg/evidence and
-// the exported Class* constants of this package).
-const (
-	classTLSPinned = "tls-pinned"
-	classTLSCA     = "tls-ca"
-	classPlaintext = "plaintext"
+	"github.com/confidential-mcp/cmcp/internal/config"
+	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
 // HTTPOptions describes one Streamable HTTP upstream. Secrets are never in
@@ -111,7 +105,7 @@ func NewHTTP(o HTTPOptions) (*HTTPUpstream, error) {
 			if o.CAFile != "" {
 				return nil, errf("both tls_pin and ca_file are set; a pin already names the one key to accept, remove ca_file")
 			}
-			up.pin, up.verify.want, up.class = pin, pin, classTLSPinned
+			up.pin, up.verify.want, up.class = pin, pin, ClassTLSPinned
 			tr.TLSClientConfig = pinnedTLSConfig(up.verify, u.Hostname())
 		} else {
 			var roots *x509.CertPool
@@ -125,14 +119,14 @@ func NewHTTP(o HTTPOptions) (*HTTPUpstream, error) {
 					return nil, errf("ca_file %s holds no PEM certificate", o.CAFile)
 				}
 			}
-			up.class = classTLSCA
+			up.class = ClassTLSCA
 			tr.TLSClientConfig = caTLSConfig(up.verify, u.Hostname(), roots)
 		}
 	case "http":
 		if o.TLSPin != "" || o.CAFile != "" {
 			return nil, errf("tls_pin / ca_file set on an http:// url %q; use https:// or remove them", o.URL)
 		}
-		up.class = classPlaintext
+		up.class = ClassPlaintext
 		if !o.AllowRemotePlaintext {
 			if !isLoopbackHost(u.Hostname()) {
 				return nil, errf("plaintext http:// to %s, which is not a loopback address; use https:// with tls_pin, "+
@@ -188,9 +182,9 @@ func (h *HTTPUpstream) URL() string { return h.url }
 // HTTPClient is the pinned, credentialed client (for tests and probes).
 func (h *HTTPUpstream) HTTPClient() *http.Client { return h.client }
 
-// Transport returns a go-sdk transport for one new MCP session with the
+// transport returns a go-sdk transport for one new MCP session with the
 // upstream. Sessions share the connection pool and the pin.
-func (h *HTTPUpstream) Transport() mcp.Transport {
+func (h *HTTPUpstream) transport() mcp.Transport {
 	return &mcp.StreamableClientTransport{
 		Endpoint:   h.url,
 		HTTPClient: h.client,
@@ -198,15 +192,20 @@ func (h *HTTPUpstream) Transport() mcp.Transport {
 	}
 }
 
-// Connect opens an MCP session with client over a new transport. A pin
-// mismatch comes back as *PinMismatchError (errors.As), whatever the SDK
-// wrapped it in.
-func (h *HTTPUpstream) Connect(ctx context.Context, client *mcp.Client, opts *mcp.ClientSessionOptions) (*mcp.ClientSession, error) {
-	cs, err := client.Connect(ctx, h.Transport(), opts)
+// Connect implements Upstream: it opens a new MCP session over Streamable
+// HTTP, at the gateway's pinned protocol version. A refused key comes back
+// as *PinMismatchError (errors.As), whatever the SDK wrapped it in; the
+// connection was closed before any request was sent.
+func (h *HTTPUpstream) Connect(ctx context.Context, client *mcp.Client, opts ConnectOptions) (*Conn, error) {
+	cs, err := client.Connect(ctx, Intercept(h.transport(), opts.Intercept), &mcp.ClientSessionOptions{ProtocolVersion: ProtocolVersion})
 	if err != nil {
 		return nil, h.explain(err)
 	}
-	return cs, nil
+	ref := h.url
+	if k := h.ObservedKey(); !k.IsZero() {
+		ref += " key " + k.String()
+	}
+	return NewConn(cs, h.class, ref, nil, nil), nil
 }
 
 // explain turns an SDK error into one that names the upstream and, for a
@@ -216,7 +215,7 @@ func (h *HTTPUpstream) explain(err error) error {
 	if errors.As(err, &pm) {
 		return pm
 	}
-	if h.class == classTLSPinned {
+	if h.class == ClassTLSPinned {
 		if got := h.verify.lastSeen(); !got.IsZero() && !got.Equal(h.pin) {
 			return &PinMismatchError{Upstream: h.name, Want: h.pin, Got: got}
 		}
@@ -336,4 +335,28 @@ func redactURL(u *url.URL) string {
 	c.User = nil
 	c.RawQuery = ""
 	return c.String()
+}
+
+var _ Upstream = (*HTTPUpstream)(nil)
+
+// HTTPOptionsFromConfig maps an upstream's `http:` section (validated by
+// config.Load) to HTTPOptions. lookupEnv reads the gateway's environment
+// for the credential variables (nil: os.LookupEnv).
+func HTTPOptionsFromConfig(name string, c *config.HTTP, lookupEnv func(string) (string, bool)) HTTPOptions {
+	o := HTTPOptions{
+		Name:                 name,
+		URL:                  c.URL,
+		CAFile:               c.CAFile,
+		AllowRemotePlaintext: c.AllowRemotePlaintext,
+		BearerTokenEnv:       c.BearerTokenEnv,
+		BearerTokenFile:      c.BearerTokenFile,
+		HeadersFromEnv:       c.HeadersFromEnv,
+		HeadersFromFile:      c.HeadersFromFile,
+		ConnectTimeout:       c.ConnectTimeout,
+		LookupEnv:            lookupEnv,
+	}
+	if !c.TLSPin.IsZero() {
+		o.TLSPin = c.TLSPin.String()
+	}
+	return o
 }

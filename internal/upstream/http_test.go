@@ -21,8 +21,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/confidential-mcp/cmcp/pkg/digest"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/confidential-mcp/cmcp/internal/config"
+	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
 // testCert is a freshly generated self-signed certificate for 127.0.0.1.
@@ -105,11 +107,15 @@ func callEcho(t *testing.T, up *HTTPUpstream) (string, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cs, err := up.Connect(ctx, newClient(), &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	conn, err := up.Connect(ctx, newClient(), ConnectOptions{})
 	if err != nil {
 		return "", err
 	}
-	defer cs.Close()
+	defer conn.Close()
+	if conn.Class != up.Class() {
+		t.Fatalf("connection class %q, upstream class %q", conn.Class, up.Class())
+	}
+	cs := conn.Session
 	var names []string
 	for tool, err := range cs.Tools(ctx, nil) {
 		if err != nil {
@@ -134,8 +140,8 @@ func TestHTTPPinnedRightKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if up.Class() != classTLSPinned {
-		t.Fatalf("class = %q, want %q", up.Class(), classTLSPinned)
+	if up.Class() != ClassTLSPinned {
+		t.Fatalf("class = %q, want %q", up.Class(), ClassTLSPinned)
 	}
 	got, err := callEcho(t, up)
 	if err != nil {
@@ -194,8 +200,8 @@ func TestHTTPCAVerified(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if up.Class() != classTLSCA {
-		t.Fatalf("class = %q, want %q", up.Class(), classTLSCA)
+	if up.Class() != ClassTLSCA {
+		t.Fatalf("class = %q, want %q", up.Class(), ClassTLSCA)
 	}
 	if got, err := callEcho(t, up); err != nil || got != "echo: hi" {
 		t.Fatalf("call with ca_file: %q, %v", got, err)
@@ -243,7 +249,7 @@ func TestHTTPPlaintextLoopbackAndCredentials(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if up.Class() != classPlaintext {
+			if up.Class() != ClassPlaintext {
 				t.Fatalf("class = %q, want plaintext", up.Class())
 			}
 			if got, err := callEcho(t, up); err != nil || got != "echo: hi" {
@@ -322,7 +328,7 @@ func TestHTTPOptionsErrors(t *testing.T) {
 	}
 	// Remote plaintext is possible when explicitly allowed.
 	up, err := NewHTTP(HTTPOptions{Name: "lan", URL: "http://192.0.2.10:8080/mcp", AllowRemotePlaintext: true})
-	if err != nil || up.Class() != classPlaintext {
+	if err != nil || up.Class() != ClassPlaintext {
 		t.Fatalf("allowed remote plaintext: %v", err)
 	}
 }
@@ -342,4 +348,38 @@ func FuzzParsePin(f *testing.F) {
 			t.Fatalf("ParsePin(%q) round-trips to %q", s, d.String())
 		}
 	})
+}
+
+// TestHTTPFromConfig goes from a cmcp.yaml `http:` section (loaded by the
+// real config loader) to a working pinned connection with a credential read
+// from a file named relative to the config.
+func TestHTTPFromConfig(t *testing.T) {
+	c := newTestCert(t)
+	const token = "file-token"
+	srv := startTLS(t, mcpServer(t, "Bearer "+token), c)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "upstream.token"), []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	yaml := "version: 1\nupstreams:\n  - name: remote\n    http:\n      url: " + srv.URL + "/mcp\n" +
+		"      tls_pin: " + SPKIDigest(c.leaf).String() + "\n      bearer_token_file: upstream.token\n      connect_timeout: 5s\n"
+	path := filepath.Join(dir, "cmcp.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := cfg.Upstream("remote")
+	up, err := NewHTTP(HTTPOptionsFromConfig(u.Name, u.HTTP, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if up.Class() != ClassTLSPinned {
+		t.Fatalf("class = %q", up.Class())
+	}
+	if got, err := callEcho(t, up); err != nil || got != "echo: hi" {
+		t.Fatalf("call: %q, %v", got, err)
+	}
 }

@@ -1,0 +1,96 @@
+package cli
+
+import (
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/confidential-mcp/cmcp/internal/config"
+	"github.com/confidential-mcp/cmcp/internal/gateway"
+	"github.com/confidential-mcp/cmcp/internal/ui"
+)
+
+type serveOptions struct {
+	Config   string
+	Stdio    bool
+	Listen   string
+	LogLevel string
+}
+
+func (o *serveOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVarP(&o.Config, "config", "c", "cmcp.yaml", "the gateway configuration")
+	fs.BoolVar(&o.Stdio, "stdio", false, "serve one agent on stdin/stdout (the agent spawned cmcp) instead of HTTP")
+	fs.StringVar(&o.Listen, "listen", "", "override server.listen (host:port)")
+	fs.StringVar(&o.LogLevel, "log-level", "info", "gateway log level on stderr: debug, info, warn or error")
+}
+
+func newServeCmd(e *env) *cobra.Command {
+	o := &serveOptions{}
+	cmd := &cobra.Command{
+		Use:   "serve [-c cmcp.yaml] [--stdio] [--listen host:port]",
+		Short: "Run the gateway: agents speak MCP to it, every call is decided and audited",
+		Long: `Run the cmcp gateway.
+
+Agents connect to the Streamable HTTP endpoint /mcp (server.listen, default
+127.0.0.1:8080), or, with --stdio, a local MCP client spawns cmcp and talks on
+its stdin and stdout. The gateway spawns each stdio upstream itself after
+checking its digest against the pin (a mismatch is refused, recorded and
+reported to the agent), dials HTTP upstreams with their TLS pins, exposes
+their tools as <upstream>__<tool>, and writes every tools/call to the audit
+log (audit.dir) before forwarding it. The log's first record binds the
+signing key to attestation evidence (server.tee; "software" is for
+development and labelled unattested).
+
+Without bearer tokens (server.tokens) or mutual TLS the gateway listens on
+loopback addresses only. SIGTERM or SIGINT stops accepting, drains in-flight
+calls for server.shutdown_grace, stops every child and seals the log; then
+"cmcp verify-chain AUDIT_DIR" passes.`,
+		Example: `  cmcp serve -c examples/cmcp.yaml
+  cmcp serve -c cmcp.yaml --listen 127.0.0.1:9000
+  cmcp serve -c cmcp.yaml --stdio      # in an MCP client's server command`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := config.Load(o.Config)
+			if err != nil {
+				return err
+			}
+			var level slog.Level
+			if err := level.UnmarshalText([]byte(o.LogLevel)); err != nil {
+				return ui.Errorf(ui.ExitUsage, "--log-level %q: want debug, info, warn or error", o.LogLevel)
+			}
+			logger := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
+			defer stop()
+			so := gateway.ServeOptions{Stdio: o.Stdio, Listen: o.Listen, Environ: e.environ, Logger: logger, Metrics: gateway.NewMetrics()}
+			if o.Stdio {
+				so.Stdin, so.Stdout = readCloser(e.stdin), writeCloser(e.stdout)
+			}
+			return gateway.Serve(ctx, cfg, so)
+		},
+	}
+	o.AddFlags(cmd.Flags())
+	return cmd
+}
+
+func readCloser(r io.Reader) io.ReadCloser {
+	if rc, ok := r.(io.ReadCloser); ok {
+		return rc
+	}
+	return io.NopCloser(r)
+}
+
+type nopWriteCloser struct{ io.Writer }
+
+func (nopWriteCloser) Close() error { return nil }
+
+func writeCloser(w io.Writer) io.WriteCloser {
+	if wc, ok := w.(io.WriteCloser); ok && w != io.Writer(os.Stderr) {
+		return wc
+	}
+	return nopWriteCloser{w}
+}

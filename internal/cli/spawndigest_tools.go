@@ -1,0 +1,55 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/confidential-mcp/cmcp/internal/gateway"
+	"github.com/confidential-mcp/cmcp/internal/measure"
+	"github.com/confidential-mcp/cmcp/internal/ui"
+	"github.com/confidential-mcp/cmcp/internal/upstream"
+)
+
+// toolPins spawns the server just measured in r (executing exactly the
+// measured bytes), lists its tools and returns their definition pins.
+func toolPins(ctx context.Context, e *env, name string, r *measure.Result) ([]gateway.ToolPin, error) {
+	spec := upstream.StdioSpec{Name: name, Command: r.Resolved, Args: r.Args, Pin: r.CommandDigest, StopGrace: 2 * time.Second}
+	if t := r.Target; t != nil {
+		spec.MeasurePath, spec.MeasurePin = t.Path, t.Digest
+	}
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	pins, err := gateway.ProbeTools(ctx, spec, e.environ)
+	if err != nil {
+		return nil, ui.Errorf(ui.ExitRuntime, "list the tools of %s: %w", r.Resolved, err).
+			Hint("the server must speak MCP on stdin/stdout; check that it starts with these arguments")
+	}
+	return pins, nil
+}
+
+// toolsYAML renders pins as a catalog: section to paste into cmcp.yaml.
+func toolsYAML(name string, pins []gateway.ToolPin) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "catalog:\n  upstreams:\n    %s:\n      tools:\n", yamlScalar(name))
+	for _, p := range pins {
+		if p.Error != "" {
+			fmt.Fprintf(&b, "        # %s: refused by the gateway: %s\n", p.Name, p.Error)
+			continue
+		}
+		fmt.Fprintf(&b, "        %s: %s\n", yamlScalar(p.Name), p.Pin)
+	}
+	return b.String()
+}
+
+// toolsFlow renders pins as a one-line YAML mapping.
+func toolsFlow(pins []gateway.ToolPin) string {
+	var parts []string
+	for _, p := range pins {
+		if p.Error == "" {
+			parts = append(parts, fmt.Sprintf("%s: %s", yamlScalar(p.Name), p.Pin))
+		}
+	}
+	return "{" + strings.Join(parts, ", ") + "}"
+}

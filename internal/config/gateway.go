@@ -1,0 +1,206 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/confidential-mcp/cmcp/pkg/digest"
+)
+
+// Server is the `server:` section: the agent-facing MCP endpoint.
+//
+//	server:
+//	  listen: 127.0.0.1:8080        # host:port of the Streamable HTTP endpoint (/mcp)
+//	  tokens:                       # bearer tokens, stored as sha256 digests only
+//	    - identity: alice
+//	      sha256: sha256:...        # printf %s "$TOKEN" | sha256sum
+//	  tls:                          # optional; client_ca turns on mutual TLS
+//	    cert: tls/server.crt
+//	    key: tls/server.key
+//	    client_ca: tls/agents.pem   # a verified client certificate's subject is the identity
+//	  stdio_identity: local         # identity of the agent of `cmcp serve --stdio`
+//	  session_timeout: 10m          # idle agent sessions end (and their children stop)
+//	  call_timeout: 5m              # one forwarded tools/call
+//	  max_request_bytes: 4194304    # larger requests get 413
+//	  shutdown_grace: 10s           # drain in-flight calls on SIGTERM
+//	  child_stop_grace: 5s          # SIGTERM to a child's group, then SIGKILL
+//	  tee: auto                     # auto, sev-snp, tdx or software (development: unattested)
+type Server struct {
+	Listen          string        `yaml:"listen" json:"listen,omitempty"`
+	Tokens          []Token       `yaml:"tokens" json:"tokens,omitempty"`
+	TLS             *TLS          `yaml:"tls" json:"tls,omitempty"`
+	StdioIdentity   string        `yaml:"stdio_identity" json:"stdio_identity,omitempty"`
+	SessionTimeout  time.Duration `yaml:"session_timeout" json:"session_timeout,omitempty"`
+	CallTimeout     time.Duration `yaml:"call_timeout" json:"call_timeout,omitempty"`
+	MaxRequestBytes int64         `yaml:"max_request_bytes" json:"max_request_bytes,omitempty"`
+	ShutdownGrace   time.Duration `yaml:"shutdown_grace" json:"shutdown_grace,omitempty"`
+	ChildStopGrace  time.Duration `yaml:"child_stop_grace" json:"child_stop_grace,omitempty"`
+	TEE             string        `yaml:"tee" json:"tee,omitempty"`
+}
+
+// Token is one accepted bearer token: the digest of the token and the agent
+// identity it stands for. The token itself never appears in the file.
+type Token struct {
+	Identity string        `yaml:"identity" json:"identity"`
+	SHA256   digest.Digest `yaml:"sha256" json:"sha256"`
+}
+
+// TLS configures HTTPS (and, with ClientCA, mutual TLS) on the MCP endpoint.
+// Paths are relative to the configuration file.
+type TLS struct {
+	Cert     string `yaml:"cert" json:"cert"`
+	Key      string `yaml:"key" json:"key"`
+	ClientCA string `yaml:"client_ca" json:"client_ca,omitempty"`
+}
+
+// DefaultListen is where serve listens when server.listen is not set.
+const DefaultListen = "127.0.0.1:8080"
+
+// Validate checks the server section.
+func (s *Server) Validate() error {
+	if s.Listen != "" {
+		if _, _, err := net.SplitHostPort(s.Listen); err != nil {
+			return fmt.Errorf("server.listen %q: want host:port, e.g. %s", s.Listen, DefaultListen)
+		}
+	}
+	seen := map[string]bool{}
+	for i, t := range s.Tokens {
+		if t.Identity == "" {
+			return fmt.Errorf("server.tokens[%d]: identity is required", i)
+		}
+		if t.SHA256.IsZero() {
+			return fmt.Errorf("server.tokens[%d] (%s): sha256 is required: the digest of the token (printf %%s \"$TOKEN\" | sha256sum)", i, t.Identity)
+		}
+		if seen[t.SHA256.String()] {
+			return fmt.Errorf("server.tokens[%d] (%s): the same token digest is listed twice", i, t.Identity)
+		}
+		seen[t.SHA256.String()] = true
+	}
+	if s.TLS != nil && (s.TLS.Cert == "" || s.TLS.Key == "") {
+		return fmt.Errorf("server.tls: cert and key are both required")
+	}
+	for name, d := range map[string]time.Duration{"session_timeout": s.SessionTimeout, "call_timeout": s.CallTimeout, "shutdown_grace": s.ShutdownGrace, "child_stop_grace": s.ChildStopGrace} {
+		if d < 0 {
+			return fmt.Errorf("server.%s: negative duration", name)
+		}
+	}
+	if s.MaxRequestBytes < 0 {
+		return fmt.Errorf("server.max_request_bytes: negative")
+	}
+	switch s.TEE {
+	case "", "auto", "sev-snp", "tdx", "software":
+	default:
+		return fmt.Errorf("server.tee %q: want auto, sev-snp, tdx or software", s.TEE)
+	}
+	return nil
+}
+
+// ListenOrDefault is Listen or DefaultListen.
+func (s *Server) ListenOrDefault() string {
+	if s == nil || s.Listen == "" {
+		return DefaultListen
+	}
+	return s.Listen
+}
+
+// Audit is the `audit:` section: where and how the audit log is written.
+//
+//	audit:
+//	  dir: audit/                 # relative to the configuration file
+//	  durability: group           # strict, group (default) or interval
+//	  recipients: [age1...]       # auditors who may open commitments
+//	  vault: false                # keep sealed payloads for replay (needs recipients)
+type Audit struct {
+	Dir        string   `yaml:"dir" json:"dir"`
+	Durability string   `yaml:"durability" json:"durability,omitempty"`
+	Recipients []string `yaml:"recipients" json:"recipients,omitempty"`
+	Vault      bool     `yaml:"vault" json:"vault,omitempty"`
+}
+
+// Validate checks the audit section.
+func (a *Audit) Validate() error {
+	if a.Dir == "" {
+		return fmt.Errorf("audit.dir is required: the directory the audit log is written to")
+	}
+	if !slices.Contains([]string{"", "strict", "group", "interval"}, a.Durability) {
+		return fmt.Errorf("audit.durability %q: want strict, group or interval", a.Durability)
+	}
+	if a.Vault && len(a.Recipients) == 0 {
+		return fmt.Errorf("audit.vault needs audit.recipients: the vault is encrypted to them")
+	}
+	return nil
+}
+
+// Catalog is the `catalog:` section: tool-definition pins per upstream and
+// what to do when a tool drifts from its pin.
+//
+//	catalog:
+//	  drift: refuse               # refuse (default) or warn, for every upstream
+//	  upstreams:
+//	    files:
+//	      drift: warn             # per upstream
+//	      tools:                  # from `cmcp spawn-digest --tools`
+//	        read_file: sha256:...
+type Catalog struct {
+	Drift     string                  `yaml:"drift" json:"drift,omitempty"`
+	Upstreams map[string]CatalogEntry `yaml:"upstreams" json:"upstreams,omitempty"`
+}
+
+// CatalogEntry holds one upstream's tool pins.
+type CatalogEntry struct {
+	Drift string                   `yaml:"drift" json:"drift,omitempty"`
+	Tools map[string]digest.Digest `yaml:"tools" json:"tools,omitempty"`
+}
+
+// Validate checks the catalog section.
+func (c *Catalog) Validate() error {
+	if c.Drift != "" && c.Drift != "refuse" && c.Drift != "warn" {
+		return fmt.Errorf("catalog.drift %q: want refuse or warn", c.Drift)
+	}
+	for name, e := range c.Upstreams {
+		if e.Drift != "" && e.Drift != "refuse" && e.Drift != "warn" {
+			return fmt.Errorf("catalog.upstreams.%s.drift %q: want refuse or warn", name, e.Drift)
+		}
+		for tool, d := range e.Tools {
+			if d.IsZero() {
+				return fmt.Errorf("catalog.upstreams.%s.tools.%s: empty pin", name, tool)
+			}
+		}
+	}
+	return nil
+}
+
+// DriftWarn reports whether upstream's drifted tools are flagged rather than
+// refused.
+func (c *Config) DriftWarn(upstream string) bool {
+	if c.Catalog == nil {
+		return false
+	}
+	if e, ok := c.Catalog.Upstreams[upstream]; ok && e.Drift != "" {
+		return e.Drift == "warn"
+	}
+	return c.Catalog.Drift == "warn"
+}
+
+// ToolPins returns upstream's tool pins, or nil when none are configured.
+func (c *Config) ToolPins(upstream string) map[string]digest.Digest {
+	if c.Catalog == nil {
+		return nil
+	}
+	e, ok := c.Catalog.Upstreams[upstream]
+	if !ok || e.Tools == nil {
+		return nil
+	}
+	return e.Tools
+}
+
+// Resolve makes p absolute relative to the configuration file's directory.
+func (c *Config) Resolve(p string) string {
+	if p == "" || filepath.IsAbs(p) {
+		return p
+	}
+	return absPath(filepath.Dir(c.Path), p)
+}

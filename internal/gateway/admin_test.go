@@ -1,0 +1,245 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
+	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/digest"
+)
+
+const (
+	testAdminToken = "admin-token-0123456789abcdef"
+	testAgentToken = "agent-token-0123456789abcdef"
+)
+
+// adminFixture is a real gateway (stdio upstream, audit log) with its admin
+// listener on its own 127.0.0.1 port.
+type adminFixture struct {
+	h       *harness
+	a       *Admin
+	m       *Metrics
+	base    string
+	readyFn func() error
+}
+
+func newAdminFixture(t *testing.T) *adminFixture {
+	t.Helper()
+	h := newHarness(t, hconf{tokens: []Token{{Digest: TokenDigest(testAgentToken), Identity: "agent-a"}}})
+	f := &adminFixture{h: h, m: NewMetrics()}
+	a, err := NewAdmin(AdminOptions{
+		Addr:        "127.0.0.1:0",
+		TokenDigest: digest.Bytes([]byte(testAdminToken)),
+		Kill:        h.g,
+		Metrics:     f.m,
+		Log:         h.w,
+		Ready:       func() error { return f.readyFn() },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.readyFn = func() error { return nil }
+	if err := a.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		a.Shutdown(ctx)
+	})
+	f.a, f.base = a, "http://"+a.Addr()
+	return f
+}
+
+// do sends one admin request and returns the status and body.
+func (f *adminFixture) do(t *testing.T, method, path, token, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, f.base+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// adminRecords returns the admin records in the audit log so far.
+func adminRecords(t *testing.T, dir string) []*auditlog.Admin {
+	t.Helper()
+	r, err := auditlog.NewReader(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var out []*auditlog.Admin
+	for {
+		e, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, err := e.Decode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a, ok := rec.(*auditlog.Admin); ok {
+			out = append(out, a)
+		}
+	}
+}
+
+func TestAdminRequiresItsOwnToken(t *testing.T) {
+	f := newAdminFixture(t)
+	for _, tc := range []struct {
+		name, method, path, token string
+		want                      int
+	}{
+		{"healthz open", "GET", "/healthz", "", 200},
+		{"readyz open", "GET", "/readyz", "", 200},
+		{"metrics no token", "GET", "/metrics", "", 401},
+		{"metrics wrong token", "GET", "/metrics", "nope", 401},
+		{"metrics agent token", "GET", "/metrics", testAgentToken, 401},
+		{"metrics admin token", "GET", "/metrics", testAdminToken, 200},
+		{"engage agent token", "POST", "/admin/kill-switch/engage", testAgentToken, 401},
+		{"checkpoint no token", "POST", "/admin/checkpoint", "", 401},
+		{"status admin token", "GET", "/admin/kill-switch", testAdminToken, 200},
+		{"unknown path", "GET", "/mcp", testAdminToken, 404},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, body := f.do(t, tc.method, tc.path, tc.token, "")
+			if code != tc.want {
+				t.Fatalf("%s %s: %d %s, want %d", tc.method, tc.path, code, body, tc.want)
+			}
+		})
+	}
+	if f.h.g.KillSwitch() {
+		t.Fatal("an agent token engaged the kill switch")
+	}
+	if _, err := NewAdmin(AdminOptions{Addr: "127.0.0.1:0", Kill: f.h.g, Metrics: NewMetrics(), Log: f.h.w}); err == nil ||
+		!strings.Contains(err.Error(), "token_sha256") {
+		t.Fatalf("admin without a token: err = %v", err)
+	}
+}
+
+func TestAdminKillSwitchFailsCallsClosed(t *testing.T) {
+	f := newAdminFixture(t)
+	cs := f.h.connect(testAgentToken, nil)
+	if _, err := call(t, cs, "t__echo", map[string]any{"text": "before"}); err != nil {
+		t.Fatalf("call before the kill switch: %v", err)
+	}
+
+	code, body := f.do(t, "POST", "/admin/kill-switch/engage", testAdminToken, `{"reason":"incident 42"}`)
+	if code != 200 || !strings.Contains(body, `"changed": true`) {
+		t.Fatalf("engage: %d %s", code, body)
+	}
+	_, err := call(t, cs, "t__echo", map[string]any{"text": "during"})
+	var je *jsonrpc.Error
+	if !errors.As(err, &je) || je.Code != CodeKillSwitch {
+		t.Fatalf("call while engaged: err = %v, want JSON-RPC code %d", err, CodeKillSwitch)
+	}
+	if code, body := f.do(t, "GET", "/readyz", "", ""); code != 503 || !strings.Contains(body, "kill switch") {
+		t.Fatalf("readyz while engaged: %d %s", code, body)
+	}
+	code, body = f.do(t, "GET", "/admin/kill-switch", testAdminToken, "")
+	var st KillStatus
+	if err := json.Unmarshal([]byte(body), &st); err != nil || code != 200 || !st.Engaged || st.Reason != "incident 42" || st.Since.IsZero() {
+		t.Fatalf("status: %d %s (%v)", code, body, err)
+	}
+	code, body = f.do(t, "GET", "/metrics", testAdminToken, "")
+	if code != 200 || !strings.Contains(body, "\ncmcp_kill_switch_engaged 1\n") {
+		t.Fatalf("metrics while engaged: %d\n%s", code, body)
+	}
+	// Engaging twice changes nothing and writes no second record.
+	if code, body := f.do(t, "POST", "/admin/kill-switch/engage", testAdminToken, ""); code != 200 || !strings.Contains(body, `"changed": false`) {
+		t.Fatalf("second engage: %d %s", code, body)
+	}
+
+	code, body = f.do(t, "POST", "/admin/kill-switch/clear", testAdminToken, `{"reason":"resolved"}`)
+	if code != 200 || !strings.Contains(body, `"changed": true`) {
+		t.Fatalf("clear: %d %s", code, body)
+	}
+	if _, err := call(t, cs, "t__echo", map[string]any{"text": "after"}); err != nil {
+		t.Fatalf("call after clearing: %v", err)
+	}
+
+	recs := adminRecords(t, f.h.dir)
+	var got []string
+	for _, r := range recs {
+		got = append(got, r.Action+":"+r.Reason)
+		if !strings.HasPrefix(r.Actor, "admin-token@127.0.0.1") {
+			t.Errorf("actor = %q", r.Actor)
+		}
+	}
+	if strings.Join(got, ",") != "kill_switch_on:incident 42,kill_switch_off:resolved" {
+		t.Fatalf("admin records = %v", got)
+	}
+}
+
+func TestAdminClearRefusedWhenAuditFails(t *testing.T) {
+	f := newAdminFixture(t)
+	if code, body := f.do(t, "POST", "/admin/kill-switch/engage", testAdminToken, ""); code != 200 {
+		t.Fatalf("engage: %d %s", code, body)
+	}
+	// The audit log becomes unusable: clearing must not happen unrecorded.
+	if err := f.h.w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	code, body := f.do(t, "POST", "/admin/kill-switch/clear", testAdminToken, "")
+	if code != 503 || !strings.Contains(body, "stays engaged") {
+		t.Fatalf("clear with a closed audit log: %d %s", code, body)
+	}
+	if !f.h.g.KillSwitch() {
+		t.Fatal("the kill switch was cleared without an audit record")
+	}
+	if code, body := f.do(t, "POST", "/admin/checkpoint", testAdminToken, ""); code != 500 {
+		t.Fatalf("checkpoint with a closed audit log: %d %s", code, body)
+	}
+}
+
+func TestAdminForcedCheckpoint(t *testing.T) {
+	f := newAdminFixture(t)
+	before := string(f.h.w.LatestCheckpoint())
+	code, body := f.do(t, "POST", "/admin/checkpoint", testAdminToken, `{"reason":"before maintenance"}`)
+	if code != 200 {
+		t.Fatalf("checkpoint: %d %s", code, body)
+	}
+	after := string(f.h.w.LatestCheckpoint())
+	if after == "" || after == before {
+		t.Fatalf("no new checkpoint: before %q after %q", before, after)
+	}
+	recs := adminRecords(t, f.h.dir)
+	if len(recs) != 1 || recs[0].Action != AdminCheckpoint || recs[0].Reason != "before maintenance" {
+		t.Fatalf("admin records = %+v", recs)
+	}
+	if code, body := f.do(t, "POST", "/admin/checkpoint", testAdminToken, `{"reason": 1}`); code != 400 {
+		t.Fatalf("bad body: %d %s", code, body)
+	}
+	if code, body := f.do(t, "POST", "/admin/checkpoint", testAdminToken, `{"why":"x"}`); code != 400 || !strings.Contains(body, "reason") {
+		t.Fatalf("unknown field: %d %s", code, body)
+	}
+}
+
+func TestAdminReadiness(t *testing.T) {
+	f := newAdminFixture(t)
+	f.readyFn = func() error { return errors.New("audit log not open") }
+	if code, body := f.do(t, "GET", "/readyz", "", ""); code != 503 || !strings.Contains(body, "audit log not open") {
+		t.Fatalf("readyz: %d %s", code, body)
+	}
+}

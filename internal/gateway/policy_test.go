@@ -1,0 +1,401 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"filippo.io/age"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/confidential-mcp/cmcp/internal/policy"
+	"github.com/confidential-mcp/cmcp/internal/replay"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/digest"
+)
+
+const testPolicy = `
+@id("list-all")
+permit (principal, action == Action::"list_tools", resource)
+unless { principal == Agent::"reader" && !resource.annotations.readOnlyHint };
+
+@id("staff-calls")
+permit (principal in Group::"staff", action == Action::"call_tool", resource);
+
+@id("reader-read-only")
+permit (principal == Agent::"reader", action == Action::"call_tool", resource)
+when { resource.annotations.readOnlyHint };
+
+@id("no-secret")
+forbid (principal, action == Action::"call_tool", resource)
+when { context.arguments has text && context.arguments.text == "secret" };
+`
+
+// policyBundle writes a bundle (the example schema with a text argument)
+// and returns its directory.
+func policyBundle(t *testing.T, policies string) string {
+	t.Helper()
+	sch, err := os.ReadFile("../../examples/policy/schema.cedarschema")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	sch = []byte(strings.Replace(string(sch), "  path?: String,", "  path?: String,\n  text?: String,", 1))
+	if err := os.WriteFile(filepath.Join(dir, "schema.cedarschema"), sch, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "policy.cedar"), []byte(policies), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func engine(t *testing.T, dir string, mode policy.Mode) *policy.Engine {
+	t.Helper()
+	b, err := policy.Load(context.Background(), dir, policy.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return policy.NewEngine(b, mode, map[string][]string{"staff": {"agent-a"}})
+}
+
+var policyTokens = []Token{{Digest: TokenDigest("tok-a"), Identity: "agent-a"}, {Digest: TokenDigest("tok-r"), Identity: "reader"}}
+
+func toolNames(t *testing.T, cs *mcp.ClientSession) []string {
+	t.Helper()
+	res, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tl := range res.Tools {
+		names = append(names, tl.Name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+func TestPolicyEnforcing(t *testing.T) {
+	id, _ := age.GenerateX25519Identity()
+	dir := policyBundle(t, testPolicy)
+	eng := engine(t, dir, policy.Enforcing)
+	h := newHarness(t, hconf{tokens: policyTokens, policy: eng, recipients: []string{id.Recipient().String()}})
+	bundle := eng.Bundle().Digest().String()
+
+	a := h.connect("tok-a", nil)
+	if r, err := call(t, a, "t__echo", map[string]any{"text": "hi"}); err != nil || firstText(r) != "echo: hi" {
+		t.Fatalf("allowed call: %v %v", r, err)
+	}
+	_, err := call(t, a, "t__echo", map[string]any{"text": "secret"})
+	var we *jsonrpc.Error
+	if !errors.As(err, &we) || we.Code != CodeDenied || !strings.Contains(we.Message, "denied by no-secret") {
+		t.Fatalf("denied call: %v", err)
+	}
+	var data struct {
+		PolicyIDs []string `json:"policy_ids"`
+		Bundle    string   `json:"bundle"`
+	}
+	if json.Unmarshal(we.Data, &data) != nil || !slices.Equal(data.PolicyIDs, []string{"no-secret"}) || data.Bundle != bundle {
+		t.Fatalf("error data %s", we.Data)
+	}
+
+	// The reader sees and may call only read-only tools.
+	r := h.connect("tok-r", nil)
+	if got := toolNames(t, r); !slices.Equal(got, []string{"t__pid"}) {
+		t.Fatalf("reader sees %v", got)
+	}
+	if got := toolNames(t, a); len(got) < 5 || !slices.Contains(got, "t__echo") {
+		t.Fatalf("agent-a sees %v", got)
+	}
+	_, err = call(t, r, "t__echo", map[string]any{"text": "hi"})
+	if wireCode(err) != CodeDenied || !strings.Contains(err.Error(), "default deny") {
+		t.Fatalf("reader echo: %v", err)
+	}
+
+	recs := h.records()
+	g := kinds(recs, "genesis")[0].Body
+	if g["policy_digest"] != bundle || g["policy_mode"] != "enforcing" {
+		t.Fatalf("genesis: %v", g)
+	}
+	if p := kinds(recs, "policy"); len(p) != 1 || p[0].Body["event"] != "loaded" || p[0].Body["bundle"] != bundle {
+		t.Fatalf("policy records: %v", p)
+	}
+	calls := kinds(recs, "call")
+	if len(calls) != 3 {
+		t.Fatalf("%d call records", len(calls))
+	}
+	denied := calls[1].Body
+	in, _ := denied["policy_input"].(map[string]any)
+	if denied["decision"] != "deny" || denied["outcome"] != "refused" || denied["policy_mode"] != "enforcing" || denied["policy_bundle"] != bundle ||
+		!slices.Equal(toStrings(denied["policy_ids"]), []string{"no-secret"}) || in == nil || in["session_calls"] != "1" ||
+		!slices.Equal(toStrings(in["tools_used"]), []string{"t__echo"}) || in["evidence_class"] != "spawn-measured" || !slices.Equal(toStrings(in["groups"]), []string{"staff"}) {
+		t.Fatalf("denied call record: %v", denied)
+	}
+	if h := calls[2].Body["policy_input"].(map[string]any)["hints"].(map[string]any); h["readOnlyHint"] != false || h["destructiveHint"] != true {
+		t.Fatalf("hints %v", h)
+	}
+	// The reader's only call was denied: it never reached the upstream, so
+	// no child was ever spawned for its session, and no result recorded.
+	readerSession := calls[2].Body["session"]
+	for _, sp := range kinds(recs, "spawn") {
+		if sp.Body["session"] == readerSession {
+			t.Fatalf("a child was spawned for the reader's session: %v", sp.Body)
+		}
+	}
+	if n := len(kinds(recs, "result")); n != 1 {
+		t.Fatalf("%d result records, want 1 (only the allowed call)", n)
+	}
+	// The pid tool is read-only: the reader may call it.
+	if _, err := call(t, r, "t__pid", nil); err != nil {
+		t.Fatalf("reader pid: %v", err)
+	}
+
+	// Replay over the real gateway's log: every decision is rebuilt.
+	h.g.Shutdown(context.Background())
+	h.w.Close()
+	rep, err := replay.Run(context.Background(), h.dir, replay.Options{Policies: []string{dir}, Identities: []age.Identity{id}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Summary.Calls != 4 || rep.Summary.Same != 4 || rep.Findings() {
+		t.Fatalf("replay: %+v", rep.Summary)
+	}
+	rep, err = replay.Run(context.Background(), h.dir, replay.Options{Policies: []string{dir}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Summary.NotReplayable != 4 || rep.Findings() { // no-secret reads the arguments of every call
+		t.Fatalf("replay without identity: %+v", rep.Summary)
+	}
+}
+
+func toStrings(v any) []string {
+	var out []string
+	l, _ := v.([]any)
+	for _, x := range l {
+		s, _ := x.(string)
+		out = append(out, s)
+	}
+	return out
+}
+
+func TestPolicyAdvisoryAndSilent(t *testing.T) {
+	for _, mode := range []policy.Mode{policy.Advisory, policy.Silent} {
+		t.Run(string(mode), func(t *testing.T) {
+			h := newHarness(t, hconf{tokens: policyTokens, policy: engine(t, policyBundle(t, testPolicy), mode)})
+			a := h.connect("tok-a", nil)
+			r, err := call(t, a, "t__echo", map[string]any{"text": "secret"})
+			if err != nil || firstText(r) != "echo: secret" {
+				t.Fatalf("%s: the denied call must be forwarded: %v %v", mode, r, err)
+			}
+			recs := h.records()
+			c := kinds(recs, "call")[0].Body
+			if c["decision"] != "deny" || c["outcome"] != "forwarded" || c["policy_mode"] != string(mode) || !slices.Equal(toStrings(c["policy_ids"]), []string{"no-secret"}) {
+				t.Fatalf("call record %v", c)
+			}
+			if len(kinds(recs, "result")) != 1 {
+				t.Fatal("no result record for the forwarded call")
+			}
+			warned := strings.Contains(h.logs.String(), "policy would deny this call")
+			if warned != (mode == policy.Advisory) {
+				t.Fatalf("%s: operator warning %v", mode, warned)
+			}
+		})
+	}
+}
+
+func TestPolicyReload(t *testing.T) {
+	dir := policyBundle(t, testPolicy)
+	eng := engine(t, dir, policy.Enforcing)
+	h := newHarness(t, hconf{tokens: policyTokens, policy: eng})
+	old := eng.Bundle().Digest()
+	a := h.connect("tok-a", nil)
+	ctx := context.Background()
+
+	// A bundle that does not validate: refused, recorded, old bundle kept.
+	os.WriteFile(filepath.Join(dir, "policy.cedar"), []byte(`@id("x") permit (principal, action, resource) when { resource.owner == "me" };`), 0o644)
+	err := h.g.ReloadPolicy(ctx, dir, digest.Digest{}, policy.Enforcing, nil)
+	if err == nil || !strings.Contains(err.Error(), "policy.cedar:1:") {
+		t.Fatalf("got %v", err)
+	}
+	if _, err := call(t, a, "t__echo", map[string]any{"text": "hi"}); err != nil {
+		t.Fatalf("old bundle not kept: %v", err)
+	}
+	// A valid bundle with a pin it does not match: refused.
+	os.WriteFile(filepath.Join(dir, "policy.cedar"), []byte(`@id("nothing") forbid (principal, action, resource);`+"\n"+`@id("all") permit (principal, action, resource);`), 0o644)
+	if err := h.g.ReloadPolicy(ctx, dir, old, policy.Enforcing, nil); err == nil || !strings.Contains(err.Error(), "does not match the pin") {
+		t.Fatalf("got %v", err)
+	}
+	// With its pin: in force, recorded with both digests.
+	next, err := digest.Tree(ctx, dir, digest.TreeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.g.ReloadPolicy(ctx, dir, next, policy.Enforcing, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, err = call(t, a, "t__echo", map[string]any{"text": "hi"})
+	if wireCode(err) != CodeDenied || !strings.Contains(err.Error(), "nothing") {
+		t.Fatalf("new bundle not in force: %v", err)
+	}
+	if got := toolNames(t, a); len(got) != 0 {
+		t.Fatalf("list not filtered by the new bundle: %v", got)
+	}
+	recs := h.records()
+	var events []string
+	for _, p := range kinds(recs, "policy") {
+		events = append(events, p.Body["event"].(string))
+		if p.Body["event"] != "loaded" && p.Body["previous"] != old.String() {
+			t.Fatalf("policy record without the previous bundle: %v", p.Body)
+		}
+		if p.Body["event"] == "reloaded" && p.Body["bundle"] != next.String() {
+			t.Fatalf("reloaded record: %v", p.Body)
+		}
+		if p.Body["event"] == "rejected" && p.Body["reason"] == nil {
+			t.Fatalf("rejected without reason: %v", p.Body)
+		}
+	}
+	if !slices.Equal(events, []string{"loaded", "rejected", "rejected", "reloaded"}) {
+		t.Fatalf("policy events %v", events)
+	}
+	calls := kinds(recs, "call")
+	if calls[0].Body["policy_bundle"] != old.String() || calls[1].Body["policy_bundle"] != next.String() {
+		t.Fatalf("call bundles %v %v", calls[0].Body["policy_bundle"], calls[1].Body["policy_bundle"])
+	}
+}
+
+// TestReplayCatchesFlipInGatewayLog rewrites the real gateway's log with
+// the gateway's own key, flipping one decision: the forged log verifies, and
+// only replay can tell, at the right record.
+func TestReplayCatchesFlipInGatewayLog(t *testing.T) {
+	id, _ := age.GenerateX25519Identity()
+	dir := policyBundle(t, testPolicy)
+	eng := engine(t, dir, policy.Enforcing)
+	h := newHarness(t, hconf{tokens: policyTokens, policy: eng, recipients: []string{id.Recipient().String()}})
+	a := h.connect("tok-a", nil)
+	for _, text := range []string{"one", "secret", "two"} {
+		call(t, a, "t__echo", map[string]any{"text": text})
+	}
+	h.g.Shutdown(context.Background())
+	h.w.Close()
+
+	// Forge: same key, every record copied, call 1 (denied) recorded as allowed.
+	genesis, opener := readGenesis(t, h.dir, id)
+	forged := t.TempDir()
+	w, err := auditlog.Open(forged, auditlog.Options{Key: h.key, PolicyDigest: genesis.PolicyDigest, PolicyMode: genesis.PolicyMode,
+		Gateway: genesis.Gateway, Recipients: []string{id.Recipient().String()}, Vault: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := auditlog.NewReader(h.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newIndex := map[int64]int64{}
+	calls, flipped := 0, int64(-1)
+	for {
+		e, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch e.Kind {
+		case auditlog.KindGenesis, auditlog.KindCheckpoint, auditlog.KindSeal, auditlog.KindSegment, auditlog.KindRecovery:
+			continue
+		}
+		rec, err := e.Decode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch rec := rec.(type) {
+		case *auditlog.Call:
+			p, err := opener.Payload(rec.Args)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec.Args = w.Commit(p)
+			if calls == 1 {
+				if rec.Decision != "deny" {
+					t.Fatalf("call 1 was %s", rec.Decision)
+				}
+				rec.Decision, rec.PolicyIDs, rec.Outcome = "allow", []string{"staff-calls"}, "forwarded"
+			}
+			calls++
+		case *auditlog.Result:
+			rec.Call = newIndex[rec.Call]
+			if !rec.Result.IsZero() {
+				p, err := opener.Payload(rec.Result)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rec.Result = w.Commit(p)
+			}
+		}
+		rc, err := w.Append(context.Background(), rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		newIndex[e.Index] = rc.Index
+		if c, ok := rec.(*auditlog.Call); ok && c.Decision == "allow" && slices.Equal(c.PolicyIDs, []string{"staff-calls"}) && calls == 2 {
+			flipped = rc.Index
+		}
+	}
+	r.Close()
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := auditlog.Verify(forged, auditlog.VerifyOptions{Keys: []string{w.VerifierKey()}}); err != nil {
+		t.Fatalf("the forged log must verify with the gateway's key: %v", err)
+	}
+	rep, err := replay.Run(context.Background(), forged, replay.Options{Policies: []string{dir}, Identities: []age.Identity{id},
+		Verify: auditlog.VerifyOptions{Keys: []string{w.VerifierKey()}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Summary.Differs != 1 || rep.Summary.Same != 2 || !rep.Findings() {
+		t.Fatalf("replay: %+v", rep.Summary)
+	}
+	for _, c := range rep.Calls {
+		if (c.Replay.Status == replay.StatusDiffers) != (c.Index == flipped) {
+			t.Fatalf("record %d: %s (flipped record is %d)", c.Index, c.Replay.Status, flipped)
+		}
+		if c.Index == flipped && (c.Replay.Decision != "deny" || !slices.Equal(c.Replay.PolicyIDs, []string{"no-secret"})) {
+			t.Fatalf("flipped record replays as %+v", c.Replay)
+		}
+	}
+}
+
+func readGenesis(t *testing.T, dir string, id age.Identity) (*auditlog.Genesis, *auditlog.Opener) {
+	t.Helper()
+	r, err := auditlog.NewReader(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	e, err := r.Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := e.Decode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := rec.(*auditlog.Genesis)
+	o, err := auditlog.NewOpener(g, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.LoadVault(filepath.Dir(e.Pos.File), id); err != nil {
+		t.Fatal(err)
+	}
+	return g, o
+}

@@ -1,0 +1,55 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/confidential-mcp/cmcp/internal/catalog"
+	"github.com/confidential-mcp/cmcp/internal/upstream"
+	"github.com/confidential-mcp/cmcp/pkg/digest"
+)
+
+// ToolPin is one tool's definition pin, as `cmcp spawn-digest --tools`
+// prints it.
+type ToolPin struct {
+	Name  string        `json:"name"`
+	Pin   digest.Digest `json:"pin,omitzero"`
+	Error string        `json:"error,omitempty"` // why the tool would be refused
+}
+
+// ProbeTools spawns the stdio server described by spec (measured like the
+// gateway does: spec.Pin must be the digest just measured), lists its tools
+// and returns their definition pins sorted by name. Tools the gateway would
+// refuse (an input schema that is not an object, a duplicate name) carry an
+// Error and no pin.
+func ProbeTools(ctx context.Context, spec upstream.StdioSpec, environ []string) ([]ToolPin, error) {
+	s := &upstream.Stdio{Spec: spec, Environ: environ, Share: "per-session"}
+	client := mcp.NewClient(&mcp.Implementation{Name: "cmcp-spawn-digest", Version: "1"}, nil)
+	conn, err := s.Connect(ctx, client, upstream.ConnectOptions{})
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	var tools []*mcp.Tool
+	for t, err := range conn.Session.Tools(ctx, nil) {
+		if err != nil {
+			return nil, fmt.Errorf("upstream %q: tools/list: %w", spec.Name, err)
+		}
+		tools = append(tools, t)
+	}
+	accepted, digests, drift := catalog.Check(spec.Name, tools, nil, false)
+	var out []ToolPin
+	for _, t := range accepted {
+		out = append(out, ToolPin{Name: t.Name, Pin: digests[t.Name]})
+	}
+	for _, d := range drift {
+		if d.Kind == catalog.DriftInvalid {
+			out = append(out, ToolPin{Name: d.Tool, Error: d.Detail})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}

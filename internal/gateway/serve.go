@@ -1,0 +1,368 @@
+package gateway
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sort"
+	"time"
+
+	"github.com/confidential-mcp/cmcp/internal/buildinfo"
+	"github.com/confidential-mcp/cmcp/internal/config"
+	"github.com/confidential-mcp/cmcp/internal/policy"
+	"github.com/confidential-mcp/cmcp/internal/tee"
+	"github.com/confidential-mcp/cmcp/internal/ui"
+	"github.com/confidential-mcp/cmcp/internal/upstream"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/digest"
+)
+
+// ServeOptions are what `cmcp serve` adds to the configuration.
+type ServeOptions struct {
+	// Stdio serves one agent over Stdin/Stdout instead of HTTP.
+	Stdio  bool
+	Stdin  io.ReadCloser
+	Stdout io.WriteCloser
+	// Listen overrides server.listen.
+	Listen string
+	// Environ is the gateway's environment (children get an allowlist).
+	Environ []string
+	// Logger receives the gateway log (stderr).
+	Logger *slog.Logger
+	// Decider and Filter replace the policy engine that Serve builds from
+	// the policy: section. With neither, every call is allowed and recorded
+	// with mode "none".
+	Decider      Decider
+	Filter       ListFilter
+	PolicyDigest digest.Digest
+	PolicyMode   string
+	// Metrics, if set, counts calls, decisions, spawns and upstream health.
+	Metrics *Metrics
+	// Started, if set, is called once the gateway serves, with the MCP
+	// endpoint URL ("" for stdio), the gateway and the audit log writer
+	// (the admin listener hooks in here).
+	Started func(endpoint string, g *Gateway, w *auditlog.Writer)
+}
+
+// Serve runs the gateway described by cfg until ctx ends (SIGTERM/SIGINT in
+// the CLI) or, with Stdio, until the agent disconnects. On the way out it
+// stops accepting, drains in-flight calls for server.shutdown_grace, stops
+// every child, and closes the audit log (seal record, final checkpoint).
+func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) {
+	logger := o.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	srvCfg := cfg.Server
+	if srvCfg == nil {
+		srvCfg = &config.Server{}
+	}
+	if cfg.Audit == nil {
+		return ui.Errorf(ui.ExitConfig, "%s: no audit: section: the gateway never runs calls unrecorded", cfg.Path).
+			Hint("add:\n  audit:\n    dir: audit/")
+	}
+	var eng *policy.Engine
+	if cfg.Policy != nil && o.Decider == nil {
+		b, err := policy.Load(ctx, cfg.Resolve(cfg.Policy.Dir), policy.LoadOptions{Expect: cfg.Policy.Expect})
+		if err != nil {
+			return fmt.Errorf("%s: policy: %w", cfg.Path, err)
+		}
+		mode, err := policy.ParseMode(cfg.Policy.ModeOrDefault())
+		if err != nil {
+			return ui.WithCode(ui.ExitConfig, err)
+		}
+		eng = policy.NewEngine(b, mode, cfg.Policy.Groups)
+		o.PolicyDigest, o.PolicyMode = b.Digest(), string(mode)
+	}
+	if len(cfg.Upstreams) == 0 {
+		return ui.Errorf(ui.ExitConfig, "%s: no upstreams: the gateway has nothing to serve", cfg.Path).Hint("add an upstream; see examples/cmcp.yaml")
+	}
+	listen := o.Listen
+	if listen == "" {
+		listen = srvCfg.ListenOrDefault()
+	}
+	hasAuth := len(srvCfg.Tokens) > 0 || (srvCfg.TLS != nil && srvCfg.TLS.ClientCA != "")
+	if !o.Stdio {
+		if err := CheckListen(listen, hasAuth); err != nil {
+			return ui.WithCode(ui.ExitConfig, err)
+		}
+	}
+
+	// Measure ourselves and the configuration.
+	gwInfo := auditlog.GatewayInfo{Version: buildinfo.Get().Version, Commit: buildinfo.Get().Commit}
+	if exe, err := os.Executable(); err == nil {
+		if f, d, err := digest.OpenFile(exe); err == nil {
+			f.Close()
+			gwInfo.Binary = d
+		}
+	}
+	var cfgDigest digest.Digest
+	if b, err := os.ReadFile(cfg.Path); err == nil {
+		cfgDigest = digest.Bytes(b)
+	}
+	teeName := srvCfg.TEE
+	if teeName == "" {
+		teeName = tee.Auto
+	}
+	prov, err := tee.Detect(tee.Options{Provider: teeName})
+	if err != nil {
+		return ui.WithCode(ui.ExitRuntime, fmt.Errorf("attestation: %w", err))
+	}
+	gwInfo.Platform = prov.Platform()
+	if prov.Platform() == tee.Software {
+		logger.Warn("running on the software provider: the audit log's key is NOT bound to hardware attestation (development only)")
+	}
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return err
+	}
+	nonce := make([]byte, 32)
+	if _, err := rand.Read(nonce); err != nil {
+		return err
+	}
+	durability := cfg.Audit.Durability
+	if durability == "" {
+		durability = auditlog.DurabilityGroup
+	}
+	auditDir := cfg.Resolve(cfg.Audit.Dir)
+	if err := os.MkdirAll(auditDir, 0o700); err != nil {
+		return ui.Errorf(ui.ExitIO, "audit log directory: %w", err)
+	}
+	w, err := auditlog.Open(auditDir, auditlog.Options{
+		Key:           key,
+		Durability:    durability,
+		Gateway:       gwInfo,
+		ConfigDigest:  cfgDigest,
+		PolicyDigest:  o.PolicyDigest,
+		PolicyMode:    o.PolicyMode,
+		CatalogDigest: configCatalogDigest(cfg),
+		Recipients:    cfg.Audit.Recipients,
+		Vault:         cfg.Audit.Vault,
+		Evidence: func(statement digest.Digest, pub ed25519.PublicKey) (json.RawMessage, error) {
+			b, err := prov.Attest(ctx, pub, nonce, statement)
+			if err != nil {
+				return nil, err
+			}
+			return b.Marshal()
+		},
+	})
+	if err != nil {
+		return ui.Errorf(ui.ExitIO, "open audit log in %s: %w", auditDir, err)
+	}
+	defer func() {
+		if cerr := w.Close(); cerr != nil && err == nil {
+			err = ui.Errorf(ui.ExitIO, "close audit log: %w", cerr)
+		}
+	}()
+	epoch, epochDir := w.Epoch()
+	logger.Info("audit log open", "dir", epochDir, "epoch", epoch, "durability", durability, "platform", gwInfo.Platform, "key", w.VerifierKey())
+
+	ups, err := buildUpstreams(cfg, srvCfg, o.Environ, w, logger, o.Metrics)
+	if err != nil {
+		return err
+	}
+	g, err := New(Options{Version: gwInfo.Version, Upstreams: ups, Log: w, Decider: o.Decider, Filter: o.Filter, Policy: eng, Logger: logger,
+		CallTimeout: srvCfg.CallTimeout, Environ: o.Environ, Metrics: o.Metrics})
+	if err != nil {
+		return ui.WithCode(ui.ExitConfig, err)
+	}
+	if err := g.Start(ctx); err != nil {
+		return ui.WithCode(ui.ExitRuntime, err)
+	}
+	for _, u := range g.Upstreams() {
+		if u.Available {
+			logger.Info("upstream ready", "upstream", u.Name, "class", u.EvidenceClass, "tools", u.Tools)
+		} else {
+			logger.Error("upstream unavailable; its calls are refused until it can be started", "upstream", u.Name, "reason", u.Error)
+		}
+	}
+	grace := srvCfg.ShutdownGrace
+	if grace <= 0 {
+		grace = 10 * time.Second
+	}
+	shutdown := func() error {
+		sctx, cancel := context.WithTimeout(context.Background(), grace)
+		defer cancel()
+		return g.Shutdown(sctx)
+	}
+
+	if o.Stdio {
+		if o.Started != nil {
+			o.Started("", g, w)
+		}
+		identity := srvCfg.StdioIdentity
+		serr := g.ServeStdio(ctx, o.Stdin, o.Stdout, identity)
+		return errors.Join(serr, shutdown())
+	}
+
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return ui.Errorf(ui.ExitRuntime, "listen on %s: %w", listen, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", g.HTTPHandler(HTTPOptions{Tokens: tokens(srvCfg), ClientCerts: srvCfg.TLS != nil && srvCfg.TLS.ClientCA != "",
+		SessionTimeout: srvCfg.SessionTimeout, MaxRequestBytes: srvCfg.MaxRequestBytes}))
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	scheme := "http"
+	if srvCfg.TLS != nil {
+		tc, err := serverTLS(cfg, srvCfg.TLS)
+		if err != nil {
+			ln.Close()
+			return ui.WithCode(ui.ExitConfig, err)
+		}
+		ln = tls.NewListener(ln, tc)
+		scheme = "https"
+	}
+	endpoint := fmt.Sprintf("%s://%s/mcp", scheme, ln.Addr())
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	logger.Info("serving MCP", "endpoint", endpoint, "auth", authMode(srvCfg))
+	if o.Started != nil {
+		o.Started(endpoint, g, w)
+	}
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		shutdown()
+		return ui.Errorf(ui.ExitRuntime, "serve %s: %w", endpoint, err)
+	}
+	logger.Info("shutting down: draining in-flight calls", "grace", grace)
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	g.closing.Store(true)
+	herr := hs.Shutdown(sctx)
+	if errors.Is(herr, context.DeadlineExceeded) {
+		hs.Close()
+		herr = nil
+	}
+	return errors.Join(herr, shutdown())
+}
+
+func tokens(s *config.Server) []Token {
+	out := make([]Token, 0, len(s.Tokens))
+	for _, t := range s.Tokens {
+		out = append(out, Token{Digest: t.SHA256, Identity: t.Identity})
+	}
+	return out
+}
+
+func authMode(s *config.Server) string {
+	switch {
+	case len(s.Tokens) > 0 && s.TLS != nil && s.TLS.ClientCA != "":
+		return "bearer tokens or client certificates"
+	case len(s.Tokens) > 0:
+		return "bearer tokens"
+	case s.TLS != nil && s.TLS.ClientCA != "":
+		return "client certificates"
+	default:
+		return "none (loopback development mode)"
+	}
+}
+
+func serverTLS(cfg *config.Config, t *config.TLS) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(cfg.Resolve(t.Cert), cfg.Resolve(t.Key))
+	if err != nil {
+		return nil, fmt.Errorf("server.tls: %w", err)
+	}
+	tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if t.ClientCA != "" {
+		pem, err := os.ReadFile(cfg.Resolve(t.ClientCA))
+		if err != nil {
+			return nil, fmt.Errorf("server.tls.client_ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("server.tls.client_ca %s: no PEM certificates", t.ClientCA)
+		}
+		tc.ClientCAs = pool
+		// A certificate is optional when bearer tokens are configured too;
+		// a presented certificate is always verified.
+		tc.ClientAuth = tls.VerifyClientCertIfGiven
+	}
+	return tc, nil
+}
+
+// buildUpstreams turns the configuration's upstreams into gateway upstreams.
+func buildUpstreams(cfg *config.Config, s *config.Server, environ []string, w *auditlog.Writer, logger *slog.Logger, m *Metrics) ([]UpstreamOptions, error) {
+	var out []UpstreamOptions
+	for i := range cfg.Upstreams {
+		u := &cfg.Upstreams[i]
+		uo := UpstreamOptions{Namespaced: u.Namespaced(), Shared: u.Shared(), ToolPins: cfg.ToolPins(u.Name), DriftWarn: cfg.DriftWarn(u.Name)}
+		switch {
+		case u.Stdio != nil:
+			spec := upstream.StdioSpec{Name: u.Name, Command: u.Stdio.Command, Args: u.Stdio.Args, Dir: u.Stdio.Dir,
+				Env: u.Stdio.Env, EnvAllow: u.Stdio.EnvAllow, AllowUnmeasured: u.AllowUnmeasured, StopGrace: s.ChildStopGrace}
+			uo.Class = upstream.ClassSpawnUnmeasured
+			if u.Pin != nil {
+				spec.Pin, spec.MeasurePath, spec.MeasurePin = u.Pin.Command, u.Pin.Target, u.Pin.TargetDigest
+				uo.Class = upstream.ClassSpawnMeasured
+			}
+			share := "per-session"
+			if u.Shared() {
+				share = "shared"
+			}
+			uo.Upstream = &upstream.Stdio{Spec: spec, Environ: environ, Hooks: StdioHooks(w, logger, m), Share: share}
+			uo.Transport = "stdio"
+		case u.HTTP != nil:
+			h, err := upstream.NewHTTP(upstream.HTTPOptionsFromConfig(u.Name, u.HTTP, lookupIn(environ)))
+			if err != nil {
+				return nil, ui.WithCode(ui.ExitConfig, err)
+			}
+			uo.Upstream = h
+			uo.Transport, uo.Class = "http", h.Class()
+		}
+		out = append(out, uo)
+	}
+	return out, nil
+}
+
+func lookupIn(environ []string) func(string) (string, bool) {
+	return func(k string) (string, bool) {
+		for i := len(environ) - 1; i >= 0; i-- {
+			if n, v, ok := cutEnv(environ[i]); ok && n == k {
+				return v, true
+			}
+		}
+		return "", false
+	}
+}
+
+func cutEnv(kv string) (string, string, bool) {
+	for i := 0; i < len(kv); i++ {
+		if kv[i] == '=' {
+			return kv[:i], kv[i+1:], true
+		}
+	}
+	return "", "", false
+}
+
+// configCatalogDigest is the digest of the configured tool pins (upstream ->
+// tool -> pin), the approved catalog recorded in the genesis record.
+func configCatalogDigest(cfg *config.Config) digest.Digest {
+	m := map[string]map[string]string{}
+	for _, u := range cfg.Upstreams {
+		pins := map[string]string{}
+		for t, d := range cfg.ToolPins(u.Name) {
+			pins[t] = d.String()
+		}
+		m[u.Name] = pins
+	}
+	names := make([]string, 0, len(m))
+	for n := range m {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	b, _ := json.Marshal(m)
+	d, _ := digest.JSON(b)
+	return d
+}

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Calls one tool through a running gateway with nothing but curl:
+#   scripts/call.sh files__echo '{"text":"hello"}'
+#   scripts/call.sh --list
+# CMCP_URL (default http://127.0.0.1:8080/mcp) and CMCP_TOKEN (a bearer token,
+# if the gateway has tokens) are read from the environment.
+set -euo pipefail
+url=${CMCP_URL:-http://127.0.0.1:8080/mcp}
+hdr=(-H "Content-Type: application/json" -H "Accept: application/json, text/event-stream")
+if [ -n "${CMCP_TOKEN:-}" ]; then hdr+=(-H "Authorization: Bearer $CMCP_TOKEN"); fi
+sid=$(curl -sS -D - -o /dev/null "${hdr[@]}" "$url" \
+  -d '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"call.sh","version":"1"}}}' |
+  tr -d '\r' | sed -n 's/^[Mm]cp-[Ss]ession-[Ii]d: //p')
+if [ -z "$sid" ]; then echo "call.sh: no session from $url (is cmcp serve running?)" >&2; exit 1; fi
+hdr+=(-H "Mcp-Session-Id: $sid" -H "Mcp-Protocol-Version: 2025-11-25")
+curl -sS "${hdr[@]}" "$url" -d '{"jsonrpc":"2.0","method":"notifications/initialized"}' >/dev/null
+if [ "${1:-}" = "--list" ]; then
+  body='{"jsonrpc":"2.0","id":2,"method":"tools/list"}'
+else
+  body=$(printf '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"%s","arguments":%s}}' "$1" "${2:-{\}}")
+fi
+curl -sS "${hdr[@]}" "$url" -d "$body" | sed -n 's/^data: //p'
+curl -sS -X DELETE "${hdr[@]}" "$url" >/dev/null || true

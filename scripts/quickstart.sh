@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Builds cmcp and the sample MCP server, pins the server (code and tool
+# definitions), writes .quickstart/cmcp.yaml from examples/cmcp.yaml and runs
+# the gateway on http://127.0.0.1:8080/mcp. Ctrl-C stops it and seals the log.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mkdir -p bin .quickstart
+echo "== build" >&2
+go build -o bin/cmcp ./cmd/cmcp
+go build -o bin/sample-server ./examples/sample-server
+echo "== pin the sample server" >&2
+doc=$(bin/cmcp spawn-digest --tools --name files --output json -- bin/sample-server --root .)
+pin=$(printf '%s\n' "$doc" | sed -n 's/.*"command_digest": *"\(sha256:[0-9a-f]*\)".*/\1/p' | head -1)
+tools=$(printf '%s\n' "$doc" | sed -n 's/.*"tools_flow": *"\(.*\)".*/\1/p' | head -1)
+echo "   command pin $pin" >&2
+echo "   tool pins   $tools" >&2
+sed -e "s|PIN_COMMAND|$pin|" -e "s|PIN_TOOLS|$tools|" examples/cmcp.yaml > .quickstart/cmcp.yaml
+echo "== cmcp serve -c .quickstart/cmcp.yaml (audit log in audit/)" >&2
+exec bin/cmcp serve -c .quickstart/cmcp.yaml "$@"
