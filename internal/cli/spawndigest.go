@@ -220,13 +220,12 @@ func sizeText(n int64) string {
 	return fmt.Sprintf("%d bytes", n)
 }
 
-// progressAdapter turns the cumulative counts of a tree measurement into a
-// ui.Progress of bytes, one progress line per tree.
+// progressAdapter shows the progress of tree measurements on a terminal:
+// one line per tree, with the files and bytes hashed so far.
 type progressAdapter struct {
 	p    *ui.Printer
 	cur  *ui.Progress
 	path string
-	last int64
 }
 
 func treeProgress(p *ui.Printer) *progressAdapter { return &progressAdapter{p: p} }
@@ -234,10 +233,9 @@ func treeProgress(p *ui.Printer) *progressAdapter { return &progressAdapter{p: p
 func (a *progressAdapter) add(path string, files, bytes int64) {
 	if a.cur == nil || path != a.path {
 		a.cur.Done()
-		a.cur, a.path, a.last = a.p.Progress("measuring "+path+" (bytes)", 0), path, 0
+		a.cur, a.path = a.p.Progress("measuring "+path+":", 0), path
 	}
-	a.cur.Add(bytes - a.last)
-	a.last = bytes
+	a.cur.Status(fmt.Sprintf("%d files, %s", files, sizeText(bytes)))
 }
 
 func (a *progressAdapter) done() { a.cur.Done() }

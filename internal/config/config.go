@@ -41,6 +41,8 @@ type Config struct {
 	Audit *Audit `yaml:"audit"`
 	// Catalog holds tool-definition pins and the drift action (gateway.go).
 	Catalog *Catalog `yaml:"catalog"`
+	// Admin is the operators' listener (health, metrics, kill switch).
+	Admin *Admin `yaml:"admin"`
 
 	// Path is the file the configuration was loaded from ("" for LoadBytes
 	// without a name). Relative paths in the file are relative to its

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/confidential-mcp/cmcp/internal/config"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
@@ -49,8 +50,11 @@ type AdminOptions struct {
 	Log         AdminLog
 	// Ready reports whether the gateway can serve calls (audit log open,
 	// catalog loaded); nil means ready.
-	Ready  func() error
-	Logger *slog.Logger
+	Ready func() error
+	// BeforeScrape, if set, runs before /metrics is written (to refresh
+	// gauges such as upstream health).
+	BeforeScrape func()
+	Logger       *slog.Logger
 }
 
 // KillStatus is the kill switch's state as the admin endpoint reports it.
@@ -188,6 +192,9 @@ func (a *Admin) readyz(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (a *Admin) metrics(w http.ResponseWriter, _ *http.Request) {
+	if a.o.BeforeScrape != nil {
+		a.o.BeforeScrape()
+	}
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	if err := a.o.Metrics.WriteText(w); err != nil {
 		a.o.Logger.Warn("write /metrics", "err", err)
@@ -316,4 +323,53 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(v)
+}
+
+// StartAdmin starts the admin listener of the `admin:` section for a running
+// gateway g and its audit log w, and registers the gauges that only exist
+// once both run (audit queue depth, live sessions). Shut it down with
+// (*Admin).Shutdown before closing w.
+func StartAdmin(c *config.Admin, g *Gateway, w *auditlog.Writer, m *Metrics, logger *slog.Logger) (*Admin, error) {
+	if m == nil {
+		m = NewMetrics()
+	}
+	m.GaugeFunc("cmcp_audit_queue_depth", "Audit records appended but not yet written by the committer.", func() float64 {
+		return float64(w.QueueDepth())
+	})
+	m.GaugeFunc("cmcp_sessions", "Live agent sessions.", func() float64 { return float64(g.Sessions()) })
+	a, err := NewAdmin(AdminOptions{
+		Addr:        c.Listen,
+		TokenDigest: c.TokenSHA256,
+		Kill:        g,
+		Metrics:     m,
+		Log:         w,
+		Ready: func() error {
+			if err := w.Err(); err != nil {
+				return fmt.Errorf("audit log: %w", err)
+			}
+			ups := g.Upstreams()
+			for _, u := range ups {
+				if u.Available {
+					return nil
+				}
+			}
+			if len(ups) > 0 {
+				return fmt.Errorf("no upstream is available (%s: %s)", ups[0].Name, ups[0].Error)
+			}
+			return nil
+		},
+		BeforeScrape: func() {
+			for _, u := range g.Upstreams() {
+				m.UpstreamHealth(u.Name, u.Available)
+			}
+		},
+		Logger: logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := a.Start(); err != nil {
+		return nil, err
+	}
+	return a, nil
 }

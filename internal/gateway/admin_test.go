@@ -12,6 +12,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
+	"github.com/confidential-mcp/cmcp/internal/config"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
@@ -240,6 +241,35 @@ func TestAdminReadiness(t *testing.T) {
 	f := newAdminFixture(t)
 	f.readyFn = func() error { return errors.New("audit log not open") }
 	if code, body := f.do(t, "GET", "/readyz", "", ""); code != 503 || !strings.Contains(body, "audit log not open") {
+		t.Fatalf("readyz: %d %s", code, body)
+	}
+}
+
+func TestStartAdminFromConfig(t *testing.T) {
+	h := newHarness(t, hconf{tokens: []Token{{Digest: TokenDigest(testAgentToken), Identity: "agent-a"}}})
+	a, err := StartAdmin(&config.Admin{Listen: "127.0.0.1:0", TokenSHA256: digest.Bytes([]byte(testAdminToken))}, h.g, h.w, NewMetrics(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Shutdown(context.Background()) })
+	f := &adminFixture{h: h, a: a, base: "http://" + a.Addr()}
+	h.connect(testAgentToken, nil)
+	code, body := f.do(t, "GET", "/metrics", testAdminToken, "")
+	if code != 200 {
+		t.Fatalf("metrics: %d %s", code, body)
+	}
+	s := parseExposition(t, body)
+	for k, want := range map[string]float64{
+		`cmcp_upstream_up{upstream="t"}`: 1,
+		`cmcp_sessions`:                  1,
+		`cmcp_audit_queue_depth`:         0,
+		`cmcp_kill_switch_engaged`:       0,
+	} {
+		if got, ok := s[k]; !ok || got != want {
+			t.Errorf("%s = %v (present %v), want %v", k, got, ok, want)
+		}
+	}
+	if code, body := f.do(t, "GET", "/readyz", "", ""); code != 200 {
 		t.Fatalf("readyz: %d %s", code, body)
 	}
 }

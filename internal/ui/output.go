@@ -195,3 +195,17 @@ func (g *Progress) Done() {
 	defer g.mu.Unlock()
 	fmt.Fprint(g.w, "\r\033[K")
 }
+
+// Status replaces the progress count with a short status text (for work
+// whose progress is not one number), at most ten times a second.
+func (g *Progress) Status(s string) {
+	if g == nil || !g.on {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if now := time.Now(); now.Sub(g.last) >= 100*time.Millisecond {
+		g.last = now
+		fmt.Fprintf(g.w, "\r%s %s\033[K", g.label, s)
+	}
+}

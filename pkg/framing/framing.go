@@ -146,8 +146,8 @@ func (r *Reader) Read() (json.RawMessage, error) {
 		return nil, err
 	}
 	line := r.buf.Bytes()[:r.buf.Len()-1]
-	if reason := r.check(line); reason != "" {
-		return nil, r.fail(reason, nil)
+	if reason := r.check(&r.buf); reason != "" {
+		return nil, r.failLine(reason, nil, line)
 	}
 	msg := make(json.RawMessage, len(line))
 	copy(msg, line)
@@ -157,7 +157,10 @@ func (r *Reader) Read() (json.RawMessage, error) {
 }
 
 func (r *Reader) fail(reason string, err error) error {
-	line := r.buf.Bytes()
+	return r.failLine(reason, err, r.buf.Bytes())
+}
+
+func (r *Reader) failLine(reason string, err error, line []byte) error {
 	if n := len(line); n > 0 && line[n-1] == '\n' {
 		line = line[:n-1]
 	}
@@ -174,13 +177,14 @@ var (
 	version20   = []byte(`"2.0"`)
 )
 
-// check returns why line is not exactly one JSON-RPC 2.0 object, or "".
-func (r *Reader) check(line []byte) string {
-	if len(line) == 0 {
+// check returns why the line in src (with its newline) is not exactly one
+// JSON-RPC 2.0 object, or "". It consumes src.
+func (r *Reader) check(src *bytes.Buffer) string {
+	if src.Len() <= 1 {
 		return "empty line"
 	}
-	// The decoder reads a *bytes.Buffer in place, without copying.
-	src := bytes.NewBuffer(line[:len(line):len(line)])
+	// The decoder reads a *bytes.Buffer in place, without copying; the
+	// newline is trailing whitespace to it.
 	r.dec.Reset(src)
 	switch k := r.dec.PeekKind(); k {
 	case '{':
