@@ -81,6 +81,11 @@ Large trees show progress on a terminal.`,
 	}
 	cmd.Flags().SetInterspersed(false)
 	o.AddFlags(cmd.Flags())
+	cmd.MarkFlagFilename("check", "yaml", "yml")
+	cmd.MarkFlagFilename("target")
+	cmd.ValidArgsFunction = func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+		return nil, cobra.ShellCompDirectiveDefault // COMMAND and its arguments: files
+	}
 	return cmd
 }
 

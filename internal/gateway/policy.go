@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/confidential-mcp/cmcp/internal/config"
 	"github.com/confidential-mcp/cmcp/internal/policy"
+	"github.com/confidential-mcp/cmcp/internal/ui"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
@@ -133,4 +136,56 @@ func (g *Gateway) ReloadPolicy(ctx context.Context, dir string, expect digest.Di
 	}
 	g.logger.Info("policy reloaded", "from", sw.Old.String(), "to", sw.New.String(), "mode", string(sw.Mode), "policies", sw.Policies)
 	return nil
+}
+
+// PolicyFromConfig loads the bundle named by the configuration's policy
+// section and starts an engine on it; nil without a policy section. A bundle
+// that does not parse, does not validate or does not match policy.expect is
+// an error that names the file, line and reason.
+func PolicyFromConfig(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*policy.Engine, error) {
+	p := cfg.Policy
+	if p == nil {
+		return nil, nil
+	}
+	mode, err := policy.ParseMode(p.Mode)
+	if err != nil {
+		return nil, ui.WithCode(ui.ExitConfig, fmt.Errorf("%s: %w", cfg.Path, err))
+	}
+	b, err := policy.Load(ctx, p.BundleDir(cfg.Path), policy.LoadOptions{Expect: p.Expect})
+	if err != nil {
+		return nil, err
+	}
+	if p.Expect.IsZero() && logger != nil {
+		logger.Warn("the policy bundle is not pinned: any bundle in its directory is accepted; pin it", "policy.expect", b.Digest().String())
+	}
+	return policy.NewEngine(b, mode, p.Groups), nil
+}
+
+// ReloadPolicyFromConfig is what SIGHUP does: it reads the configuration
+// file again and reloads the bundle its policy section names, with the pin,
+// mode and groups it gives now. Nothing else in the file is applied (the
+// genesis record names the configuration the gateway started with). A
+// refused reload is recorded and the old bundle stays in force.
+func (g *Gateway) ReloadPolicyFromConfig(ctx context.Context, path string) error {
+	eng := g.opts.Policy
+	if eng == nil {
+		return fmt.Errorf("no policy is configured: a policy section can only be added with a restart (the genesis record names the policy)")
+	}
+	reject := func(err error) error {
+		g.record(ctx, &auditlog.Policy{Event: "rejected", Previous: eng.Bundle().Digest(), Mode: string(eng.Mode()), Reason: err.Error()})
+		g.logger.Error("policy reload refused; the old bundle stays in force", "bundle", eng.Bundle().Digest().String(), "err", err)
+		return err
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		return reject(fmt.Errorf("reload refused: %w", err))
+	}
+	if cfg.Policy == nil {
+		return reject(fmt.Errorf("reload refused: %s has no policy section any more; a gateway drops its policy only with a restart", path))
+	}
+	mode, err := policy.ParseMode(cfg.Policy.Mode)
+	if err != nil {
+		return reject(fmt.Errorf("reload refused: %w", err))
+	}
+	return g.ReloadPolicy(ctx, cfg.Policy.BundleDir(cfg.Path), cfg.Policy.Expect, mode, cfg.Policy.Groups)
 }

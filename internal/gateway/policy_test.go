@@ -15,8 +15,10 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/confidential-mcp/cmcp/internal/config"
 	"github.com/confidential-mcp/cmcp/internal/policy"
 	"github.com/confidential-mcp/cmcp/internal/replay"
+	"github.com/confidential-mcp/cmcp/internal/ui"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
@@ -398,4 +400,72 @@ func readGenesis(t *testing.T, dir string, id age.Identity) (*auditlog.Genesis, 
 		t.Fatal(err)
 	}
 	return g, o
+}
+
+func TestPolicyFromConfigAndSIGHUPReload(t *testing.T) {
+	dir := policyBundle(t, testPolicy)
+	ctx := context.Background()
+	d1, err := digest.Tree(ctx, dir, digest.TreeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgPath := filepath.Join(t.TempDir(), "cmcp.yaml")
+	writeCfg := func(expect digest.Digest, mode string) {
+		rel, _ := filepath.Rel(filepath.Dir(cfgPath), dir)
+		y := "version: 1\npolicy:\n  dir: " + rel + "\n  expect: " + expect.String() + "\n  mode: " + mode + "\n  groups:\n    staff: [agent-a]\n"
+		if err := os.WriteFile(cfgPath, []byte(y), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeCfg(d1, "enforcing")
+	cfg, err := config.Load(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := PolicyFromConfig(ctx, cfg, nil)
+	if err != nil || eng.Bundle().Digest() != d1 || eng.Mode() != policy.Enforcing || !slices.Equal(eng.GroupsOf("agent-a"), []string{"staff"}) {
+		t.Fatalf("engine %v %v", eng, err)
+	}
+	// A wrong pin stops the gateway from starting, naming the digests.
+	writeCfg(digest.Bytes([]byte("other")), "enforcing")
+	cfg2, _ := config.Load(cfgPath)
+	if _, err := PolicyFromConfig(ctx, cfg2, nil); err == nil || !strings.Contains(err.Error(), "does not match the pin") || ui.CodeOf(err) != ui.ExitMismatch {
+		t.Fatalf("got %v", err)
+	}
+
+	h := newHarness(t, hconf{tokens: policyTokens, policy: eng})
+	a := h.connect("tok-a", nil)
+	// The bundle changes but the config still pins the old digest: refused.
+	os.WriteFile(filepath.Join(dir, "policy.cedar"), []byte(`@id("all") permit (principal, action, resource);`), 0o644)
+	writeCfg(d1, "advisory")
+	if err := h.g.ReloadPolicyFromConfig(ctx, cfgPath); err == nil || !strings.Contains(err.Error(), "does not match the pin") {
+		t.Fatalf("got %v", err)
+	}
+	if _, err := call(t, a, "t__echo", map[string]any{"text": "secret"}); wireCode(err) != CodeDenied {
+		t.Fatalf("old bundle not in force: %v", err)
+	}
+	// The operator pins the new bundle and sends SIGHUP again.
+	d2, _ := digest.Tree(ctx, dir, digest.TreeOptions{})
+	writeCfg(d2, "advisory")
+	if err := h.g.ReloadPolicyFromConfig(ctx, cfgPath); err != nil {
+		t.Fatal(err)
+	}
+	if eng.Bundle().Digest() != d2 || eng.Mode() != policy.Advisory {
+		t.Fatalf("not switched: %s %s", eng.Bundle().Digest(), eng.Mode())
+	}
+	if _, err := call(t, a, "t__echo", map[string]any{"text": "secret"}); err != nil {
+		t.Fatalf("new bundle: %v", err)
+	}
+	// A config that no longer parses: refused, recorded.
+	os.WriteFile(cfgPath, []byte("version: 1\npolicy: [\n"), 0o644)
+	if err := h.g.ReloadPolicyFromConfig(ctx, cfgPath); err == nil || !strings.Contains(err.Error(), "cmcp.yaml") {
+		t.Fatalf("got %v", err)
+	}
+	var events []string
+	for _, p := range kinds(h.records(), "policy") {
+		events = append(events, p.Body["event"].(string))
+	}
+	if !slices.Equal(events, []string{"loaded", "rejected", "reloaded", "rejected"}) {
+		t.Fatalf("policy events %v", events)
+	}
 }

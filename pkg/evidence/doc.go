@@ -36,7 +36,9 @@
 // ASK and ASVK; the Intel SGX Root CA) or explicitly supplied ones, never a
 // root carried by the evidence; the report signature; the binding; the nonce;
 // and reference values. Each check is a [Claim] with an EAR-like [Status]; the
-// worst status is the verdict. The package does no network I/O of its own:
-// certificate fetching and collateral retrieval are disabled in the vendor
-// libraries' options.
+// worst status is the verdict. The report formats are parsed with
+// go-sev-guest and go-tdx-guest (abi, kds, pcs, validate); the signature and
+// chain checks follow those libraries' verify packages (tests hold the two to
+// the same verdicts) but are done here, so that the package links no network
+// code at all: verification never fetches certificates or collateral.
 package evidence
