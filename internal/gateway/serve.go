@@ -72,17 +72,13 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 			Hint("add:\n  audit:\n    dir: audit/")
 	}
 	var eng *policy.Engine
-	if cfg.Policy != nil && o.Decider == nil {
-		b, err := policy.Load(ctx, cfg.Resolve(cfg.Policy.Dir), policy.LoadOptions{Expect: cfg.Policy.Expect})
-		if err != nil {
-			return fmt.Errorf("%s: policy: %w", cfg.Path, err)
+	if o.Decider == nil {
+		if eng, err = PolicyFromConfig(ctx, cfg, logger); err != nil {
+			return err
 		}
-		mode, err := policy.ParseMode(cfg.Policy.ModeOrDefault())
-		if err != nil {
-			return ui.WithCode(ui.ExitConfig, err)
+		if eng != nil {
+			o.PolicyDigest, o.PolicyMode = eng.Bundle().Digest(), string(eng.Mode())
 		}
-		eng = policy.NewEngine(b, mode, cfg.Policy.Groups)
-		o.PolicyDigest, o.PolicyMode = b.Digest(), string(mode)
 	}
 	if len(cfg.Upstreams) == 0 {
 		return ui.Errorf(ui.ExitConfig, "%s: no upstreams: the gateway has nothing to serve", cfg.Path).Hint("add an upstream; see examples/cmcp.yaml")
@@ -186,6 +182,8 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 			logger.Error("upstream unavailable; its calls are refused until it can be started", "upstream", u.Name, "reason", u.Error)
 		}
 	}
+	stopHUP := reloadOnSIGHUP(ctx, g, cfg.Path, logger)
+	defer stopHUP()
 	grace := srvCfg.ShutdownGrace
 	if grace <= 0 {
 		grace = 10 * time.Second
