@@ -210,6 +210,19 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 		defer cancel()
 		return g.Shutdown(sctx)
 	}
+	if cfg.Admin != nil {
+		// The operators' listener (admin.go): its own address and token.
+		adm, err := StartAdmin(cfg.Admin, g, w, o.Metrics, logger)
+		if err != nil {
+			shutdown()
+			return ui.WithCode(ui.ExitRuntime, err)
+		}
+		defer func() {
+			actx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			adm.Shutdown(actx)
+		}()
+	}
 
 	if o.Stdio {
 		if o.Started != nil {
