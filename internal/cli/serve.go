@@ -51,7 +51,14 @@ development and labelled unattested).
 Without bearer tokens (server.tokens) or mutual TLS the gateway listens on
 loopback addresses only. SIGTERM or SIGINT stops accepting, drains in-flight
 calls for server.shutdown_grace, stops every child and seals the log; then
-"cmcp verify-chain AUDIT_DIR" passes.`,
+"cmcp verify-chain AUDIT_DIR" passes.
+
+With a policy: section every call is decided by that Cedar bundle (its
+digest is pinned by policy.expect and recorded in the log's genesis record).
+SIGHUP re-reads the configuration and switches to the bundle its policy:
+section names, only if it validates and matches policy.expect; the switch,
+or the refusal and its reason, is recorded, and a refused bundle leaves the
+old one in force.`,
 		Example: `  cmcp serve -c examples/cmcp.yaml
   cmcp serve -c cmcp.yaml --listen 127.0.0.1:9000
   cmcp serve -c cmcp.yaml --stdio      # in an MCP client's server command`,
