@@ -14,8 +14,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"maps"
 	"net/http"
 	"os"
@@ -28,7 +26,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/confidential-mcp/cmcp/internal/config"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
@@ -84,46 +81,7 @@ upstreams:
       target: %s
       target_digest: %s
 `, p.node, p.js, nodePin, p.tree, treePin)
-	path := filepath.Join(dir, "cmcp.yaml")
-	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	started := make(chan string, 1)
-	done := make(chan error, 1)
-	logs := &strings.Builder{}
-	go func() {
-		done <- Serve(ctx, cfg, ServeOptions{
-			Environ: environ,
-			Logger:  slog.New(slog.NewTextHandler(&lockedWriter{b: logs}, nil)),
-			Metrics: NewMetrics(),
-			Started: func(endpoint string, _ *Gateway, _ *auditlog.Writer) { started <- endpoint },
-		})
-	}()
-	var endpoint string
-	select {
-	case endpoint = <-started:
-	case err := <-done:
-		cancel()
-		t.Fatalf("serve: %v\n%s", err, logs.String())
-	case <-time.After(60 * time.Second):
-		cancel()
-		t.Fatalf("serve did not start\n%s", logs.String())
-	}
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-		if t.Failed() {
-			t.Logf("gateway log:\n%s", clip(logs.String(), 6000))
-		}
-	})
-	return endpoint, filepath.Join(dir, "audit")
+	return serveYAML(t, dir, yaml, environ)
 }
 
 func connectTo(t *testing.T, endpoint string) *mcp.ClientSession {
@@ -203,21 +161,21 @@ func TestServerEverythingThroughCmcp(t *testing.T) {
 		t.Fatalf("get-env: %v, %+v", err, res)
 	}
 	envText := textOf(t, res)
-	var childEnv map[string]string
-	if err := json.Unmarshal([]byte(envText), &childEnv); err != nil {
+	var envOfChild map[string]string
+	if err := json.Unmarshal([]byte(envText), &envOfChild); err != nil {
 		t.Fatalf("get-env output is not the JSON environment: %v\n%s", err, envText)
 	}
-	t.Logf("the child's environment has %d variables: %v", len(childEnv), slices.Sorted(maps.Keys(childEnv)))
+	t.Logf("the child's environment has %d variables: %v", len(envOfChild), slices.Sorted(maps.Keys(envOfChild)))
 	for k, v := range secrets {
-		if _, ok := childEnv[k]; ok {
+		if _, ok := envOfChild[k]; ok {
 			t.Errorf("the gateway's secret %s reached the child", k)
 		}
 		if strings.Contains(envText, v) {
 			t.Errorf("the value of %s reached the child", k)
 		}
 	}
-	if childEnv["PATH"] == "" {
-		t.Errorf("the child got no PATH (the default allowlist passes it): %v", childEnv)
+	if envOfChild["PATH"] == "" {
+		t.Errorf("the child got no PATH (the default allowlist passes it): %v", envOfChild)
 	}
 
 	// The audit log holds one measured spawn with the tree pin, and a call
@@ -226,7 +184,7 @@ func TestServerEverythingThroughCmcp(t *testing.T) {
 	cs.Close()
 	counts := map[auditlog.Kind]int{}
 	var spawn *auditlog.Spawn
-	for _, rec := range readAudit(t, auditDir) {
+	for _, rec := range readAuditRecords(t, auditDir) {
 		counts[rec.Kind()]++
 		if s, ok := rec.(*auditlog.Spawn); ok && spawn == nil {
 			spawn = s
@@ -260,28 +218,4 @@ func TestServerEverythingTreeMismatchRefused(t *testing.T) {
 		t.Fatalf("got %d %q, want code %d naming the upstream and the pin", je.Code, je.Message, CodeUpstreamUnavailable)
 	}
 	t.Logf("refused as expected: %d %s", je.Code, je.Message)
-}
-
-func readAudit(t *testing.T, dir string) []auditlog.Record {
-	t.Helper()
-	r, err := auditlog.NewReader(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	var out []auditlog.Record
-	for {
-		e, err := r.Next()
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				return out
-			}
-			t.Fatal(err)
-		}
-		rec, err := e.Decode()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, rec)
-	}
 }
