@@ -33,8 +33,10 @@ type ServeOptions struct {
 	Stdio  bool
 	Stdin  io.ReadCloser
 	Stdout io.WriteCloser
-	// Listen overrides server.listen.
-	Listen string
+	// Listen overrides server.listen; AuditDir overrides audit.dir (and
+	// stands in for a missing audit: section).
+	Listen   string
+	AuditDir string
 	// Environ is the gateway's environment (children get an allowlist).
 	Environ []string
 	// Logger receives the gateway log (stderr).
@@ -67,9 +69,17 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 	if srvCfg == nil {
 		srvCfg = &config.Server{}
 	}
+	if o.AuditDir != "" {
+		a := config.Audit{Dir: o.AuditDir}
+		if cfg.Audit != nil {
+			a = *cfg.Audit
+			a.Dir = o.AuditDir
+		}
+		cfg.Audit = &a
+	}
 	if cfg.Audit == nil {
 		return ui.Errorf(ui.ExitConfig, "%s: no audit: section: the gateway never runs calls unrecorded", cfg.Path).
-			Hint("add:\n  audit:\n    dir: audit/")
+			Hint("add an audit: section with dir: audit/, or pass --audit-dir DIR")
 	}
 	var eng *policy.Engine
 	if o.Decider == nil {
@@ -106,11 +116,18 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 	if b, err := os.ReadFile(cfg.Path); err == nil {
 		cfgDigest = digest.Bytes(b)
 	}
+	// server.tee unset: hardware if there is any, else the software
+	// provider, loudly. "auto" insists on hardware.
 	teeName := srvCfg.TEE
 	if teeName == "" {
 		teeName = tee.Auto
 	}
 	prov, err := tee.Detect(tee.Options{Provider: teeName})
+	var nohw *tee.NoHardwareError
+	if err != nil && srvCfg.TEE == "" && errors.As(err, &nohw) {
+		logger.Warn("no SEV-SNP or TDX attestation interface found; using the software provider (set server.tee: auto to require hardware)", "probed", nohw.Error())
+		prov, err = tee.Detect(tee.Options{Provider: tee.Software})
+	}
 	if err != nil {
 		return ui.WithCode(ui.ExitRuntime, fmt.Errorf("attestation: %w", err))
 	}
@@ -192,6 +209,19 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 		sctx, cancel := context.WithTimeout(context.Background(), grace)
 		defer cancel()
 		return g.Shutdown(sctx)
+	}
+	if cfg.Admin != nil {
+		// The operators' listener (admin.go): its own address and token.
+		adm, err := StartAdmin(cfg.Admin, g, w, o.Metrics, logger)
+		if err != nil {
+			shutdown()
+			return ui.WithCode(ui.ExitRuntime, err)
+		}
+		defer func() {
+			actx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			adm.Shutdown(actx)
+		}()
 	}
 
 	if o.Stdio {
