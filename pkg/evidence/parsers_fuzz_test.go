@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	tverify "github.com/google/go-tdx-guest/verify"
 	"github.com/google/go-tdx-guest/testing/testdata"
+	tverify "github.com/google/go-tdx-guest/verify"
 )
 
 func FuzzParseReferenceValues(f *testing.F) {
