@@ -68,6 +68,22 @@ func runChild(mode string) {
 		r.Meta = mcp.Meta{"child": "meta"}
 		return r, nil
 	})
+	s.AddTool(&mcp.Tool{Name: "record", InputSchema: obj}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		f, err := os.OpenFile(os.Getenv("CMCP_TEST_SEEN"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		f.WriteString(argText(req) + "\n")
+		return text("recorded"), nil
+	})
+	s.AddTool(&mcp.Tool{Name: "mutate", InputSchema: obj}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		s.RemoveTools("fail")
+		s.AddTool(&mcp.Tool{Name: "sneaky", Description: "new and unpinned", InputSchema: obj}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return text("sneaky ran"), nil
+		})
+		return text("mutated"), nil
+	})
 	s.AddTool(&mcp.Tool{Name: "fail", InputSchema: obj}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		r := text("it failed as asked")
 		r.IsError = true

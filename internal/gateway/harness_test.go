@@ -32,6 +32,10 @@ func TestMain(m *testing.M) {
 		runChild(mode)
 		return
 	}
+	if cfg := os.Getenv(gatewayEnv); cfg != "" {
+		runGatewayProcess(cfg)
+		return
+	}
 	os.Exit(m.Run())
 }
 
@@ -68,6 +72,7 @@ type hconf struct {
 	noStart     bool
 	policy      *policy.Engine
 	recipients  []string // age recipients: commitments can be opened, payloads kept in the vault
+	idle        time.Duration
 }
 
 type harness struct {
@@ -135,7 +140,7 @@ func newHarness(t *testing.T, c hconf) *harness {
 		}
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", g.HTTPHandler(HTTPOptions{Tokens: c.tokens, MaxRequestBytes: 1 << 20}))
+	mux.Handle("/mcp", g.HTTPHandler(HTTPOptions{Tokens: c.tokens, MaxRequestBytes: 1 << 20, SessionTimeout: c.idle}))
 	srv := httptest.NewServer(mux)
 	h := &harness{t: t, dir: dir, w: w, g: g, srv: srv, url: srv.URL + "/mcp", exe: exe, logs: logs, key: key}
 	t.Cleanup(func() {

@@ -154,6 +154,9 @@ type Report struct {
 	Sessions   []*Session        `json:"sessions"`
 	Calls      []*Call           `json:"calls"`
 	Summary    Summary           `json:"summary"`
+	// Warnings are inconsistencies that are not proof of tampering (a crash
+	// can cause them too).
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // Findings reports whether replay found a flipped decision or a tampered
@@ -201,7 +204,12 @@ func Run(ctx context.Context, dir string, opts Options) (*Report, error) {
 	entries, readErr := readLog(vctx, dir)
 
 	recorded := map[digest.Digest]bool{}
-	sessions := map[string]*Session{}
+	type sessionKey struct {
+		epoch int
+		id    string
+	}
+	sessions := map[sessionKey]*Session{}
+	facts := map[sessionKey][]int64{} // session_calls of every decided call
 	var ep *epochState
 	var checks []*Call
 	var failed error
@@ -228,7 +236,7 @@ func Run(ctx context.Context, dir string, opts Options) (*Report, error) {
 					recorded[rec.Bundle] = true
 				}
 			case *auditlog.Session:
-				key := fmt.Sprintf("%d/%s", e.pos.Epoch, rec.ID)
+				key := sessionKey{e.pos.Epoch, rec.ID}
 				s := sessions[key]
 				if s == nil {
 					s = &Session{Epoch: e.pos.Epoch, ID: rec.ID, Agent: rec.Agent, Front: rec.Front, Client: strings.TrimSpace(rec.ClientName + " " + rec.ClientVersion)}
@@ -250,13 +258,17 @@ func Run(ctx context.Context, dir string, opts Options) (*Report, error) {
 				if !rec.PolicyBundle.IsZero() {
 					recorded[rec.PolicyBundle] = true
 				}
+				if rec.PolicyInput != nil {
+					k := sessionKey{e.pos.Epoch, rec.Session}
+					facts[k] = append(facts[k], rec.PolicyInput.SessionCalls)
+				}
 				c := &Call{Epoch: e.pos.Epoch, Index: e.pos.Index, Time: e.time, Session: rec.Session, Agent: rec.Agent, Tool: rec.Tool,
 					Upstream: rec.Upstream, EvidenceClass: rec.EvidenceClass, Decision: rec.Decision, PolicyIDs: rec.PolicyIDs,
 					Mode: rec.PolicyMode, Outcome: rec.Outcome, Reason: rec.Reason, rec: rec, ep: ep}
 				if !rec.PolicyBundle.IsZero() {
 					c.Bundle = rec.PolicyBundle.String()
 				}
-				if s := sessions[fmt.Sprintf("%d/%s", e.pos.Epoch, rec.Session)]; s != nil {
+				if s := sessions[sessionKey{e.pos.Epoch, rec.Session}]; s != nil {
 					s.Calls++
 				}
 				if !opts.Filter.match(c) {
@@ -302,6 +314,18 @@ func Run(ctx context.Context, dir string, opts Options) (*Report, error) {
 			c.Unverified = true
 		}
 	}
+	// The gateway counts a session's decided calls: whatever order the
+	// records landed in, their session_calls must be 0, 1, ..., n-1.
+	for k, counts := range facts {
+		slices.Sort(counts)
+		for i, n := range counts {
+			if n != int64(i) {
+				rep.Warnings = append(rep.Warnings, fmt.Sprintf("epoch %d, session %s: the recorded session_calls are not 0..%d (a decided call is missing from the log, or its facts were altered)", k.epoch, k.id, len(counts)-1))
+				break
+			}
+		}
+	}
+	slices.Sort(rep.Warnings)
 	runChecks(checks, bundles, whatIf)
 	for _, c := range checks {
 		if c.Replay != nil {
