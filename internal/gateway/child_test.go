@@ -84,6 +84,11 @@ func runChild(mode string) {
 		})
 		return text("mutated"), nil
 	})
+	s.AddTool(&mcp.Tool{Name: "sleep", InputSchema: obj}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		d, _ := time.ParseDuration(argText(req))
+		time.Sleep(d)
+		return text("slept %s", d), nil
+	})
 	s.AddTool(&mcp.Tool{Name: "fail", InputSchema: obj}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		r := text("it failed as asked")
 		r.IsError = true

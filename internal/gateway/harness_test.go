@@ -73,6 +73,8 @@ type hconf struct {
 	policy      *policy.Engine
 	recipients  []string // age recipients: commitments can be opened, payloads kept in the vault
 	idle        time.Duration
+	measure     string // measure target (file or directory) and its pin
+	measurePin  digest.Digest
 }
 
 type harness struct {
@@ -119,7 +121,7 @@ func newHarness(t *testing.T, c hconf) *harness {
 	for k, v := range c.env {
 		env[k] = v
 	}
-	spec := upstream.StdioSpec{Name: c.name, Command: exe, Pin: pin, AllowUnmeasured: c.unmeasured, Env: env, StopGrace: c.grace}
+	spec := upstream.StdioSpec{Name: c.name, Command: exe, Pin: pin, AllowUnmeasured: c.unmeasured, Env: env, StopGrace: c.grace, MeasurePath: c.measure, MeasurePin: c.measurePin}
 	share := "per-session"
 	if c.shared {
 		share = "shared"

@@ -12,6 +12,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -19,6 +21,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
 func TestIdleSessionIsReaped(t *testing.T) {
@@ -149,5 +153,35 @@ func TestMutualTLSIdentity(t *testing.T) {
 	calls := kinds(h.records(), "call")
 	if agent := calls[len(calls)-1].Body["agent"].(string); !strings.HasPrefix(agent, "cert:") || !strings.Contains(agent, "CN=agent-7") {
 		t.Fatalf("agent identity %q, want the certificate subject", agent)
+	}
+}
+
+func TestMeasureTargetCheckedBeforeEverySpawn(t *testing.T) {
+	tree := t.TempDir()
+	os.WriteFile(filepath.Join(tree, "server.js"), []byte("console.log('v1')\n"), 0o644)
+	os.MkdirAll(filepath.Join(tree, "node_modules", "dep"), 0o755)
+	os.WriteFile(filepath.Join(tree, "node_modules", "dep", "index.js"), []byte("module.exports = 1\n"), 0o644)
+	pin, err := digest.Tree(context.Background(), tree, digest.TreeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, hconf{measure: tree, measurePin: pin})
+	a := h.connect("", nil)
+	if _, err := call(t, a, "t__echo", map[string]any{"text": "ok"}); err != nil {
+		t.Fatalf("matching tree: %v", err)
+	}
+	// A file deep in the package changes: the next spawn is refused.
+	os.WriteFile(filepath.Join(tree, "node_modules", "dep", "index.js"), []byte("module.exports = 'evil'\n"), 0o644)
+	b := h.connect("", nil)
+	_, err = call(t, b, "t__echo", map[string]any{"text": "no"})
+	if wireCode(err) != CodeUpstreamUnavailable || !strings.Contains(err.Error(), "measure target") || !strings.Contains(err.Error(), pin.String()) {
+		t.Fatalf("changed tree: %v", err)
+	}
+	refused := false
+	for _, s := range kinds(h.records(), "spawn") {
+		refused = refused || (s.Body["outcome"] == "refused" && s.Body["measure_target"] == tree)
+	}
+	if !refused {
+		t.Fatal("the refused spawn is not recorded with its measure target")
 	}
 }
