@@ -52,14 +52,20 @@ func TestIdleSessionIsReaped(t *testing.T) {
 
 func TestUpstreamListChanged(t *testing.T) {
 	h := newHarness(t, hconf{})
-	var changed atomic.Int32
-	cs := h.connect("", &mcp.ClientOptions{ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { changed.Add(1) }})
+	var changed, prompts atomic.Int32
+	cs := h.connect("", &mcp.ClientOptions{
+		ToolListChangedHandler:   func(context.Context, *mcp.ToolListChangedRequest) { changed.Add(1) },
+		PromptListChangedHandler: func(context.Context, *mcp.PromptListChangedRequest) { prompts.Add(1) },
+	})
 	if _, err := call(t, cs, "t__mutate", nil); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 10*time.Second, func() string {
 		if changed.Load() == 0 {
 			return "the agent got no tools/list_changed"
+		}
+		if prompts.Load() == 0 {
+			return "the agent got no prompts/list_changed"
 		}
 		return ""
 	})
@@ -73,6 +79,10 @@ func TestUpstreamListChanged(t *testing.T) {
 	}
 	if slices.Contains(names, "t__fail") || slices.Contains(names, "t__sneaky") {
 		t.Fatalf("after list_changed the agent sees %v", names)
+	}
+	pl, err := cs.ListPrompts(context.Background(), nil)
+	if err != nil || len(pl.Prompts) != 2 {
+		t.Fatalf("prompts after list_changed: %v %v", pl, err)
 	}
 	if _, err := call(t, cs, "t__sneaky", nil); err == nil {
 		t.Fatal("an added, unpinned tool was callable")
