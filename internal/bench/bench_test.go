@@ -32,7 +32,8 @@ import (
 //
 // BENCH_CALLS sets the timed calls per measurement (split over the
 // sessions; default 2000), BENCH_ROUNDS the interleaved rounds whose medians
-// are reported (default 3).
+// are reported (default 3). BENCH_GW_ENV adds variables to the gateways'
+// environment (e.g. "GOGC=400" to try a GC setting).
 func BenchmarkGateway(b *testing.B) {
 	everything := os.Getenv("CMCP_EVERYTHING_SERVER")
 	if everything == "" {
@@ -65,12 +66,16 @@ func BenchmarkGateway(b *testing.B) {
 		endpoint string
 	}
 	const agentToken = "bench-agent-token"
+	gwEnv := env
+	if extra := os.Getenv("BENCH_GW_ENV"); extra != "" {
+		gwEnv = append(slices.Clone(env), strings.Fields(extra)...)
+	}
 	gws := map[string]*gw{}
 	for _, kind := range []string{"stdio", "http"} {
 		for _, dur := range []string{"interval", "group"} {
 			dir := b.TempDir()
 			cfg := gatewayConfig(b, dir, kind, dur, everything, upURL, agentToken)
-			p, endpoint, err := startGateway(cmcp, cfg, env)
+			p, endpoint, err := startGateway(cmcp, cfg, gwEnv)
 			if err != nil {
 				b.Fatal(err)
 			}
