@@ -3,7 +3,9 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -205,5 +207,54 @@ func TestServeReplayEndToEnd(t *testing.T) {
 	out, errs, code = run("replay", auditDir, "--what-if", dir2, "--identity", idFile)
 	if code != 0 || !strings.Contains(out, "changes to deny (no-echo)") || strings.Contains(out, " 0 would change") || strings.Contains(out, "files__read_file") {
 		t.Fatalf("what-if: %d\n%s\n%s", code, out, errs)
+	}
+	// Someone with the auditors' public key rewrites the sealed payload of
+	// the denied read so that it would have been allowed: the commitment in
+	// the signed log gives it away.
+	tamperVault(t, filepath.Join(auditDir, "epoch-000001", "vault.jsonl"), id, `{"path":"secret.txt"}`, `{"path":"public/a.txt"}`)
+	out, errs, code = run("replay", auditDir, "--policy", dir1, "--policy", dir2, "--identity", idFile)
+	if code != 30 || !strings.Contains(out, "tampered") || !strings.Contains(out, "1 tampered") {
+		t.Fatalf("tampered vault: %d\n%s\n%s", code, out, errs)
+	}
+}
+
+// tamperVault replaces the vault payload equal to from with to, encrypted to
+// the same recipient.
+func tamperVault(t *testing.T, path string, id *age.X25519Identity, from, to string) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	found := false
+	for _, line := range bytes.Split(bytes.TrimSuffix(data, []byte("\n")), []byte("\n")) {
+		var vl struct {
+			ID  int64  `json:"id,string"`
+			Age []byte `json:"age"`
+		}
+		if err := json.Unmarshal(line, &vl); err != nil {
+			t.Fatal(err)
+		}
+		r, err := age.Decrypt(bytes.NewReader(vl.Age), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, _ := io.ReadAll(r)
+		if string(p) == from {
+			var enc bytes.Buffer
+			w, _ := age.Encrypt(&enc, id.Recipient())
+			w.Write([]byte(to))
+			w.Close()
+			vl.Age, found = enc.Bytes(), true
+		}
+		b, _ := json.Marshal(vl)
+		out.Write(append(b, '\n'))
+	}
+	if !found {
+		t.Fatalf("payload %s not in the vault", from)
+	}
+	if err := os.WriteFile(path, out.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
 	}
 }

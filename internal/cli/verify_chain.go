@@ -286,6 +286,9 @@ func printReport(p *ui.Printer, rep *auditlog.Report) {
 	if rep.KeysTrusted {
 		p.Printf("  %s every epoch is signed by a trusted key (--key)\n", check)
 	}
+	if rep.Unsealed == 0 {
+		p.Printf("  %s unsealed tail: none; every record of the newest epoch is covered by a signed checkpoint\n", check)
+	}
 	for _, x := range rep.External {
 		p.Printf("  %s consistent with the saved checkpoint %s size %d (epoch %d now has %d records)\n", check, x.Origin, x.Size, x.Epoch, x.Records)
 	}

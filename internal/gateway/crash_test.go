@@ -169,6 +169,19 @@ upstreams:
 		t.Fatalf("epochs: %d", len(rep.Epochs))
 	}
 
+	// Pdeathsig and the process group: no child outlived the gateway.
+	for _, r := range readRecords(t, auditDir) {
+		if r.Kind == "spawn" && r.Body["outcome"] == "started" {
+			var pid int
+			fmt.Sscan(r.Body["pid"].(string), &pid)
+			if pid > 0 && pidAlive(pid) {
+				if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); strings.Contains(string(b), exe) {
+					t.Errorf("child %d survived the gateway's SIGKILL", pid)
+				}
+			}
+		}
+	}
+
 	// Every call the upstream saw has its call record.
 	b, _ := os.ReadFile(seen)
 	upstreamSaw := strings.Count(string(b), "\n")
@@ -181,5 +194,54 @@ upstreams:
 	t.Logf("upstream saw %d calls; %d forwarded call records", upstreamSaw, forwarded)
 	if upstreamSaw == 0 || forwarded < upstreamSaw {
 		t.Fatalf("the upstream saw %d calls but only %d call records exist", upstreamSaw, forwarded)
+	}
+}
+
+func TestGracefulShutdownDrains(t *testing.T) {
+	exe, pin := selfDigest(t)
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "cmcp.yaml")
+	os.WriteFile(cfgPath, []byte(fmt.Sprintf(`version: 1
+server: {listen: %s, tee: software, shutdown_grace: 10s}
+audit: {dir: audit}
+upstreams:
+  - name: t
+    stdio: {command: %s, env: {%s: server}}
+    pin: {command: %s}
+`, freePort(t), exe, childEnv, pin)), 0o600)
+	cmd, endpoint := startGatewayProcess(t, cfgPath)
+	c := mcp.NewClient(&mcp.Implementation{Name: "drain", Version: "1"}, nil)
+	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: endpoint, MaxRetries: -1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	var res *mcp.CallToolResult
+	go func() {
+		var err error
+		res, err = cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "t__sleep", Arguments: map[string]any{"text": "1s"}})
+		done <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := <-done; err != nil {
+		t.Fatalf("the in-flight call was not drained: %v", err)
+	}
+	if firstText(res) != "slept 1s" {
+		t.Fatalf("result %q", firstText(res))
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("gateway exit: %v", err)
+	}
+	rep, err := auditlog.Verify(filepath.Join(dir, "audit"), auditlog.VerifyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Epochs[0].Sealed {
+		t.Fatal("the log was not sealed at shutdown")
+	}
+	rs := readRecords(t, filepath.Join(dir, "audit"))
+	if len(kinds(rs, "result")) != 1 || kinds(rs, "seal") == nil {
+		t.Fatalf("results %d, seal %v", len(kinds(rs, "result")), kinds(rs, "seal"))
 	}
 }

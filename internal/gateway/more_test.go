@@ -12,6 +12,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -19,6 +21,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
 func TestIdleSessionIsReaped(t *testing.T) {
@@ -48,14 +52,20 @@ func TestIdleSessionIsReaped(t *testing.T) {
 
 func TestUpstreamListChanged(t *testing.T) {
 	h := newHarness(t, hconf{})
-	var changed atomic.Int32
-	cs := h.connect("", &mcp.ClientOptions{ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { changed.Add(1) }})
+	var changed, prompts atomic.Int32
+	cs := h.connect("", &mcp.ClientOptions{
+		ToolListChangedHandler:   func(context.Context, *mcp.ToolListChangedRequest) { changed.Add(1) },
+		PromptListChangedHandler: func(context.Context, *mcp.PromptListChangedRequest) { prompts.Add(1) },
+	})
 	if _, err := call(t, cs, "t__mutate", nil); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 10*time.Second, func() string {
 		if changed.Load() == 0 {
 			return "the agent got no tools/list_changed"
+		}
+		if prompts.Load() == 0 {
+			return "the agent got no prompts/list_changed"
 		}
 		return ""
 	})
@@ -69,6 +79,10 @@ func TestUpstreamListChanged(t *testing.T) {
 	}
 	if slices.Contains(names, "t__fail") || slices.Contains(names, "t__sneaky") {
 		t.Fatalf("after list_changed the agent sees %v", names)
+	}
+	pl, err := cs.ListPrompts(context.Background(), nil)
+	if err != nil || len(pl.Prompts) != 2 {
+		t.Fatalf("prompts after list_changed: %v %v", pl, err)
 	}
 	if _, err := call(t, cs, "t__sneaky", nil); err == nil {
 		t.Fatal("an added, unpinned tool was callable")
@@ -149,5 +163,35 @@ func TestMutualTLSIdentity(t *testing.T) {
 	calls := kinds(h.records(), "call")
 	if agent := calls[len(calls)-1].Body["agent"].(string); !strings.HasPrefix(agent, "cert:") || !strings.Contains(agent, "CN=agent-7") {
 		t.Fatalf("agent identity %q, want the certificate subject", agent)
+	}
+}
+
+func TestMeasureTargetCheckedBeforeEverySpawn(t *testing.T) {
+	tree := t.TempDir()
+	os.WriteFile(filepath.Join(tree, "server.js"), []byte("console.log('v1')\n"), 0o644)
+	os.MkdirAll(filepath.Join(tree, "node_modules", "dep"), 0o755)
+	os.WriteFile(filepath.Join(tree, "node_modules", "dep", "index.js"), []byte("module.exports = 1\n"), 0o644)
+	pin, err := digest.Tree(context.Background(), tree, digest.TreeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, hconf{measure: tree, measurePin: pin})
+	a := h.connect("", nil)
+	if _, err := call(t, a, "t__echo", map[string]any{"text": "ok"}); err != nil {
+		t.Fatalf("matching tree: %v", err)
+	}
+	// A file deep in the package changes: the next spawn is refused.
+	os.WriteFile(filepath.Join(tree, "node_modules", "dep", "index.js"), []byte("module.exports = 'evil'\n"), 0o644)
+	b := h.connect("", nil)
+	_, err = call(t, b, "t__echo", map[string]any{"text": "no"})
+	if wireCode(err) != CodeUpstreamUnavailable || !strings.Contains(err.Error(), "measure target") || !strings.Contains(err.Error(), pin.String()) {
+		t.Fatalf("changed tree: %v", err)
+	}
+	refused := false
+	for _, s := range kinds(h.records(), "spawn") {
+		refused = refused || (s.Body["outcome"] == "refused" && s.Body["measure_target"] == tree)
+	}
+	if !refused {
+		t.Fatal("the refused spawn is not recorded with its measure target")
 	}
 }

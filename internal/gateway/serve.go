@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	"github.com/confidential-mcp/cmcp/internal/buildinfo"
@@ -240,7 +241,18 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", g.HTTPHandler(HTTPOptions{Tokens: tokens(srvCfg), ClientCerts: srvCfg.TLS != nil && srvCfg.TLS.ClientCA != "",
 		SessionTimeout: srvCfg.SessionTimeout, MaxRequestBytes: srvCfg.MaxRequestBytes}))
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	// Requests other than the long-lived GET streams are counted, so that
+	// shutdown waits for them (their responses included) and not for idle
+	// notification streams.
+	var posts atomic.Int64
+	counted := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet {
+			posts.Add(1)
+			defer posts.Add(-1)
+		}
+		mux.ServeHTTP(w, r)
+	})
+	hs := &http.Server{Handler: counted, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 	scheme := "http"
 	if srvCfg.TLS != nil {
 		tc, err := serverTLS(cfg, srvCfg.TLS)
@@ -268,12 +280,16 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	g.closing.Store(true)
-	herr := hs.Shutdown(sctx)
-	if errors.Is(herr, context.DeadlineExceeded) {
-		hs.Close()
-		herr = nil
+	go hs.Shutdown(sctx) // stop accepting; idle connections close
+	for posts.Load() > 0 {
+		if sctx.Err() != nil {
+			logger.Warn("shutdown grace over with requests still in flight; closing them", "requests", posts.Load())
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	return errors.Join(herr, shutdown())
+	hs.Close() // the remaining notification streams
+	return shutdown()
 }
 
 func tokens(s *config.Server) []Token {

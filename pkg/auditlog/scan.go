@@ -103,7 +103,7 @@ func streamLines(epochDir string, segs []int, stop <-chan struct{}) <-chan *line
 		defer func() { close(work); wg.Wait() }()
 		for _, n := range segs {
 			path := filepath.Join(epochDir, segmentName(n))
-			if !readSegment(n, path, send) {
+			if !readSegment(n, path, n != segs[len(segs)-1], send) {
 				return
 			}
 		}
@@ -112,7 +112,9 @@ func streamLines(epochDir string, segs []int, stop <-chan struct{}) <-chan *line
 }
 
 // readSegment splits one segment file into batches of lines.
-func readSegment(seg int, path string, send func(*lineBatch) bool) bool {
+// The whole file is hashed only when hashFile is set (a later segment
+// record names its hash).
+func readSegment(seg int, path string, hashFile bool, send func(*lineBatch) bool) bool {
 	newBatch := func() *lineBatch {
 		return &lineBatch{seg: seg, file: path, ready: make(chan struct{})}
 	}
@@ -140,7 +142,9 @@ func readSegment(seg int, path string, send func(*lineBatch) bool) bool {
 		copy(buf, carry)
 		n, rerr := io.ReadFull(f, buf[len(carry):cap(buf)])
 		buf = buf[:len(carry)+n]
-		sum.Write(buf[len(carry):])
+		if hashFile {
+			sum.Write(buf[len(carry):])
+		}
 		eof := rerr == io.EOF || rerr == io.ErrUnexpectedEOF
 		if rerr != nil && !eof {
 			return fail(fmt.Errorf("read %s: %w", path, rerr))
@@ -293,8 +297,9 @@ func scanEpoch(dir string, epoch int, opt scanOptions) (*EpochResult, error) {
 		}
 		for i := range b.lines {
 			l := &b.lines[i]
-			pos := Position{Epoch: epoch, File: b.file, Line: l.no, Offset: l.off, Index: res.Records, Kind: l.env.Kind, Record: excerpt(l.line)}
+			pos := Position{Epoch: epoch, File: b.file, Line: l.no, Offset: l.off, Index: res.Records, Kind: l.env.Kind}
 			fail := func(class Class, expected, computed, format string, args ...any) (*EpochResult, error) {
+				pos.Record = excerpt(l.line)
 				ve := &VerifyError{Class: class, Pos: pos, Expected: expected, Computed: computed, Msg: fmt.Sprintf(format, args...)}
 				if res.LastCheckpoint != nil {
 					ve.LastGood = res.LastCheckpoint.Size
