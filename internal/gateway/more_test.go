@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/pem"
 	"math/big"
 	"net"
 	"net/http"
@@ -98,7 +99,7 @@ func TestUpstreamListChanged(t *testing.T) {
 
 // certs makes a CA, a server certificate for 127.0.0.1 and a client
 // certificate for subject CN=agent-7.
-func certs(t *testing.T) (ca *x509.CertPool, server, client tls.Certificate) {
+func certs(t *testing.T) (ca *x509.CertPool, server, client tls.Certificate, caPEM []byte) {
 	t.Helper()
 	key := func() *ecdsa.PrivateKey {
 		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -129,12 +130,12 @@ func certs(t *testing.T) (ca *x509.CertPool, server, client tls.Certificate) {
 	}
 	server = leaf(2, pkix.Name{CommonName: "cmcp"}, x509.ExtKeyUsageServerAuth, []net.IP{net.ParseIP("127.0.0.1")})
 	client = leaf(3, pkix.Name{CommonName: "agent-7", Organization: []string{"acme"}}, x509.ExtKeyUsageClientAuth, nil)
-	return ca, server, client
+	return ca, server, client, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
 }
 
 func TestMutualTLSIdentity(t *testing.T) {
 	h := newHarness(t, hconf{})
-	ca, serverCert, clientCert := certs(t)
+	ca, serverCert, clientCert, _ := certs(t)
 	srv := httptest.NewUnstartedServer(h.g.HTTPHandler(HTTPOptions{ClientCerts: true}))
 	srv.TLS = &tls.Config{Certificates: []tls.Certificate{serverCert}, ClientCAs: ca, ClientAuth: tls.VerifyClientCertIfGiven}
 	srv.StartTLS()
