@@ -73,12 +73,13 @@ type hconf struct {
 	policy      *policy.Engine
 	recipients  []string // age recipients: commitments can be opened, payloads kept in the vault
 	idle        time.Duration
+	durability  string
 	measure     string // measure target (file or directory) and its pin
 	measurePin  digest.Digest
 }
 
 type harness struct {
-	t    *testing.T
+	t    testing.TB
 	dir  string
 	w    *auditlog.Writer
 	g    *Gateway
@@ -89,7 +90,7 @@ type harness struct {
 	key  ed25519.PrivateKey
 }
 
-func newHarness(t *testing.T, c hconf) *harness {
+func newHarness(t testing.TB, c hconf) *harness {
 	t.Helper()
 	if c.mode == "" {
 		c.mode = "server"
@@ -110,6 +111,9 @@ func newHarness(t *testing.T, c hconf) *harness {
 	}
 	if c.recipients != nil {
 		aopts.Recipients, aopts.Vault = c.recipients, true
+	}
+	if c.durability != "" {
+		aopts.Durability = c.durability
 	}
 	w, err := auditlog.Open(dir, aopts)
 	if err != nil {
@@ -252,7 +256,7 @@ func (h *harness) records() []rec {
 	return readRecords(h.t, h.dir)
 }
 
-func readRecords(t *testing.T, dir string) []rec {
+func readRecords(t testing.TB, dir string) []rec {
 	t.Helper()
 	var out []rec
 	files, _ := filepath.Glob(filepath.Join(dir, "*", "seg-*.jsonl"))

@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/pem"
 	"math/big"
 	"net"
 	"net/http"
@@ -52,14 +53,20 @@ func TestIdleSessionIsReaped(t *testing.T) {
 
 func TestUpstreamListChanged(t *testing.T) {
 	h := newHarness(t, hconf{})
-	var changed atomic.Int32
-	cs := h.connect("", &mcp.ClientOptions{ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { changed.Add(1) }})
+	var changed, prompts atomic.Int32
+	cs := h.connect("", &mcp.ClientOptions{
+		ToolListChangedHandler:   func(context.Context, *mcp.ToolListChangedRequest) { changed.Add(1) },
+		PromptListChangedHandler: func(context.Context, *mcp.PromptListChangedRequest) { prompts.Add(1) },
+	})
 	if _, err := call(t, cs, "t__mutate", nil); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 10*time.Second, func() string {
 		if changed.Load() == 0 {
 			return "the agent got no tools/list_changed"
+		}
+		if prompts.Load() == 0 {
+			return "the agent got no prompts/list_changed"
 		}
 		return ""
 	})
@@ -73,6 +80,10 @@ func TestUpstreamListChanged(t *testing.T) {
 	}
 	if slices.Contains(names, "t__fail") || slices.Contains(names, "t__sneaky") {
 		t.Fatalf("after list_changed the agent sees %v", names)
+	}
+	pl, err := cs.ListPrompts(context.Background(), nil)
+	if err != nil || len(pl.Prompts) != 2 {
+		t.Fatalf("prompts after list_changed: %v %v", pl, err)
 	}
 	if _, err := call(t, cs, "t__sneaky", nil); err == nil {
 		t.Fatal("an added, unpinned tool was callable")
@@ -88,7 +99,7 @@ func TestUpstreamListChanged(t *testing.T) {
 
 // certs makes a CA, a server certificate for 127.0.0.1 and a client
 // certificate for subject CN=agent-7.
-func certs(t *testing.T) (ca *x509.CertPool, server, client tls.Certificate) {
+func certs(t *testing.T) (ca *x509.CertPool, server, client tls.Certificate, caPEM []byte) {
 	t.Helper()
 	key := func() *ecdsa.PrivateKey {
 		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -119,12 +130,12 @@ func certs(t *testing.T) (ca *x509.CertPool, server, client tls.Certificate) {
 	}
 	server = leaf(2, pkix.Name{CommonName: "cmcp"}, x509.ExtKeyUsageServerAuth, []net.IP{net.ParseIP("127.0.0.1")})
 	client = leaf(3, pkix.Name{CommonName: "agent-7", Organization: []string{"acme"}}, x509.ExtKeyUsageClientAuth, nil)
-	return ca, server, client
+	return ca, server, client, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
 }
 
 func TestMutualTLSIdentity(t *testing.T) {
 	h := newHarness(t, hconf{})
-	ca, serverCert, clientCert := certs(t)
+	ca, serverCert, clientCert, _ := certs(t)
 	srv := httptest.NewUnstartedServer(h.g.HTTPHandler(HTTPOptions{ClientCerts: true}))
 	srv.TLS = &tls.Config{Certificates: []tls.Certificate{serverCert}, ClientCAs: ca, ClientAuth: tls.VerifyClientCertIfGiven}
 	srv.StartTLS()

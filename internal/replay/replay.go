@@ -429,8 +429,10 @@ func arguments(c *Call, b *policy.Bundle, req *policy.Request) *Check {
 	switch {
 	case errors.Is(err, auditlog.ErrNoPayload):
 		return &Check{Status: StatusNotReplayable, Reason: fmt.Sprintf("its decision depends on the arguments, and the vault has no payload for commitment %d", rec.Args.ID)}
-	case err != nil:
+	case errors.Is(err, auditlog.ErrPayloadMismatch):
 		return &Check{Status: StatusTampered, Reason: fmt.Sprintf("the vault's arguments do not match the commitment in the log (commitment %d, %d bytes): the vault was altered", rec.Args.ID, rec.Args.Size)}
+	case err != nil:
+		return &Check{Status: StatusNotReplayable, Reason: "its decision depends on the arguments, and the vault's payload cannot be opened: " + err.Error()}
 	}
 	req.Arguments = p
 	return nil
@@ -443,7 +445,7 @@ func effect(d policy.Decision) string {
 	return auditlog.DecisionDeny
 }
 
-func replayCall(c *Call, b *policy.Bundle) *Check {
+func replayCall(c *Call, b *policy.Bundle, memo *policy.Memo) *Check {
 	rec := c.rec
 	switch {
 	case rec.PolicyBundle.IsZero() && rec.PolicyInput == nil:
@@ -457,7 +459,7 @@ func replayCall(c *Call, b *policy.Bundle) *Check {
 	if ck := arguments(c, b, req); ck != nil {
 		return ck
 	}
-	d := b.Decide(req)
+	d := memo.Decide(req)
 	ck := &Check{Decision: effect(d), PolicyIDs: d.PolicyIDs, Reason: d.Reason}
 	if ck.Decision == rec.Decision && slices.Equal(d.PolicyIDs, rec.PolicyIDs) {
 		ck.Status = StatusSame
@@ -468,7 +470,7 @@ func replayCall(c *Call, b *policy.Bundle) *Check {
 	return ck
 }
 
-func whatIfCall(c *Call, b *policy.Bundle) *Check {
+func whatIfCall(c *Call, b *policy.Bundle, memo *policy.Memo) *Check {
 	rec := c.rec
 	if rec.PolicyInput == nil {
 		return &Check{Status: StatusNoDecision, Reason: "the record holds no policy input (no policy decided this call)"}
@@ -477,7 +479,7 @@ func whatIfCall(c *Call, b *policy.Bundle) *Check {
 	if ck := arguments(c, b, req); ck != nil {
 		return ck
 	}
-	d := b.Decide(req)
+	d := memo.Decide(req)
 	ck := &Check{Decision: effect(d), PolicyIDs: d.PolicyIDs, Reason: d.Reason, Status: StatusUnchanged}
 	if ck.Decision != rec.Decision {
 		ck.Status = StatusChanges
@@ -488,6 +490,14 @@ func whatIfCall(c *Call, b *policy.Bundle) *Check {
 // runChecks re-evaluates the calls on every core. Each check only reads its
 // call record, its epoch's vault and the bundles.
 func runChecks(calls []*Call, bundles map[digest.Digest]*policy.Bundle, whatIf *policy.Bundle) {
+	memos := map[digest.Digest]*policy.Memo{}
+	for d, b := range bundles {
+		memos[d] = b.NewMemo()
+	}
+	var whatIfMemo *policy.Memo
+	if whatIf != nil {
+		whatIfMemo = whatIf.NewMemo()
+	}
 	workers := runtime.GOMAXPROCS(0)
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -502,10 +512,10 @@ func runChecks(calls []*Call, bundles map[digest.Digest]*policy.Bundle, whatIf *
 				}
 				for _, c := range calls[i:min(i+256, len(calls))] {
 					if bundles != nil && len(bundles) > 0 {
-						c.Replay = replayCall(c, bundles[c.rec.PolicyBundle])
+						c.Replay = replayCall(c, bundles[c.rec.PolicyBundle], memos[c.rec.PolicyBundle])
 					}
 					if whatIf != nil {
-						c.WhatIf = whatIfCall(c, whatIf)
+						c.WhatIf = whatIfCall(c, whatIf, whatIfMemo)
 					}
 				}
 			}

@@ -18,7 +18,10 @@
 // in its text form (for the gateway: the digest of the audit log's genesis
 // record without its evidence). Every field is length-prefixed, so no two
 // different (alg, key, nonce, statement) tuples encode to the same bytes.
-// [ReportData] computes it; the domain string is [BindingDomain].
+// [ReportData] computes it; the domain string is [BindingDomain]. Test
+// vector: key 32 bytes of 0x11, nonce de ad be ef, statement = SHA-256 of
+// "genesis" (sha256:aeebad4a...) give report data d0b0288d95bb1fc6...
+// (full value in binding_test.go).
 //
 // # Bundle
 //

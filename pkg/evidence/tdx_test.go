@@ -280,7 +280,7 @@ func TestRootsOverride(t *testing.T) {
 	}
 	// The embedded roots name all three AMD product lines and Intel.
 	names := strings.Join(Embedded().Names, ", ")
-	for _, want := range []string{"ARK-Milan", "ARK-Genoa", "ARK-Turin", "Intel SGX Root CA"} {
+	for _, want := range []string{"ARK-Milan (VCEK and VLEK)", "ARK-Genoa (VCEK and VLEK)", "ARK-Turin (VCEK and VLEK)", "Intel SGX Root CA"} {
 		if !strings.Contains(names, want) {
 			t.Errorf("embedded roots lack %s: %s", want, names)
 		}
