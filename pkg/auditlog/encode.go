@@ -218,7 +218,6 @@ func validTimestamp(b []byte) bool {
 
 func unsafeString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
-
 // memberOffset is the offset of m's value within line.
 func memberOffset(line []byte, m member) int {
 	if len(m.val) == 0 {

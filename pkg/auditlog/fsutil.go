@@ -40,7 +40,6 @@ func syncDir(dir string) error {
 	return nil
 }
 
-
 // parseNumbered returns n for names "<prefix>NNNNNN<suffix>".
 func parseNumbered(name, prefix, suffix string) (int, bool) {
 	s, ok := strings.CutPrefix(name, prefix)
