@@ -2,12 +2,13 @@
 # Runs the MCP conformance suite (@modelcontextprotocol/conformance, every
 # server scenario of --suite all) against `cmcp serve` fronting go-sdk's
 # conformance everything-server as a measured stdio upstream with namespacing
-# off, then verifies the audit log the run wrote. Needs the peers:
+# off, then stops the gateway with SIGTERM and verifies the audit log the run
+# wrote. Needs the peers:
 #
 #   eval "$(bash scripts/peers.sh)"; bash scripts/conformance.sh
 #
 # The suite's output goes to stdout (the CI log); its per-scenario
-# checks.json files stay in $CONFORMANCE_OUT (default: a temp dir).
+# checks.json files stay in $CONFORMANCE_OUT when that is set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -39,45 +40,62 @@ cmcp="$work/cmcp"
 # prints it).
 pin="sha256:$(sha256sum "$(readlink -f "$CMCP_EVERYTHING_SERVER")" | cut -d' ' -f1)"
 
-port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
-cat >"$work/cmcp.yaml" <<EOF
-version: 1
-upstreams:
-  - name: everything
-    stdio:
-      command: $CMCP_EVERYTHING_SERVER
-    pin:
-      command: $pin
-    namespace: false
-EOF
+{
+  echo "version: 1"
+  echo "server:"
+  echo "  listen: 127.0.0.1:0"
+  echo "  tee: software"
+  echo "audit:"
+  echo "  dir: $work/audit"
+  echo "  durability: interval"
+  echo "upstreams:"
+  echo "  - name: everything"
+  echo "    stdio:"
+  echo "      command: $CMCP_EVERYTHING_SERVER"
+  echo "    pin:"
+  echo "      command: $pin"
+  echo "    namespace: false"
+} >"$work/cmcp.yaml"
 
-echo "== conformance: cmcp serve on 127.0.0.1:$port"
-"$cmcp" serve --config "$work/cmcp.yaml" --listen "127.0.0.1:$port" --audit-dir "$work/audit" >"$work/serve.log" 2>&1 &
+echo "== conformance: cmcp serve (everything-server as a measured stdio upstream, namespacing off)"
+"$cmcp" serve -c "$work/cmcp.yaml" >"$work/serve.log" 2>&1 &
 gw_pid=$!
-for _ in $(seq 1 100); do
-  if curl -s -o /dev/null "http://127.0.0.1:$port/mcp"; then break; fi
+url=""
+for _ in $(seq 1 200); do
+  url="$(sed -n 's/.*msg="serving MCP" endpoint=\([^ ]*\).*/\1/p' "$work/serve.log" | head -n1)"
+  [ -n "$url" ] && break
   if ! kill -0 "$gw_pid" 2>/dev/null; then
-    echo "conformance: cmcp serve exited:" >&2; cat "$work/serve.log" >&2; exit 1
+    echo "conformance: cmcp serve exited:" >&2
+    cat "$work/serve.log" >&2
+    exit 1
   fi
-  sleep 0.1
+  sleep 0.05
 done
+if [ -z "$url" ]; then
+  echo "conformance: cmcp serve did not start serving:" >&2
+  cat "$work/serve.log" >&2
+  exit 1
+fi
+echo "cmcp serves $url"
 
 echo "== conformance: suite all"
 set +e
-"$CMCP_NODE22" "$CMCP_CONFORMANCE_JS" server --url "http://127.0.0.1:$port/mcp" --suite all -o "$out" 2>&1 | tee "$work/suite.log"
+"$CMCP_NODE22" "$CMCP_CONFORMANCE_JS" server --url "$url" --suite all -o "$out" 2>&1 | tee "$work/suite.log"
 rc=${PIPESTATUS[0]}
 set -e
+echo
 
 kill -TERM "$gw_pid"
-wait "$gw_pid" || true
-gw_pid=""
-if [ "$rc" -ne 0 ]; then
-  echo "conformance: the suite failed (exit $rc); gateway log:" >&2
+if ! wait "$gw_pid"; then
+  echo "conformance: cmcp serve did not exit cleanly on SIGTERM; gateway log:" >&2
   tail -n 60 "$work/serve.log" >&2
+  gw_pid=""
   exit 1
 fi
-if ! grep -Eq '^Total: [0-9]+ passed, 0 failed' "$work/suite.log"; then
-  echo "conformance: no clean total line in the suite's output" >&2
+gw_pid=""
+if [ "$rc" -ne 0 ] || ! grep -Eq '^Total: [0-9]+ passed, 0 failed' "$work/suite.log"; then
+  echo "conformance: the suite failed (exit $rc); gateway log:" >&2
+  tail -n 60 "$work/serve.log" >&2
   exit 1
 fi
 

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"os"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -131,6 +132,9 @@ record names a bundle without the decision's input.`,
 			if err != nil {
 				return err
 			}
+			// A batch over up to millions of records: trade memory for
+			// fewer garbage collections (measured: BenchmarkReplay100k).
+			defer debug.SetGCPercent(debug.SetGCPercent(400))
 			p := e.printer()
 			prog := p.Progress("reading records", 0)
 			opts.Progress = func(n int64) { prog.Add(4096) }
@@ -141,6 +145,9 @@ record names a bundle without the decision's input.`,
 			}
 			if rep.Unverified != "" {
 				p.Warnf("UNVERIFIED: the log does not verify (%s); every line below is marked", rep.Unverified)
+			}
+			for _, w := range rep.Warnings {
+				p.Warnf("%s", w)
 			}
 			if p.JSONOut {
 				if err := p.JSON(replayDoc{SchemaVersion: ui.SchemaVersion, Report: rep}); err != nil {

@@ -110,6 +110,7 @@ code whose digest does not match its pin.` + "\n\n" + exitCodesText(),
 		newServeCmd(e),
 		newVersionCmd(e),
 		newSpawnDigestCmd(e),
+		newAttestCmd(e),
 		newVerifyChainCmd(e),
 		newReplayCmd(e),
 	)

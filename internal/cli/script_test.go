@@ -70,6 +70,8 @@ func TestScripts(t *testing.T) {
 		RequireExplicitExec: true,
 		Setup: func(env *testscript.Env) error {
 			env.Setenv("NO_COLOR", "1")
+			// $TESTDATA: the repository's testdata (binary vectors such as evidence).
+			env.Setenv("TESTDATA", filepath.Dir(dir))
 			return nil
 		},
 		Condition: func(cond string) (bool, error) {

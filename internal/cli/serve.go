@@ -19,6 +19,7 @@ type serveOptions struct {
 	Config   string
 	Stdio    bool
 	Listen   string
+	AuditDir string
 	LogLevel string
 }
 
@@ -26,6 +27,7 @@ func (o *serveOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVarP(&o.Config, "config", "c", "cmcp.yaml", "the gateway configuration")
 	fs.BoolVar(&o.Stdio, "stdio", false, "serve one agent on stdin/stdout (the agent spawned cmcp) instead of HTTP")
 	fs.StringVar(&o.Listen, "listen", "", "override server.listen (host:port)")
+	fs.StringVar(&o.AuditDir, "audit-dir", "", "override audit.dir (the audit log directory)")
 	fs.StringVar(&o.LogLevel, "log-level", "info", "gateway log level on stderr: debug, info, warn or error")
 }
 
@@ -49,7 +51,14 @@ development and labelled unattested).
 Without bearer tokens (server.tokens) or mutual TLS the gateway listens on
 loopback addresses only. SIGTERM or SIGINT stops accepting, drains in-flight
 calls for server.shutdown_grace, stops every child and seals the log; then
-"cmcp verify-chain AUDIT_DIR" passes.`,
+"cmcp verify-chain AUDIT_DIR" passes.
+
+With a policy: section every call is decided by that Cedar bundle (its
+digest is pinned by policy.expect and recorded in the log's genesis record).
+SIGHUP re-reads the configuration and switches to the bundle its policy:
+section names, only if it validates and matches policy.expect; the switch,
+or the refusal and its reason, is recorded, and a refused bundle leaves the
+old one in force.`,
 		Example: `  cmcp serve -c examples/cmcp.yaml
   cmcp serve -c cmcp.yaml --listen 127.0.0.1:9000
   cmcp serve -c cmcp.yaml --stdio      # in an MCP client's server command`,
@@ -66,7 +75,7 @@ calls for server.shutdown_grace, stops every child and seals the log; then
 			logger := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
-			so := gateway.ServeOptions{Stdio: o.Stdio, Listen: o.Listen, Environ: e.environ, Logger: logger, Metrics: gateway.NewMetrics()}
+			so := gateway.ServeOptions{Stdio: o.Stdio, Listen: o.Listen, AuditDir: o.AuditDir, Environ: e.environ, Logger: logger, Metrics: gateway.NewMetrics()}
 			if o.Stdio {
 				so.Stdin, so.Stdout = readCloser(e.stdin), writeCloser(e.stdout)
 			}

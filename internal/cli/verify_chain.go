@@ -22,6 +22,7 @@ type verifyChainOptions struct {
 	Prove          int64
 	Epoch          int
 	Proof          string
+	Evidence       chainEvidenceOptions
 }
 
 func (o *verifyChainOptions) AddFlags(fs *pflag.FlagSet) {
@@ -31,6 +32,7 @@ func (o *verifyChainOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.Int64Var(&o.Prove, "prove", -1, "write an offline proof (c2sp.org/tlog-proof@v1) for record `N` to stdout")
 	fs.IntVar(&o.Epoch, "epoch", 0, "epoch of the record for --prove (default: the newest)")
 	fs.StringVar(&o.Proof, "proof", "", "check the offline proof in FILE (needs --key; no log needed)")
+	o.Evidence.AddFlags(fs)
 }
 
 func newVerifyChainCmd(e *env) *cobra.Command {
@@ -174,6 +176,7 @@ type verifyChainDoc struct {
 	Unsealed      int64                     `json:"unsealed_tail"`
 	External      []*auditlog.ExternalCheck `json:"external_checkpoints"`
 	Warnings      []string                  `json:"warnings"`
+	Evidence      []*genesisEvidence        `json:"evidence"`
 	Failure       *auditlog.VerifyError     `json:"failure,omitempty"`
 	ExitCode      int                       `json:"exit_code"`
 }
@@ -187,6 +190,11 @@ func cpDoc(cp *auditlog.Checkpoint) *checkpointDoc {
 
 func runVerifyChain(p *ui.Printer, dir string, o *verifyChainOptions, keys []string) error {
 	opt := auditlog.VerifyOptions{Keys: keys}
+	ce, err := newChainEvidence(&o.Evidence)
+	if err != nil {
+		return err
+	}
+	opt.VerifyEvidence = ce.check
 	for _, f := range o.Checkpoints {
 		b, err := os.ReadFile(f)
 		if err != nil {
@@ -210,7 +218,7 @@ func runVerifyChain(p *ui.Printer, dir string, o *verifyChainOptions, keys []str
 	if p.JSONOut {
 		doc := verifyChainDoc{SchemaVersion: ui.SchemaVersion, Status: "verified", Dir: dir, Epochs: rep.Epochs, Records: rep.Records,
 			Checkpoints: rep.Checkpoints, KeysTrusted: rep.KeysTrusted, Newest: cpDoc(rep.Newest), Unsealed: rep.Unsealed,
-			External: rep.External, Warnings: rep.Warnings, Failure: ve, ExitCode: code}
+			External: rep.External, Warnings: rep.Warnings, Evidence: ce.Results, Failure: ve, ExitCode: code}
 		if doc.Epochs == nil {
 			doc.Epochs = []*auditlog.EpochResult{}
 		}
@@ -233,6 +241,7 @@ func runVerifyChain(p *ui.Printer, dir string, o *verifyChainOptions, keys []str
 		printFailure(p, ve)
 	} else {
 		printReport(p, rep)
+		ce.print(p)
 	}
 	if ve != nil {
 		return ui.WithCode(code, ve)
@@ -276,6 +285,9 @@ func printReport(p *ui.Printer, rep *auditlog.Report) {
 	}
 	if rep.KeysTrusted {
 		p.Printf("  %s every epoch is signed by a trusted key (--key)\n", check)
+	}
+	if rep.Unsealed == 0 {
+		p.Printf("  %s unsealed tail: none; every record of the newest epoch is covered by a signed checkpoint\n", check)
 	}
 	for _, x := range rep.External {
 		p.Printf("  %s consistent with the saved checkpoint %s size %d (epoch %d now has %d records)\n", check, x.Origin, x.Size, x.Epoch, x.Records)

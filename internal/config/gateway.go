@@ -27,7 +27,8 @@ import (
 //	  max_request_bytes: 4194304    # larger requests get 413
 //	  shutdown_grace: 10s           # drain in-flight calls on SIGTERM
 //	  child_stop_grace: 5s          # SIGTERM to a child's group, then SIGKILL
-//	  tee: auto                     # auto, sev-snp, tdx or software (development: unattested)
+//	  tee: auto                     # auto (hardware required), sev-snp, tdx or software (development:
+//	                                # unattested); unset: hardware if present, else software with a warning
 type Server struct {
 	Listen          string        `yaml:"listen" json:"listen,omitempty"`
 	Tokens          []Token       `yaml:"tokens" json:"tokens,omitempty"`

@@ -2,7 +2,6 @@ package config
 
 import (
 	"fmt"
-	"path/filepath"
 	"regexp"
 	"slices"
 
@@ -12,7 +11,7 @@ import (
 // Policy is the `policy:` section: the Cedar bundle that decides every call.
 //
 //	policy:
-//	  dir: policy/            # a directory of .cedar files and one .cedarschema (relative to the config file)
+//	  dir: policy/            # a directory of .cedar files and one .cedarschema (relative to the configuration file)
 //	  expect: sha256:...      # the bundle's tree digest; the gateway refuses another bundle
 //	  mode: enforcing         # enforcing (default), advisory or silent
 //	  groups:                 # Group::"ops" is a parent of Agent::"carol" and Agent::"dave"
@@ -72,13 +71,4 @@ func (p *Policy) GroupsOf(agent string) []string {
 	}
 	slices.Sort(gs)
 	return gs
-}
-
-// BundleDir is Dir, resolved against the directory of the config file when
-// it is relative.
-func (p *Policy) BundleDir(configPath string) string {
-	if filepath.IsAbs(p.Dir) || configPath == "" {
-		return p.Dir
-	}
-	return filepath.Join(filepath.Dir(configPath), p.Dir)
 }

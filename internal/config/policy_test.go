@@ -32,9 +32,6 @@ func TestPolicySection(t *testing.T) {
 	if got := p.GroupsOf("a"); !slices.Equal(got, []string{"dev", "ops"}) {
 		t.Fatalf("GroupsOf(a) = %v", got)
 	}
-	if got := p.BundleDir("/etc/cmcp/cmcp.yaml"); got != "/etc/cmcp/rel" {
-		t.Fatalf("BundleDir = %s", got)
-	}
 	if p.ModeOrDefault() != "enforcing" {
 		t.Fatal("default mode")
 	}

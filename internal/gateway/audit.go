@@ -45,7 +45,7 @@ func StdioHooks(log AuditLog, logger *slog.Logger, m *Metrics) upstream.Hooks {
 			return err
 		},
 		Exit: func(ev upstream.ExitEvent) {
-			rec := &auditlog.Spawn{Upstream: ev.Upstream, Session: ev.Session, EvidenceClass: "none", PID: int64(ev.PID), Outcome: "exited",
+			rec := &auditlog.Spawn{Upstream: ev.Upstream, Session: ev.Session, EvidenceClass: ev.Class, PID: int64(ev.PID), Outcome: "exited",
 				ExitCode: int64(ev.ExitCode), Signal: ev.Signal, Reason: ev.Fault}
 			if _, err := log.Append(context.Background(), rec); err != nil && logger != nil {
 				logger.Error("record child exit", "upstream", ev.Upstream, "err", err)

@@ -32,6 +32,10 @@ func TestMain(m *testing.M) {
 		runChild(mode)
 		return
 	}
+	if cfg := os.Getenv(gatewayEnv); cfg != "" {
+		runGatewayProcess(cfg)
+		return
+	}
 	os.Exit(m.Run())
 }
 
@@ -68,10 +72,14 @@ type hconf struct {
 	noStart     bool
 	policy      *policy.Engine
 	recipients  []string // age recipients: commitments can be opened, payloads kept in the vault
+	idle        time.Duration
+	durability  string
+	measure     string // measure target (file or directory) and its pin
+	measurePin  digest.Digest
 }
 
 type harness struct {
-	t    *testing.T
+	t    testing.TB
 	dir  string
 	w    *auditlog.Writer
 	g    *Gateway
@@ -82,7 +90,7 @@ type harness struct {
 	key  ed25519.PrivateKey
 }
 
-func newHarness(t *testing.T, c hconf) *harness {
+func newHarness(t testing.TB, c hconf) *harness {
 	t.Helper()
 	if c.mode == "" {
 		c.mode = "server"
@@ -104,6 +112,9 @@ func newHarness(t *testing.T, c hconf) *harness {
 	if c.recipients != nil {
 		aopts.Recipients, aopts.Vault = c.recipients, true
 	}
+	if c.durability != "" {
+		aopts.Durability = c.durability
+	}
 	w, err := auditlog.Open(dir, aopts)
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +125,7 @@ func newHarness(t *testing.T, c hconf) *harness {
 	for k, v := range c.env {
 		env[k] = v
 	}
-	spec := upstream.StdioSpec{Name: c.name, Command: exe, Pin: pin, AllowUnmeasured: c.unmeasured, Env: env, StopGrace: c.grace}
+	spec := upstream.StdioSpec{Name: c.name, Command: exe, Pin: pin, AllowUnmeasured: c.unmeasured, Env: env, StopGrace: c.grace, MeasurePath: c.measure, MeasurePin: c.measurePin}
 	share := "per-session"
 	if c.shared {
 		share = "shared"
@@ -135,7 +146,7 @@ func newHarness(t *testing.T, c hconf) *harness {
 		}
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", g.HTTPHandler(HTTPOptions{Tokens: c.tokens, MaxRequestBytes: 1 << 20}))
+	mux.Handle("/mcp", g.HTTPHandler(HTTPOptions{Tokens: c.tokens, MaxRequestBytes: 1 << 20, SessionTimeout: c.idle}))
 	srv := httptest.NewServer(mux)
 	h := &harness{t: t, dir: dir, w: w, g: g, srv: srv, url: srv.URL + "/mcp", exe: exe, logs: logs, key: key}
 	t.Cleanup(func() {
@@ -245,7 +256,7 @@ func (h *harness) records() []rec {
 	return readRecords(h.t, h.dir)
 }
 
-func readRecords(t *testing.T, dir string) []rec {
+func readRecords(t testing.TB, dir string) []rec {
 	t.Helper()
 	var out []rec
 	files, _ := filepath.Glob(filepath.Join(dir, "*", "seg-*.jsonl"))

@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -151,9 +154,9 @@ func PolicyFromConfig(ctx context.Context, cfg *config.Config, logger *slog.Logg
 	if err != nil {
 		return nil, ui.WithCode(ui.ExitConfig, fmt.Errorf("%s: %w", cfg.Path, err))
 	}
-	b, err := policy.Load(ctx, p.BundleDir(cfg.Path), policy.LoadOptions{Expect: p.Expect})
+	b, err := policy.Load(ctx, cfg.Resolve(p.Dir), policy.LoadOptions{Expect: p.Expect})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: policy: %w", cfg.Path, err)
 	}
 	if p.Expect.IsZero() && logger != nil {
 		logger.Warn("the policy bundle is not pinned: any bundle in its directory is accepted; pin it", "policy.expect", b.Digest().String())
@@ -187,5 +190,35 @@ func (g *Gateway) ReloadPolicyFromConfig(ctx context.Context, path string) error
 	if err != nil {
 		return reject(fmt.Errorf("reload refused: %w", err))
 	}
-	return g.ReloadPolicy(ctx, cfg.Policy.BundleDir(cfg.Path), cfg.Policy.Expect, mode, cfg.Policy.Groups)
+	return g.ReloadPolicy(ctx, cfg.Resolve(cfg.Policy.Dir), cfg.Policy.Expect, mode, cfg.Policy.Groups)
+}
+
+// reloadOnSIGHUP reloads the policy from the configuration file at path on
+// every SIGHUP until ctx ends or the returned stop is called. Without a
+// policy, SIGHUP is logged and ignored (it no longer stops the gateway).
+func reloadOnSIGHUP(ctx context.Context, g *Gateway, path string, logger *slog.Logger) (stop func()) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-done:
+				return
+			case <-hup:
+				if g.opts.Policy == nil {
+					logger.Warn("SIGHUP: no policy is configured; nothing to reload")
+					continue
+				}
+				logger.Info("SIGHUP: reloading the policy", "config", path)
+				g.ReloadPolicyFromConfig(ctx, path) // logs and records either outcome
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(hup)
+		close(done)
+	}
 }

@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	"github.com/confidential-mcp/cmcp/internal/buildinfo"
@@ -33,8 +34,10 @@ type ServeOptions struct {
 	Stdio  bool
 	Stdin  io.ReadCloser
 	Stdout io.WriteCloser
-	// Listen overrides server.listen.
-	Listen string
+	// Listen overrides server.listen; AuditDir overrides audit.dir (and
+	// stands in for a missing audit: section).
+	Listen   string
+	AuditDir string
 	// Environ is the gateway's environment (children get an allowlist).
 	Environ []string
 	// Logger receives the gateway log (stderr).
@@ -67,22 +70,26 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 	if srvCfg == nil {
 		srvCfg = &config.Server{}
 	}
+	if o.AuditDir != "" {
+		a := config.Audit{Dir: o.AuditDir}
+		if cfg.Audit != nil {
+			a = *cfg.Audit
+			a.Dir = o.AuditDir
+		}
+		cfg.Audit = &a
+	}
 	if cfg.Audit == nil {
 		return ui.Errorf(ui.ExitConfig, "%s: no audit: section: the gateway never runs calls unrecorded", cfg.Path).
-			Hint("add:\n  audit:\n    dir: audit/")
+			Hint("add an audit: section with dir: audit/, or pass --audit-dir DIR")
 	}
 	var eng *policy.Engine
-	if cfg.Policy != nil && o.Decider == nil {
-		b, err := policy.Load(ctx, cfg.Resolve(cfg.Policy.Dir), policy.LoadOptions{Expect: cfg.Policy.Expect})
-		if err != nil {
-			return fmt.Errorf("%s: policy: %w", cfg.Path, err)
+	if o.Decider == nil {
+		if eng, err = PolicyFromConfig(ctx, cfg, logger); err != nil {
+			return err
 		}
-		mode, err := policy.ParseMode(cfg.Policy.ModeOrDefault())
-		if err != nil {
-			return ui.WithCode(ui.ExitConfig, err)
+		if eng != nil {
+			o.PolicyDigest, o.PolicyMode = eng.Bundle().Digest(), string(eng.Mode())
 		}
-		eng = policy.NewEngine(b, mode, cfg.Policy.Groups)
-		o.PolicyDigest, o.PolicyMode = b.Digest(), string(mode)
 	}
 	if len(cfg.Upstreams) == 0 {
 		return ui.Errorf(ui.ExitConfig, "%s: no upstreams: the gateway has nothing to serve", cfg.Path).Hint("add an upstream; see examples/cmcp.yaml")
@@ -110,11 +117,18 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 	if b, err := os.ReadFile(cfg.Path); err == nil {
 		cfgDigest = digest.Bytes(b)
 	}
+	// server.tee unset: hardware if there is any, else the software
+	// provider, loudly. "auto" insists on hardware.
 	teeName := srvCfg.TEE
 	if teeName == "" {
 		teeName = tee.Auto
 	}
 	prov, err := tee.Detect(tee.Options{Provider: teeName})
+	var nohw *tee.NoHardwareError
+	if err != nil && srvCfg.TEE == "" && errors.As(err, &nohw) {
+		logger.Warn("no SEV-SNP or TDX attestation interface found; using the software provider (set server.tee: auto to require hardware)", "probed", nohw.Error())
+		prov, err = tee.Detect(tee.Options{Provider: tee.Software})
+	}
 	if err != nil {
 		return ui.WithCode(ui.ExitRuntime, fmt.Errorf("attestation: %w", err))
 	}
@@ -186,6 +200,8 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 			logger.Error("upstream unavailable; its calls are refused until it can be started", "upstream", u.Name, "reason", u.Error)
 		}
 	}
+	stopHUP := reloadOnSIGHUP(ctx, g, cfg.Path, logger)
+	defer stopHUP()
 	grace := srvCfg.ShutdownGrace
 	if grace <= 0 {
 		grace = 10 * time.Second
@@ -194,6 +210,19 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 		sctx, cancel := context.WithTimeout(context.Background(), grace)
 		defer cancel()
 		return g.Shutdown(sctx)
+	}
+	if cfg.Admin != nil {
+		// The operators' listener (admin.go): its own address and token.
+		adm, err := StartAdmin(cfg.Admin, g, w, o.Metrics, logger)
+		if err != nil {
+			shutdown()
+			return ui.WithCode(ui.ExitRuntime, err)
+		}
+		defer func() {
+			actx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			adm.Shutdown(actx)
+		}()
 	}
 
 	if o.Stdio {
@@ -212,7 +241,18 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", g.HTTPHandler(HTTPOptions{Tokens: tokens(srvCfg), ClientCerts: srvCfg.TLS != nil && srvCfg.TLS.ClientCA != "",
 		SessionTimeout: srvCfg.SessionTimeout, MaxRequestBytes: srvCfg.MaxRequestBytes}))
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	// Requests other than the long-lived GET streams are counted, so that
+	// shutdown waits for them (their responses included) and not for idle
+	// notification streams.
+	var posts atomic.Int64
+	counted := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet {
+			posts.Add(1)
+			defer posts.Add(-1)
+		}
+		mux.ServeHTTP(w, r)
+	})
+	hs := &http.Server{Handler: counted, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 	scheme := "http"
 	if srvCfg.TLS != nil {
 		tc, err := serverTLS(cfg, srvCfg.TLS)
@@ -240,12 +280,16 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	g.closing.Store(true)
-	herr := hs.Shutdown(sctx)
-	if errors.Is(herr, context.DeadlineExceeded) {
-		hs.Close()
-		herr = nil
+	go hs.Shutdown(sctx) // stop accepting; idle connections close
+	for posts.Load() > 0 {
+		if sctx.Err() != nil {
+			logger.Warn("shutdown grace over with requests still in flight; closing them", "requests", posts.Load())
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	return errors.Join(herr, shutdown())
+	hs.Close() // the remaining notification streams
+	return shutdown()
 }
 
 func tokens(s *config.Server) []Token {

@@ -39,7 +39,11 @@ type Bundle struct {
 	// argScopes holds, for every policy that reads context.arguments, a
 	// permit with the same scope and no conditions (see DependsOnArguments).
 	argScopes *cedar.PolicySet
-	position  map[cedar.PolicyID]string
+	// contextReads are the context attributes some policy reads;
+	// readsAllContext is set when a policy uses the context record whole.
+	contextReads    map[string]bool
+	readsAllContext bool
+	position        map[cedar.PolicyID]string
 }
 
 // Dir is the directory the bundle was loaded from.
@@ -275,13 +279,14 @@ func compile(dir string, snap *snapshot) (*Bundle, error) {
 	}
 
 	b := &Bundle{
-		dir:       dir,
-		schema:    snap.schema.rel,
-		set:       cedar.NewPolicySet(),
-		forbids:   map[cedar.PolicyID]bool{},
-		position:  map[cedar.PolicyID]string{},
-		index:     map[string]int{},
-		argScopes: cedar.NewPolicySet(),
+		dir:          dir,
+		schema:       snap.schema.rel,
+		set:          cedar.NewPolicySet(),
+		forbids:      map[cedar.PolicyID]bool{},
+		position:     map[cedar.PolicyID]string{},
+		index:        map[string]int{},
+		argScopes:    cedar.NewPolicySet(),
+		contextReads: map[string]bool{},
 	}
 	for _, f := range snap.policies {
 		path := filepath.Join(dir, filepath.FromSlash(f.rel))
@@ -320,7 +325,9 @@ func compile(dir string, snap *snapshot) (*Bundle, error) {
 			b.ids = append(b.ids, id)
 			b.position[pid] = loc
 			b.forbids[pid] = p.Effect() == cedar.Forbid
-			if js, err := p.MarshalJSON(); err != nil || bytes.Contains(js, []byte(`"arguments"`)) {
+			js, jerr := p.MarshalJSON()
+			b.noteContextReads(js, jerr)
+			if jerr != nil || bytes.Contains(js, []byte(`"arguments"`)) {
 				a := (*xast.Policy)(p.AST())
 				scope := &xast.Policy{Effect: xast.EffectPermit, Principal: a.Principal, Action: a.Action, Resource: a.Resource, Position: a.Position}
 				b.argScopes.Add(pid, cedar.NewPolicyFromAST((*cedarast.Policy)(scope)))
@@ -341,3 +348,44 @@ func schemaParseError(path string, err error) error {
 	}
 	return &LoadError{File: path, Reason: "schema syntax: " + msg}
 }
+
+var (
+	ctxVar    = []byte(`{"Var":"context"}`)
+	ctxAccess = [][]byte{[]byte(`{".":{"left":{"Var":"context"},"attr":"`), []byte(`{"has":{"left":{"Var":"context"},"attr":"`)}
+)
+
+// noteContextReads records which context attributes a policy (in Cedar's
+// JSON form) reads. Every use of the context variable is either an
+// attribute access or a has test naming the attribute; any other use (the
+// record as a whole) means the policy may read every attribute.
+func (b *Bundle) noteContextReads(js []byte, err error) {
+	if err != nil {
+		b.readsAllContext = true
+		return
+	}
+	uses := bytes.Count(js, ctxVar)
+	named := 0
+	for _, pre := range ctxAccess {
+		rest := js
+		for {
+			i := bytes.Index(rest, pre)
+			if i < 0 {
+				break
+			}
+			rest = rest[i+len(pre):]
+			j := bytes.IndexByte(rest, '"')
+			if j < 0 {
+				b.readsAllContext = true
+				return
+			}
+			b.contextReads[string(rest[:j])] = true
+			named++
+		}
+	}
+	if named != uses {
+		b.readsAllContext = true
+	}
+}
+
+// readsContext reports whether some policy may read the context attribute.
+func (b *Bundle) readsContext(attr string) bool { return b.readsAllContext || b.contextReads[attr] }

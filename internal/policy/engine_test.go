@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cedar-policy/cedar-go"
+
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
@@ -126,5 +128,57 @@ func TestDependsOnArguments(t *testing.T) {
 	}
 	if load(t, "../../examples/policy/allow-list").DependsOnArguments(&Request{Action: ActionCallTool, Agent: "alice", Tool: "git__x", Upstream: "git"}) {
 		t.Fatal("allow-list does not read arguments")
+	}
+}
+
+func TestMemo(t *testing.T) {
+	// The session example reads session and now: both are part of the key.
+	b := load(t, "../../examples/policy/session-limits")
+	if !b.readsContext("session") || !b.readsContext("now") || b.readsContext("arguments") || b.readsAllContext {
+		t.Fatalf("reads %v all=%v", b.contextReads, b.readsAllContext)
+	}
+	m := b.NewMemo()
+	r := Request{Action: ActionCallTool, Agent: "a", Groups: []string{"contractors"}, Tool: "web__post", Upstream: "web", Time: noon,
+		Session: Session{ID: "s", ToolsUsed: []string{"git__log"}}}
+	for range 2 {
+		if d := m.Decide(&r); !d.Allow {
+			t.Fatalf("%+v", d)
+		}
+	}
+	r2 := r
+	r2.Session.ToolsUsed = []string{"fs__read_file"}
+	if d := m.Decide(&r2); d.Allow || d.PolicyIDs[0] != "no-exfiltration" {
+		t.Fatalf("session facts ignored by the memo: %+v", d)
+	}
+	r3 := r
+	r3.Time = noon.Add(10 * time.Hour)
+	if d := m.Decide(&r3); d.Allow || d.PolicyIDs[0] != "contractor-hours" {
+		t.Fatalf("time ignored by the memo: %+v", d)
+	}
+	// The allow-list reads no context: time and session do not split it,
+	// but arguments, when given, do (their form alone can deny).
+	al := load(t, "../../examples/policy/allow-list")
+	if al.readsContext("now") || al.readsContext("session") {
+		t.Fatalf("allow-list reads %v", al.contextReads)
+	}
+	m = al.NewMemo()
+	q := Request{Action: ActionCallTool, Agent: "alice", Tool: "git__log", Upstream: "git", Time: noon}
+	if !m.Decide(&q).Allow {
+		t.Fatal("alice on git")
+	}
+	q.Arguments = []byte(`{"a":1,"a":2}`)
+	if m.Decide(&q).Allow {
+		t.Fatal("duplicate member names must deny, memo or not")
+	}
+	// A policy that uses the context record whole may read everything.
+	pl, err := cedar.NewPolicyListFromBytes("w.cedar", []byte(`permit (principal, action, resource) when { context == {} };`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := pl[0].MarshalJSON()
+	wb := &Bundle{contextReads: map[string]bool{}}
+	wb.noteContextReads(js, nil)
+	if !wb.readsAllContext || !wb.readsContext("now") {
+		t.Fatal("whole-context use not detected")
 	}
 }

@@ -329,25 +329,6 @@ func TestDefaultPolicyIDIsPosition(t *testing.T) {
 	}
 }
 
-func TestAnnotationsFromMCP(t *testing.T) {
-	cases := []struct {
-		in   string
-		want Annotations
-	}{
-		{``, DefaultAnnotations},
-		{`null`, DefaultAnnotations},
-		{`{}`, DefaultAnnotations},
-		{`{"title":"x","readOnlyHint":true}`, Annotations{ReadOnly: true, Destructive: true, OpenWorld: true}},
-		{`{"destructiveHint":false,"idempotentHint":true,"openWorldHint":false,"x":{"y":[1]}}`, Annotations{Idempotent: true}},
-		{`{"readOnlyHint":"yes"}`, DefaultAnnotations},
-	}
-	for _, tc := range cases {
-		if got := AnnotationsFromMCP([]byte(tc.in)); got != tc.want {
-			t.Errorf("%s: got %+v, want %+v", tc.in, got, tc.want)
-		}
-	}
-}
-
 func FuzzArgumentsRecord(f *testing.F) {
 	for _, s := range []string{`{}`, `{"path":"/srv/data/a"}`, `{"a":[1,2.5,"x",null,{"b":true}]}`, `{"n":12345678901234567890}`, `{"x":1e3}`, `[]`, `{"a":1,"a":2}`} {
 		f.Add([]byte(s))

@@ -38,53 +38,6 @@ type Annotations struct {
 // DefaultAnnotations are the MCP defaults for a tool that declares no hints.
 var DefaultAnnotations = Annotations{Destructive: true, OpenWorld: true}
 
-// AnnotationsFromMCP reads the hints of an MCP tool's "annotations" object
-// (which may be empty or null), applying the MCP defaults to missing hints.
-// Hints that are not booleans keep their default.
-func AnnotationsFromMCP(raw []byte) Annotations {
-	a := DefaultAnnotations
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || string(raw) == "null" {
-		return a
-	}
-	dec := jsontext.NewDecoder(bytes.NewReader(raw))
-	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
-		return a
-	}
-	for dec.PeekKind() == '"' {
-		k, err := dec.ReadToken()
-		if err != nil {
-			return a
-		}
-		name := k.String()
-		v, err := dec.ReadToken()
-		if err != nil {
-			return a
-		}
-		if v.Kind() == '{' || v.Kind() == '[' {
-			if err := dec.SkipValue(); err != nil {
-				return a
-			}
-			continue
-		}
-		if v.Kind() != 't' && v.Kind() != 'f' {
-			continue
-		}
-		b := v.Bool()
-		switch name {
-		case "readOnlyHint":
-			a.ReadOnly = b
-		case "destructiveHint":
-			a.Destructive = b
-		case "idempotentHint":
-			a.Idempotent = b
-		case "openWorldHint":
-			a.OpenWorld = b
-		}
-	}
-	return a
-}
-
 // Session holds the facts about the agent's session at the time of the
 // decision.
 type Session struct {

@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"fmt"
+	"runtime/debug"
 	"sync"
 	"syscall"
 	"testing"
@@ -96,6 +97,8 @@ func benchReplay(b *testing.B, withIdentity bool) {
 	if withIdentity {
 		opts.Identities = []age.Identity{id}
 	}
+	// As the replay command does.
+	defer debug.SetGCPercent(debug.SetGCPercent(400))
 	cpu0 := cpuTime()
 	b.ResetTimer()
 	for b.Loop() {

@@ -154,6 +154,9 @@ type Report struct {
 	Sessions   []*Session        `json:"sessions"`
 	Calls      []*Call           `json:"calls"`
 	Summary    Summary           `json:"summary"`
+	// Warnings are inconsistencies that are not proof of tampering (a crash
+	// can cause them too).
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // Findings reports whether replay found a flipped decision or a tampered
@@ -201,7 +204,12 @@ func Run(ctx context.Context, dir string, opts Options) (*Report, error) {
 	entries, readErr := readLog(vctx, dir)
 
 	recorded := map[digest.Digest]bool{}
-	sessions := map[string]*Session{}
+	type sessionKey struct {
+		epoch int
+		id    string
+	}
+	sessions := map[sessionKey]*Session{}
+	facts := map[sessionKey][]int64{} // session_calls of every decided call
 	var ep *epochState
 	var checks []*Call
 	var failed error
@@ -228,7 +236,7 @@ func Run(ctx context.Context, dir string, opts Options) (*Report, error) {
 					recorded[rec.Bundle] = true
 				}
 			case *auditlog.Session:
-				key := fmt.Sprintf("%d/%s", e.pos.Epoch, rec.ID)
+				key := sessionKey{e.pos.Epoch, rec.ID}
 				s := sessions[key]
 				if s == nil {
 					s = &Session{Epoch: e.pos.Epoch, ID: rec.ID, Agent: rec.Agent, Front: rec.Front, Client: strings.TrimSpace(rec.ClientName + " " + rec.ClientVersion)}
@@ -250,13 +258,17 @@ func Run(ctx context.Context, dir string, opts Options) (*Report, error) {
 				if !rec.PolicyBundle.IsZero() {
 					recorded[rec.PolicyBundle] = true
 				}
+				if rec.PolicyInput != nil {
+					k := sessionKey{e.pos.Epoch, rec.Session}
+					facts[k] = append(facts[k], rec.PolicyInput.SessionCalls)
+				}
 				c := &Call{Epoch: e.pos.Epoch, Index: e.pos.Index, Time: e.time, Session: rec.Session, Agent: rec.Agent, Tool: rec.Tool,
 					Upstream: rec.Upstream, EvidenceClass: rec.EvidenceClass, Decision: rec.Decision, PolicyIDs: rec.PolicyIDs,
 					Mode: rec.PolicyMode, Outcome: rec.Outcome, Reason: rec.Reason, rec: rec, ep: ep}
 				if !rec.PolicyBundle.IsZero() {
 					c.Bundle = rec.PolicyBundle.String()
 				}
-				if s := sessions[fmt.Sprintf("%d/%s", e.pos.Epoch, rec.Session)]; s != nil {
+				if s := sessions[sessionKey{e.pos.Epoch, rec.Session}]; s != nil {
 					s.Calls++
 				}
 				if !opts.Filter.match(c) {
@@ -302,6 +314,18 @@ func Run(ctx context.Context, dir string, opts Options) (*Report, error) {
 			c.Unverified = true
 		}
 	}
+	// The gateway counts a session's decided calls: whatever order the
+	// records landed in, their session_calls must be 0, 1, ..., n-1.
+	for k, counts := range facts {
+		slices.Sort(counts)
+		for i, n := range counts {
+			if n != int64(i) {
+				rep.Warnings = append(rep.Warnings, fmt.Sprintf("epoch %d, session %s: the recorded session_calls are not 0..%d (a decided call is missing from the log, or its facts were altered)", k.epoch, k.id, len(counts)-1))
+				break
+			}
+		}
+	}
+	slices.Sort(rep.Warnings)
 	runChecks(checks, bundles, whatIf)
 	for _, c := range checks {
 		if c.Replay != nil {
@@ -405,8 +429,10 @@ func arguments(c *Call, b *policy.Bundle, req *policy.Request) *Check {
 	switch {
 	case errors.Is(err, auditlog.ErrNoPayload):
 		return &Check{Status: StatusNotReplayable, Reason: fmt.Sprintf("its decision depends on the arguments, and the vault has no payload for commitment %d", rec.Args.ID)}
-	case err != nil:
+	case errors.Is(err, auditlog.ErrPayloadMismatch):
 		return &Check{Status: StatusTampered, Reason: fmt.Sprintf("the vault's arguments do not match the commitment in the log (commitment %d, %d bytes): the vault was altered", rec.Args.ID, rec.Args.Size)}
+	case err != nil:
+		return &Check{Status: StatusNotReplayable, Reason: "its decision depends on the arguments, and the vault's payload cannot be opened: " + err.Error()}
 	}
 	req.Arguments = p
 	return nil
@@ -419,7 +445,7 @@ func effect(d policy.Decision) string {
 	return auditlog.DecisionDeny
 }
 
-func replayCall(c *Call, b *policy.Bundle) *Check {
+func replayCall(c *Call, b *policy.Bundle, memo *policy.Memo) *Check {
 	rec := c.rec
 	switch {
 	case rec.PolicyBundle.IsZero() && rec.PolicyInput == nil:
@@ -433,7 +459,7 @@ func replayCall(c *Call, b *policy.Bundle) *Check {
 	if ck := arguments(c, b, req); ck != nil {
 		return ck
 	}
-	d := b.Decide(req)
+	d := memo.Decide(req)
 	ck := &Check{Decision: effect(d), PolicyIDs: d.PolicyIDs, Reason: d.Reason}
 	if ck.Decision == rec.Decision && slices.Equal(d.PolicyIDs, rec.PolicyIDs) {
 		ck.Status = StatusSame
@@ -444,7 +470,7 @@ func replayCall(c *Call, b *policy.Bundle) *Check {
 	return ck
 }
 
-func whatIfCall(c *Call, b *policy.Bundle) *Check {
+func whatIfCall(c *Call, b *policy.Bundle, memo *policy.Memo) *Check {
 	rec := c.rec
 	if rec.PolicyInput == nil {
 		return &Check{Status: StatusNoDecision, Reason: "the record holds no policy input (no policy decided this call)"}
@@ -453,7 +479,7 @@ func whatIfCall(c *Call, b *policy.Bundle) *Check {
 	if ck := arguments(c, b, req); ck != nil {
 		return ck
 	}
-	d := b.Decide(req)
+	d := memo.Decide(req)
 	ck := &Check{Decision: effect(d), PolicyIDs: d.PolicyIDs, Reason: d.Reason, Status: StatusUnchanged}
 	if ck.Decision != rec.Decision {
 		ck.Status = StatusChanges
@@ -464,6 +490,14 @@ func whatIfCall(c *Call, b *policy.Bundle) *Check {
 // runChecks re-evaluates the calls on every core. Each check only reads its
 // call record, its epoch's vault and the bundles.
 func runChecks(calls []*Call, bundles map[digest.Digest]*policy.Bundle, whatIf *policy.Bundle) {
+	memos := map[digest.Digest]*policy.Memo{}
+	for d, b := range bundles {
+		memos[d] = b.NewMemo()
+	}
+	var whatIfMemo *policy.Memo
+	if whatIf != nil {
+		whatIfMemo = whatIf.NewMemo()
+	}
 	workers := runtime.GOMAXPROCS(0)
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -478,10 +512,10 @@ func runChecks(calls []*Call, bundles map[digest.Digest]*policy.Bundle, whatIf *
 				}
 				for _, c := range calls[i:min(i+256, len(calls))] {
 					if bundles != nil && len(bundles) > 0 {
-						c.Replay = replayCall(c, bundles[c.rec.PolicyBundle])
+						c.Replay = replayCall(c, bundles[c.rec.PolicyBundle], memos[c.rec.PolicyBundle])
 					}
 					if whatIf != nil {
-						c.WhatIf = whatIfCall(c, whatIf)
+						c.WhatIf = whatIfCall(c, whatIf, whatIfMemo)
 					}
 				}
 			}

@@ -325,3 +325,53 @@ func TestReplayRefusesUnverifiedLog(t *testing.T) {
 		}
 	}
 }
+
+func TestReplayWarnsOnSessionFactGaps(t *testing.T) {
+	key, id := newKeys(t)
+	f := writeLog(t, key, id, -1)
+	rep, err := Run(context.Background(), f.dir, Options{})
+	if err != nil || len(rep.Warnings) != 0 {
+		t.Fatalf("%v %v", rep.Warnings, err)
+	}
+	// A log whose session s1 lacks a decided call (the second one): the
+	// remaining calls' session_calls are 0, 2, 3.
+	f2 := writeLogSkipping(t, key, id, 1)
+	rep, err = Run(context.Background(), f2, Options{})
+	if err != nil || len(rep.Warnings) != 1 || !strings.Contains(rep.Warnings[0], "session s1") {
+		t.Fatalf("%v %v", rep.Warnings, err)
+	}
+}
+
+// writeLogSkipping writes the log of calls() but leaves out call skip's
+// record, as a gateway that decided it and crashed before recording it.
+func writeLogSkipping(t *testing.T, key ed25519.PrivateKey, id *age.X25519Identity, skip int) string {
+	t.Helper()
+	b, err := policy.Load(context.Background(), "testdata/recorded", policy.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	w, err := auditlog.Open(dir, auditlog.Options{Key: key, PolicyDigest: b.Digest(), PolicyMode: "enforcing"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := policy.NewEngine(b, policy.Enforcing, nil)
+	for i, c := range calls() {
+		c.call.Arguments = []byte(c.args)
+		o := eng.DecideCall(c.call)
+		if i == skip {
+			continue
+		}
+		rec := &auditlog.Call{Session: c.call.Session, Agent: c.call.Agent, Tool: c.call.Tool, Upstream: c.call.Upstream,
+			UpstreamTool: c.call.ToolName, EvidenceClass: c.call.EvidenceClass, Args: w.Commit([]byte(c.args)),
+			Decision: o.Effect(), PolicyIDs: o.PolicyIDs, PolicyMode: string(o.Mode), PolicyBundle: o.Bundle,
+			Outcome: auditlog.OutcomeRefused, PolicyInput: o.Input()}
+		if _, err := w.Append(context.Background(), rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}

@@ -78,6 +78,7 @@ type SpawnEvent struct {
 type ExitEvent struct {
 	Upstream    string
 	Session     string
+	Class       string // the evidence class it was spawned with
 	PID         int
 	ExitCode    int    // -1 when killed by a signal
 	Signal      string // signal name, if any
@@ -240,11 +241,18 @@ func Spawn(ctx context.Context, spec StdioSpec, environ []string, hooks Hooks, s
 		}
 	}
 
+	// The measured descriptor becomes the child's fd 3 (not close-on-exec),
+	// and the child executes /proc/self/fd/3: the same bytes, even for a
+	// "#!" script, whose interpreter reopens that path.
+	if script, interp := shebang(f); script {
+		ev.Reason = fmt.Sprintf("%s is a script for %s; the interpreter is not covered by the pin (pin a measure target, or make the interpreter the command)", path, interp)
+	}
 	cmd := &exec.Cmd{
-		Path: fmt.Sprintf("/proc/self/fd/%d", f.Fd()),
-		Args: append([]string{spec.Command}, spec.Args...),
-		Env:  env,
-		Dir:  spec.Dir,
+		Path:       "/proc/self/fd/3",
+		ExtraFiles: []*os.File{f},
+		Args:       append([]string{spec.Command}, spec.Args...),
+		Env:        env,
+		Dir:        spec.Dir,
 		SysProcAttr: &syscall.SysProcAttr{
 			Setpgid:   true,
 			Pdeathsig: syscall.SIGKILL,
@@ -307,6 +315,17 @@ func Spawn(ctx context.Context, spec StdioSpec, environ []string, hooks Hooks, s
 		}
 	}
 	return c, nil
+}
+
+// shebang reports whether f starts with "#!" and names its interpreter.
+func shebang(f *os.File) (bool, string) {
+	buf := make([]byte, 256)
+	n, _ := f.ReadAt(buf, 0)
+	if n < 2 || string(buf[:2]) != "#!" {
+		return false, ""
+	}
+	line, _, _ := strings.Cut(string(buf[2:n]), "\n")
+	return true, strings.TrimSpace(line)
 }
 
 // PID is the child's process id (and process group id).
@@ -446,7 +465,7 @@ func (c *Child) pumpStderr(r io.ReadCloser, spec StdioSpec) {
 }
 
 func (c *Child) reportExit() {
-	ev := ExitEvent{Session: c.session, Upstream: c.name, PID: c.pid, ExitCode: -1, StderrBytes: c.stderrBytes.Load(), StderrLines: c.stderrLines.Load(), Dropped: c.dropped.Load()}
+	ev := ExitEvent{Class: c.class, Session: c.session, Upstream: c.name, PID: c.pid, ExitCode: -1, StderrBytes: c.stderrBytes.Load(), StderrLines: c.stderrLines.Load(), Dropped: c.dropped.Load()}
 	if ps := c.cmd.ProcessState; ps != nil {
 		ev.ExitCode = ps.ExitCode()
 		if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {

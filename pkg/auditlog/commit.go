@@ -69,7 +69,8 @@ func sealSecret(secret []byte, rs []age.Recipient) ([]byte, error) {
 // identity: it holds the epoch secret.
 type Opener struct {
 	secret []byte
-	vault  map[int64][]byte
+	vault  map[int64][]byte // age ciphertexts, decrypted by Payload
+	ids    []age.Identity
 }
 
 // NewOpener decrypts the epoch commitment secret sealed in g with one of the
@@ -110,8 +111,14 @@ type vaultLine struct {
 // ErrNoPayload is returned by Payload when the vault does not hold it.
 var ErrNoPayload = errors.New("payload not in the vault")
 
-// LoadVault decrypts the vault of the epoch directory dir with the
-// identities. A torn final line (crash) is ignored.
+// ErrPayloadMismatch is returned by Payload when the vault's payload does not
+// match the commitment in the log: the vault was altered.
+var ErrPayloadMismatch = errors.New("the vault's payload does not match the commitment in the log")
+
+// LoadVault reads the vault of the epoch directory dir; Payload decrypts
+// each payload with the identities when it is asked for (one age
+// decryption per payload, so only the payloads used are paid for, and
+// callers may decrypt in parallel). A torn final line (crash) is ignored.
 func (o *Opener) LoadVault(dir string, ids ...age.Identity) error {
 	f, err := os.Open(filepath.Join(dir, VaultFile))
 	if err != nil {
@@ -119,6 +126,7 @@ func (o *Opener) LoadVault(dir string, ids ...age.Identity) error {
 	}
 	defer f.Close()
 	o.vault = make(map[int64][]byte)
+	o.ids = ids
 	br := bufio.NewReaderSize(f, 64<<10)
 	for n := 1; ; n++ {
 		line, err := br.ReadBytes('\n')
@@ -132,26 +140,27 @@ func (o *Opener) LoadVault(dir string, ids ...age.Identity) error {
 		if err := jsonv2.Unmarshal(line[:len(line)-1], &vl); err != nil {
 			return fmt.Errorf("%s:%d: %w", VaultFile, n, err)
 		}
-		r, err := age.Decrypt(bytes.NewReader(vl.Age), ids...)
-		if err != nil {
-			return fmt.Errorf("%s:%d: decrypt payload %d: %w", VaultFile, n, vl.ID, err)
-		}
-		p, err := io.ReadAll(r)
-		if err != nil {
-			return fmt.Errorf("%s:%d: decrypt payload %d: %w", VaultFile, n, vl.ID, err)
-		}
-		o.vault[vl.ID] = p
+		o.vault[vl.ID] = vl.Age
 	}
 }
 
-// Payload returns the vault's payload for c after checking it against c.
+// Payload decrypts the vault's payload for c and checks it against c. It is
+// safe for concurrent use after LoadVault.
 func (o *Opener) Payload(c Commitment) ([]byte, error) {
-	p, ok := o.vault[c.ID]
+	ct, ok := o.vault[c.ID]
 	if !ok {
 		return nil, fmt.Errorf("commitment %d: %w", c.ID, ErrNoPayload)
 	}
+	r, err := age.Decrypt(bytes.NewReader(ct), o.ids...)
+	if err != nil {
+		return nil, fmt.Errorf("commitment %d: decrypt the vault's payload: %w", c.ID, err)
+	}
+	p, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("commitment %d: decrypt the vault's payload: %w", c.ID, err)
+	}
 	if !o.Check(c, p) {
-		return nil, fmt.Errorf("commitment %d: the vault's payload does not match the commitment in the log", c.ID)
+		return nil, fmt.Errorf("commitment %d: %w", c.ID, ErrPayloadMismatch)
 	}
 	return p, nil
 }

@@ -102,12 +102,15 @@ func parseLine(line []byte) (envelope, error) {
 			e.Kind = Kind(s)
 		case "prev":
 			s, ok := plainString(m.val)
-			var h tlog.Hash
-			n, err := base64.StdEncoding.Decode(h[:], []byte(s))
-			if !ok || err != nil || n != tlog.HashSize || len(s) != 44 {
+			var hb []byte
+			var err error
+			if ok && len(s) == 44 {
+				hb, err = base64.StdEncoding.Strict().DecodeString(s)
+			}
+			if !ok || len(s) != 44 || err != nil || len(hb) != tlog.HashSize {
 				return e, &syntaxError{Offset: memberOffset(line, m), Msg: fmt.Sprintf("prev %s is not a base64 SHA-256 hash", clipBytes(m.val))}
 			}
-			e.Prev = h
+			e.Prev = tlog.Hash(hb)
 		case "seq":
 			s, ok := plainString(m.val)
 			n, err := strconv.ParseInt(s, 10, 64)

@@ -103,7 +103,7 @@ func streamLines(epochDir string, segs []int, stop <-chan struct{}) <-chan *line
 		defer func() { close(work); wg.Wait() }()
 		for _, n := range segs {
 			path := filepath.Join(epochDir, segmentName(n))
-			if !readSegment(n, path, send) {
+			if !readSegment(n, path, n != segs[len(segs)-1], send) {
 				return
 			}
 		}
@@ -112,7 +112,9 @@ func streamLines(epochDir string, segs []int, stop <-chan struct{}) <-chan *line
 }
 
 // readSegment splits one segment file into batches of lines.
-func readSegment(seg int, path string, send func(*lineBatch) bool) bool {
+// The whole file is hashed only when hashFile is set (a later segment
+// record names its hash).
+func readSegment(seg int, path string, hashFile bool, send func(*lineBatch) bool) bool {
 	newBatch := func() *lineBatch {
 		return &lineBatch{seg: seg, file: path, ready: make(chan struct{})}
 	}
@@ -140,7 +142,9 @@ func readSegment(seg int, path string, send func(*lineBatch) bool) bool {
 		copy(buf, carry)
 		n, rerr := io.ReadFull(f, buf[len(carry):cap(buf)])
 		buf = buf[:len(carry)+n]
-		sum.Write(buf[len(carry):])
+		if hashFile {
+			sum.Write(buf[len(carry):])
+		}
 		eof := rerr == io.EOF || rerr == io.ErrUnexpectedEOF
 		if rerr != nil && !eof {
 			return fail(fmt.Errorf("read %s: %w", path, rerr))
@@ -230,7 +234,7 @@ type EpochResult struct {
 // scanEpoch verifies one epoch directory.
 func scanEpoch(dir string, epoch int, opt scanOptions) (*EpochResult, error) {
 	edir := filepath.Join(dir, epochName(epoch))
-	res := &EpochResult{Epoch: epoch, Dir: edir, LastCheckpointAt: -1, cpEnd: -1}
+	res := &EpochResult{Epoch: epoch, Dir: edir, LastCheckpointAt: -1}
 	fi, err := os.Stat(edir)
 	if err != nil {
 		return res, ioFailure(Position{Epoch: epoch}, err)
@@ -253,22 +257,35 @@ func scanEpoch(dir string, epoch int, opt scanOptions) (*EpochResult, error) {
 		}
 	}
 	res.Segments = len(segs)
+	lastCPOff := int64(-1)
+	if opt.tolerateTail {
+		lastCPOff = lastCheckpointLine(filepath.Join(edir, segmentName(segs[len(segs)-1])))
+	}
 	stop := make(chan struct{})
 	defer close(stop)
 	ch := streamLines(edir, segs, stop)
 
 	var (
 		fr        frontier
+		lastKinds [2]Kind
 		prev      tlog.Hash
 		verifiers note.Verifiers
 		g         *Genesis
 		segStart  bool
 		prevSum   []byte
 		prevFile  string
-		lastKinds [2]Kind
 		curSeg    int
 		sinceProg int64
 	)
+	finish := func() {
+		res.Root = fr.root()
+		if res.LastCheckpointAt >= 0 {
+			res.Unsealed = res.Records - res.LastCheckpointAt - 1
+		} else {
+			res.Unsealed = res.Records
+		}
+		res.Sealed = res.tailErr == nil && res.TornBytes == 0 && lastKinds == [2]Kind{KindSeal, KindCheckpoint}
+	}
 	for b := range ch {
 		<-b.ready
 		if b.ioErr != nil {
@@ -277,22 +294,21 @@ func scanEpoch(dir string, epoch int, opt scanOptions) (*EpochResult, error) {
 		if b.seg != curSeg {
 			curSeg = b.seg
 			segStart = true
-			if b.seg == segs[len(segs)-1] && res.Records > 0 && res.LastCheckpointAt == res.Records-1 {
-				res.cpEnd = 0 // everything in the last segment comes after the last checkpoint
-			}
 		}
 		for i := range b.lines {
 			l := &b.lines[i]
-			pos := Position{Epoch: epoch, File: b.file, Line: l.no, Offset: l.off, Index: res.Records, Kind: l.env.Kind, Record: excerpt(l.line)}
+			pos := Position{Epoch: epoch, File: b.file, Line: l.no, Offset: l.off, Index: res.Records, Kind: l.env.Kind}
 			fail := func(class Class, expected, computed, format string, args ...any) (*EpochResult, error) {
+				pos.Record = excerpt(l.line)
 				ve := &VerifyError{Class: class, Pos: pos, Expected: expected, Computed: computed, Msg: fmt.Sprintf(format, args...)}
 				if res.LastCheckpoint != nil {
 					ve.LastGood = res.LastCheckpoint.Size
 				}
-				if opt.tolerateTail && b.seg == segs[len(segs)-1] && res.cpEnd >= 0 && l.off >= res.cpEnd {
+				if opt.tolerateTail && b.seg == segs[len(segs)-1] && l.off > lastCPOff {
 					res.tailErr = ve
 					res.tailStart = l.off
 					res.lastFile = b.file
+					finish()
 					return res, nil
 				}
 				return res, ve
@@ -419,9 +435,6 @@ func scanEpoch(dir string, epoch int, opt scanOptions) (*EpochResult, error) {
 				res.LastCheckpoint = cp
 				res.LastCheckpointAt = res.Records
 				res.Checkpoints++
-				if b.seg == segs[len(segs)-1] {
-					res.cpEnd = l.off + int64(len(l.line)) + 1
-				}
 			case KindSegment:
 				r, err := DecodeBody(KindSegment, e.Body)
 				if err != nil {
@@ -485,13 +498,7 @@ func scanEpoch(dir string, epoch int, opt scanOptions) (*EpochResult, error) {
 			prevFile = filepath.Base(b.file)
 		}
 	}
-	res.Root = fr.root()
-	if res.LastCheckpointAt >= 0 {
-		res.Unsealed = res.Records - res.LastCheckpointAt - 1
-	} else {
-		res.Unsealed = res.Records
-	}
-	res.Sealed = res.tailErr == nil && res.TornBytes == 0 && lastKinds == [2]Kind{KindSeal, KindCheckpoint}
+	finish()
 	if res.Records == 0 && res.tailErr == nil {
 		res.empty = true
 		return res, &VerifyError{Class: ClassIntegrity, Pos: Position{Epoch: epoch, File: filepath.Join(edir, segmentName(1))}, Msg: "epoch holds no complete record"}
@@ -520,4 +527,23 @@ func sigNames(n *note.Note) string {
 		return "no key"
 	}
 	return b.String()
+}
+
+// lastCheckpointLine returns the offset of the start of the last complete
+// line of a segment that is a checkpoint record, or -1. Crash recovery cuts
+// only damage after it.
+func lastCheckpointLine(path string) int64 {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return -1
+	}
+	end := bytes.LastIndexByte(b, '\n')
+	for end > 0 {
+		start := bytes.LastIndexByte(b[:end], '\n') + 1
+		if bytes.Contains(b[start:end], []byte(`,"kind":"checkpoint",`)) {
+			return int64(start)
+		}
+		end = start - 1
+	}
+	return -1
 }

@@ -108,7 +108,7 @@ func parseBody(text string) (*Checkpoint, error) {
 	if err != nil || size < 0 || strconv.FormatInt(size, 10) != lines[1] {
 		return nil, fmt.Errorf("%w: size %q is not a decimal number", ErrMalformedCheckpoint, lines[1])
 	}
-	hb, err := base64.StdEncoding.DecodeString(lines[2])
+	hb, err := base64.StdEncoding.Strict().DecodeString(lines[2])
 	if err != nil || len(hb) != tlog.HashSize {
 		return nil, fmt.Errorf("%w: root hash %q is not 32 bytes of base64", ErrMalformedCheckpoint, lines[2])
 	}

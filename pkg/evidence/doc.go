@@ -18,7 +18,10 @@
 // in its text form (for the gateway: the digest of the audit log's genesis
 // record without its evidence). Every field is length-prefixed, so no two
 // different (alg, key, nonce, statement) tuples encode to the same bytes.
-// [ReportData] computes it; the domain string is [BindingDomain].
+// [ReportData] computes it; the domain string is [BindingDomain]. Test
+// vector: key 32 bytes of 0x11, nonce de ad be ef, statement = SHA-256 of
+// "genesis" (sha256:aeebad4a...) give report data d0b0288d95bb1fc6...
+// (full value in binding_test.go).
 //
 // # Bundle
 //
@@ -36,7 +39,9 @@
 // ASK and ASVK; the Intel SGX Root CA) or explicitly supplied ones, never a
 // root carried by the evidence; the report signature; the binding; the nonce;
 // and reference values. Each check is a [Claim] with an EAR-like [Status]; the
-// worst status is the verdict. The package does no network I/O of its own:
-// certificate fetching and collateral retrieval are disabled in the vendor
-// libraries' options.
+// worst status is the verdict. The report formats are parsed with
+// go-sev-guest and go-tdx-guest (abi, kds, pcs, validate); the signature and
+// chain checks follow those libraries' verify packages (tests hold the two to
+// the same verdicts) but are done here, so that the package links no network
+// code at all: verification never fetches certificates or collateral.
 package evidence

@@ -1,0 +1,167 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/json"
+	"encoding/pem"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-sev-guest/abi"
+	labi "github.com/google/go-sev-guest/client/linuxabi"
+	spb "github.com/google/go-sev-guest/proto/sevsnp"
+	stest "github.com/google/go-sev-guest/testing"
+
+	"github.com/confidential-mcp/cmcp/internal/tee"
+	"github.com/confidential-mcp/cmcp/internal/ui"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/digest"
+	"github.com/confidential-mcp/cmcp/pkg/evidence"
+)
+
+// evidenceLog writes a short audit log whose genesis evidence comes from ev.
+func evidenceLog(t *testing.T, ev func(statement digest.Digest, pub ed25519.PublicKey) (json.RawMessage, error), platform string) string {
+	t.Helper()
+	_, key, _ := ed25519.GenerateKey(rand.Reader)
+	dir := filepath.Join(t.TempDir(), "log")
+	w, err := auditlog.Open(dir, auditlog.Options{Key: key, CheckpointEvery: 10, Durability: auditlog.DurabilityInterval,
+		Gateway: auditlog.GatewayInfo{Version: "test", Platform: platform}, Evidence: ev})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		c := &auditlog.Call{Session: "s1", Agent: "a", Tool: "fs__read", Upstream: "fs", EvidenceClass: evidence.ClassSpawnMeasured,
+			Args: w.Commit([]byte{byte(i)}), Decision: auditlog.DecisionAllow, PolicyMode: "enforcing",
+			PolicyBundle: digest.Bytes([]byte("bundle")), Outcome: auditlog.OutcomeForwarded}
+		if _, err := w.Append(context.Background(), c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func softwareEvidence(t *testing.T, mutate func(stmt *digest.Digest, pub *ed25519.PublicKey)) func(digest.Digest, ed25519.PublicKey) (json.RawMessage, error) {
+	return func(stmt digest.Digest, pub ed25519.PublicKey) (json.RawMessage, error) {
+		if mutate != nil {
+			mutate(&stmt, &pub)
+		}
+		b, err := tee.NewSoftware(nil).Attest(context.Background(), pub, []byte("boot-nonce"), stmt)
+		if err != nil {
+			return nil, err
+		}
+		return b.Marshal()
+	}
+}
+
+func TestVerifyChainSoftwareGenesisEvidence(t *testing.T) {
+	dir := evidenceLog(t, softwareEvidence(t, nil), evidence.PlatformSoftware)
+	code, out, errb := runCLI(t, "verify-chain", dir)
+	if code != 0 || !strings.Contains(out, "epoch 1: key and genesis statement bound by software evidence: UNATTESTED, development only") {
+		t.Fatalf("software genesis: %d\n%s\n%s", code, out, errb)
+	}
+	code, out, _ = runCLI(t, "-o", "json", "verify-chain", dir)
+	var doc struct {
+		Evidence []genesisEvidence `json:"evidence"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil || code != 0 || len(doc.Evidence) != 1 ||
+		doc.Evidence[0].Platform != "software" || doc.Evidence[0].Attested || doc.Evidence[0].Binding != evidence.BindingOurs {
+		t.Fatalf("json: %v %s", err, out)
+	}
+	code, _, errb = runCLI(t, "verify-chain", dir, "--require-attested")
+	if code != ui.ExitLogKey || !strings.Contains(errb, "software evidence") {
+		t.Fatalf("--require-attested on software: %d %s", code, errb)
+	}
+
+	// A gateway that bound another statement or another key: exit 12.
+	for name, mut := range map[string]func(*digest.Digest, *ed25519.PublicKey){
+		"statement": func(s *digest.Digest, _ *ed25519.PublicKey) { *s = digest.Bytes([]byte("other")) },
+		"key":       func(_ *digest.Digest, p *ed25519.PublicKey) { *p, _, _ = ed25519.GenerateKey(rand.Reader) },
+	} {
+		dir := evidenceLog(t, softwareEvidence(t, mut), evidence.PlatformSoftware)
+		code, out, errb := runCLI(t, "verify-chain", dir)
+		if code != ui.ExitLogKey || !strings.Contains(out+errb, "not the expected") {
+			t.Errorf("other %s bound: %d\n%s\n%s", name, code, out, errb)
+		}
+	}
+	// The genesis platform and the evidence disagree.
+	dir = evidenceLog(t, softwareEvidence(t, nil), evidence.PlatformSEVSNP)
+	if code, out, errb := runCLI(t, "verify-chain", dir); code != ui.ExitLogKey || !strings.Contains(out+errb, `genesis says platform "sev-snp" but its evidence is "software"`) {
+		t.Errorf("platform mismatch: %d\n%s\n%s", code, out, errb)
+	}
+	// No evidence at all: a warning, a failure with --require-attested.
+	dir = evidenceLog(t, nil, "")
+	if code, out, _ := runCLI(t, "verify-chain", dir); code != 0 || !strings.Contains(out, "carries no attestation evidence") {
+		t.Errorf("no evidence: %d %s", code, out)
+	}
+	if code, _, _ := runCLI(t, "verify-chain", dir, "--require-attested"); code != ui.ExitLogKey {
+		t.Errorf("no evidence, --require-attested: %d", code)
+	}
+}
+
+// SEV-SNP genesis evidence from go-sev-guest's fake AMD secure processor,
+// produced inside auditlog.Open for the real statement and key.
+func TestVerifyChainSNPGenesisEvidence(t *testing.T) {
+	var rootsPEM []byte
+	ev := func(stmt digest.Digest, pub ed25519.PublicKey) (json.RawMessage, error) {
+		nonce := []byte("boot-nonce")
+		rd, err := evidence.ReportData(pub, nonce, stmt)
+		if err != nil {
+			return nil, err
+		}
+		rep := &spb.Report{
+			Version: 3, Policy: abi.SnpPolicyToBytes(abi.SnpPolicy{SMT: true}), SignatureAlgo: abi.SignEcdsaP384Sha384,
+			ReportData: rd[:], Measurement: bytes.Repeat([]byte{0x77}, 48), HostData: make([]byte, 32), FamilyId: make([]byte, 16),
+			ImageId: make([]byte, 16), IdKeyDigest: make([]byte, 48), AuthorKeyDigest: make([]byte, 48), ReportId: make([]byte, 32),
+			ReportIdMa: make([]byte, 32), ChipId: make([]byte, 64), Signature: make([]byte, 512), Cpuid1EaxFms: 0x00a00f10,
+		}
+		raw, err := abi.ReportToAbiBytes(rep)
+		if err != nil {
+			return nil, err
+		}
+		var out [labi.SnpReportRespReportSize]byte
+		copy(out[:], raw)
+		qp, err := stest.TcQuoteProvider([]stest.TestCase{{Name: "genesis", Input: rd, Output: out}},
+			&stest.DeviceOptions{Now: time.Now(), Product: abi.SevProductFromCpuid1Eax(0x00a00f10)})
+		if err != nil {
+			return nil, err
+		}
+		var buf bytes.Buffer
+		for _, c := range [][]byte{qp.Device.Signer.Ark.Raw, qp.Device.Signer.Ask.Raw} {
+			pem.Encode(&buf, &pem.Block{Type: "CERTIFICATE", Bytes: c})
+		}
+		rootsPEM = buf.Bytes()
+		b, err := tee.NewSNP(qp, "test-device", nil).Attest(context.Background(), pub, nonce, stmt)
+		if err != nil {
+			return nil, err
+		}
+		return b.Marshal()
+	}
+	dir := evidenceLog(t, ev, evidence.PlatformSEVSNP)
+	roots := filepath.Join(t.TempDir(), "roots.pem")
+	os.WriteFile(roots, rootsPEM, 0o644)
+	code, out, errb := runCLI(t, "verify-chain", dir, "--roots", roots, "--require-attested")
+	if code != 0 || !strings.Contains(out, "epoch 1: key and genesis statement bound by verified sev-snp evidence") {
+		t.Fatalf("SNP genesis: %d\n%s\n%s", code, out, errb)
+	}
+	// The fake chain does not reach the embedded AMD roots.
+	code, out, errb = runCLI(t, "verify-chain", dir)
+	if code != ui.ExitLogKey || !strings.Contains(out+errb, "ARK-Milan of the embedded roots") {
+		t.Fatalf("SNP genesis, embedded roots: %d\n%s\n%s", code, out, errb)
+	}
+	// Reference values apply to the genesis evidence too.
+	ref := filepath.Join(t.TempDir(), "ref.json")
+	os.WriteFile(ref, []byte(`{"sev-snp": {"measurements": ["`+strings.Repeat("00", 48)+`"]}}`), 0o644)
+	code, out, errb = runCLI(t, "verify-chain", dir, "--roots", roots, "--reference", ref)
+	if code != ui.ExitLogKey || !strings.Contains(out+errb, "launch measurement 7777") {
+		t.Fatalf("SNP genesis, other measurement: %d\n%s\n%s", code, out, errb)
+	}
+}

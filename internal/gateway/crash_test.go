@@ -1,0 +1,247 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/confidential-mcp/cmcp/internal/config"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+)
+
+// gatewayEnv makes the test binary run Serve on the named configuration (a
+// real gateway process that the test can SIGKILL).
+const gatewayEnv = "CMCP_TEST_GATEWAY"
+
+func runGatewayProcess(cfgPath string) {
+	cfg, err := config.Load(cfgPath)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "gateway:", err)
+		os.Exit(4)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	err = Serve(ctx, cfg, ServeOptions{Environ: os.Environ(), Logger: logger, Started: func(endpoint string, _ *Gateway, _ *auditlog.Writer) {
+		fmt.Printf("READY %s\n", endpoint)
+	}})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "gateway:", err)
+		os.Exit(6)
+	}
+	os.Exit(0)
+}
+
+func freePort(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// startGatewayProcess runs the gateway as a separate process and returns its
+// endpoint.
+func startGatewayProcess(t *testing.T, cfgPath string) (*exec.Cmd, string) {
+	t.Helper()
+	exe, _ := selfDigest(t)
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), gatewayEnv+"="+cfgPath)
+	out, _ := cmd.StdoutPipe()
+	var stderr strings.Builder
+	cmd.Stderr = &lockedWriter{b: &stderr}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if ep, ok := strings.CutPrefix(sc.Text(), "READY "); ok {
+				ready <- ep
+			}
+		}
+	}()
+	select {
+	case ep := <-ready:
+		return cmd, ep
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("gateway process did not start:\n%s", stderr.String())
+	}
+	return nil, ""
+}
+
+func TestSIGKILLUnderLoad(t *testing.T) {
+	exe, pin := selfDigest(t)
+	dir := t.TempDir()
+	seen := filepath.Join(dir, "seen.txt")
+	cfgPath := filepath.Join(dir, "cmcp.yaml")
+	cfgText := fmt.Sprintf(`version: 1
+server:
+  listen: %s
+  tee: software
+audit:
+  dir: audit
+  durability: group
+upstreams:
+  - name: t
+    stdio:
+      command: %s
+      env: {%s: server, CMCP_TEST_SEEN: %s}
+    pin:
+      command: %s
+`, freePort(t), exe, childEnv, seen, pin)
+	if err := os.WriteFile(cfgPath, []byte(cfgText), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd, endpoint := startGatewayProcess(t, cfgPath)
+
+	// Eight agents call as fast as they can; the gateway is killed mid-way.
+	var sent atomic.Int64
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := mcp.NewClient(&mcp.Implementation{Name: "load", Version: "1"}, nil)
+			cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: endpoint, MaxRetries: -1}, nil)
+			if err != nil {
+				return
+			}
+			defer cs.Close()
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "t__record", Arguments: map[string]any{"text": fmt.Sprintf("a%d-%d", i, n)}})
+				cancel()
+				if err != nil {
+					return
+				}
+				sent.Add(1)
+			}
+		}()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for sent.Load() < 200 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	close(stop)
+	wg.Wait()
+	t.Logf("%d calls completed before SIGKILL", sent.Load())
+
+	// Restart: the writer recovers the crashed epoch and starts a new one.
+	cmd2, _ := startGatewayProcess(t, cfgPath)
+	cmd2.Process.Signal(syscall.SIGTERM)
+	if err := cmd2.Wait(); err != nil {
+		t.Fatalf("restarted gateway: %v", err)
+	}
+	auditDir := filepath.Join(dir, "audit")
+	rep, err := auditlog.Verify(auditDir, auditlog.VerifyOptions{})
+	if err != nil {
+		t.Fatalf("the log does not verify after SIGKILL and restart: %v", err)
+	}
+	if len(rep.Epochs) != 2 {
+		t.Fatalf("epochs: %d", len(rep.Epochs))
+	}
+
+	// Pdeathsig and the process group: no child outlived the gateway.
+	for _, r := range readRecords(t, auditDir) {
+		if r.Kind == "spawn" && r.Body["outcome"] == "started" {
+			var pid int
+			fmt.Sscan(r.Body["pid"].(string), &pid)
+			if pid > 0 && pidAlive(pid) {
+				if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); strings.Contains(string(b), exe) {
+					t.Errorf("child %d survived the gateway's SIGKILL", pid)
+				}
+			}
+		}
+	}
+
+	// Every call the upstream saw has its call record.
+	b, _ := os.ReadFile(seen)
+	upstreamSaw := strings.Count(string(b), "\n")
+	forwarded := 0
+	for _, r := range readRecords(t, auditDir) {
+		if r.Kind == "call" && r.Body["outcome"] == "forwarded" {
+			forwarded++
+		}
+	}
+	t.Logf("upstream saw %d calls; %d forwarded call records", upstreamSaw, forwarded)
+	if upstreamSaw == 0 || forwarded < upstreamSaw {
+		t.Fatalf("the upstream saw %d calls but only %d call records exist", upstreamSaw, forwarded)
+	}
+}
+
+func TestGracefulShutdownDrains(t *testing.T) {
+	exe, pin := selfDigest(t)
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "cmcp.yaml")
+	os.WriteFile(cfgPath, []byte(fmt.Sprintf(`version: 1
+server: {listen: %s, tee: software, shutdown_grace: 10s}
+audit: {dir: audit}
+upstreams:
+  - name: t
+    stdio: {command: %s, env: {%s: server}}
+    pin: {command: %s}
+`, freePort(t), exe, childEnv, pin)), 0o600)
+	cmd, endpoint := startGatewayProcess(t, cfgPath)
+	c := mcp.NewClient(&mcp.Implementation{Name: "drain", Version: "1"}, nil)
+	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: endpoint, MaxRetries: -1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	var res *mcp.CallToolResult
+	go func() {
+		var err error
+		res, err = cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "t__sleep", Arguments: map[string]any{"text": "1s"}})
+		done <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := <-done; err != nil {
+		t.Fatalf("the in-flight call was not drained: %v", err)
+	}
+	if firstText(res) != "slept 1s" {
+		t.Fatalf("result %q", firstText(res))
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("gateway exit: %v", err)
+	}
+	rep, err := auditlog.Verify(filepath.Join(dir, "audit"), auditlog.VerifyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Epochs[0].Sealed {
+		t.Fatal("the log was not sealed at shutdown")
+	}
+	rs := readRecords(t, filepath.Join(dir, "audit"))
+	if len(kinds(rs, "result")) != 1 || kinds(rs, "seal") == nil {
+		t.Fatalf("results %d, seal %v", len(kinds(rs, "result")), kinds(rs, "seal"))
+	}
+}

@@ -1,0 +1,197 @@
+package gateway
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/confidential-mcp/cmcp/pkg/digest"
+)
+
+func TestIdleSessionIsReaped(t *testing.T) {
+	h := newHarness(t, hconf{idle: 300 * time.Millisecond})
+	cs := h.connect("", nil)
+	pid := pidOf(t, cs, "t__pid")
+	// The agent goes away without DELETE: the session times out and its
+	// child is stopped.
+	eventually(t, 10*time.Second, func() string {
+		if pidAlive(pid) {
+			return "the idle session's child is still running"
+		}
+		return ""
+	})
+	eventually(t, 5*time.Second, func() string {
+		for _, r := range kinds(h.records(), "session") {
+			if r.Body["event"] == "end" {
+				return ""
+			}
+		}
+		return "no session end record"
+	})
+	if h.g.Sessions() != 0 {
+		t.Fatalf("%d sessions still live", h.g.Sessions())
+	}
+}
+
+func TestUpstreamListChanged(t *testing.T) {
+	h := newHarness(t, hconf{})
+	var changed, prompts atomic.Int32
+	cs := h.connect("", &mcp.ClientOptions{
+		ToolListChangedHandler:   func(context.Context, *mcp.ToolListChangedRequest) { changed.Add(1) },
+		PromptListChangedHandler: func(context.Context, *mcp.PromptListChangedRequest) { prompts.Add(1) },
+	})
+	if _, err := call(t, cs, "t__mutate", nil); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, func() string {
+		if changed.Load() == 0 {
+			return "the agent got no tools/list_changed"
+		}
+		if prompts.Load() == 0 {
+			return "the agent got no prompts/list_changed"
+		}
+		return ""
+	})
+	lt, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tl := range lt.Tools {
+		names = append(names, tl.Name)
+	}
+	if slices.Contains(names, "t__fail") || slices.Contains(names, "t__sneaky") {
+		t.Fatalf("after list_changed the agent sees %v", names)
+	}
+	pl, err := cs.ListPrompts(context.Background(), nil)
+	if err != nil || len(pl.Prompts) != 2 {
+		t.Fatalf("prompts after list_changed: %v %v", pl, err)
+	}
+	if _, err := call(t, cs, "t__sneaky", nil); err == nil {
+		t.Fatal("an added, unpinned tool was callable")
+	}
+	got := map[string]string{}
+	for _, r := range kinds(h.records(), "drift") {
+		got[r.Body["tool"].(string)] = r.Body["change"].(string) + "/" + r.Body["action"].(string)
+	}
+	if got["fail"] != "removed/refused" || got["sneaky"] != "new/refused" {
+		t.Fatalf("drift records: %v", got)
+	}
+}
+
+// certs makes a CA, a server certificate for 127.0.0.1 and a client
+// certificate for subject CN=agent-7.
+func certs(t *testing.T) (ca *x509.CertPool, server, client tls.Certificate) {
+	t.Helper()
+	key := func() *ecdsa.PrivateKey {
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	caKey := key()
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"}, NotBefore: time.Now().Add(-time.Hour),
+		NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caCert, _ := x509.ParseCertificate(caDER)
+	ca = x509.NewCertPool()
+	ca.AddCert(caCert)
+	leaf := func(serial int64, subj pkix.Name, usage x509.ExtKeyUsage, ips []net.IP) tls.Certificate {
+		k := key()
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: subj, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+			ExtKeyUsage: []x509.ExtKeyUsage{usage}, IPAddresses: ips, KeyUsage: x509.KeyUsageDigitalSignature}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &k.PublicKey, caKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: k}
+	}
+	server = leaf(2, pkix.Name{CommonName: "cmcp"}, x509.ExtKeyUsageServerAuth, []net.IP{net.ParseIP("127.0.0.1")})
+	client = leaf(3, pkix.Name{CommonName: "agent-7", Organization: []string{"acme"}}, x509.ExtKeyUsageClientAuth, nil)
+	return ca, server, client
+}
+
+func TestMutualTLSIdentity(t *testing.T) {
+	h := newHarness(t, hconf{})
+	ca, serverCert, clientCert := certs(t)
+	srv := httptest.NewUnstartedServer(h.g.HTTPHandler(HTTPOptions{ClientCerts: true}))
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{serverCert}, ClientCAs: ca, ClientAuth: tls.VerifyClientCertIfGiven}
+	srv.StartTLS()
+	defer srv.Close()
+
+	connect := func(withCert bool) (*mcp.ClientSession, error) {
+		tc := &tls.Config{RootCAs: ca}
+		if withCert {
+			tc.Certificates = []tls.Certificate{clientCert}
+		}
+		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tc}}
+		c := mcp.NewClient(&mcp.Implementation{Name: "mtls-agent", Version: "1"}, nil)
+		return c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: srv.URL, HTTPClient: hc, MaxRetries: -1}, nil)
+	}
+	if _, err := connect(false); err == nil {
+		t.Fatal("connected without a client certificate or token")
+	}
+	cs, err := connect(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	if _, err := call(t, cs, "t__echo", map[string]any{"text": "x"}); err != nil {
+		t.Fatal(err)
+	}
+	calls := kinds(h.records(), "call")
+	if agent := calls[len(calls)-1].Body["agent"].(string); !strings.HasPrefix(agent, "cert:") || !strings.Contains(agent, "CN=agent-7") {
+		t.Fatalf("agent identity %q, want the certificate subject", agent)
+	}
+}
+
+func TestMeasureTargetCheckedBeforeEverySpawn(t *testing.T) {
+	tree := t.TempDir()
+	os.WriteFile(filepath.Join(tree, "server.js"), []byte("console.log('v1')\n"), 0o644)
+	os.MkdirAll(filepath.Join(tree, "node_modules", "dep"), 0o755)
+	os.WriteFile(filepath.Join(tree, "node_modules", "dep", "index.js"), []byte("module.exports = 1\n"), 0o644)
+	pin, err := digest.Tree(context.Background(), tree, digest.TreeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, hconf{measure: tree, measurePin: pin})
+	a := h.connect("", nil)
+	if _, err := call(t, a, "t__echo", map[string]any{"text": "ok"}); err != nil {
+		t.Fatalf("matching tree: %v", err)
+	}
+	// A file deep in the package changes: the next spawn is refused.
+	os.WriteFile(filepath.Join(tree, "node_modules", "dep", "index.js"), []byte("module.exports = 'evil'\n"), 0o644)
+	b := h.connect("", nil)
+	_, err = call(t, b, "t__echo", map[string]any{"text": "no"})
+	if wireCode(err) != CodeUpstreamUnavailable || !strings.Contains(err.Error(), "measure target") || !strings.Contains(err.Error(), pin.String()) {
+		t.Fatalf("changed tree: %v", err)
+	}
+	refused := false
+	for _, s := range kinds(h.records(), "spawn") {
+		refused = refused || (s.Body["outcome"] == "refused" && s.Body["measure_target"] == tree)
+	}
+	if !refused {
+		t.Fatal("the refused spawn is not recorded with its measure target")
+	}
+}

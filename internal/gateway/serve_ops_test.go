@@ -1,0 +1,344 @@
+package gateway
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/confidential-mcp/cmcp/internal/config"
+	"github.com/confidential-mcp/cmcp/internal/upstream"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/digest"
+)
+
+// serveYAML runs the real gateway (Serve, as `cmcp serve` does) from the
+// configuration text in dir until the test ends, and returns the MCP
+// endpoint and the audit directory (the config must say `audit: {dir: audit}`).
+func serveYAML(t *testing.T, dir, yaml string, environ []string) (string, string) {
+	t.Helper()
+	path := filepath.Join(dir, "cmcp.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	started := make(chan string, 1)
+	done := make(chan error, 1)
+	logs := &strings.Builder{}
+	go func() {
+		done <- Serve(ctx, cfg, ServeOptions{
+			Environ: environ,
+			Logger:  slog.New(slog.NewTextHandler(&lockedWriter{b: logs}, nil)),
+			Metrics: NewMetrics(),
+			Started: func(endpoint string, _ *Gateway, _ *auditlog.Writer) { started <- endpoint },
+		})
+	}()
+	var endpoint string
+	select {
+	case endpoint = <-started:
+	case err := <-done:
+		cancel()
+		t.Fatalf("serve: %v\n%s", err, logs.String())
+	case <-time.After(60 * time.Second):
+		cancel()
+		t.Fatalf("serve did not start\n%s", logs.String())
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+		if t.Failed() {
+			t.Logf("gateway log:\n%s", clip(logs.String(), 6000))
+		}
+	})
+	return endpoint, filepath.Join(dir, "audit")
+}
+
+// connectWith opens an agent session with a bearer token ("" for none).
+func connectWith(endpoint, token string) (*mcp.ClientSession, error) {
+	hc := &http.Client{Transport: http.DefaultTransport}
+	if token != "" {
+		hc.Transport = bearer{tok: token, base: http.DefaultTransport}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := mcp.NewClient(&mcp.Implementation{Name: "ops-test", Version: "1"}, nil)
+	return c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: hc, MaxRetries: -1}, nil)
+}
+
+func httpDo(t *testing.T, method, url, token string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestServeAdminListenerIsSeparate runs `serve` with an agent token and an
+// admin section: the MCP listener has no admin paths, the agent's token
+// never opens the admin listener, the admin token is no agent token, and the
+// kill switch engaged on the admin listener stops the agent's calls.
+func TestServeAdminListenerIsSeparate(t *testing.T) {
+	exe, pin := selfDigest(t)
+	adminAddr := freePort(t)
+	dir := t.TempDir()
+	yaml := fmt.Sprintf(`version: 1
+server:
+  listen: 127.0.0.1:0
+  tee: software
+  tokens:
+    - identity: agent-a
+      sha256: %s
+audit:
+  dir: audit
+admin:
+  listen: %s
+  token_sha256: %s
+upstreams:
+  - name: t
+    stdio:
+      command: %s
+      env: {%s: server}
+    pin:
+      command: %s
+`, TokenDigest(testAgentToken), adminAddr, TokenDigest(testAdminToken), exe, childEnv, pin)
+	endpoint, auditDir := serveYAML(t, dir, yaml, os.Environ())
+	mcpBase := strings.TrimSuffix(endpoint, "/mcp")
+	admin := "http://" + adminAddr
+
+	for _, p := range []string{"/admin/kill-switch", "/admin/kill-switch/engage", "/admin/checkpoint", "/metrics", "/healthz", "/readyz"} {
+		for _, tok := range []string{testAgentToken, testAdminToken} {
+			method := "GET"
+			if strings.HasSuffix(p, "engage") || strings.HasSuffix(p, "checkpoint") {
+				method = "POST"
+			}
+			if code, body := httpDo(t, method, mcpBase+p, tok); code != http.StatusNotFound {
+				t.Errorf("%s %s on the MCP listener: %d %s, want 404", method, p, code, body)
+			}
+		}
+	}
+	if code, _ := httpDo(t, "GET", admin+"/metrics", testAgentToken); code != http.StatusUnauthorized {
+		t.Errorf("agent token on admin /metrics: %d, want 401", code)
+	}
+	if code, _ := httpDo(t, "POST", admin+"/admin/kill-switch/engage", testAgentToken); code != http.StatusUnauthorized {
+		t.Errorf("agent token on the kill switch: %d, want 401", code)
+	}
+	if _, err := connectWith(endpoint, testAdminToken); err == nil {
+		t.Errorf("the admin token opened an agent session on the MCP endpoint")
+	}
+
+	cs, err := connectWith(endpoint, testAgentToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "t__echo", Arguments: map[string]any{"text": "a"}}); err != nil {
+		t.Fatalf("call before the kill switch: %v", err)
+	}
+	if code, body := httpDo(t, "POST", admin+"/admin/kill-switch/engage", testAdminToken); code != 200 {
+		t.Fatalf("engage: %d %s", code, body)
+	}
+	_, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "t__echo", Arguments: map[string]any{"text": "b"}})
+	var je *jsonrpc.Error
+	if !errors.As(err, &je) || je.Code != CodeKillSwitch {
+		t.Fatalf("call while engaged: %v, want code %d", err, CodeKillSwitch)
+	}
+	if code, body := httpDo(t, "POST", admin+"/admin/kill-switch/clear", testAdminToken); code != 200 {
+		t.Fatalf("clear: %d %s", code, body)
+	}
+	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "t__echo", Arguments: map[string]any{"text": "c"}}); err != nil {
+		t.Fatalf("call after clearing: %v", err)
+	}
+	code, body := httpDo(t, "GET", admin+"/metrics", testAdminToken)
+	if code != 200 {
+		t.Fatalf("metrics: %d %s", code, body)
+	}
+	s := parseExposition(t, body)
+	if s[`cmcp_calls_total{upstream="t",decision="allow",outcome="ok"}`] != 2 {
+		t.Errorf("metrics do not count the two forwarded calls:\n%s", body)
+	}
+	if code, body := httpDo(t, "POST", admin+"/admin/checkpoint", testAdminToken); code != 200 {
+		t.Fatalf("checkpoint: %d %s", code, body)
+	}
+	var actions []string
+	for _, a := range adminRecords(t, auditDir) {
+		actions = append(actions, a.Action)
+	}
+	if strings.Join(actions, ",") != "kill_switch_on,kill_switch_off,checkpoint" {
+		t.Fatalf("admin records: %v", actions)
+	}
+}
+
+// newUpstreamCert generates a self-signed certificate for 127.0.0.1.
+func newUpstreamCert(t *testing.T) (tls.Certificate, *x509.Certificate) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: "pinned upstream"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, leaf
+}
+
+// TestServeHTTPUpstreamPinned fronts a real go-sdk HTTPS server whose key is
+// pinned: calls go through and are recorded as tls-pinned; with the pin of
+// another key the upstream is refused, and the agent is told which upstream
+// is unavailable and why.
+func TestServeHTTPUpstreamPinned(t *testing.T) {
+	const upstreamToken = "upstream-credential-5d1c"
+	s := mcp.NewServer(&mcp.Implementation{Name: "https-upstream", Version: "1"}, nil)
+	type in struct {
+		Text string `json:"text"`
+	}
+	mcp.AddTool(s, &mcp.Tool{Name: "echo", Description: "echoes text"},
+		func(ctx context.Context, req *mcp.CallToolRequest, a in) (*mcp.CallToolResult, any, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "pinned: " + a.Text}}}, nil, nil
+		})
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{SessionTimeout: time.Minute})
+	cert, leaf := newUpstreamCert(t)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer "+upstreamToken {
+			http.Error(w, "no credential", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	environ := append(os.Environ(), "REMOTE_TOKEN="+upstreamToken)
+	cfgFor := func(pin digest.Digest) string {
+		return fmt.Sprintf(`version: 1
+server:
+  listen: 127.0.0.1:0
+  tee: software
+audit:
+  dir: audit
+upstreams:
+  - name: remote
+    http:
+      url: %s/mcp
+      tls_pin: %s
+      bearer_token_env: REMOTE_TOKEN
+`, srv.URL, pin)
+	}
+
+	t.Run("right key", func(t *testing.T) {
+		endpoint, auditDir := serveYAML(t, t.TempDir(), cfgFor(upstream.SPKIDigest(leaf)), environ)
+		cs, err := connectWith(endpoint, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cs.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "remote__echo", Arguments: map[string]any{"text": "hi"}})
+		if err != nil || res.IsError || res.Content[0].(*mcp.TextContent).Text != "pinned: hi" {
+			t.Fatalf("call: %v %+v", err, res)
+		}
+		var class string
+		for _, rec := range readAuditRecords(t, auditDir) {
+			if c, ok := rec.(*auditlog.Call); ok {
+				class = c.EvidenceClass
+			}
+		}
+		if class != upstream.ClassTLSPinned {
+			t.Fatalf("call record evidence class %q, want %q", class, upstream.ClassTLSPinned)
+		}
+	})
+
+	t.Run("wrong key", func(t *testing.T) {
+		_, other := newUpstreamCert(t)
+		endpoint, _ := serveYAML(t, t.TempDir(), cfgFor(upstream.SPKIDigest(other)), environ)
+		cs, err := connectWith(endpoint, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cs.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "remote__echo", Arguments: map[string]any{"text": "hi"}})
+		var je *jsonrpc.Error
+		if !errors.As(err, &je) || je.Code != CodeUpstreamUnavailable ||
+			!strings.Contains(je.Message, `upstream "remote"`) || !strings.Contains(je.Message, "does not match tls_pin") {
+			t.Fatalf("call through a wrong pin: %v, want code %d naming the upstream and the pin", err, CodeUpstreamUnavailable)
+		}
+		t.Logf("refused as expected: %s", je.Message)
+	})
+}
+
+func readAuditRecords(t *testing.T, dir string) []auditlog.Record {
+	t.Helper()
+	r, err := auditlog.NewReader(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var out []auditlog.Record
+	for {
+		e, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, err := e.Decode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, rec)
+	}
+}

@@ -1,0 +1,89 @@
+package upstream
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/confidential-mcp/cmcp/pkg/digest"
+)
+
+func writeScript(t *testing.T, body string) (string, digest.Digest) {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "server.sh")
+	if err := os.WriteFile(p, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, d, err := digest.OpenFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	return p, d
+}
+
+func TestSpawnScriptRunsMeasuredBytes(t *testing.T) {
+	p, d := writeScript(t, "#!/bin/sh\necho started >&2\nexit 4\n")
+	exits := make(chan ExitEvent, 1)
+	var spawned SpawnEvent
+	hooks := Hooks{Spawn: func(ev SpawnEvent) error { spawned = ev; return nil }, Exit: func(ev ExitEvent) { exits <- ev }}
+	c, err := Spawn(context.Background(), StdioSpec{Name: "s", Command: p, Pin: d}, os.Environ(), hooks, "per-session")
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-exits:
+		// 4 means the script itself ran (126/127 would mean the exec path broke).
+		if ev.ExitCode != 4 || ev.StderrBytes != int64(len("started\n")) {
+			t.Fatalf("exit %+v", ev)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("script did not exit")
+	}
+	c.Stop()
+	if spawned.Class != ClassSpawnMeasured || !strings.Contains(spawned.Reason, "interpreter is not covered") {
+		t.Fatalf("spawn event %+v", spawned)
+	}
+}
+
+func TestSpawnRefusals(t *testing.T) {
+	p, d := writeScript(t, "#!/bin/sh\nexit 0\n")
+	for _, tc := range []struct {
+		name string
+		spec StdioSpec
+		want error
+		msg  string
+	}{
+		{"mismatch", StdioSpec{Name: "s", Command: p, Pin: digest.Bytes([]byte("other"))}, ErrPinMismatch, "but the pin is"},
+		{"unpinned", StdioSpec{Name: "s", Command: p}, ErrUnpinned, "has no pin"},
+		{"missing", StdioSpec{Name: "s", Command: filepath.Join(t.TempDir(), "nope"), Pin: d}, nil, "nope"},
+		{"target mismatch", StdioSpec{Name: "s", Command: p, Pin: d, MeasurePath: p, MeasurePin: digest.Bytes([]byte("x"))}, ErrPinMismatch, "measure target"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var refused bool
+			_, err := Spawn(context.Background(), tc.spec, os.Environ(), Hooks{Spawn: func(ev SpawnEvent) error { refused = ev.Refused; return nil }}, "per-session")
+			if err == nil || !strings.Contains(err.Error(), tc.msg) || !strings.Contains(err.Error(), `upstream "s"`) {
+				t.Fatalf("err = %v", err)
+			}
+			if tc.want != nil && !errors.Is(err, tc.want) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+			if !refused {
+				t.Fatal("the refusal was not reported to the hook")
+			}
+		})
+	}
+}
+
+func TestChildEnv(t *testing.T) {
+	env := childEnv(StdioSpec{EnvAllow: []string{"PATH", "KEEP"}, Env: map[string]string{"SET": "1", "PATH": "/override"}},
+		[]string{"PATH=/bin", "KEEP=yes", "SECRET=no"})
+	got := strings.Join(env, " ")
+	if got != "PATH=/override KEEP=yes SET=1" {
+		t.Fatalf("env = %q", got)
+	}
+}

@@ -1,0 +1,186 @@
+package auditlog
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// unseal drops the seal and final checkpoint of a closed epoch, leaving it
+// as a crashed writer would (records after the last checkpoint unsealed).
+func unseal(t *testing.T, seg string) [][]byte {
+	t.Helper()
+	b, err := os.ReadFile(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := bytes.Split(bytes.TrimSuffix(b, []byte("\n")), []byte("\n"))
+	lines = lines[:len(lines)-2]
+	if err := os.WriteFile(seg, append(bytes.Join(lines, []byte("\n")), '\n'), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return lines
+}
+
+func TestRecoveryCutsTornTail(t *testing.T) {
+	dir := t.TempDir()
+	writeLog(t, dir, Options{CheckpointEvery: 40}, 100, 1)
+	seg := filepath.Join(dir, "epoch-000001", "seg-000001.jsonl")
+	unseal(t, seg)
+	before, _ := os.ReadFile(seg)
+	torn := []byte(`{"body":{"agent":"agent-a","args":{"bytes":"1`)
+	f, _ := os.OpenFile(seg, os.O_WRONLY|os.O_APPEND, 0)
+	f.Write(torn)
+	f.Close()
+
+	// The verifier reports the torn line as a crash symptom, not a failure.
+	rep, err := Verify(dir, VerifyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(strings.Join(rep.Warnings, "\n"), "incomplete line of 45 bytes") {
+		t.Fatalf("warnings %q", rep.Warnings)
+	}
+
+	w, err := Open(dir, Options{Key: testKey(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := os.ReadFile(seg)
+	if !bytes.Equal(after, before) {
+		t.Fatalf("segment not cut back to its last complete line (%d bytes, want %d)", len(after), len(before))
+	}
+	saved, _ := filepath.Glob(seg + ".torn-*")
+	if len(saved) != 1 {
+		t.Fatalf("torn bytes not saved: %v", saved)
+	}
+	if b, _ := os.ReadFile(saved[0]); !bytes.Equal(b, torn) {
+		t.Fatalf("saved %q", b)
+	}
+	res, err := scanEpoch(dir, 2, scanOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := res.Recovery
+	if r == nil || r.Epoch != 1 || r.DroppedBytes != int64(len(torn)) || r.Offset != int64(len(before)) || r.Unsealed == 0 {
+		t.Fatalf("recovery record %+v", r)
+	}
+	if _, err := Verify(dir, VerifyOptions{}); err != nil {
+		t.Fatalf("after recovery: %v", err)
+	}
+}
+
+func TestRecoveryCutsDamagedLineAfterLastCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	writeLog(t, dir, Options{CheckpointEvery: 40}, 100, 1)
+	seg := filepath.Join(dir, "epoch-000001", "seg-000001.jsonl")
+	lines := unseal(t, seg)
+	// A block of zeros where the last records should be (a crash on a
+	// filesystem that extended the file before the data reached it).
+	last := len(lines) - 3
+	lines[last] = bytes.Repeat([]byte{0}, len(lines[last]))
+	os.WriteFile(seg, append(bytes.Join(lines, []byte("\n")), '\n'), 0o600)
+	w, err := Open(dir, Options{Key: testKey(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	res, err := scanEpoch(dir, 2, scanOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := res.Recovery; r == nil || r.Records != int64(last) || !strings.Contains(r.Reason, "damaged record") {
+		t.Fatalf("recovery %+v", res.Recovery)
+	}
+	if _, err := Verify(dir, VerifyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRecoveryRefusesDamageBeforeCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	writeLog(t, dir, Options{CheckpointEvery: 40}, 100, 1)
+	seg := filepath.Join(dir, "epoch-000001", "seg-000001.jsonl")
+	lines := unseal(t, seg)
+	lines[10] = bytes.Replace(lines[10], []byte(`"allow"`), []byte(`"deny"`), 1)
+	os.WriteFile(seg, append(bytes.Join(lines, []byte("\n")), '\n'), 0o600)
+	_, err := Open(dir, Options{Key: testKey(t)})
+	var te *TamperError
+	if !errors.As(err, &te) {
+		t.Fatalf("Open on a tampered log: %v", err)
+	}
+	if !strings.Contains(err.Error(), "before its last signed checkpoint") || te.Err.Pos.Index != 11 || len(te.Hints()) == 0 {
+		t.Fatalf("error %v (index %d)", err, te.Err.Pos.Index)
+	}
+	if eps, _ := listEpochs(dir); len(eps) != 1 {
+		t.Fatalf("a new epoch was started on a tampered log: %v", eps)
+	}
+}
+
+func TestRecoveryMovesAsideEpochWithoutGenesis(t *testing.T) {
+	dir := t.TempDir()
+	writeLog(t, dir, Options{}, 5, 1)
+	// A writer died while creating epoch 2: directory and an empty segment.
+	os.Mkdir(filepath.Join(dir, "epoch-000002"), 0o700)
+	os.WriteFile(filepath.Join(dir, "epoch-000002", "seg-000001.jsonl"), []byte(`{"body":{"check`), 0o600)
+	w, err := Open(dir, Options{Key: testKey(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, _ := w.Epoch(); e != 2 {
+		t.Fatalf("new epoch %d, want 2", e)
+	}
+	w.Close()
+	if m, _ := filepath.Glob(filepath.Join(dir, "aborted-epoch-000002-*")); len(m) != 1 {
+		t.Fatalf("aborted epoch not moved aside: %v", m)
+	}
+	if _, err := Verify(dir, VerifyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFatalWriteError makes the segment's descriptor refer to /dev/full
+// (every write fails with ENOSPC): the Append fails, and so does every
+// later one, with the same error; Close reports it too.
+func TestFatalWriteError(t *testing.T) {
+	dir := t.TempDir()
+	w, err := Open(dir, Options{Key: testKey(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Append(context.Background(), sampleCall(w, 0)); err != nil {
+		t.Fatal(err)
+	}
+	full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer full.Close()
+	if err := syscall.Dup2(int(full.Fd()), int(w.f.Fd())); err != nil {
+		t.Fatal(err)
+	}
+	_, err1 := w.Append(context.Background(), sampleCall(w, 1))
+	var fe *FatalError
+	if !errors.As(err1, &fe) || !errors.Is(err1, syscall.ENOSPC) {
+		t.Fatalf("append on a full disk: %v", err1)
+	}
+	for i := range 3 {
+		if _, err := w.Append(context.Background(), sampleCall(w, 2+i)); err != err1 {
+			t.Fatalf("append %d after the fatal error: %v", i, err)
+		}
+	}
+	if err := w.Checkpoint(); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("checkpoint: %v", err)
+	}
+	if err := w.Close(); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("close: %v", err)
+	}
+}

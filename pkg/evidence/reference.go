@@ -1,0 +1,134 @@
+package evidence
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+)
+
+// ReferenceValues are what an auditor expects of the platform, read from a
+// JSON file. A section that is absent leaves its claims as warnings ("not
+// checked"); debug-enabled guests are rejected whatever the file says.
+//
+//	{
+//	  "sev-snp": {
+//	    "measurements": ["<96 hex>", ...],          // any of these launch measurements
+//	    "host_data": "<64 hex>",                    // exact HOST_DATA
+//	    "minimum_tcb": {"bootloader": 3, "tee": 0, "snp": 8, "microcode": 115},
+//	    "minimum_guest_svn": 0,
+//	    "allow_smt": true,                          // default true
+//	    "allow_migrate_ma": false,                  // default false
+//	    "vmpl": 0                                   // exact VMPL, if given
+//	  },
+//	  "tdx": {
+//	    "mr_td": ["<96 hex>", ...],                 // any of these MRTDs
+//	    "rtmrs": ["<96 hex>", "", "<96 hex>", ""],  // RTMR0..3, "" = not checked
+//	    "mr_config_id": "<96 hex>",
+//	    "mr_seam": ["<96 hex>", ...],
+//	    "td_attributes": "<16 hex>",                // exact TDATTRIBUTES
+//	    "xfam": "<16 hex>",
+//	    "minimum_tee_tcb_svn": "<32 hex>"           // component-wise minimum
+//	  }
+//	}
+type ReferenceValues struct {
+	SEVSNP *SNPReference `json:"sev-snp,omitempty"`
+	TDX    *TDXReference `json:"tdx,omitempty"`
+}
+
+// SNPReference holds SEV-SNP reference values.
+type SNPReference struct {
+	Measurements    []HexBytes `json:"measurements,omitempty"`
+	HostData        HexBytes   `json:"host_data,omitempty"`
+	MinimumTCB      *SNPTCB    `json:"minimum_tcb,omitempty"`
+	MinimumGuestSVN uint32     `json:"minimum_guest_svn,omitempty"`
+	AllowSMT        *bool      `json:"allow_smt,omitempty"`
+	AllowMigrateMA  bool       `json:"allow_migrate_ma,omitempty"`
+	VMPL            *uint32    `json:"vmpl,omitempty"`
+}
+
+// SNPTCB is a minimum TCB by component security patch level.
+type SNPTCB struct {
+	Bootloader uint8 `json:"bootloader"`
+	TEE        uint8 `json:"tee"`
+	SNP        uint8 `json:"snp"`
+	Microcode  uint8 `json:"microcode"`
+}
+
+// TDXReference holds TDX reference values.
+type TDXReference struct {
+	MRTD             []HexBytes `json:"mr_td,omitempty"`
+	RTMRs            []HexBytes `json:"rtmrs,omitempty"`
+	MRConfigID       HexBytes   `json:"mr_config_id,omitempty"`
+	MRSeam           []HexBytes `json:"mr_seam,omitempty"`
+	TDAttributes     HexBytes   `json:"td_attributes,omitempty"`
+	XFAM             HexBytes   `json:"xfam,omitempty"`
+	MinimumTEETCBSVN HexBytes   `json:"minimum_tee_tcb_svn,omitempty"`
+}
+
+// ParseReferenceValues reads reference values strictly: unknown fields,
+// wrong lengths and trailing data are errors.
+func ParseReferenceValues(data []byte) (*ReferenceValues, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var rv ReferenceValues
+	if err := dec.Decode(&rv); err != nil {
+		return nil, fmt.Errorf("reference values: %s", jsonErr(data, err))
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("reference values: trailing data after the JSON document")
+	}
+	if rv.SEVSNP == nil && rv.TDX == nil {
+		return nil, fmt.Errorf(`reference values: neither a "sev-snp" nor a "tdx" section`)
+	}
+	if s := rv.SEVSNP; s != nil {
+		for i, m := range s.Measurements {
+			if len(m) != 48 {
+				return nil, fmt.Errorf("reference values: sev-snp.measurements[%d] is %d bytes, want 48", i, len(m))
+			}
+		}
+		if len(s.HostData) != 0 && len(s.HostData) != 32 {
+			return nil, fmt.Errorf("reference values: sev-snp.host_data is %d bytes, want 32", len(s.HostData))
+		}
+	}
+	if t := rv.TDX; t != nil {
+		for name, list := range map[string][]HexBytes{"mr_td": t.MRTD, "mr_seam": t.MRSeam} {
+			for i, m := range list {
+				if len(m) != 48 {
+					return nil, fmt.Errorf("reference values: tdx.%s[%d] is %d bytes, want 48", name, i, len(m))
+				}
+			}
+		}
+		if len(t.RTMRs) > 4 {
+			return nil, fmt.Errorf("reference values: tdx.rtmrs has %d entries, at most 4", len(t.RTMRs))
+		}
+		for i, m := range t.RTMRs {
+			if len(m) != 0 && len(m) != 48 {
+				return nil, fmt.Errorf("reference values: tdx.rtmrs[%d] is %d bytes, want 48 (or \"\" to skip)", i, len(m))
+			}
+		}
+		for name, v := range map[string]struct {
+			b    HexBytes
+			size int
+		}{"mr_config_id": {t.MRConfigID, 48}, "td_attributes": {t.TDAttributes, 8}, "xfam": {t.XFAM, 8}, "minimum_tee_tcb_svn": {t.MinimumTEETCBSVN, 16}} {
+			if len(v.b) != 0 && len(v.b) != v.size {
+				return nil, fmt.Errorf("reference values: tdx.%s is %d bytes, want %d", name, len(v.b), v.size)
+			}
+		}
+	}
+	return &rv, nil
+}
+
+// ReadReferenceFile reads reference values from a file.
+func ReadReferenceFile(path string) (*ReferenceValues, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	rv, err := ParseReferenceValues(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return rv, nil
+}

@@ -1,0 +1,68 @@
+package evidence
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/google/go-tdx-guest/testing/testdata"
+)
+
+// Every reference value that can be written is enforced.
+func TestEveryReferenceValueIsEnforced(t *testing.T) {
+	bd := newBinding(t)
+	snp, snpRoots, _ := fakeSNPQuote(t, bd.rd, snpFake{})
+	f, no := false, uint32(1)
+	snpCases := map[string]struct {
+		ref    SNPReference
+		claim  string
+		reason string
+	}{
+		"vmpl":              {SNPReference{VMPL: &no}, ClaimPolicy, "VMPL 0, expected 1"},
+		"minimum_guest_svn": {SNPReference{MinimumGuestSVN: 5}, ClaimPolicy, "GUEST_SVN 0 below the minimum 5"},
+		"allow_smt false":   {SNPReference{AllowSMT: &f}, ClaimPolicy, "SMT is allowed"},
+		"host_data":         {SNPReference{HostData: bytes.Repeat([]byte{2}, 32)}, ClaimHostData, "HOST_DATA"},
+		"measurements":      {SNPReference{Measurements: []HexBytes{make([]byte, 48)}}, ClaimMeasurement, "not among"},
+		"minimum_tcb":       {SNPReference{MinimumTCB: &SNPTCB{Microcode: 200}}, ClaimTCB, "microcode 115 < 200"},
+	}
+	for name, c := range snpCases {
+		ref := c.ref
+		r, _ := Verify(snpBundle(t, bd, snp), VerifyOptions{Roots: snpRoots, Reference: &ReferenceValues{SEVSNP: &ref}})
+		if cl := r.Claim(c.claim); cl == nil || cl.Status != StatusContraindicated || !strings.Contains(cl.Reason, c.reason) {
+			t.Errorf("sev-snp %s: %+v", name, r.Claims)
+		}
+	}
+	other := bytes.Repeat([]byte{0x33}, 48)
+	tdxCases := map[string]struct {
+		ref    TDXReference
+		claim  string
+		reason string
+	}{
+		"td_attributes":       {TDXReference{TDAttributes: make([]byte, 8)}, ClaimPolicy, "TDATTRIBUTES 0000004000000000, expected 0000000000000000"},
+		"xfam":                {TDXReference{XFAM: make([]byte, 8)}, ClaimPolicy, "XFAM e71a060000000000, expected"},
+		"mr_seam":             {TDXReference{MRSeam: []HexBytes{other}}, ClaimPolicy, "MRSEAM"},
+		"mr_config_id":        {TDXReference{MRConfigID: other}, ClaimHostData, "MRCONFIGID"},
+		"mr_td":               {TDXReference{MRTD: []HexBytes{other}}, ClaimMeasurement, "MRTD"},
+		"rtmrs":               {TDXReference{RTMRs: []HexBytes{nil, nil, nil, other}}, ClaimMeasurement, "RTMR3"},
+		"minimum_tee_tcb_svn": {TDXReference{MinimumTEETCBSVN: bytes.Repeat([]byte{9}, 16)}, ClaimTCB, "below the minimum"},
+	}
+	for name, c := range tdxCases {
+		ref := c.ref
+		r, _ := VerifyRaw(testdata.RawQuote, nil, VerifyOptions{Now: sampleAt, Reference: &ReferenceValues{TDX: &ref}})
+		if cl := r.Claim(c.claim); cl == nil || cl.Status != StatusContraindicated || !strings.Contains(cl.Reason, c.reason) {
+			t.Errorf("tdx %s: %+v", name, r.Claims)
+		}
+	}
+	// Malformed reference files are refused with the field named.
+	for _, bad := range []string{
+		`{"sev-snp": {"measurements": ["00"]}}`,
+		`{"tdx": {"rtmrs": ["", "", "", "", ""]}}`,
+		`{"tdx": {"xfam": "00"}}`,
+		`{"tdx": {"debug": true}}`,
+		`{}`,
+	} {
+		if _, err := ParseReferenceValues([]byte(bad)); err == nil {
+			t.Errorf("accepted %s", bad)
+		}
+	}
+}

@@ -1,0 +1,303 @@
+package evidence
+
+import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/pem"
+	"fmt"
+	"strings"
+
+	tabi "github.com/google/go-tdx-guest/abi"
+	"github.com/google/go-tdx-guest/pcs"
+	tpb "github.com/google/go-tdx-guest/proto/tdx"
+)
+
+// ParseTDX parses a raw TDX quote; only version 4 is accepted.
+func ParseTDX(raw []byte) (*tpb.QuoteV4, error) {
+	q, err := tabi.QuoteToProto(raw)
+	if err != nil {
+		return nil, fmt.Errorf("TDX quote: %v", err)
+	}
+	q4, ok := q.(*tpb.QuoteV4)
+	if !ok {
+		return nil, fmt.Errorf("TDX quote is %T, want version 4", q)
+	}
+	return q4, nil
+}
+
+// tdAttrDebug is bit 0 of TDATTRIBUTES: the TD is debuggable.
+const tdAttrDebug = 1
+
+// Fixed bits (Intel TDX module ABI, as in go-tdx-guest v0.3.1's validate).
+const (
+	xfamFixed1         = 0x00000003
+	xfamFixed0         = 0x0006DBE7
+	tdAttributesFixed0 = 0x1 | 1<<28 | 1<<30 | 1<<63 // DEBUG, SEPT_VE_DISABLE, PKS, PERFMON
+)
+
+// verifyTDXChain checks a quote the way go-tdx-guest's verify does without
+// collateral: the quote's structure; its PCK chain (leaf, intermediate, root
+// as PEM, all X.509 v3 ECDSA P-256 with SHA-256, Intel's subject names, each
+// signed by the next); the PCK leaf chained through the quote's intermediate
+// to a root of o.Roots (never the quote's own root) and valid at o.Now; the
+// QE report signed by the PCK key; the QE report data committing to the
+// attestation key; and the quote signature over header and body by that key.
+func verifyTDXChain(q *tpb.QuoteV4, o *VerifyOptions) error {
+	if o.Roots.nIntel == 0 {
+		return fmt.Errorf("no Intel root CA in %s", o.Roots.Source)
+	}
+	if err := tabi.CheckQuoteV4(q); err != nil {
+		return fmt.Errorf("TDX quote: %v", err)
+	}
+	if q.GetHeader().GetTeeType() != 0x81 {
+		return fmt.Errorf("TDX quote: TEE type 0x%x is not TDX (0x81)", q.GetHeader().GetTeeType())
+	}
+	qerc := q.GetSignedData().GetCertificationData().GetQeReportCertificationData()
+	chain, err := pckChain(qerc.GetPckCertificateChainData().GetPckCertChain())
+	if err != nil {
+		return err
+	}
+	leaf, inter, root := chain[0], chain[1], chain[2]
+	for _, c := range []struct {
+		cert, parent *x509.Certificate
+		names        []string
+	}{
+		{root, root, []string{"Intel SGX Root CA"}},
+		{inter, root, []string{"Intel SGX PCK Platform CA", "Intel SGX PCK Processor CA"}},
+		{leaf, inter, []string{"Intel SGX PCK Certificate"}},
+	} {
+		if err := checkIntelCert(c.cert, c.parent, c.names); err != nil {
+			return fmt.Errorf("TDX PCK chain: %v", err)
+		}
+	}
+	if _, err := pcs.PckCertificateExtensions(leaf); err != nil {
+		return fmt.Errorf("TDX PCK certificate extensions: %v", err)
+	}
+	inters := x509.NewCertPool()
+	inters.AddCert(inter)
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: o.Roots.intel, Intermediates: inters, CurrentTime: o.Now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+		return fmt.Errorf("TDX PCK certificate does not chain to the Intel SGX Root CA of the %s roots: %v", o.Roots.Source, err)
+	}
+	qeRaw, err := tabi.EnclaveReportToAbiBytes(qerc.GetQeReport())
+	if err != nil {
+		return fmt.Errorf("TDX QE report: %v", err)
+	}
+	sig, err := tabi.SignatureToDER(qerc.GetQeReportSignature())
+	if err != nil {
+		return fmt.Errorf("TDX QE report signature: %v", err)
+	}
+	if err := leaf.CheckSignature(x509.ECDSAWithSHA256, qeRaw, sig); err != nil {
+		return fmt.Errorf("TDX QE report signature does not verify with the PCK certificate: %v", err)
+	}
+	ak := q.GetSignedData().GetEcdsaAttestationKey()
+	want := sha256.Sum256(append(bytes.Clone(ak), qerc.GetQeAuthData().GetData()...))
+	rd := qerc.GetQeReport().GetReportData()
+	if len(rd) != 64 || !bytes.Equal(rd[:32], want[:]) || !bytes.Equal(rd[32:], make([]byte, 32)) {
+		return fmt.Errorf("TDX QE report data does not commit to the quote's attestation key")
+	}
+	akPub, err := ecdsa.ParseUncompressedPublicKey(elliptic.P256(), append([]byte{4}, ak...))
+	if err != nil {
+		return fmt.Errorf("TDX attestation key: %v", err)
+	}
+	hdr, err := tabi.HeaderToAbiBytes(q.GetHeader())
+	if err != nil {
+		return fmt.Errorf("TDX quote header: %v", err)
+	}
+	body, err := tabi.TdQuoteBodyToAbiBytes(q.GetTdQuoteBody())
+	if err != nil {
+		return fmt.Errorf("TDX quote body: %v", err)
+	}
+	qsig, err := tabi.SignatureToDER(q.GetSignedData().GetSignature())
+	if err != nil {
+		return fmt.Errorf("TDX quote signature: %v", err)
+	}
+	digest := sha256.Sum256(append(hdr, body...))
+	if !ecdsa.VerifyASN1(akPub, digest[:], qsig) {
+		return fmt.Errorf("TDX quote signature does not verify with the attestation key (header or body changed)")
+	}
+	return nil
+}
+
+func pckChain(data []byte) ([]*x509.Certificate, error) {
+	var out []*x509.Certificate
+	rest := data
+	for i := 0; i < 3; i++ {
+		var blk *pem.Block
+		blk, rest = pem.Decode(rest)
+		if blk == nil || blk.Type != "CERTIFICATE" {
+			return nil, fmt.Errorf("TDX PCK chain: certificate %d of 3 missing or not PEM", i+1)
+		}
+		c, err := x509.ParseCertificate(blk.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("TDX PCK chain: certificate %d: %v", i+1, err)
+		}
+		out = append(out, c)
+	}
+	if len(rest) != 0 && !bytes.Equal(rest, []byte{0}) {
+		return nil, fmt.Errorf("TDX PCK chain: %d unexpected bytes after the third certificate", len(rest))
+	}
+	return out, nil
+}
+
+func checkIntelCert(c, parent *x509.Certificate, names []string) error {
+	if c.Version != 3 || c.SignatureAlgorithm != x509.ECDSAWithSHA256 {
+		return fmt.Errorf("%q: version %d, signature %v (want 3, ECDSA-SHA256)", c.Subject.CommonName, c.Version, c.SignatureAlgorithm)
+	}
+	if pub, ok := c.PublicKey.(*ecdsa.PublicKey); !ok || pub.Curve != elliptic.P256() {
+		return fmt.Errorf("%q: key is not ECDSA P-256", c.Subject.CommonName)
+	}
+	ok := false
+	for _, n := range names {
+		ok = ok || c.Subject.CommonName == n
+	}
+	if !ok {
+		return fmt.Errorf("subject %q, want %q", c.Subject.CommonName, names)
+	}
+	if !bytes.Equal(c.RawIssuer, parent.RawSubject) {
+		return fmt.Errorf("%q: issuer is not %q", c.Subject.CommonName, parent.Subject.CommonName)
+	}
+	if err := c.CheckSignatureFrom(parent); err != nil {
+		return fmt.Errorf("%q: not signed by %q: %v", c.Subject.CommonName, parent.Subject.CommonName, err)
+	}
+	return nil
+}
+
+// verifyTDX appraises a TDX quote v4 and returns its REPORTDATA if the
+// signature chain verified, else nil.
+func verifyTDX(r *Result, raw []byte, o *VerifyOptions) []byte {
+	q, err := ParseTDX(raw)
+	if err != nil {
+		r.add(ClaimEvidence, StatusContraindicated, FailEvidence, "%v", err)
+		return nil
+	}
+	body := q.GetTdQuoteBody()
+	r.field("version", fmt.Sprint(q.GetHeader().GetVersion()))
+	r.field("mr_td", hex.EncodeToString(body.GetMrTd()))
+	for i, m := range body.GetRtmrs() {
+		r.field(fmt.Sprintf("rtmr%d", i), hex.EncodeToString(m))
+	}
+	r.field("mr_seam", hex.EncodeToString(body.GetMrSeam()))
+	r.field("mr_config_id", hex.EncodeToString(body.GetMrConfigId()))
+	r.field("td_attributes", hex.EncodeToString(body.GetTdAttributes()))
+	r.field("xfam", hex.EncodeToString(body.GetXfam()))
+	r.field("tee_tcb_svn", hex.EncodeToString(body.GetTeeTcbSvn()))
+	r.field("report_data", hex.EncodeToString(body.GetReportData()))
+	if err := verifyTDXChain(q, o); err != nil {
+		r.add(ClaimEvidence, StatusContraindicated, FailEvidence, "%v", err)
+		return nil
+	}
+	r.add(ClaimEvidence, StatusAffirming, "", "TDX quote v4 signed by the QE attestation key, QE report signed by the PCK, PCK chain to the Intel SGX Root CA")
+	rootsClaim(r, o)
+
+	attrs := body.GetTdAttributes()
+	if len(attrs) != 8 || attrs[0]&tdAttrDebug != 0 {
+		r.add(ClaimDebug, StatusContraindicated, FailRefValue, "TDATTRIBUTES %s has DEBUG set: the host can read and change TD memory", hex.EncodeToString(attrs))
+	} else {
+		r.add(ClaimDebug, StatusAffirming, "", "TDATTRIBUTES.DEBUG is off")
+	}
+	var ref *TDXReference
+	if o.Reference != nil {
+		ref = o.Reference.TDX
+	}
+	tdxPolicyClaim(r, q, ref)
+	tdxMeasurementClaims(r, body, ref)
+	tdxTCBClaim(r, body, ref)
+	return body.GetReportData()
+}
+
+func tdxPolicyClaim(r *Result, q *tpb.QuoteV4, ref *TDXReference) {
+	body := q.GetTdQuoteBody()
+	var bad []string
+	// The fixed bits of TDATTRIBUTES and XFAM (as go-tdx-guest's validate
+	// checks them).
+	if a := body.GetTdAttributes(); len(a) == 8 {
+		if v := binary.LittleEndian.Uint64(a); v&^tdAttributesFixed0 != 0 {
+			bad = append(bad, fmt.Sprintf("TDATTRIBUTES 0x%x sets bits outside 0x%x", v, uint64(tdAttributesFixed0)))
+		}
+	}
+	if x := body.GetXfam(); len(x) == 8 {
+		v := binary.LittleEndian.Uint64(x)
+		if v&xfamFixed1 != xfamFixed1 || v&^xfamFixed0 != 0 {
+			bad = append(bad, fmt.Sprintf("XFAM 0x%x violates its fixed bits (must set 0x%x, may set only 0x%x)", v, xfamFixed1, xfamFixed0))
+		}
+	}
+	if ref != nil {
+		if len(ref.TDAttributes) > 0 && !anyEqual(body.GetTdAttributes(), []HexBytes{ref.TDAttributes}) {
+			bad = append(bad, fmt.Sprintf("TDATTRIBUTES %s, expected %s", hex.EncodeToString(body.GetTdAttributes()), hex.EncodeToString(ref.TDAttributes)))
+		}
+		if len(ref.XFAM) > 0 && !anyEqual(body.GetXfam(), []HexBytes{ref.XFAM}) {
+			bad = append(bad, fmt.Sprintf("XFAM %s, expected %s", hex.EncodeToString(body.GetXfam()), hex.EncodeToString(ref.XFAM)))
+		}
+		if len(ref.MRSeam) > 0 && !anyEqual(body.GetMrSeam(), ref.MRSeam) {
+			bad = append(bad, fmt.Sprintf("MRSEAM %s is not a reference value", hex.EncodeToString(body.GetMrSeam())))
+		}
+	}
+	if len(bad) > 0 {
+		r.add(ClaimPolicy, StatusContraindicated, FailRefValue, "%s", join(bad))
+		return
+	}
+	r.add(ClaimPolicy, StatusAffirming, "", "TDATTRIBUTES %s and XFAM %s are acceptable", hex.EncodeToString(body.GetTdAttributes()), hex.EncodeToString(body.GetXfam()))
+}
+
+func tdxMeasurementClaims(r *Result, body *tpb.TDQuoteBody, ref *TDXReference) {
+	if ref == nil || (len(ref.MRTD) == 0 && len(ref.RTMRs) == 0) {
+		r.add(ClaimMeasurement, StatusWarning, "", "no reference MRTD or RTMRs: MRTD %s not checked", hex.EncodeToString(body.GetMrTd()))
+	} else {
+		var bad, good []string
+		if len(ref.MRTD) > 0 {
+			if anyEqual(body.GetMrTd(), ref.MRTD) {
+				good = append(good, "MRTD")
+			} else {
+				bad = append(bad, fmt.Sprintf("MRTD %s is not among the %d reference values", hex.EncodeToString(body.GetMrTd()), len(ref.MRTD)))
+			}
+		}
+		rtmrs := body.GetRtmrs()
+		for i, want := range ref.RTMRs {
+			if len(want) == 0 {
+				continue
+			}
+			if i < len(rtmrs) && anyEqual(rtmrs[i], []HexBytes{want}) {
+				good = append(good, fmt.Sprintf("RTMR%d", i))
+			} else {
+				got := ""
+				if i < len(rtmrs) {
+					got = hex.EncodeToString(rtmrs[i])
+				}
+				bad = append(bad, fmt.Sprintf("RTMR%d %s, expected %s", i, got, hex.EncodeToString(want)))
+			}
+		}
+		if len(bad) > 0 {
+			r.add(ClaimMeasurement, StatusContraindicated, FailRefValue, "%s", join(bad))
+		} else {
+			r.add(ClaimMeasurement, StatusAffirming, "", "%s match the reference values", strings.Join(good, ", "))
+		}
+	}
+	if ref != nil && len(ref.MRConfigID) > 0 {
+		if anyEqual(body.GetMrConfigId(), []HexBytes{ref.MRConfigID}) {
+			r.add(ClaimHostData, StatusAffirming, "", "MRCONFIGID matches the reference value")
+		} else {
+			r.add(ClaimHostData, StatusContraindicated, FailRefValue, "MRCONFIGID %s, expected %s", hex.EncodeToString(body.GetMrConfigId()), hex.EncodeToString(ref.MRConfigID))
+		}
+	}
+}
+
+func tdxTCBClaim(r *Result, body *tpb.TDQuoteBody, ref *TDXReference) {
+	const offline = "TCB status (UpToDate, OutOfDate, ...) needs Intel PCS collateral and is not established offline"
+	svn := body.GetTeeTcbSvn()
+	if ref != nil && len(ref.MinimumTEETCBSVN) > 0 {
+		for i := range ref.MinimumTEETCBSVN {
+			if i >= len(svn) || svn[i] < ref.MinimumTEETCBSVN[i] {
+				r.add(ClaimTCB, StatusContraindicated, FailRefValue, "TEE_TCB_SVN %s is below the minimum %s (component %d)", hex.EncodeToString(svn), hex.EncodeToString(ref.MinimumTEETCBSVN), i)
+				return
+			}
+		}
+		r.add(ClaimTCB, StatusWarning, "", "TEE_TCB_SVN %s meets the minimum; %s", hex.EncodeToString(svn), offline)
+		return
+	}
+	r.add(ClaimTCB, StatusWarning, "", "no minimum TEE_TCB_SVN in the reference values (reported %s); %s", hex.EncodeToString(svn), offline)
+}

@@ -1,0 +1,339 @@
+package evidence
+
+import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/asn1"
+	"encoding/pem"
+	"math/big"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-sev-guest/abi"
+	tabi "github.com/google/go-tdx-guest/abi"
+	"github.com/google/go-tdx-guest/pcs"
+	tpb "github.com/google/go-tdx-guest/proto/tdx"
+	"github.com/google/go-tdx-guest/testing/testdata"
+	"github.com/google/uuid"
+	"google.golang.org/protobuf/proto"
+)
+
+// sampleAt is a time at which the PCK chain of go-tdx-guest's genuine
+// sample quote is valid.
+var sampleAt = time.Date(2025, 6, 1, 0, 0, 0, 0, time.UTC)
+
+type tdxFake struct {
+	mrtd  []byte
+	debug bool
+}
+
+// fakeTDXQuote builds a complete TDX quote v4 with the given report data:
+// the genuine sample quote as template, a fresh attestation key, and a QE
+// report signed by a throw-away PCK chain under a fake "Intel SGX Root CA"
+// (the PCK leaf reuses the genuine leaf's SGX extension). It returns the quote
+// and the fake root in PEM.
+func fakeTDXQuote(t testing.TB, rd [64]byte, f tdxFake) ([]byte, []byte) {
+	t.Helper()
+	q0, err := tabi.QuoteToProto(testdata.RawQuote)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := proto.Clone(q0.(*tpb.QuoteV4)).(*tpb.QuoteV4)
+	qerc := q.SignedData.CertificationData.QeReportCertificationData
+	blk, _ := pem.Decode(qerc.PckCertificateChainData.PckCertChain)
+	realLeaf, err := x509.ParseCertificate(blk.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sgxExt pkix.Extension
+	for _, e := range realLeaf.Extensions {
+		if e.Id.Equal(asn1.ObjectIdentifier(pcs.OidSgxExtension)) {
+			sgxExt = e
+		}
+	}
+	mk := func(tmpl, parent *x509.Certificate, pub any, priv *ecdsa.PrivateKey) *x509.Certificate {
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, pub, priv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, _ := x509.ParseCertificate(der)
+		return c
+	}
+	name := func(cn string) pkix.Name {
+		return pkix.Name{CommonName: cn, Organization: []string{"Intel Corporation"}, Locality: []string{"Santa Clara"}, Province: []string{"CA"}, Country: []string{"US"}}
+	}
+	rk, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ik, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	lk, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	nb, na := time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour)
+	rt := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: name("Intel SGX Root CA"), NotBefore: nb, NotAfter: na,
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign}
+	root := mk(rt, rt, &rk.PublicKey, rk)
+	it := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: name("Intel SGX PCK Platform CA"), NotBefore: nb, NotAfter: na,
+		IsCA: true, BasicConstraintsValid: true, MaxPathLenZero: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign}
+	inter := mk(it, root, &ik.PublicKey, rk)
+	lt := &x509.Certificate{SerialNumber: big.NewInt(3), Subject: name("Intel SGX PCK Certificate"), NotBefore: nb, NotAfter: na,
+		BasicConstraintsValid: true, SubjectKeyId: []byte{1, 2, 3, 4}, KeyUsage: x509.KeyUsageDigitalSignature,
+		CRLDistributionPoints: []string{"https://example.invalid/crl"}, ExtraExtensions: []pkix.Extension{sgxExt}}
+	leaf := mk(lt, inter, &lk.PublicKey, ik)
+	var chain bytes.Buffer
+	for _, c := range []*x509.Certificate{leaf, inter, root} {
+		pem.Encode(&chain, &pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})
+	}
+
+	q.TdQuoteBody.ReportData = rd[:]
+	if f.mrtd != nil {
+		q.TdQuoteBody.MrTd = f.mrtd
+	}
+	if f.debug {
+		attrs := bytes.Clone(q.TdQuoteBody.TdAttributes)
+		attrs[0] |= 1
+		q.TdQuoteBody.TdAttributes = attrs
+	}
+	ak, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	akRaw := make([]byte, 64)
+	ak.PublicKey.X.FillBytes(akRaw[:32])
+	ak.PublicKey.Y.FillBytes(akRaw[32:])
+	q.SignedData.EcdsaAttestationKey = akRaw
+	h := sha256.Sum256(append(bytes.Clone(akRaw), qerc.QeAuthData.Data...))
+	qerc.QeReport.ReportData = append(h[:], make([]byte, 32)...)
+	qeRaw, _ := tabi.EnclaveReportToAbiBytes(qerc.QeReport)
+	qerc.QeReportSignature = rawP256Sig(t, lk, qeRaw)
+	qerc.PckCertificateChainData.PckCertChain = chain.Bytes()
+	qerc.PckCertificateChainData.Size = uint32(chain.Len())
+	q.SignedData.CertificationData.Size = uint32(384 + 64 + 2 + len(qerc.QeAuthData.Data) + 6 + chain.Len())
+	q.SignedDataSize = 64 + 64 + 6 + q.SignedData.CertificationData.Size
+	hdr, _ := tabi.HeaderToAbiBytes(q.Header)
+	body, _ := tabi.TdQuoteBodyToAbiBytes(q.TdQuoteBody)
+	q.SignedData.Signature = rawP256Sig(t, ak, append(hdr, body...))
+	raw, err := tabi.QuoteToAbiBytes(q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: root.Raw})
+}
+
+func rawP256Sig(t testing.TB, k *ecdsa.PrivateKey, msg []byte) []byte {
+	h := sha256.Sum256(msg)
+	r, s, err := ecdsa.Sign(rand.Reader, k, h[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]byte, 64)
+	r.FillBytes(out[:32])
+	s.FillBytes(out[32:])
+	return out
+}
+
+func tdxBundle(t testing.TB, bd binding, quote []byte) *Bundle {
+	t.Helper()
+	nb, err := NewBinding(bd.pub, bd.nonce, bd.stmt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Bundle{Format: Format, Platform: PlatformTDX, Attested: true, Binding: nb,
+		Evidence: &Raw{Type: TypeTDXQuote, Data: quote}, Collector: "test", CollectedAt: time.Now().UTC()}
+}
+
+// go-tdx-guest's genuine sample quote verifies against the real Intel root
+// embedded in cmcp; its report data is not a cmcp binding.
+func TestTDXSampleQuoteRealRoot(t *testing.T) {
+	r, err := VerifyRaw(testdata.RawQuote, nil, VerifyOptions{Now: sampleAt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if claimStatus(r, ClaimEvidence) != StatusAffirming || claimStatus(r, ClaimRoots) != StatusAffirming {
+		t.Fatalf("sample quote: %+v", r.Claims)
+	}
+	if r.Binding != BindingNotApplicable || claimStatus(r, ClaimBinding) != StatusNone {
+		t.Fatalf("raw binding: %s %+v", r.Binding, r.Claims)
+	}
+	if claimStatus(r, ClaimTCB) != StatusWarning || r.Verdict != StatusWarning || r.Err() != nil {
+		t.Fatalf("TCB status must be a warning offline: %+v", r.Claims)
+	}
+	if r.Report["mr_td"] == "" || !strings.HasPrefix(r.Report["report_data"], "6c62dec1") {
+		t.Fatalf("report fields: %v", r.Report)
+	}
+	file, err := os.ReadFile("../../testdata/evidence/tdx-spr-e4-quote.dat")
+	if err != nil || !bytes.Equal(file, testdata.RawQuote) {
+		t.Fatalf("testdata copy of the sample quote differs from go-tdx-guest's: %v", err)
+	}
+
+	// Wrapped in a cmcp bundle, it is not bound to any key of ours.
+	bd := newBinding(t)
+	r, _ = Verify(tdxBundle(t, bd, testdata.RawQuote), VerifyOptions{Now: sampleAt})
+	if claimStatus(r, ClaimEvidence) != StatusAffirming || r.Binding != BindingMismatch || r.Failure() != FailBinding {
+		t.Fatalf("sample quote as our bundle: binding %s %+v", r.Binding, r.Claims)
+	}
+
+	// Tampered copies fail.
+	for _, off := range []int{48 + 136 /* MRTD */, 48 + 520 /* REPORTDATA */, 700, len(testdata.RawQuote) - 100} {
+		bad := bytes.Clone(testdata.RawQuote)
+		bad[off] ^= 0x01
+		r, _ := VerifyRaw(bad, nil, VerifyOptions{Now: sampleAt})
+		if r.Failure() != FailEvidence {
+			t.Errorf("tampered byte %d: %+v", off, r.Claims)
+		}
+	}
+	// A truncated quote is malformed evidence.
+	r, _ = VerifyRaw(testdata.RawQuote[:1000], nil, VerifyOptions{Now: sampleAt})
+	if r.Failure() != FailEvidence {
+		t.Fatalf("truncated: %+v", r.Claims)
+	}
+}
+
+func TestTDXBinding(t *testing.T) {
+	bd := newBinding(t)
+	mrtd := bytes.Repeat([]byte{0x11}, 48)
+	quote, rootPEM := fakeTDXQuote(t, bd.rd, tdxFake{mrtd: mrtd})
+	roots, err := ParseRoots(rootPEM, "fake-intel-root.pem")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := &ReferenceValues{TDX: &TDXReference{MRTD: []HexBytes{mrtd}}}
+	good := VerifyOptions{Roots: roots, Reference: ref, ExpectNonce: bd.nonce, ExpectKey: bd.pub, ExpectStatement: bd.stmt}
+	r, _ := Verify(tdxBundle(t, bd, quote), good)
+	for _, c := range r.Claims {
+		want := StatusAffirming
+		if c.Name == ClaimRoots || c.Name == ClaimTCB {
+			want = StatusWarning
+		}
+		if c.Status != want {
+			t.Errorf("claim %s = %s (%s), want %s", c.Name, c.Status, c.Reason, want)
+		}
+	}
+	if r.Binding != BindingOurs || r.Verdict != StatusWarning {
+		t.Fatalf("binding %s verdict %s", r.Binding, r.Verdict)
+	}
+
+	debugQuote, debugRoot := fakeTDXQuote(t, bd.rd, tdxFake{mrtd: mrtd, debug: true})
+	debugRoots, _ := ParseRoots(debugRoot, "fake-intel-root.pem")
+	tampered := bytes.Clone(quote)
+	tampered[48+136] ^= 1 // MRTD
+	cases := []struct {
+		name    string
+		quote   []byte
+		opts    VerifyOptions
+		claim   string
+		failure Failure
+		reason  string
+	}{
+		{"wrong nonce", quote, with(good, func(o *VerifyOptions) { o.ExpectNonce = []byte("other") }), ClaimFreshness, FailBinding, "not the expected nonce"},
+		{"wrong key", quote, with(good, func(o *VerifyOptions) { o.ExpectKey = make([]byte, 32) }), ClaimBinding, FailBinding, "not the expected key"},
+		{"MRTD not a reference value", quote, with(good, func(o *VerifyOptions) {
+			o.Reference = &ReferenceValues{TDX: &TDXReference{MRTD: []HexBytes{bytes.Repeat([]byte{0x22}, 48)}}}
+		}), ClaimMeasurement, FailRefValue, "MRTD"},
+		{"RTMR mismatch", quote, with(good, func(o *VerifyOptions) {
+			o.Reference = &ReferenceValues{TDX: &TDXReference{RTMRs: []HexBytes{nil, bytes.Repeat([]byte{0x22}, 48)}}}
+		}), ClaimMeasurement, FailRefValue, "RTMR1"},
+		{"debug attribute", debugQuote, with(good, func(o *VerifyOptions) { o.Roots = debugRoots }), ClaimDebug, FailRefValue, "DEBUG"},
+		{"tampered MRTD", tampered, good, ClaimEvidence, FailEvidence, "does not verify"},
+		{"fake root not pinned", quote, with(good, func(o *VerifyOptions) { o.Roots = nil }), ClaimEvidence, FailEvidence, "of the embedded roots"},
+		{"minimum TEE TCB SVN", quote, with(good, func(o *VerifyOptions) {
+			o.Reference = &ReferenceValues{TDX: &TDXReference{MinimumTEETCBSVN: bytes.Repeat([]byte{0xff}, 16)}}
+		}), ClaimTCB, FailRefValue, "below the minimum"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r, _ := Verify(tdxBundle(t, bd, c.quote), c.opts)
+			cl := r.Claim(c.claim)
+			if cl == nil || cl.Status != StatusContraindicated || cl.Failure != c.failure || !strings.Contains(cl.Reason, c.reason) {
+				t.Fatalf("claim %s = %+v, want contraindicated/%s with %q; all %+v", c.claim, cl, c.failure, c.reason, r.Claims)
+			}
+			if r.Failure() != c.failure {
+				t.Fatalf("failure %s", r.Failure())
+			}
+		})
+	}
+}
+
+func TestRootsOverride(t *testing.T) {
+	if _, err := ParseRoots([]byte("junk"), "x"); err == nil {
+		t.Fatal("junk accepted as roots")
+	}
+	// An Intel-only roots file leaves SEV-SNP with no anchor: no silent fallback.
+	bd := newBinding(t)
+	_, rootPEM := fakeTDXQuote(t, bd.rd, tdxFake{})
+	intelOnly, err := ParseRoots(rootPEM, "intel-only.pem")
+	if err != nil {
+		t.Fatal(err)
+	}
+	quote, _, amdPEM := fakeSNPQuote(t, bd.rd, snpFake{})
+	r, _ := Verify(snpBundle(t, bd, quote), VerifyOptions{Roots: intelOnly})
+	if c := r.Claim(ClaimEvidence); c == nil || !strings.Contains(c.Reason, "no AMD roots in intel-only.pem") {
+		t.Fatalf("%+v", r.Claims)
+	}
+	amdOnly, err := ParseRoots(amdPEM, "amd-only.pem")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ = VerifyRaw(testdata.RawQuote, nil, VerifyOptions{Roots: amdOnly, Now: sampleAt})
+	if c := r.Claim(ClaimEvidence); c == nil || !strings.Contains(c.Reason, "no Intel root CA in amd-only.pem") {
+		t.Fatalf("%+v", r.Claims)
+	}
+	// The embedded roots name all three AMD product lines and Intel.
+	names := strings.Join(Embedded().Names, ", ")
+	for _, want := range []string{"ARK-Milan (VCEK and VLEK)", "ARK-Genoa (VCEK and VLEK)", "ARK-Turin (VCEK and VLEK)", "Intel SGX Root CA"} {
+		if !strings.Contains(names, want) {
+			t.Errorf("embedded roots lack %s: %s", want, names)
+		}
+	}
+}
+
+func TestSoftwareNeverVerifiesAsHardware(t *testing.T) {
+	b := softwareBundle(t)
+	r, err := Verify(b, VerifyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Attested || r.Verdict != StatusContraindicated || r.Failure() != FailEvidence || r.Binding != BindingOurs {
+		t.Fatalf("software: %+v", r)
+	}
+	r, _ = Verify(b, VerifyOptions{AllowSoftware: true, ExpectNonce: b.Binding.Nonce})
+	if r.Verdict != StatusWarning || claimStatus(r, ClaimEvidence) != StatusWarning || !strings.Contains(r.Claim(ClaimEvidence).Reason, "unattested") {
+		t.Fatalf("software allowed: %+v", r.Claims)
+	}
+	// A bundle relabelled as hardware without evidence does not decode.
+	b.Platform, b.Attested = PlatformSEVSNP, true
+	if _, err := b.Marshal(); err == nil {
+		t.Fatal("software bundle relabelled sev-snp marshals")
+	}
+}
+
+// snpCertTable encodes a GHCB certificate table holding one VCEK.
+func snpCertTable(vcek []byte) []byte {
+	ct := &abi.CertTable{Entries: []abi.CertTableEntry{{GUID: uuid.MustParse(abi.VcekGUID), RawCert: vcek}}}
+	return ct.Marshal()
+}
+
+func FuzzVerifyRaw(f *testing.F) {
+	f.Add(testdata.RawQuote)
+	if raw, err := os.ReadFile("../../testdata/evidence/snp-milan-v2-report.bin"); err == nil {
+		f.Add(raw)
+	}
+	if raw, err := os.ReadFile("../../testdata/evidence/snp-milan-v2-report.bin"); err == nil {
+		// With a certificate table (one VCEK entry) behind it.
+		vcek, _ := os.ReadFile("../../testdata/evidence/snp-milan-vcek.der")
+		f.Add(append(raw, snpCertTable(vcek)...))
+	}
+	f.Add([]byte{4, 0, 2, 0, 0x81, 0, 0, 0})
+	f.Add([]byte{3, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		r, err := VerifyRaw(raw, nil, VerifyOptions{Now: sampleAt})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Verdict == StatusAffirming {
+			t.Fatal("raw evidence can never be affirming: TCB status and measurements are unchecked")
+		}
+		_, _ = ParseSNP(raw, nil)
+		_, _ = ParseTDX(raw)
+	})
+}
