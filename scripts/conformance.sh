@@ -85,6 +85,18 @@ rc=${PIPESTATUS[0]}
 set -e
 echo
 
+# A second, independent client: the MCP Inspector CLI (its 1.0.3 build
+# resolves ../package.json from the working directory, hence the cd).
+if [ -n "${CMCP_INSPECTOR_CLI_DIR:-}" ]; then
+  echo "== conformance: MCP Inspector CLI through cmcp"
+  (cd "$CMCP_INSPECTOR_CLI_DIR" && "$CMCP_NODE22" index.js "$url" --method tools/call --tool-name test_simple_text) | tee "$work/inspector.json"
+  echo
+  if ! grep -q 'This is a simple text response for testing' "$work/inspector.json"; then
+    echo "conformance: the Inspector CLI did not get test_simple_text's answer through cmcp" >&2
+    exit 1
+  fi
+fi
+
 kill -TERM "$gw_pid"
 if ! wait "$gw_pid"; then
   echo "conformance: cmcp serve did not exit cleanly on SIGTERM; gateway log:" >&2

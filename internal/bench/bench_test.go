@@ -6,23 +6,34 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strings"
 	"testing"
+	"text/tabwriter"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
 // BenchmarkGateway drives tools/call (the conformance everything-server's
 // test_simple_text) through a real `cmcp serve` process and directly against
 // the same upstream with the same go-sdk client, for a stdio and an HTTP
-// upstream at concurrency 1 and 8, and prints one table with p50/p99, calls/s,
-// the gateway's peak RSS and the cmcp/direct ratios. One command:
+// upstream at concurrency 1 and 8 (8 sessions), with the audit log in
+// interval and in group durability and a Cedar policy deciding every call. It
+// prints one table: p50/p99, calls/s, the gateway's peak RSS (VmHWM of the
+// cmcp process) and the cmcp/direct ratios. One command:
 //
 //	bash scripts/bench.sh
 //
 // (which is: eval "$(bash scripts/peers.sh)"; go test -run '^$' -bench Gateway -benchtime 1x ./internal/bench)
 //
-// BENCH_CALLS sets the timed calls per session (default 2000), BENCH_ROUNDS
-// the interleaved rounds whose medians are reported (default 3).
+// BENCH_CALLS sets the timed calls per measurement (split over the
+// sessions; default 2000), BENCH_ROUNDS the interleaved rounds whose medians
+// are reported (default 3). BENCH_GW_ENV adds variables to the gateways'
+// environment (e.g. "GOGC=400" to try a GC setting).
 func BenchmarkGateway(b *testing.B) {
 	everything := os.Getenv("CMCP_EVERYTHING_SERVER")
 	if everything == "" {
@@ -31,16 +42,15 @@ func BenchmarkGateway(b *testing.B) {
 	calls := envInt(b, "BENCH_CALLS", 2000)
 	rounds := envInt(b, "BENCH_ROUNDS", 3)
 	ctx := context.Background()
-
 	cmcp := buildCmcp(b)
-	_ = cmcp
+	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
 
 	// The HTTP upstream: one everything-server process for every mode.
 	httpAddr, err := FreeAddr()
 	if err != nil {
 		b.Fatal(err)
 	}
-	httpUp, err := Start(everything, []string{"-http", httpAddr, "-stateless=false"}, []string{"PATH=" + os.Getenv("PATH")})
+	httpUp, err := Start(everything, []string{"-http", httpAddr, "-stateless=false"}, env)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -50,32 +60,207 @@ func BenchmarkGateway(b *testing.B) {
 		b.Fatal(err)
 	}
 
+	// One gateway process per (upstream kind, durability).
+	type gw struct {
+		proc     *Process
+		endpoint string
+	}
+	const agentToken = "bench-agent-token"
+	gwEnv := env
+	if extra := os.Getenv("BENCH_GW_ENV"); extra != "" {
+		gwEnv = append(slices.Clone(env), strings.Fields(extra)...)
+	}
+	gws := map[string]*gw{}
+	for _, kind := range []string{"stdio", "http"} {
+		for _, dur := range []string{"interval", "group"} {
+			dir := b.TempDir()
+			cfg := gatewayConfig(b, dir, kind, dur, everything, upURL, agentToken)
+			p, endpoint, err := startGateway(cmcp, cfg, gwEnv)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer p.Stop(10 * time.Second)
+			gws[kind+" "+dur] = &gw{proc: p, endpoint: endpoint}
+		}
+	}
+
+	// Every mode uses the same go-sdk client. "direct" talks to the
+	// upstream itself; "cmcp" goes through the gateway's Streamable HTTP
+	// endpoint; "cmcp --stdio" is a local client spawning cmcp, which spawns
+	// the upstream (both hops stdio, like "stdio direct").
 	type mode struct {
-		name    string
-		connect Connector
+		name, kind, via string // via: direct, or the durability of the gateway
+		ref             string // the direct mode it is compared with
+		connect         Connector
 	}
 	modes := []mode{
-		{"stdio direct", StdioConnector(everything)},
-		{"http direct", HTTPConnector(upURL, "")},
+		{"stdio direct", "stdio", "direct", "", StdioConnector(everything)},
+		{"http direct", "http", "direct", "", HTTPConnector(upURL, "")},
 	}
+	for _, kind := range []string{"stdio", "http"} {
+		for _, dur := range []string{"interval", "group"} {
+			g := gws[kind+" "+dur]
+			modes = append(modes, mode{kind + " cmcp " + dur, kind, dur, kind + " direct", HTTPConnector(g.endpoint, agentToken)})
+		}
+	}
+	stdioDir := b.TempDir()
+	var stdioN int
+	modes = append(modes, mode{"stdio cmcp --stdio interval", "stdio", "", "stdio direct", func(ctx context.Context) (*mcp.ClientSession, error) {
+		// One gateway process per session, each with its own audit log.
+		stdioN++
+		dir := filepath.Join(stdioDir, fmt.Sprint(stdioN))
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, err
+		}
+		cfg := gatewayConfig(b, dir, "stdio", "interval", everything, upURL, agentToken)
+		cmd := exec.Command(cmcp, "serve", "--stdio", "-c", cfg, "--log-level", "warn")
+		cmd.Env = env
+		return NewClient().Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	}})
+
 	results := map[string][]Result{}
 	for b.Loop() {
 		for r := range rounds {
 			for _, c := range []int{1, 8} {
 				for _, m := range modes {
-					res, err := Measure(ctx, m.connect, Load{Concurrency: c, Calls: calls / c, Warmup: 50, Tool: "test_simple_text"})
+					runtime.GC()
+					res, err := Measure(ctx, m.connect, Load{Concurrency: c, Calls: max(calls/c, 1), Warmup: 20, Tool: "test_simple_text"})
 					if err != nil {
 						b.Fatalf("%s c=%d round %d: %v", m.name, c, r, err)
 					}
-					key := fmt.Sprintf("%s c=%d", m.name, c)
+					key := fmt.Sprintf("%s|%d", m.name, c)
 					results[key] = append(results[key], res)
 				}
 			}
 		}
 	}
-	for k, rs := range results {
-		b.Logf("%s: %+v", k, rs)
+
+	med := func(key string) Result {
+		rs := results[key]
+		p50 := make([]time.Duration, len(rs))
+		p99 := make([]time.Duration, len(rs))
+		cps := make([]float64, len(rs))
+		for i, r := range rs {
+			p50[i], p99[i], cps[i] = r.P50, r.P99, r.CallsPerSec
+		}
+		slices.Sort(p50)
+		slices.Sort(p99)
+		slices.Sort(cps)
+		return Result{Concurrency: rs[0].Concurrency, Calls: rs[0].Calls, P50: p50[len(p50)/2], P99: p99[len(p99)/2], CallsPerSec: cps[len(cps)/2]}
 	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(os.Stdout, "\ncmcp vs direct, test_simple_text, %d calls per measurement, median of %d interleaved rounds, GOMAXPROCS %d\n",
+		calls, rounds, runtime.GOMAXPROCS(0))
+	fmt.Fprintln(tw, "mode\tc\tp50\tp99\tcalls/s\tp50 × direct\tcalls/s × direct\tp50 × http direct\tcalls/s × http direct\tgateway peak RSS\t")
+	for _, m := range modes {
+		for _, c := range []int{1, 8} {
+			r := med(fmt.Sprintf("%s|%d", m.name, c))
+			cols := []string{"", "", "", ""}
+			if m.ref != "" {
+				d := med(fmt.Sprintf("%s|%d", m.ref, c))
+				h := med(fmt.Sprintf("http direct|%d", c))
+				cols = []string{
+					fmt.Sprintf("%.2f", float64(r.P50)/float64(d.P50)), fmt.Sprintf("%.2f", r.CallsPerSec/d.CallsPerSec),
+					fmt.Sprintf("%.2f", float64(r.P50)/float64(h.P50)), fmt.Sprintf("%.2f", r.CallsPerSec/h.CallsPerSec),
+				}
+				tag := strings.ReplaceAll(m.name, " ", "-")
+				b.ReportMetric(float64(r.P50)/float64(d.P50), fmt.Sprintf("p50-ratio-%s-c%d", tag, c))
+				b.ReportMetric(r.CallsPerSec/d.CallsPerSec, fmt.Sprintf("cps-ratio-%s-c%d", tag, c))
+			}
+			rss := ""
+			if g := gws[m.kind+" "+m.via]; g != nil {
+				if hwm, err := PeakRSS(g.proc.Pid()); err == nil {
+					rss = fmt.Sprintf("%.1f MiB", float64(hwm)/(1<<20))
+				}
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t\n", m.name, c, r.P50.Round(time.Microsecond), r.P99.Round(time.Microsecond),
+				r.CallsPerSec, cols[0], cols[1], cols[2], cols[3], rss)
+		}
+	}
+	tw.Flush()
+	for key, g := range gws {
+		if hwm, err := PeakRSS(g.proc.Pid()); err == nil {
+			b.ReportMetric(float64(hwm)/(1<<20), "MiB-peak-rss-"+strings.ReplaceAll(key, " ", "-"))
+		}
+	}
+	fmt.Println("targets (interval durability): p50 × direct ≤ 1.3 at c=1, calls/s × direct ≥ 0.8 at c=8, gateway peak RSS < 40 MiB at 8 sessions")
+}
+
+// gatewayConfig writes a cmcp.yaml for the benchmark: one upstream (the
+// everything-server, spawned and measured, or dialled over HTTP), an agent
+// token, the allow-list Cedar bundle from examples/policy (pinned) and the
+// audit log in dur durability.
+func gatewayConfig(b *testing.B, dir, kind, dur, everything, upURL, token string) string {
+	b.Helper()
+	policyDir, err := filepath.Abs("../../examples/policy/allow-list")
+	if err != nil {
+		b.Fatal(err)
+	}
+	policyPin, err := digest.Tree(context.Background(), policyDir, digest.TreeOptions{})
+	if err != nil {
+		b.Fatalf("policy bundle %s: %v", policyDir, err)
+	}
+	var up string
+	if kind == "stdio" {
+		real, err := filepath.EvalSymlinks(everything)
+		if err != nil {
+			b.Fatal(err)
+		}
+		f, pin, err := digest.OpenFile(real)
+		if err != nil {
+			b.Fatal(err)
+		}
+		f.Close()
+		up = fmt.Sprintf("    stdio:\n      command: %s\n    pin:\n      command: %s\n", everything, pin)
+	} else {
+		up = fmt.Sprintf("    http:\n      url: %s\n", upURL)
+	}
+	text := fmt.Sprintf(`version: 1
+server:
+  listen: 127.0.0.1:0
+  tee: software
+  stdio_identity: bench
+  tokens:
+    - identity: bench
+      sha256: %s
+audit:
+  dir: audit
+  durability: %s
+policy:
+  dir: %s
+  expect: %s
+  mode: enforcing
+  groups:
+    ops: [bench]
+upstreams:
+  - name: everything
+%s    namespace: false
+`, digest.Bytes([]byte(token)), dur, policyDir, policyPin, up)
+	path := filepath.Join(dir, "cmcp.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	return path
+}
+
+// startGateway runs `cmcp serve -c cfg` on a free loopback port (logging
+// only warnings, as a production gateway would) and returns it with its MCP
+// endpoint.
+func startGateway(cmcp, cfg string, env []string) (*Process, string, error) {
+	addr, err := FreeAddr()
+	if err != nil {
+		return nil, "", err
+	}
+	p, err := Start(cmcp, []string{"serve", "-c", cfg, "--listen", addr, "--log-level", "warn"}, env)
+	if err != nil {
+		return nil, "", err
+	}
+	endpoint := "http://" + addr + "/mcp"
+	if err := p.WaitHTTP(endpoint, 30*time.Second); err != nil {
+		p.Stop(time.Second)
+		return nil, "", err
+	}
+	return p, endpoint, nil
 }
 
 func envInt(b *testing.B, name string, def int) int {

@@ -20,6 +20,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
@@ -191,6 +192,22 @@ func TestServeReplayEndToEnd(t *testing.T) {
 		t.Fatalf("no reload in the gateway log")
 	}
 
+	r, err := auditlog.NewReader(auditDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := r.Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	g, err := first.Decode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gen := g.(*auditlog.Genesis); gen.PolicyDigest != d1 || gen.PolicyMode != "enforcing" {
+		t.Fatalf("genesis names policy %s (%s), want %s", gen.PolicyDigest, gen.PolicyMode, d1)
+	}
 	if _, errs, code := run("verify-chain", auditDir); code != 0 {
 		t.Fatalf("verify-chain: %d %s", code, errs)
 	}

@@ -3,7 +3,6 @@ package config
 import (
 	"fmt"
 	"regexp"
-	"slices"
 
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
@@ -51,24 +50,4 @@ func (p *Policy) Validate() error {
 		}
 	}
 	return nil
-}
-
-// ModeOrDefault is Mode, or "enforcing" when unset.
-func (p *Policy) ModeOrDefault() string {
-	if p.Mode == "" {
-		return "enforcing"
-	}
-	return p.Mode
-}
-
-// GroupsOf lists, sorted, the groups whose members include agent.
-func (p *Policy) GroupsOf(agent string) []string {
-	var gs []string
-	for g, members := range p.Groups {
-		if slices.Contains(members, agent) {
-			gs = append(gs, g)
-		}
-	}
-	slices.Sort(gs)
-	return gs
 }

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -85,11 +86,13 @@ type Gateway struct {
 	ups   map[string]*upState
 	order []string
 
-	mu       sync.Mutex
-	catalog  *catalog.Catalog
-	caps     *mcp.ServerCapabilities
-	sessions map[*session]struct{}
-	byID     map[string]*session
+	mu      sync.Mutex
+	catalog *catalog.Catalog
+	caps    *mcp.ServerCapabilities
+	// instructions are the upstreams' server instructions, passed on.
+	instructions string
+	sessions     map[*session]struct{}
+	byID         map[string]*session
 
 	killed   atomic.Bool
 	closing  atomic.Bool
@@ -227,6 +230,7 @@ func (st *upState) load(ctx context.Context) error {
 func (g *Gateway) rebuildCatalog() {
 	cat := catalog.New()
 	caps := &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}, Logging: &mcp.LoggingCapabilities{}}
+	var instructions []string
 	for _, name := range g.order {
 		st := g.ups[name]
 		st.mu.Lock()
@@ -235,6 +239,13 @@ func (g *Gateway) rebuildCatalog() {
 		refused := cat.Add(name, st.opts.Namespaced, tools, baseline)
 		for _, d := range refused {
 			g.recordDrift(context.Background(), d, "refused", "")
+		}
+		if init != nil && init.Instructions != "" {
+			if len(g.order) == 1 {
+				instructions = append(instructions, init.Instructions)
+			} else {
+				instructions = append(instructions, fmt.Sprintf("Upstream %q (tools prefixed %s%s): %s", name, name, catalog.Separator, init.Instructions))
+			}
 		}
 		if init != nil && init.Capabilities != nil {
 			uc := init.Capabilities
@@ -257,7 +268,7 @@ func (g *Gateway) rebuildCatalog() {
 		}
 	}
 	g.mu.Lock()
-	g.catalog, g.caps = cat, caps
+	g.catalog, g.caps, g.instructions = cat, caps, strings.Join(instructions, "\n\n")
 	sessions := make([]*session, 0, len(g.sessions))
 	for s := range g.sessions {
 		sessions = append(sessions, s)

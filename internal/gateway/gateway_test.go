@@ -26,6 +26,9 @@ func TestCallThroughGateway(t *testing.T) {
 	cs := h.connect("", nil)
 	ctx := context.Background()
 
+	if got := cs.InitializeResult().Instructions; got != "Use echo to test." {
+		t.Fatalf("upstream instructions not passed on: %q", got)
+	}
 	lt, err := cs.ListTools(ctx, nil)
 	if err != nil {
 		t.Fatal(err)

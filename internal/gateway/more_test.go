@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bufio"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -8,6 +9,9 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"io"
 	"math/big"
 	"net"
 	"net/http"
@@ -98,7 +102,7 @@ func TestUpstreamListChanged(t *testing.T) {
 
 // certs makes a CA, a server certificate for 127.0.0.1 and a client
 // certificate for subject CN=agent-7.
-func certs(t *testing.T) (ca *x509.CertPool, server, client tls.Certificate) {
+func certs(t *testing.T) (ca *x509.CertPool, server, client tls.Certificate, caPEM []byte) {
 	t.Helper()
 	key := func() *ecdsa.PrivateKey {
 		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -129,12 +133,12 @@ func certs(t *testing.T) (ca *x509.CertPool, server, client tls.Certificate) {
 	}
 	server = leaf(2, pkix.Name{CommonName: "cmcp"}, x509.ExtKeyUsageServerAuth, []net.IP{net.ParseIP("127.0.0.1")})
 	client = leaf(3, pkix.Name{CommonName: "agent-7", Organization: []string{"acme"}}, x509.ExtKeyUsageClientAuth, nil)
-	return ca, server, client
+	return ca, server, client, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
 }
 
 func TestMutualTLSIdentity(t *testing.T) {
 	h := newHarness(t, hconf{})
-	ca, serverCert, clientCert := certs(t)
+	ca, serverCert, clientCert, _ := certs(t)
 	srv := httptest.NewUnstartedServer(h.g.HTTPHandler(HTTPOptions{ClientCerts: true}))
 	srv.TLS = &tls.Config{Certificates: []tls.Certificate{serverCert}, ClientCAs: ca, ClientAuth: tls.VerifyClientCertIfGiven}
 	srv.StartTLS()
@@ -193,5 +197,62 @@ func TestMeasureTargetCheckedBeforeEverySpawn(t *testing.T) {
 	}
 	if !refused {
 		t.Fatal("the refused spawn is not recorded with its measure target")
+	}
+}
+
+func TestStdioBadInput(t *testing.T) {
+	h := newHarness(t, hconf{})
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	done := make(chan error, 1)
+	go func() { done <- h.g.ServeStdio(context.Background(), inR, outW, "local") }()
+	replies := bufio.NewScanner(outR)
+	send := func(line string) map[string]any {
+		t.Helper()
+		if _, err := io.WriteString(inW, line+"\n"); err != nil {
+			t.Fatal(err)
+		}
+		if !replies.Scan() {
+			t.Fatalf("no reply to %q", line)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(replies.Bytes(), &m); err != nil {
+			t.Fatalf("reply %q: %v", replies.Text(), err)
+		}
+		return m
+	}
+	errCode := func(m map[string]any) float64 {
+		e, _ := m["error"].(map[string]any)
+		c, _ := e["code"].(float64)
+		return c
+	}
+	send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
+	io.WriteString(inW, `{"jsonrpc":"2.0","method":"notifications/initialized"}`+"\n")
+	for _, tc := range []struct {
+		line string
+		code float64
+	}{
+		{`{"jsonrpc":"2.0","id":2,"method":`, -32700},
+		{`"just a string"`, -32600},
+		{`[{"jsonrpc":"2.0","id":3,"method":"ping"}]`, -32600},
+		{`{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"nope__x","arguments":{}}}`, CodeUnknownTool},
+	} {
+		if m := send(tc.line); errCode(m) != tc.code {
+			t.Fatalf("%s: reply %v, want code %v", tc.line, m, tc.code)
+		}
+	}
+	// The session survived the bad lines.
+	m := send(`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"t__echo","arguments":{"text":"still here"}}}`)
+	if r, _ := m["result"].(map[string]any); r == nil {
+		t.Fatalf("echo after bad input: %v", m)
+	}
+	inW.Close()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("ServeStdio did not return at EOF")
 	}
 }

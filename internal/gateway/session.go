@@ -41,10 +41,11 @@ type session struct {
 func (g *Gateway) newSession(principal, front string) *session {
 	s := &session{g: g, principal: principal, front: front, lives: map[string]*live{}, visible: map[string]bool{}, resOwner: map[string]string{}}
 	g.mu.Lock()
-	caps := g.caps
+	caps, instructions := g.caps, g.instructions
 	g.mu.Unlock()
 	opts := &mcp.ServerOptions{
 		Capabilities: caps,
+		Instructions: instructions,
 		Logger:       g.logger,
 		// Sessions are stateful: the sessionless 2026-07-28 protocol is not
 		// offered, so modern clients fall back to initialize.

@@ -344,3 +344,38 @@ func FuzzArgumentsRecord(f *testing.F) {
 		}
 	})
 }
+
+// FuzzLoad feeds policy texts (seeded with the examples) to Load: it must
+// return a bundle or a *LoadError, never panic, and a bundle it returns must
+// decide.
+func FuzzLoad(f *testing.F) {
+	files, _ := filepath.Glob("../../examples/policy/*/*.cedar")
+	for _, p := range files {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(string(b))
+	}
+	f.Add(`permit (principal, action, resource) when { context.arguments has path };`)
+	f.Add(`@id("x") forbid (principal in Group::"g", action, resource) unless { context.now.toTime() < duration("1h") };`)
+	sch, err := os.ReadFile("../../examples/policy/schema.cedarschema")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, text string) {
+		dir := t.TempDir()
+		os.WriteFile(filepath.Join(dir, "schema.cedarschema"), sch, 0o644)
+		os.WriteFile(filepath.Join(dir, "p.cedar"), []byte(text), 0o644)
+		b, err := Load(context.Background(), dir, LoadOptions{})
+		if err != nil {
+			var le *LoadError
+			if !errors.As(err, &le) || le.File == "" {
+				t.Fatalf("error without a file: %v", err)
+			}
+			return
+		}
+		r := base()
+		b.Decide(&r)
+	})
+}

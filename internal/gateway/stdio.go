@@ -1,0 +1,180 @@
+package gateway
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// maxAgentLine bounds one message from a stdio agent.
+const maxAgentLine = 16 << 20
+
+// agentStdio is the transport of `cmcp serve --stdio`: newline-delimited
+// JSON-RPC with the agent on the other end. Unlike an upstream's stdout, a
+// bad line from the agent does not end the session: it is answered with a
+// JSON-RPC error that says what was wrong, and the next line is read.
+type agentStdio struct {
+	in  io.ReadCloser
+	out io.WriteCloser
+}
+
+func (t *agentStdio) Connect(context.Context) (mcp.Connection, error) {
+	c := &agentConn{t: t, incoming: make(chan jsonrpc.Message), closed: make(chan struct{})}
+	go c.readLoop()
+	return c, nil
+}
+
+type agentConn struct {
+	t        *agentStdio
+	incoming chan jsonrpc.Message
+	closed   chan struct{}
+	once     sync.Once
+	wmu      sync.Mutex
+
+	mu      sync.Mutex
+	readErr error
+}
+
+func (c *agentConn) readLoop() {
+	br := bufio.NewReaderSize(c.t.in, 64<<10)
+	for n := 1; ; n++ {
+		line, tooLong, err := readLine(br, maxAgentLine)
+		if err != nil {
+			c.mu.Lock()
+			c.readErr = err
+			c.mu.Unlock()
+			close(c.incoming)
+			return
+		}
+		if tooLong {
+			c.reject(nil, jsonrpc.CodeInvalidRequest, fmt.Sprintf("cmcp: line %d is longer than %d bytes and was dropped", n, maxAgentLine))
+			continue
+		}
+		trimmed := bytes.TrimSpace(line)
+		if len(trimmed) == 0 {
+			continue
+		}
+		msg, code, why := decodeAgentLine(trimmed)
+		if msg == nil {
+			c.reject(idOf(trimmed), code, fmt.Sprintf("cmcp: line %d: %s; send one JSON-RPC 2.0 object per line", n, why))
+			continue
+		}
+		select {
+		case c.incoming <- msg:
+		case <-c.closed:
+			return
+		}
+	}
+}
+
+// readLine reads one line; a line over max is consumed and reported.
+func readLine(br *bufio.Reader, max int) (line []byte, tooLong bool, err error) {
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if len(line)+len(chunk) > max {
+			tooLong = true
+		} else {
+			line = append(line, chunk...)
+		}
+		switch {
+		case err == nil:
+			return line, tooLong, nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case errors.Is(err, io.EOF) && len(line) > 0:
+			return line, tooLong, nil
+		default:
+			return nil, false, err
+		}
+	}
+}
+
+func decodeAgentLine(b []byte) (jsonrpc.Message, int64, string) {
+	switch {
+	case !json.Valid(b):
+		return nil, jsonrpc.CodeParseError, "not valid JSON"
+	case b[0] == '[':
+		return nil, jsonrpc.CodeInvalidRequest, "JSON-RPC batches are not supported by MCP 2025-06-18 and later"
+	case b[0] != '{':
+		return nil, jsonrpc.CodeInvalidRequest, "not a JSON object"
+	}
+	msg, err := jsonrpc.DecodeMessage(b)
+	if err != nil {
+		return nil, jsonrpc.CodeInvalidRequest, "not a JSON-RPC 2.0 message: " + err.Error()
+	}
+	return msg, 0, ""
+}
+
+// idOf returns the "id" of a malformed request when it can be read, so the
+// error reaches the right caller; otherwise null.
+func idOf(b []byte) json.RawMessage {
+	var m struct {
+		ID json.RawMessage `json:"id"`
+	}
+	if json.Unmarshal(b, &m) == nil && len(m.ID) > 0 {
+		return m.ID
+	}
+	return nil
+}
+
+func (c *agentConn) reject(id json.RawMessage, code int64, msg string) {
+	if id == nil {
+		id = json.RawMessage("null")
+	}
+	b, _ := json.Marshal(struct {
+		JSONRPC string          `json:"jsonrpc"`
+		ID      json.RawMessage `json:"id"`
+		Error   jsonrpc.Error   `json:"error"`
+	}{"2.0", id, jsonrpc.Error{Code: code, Message: msg}})
+	c.writeLine(b)
+}
+
+func (c *agentConn) writeLine(b []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	_, err := c.t.out.Write(append(b, '\n'))
+	return err
+}
+
+func (c *agentConn) Read(ctx context.Context) (jsonrpc.Message, error) {
+	select {
+	case msg, ok := <-c.incoming:
+		if !ok {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			return nil, c.readErr
+		}
+		return msg, nil
+	case <-c.closed:
+		return nil, io.EOF
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (c *agentConn) Write(_ context.Context, msg jsonrpc.Message) error {
+	b, err := jsonrpc.EncodeMessage(msg)
+	if err != nil {
+		return err
+	}
+	return c.writeLine(b)
+}
+
+func (c *agentConn) Close() error {
+	c.once.Do(func() {
+		close(c.closed)
+		c.t.in.Close()
+		c.t.out.Close()
+	})
+	return nil
+}
+
+func (c *agentConn) SessionID() string { return "" }
