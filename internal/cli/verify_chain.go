@@ -238,7 +238,9 @@ func runVerifyChain(p *ui.Printer, dir string, o *verifyChainOptions, keys []str
 			return ui.WithCode(ui.ExitIO, err)
 		}
 	} else if ve != nil {
-		printFailure(p, ve)
+		if ve.IsVerification() {
+			printFailure(p, ve)
+		}
 	} else {
 		printReport(p, rep)
 		ce.print(p)

@@ -4,6 +4,6 @@ package auditlog
 
 import "os"
 
-// fdatasync flushes f to stable storage. Outside Linux there is no
-// fdatasync; (*os.File).Sync is fsync, or F_FULLFSYNC on macOS.
+// fdatasync flushes f to disk. Outside Linux it is a full fsync (on macOS
+// os.File.Sync uses F_FULLFSYNC).
 func fdatasync(f *os.File) error { return f.Sync() }
