@@ -534,6 +534,9 @@ func (w *Writer) Append(ctx context.Context, rec Record) (Receipt, error) {
 	if fe := w.fatal.Load(); fe != nil {
 		return Receipt{}, fe
 	}
+	if err := ctx.Err(); err != nil {
+		return Receipt{}, err
+	}
 	body, err := encodeBody(rec)
 	if err != nil {
 		return Receipt{}, err
