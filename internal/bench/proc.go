@@ -29,7 +29,7 @@ func Start(name string, args []string, env []string) (*Process, error) {
 	cmd.Env = env
 	var se strings.Builder
 	cmd.Stderr = &limitedWriter{b: &se, max: 64 << 10}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = withPdeathsig(&syscall.SysProcAttr{Setpgid: true})
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}

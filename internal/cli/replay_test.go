@@ -121,6 +121,25 @@ func TestReplayCommand(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "changes to deny") || !strings.Contains(out, "2 would change") {
 		t.Fatalf("what-if: code %d\n%s\n%s", code, out, errs)
 	}
+	// A log that does not verify is refused, or replayed with every line marked.
+	seg := filepath.Join(log, "epoch-000001", "seg-000001.jsonl")
+	data, _ := os.ReadFile(seg)
+	data = bytes.Replace(data, []byte(`"front":"http"`), []byte(`"front":"htt0"`), 1)
+	os.WriteFile(seg, data, 0o644)
+	_, errs, code = run("replay", log)
+	if code != ui.ExitLogInteg || !strings.Contains(errs, "--unverified") {
+		t.Fatalf("unverified log: code %d\n%s", code, errs)
+	}
+	out, errs, code = run("replay", log, "--unverified")
+	if code != 0 || !strings.Contains(errs, "UNVERIFIED") {
+		t.Fatalf("--unverified: code %d\n%s\n%s", code, out, errs)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if strings.HasPrefix(line, "│") && !strings.Contains(line, "UNVERIFIED") || !strings.HasPrefix(line, "│") && !strings.HasPrefix(line, "┌") && !strings.HasPrefix(line, "├") && !strings.HasPrefix(line, "└") && !strings.HasPrefix(line, "UNVERIFIED") {
+			t.Fatalf("line not marked: %q", line)
+		}
+	}
+
 	_, errs, code = run("replay", log, "--decision", "maybe")
 	if code != ui.ExitUsage {
 		t.Fatalf("bad flag: code %d %s", code, errs)

@@ -233,9 +233,13 @@ func readAdminRequest(w http.ResponseWriter, r *http.Request) (adminRequest, boo
 	}
 	dec := json.NewDecoder(strings.NewReader(string(body)))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
+	err = dec.Decode(&req)
+	if err == nil && dec.Decode(&struct{}{}) != io.EOF {
+		err = errors.New("data after the JSON object")
+	}
+	if err != nil {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf(`request body: %v; send {"reason": "..."} or nothing`, err)})
-		return req, false
+		return adminRequest{}, false
 	}
 	return req, true
 }

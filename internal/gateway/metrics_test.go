@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // sampleLine is one sample of the Prometheus text format (no timestamps).
@@ -118,4 +119,27 @@ func TestMetricsExposition(t *testing.T) {
 		}
 		prev = v
 	}
+}
+
+// FuzzLabelValue checks that any upstream name, however odd, is escaped
+// into a valid label value that reads back as the same string.
+func FuzzLabelValue(f *testing.F) {
+	for _, s := range []string{"fs", `we"ird\up` + "\n", "", "ünïcode", `\\n`, "a\"b\\c\nd"} {
+		f.Add(s)
+	}
+	label := regexp.MustCompile(`^"((?:[^"\\\n]|\\.)*)"$`)
+	f.Fuzz(func(t *testing.T, s string) {
+		if !utf8.ValidString(s) {
+			return
+		}
+		out := q(s)
+		m := label.FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("q(%q) = %s is not a valid label value", s, out)
+		}
+		back := strings.NewReplacer(`\\`, `\`, `\"`, `"`, `\n`, "\n").Replace(m[1])
+		if back != s {
+			t.Fatalf("q(%q) = %s reads back as %q", s, out, back)
+		}
+	})
 }

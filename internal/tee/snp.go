@@ -31,14 +31,6 @@ func NewSNP(qp sclient.QuoteProvider, source string, now func() time.Time) *SNPP
 	return &SNPProvider{QP: qp, Source: source, Now: now}
 }
 
-func newSNPConfigfs(now func() time.Time) Provider {
-	return NewSNP(&sclient.LinuxConfigFsQuoteProvider{}, "configfs-tsm", now)
-}
-
-func newSNPDevice(path string, now func() time.Time) Provider {
-	return NewSNP(&sclient.LinuxIoctlQuoteProvider{}, path, now)
-}
-
 func (*SNPProvider) Platform() string    { return evidence.PlatformSEVSNP }
 func (s *SNPProvider) Collector() string { return s.Source }
 

@@ -29,14 +29,6 @@ func NewTDX(qp any, source string, now func() time.Time) *TDXProvider {
 	return &TDXProvider{QP: qp, Source: source, Now: now}
 }
 
-func newTDXConfigfs(now func() time.Time) Provider {
-	return NewTDX(&tclient.LinuxConfigFsQuoteProvider{}, "configfs-tsm", now)
-}
-
-func newTDXDevice(path string, now func() time.Time) Provider {
-	return NewTDX(nil, path, now)
-}
-
 func (*TDXProvider) Platform() string    { return evidence.PlatformTDX }
 func (t *TDXProvider) Collector() string { return t.Source }
 

@@ -253,10 +253,9 @@ func Spawn(ctx context.Context, spec StdioSpec, environ []string, hooks Hooks, s
 		Args:       append([]string{spec.Command}, spec.Args...),
 		Env:        env,
 		Dir:        spec.Dir,
-		SysProcAttr: &syscall.SysProcAttr{
-			Setpgid:   true,
-			Pdeathsig: syscall.SIGKILL,
-		},
+		SysProcAttr: withPdeathsig(&syscall.SysProcAttr{
+			Setpgid: true,
+		}),
 	}
 	// Pipes are made here, not by os/exec, so that Wait never closes the
 	// gateway's ends under a reader: stdout and stderr end with EOF when

@@ -179,3 +179,37 @@ func benchAppend(b *testing.B, mode string, conc int) {
 	b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-µs")
 	b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-µs")
 }
+
+// BenchmarkParseLine measures the per-line work of the verifier (strict
+// canonical check, common members) and the leaf hash.
+func BenchmarkParseLine(b *testing.B) {
+	dir := b.TempDir()
+	writeLog(b, dir, Options{Durability: DurabilityInterval}, 2, 1)
+	r, _ := NewReader(dir)
+	var line []byte
+	for {
+		e, err := r.Next()
+		if err != nil {
+			break
+		}
+		if e.Kind == KindCall {
+			line = e.Line
+		}
+	}
+	r.Close()
+	b.SetBytes(int64(len(line)))
+	b.ReportAllocs()
+	b.Run("parse", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			if _, err := parseLine(line); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("hash", func(b *testing.B) {
+		for range b.N {
+			tlog.RecordHash(line)
+		}
+	})
+}

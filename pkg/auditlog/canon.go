@@ -25,9 +25,12 @@ func (e *syntaxError) Error() string { return fmt.Sprintf("byte %d of the line: 
 
 // member is one top-level member of a line's object.
 type member struct {
-	key string
+	key []byte // unescaped name
 	val []byte
 }
+
+// maxTop is how many top-level members scanLine records (a record has 6).
+const maxTop = 8
 
 // canonScanner checks in a single pass that a line is strict JSON in RFC
 // 8785 canonical form: no insignificant whitespace, object members sorted by
@@ -40,7 +43,9 @@ type canonScanner struct {
 	i        int
 	depth    int
 	fallback bool
-	top      []member
+	top      [maxTop]member
+	ntop     int
+	extra    bool // more than maxTop top-level members
 }
 
 func (s *canonScanner) fail(format string, args ...any) error {
@@ -56,26 +61,35 @@ func (s *canonScanner) fail(format string, args ...any) error {
 // scanLine validates line and returns its top-level members in order. The
 // line must be an object.
 func scanLine(line []byte) ([]member, error) {
-	s := &canonScanner{b: line}
-	if len(line) == 0 || line[0] != '{' {
-		return nil, s.fail("a record must be a JSON object starting with '{'")
-	}
-	if err := s.object(true); err != nil {
+	s := &canonScanner{}
+	if err := s.scan(line); err != nil {
 		return nil, err
 	}
+	return append([]member(nil), s.top[:s.ntop]...), nil
+}
+
+// scan validates line, recording up to maxTop top-level members in s.top.
+func (s *canonScanner) scan(line []byte) error {
+	s.b = line
+	if len(line) == 0 || line[0] != '{' {
+		return s.fail("a record must be a JSON object starting with '{'")
+	}
+	if err := s.object(true); err != nil {
+		return err
+	}
 	if s.i != len(line) {
-		return nil, s.fail("unexpected data after the record's closing '}' (a line holds exactly one object)")
+		return s.fail("unexpected data after the record's closing '}' (a line holds exactly one object)")
 	}
 	if s.fallback {
 		v := jsontext.Value(bytes.Clone(line))
 		if err := v.Canonicalize(); err != nil {
-			return nil, &syntaxError{Offset: 0, Msg: fmt.Sprintf("not valid JSON: %v", err)}
+			return &syntaxError{Offset: 0, Msg: fmt.Sprintf("not valid JSON: %v", err)}
 		}
 		if !bytes.Equal(v, line) {
-			return nil, &syntaxError{Offset: firstDiff(v, line), Msg: "not in RFC 8785 canonical form (a number is not written the way JCS writes it)"}
+			return &syntaxError{Offset: firstDiff(v, line), Msg: "not in RFC 8785 canonical form (a number is not written the way JCS writes it)"}
 		}
 	}
-	return s.top, nil
+	return nil
 }
 
 func firstDiff(a, b []byte) int {
@@ -168,15 +182,20 @@ func (s *canonScanner) object(top bool) error {
 			return err
 		}
 		if top {
-			k := string(raw)
+			k := raw
 			if bytes.IndexByte(raw, '\\') >= 0 {
 				u, err := jsontext.AppendUnquote(nil, s.b[keyStart:valStart-1])
 				if err != nil {
 					return &syntaxError{Offset: keyStart, Msg: err.Error()}
 				}
-				k = string(u)
+				k = u
 			}
-			s.top = append(s.top, member{key: k, val: s.b[valStart:s.i]})
+			if s.ntop < maxTop {
+				s.top[s.ntop] = member{key: k, val: s.b[valStart:s.i]}
+				s.ntop++
+			} else {
+				s.extra = true
+			}
 		}
 		if s.i >= len(s.b) {
 			return s.fail("unexpected end of line inside an object")
@@ -230,6 +249,13 @@ func (s *canonScanner) str() ([]byte, error) {
 	s.i++ // opening quote
 	start := s.i
 	for s.i < len(s.b) {
+		// Fast path: printable ASCII other than '"' and '\\'.
+		for s.i < len(s.b) && plainByte[s.b[s.i]] {
+			s.i++
+		}
+		if s.i >= len(s.b) {
+			break
+		}
 		c := s.b[s.i]
 		switch {
 		case c == '"':
@@ -275,6 +301,14 @@ func (s *canonScanner) str() ([]byte, error) {
 	}
 	return nil, s.fail("unterminated string")
 }
+
+// plainByte marks bytes that stand for themselves in a canonical string.
+var plainByte = func() (t [256]bool) {
+	for c := 0x20; c < 0x80; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
 
 func isLowerHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' }
 

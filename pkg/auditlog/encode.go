@@ -1,10 +1,12 @@
 package auditlog
 
 import (
+	"bytes"
 	"encoding/base64"
 	"fmt"
 	"strconv"
 	"time"
+	"unsafe"
 
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
@@ -67,101 +69,154 @@ type envelope struct {
 	Kind Kind
 	Seq  int64
 	Prev tlog.Hash
-	TS   string
+	TS   []byte // aliases the line; nil for checkpoint records
 	Body []byte
 }
 
+// envelopeMembers are the members of a line, in canonical order.
+var envelopeMembers = [...]string{"body", "kind", "prev", "seq", "ts", "v"}
+
 // parseLine validates a line (strict, canonical) and its common members.
+// It does not allocate for a valid line.
 func parseLine(line []byte) (envelope, error) {
 	var e envelope
-	ms, err := scanLine(line)
-	if err != nil {
+	var s canonScanner
+	if err := s.scan(line); err != nil {
 		return e, err
 	}
-	want := []string{"body", "kind", "prev", "seq", "ts", "v"}
+	if s.extra {
+		return e, &syntaxError{Offset: 0, Msg: fmt.Sprintf("more than %d members (a record has body, kind, prev, seq, ts, v)", len(envelopeMembers))}
+	}
+	var have [len(envelopeMembers)]bool
 	j := 0
-	var haveTS bool
-	for _, m := range ms {
-		for j < len(want) && want[j] != m.key {
+	for _, m := range s.top[:s.ntop] {
+		for j < len(envelopeMembers) && envelopeMembers[j] != string(m.key) {
 			j++
 		}
-		if j == len(want) {
+		if j == len(envelopeMembers) {
 			return e, &syntaxError{Offset: memberOffset(line, m), Msg: fmt.Sprintf("unknown member %q (a record has body, kind, prev, seq, ts, v)", m.key)}
 		}
-		switch m.key {
-		case "body":
+		have[j] = true
+		switch j {
+		case 0: // body
 			if len(m.val) == 0 || m.val[0] != '{' {
 				return e, &syntaxError{Offset: memberOffset(line, m), Msg: "body must be an object"}
 			}
 			e.Body = m.val
-		case "kind":
-			s, ok := plainString(m.val)
-			if !ok || !knownKinds[Kind(s)] {
+		case 1: // kind
+			b, ok := plainString(m.val)
+			k, known := kindOf(b)
+			if !ok || !known {
 				return e, &syntaxError{Offset: memberOffset(line, m), Msg: fmt.Sprintf("unknown kind %s", clipBytes(m.val))}
 			}
-			e.Kind = Kind(s)
-		case "prev":
-			s, ok := plainString(m.val)
-			var hb []byte
+			e.Kind = k
+		case 2: // prev
+			b, ok := plainString(m.val)
+			var buf [33]byte
+			var n int
 			var err error
-			if ok && len(s) == 44 {
-				hb, err = base64.StdEncoding.Strict().DecodeString(s)
+			if ok && len(b) == 44 {
+				n, err = base64.StdEncoding.Strict().Decode(buf[:], b)
 			}
-			if !ok || len(s) != 44 || err != nil || len(hb) != tlog.HashSize {
+			if !ok || len(b) != 44 || err != nil || n != tlog.HashSize {
 				return e, &syntaxError{Offset: memberOffset(line, m), Msg: fmt.Sprintf("prev %s is not a base64 SHA-256 hash", clipBytes(m.val))}
 			}
-			e.Prev = tlog.Hash(hb)
-		case "seq":
-			s, ok := plainString(m.val)
-			n, err := strconv.ParseInt(s, 10, 64)
-			if !ok || err != nil || n < 0 || strconv.FormatInt(n, 10) != s {
+			copy(e.Prev[:], buf[:n])
+		case 3: // seq
+			b, ok := plainString(m.val)
+			n, ok2 := parseDecimal(b)
+			if !ok || !ok2 {
 				return e, &syntaxError{Offset: memberOffset(line, m), Msg: fmt.Sprintf("seq %s is not a decimal string", clipBytes(m.val))}
 			}
 			e.Seq = n
-		case "ts":
-			s, ok := plainString(m.val)
-			if !ok {
-				return e, &syntaxError{Offset: memberOffset(line, m), Msg: "ts must be a string"}
+		case 4: // ts
+			b, ok := plainString(m.val)
+			if !ok || !validTimestamp(b) {
+				return e, &syntaxError{Offset: memberOffset(line, m), Msg: fmt.Sprintf("ts %s is not an RFC 3339 UTC time", clipBytes(m.val))}
 			}
-			if _, err := time.Parse(time.RFC3339Nano, s); err != nil {
-				return e, &syntaxError{Offset: memberOffset(line, m), Msg: fmt.Sprintf("ts %q is not an RFC 3339 time", s)}
-			}
-			e.TS = s
-			haveTS = true
-		case "v":
-			if string(m.val) != strconv.Itoa(FormatVersion) {
+			e.TS = b
+		case 5: // v
+			if len(m.val) != 1 || m.val[0] != '0'+FormatVersion {
 				return e, &syntaxError{Offset: memberOffset(line, m), Msg: fmt.Sprintf("format version %s, this cmcp reads version %d", clipBytes(m.val), FormatVersion)}
 			}
 		}
 		j++
 	}
+	for i, ok := range have {
+		if !ok && i != 4 {
+			return e, &syntaxError{Offset: 0, Msg: fmt.Sprintf("missing member %q", envelopeMembers[i])}
+		}
+	}
 	switch {
-	case e.Body == nil:
-		return e, &syntaxError{Offset: 0, Msg: "missing member \"body\""}
-	case e.Kind == "":
-		return e, &syntaxError{Offset: 0, Msg: "missing member \"kind\""}
-	case !haveMember(ms, "prev"):
-		return e, &syntaxError{Offset: 0, Msg: "missing member \"prev\""}
-	case !haveMember(ms, "seq"):
-		return e, &syntaxError{Offset: 0, Msg: "missing member \"seq\""}
-	case !haveMember(ms, "v"):
-		return e, &syntaxError{Offset: 0, Msg: "missing member \"v\""}
-	case e.Kind == KindCheckpoint && haveTS:
+	case e.Kind == KindCheckpoint && have[4]:
 		return e, &syntaxError{Offset: 0, Msg: "a checkpoint record has no ts"}
-	case e.Kind != KindCheckpoint && !haveTS:
+	case e.Kind != KindCheckpoint && !have[4]:
 		return e, &syntaxError{Offset: 0, Msg: "missing member \"ts\""}
 	}
 	return e, nil
 }
 
-func haveMember(ms []member, k string) bool {
-	for _, m := range ms {
-		if m.key == k {
-			return true
-		}
+// kindOf maps a kind name to its constant without allocating.
+func kindOf(b []byte) (Kind, bool) {
+	switch string(b) {
+	case "genesis":
+		return KindGenesis, true
+	case "segment":
+		return KindSegment, true
+	case "checkpoint":
+		return KindCheckpoint, true
+	case "recovery":
+		return KindRecovery, true
+	case "seal":
+		return KindSeal, true
+	case "spawn":
+		return KindSpawn, true
+	case "upstream":
+		return KindUpstream, true
+	case "drift":
+		return KindDrift, true
+	case "session":
+		return KindSession, true
+	case "call":
+		return KindCall, true
+	case "result":
+		return KindResult, true
+	case "stderr":
+		return KindStderr, true
+	case "policy":
+		return KindPolicy, true
+	case "admin":
+		return KindAdmin, true
 	}
-	return false
+	return "", false
 }
+
+// parseDecimal parses a non-negative decimal without leading zeros.
+func parseDecimal(b []byte) (int64, bool) {
+	if len(b) == 0 || len(b) > 18 || len(b) > 1 && b[0] == '0' {
+		return 0, false
+	}
+	var n int64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
+}
+
+// validTimestamp checks "YYYY-MM-DDTHH:MM:SS[.fraction]Z" as the writer
+// produces it (time.RFC3339Nano in UTC), without allocating.
+func validTimestamp(b []byte) bool {
+	if len(b) < 20 || len(b) > 30 || b[len(b)-1] != 'Z' {
+		return false
+	}
+	_, err := time.Parse(time.RFC3339Nano, unsafeString(b))
+	return err == nil
+}
+
+func unsafeString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
 // memberOffset is the offset of m's value within line.
 func memberOffset(line []byte, m member) int {
@@ -173,15 +228,13 @@ func memberOffset(line []byte, m member) int {
 }
 
 // plainString returns the contents of a JSON string without escapes.
-func plainString(v []byte) (string, bool) {
+func plainString(v []byte) ([]byte, bool) {
 	if len(v) < 2 || v[0] != '"' || v[len(v)-1] != '"' {
-		return "", false
+		return nil, false
 	}
 	s := v[1 : len(v)-1]
-	for _, c := range s {
-		if c == '\\' {
-			return "", false
-		}
+	if bytes.IndexByte(s, '\\') >= 0 {
+		return nil, false
 	}
-	return string(s), true
+	return s, true
 }

@@ -35,12 +35,33 @@ type VerifyError struct {
 
 func (e *VerifyError) Error() string {
 	var b strings.Builder
-	b.WriteString(string(e.Class))
-	b.WriteString(" failure at ")
-	b.WriteString(e.Pos.String())
-	b.WriteString(": ")
+	switch e.Class {
+	case ClassUsage, ClassNotLog, ClassIO:
+	default:
+		b.WriteString(string(e.Class))
+		b.WriteString(" failure")
+		if e.Pos.Epoch == 0 && e.Pos.File == "" {
+			b.WriteString(": ")
+		} else {
+			b.WriteString(" at ")
+		}
+	}
+	if e.Pos.Epoch != 0 || e.Pos.File != "" {
+		b.WriteString(e.Pos.String())
+		b.WriteString(": ")
+	}
 	b.WriteString(e.Msg)
 	return b.String()
+}
+
+// IsVerification reports whether e is a finding about the log (as opposed
+// to bad input or an unreadable file).
+func (e *VerifyError) IsVerification() bool {
+	switch e.Class {
+	case ClassUsage, ClassNotLog, ClassIO:
+		return false
+	}
+	return true
 }
 
 func (e *VerifyError) Unwrap() error { return e.Err }

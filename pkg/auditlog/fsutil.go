@@ -40,15 +40,6 @@ func syncDir(dir string) error {
 	return nil
 }
 
-func fdatasync(f *os.File) error {
-	for {
-		err := syscall.Fdatasync(int(f.Fd()))
-		if err != syscall.EINTR {
-			return err
-		}
-	}
-}
-
 // parseNumbered returns n for names "<prefix>NNNNNN<suffix>".
 func parseNumbered(name, prefix, suffix string) (int, bool) {
 	s, ok := strings.CutPrefix(name, prefix)

@@ -57,7 +57,7 @@ func FuzzParseLine(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if got := appendLine(nil, e.Kind, e.Body, e.Prev, e.Seq, e.TS); !bytes.Equal(got, in) {
+		if got := appendLine(nil, e.Kind, e.Body, e.Prev, e.Seq, string(e.TS)); !bytes.Equal(got, in) {
 			t.Fatalf("parsed line does not round-trip:\n in %q\nout %q", in, got)
 		}
 		DecodeBody(e.Kind, e.Body) // must not panic

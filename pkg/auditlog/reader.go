@@ -92,8 +92,8 @@ func (r *Reader) Next() (*Entry, error) {
 		}
 		pos.Index, pos.Kind = env.Seq, env.Kind
 		e := &Entry{Pos: pos, Kind: env.Kind, Index: env.Seq, Hash: tlog.RecordHash(line), Line: line, Body: env.Body}
-		if env.TS != "" {
-			e.Time, _ = time.Parse(time.RFC3339Nano, env.TS)
+		if env.TS != nil {
+			e.Time, _ = time.Parse(time.RFC3339Nano, string(env.TS))
 		}
 		return e, nil
 	}

@@ -32,6 +32,9 @@ func (p Position) String() string {
 	if p.File == "" {
 		return fmt.Sprintf("epoch %d", p.Epoch)
 	}
+	if p.Line == 0 {
+		return fmt.Sprintf("epoch %d, %s", p.Epoch, p.File)
+	}
 	return fmt.Sprintf("epoch %d, record %d (%s:%d, byte %d)", p.Epoch, p.Index, p.File, p.Line, p.Offset)
 }
 
@@ -132,7 +135,11 @@ func readSegment(seg int, path string, hashFile bool, send func(*lineBatch) bool
 	if fi, err := f.Stat(); err != nil {
 		return fail(err)
 	} else if !fi.Mode().IsRegular() {
-		return fail(fmt.Errorf("%s is not a regular file (%s)", path, fi.Mode().Type()))
+		what := "a directory"
+		if !fi.IsDir() {
+			what = "a " + fi.Mode().Type().String() + " file"
+		}
+		return fail(fmt.Errorf("the segment is not a regular file: it is %s", what))
 	}
 	sum := sha256.New()
 	var carry []byte
@@ -277,7 +284,10 @@ func scanEpoch(dir string, epoch int, opt scanOptions) (*EpochResult, error) {
 		curSeg    int
 		sinceProg int64
 	)
+	var firstTS, lastTS []byte
 	finish := func() {
+		res.First, _ = time.Parse(time.RFC3339Nano, string(firstTS))
+		res.Last, _ = time.Parse(time.RFC3339Nano, string(lastTS))
 		res.Root = fr.root()
 		if res.LastCheckpointAt >= 0 {
 			res.Unsealed = res.Records - res.LastCheckpointAt - 1
@@ -355,12 +365,11 @@ func scanEpoch(dir string, epoch int, opt scanOptions) (*EpochResult, error) {
 			if res.Records > 0 && e.Kind == KindGenesis {
 				return fail(ClassIntegrity, "", "", "a second genesis record inside an epoch")
 			}
-			if e.TS != "" {
-				t, _ := time.Parse(time.RFC3339Nano, e.TS)
-				if res.First.IsZero() {
-					res.First = t
+			if e.TS != nil {
+				if firstTS == nil {
+					firstTS = e.TS
 				}
-				res.Last = t
+				lastTS = e.TS
 			}
 			switch e.Kind {
 			case KindGenesis:

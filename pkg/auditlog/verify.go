@@ -144,8 +144,12 @@ func Verify(dir string, opt VerifyOptions) (*Report, error) {
 				Msg:  fmt.Sprintf("%s holds no epochs, but the saved checkpoint commits to %d records of %s: the log was deleted", dir, exts[0].cp.Size, exts[0].cp.Origin),
 				Hint: "restore the audit directory from a backup"}
 		}
-		return rep, &VerifyError{Class: ClassNotLog, Msg: fmt.Sprintf("%s is not an audit log: it holds no epoch-NNNNNN directories", dir),
+		ve := &VerifyError{Class: ClassNotLog, Msg: fmt.Sprintf("%s is not an audit log: it holds no epoch-NNNNNN directories", dir),
 			Hint: "give the directory cmcp serve writes its audit log to (audit.dir in cmcp.yaml)"}
+		if segs, _ := listSegments(dir); len(segs) > 0 {
+			ve.Hint = fmt.Sprintf("%s looks like one epoch of a log; give the audit directory above it: %s", dir, filepath.Dir(filepath.Clean(dir)))
+		}
+		return rep, ve
 	}
 
 	for i, e := range epochs {

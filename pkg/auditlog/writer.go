@@ -448,6 +448,9 @@ func (w *Writer) addCheckpoint() error {
 // flush writes the pending buffer (and the vault before it) in one write
 // and, if sync, fdatasyncs both.
 func (w *Writer) flush(sync bool) error {
+	// A checkpoint is published (OnCheckpoint, LatestCheckpoint) only once
+	// durable, whatever the mode.
+	sync = sync || len(w.cpNotes) > 0
 	if err := w.flushVault(sync); err != nil {
 		return err
 	}
@@ -530,6 +533,9 @@ func (w *Writer) Append(ctx context.Context, rec Record) (Receipt, error) {
 	}
 	if fe := w.fatal.Load(); fe != nil {
 		return Receipt{}, fe
+	}
+	if err := ctx.Err(); err != nil {
+		return Receipt{}, err
 	}
 	body, err := encodeBody(rec)
 	if err != nil {

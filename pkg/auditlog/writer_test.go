@@ -11,8 +11,10 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"filippo.io/age"
+	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/confidential-mcp/cmcp/pkg/digest"
@@ -229,3 +231,75 @@ func TestSecondWriterRefused(t *testing.T) {
 }
 
 var _ = os.Remove
+
+func TestCheckpointsAndClose(t *testing.T) {
+	dir := t.TempDir()
+	var mu sync.Mutex
+	var notes [][]byte
+	w, err := Open(dir, Options{Key: testKey(t), CheckpointEvery: 1 << 30, CheckpointInterval: time.Hour, OnCheckpoint: func(n []byte) {
+		mu.Lock()
+		notes = append(notes, n)
+		mu.Unlock()
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if _, err := w.Append(context.Background(), sampleCall(w, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	cp, err := OpenCheckpoint(w.LatestCheckpoint(), verifiers(t, w.VerifierKey()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// genesis, initial checkpoint, 3 calls: the forced checkpoint covers 5.
+	if cp.Size != 5 || cp.Origin != w.Origin() {
+		t.Fatalf("forced checkpoint %+v", cp)
+	}
+	if err := w.Checkpoint(); err != nil { // nothing new: no new checkpoint
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	n := len(notes)
+	mu.Unlock()
+	if n != 3 { // after genesis, forced, final
+		t.Fatalf("OnCheckpoint saw %d checkpoints, want 3", n)
+	}
+	if _, err := w.Append(context.Background(), sampleCall(w, 9)); !errors.Is(err, ErrClosed) {
+		t.Fatalf("append after close: %v", err)
+	}
+	if err := w.Close(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("second close: %v", err)
+	}
+	if err := w.Checkpoint(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("checkpoint after close: %v", err)
+	}
+}
+
+func TestAppendContextCancelled(t *testing.T) {
+	w, err := Open(t.TempDir(), Options{Key: testKey(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := w.Append(ctx, sampleCall(w, 0)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("append with a cancelled context: %v", err)
+	}
+}
+
+func verifiers(t *testing.T, vkey string) note.Verifiers {
+	v, err := note.NewVerifier(vkey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return note.VerifierList(v)
+}

@@ -62,6 +62,9 @@ func TestTreeManifestByHand(t *testing.T) {
 		"file - 2 " + hexSum("1\n") + " 8:lib/a.js\n" +
 		"symlink 8:lib/b.js 4:a.js\n"
 	want := "sha256:" + hexSum(manifest)
+	if want != "sha256:70acfd008b7f3b56bc4deddfc68913d3199fd702f26ac4b5aa07ef8fe60a3248" { // the vector in TREE.md
+		t.Fatalf("manifest digest %s differs from TREE.md's example", want)
+	}
 	got, err := Tree(context.Background(), dir, TreeOptions{})
 	if err != nil || got.String() != want {
 		t.Fatalf("Tree = %v, %v; want %s", got, err, want)

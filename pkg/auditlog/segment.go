@@ -1,0 +1,187 @@
+package auditlog
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/mod/sumdb/note"
+	"golang.org/x/mod/sumdb/tlog"
+)
+
+// SegmentResult is what VerifySegment established about one segment file.
+type SegmentResult struct {
+	File           string      `json:"file"`
+	Origin         string      `json:"origin"`
+	FirstIndex     int64       `json:"first_index"`
+	Records        int64       `json:"records"`     // records in this file
+	Checkpoints    int         `json:"checkpoints"` // checkpoints in this file
+	LastCheckpoint *Checkpoint `json:"-"`
+	Unsealed       int64       `json:"unsealed"` // records after the last checkpoint in this file
+	TornBytes      int64       `json:"torn_bytes"`
+}
+
+// VerifySegment verifies one segment file without the rest of its epoch.
+// A first segment starts with the genesis record; a later one starts with
+// a segment record that carries the checkpoint closing the previous segment
+// and the tree frontier before it. That checkpoint must be signed by one of
+// opt.Keys; the frontier and every record of the file are then
+// authenticated by the checkpoints inside the file (each root is recomputed
+// from the frontier and the records). Records after the file's last
+// checkpoint are reported as unsealed.
+func VerifySegment(path string, opt VerifyOptions) (*SegmentResult, error) {
+	res := &SegmentResult{File: path}
+	trusted, err := ParseKeys(opt.Keys)
+	if err != nil {
+		return res, err
+	}
+	if len(trusted) == 0 {
+		return res, &VerifyError{Class: ClassUsage, Msg: "verifying a segment on its own needs the trusted key (--key): the genesis record is in another file"}
+	}
+	var list []note.Verifier
+	for k := range trusted {
+		v, _ := note.NewVerifier(k)
+		list = append(list, v)
+	}
+	vs := note.VerifierList(list...)
+	f, err := os.Open(path)
+	if err != nil {
+		return res, ioFailure(Position{File: path}, err)
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil {
+		return res, ioFailure(Position{File: path}, err)
+	} else if !fi.Mode().IsRegular() {
+		return res, ioFailure(Position{File: path}, errors.New("the segment is not a regular file"))
+	}
+	br := bufio.NewReaderSize(f, MaxLineBytes+1)
+	var (
+		fr      frontier
+		prev    tlog.Hash
+		off, no int64
+		seq     int64
+		lastCP  = int64(-1)
+	)
+	for {
+		raw, err := br.ReadSlice('\n')
+		pos := Position{File: path, Line: no + 1, Offset: off, Index: seq}
+		fail := func(class Class, expected, computed, format string, args ...any) (*SegmentResult, error) {
+			pos.Record = excerpt(raw)
+			return res, &VerifyError{Class: class, Pos: pos, Expected: expected, Computed: computed, Msg: fmt.Sprintf(format, args...)}
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			return fail(ClassIntegrity, "", "", "line is longer than %d bytes; no record is that large", MaxLineBytes)
+		}
+		if err == io.EOF {
+			res.TornBytes = int64(len(raw))
+			break
+		}
+		if err != nil {
+			return res, ioFailure(pos, err)
+		}
+		no++
+		off += int64(len(raw))
+		line := raw[:len(raw)-1]
+		e, perr := parseLine(line)
+		if perr != nil {
+			return fail(ClassIntegrity, "", "", "malformed record: %v", perr)
+		}
+		pos.Kind = e.Kind
+		h := tlog.RecordHash(line)
+		if no == 1 {
+			switch e.Kind {
+			case KindGenesis:
+				r, err := DecodeBody(KindGenesis, e.Body)
+				if err != nil {
+					return fail(ClassIntegrity, "", "", "%v", err)
+				}
+				g := r.(*Genesis)
+				if !trusted[g.Key] {
+					return fail(ClassKey, "", g.Key, "the segment's epoch is signed by key %s, which is not among the trusted keys (--key)", g.Key)
+				}
+				res.Origin = g.Origin
+			case KindSegment:
+				r, err := DecodeBody(KindSegment, e.Body)
+				if err != nil {
+					return fail(ClassIntegrity, "", "", "%v", err)
+				}
+				s := r.(*Segment)
+				cp, err := OpenCheckpoint([]byte(s.Checkpoint), vs)
+				if err != nil {
+					return fail(classOfNoteErr(err), "", "", "the checkpoint that closed the previous segment: %v", err)
+				}
+				if s.FirstIndex != e.Seq || cp.Size != s.FirstIndex-1 {
+					return fail(ClassIntegrity, fmt.Sprint(s.FirstIndex-1), fmt.Sprint(cp.Size), "the segment record's first index and checkpoint do not line up")
+				}
+				if fr, err = frontierFrom(s.FirstIndex, s.Frontier); err != nil {
+					return fail(ClassIntegrity, "", "", "segment frontier: %v", err)
+				}
+				res.Origin = cp.Origin
+				seq, prev = e.Seq, e.Prev
+				pos.Index = seq
+			default:
+				return fail(ClassIntegrity, "", string(e.Kind), "a segment file starts with a genesis or a segment record")
+			}
+			res.FirstIndex = seq
+		}
+		if e.Seq != seq {
+			return fail(ClassIntegrity, fmt.Sprint(seq), fmt.Sprint(e.Seq), "sequence number %d, expected %d: a record was removed, duplicated or reordered", e.Seq, seq)
+		}
+		if e.Prev != prev {
+			return fail(ClassIntegrity, b64(e.Prev), b64(prev), "broken hash link: record %d was modified, or records between were removed", seq-1)
+		}
+		if no > 1 && (e.Kind == KindGenesis || e.Kind == KindSegment) {
+			return fail(ClassIntegrity, "", string(e.Kind), "a %s record in the middle of a segment", e.Kind)
+		}
+		if e.Kind == KindCheckpoint {
+			r, err := DecodeBody(KindCheckpoint, e.Body)
+			if err != nil {
+				return fail(ClassIntegrity, "", "", "%v", err)
+			}
+			cp, err := OpenCheckpoint([]byte(r.(*CheckpointRecord).Note), vs)
+			if err != nil {
+				return fail(classOfNoteErr(err), "", "", "checkpoint: %v", err)
+			}
+			if cp.Origin != res.Origin || cp.Size != seq {
+				return fail(ClassIntegrity, fmt.Sprintf("%s size %d", res.Origin, seq), fmt.Sprintf("%s size %d", cp.Origin, cp.Size), "checkpoint does not match its position")
+			}
+			if root := fr.root(); root != cp.Root {
+				return fail(ClassIntegrity, b64(cp.Root), b64(root), "Merkle root mismatch at size %d: the checkpoint signs one root, the frontier and records hash to another", cp.Size)
+			}
+			res.Checkpoints++
+			res.LastCheckpoint = cp
+			lastCP = seq
+		}
+		fr.append(h)
+		prev = h
+		seq++
+		res.Records++
+	}
+	if res.Records == 0 {
+		return res, &VerifyError{Class: ClassIntegrity, Pos: Position{File: path}, Msg: "the segment holds no complete record"}
+	}
+	if lastCP >= 0 {
+		res.Unsealed = seq - lastCP - 1
+	} else {
+		res.Unsealed = res.Records
+	}
+	_ = filepath.Base
+	return res, nil
+}
+
+func classOfNoteErr(err error) Class {
+	var uv *note.UnverifiedNoteError
+	var bad *note.InvalidSignatureError
+	switch {
+	case errors.As(err, &bad):
+		return ClassSignature
+	case errors.As(err, &uv):
+		return ClassKey
+	case errors.Is(err, ErrMalformedCheckpoint):
+		return ClassIntegrity
+	}
+	return ClassSignature
+}

@@ -1,0 +1,69 @@
+package auditlog
+
+import (
+	"bytes"
+	"errors"
+	"golang.org/x/mod/sumdb/tlog"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestVerifySegmentAlone(t *testing.T) {
+	dir := t.TempDir()
+	w := writeLog(t, dir, Options{SegmentBytes: 8 << 10, CheckpointEvery: 7, Durability: DurabilityInterval}, 200, 1)
+	keys := []string{w.VerifierKey()}
+	segs, _ := filepath.Glob(filepath.Join(dir, "epoch-000001", "seg-*.jsonl"))
+	if len(segs) < 4 {
+		t.Fatalf("only %d segments", len(segs))
+	}
+	var total int64
+	for _, s := range segs {
+		r, err := VerifySegment(s, VerifyOptions{Keys: keys})
+		if err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+		if r.Unsealed != 0 || r.Checkpoints == 0 {
+			t.Fatalf("%s: %+v", s, r)
+		}
+		total += r.Records
+	}
+	if rep, err := Verify(dir, VerifyOptions{Keys: keys}); err != nil || rep.Records != total {
+		t.Fatalf("whole epoch %d records (%v), segments add up to %d", rep.Records, err, total)
+	}
+
+	// A frontier hash changed in the segment record of segment 3: the next
+	// checkpoint in the file no longer matches.
+	p := segs[2]
+	b, _ := os.ReadFile(p)
+	lines := bytes.Split(bytes.TrimSuffix(b, []byte("\n")), []byte("\n"))
+	e, _ := parseLine(lines[0])
+	r, _ := DecodeBody(KindSegment, e.Body)
+	s := r.(*Segment)
+	s.Frontier[0][0] ^= 1
+	body, _ := encodeBody(s)
+	lines[0] = appendLine(nil, KindSegment, body, e.Prev, e.Seq, string(e.TS))
+	// Re-link the unsigned records up to the file's first checkpoint, as a
+	// forger would.
+	for i := 1; i < len(lines); i++ {
+		e, _ := parseLine(lines[i])
+		lines[i] = appendLine(nil, e.Kind, e.Body, hashOf(lines[i-1]), e.Seq, string(e.TS))
+		if e.Kind == KindCheckpoint {
+			break
+		}
+	}
+	os.WriteFile(p, append(bytes.Join(lines, []byte("\n")), '\n'), 0o600)
+	_, err := VerifySegment(p, VerifyOptions{Keys: keys})
+	var ve *VerifyError
+	if !errors.As(err, &ve) || ve.Class != ClassIntegrity || ve.Pos.Kind != KindCheckpoint {
+		t.Fatalf("forged frontier: %v", err)
+	}
+	if _, err := VerifySegment(segs[1], VerifyOptions{}); err == nil {
+		t.Fatal("a segment verified without a trusted key")
+	}
+	if _, err := VerifySegment(segs[1], VerifyOptions{Keys: []string{writeLog(t, t.TempDir(), Options{}, 1, 1).VerifierKey()}}); !errors.As(err, &ve) || ve.Class != ClassKey {
+		t.Fatalf("foreign key: %v", err)
+	}
+}
+
+func hashOf(line []byte) tlog.Hash { return tlog.RecordHash(line) }
