@@ -119,17 +119,29 @@ func BenchmarkGateway(b *testing.B) {
 	}})
 
 	results := map[string][]Result{}
+	gwCPU := map[string]time.Duration{} // gateway CPU time spent in a mode's timed calls (and its warm-up)
+	gwCalls := map[string]int{}
 	for b.Loop() {
 		for r := range rounds {
 			for _, c := range []int{1, 8} {
 				for _, m := range modes {
 					runtime.GC()
+					g := gws[m.kind+" "+m.via]
+					var cpu0 time.Duration
+					if g != nil {
+						cpu0, _ = CPUTime(g.proc.Pid())
+					}
 					res, err := Measure(ctx, m.connect, Load{Concurrency: c, Calls: max(calls/c, 1), Warmup: 20, Tool: "test_simple_text"})
 					if err != nil {
 						b.Fatalf("%s c=%d round %d: %v", m.name, c, r, err)
 					}
 					key := fmt.Sprintf("%s|%d", m.name, c)
 					results[key] = append(results[key], res)
+					if g != nil {
+						cpu1, _ := CPUTime(g.proc.Pid())
+						gwCPU[m.name] += cpu1 - cpu0
+						gwCalls[m.name] += res.Calls + 20*c
+					}
 				}
 			}
 		}
@@ -178,6 +190,11 @@ func BenchmarkGateway(b *testing.B) {
 		}
 	}
 	tw.Flush()
+	for _, m := range modes {
+		if n := gwCalls[m.name]; n > 0 {
+			fmt.Printf("%s: gateway CPU %v per call (user+system, all sessions and rounds)\n", m.name, (gwCPU[m.name] / time.Duration(n)).Round(time.Microsecond))
+		}
+	}
 	for key, g := range gws {
 		if hwm, err := PeakRSS(g.proc.Pid()); err == nil {
 			b.ReportMetric(float64(hwm)/(1<<20), "MiB-peak-rss-"+strings.ReplaceAll(key, " ", "-"))

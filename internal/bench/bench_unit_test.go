@@ -38,3 +38,20 @@ func TestPeakRSSOfThisProcess(t *testing.T) {
 		t.Fatal("PeakRSS of a process that does not exist succeeded")
 	}
 }
+
+func TestCPUTimeOfThisProcess(t *testing.T) {
+	before, err := CPUTime(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(50 * time.Millisecond)
+	for time.Now().Before(deadline) {
+	}
+	after, err := CPUTime(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after < before || after == 0 {
+		t.Fatalf("CPU time went from %v to %v after 50ms of spinning", before, after)
+	}
+}
