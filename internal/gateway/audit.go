@@ -44,8 +44,14 @@ func StdioHooks(log AuditLog, logger *slog.Logger, m *Metrics) upstream.Hooks {
 			_, err := log.Append(context.Background(), rec)
 			return err
 		},
+		Stderr: func(ev upstream.ExitEvent) {
+			srec := &auditlog.Stderr{Upstream: ev.Upstream, Session: ev.Session, Bytes: ev.StderrBytes, Lines: ev.StderrLines, Dropped: ev.Dropped}
+			if _, err := log.Append(context.Background(), srec); err != nil && logger != nil {
+				logger.Error("record child stderr", "upstream", ev.Upstream, "err", err)
+			}
+		},
 		Exit: func(ev upstream.ExitEvent) {
-			rec := &auditlog.Spawn{Upstream: ev.Upstream, Session: ev.Session, EvidenceClass: ev.Class, PID: int64(ev.PID), Outcome: "exited",
+			rec := &auditlog.Spawn{Upstream: ev.Upstream, Session: ev.Session, Path: ev.Path, EvidenceClass: ev.Class, PID: int64(ev.PID), Outcome: "exited",
 				ExitCode: int64(ev.ExitCode), Signal: ev.Signal, Reason: ev.Fault}
 			if _, err := log.Append(context.Background(), rec); err != nil && logger != nil {
 				logger.Error("record child exit", "upstream", ev.Upstream, "err", err)

@@ -44,7 +44,19 @@ func BenchmarkCall(b *testing.B) {
 		run(b, cs, "echo")
 	})
 	for _, d := range []string{auditlog.DurabilityInterval, auditlog.DurabilityGroup} {
-		b.Run("cmcp-"+d, func(b *testing.B) {
+		b.Run("cmcp-stdio-"+d, func(b *testing.B) {
+			h := newHarness(b, hconf{durability: d})
+			inR, inW, _ := os.Pipe()
+			outR, outW, _ := os.Pipe()
+			go h.g.ServeStdio(context.Background(), inR, outW, "bench")
+			cs, err := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil).Connect(context.Background(), &mcp.IOTransport{Reader: outR, Writer: inW}, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer cs.Close()
+			run(b, cs, "t__echo")
+		})
+		b.Run("cmcp-http-"+d, func(b *testing.B) {
 			h := newHarness(b, hconf{durability: d})
 			cs, err := h.tryConnect("", nil)
 			if err != nil {

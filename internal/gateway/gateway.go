@@ -97,6 +97,7 @@ type Gateway struct {
 	killed   atomic.Bool
 	closing  atomic.Bool
 	inflight sync.WaitGroup
+	results  sync.WaitGroup // result records being appended
 	nextID   atomic.Uint64
 }
 
@@ -376,6 +377,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		}
 	}
 	wg.Wait()
+	g.results.Wait()
 	return err
 }
 

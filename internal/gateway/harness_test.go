@@ -253,6 +253,7 @@ type rec struct {
 // records reads every record the gateway wrote so far.
 func (h *harness) records() []rec {
 	h.t.Helper()
+	h.g.results.Wait() // result records are appended after the response
 	return readRecords(h.t, h.dir)
 }
 

@@ -141,10 +141,17 @@ func (s *session) callTool(ctx context.Context, req *mcp.CallToolRequest) (mcp.R
 		}
 	}
 	g.metricCall(st.name, rec.Decision, result.Outcome, time.Since(start))
-	if _, err := g.log.Append(context.WithoutCancel(ctx), result); err != nil {
-		g.logger.Error("audit append of a result failed", "tool", params.Name, "err", err)
-		return nil, fault(CodeAuditUnavailable, "the call ran but its result could not be recorded in the audit log (%v): the result is withheld and every further call is refused until an operator fixes the log", err)
-	}
+	// The result record is appended while the response goes out: only the
+	// call record must be durable before anything happens. Shutdown waits
+	// for these appends before the log is sealed; if one fails the writer
+	// is broken and every further call is refused at its call record.
+	g.results.Add(1)
+	go func() {
+		defer g.results.Done()
+		if _, err := g.log.Append(context.WithoutCancel(ctx), result); err != nil {
+			g.logger.Error("audit append of a result failed; further calls will be refused", "tool", params.Name, "call", result.Call, "err", err)
+		}
+	}()
 	return out, outErr
 }
 

@@ -79,6 +79,7 @@ type ExitEvent struct {
 	Upstream    string
 	Session     string
 	Class       string // the evidence class it was spawned with
+	Path        string // the executable it was spawned from
 	PID         int
 	ExitCode    int    // -1 when killed by a signal
 	Signal      string // signal name, if any
@@ -95,6 +96,11 @@ type Hooks struct {
 	// never run unrecorded); a started child is then stopped.
 	Spawn func(SpawnEvent) error
 	Exit  func(ExitEvent)
+	// Stderr receives the running byte counts of a long-lived child's
+	// stderr every StderrEvery (default 1 minute) while they grow; the
+	// final counts come with Exit.
+	Stderr      func(ExitEvent)
+	StderrEvery time.Duration
 	// Log receives the gateway-log lines (stderr of the child).
 	Log *slog.Logger
 }
@@ -161,6 +167,7 @@ var (
 
 // Child is a running, measured upstream process.
 type Child struct {
+	path    string
 	name    string
 	session string
 	class   string
@@ -294,9 +301,12 @@ func Spawn(ctx context.Context, spec StdioSpec, environ []string, hooks Hooks, s
 	if grace <= 0 {
 		grace = 5 * time.Second
 	}
-	c := &Child{session: ev.Session, name: spec.Name, class: ev.Class, cmd: cmd, pid: cmd.Process.Pid, grace: grace, hooks: hooks,
+	c := &Child{path: path, session: ev.Session, name: spec.Name, class: ev.Class, cmd: cmd, pid: cmd.Process.Pid, grace: grace, hooks: hooks,
 		stdin: stdin, stdout: stdout, done: make(chan struct{}), stderrDone: make(chan struct{})}
 	go c.pumpStderr(stderr, spec)
+	if hooks.Stderr != nil {
+		go c.reportStderr()
+	}
 	go func() {
 		c.waitErr = cmd.Wait()
 		select {
@@ -463,8 +473,31 @@ func (c *Child) pumpStderr(r io.ReadCloser, spec StdioSpec) {
 	}
 }
 
+// reportStderr reports growing stderr counts until the child is gone.
+func (c *Child) reportStderr() {
+	every := c.hooks.StderrEvery
+	if every <= 0 {
+		every = time.Minute
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var last int64
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-t.C:
+			if n := c.stderrBytes.Load(); n != last {
+				last = n
+				c.hooks.Stderr(ExitEvent{Path: c.path, Class: c.class, Session: c.session, Upstream: c.name, PID: c.pid, ExitCode: -1,
+					StderrBytes: n, StderrLines: c.stderrLines.Load(), Dropped: c.dropped.Load()})
+			}
+		}
+	}
+}
+
 func (c *Child) reportExit() {
-	ev := ExitEvent{Class: c.class, Session: c.session, Upstream: c.name, PID: c.pid, ExitCode: -1, StderrBytes: c.stderrBytes.Load(), StderrLines: c.stderrLines.Load(), Dropped: c.dropped.Load()}
+	ev := ExitEvent{Path: c.path, Class: c.class, Session: c.session, Upstream: c.name, PID: c.pid, ExitCode: -1, StderrBytes: c.stderrBytes.Load(), StderrLines: c.stderrLines.Load(), Dropped: c.dropped.Load()}
 	if ps := c.cmd.ProcessState; ps != nil {
 		ev.ExitCode = ps.ExitCode()
 		if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {

@@ -87,3 +87,26 @@ func TestChildEnv(t *testing.T) {
 		t.Fatalf("env = %q", got)
 	}
 }
+
+func TestStderrCountsWhileRunning(t *testing.T) {
+	p, d := writeScript(t, "#!/bin/sh\necho one >&2\nsleep 0.3\necho two >&2\nsleep 5\n")
+	reports := make(chan ExitEvent, 10)
+	hooks := Hooks{Stderr: func(ev ExitEvent) { reports <- ev }, StderrEvery: 100 * time.Millisecond}
+	c, err := Spawn(context.Background(), StdioSpec{Name: "s", Command: p, Pin: d, StopGrace: time.Second}, os.Environ(), hooks, "shared")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	want := int64(len("one\ntwo\n"))
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case ev := <-reports:
+			if ev.StderrBytes == want {
+				return
+			}
+		case <-deadline:
+			t.Fatal("no running stderr count reached the hook")
+		}
+	}
+}
