@@ -163,9 +163,24 @@ func verifyErr(err error) error {
 	}
 	var ve *auditlog.VerifyError
 	if errors.As(err, &ve) {
-		return ui.WithCode(classCode(ve.Class), err)
+		return ui.WithCode(failureCode(ve), err)
 	}
 	return ui.WithCode(ui.ExitIO, err)
+}
+
+// failureCode is the exit code for a verification failure: the code of an
+// underlying error that has one (e.g. from the genesis evidence check),
+// else the code of its class.
+func failureCode(ve *auditlog.VerifyError) int {
+	var c ui.Coder
+	if ve.Err != nil && errors.As(ve.Err, &c) {
+		return c.ExitCode()
+	}
+	var ue *ui.Error
+	if ve.Err != nil && errors.As(ve.Err, &ue) {
+		return ue.Code
+	}
+	return classCode(ve.Class)
 }
 
 type checkpointDoc struct {
@@ -226,7 +241,7 @@ func runVerifyChain(p *ui.Printer, dir string, o *verifyChainOptions, keys []str
 	}
 	code := ui.ExitOK
 	if ve != nil {
-		code = classCode(ve.Class)
+		code = failureCode(ve)
 	}
 	if p.JSONOut {
 		doc := verifyChainDoc{SchemaVersion: ui.SchemaVersion, Status: "verified", Dir: dir, Epochs: rep.Epochs, Records: rep.Records,

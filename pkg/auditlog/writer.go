@@ -76,9 +76,10 @@ type Options struct {
 	// Vault keeps every committed payload, encrypted with age to
 	// Recipients, in the epoch's vault.jsonl. Requires Recipients.
 	Vault bool
-	// OnCheckpoint is called (from the committer; keep it short) with each
-	// new signed checkpoint once it is durable, e.g. to export it to a
-	// witness or a remote sink.
+	// OnCheckpoint is called (from the committer; keep it short and never
+	// call the Writer from it) with each new signed checkpoint once it is
+	// durable, e.g. to hand it to a goroutine that exports it to a witness
+	// or a remote sink.
 	OnCheckpoint func(note []byte)
 }
 
