@@ -234,16 +234,24 @@ func (lv *live) route(tok any) (context.Context, *session) {
 		}
 	}
 	var best *pending
+	sessions := map[*session]bool{}
 	for _, p := range lv.calls {
+		sessions[p.s] = true
 		if best == nil || p.id > best.id {
 			best = p
 		}
 	}
-	if best != nil {
+	// A shared upstream's request or log line without a progress token
+	// cannot be tied to one call: it goes to an agent only when a single
+	// session has calls in flight, never to a guess among several.
+	if best != nil && (lv.owner != nil || len(sessions) == 1) {
 		return best.ctx, best.s
 	}
 	if lv.owner != nil {
 		return context.Background(), lv.owner
+	}
+	if best != nil {
+		lv.st.g.logger.Warn("shared upstream sent a message that cannot be tied to one agent session; not forwarded", "upstream", lv.st.name, "sessions", len(sessions))
 	}
 	return nil, nil
 }

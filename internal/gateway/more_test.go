@@ -256,3 +256,35 @@ func TestStdioBadInput(t *testing.T) {
 		t.Fatal("ServeStdio did not return at EOF")
 	}
 }
+
+// A shared child's elicitation cannot be tied to a call: it reaches an agent
+// only while a single session has calls in flight, never a guessed one.
+func TestSharedUpstreamNeverMisroutes(t *testing.T) {
+	h := newHarness(t, hconf{shared: true})
+	var aAsked atomic.Int32
+	a := h.connect("", &mcp.ClientOptions{ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+		aAsked.Add(1)
+		return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"name": "from-a"}}, nil
+	}})
+	b := h.connect("", &mcp.ClientOptions{ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+		return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"name": "from-b"}}, nil
+	}})
+	// Alone, b's elicitation reaches b.
+	if res, err := call(t, b, "t__elicit", nil); err != nil || firstText(res) != "elicited: accept from-b" {
+		t.Fatalf("single session: %v %v", firstText(res), err)
+	}
+	// With a's call in flight on the same child, b's elicitation is refused.
+	done := make(chan error, 1)
+	go func() { _, err := call(t, a, "t__sleep", map[string]any{"text": "1s"}); done <- err }()
+	time.Sleep(200 * time.Millisecond)
+	res, err := call(t, b, "t__elicit", nil)
+	if err == nil && !res.IsError {
+		t.Fatalf("elicitation routed with two sessions in flight: %v", firstText(res))
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if aAsked.Load() != 0 {
+		t.Fatal("session a was asked to answer b's elicitation")
+	}
+}
