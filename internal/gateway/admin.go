@@ -159,8 +159,7 @@ func (a *Admin) Shutdown(ctx context.Context) error {
 // digest in constant time.
 func (a *Admin) auth(h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || tok == "" || !digest.Bytes([]byte(tok)).Equal(a.o.TokenDigest) {
+		if !a.authorized(r) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="cmcp-admin"`)
 			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "the admin token is missing or wrong"})
 			return
@@ -169,26 +168,42 @@ func (a *Admin) auth(h http.HandlerFunc) http.Handler {
 	})
 }
 
+// authorized reports whether r carries the admin token, compared as a
+// digest in constant time.
+func (a *Admin) authorized(r *http.Request) bool {
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && tok != "" && digest.Bytes([]byte(tok)).Equal(a.o.TokenDigest)
+}
+
 func (a *Admin) healthz(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	io.WriteString(w, "ok\n")
 }
 
-func (a *Admin) readyz(w http.ResponseWriter, _ *http.Request) {
+// readyz answers 200 "ready" or 503 "not ready". The reason (which names
+// upstreams and paths) is only given with the admin token; a probe without
+// it learns nothing but up or down.
+func (a *Admin) readyz(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	why := ""
 	if a.o.Ready != nil {
 		if err := a.o.Ready(); err != nil {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintf(w, "not ready: %v\n", err)
-			return
+			why = err.Error()
 		}
 	}
-	if a.o.Kill.KillSwitch() {
-		w.WriteHeader(http.StatusServiceUnavailable)
-		io.WriteString(w, "not ready: kill switch engaged\n")
+	if why == "" && a.o.Kill.KillSwitch() {
+		why = "kill switch engaged"
+	}
+	if why == "" {
+		io.WriteString(w, "ready\n")
 		return
 	}
-	io.WriteString(w, "ready\n")
+	w.WriteHeader(http.StatusServiceUnavailable)
+	if a.authorized(r) {
+		fmt.Fprintf(w, "not ready: %s\n", why)
+		return
+	}
+	io.WriteString(w, "not ready\n")
 }
 
 func (a *Admin) metrics(w http.ResponseWriter, _ *http.Request) {

@@ -156,8 +156,11 @@ func TestAdminKillSwitchFailsCallsClosed(t *testing.T) {
 	if !errors.As(err, &je) || je.Code != CodeKillSwitch {
 		t.Fatalf("call while engaged: err = %v, want JSON-RPC code %d", err, CodeKillSwitch)
 	}
-	if code, body := f.do(t, "GET", "/readyz", "", ""); code != 503 || !strings.Contains(body, "kill switch") {
-		t.Fatalf("readyz while engaged: %d %s", code, body)
+	if code, body := f.do(t, "GET", "/readyz", "", ""); code != 503 || body != "not ready\n" {
+		t.Fatalf("readyz while engaged, no token: %d %q", code, body)
+	}
+	if code, body := f.do(t, "GET", "/readyz", testAdminToken, ""); code != 503 || !strings.Contains(body, "kill switch") {
+		t.Fatalf("readyz while engaged, admin token: %d %s", code, body)
 	}
 	code, body = f.do(t, "GET", "/admin/kill-switch", testAdminToken, "")
 	var st KillStatus
@@ -244,8 +247,11 @@ func TestAdminForcedCheckpoint(t *testing.T) {
 func TestAdminReadiness(t *testing.T) {
 	f := newAdminFixture(t)
 	f.readyFn = func() error { return errors.New("audit log not open") }
-	if code, body := f.do(t, "GET", "/readyz", "", ""); code != 503 || !strings.Contains(body, "audit log not open") {
+	if code, body := f.do(t, "GET", "/readyz", testAdminToken, ""); code != 503 || !strings.Contains(body, "audit log not open") {
 		t.Fatalf("readyz: %d %s", code, body)
+	}
+	if code, body := f.do(t, "GET", "/readyz", testAgentToken, ""); code != 503 || strings.Contains(body, "audit") {
+		t.Fatalf("readyz with an agent token reveals the reason: %d %s", code, body)
 	}
 }
 
