@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -73,6 +74,7 @@ old one in force.`,
 				return ui.Errorf(ui.ExitUsage, "--log-level %q: want debug, info, warn or error", o.LogLevel)
 			}
 			logger := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
+			tuneGC(e)
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
 			so := gateway.ServeOptions{Stdio: o.Stdio, Listen: o.Listen, AuditDir: o.AuditDir, Environ: e.environ, Logger: logger, Metrics: gateway.NewMetrics()}
@@ -102,4 +104,18 @@ func writeCloser(w io.Writer) io.WriteCloser {
 		return wc
 	}
 	return nopWriteCloser{w}
+}
+
+// tuneGC trades memory for CPU in the gateway process: every call decodes
+// JSON-RPC twice (agent side and upstream side) and the MCP library
+// allocates generously, so the collector runs less often (GOGC 400) under a
+// soft memory limit that keeps the heap small. GOGC or GOMEMLIMIT in the
+// environment win.
+func tuneGC(e *env) {
+	if e.getenv("GOGC") == "" {
+		debug.SetGCPercent(400)
+	}
+	if e.getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(24 << 20)
+	}
 }
