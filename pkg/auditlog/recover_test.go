@@ -73,8 +73,12 @@ func TestRecoveryCutsTornTail(t *testing.T) {
 	if r == nil || r.Epoch != 1 || r.DroppedBytes != int64(len(torn)) || r.Offset != int64(len(before)) || r.Unsealed == 0 {
 		t.Fatalf("recovery record %+v", r)
 	}
-	if _, err := Verify(dir, VerifyOptions{}); err != nil {
+	rep, err = Verify(dir, VerifyOptions{})
+	if err != nil {
 		t.Fatalf("after recovery: %v", err)
+	}
+	if w := strings.Join(rep.Warnings, "\n"); !strings.Contains(w, "epoch 1 was not sealed") || !strings.Contains(w, "45 bytes of an incomplete or damaged tail were cut from seg-000001.jsonl") {
+		t.Fatalf("warnings after recovery: %s", w)
 	}
 }
 

@@ -284,6 +284,23 @@ func Verify(dir string, opt VerifyOptions) (*Report, error) {
 		}
 	}
 
+	// Crashed epochs (informational; their tails are covered by the next
+	// epoch's signed genesis).
+	for i, r := range rep.Epochs[:len(rep.Epochs)-1] {
+		if r.Sealed {
+			continue
+		}
+		next := rep.Epochs[i+1]
+		msg := fmt.Sprintf("epoch %d was not sealed (the writer stopped without closing it)", r.Epoch)
+		if r.Unsealed > 0 {
+			msg += fmt.Sprintf("; its %d records after its last checkpoint are covered by epoch %d's signed genesis (predecessor size and root)", r.Unsealed, next.Epoch)
+		}
+		if rc := next.Recovery; rc != nil && rc.DroppedBytes > 0 {
+			msg += fmt.Sprintf("; when epoch %d started, %d bytes of an incomplete or damaged tail were cut from %s at byte %d (sha256 %x), kept as %s", next.Epoch, rc.DroppedBytes, rc.File, rc.Offset, rc.DroppedSHA256, rc.SavedAs)
+		}
+		rep.Warnings = append(rep.Warnings, msg)
+	}
+
 	// Warnings: what was not established.
 	if trusted == nil {
 		rep.Warnings = append(rep.Warnings, "trust not established: no --key given, so each epoch was checked against the key in its own genesis record; anyone able to rewrite the whole directory could have produced it (pass the gateway's key with --key, or check the genesis attestation)")
