@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,7 +20,8 @@ type verifyChainOptions struct {
 	Keys           []string
 	Checkpoints    []string
 	SaveCheckpoint string
-	Prove          int64
+	Prove          int64 // -1: not asked
+	prove          string
 	Epoch          int
 	Proof          string
 	Segment        string
@@ -30,7 +32,7 @@ func (o *verifyChainOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&o.Keys, "key", nil, "trusted note verifier key (origin+hash+base64), or a file with one per line; repeatable")
 	fs.StringArrayVar(&o.Checkpoints, "checkpoint", nil, "signed checkpoint FILE saved earlier (detects truncation, rollback and forks); repeatable")
 	fs.StringVar(&o.SaveCheckpoint, "save-checkpoint", "", "write the newest verified checkpoint to FILE")
-	fs.Int64Var(&o.Prove, "prove", -1, "write an offline proof (c2sp.org/tlog-proof@v1) for record `N` to stdout")
+	fs.StringVar(&o.prove, "prove", "", "write an offline proof (c2sp.org/tlog-proof@v1) for record `N` to stdout")
 	fs.IntVar(&o.Epoch, "epoch", 0, "epoch of the record for --prove (default: the newest)")
 	fs.StringVar(&o.Proof, "proof", "", "check the offline proof in FILE (needs --key; no log needed)")
 	fs.StringVar(&o.Segment, "segment", "", "verify one segment FILE on its own, from the checkpoint and tree frontier it starts with (needs --key)")
@@ -68,6 +70,14 @@ the class of failure:
   cmcp verify-chain --segment /var/lib/cmcp/audit/epoch-000003/seg-000007.jsonl --key gateway.vkey`,
 		Args: usageArgs(cobra.MaximumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			o.Prove = -1
+			if o.prove != "" {
+				n, err := strconv.ParseInt(o.prove, 10, 64)
+				if err != nil || n < 0 {
+					return ui.Errorf(ui.ExitUsage, "--prove %q: want a record index (0, 1, ...)", o.prove)
+				}
+				o.Prove = n
+			}
 			keys, err := o.loadKeys()
 			if err != nil {
 				return err
