@@ -31,6 +31,10 @@ func runChild(mode string) {
 		// A grandchild that outlives nothing: it sleeps until killed.
 		time.Sleep(time.Hour)
 		os.Exit(0)
+	case "mute":
+		// Started, but never speaks MCP.
+		time.Sleep(time.Hour)
+		os.Exit(0)
 	case "ignoreterm":
 		signal.Ignore(syscall.SIGTERM)
 	case "grandparent":

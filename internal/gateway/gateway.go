@@ -71,6 +71,9 @@ type Options struct {
 	Logger  *slog.Logger
 	// CallTimeout bounds one forwarded tools/call (0: 5 minutes).
 	CallTimeout time.Duration
+	// ConnectTimeout bounds starting an upstream and its MCP handshake
+	// (0: 1 minute).
+	ConnectTimeout time.Duration
 	// Environ is the gateway's environment; children get only allowlisted
 	// variables from it.
 	Environ []string
@@ -129,6 +132,9 @@ func New(opts Options) (*Gateway, error) {
 	}
 	if opts.CallTimeout <= 0 {
 		opts.CallTimeout = 5 * time.Minute
+	}
+	if opts.ConnectTimeout <= 0 {
+		opts.ConnectTimeout = time.Minute
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)

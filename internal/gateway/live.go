@@ -3,9 +3,11 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -48,7 +50,7 @@ type pending struct {
 // baseline and records what happened.
 func (st *upState) connect(ctx context.Context, s *session) (*live, error) {
 	g := st.g
-	lv := &live{st: st, owner: s, calls: map[uint64]*pending{}, tokens: map[string]*pending{}}
+	lv := &live{st: st, calls: map[uint64]*pending{}, tokens: map[string]*pending{}}
 	if !st.opts.Shared {
 		lv.owner = s
 	}
@@ -69,7 +71,12 @@ func (st *upState) connect(ctx context.Context, s *session) (*live, error) {
 	})
 	client.AddReceivingMiddleware(lv.serverRequests)
 	cctx := upstream.WithSession(ctx, sessID)
-	conn, err := st.opts.Upstream.Connect(cctx, client, upstream.ConnectOptions{Intercept: lv.intercept})
+	conn, err := connectWithin(cctx, g.opts.ConnectTimeout, func(ctx context.Context) (*upstream.Conn, error) {
+		return st.opts.Upstream.Connect(ctx, client, upstream.ConnectOptions{Intercept: lv.intercept})
+	})
+	if err != nil && errors.Is(err, errConnectTimeout) {
+		err = fmt.Errorf("upstream %q did not complete the MCP handshake within %s: %w", st.name, g.opts.ConnectTimeout, err)
+	}
 	if m := g.opts.Metrics; m != nil {
 		m.UpstreamHealth(st.name, err == nil)
 	}
@@ -99,6 +106,42 @@ func (st *upState) connect(ctx context.Context, s *session) (*live, error) {
 	}
 	lv.applyTools(ctx, tools, init, sessID)
 	return lv, nil
+}
+
+var errConnectTimeout = errors.New("connect timeout")
+
+// connectWithin runs connect but gives up after d: the attempt is cancelled
+// (a child that never answers is stopped) and a connection that completes
+// anyway is closed. A successful connection's context is never cancelled.
+func connectWithin(ctx context.Context, d time.Duration, connect func(context.Context) (*upstream.Conn, error)) (*upstream.Conn, error) {
+	type res struct {
+		c   *upstream.Conn
+		err error
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	abort := func() { cancel() } // only on failure: a live session keeps its context
+	ch := make(chan res, 1)
+	go func() {
+		c, err := connect(cctx)
+		ch <- res{c, err}
+	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			abort()
+		}
+		return r.c, r.err
+	case <-t.C:
+		abort()
+		go func() {
+			if r := <-ch; r.c != nil {
+				r.c.Close()
+			}
+		}()
+		return nil, errConnectTimeout
+	}
 }
 
 // applyTools checks tools against the upstream's baseline, records drift and

@@ -11,6 +11,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"math/big"
 	"net"
@@ -287,4 +288,33 @@ func TestSharedUpstreamNeverMisroutes(t *testing.T) {
 	if aAsked.Load() != 0 {
 		t.Fatal("session a was asked to answer b's elicitation")
 	}
+}
+
+func TestUpstreamThatNeverAnswers(t *testing.T) {
+	h := newHarness(t, hconf{mode: "mute", connTimeout: 500 * time.Millisecond, grace: 200 * time.Millisecond})
+	cs := h.connect("", nil)
+	start := time.Now()
+	_, err := call(t, cs, "t__echo", nil)
+	if wireCode(err) != CodeUpstreamUnavailable || !strings.Contains(err.Error(), "did not complete the MCP handshake") {
+		t.Fatalf("got %v", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("the call waited %s", d)
+	}
+	// The mute children (start-up probe and this call) are stopped.
+	eventually(t, 10*time.Second, func() string {
+		started, exited := 0, 0
+		for _, s := range kinds(h.records(), "spawn") {
+			switch s.Body["outcome"] {
+			case "started":
+				started++
+			case "exited":
+				exited++
+			}
+		}
+		if started == 0 || exited != started {
+			return fmt.Sprintf("%d started, %d exited", started, exited)
+		}
+		return ""
+	})
 }
