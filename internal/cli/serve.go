@@ -75,6 +75,7 @@ old one in force.`,
 			}
 			logger := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
 			tuneGC(e)
+			gateway.TuneGC(e.environ)
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
 			so := gateway.ServeOptions{Stdio: o.Stdio, Listen: o.Listen, AuditDir: o.AuditDir, Environ: e.environ, Logger: logger, Metrics: gateway.NewMetrics()}
