@@ -99,8 +99,8 @@ type Gateway struct {
 
 	killed   atomic.Bool
 	closing  atomic.Bool
-	inflight sync.WaitGroup
-	results  sync.WaitGroup // result records being appended
+	inflight counter // tools/call requests in the pipeline
+	results  counter // result records being appended
 	nextID   atomic.Uint64
 }
 
@@ -353,7 +353,7 @@ func (g *Gateway) Upstreams() []UpstreamStatus {
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.closing.Store(true)
 	done := make(chan struct{})
-	go func() { g.inflight.Wait(); close(done) }()
+	go func() { g.inflight.wait(ctx); close(done) }()
 	var err error
 	select {
 	case <-done:
@@ -383,7 +383,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		}
 	}
 	wg.Wait()
-	g.results.Wait()
+	g.results.wait(context.Background())
 	return err
 }
 
@@ -415,3 +415,20 @@ func sortedKeys[M ~map[string]V, V any](m M) []string {
 	sort.Strings(out)
 	return out
 }
+
+// counter counts work in flight. Unlike a WaitGroup it may be incremented
+// while someone waits for zero (calls keep arriving during a drain).
+type counter struct{ n atomic.Int64 }
+
+func (c *counter) Add(d int64) { c.n.Add(d) }
+func (c *counter) Done()        { c.n.Add(-1) }
+
+// wait returns when the count is zero or ctx ends.
+func (c *counter) wait(ctx context.Context) {
+	for c.n.Load() > 0 && ctx.Err() == nil {
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Wait is wait without a deadline.
+func (c *counter) Wait() { c.wait(context.Background()) }

@@ -31,6 +31,7 @@ type session struct {
 	logLevel mcp.LoggingLevel
 	resOwner map[string]string // resource URI -> upstream, from lists
 	started  bool
+	ended    bool // no new upstream connections
 
 	endOnce sync.Once
 	dummy   atomic.Uint64
@@ -144,6 +145,7 @@ func (s *session) end(reason string) {
 		s.mu.Lock()
 		lives := s.lives
 		s.lives = map[string]*live{}
+		s.ended = true
 		id := s.id
 		s.mu.Unlock()
 		var wg sync.WaitGroup
@@ -205,6 +207,11 @@ func (s *session) upstreamFor(ctx context.Context, name string) (*live, error) {
 		st.lastErr = nil
 		st.mu.Unlock()
 		s.mu.Lock()
+		if s.ended {
+			s.mu.Unlock()
+			lv.close("session ended while the upstream started")
+			return nil, fmt.Errorf("the session ended")
+		}
 		s.lives[name] = lv
 		level := s.logLevel
 		s.mu.Unlock()
