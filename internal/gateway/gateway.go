@@ -421,7 +421,7 @@ func sortedKeys[M ~map[string]V, V any](m M) []string {
 type counter struct{ n atomic.Int64 }
 
 func (c *counter) Add(d int64) { c.n.Add(d) }
-func (c *counter) Done()        { c.n.Add(-1) }
+func (c *counter) Done()       { c.n.Add(-1) }
 
 // wait returns when the count is zero or ctx ends.
 func (c *counter) wait(ctx context.Context) {
