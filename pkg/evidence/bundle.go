@@ -9,7 +9,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
+
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
@@ -113,6 +116,14 @@ func (b *Bundle) Marshal() ([]byte, error) {
 func Decode(data []byte) (*Bundle, error) {
 	if len(data) > MaxBundleSize {
 		return nil, fmt.Errorf("%w: %d bytes, at most %d allowed", ErrMalformed, len(data), MaxBundleSize)
+	}
+	// encoding/json keeps the last of duplicate member names; another
+	// parser may keep the first. Refuse them (and invalid UTF-8) so that
+	// every reader of a bundle sees the same document.
+	if _, err := jsontext.NewDecoder(bytes.NewReader(data)).ReadValue(); err != nil {
+		if errors.Is(err, jsontext.ErrDuplicateName) || strings.Contains(err.Error(), "invalid UTF-8") {
+			return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+		}
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
