@@ -213,7 +213,7 @@ func (b *Bundle) check() error {
 
 // ReadFile reads and decodes a bundle file. Errors name the file.
 func ReadFile(path string) (*Bundle, error) {
-	data, err := os.ReadFile(path)
+	data, err := readFileMax(path, MaxBundleSize, ErrMalformed)
 	if err != nil {
 		return nil, err
 	}
@@ -268,4 +268,23 @@ func dirOf(path string) string {
 		}
 	}
 	return "."
+}
+
+// readFileMax is os.ReadFile that stops after limit bytes: a device such as
+// /dev/zero, or a runaway file, is refused instead of read until memory
+// runs out.
+func readFileMax(path string, limit int64, malformed error) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("%s: %w: larger than %d bytes", path, malformed, limit)
+	}
+	return data, nil
 }
