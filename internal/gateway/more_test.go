@@ -34,7 +34,7 @@ import (
 )
 
 func TestIdleSessionIsReaped(t *testing.T) {
-	h := newHarness(t, hconf{idle: 300 * time.Millisecond})
+	h := newHarness(t, hconf{idle: time.Second})
 	cs := h.connect("", nil)
 	pid := pidOf(t, cs, "t__pid")
 	// The agent goes away without DELETE: the session times out and its
@@ -279,8 +279,22 @@ func TestSharedUpstreamNeverMisroutes(t *testing.T) {
 	}
 	// With a's call in flight on the same child, b's elicitation is refused.
 	done := make(chan error, 1)
-	go func() { _, err := call(t, a, "t__sleep", map[string]any{"text": "1s"}); done <- err }()
-	time.Sleep(200 * time.Millisecond)
+	go func() { _, err := call(t, a, "t__sleep", map[string]any{"text": "2s"}); done <- err }()
+	eventually(t, 10*time.Second, func() string {
+		st := h.g.ups["t"]
+		st.mu.Lock()
+		lv := st.shared
+		st.mu.Unlock()
+		if lv == nil {
+			return "no shared connection"
+		}
+		lv.mu.Lock()
+		defer lv.mu.Unlock()
+		if len(lv.calls) == 0 {
+			return "a's call is not in flight yet"
+		}
+		return ""
+	})
 	res, err := call(t, b, "t__elicit", nil)
 	if err == nil && !res.IsError {
 		t.Fatalf("elicitation routed with two sessions in flight: %v", firstText(res))
