@@ -49,7 +49,7 @@ func (n *nonceFlags) get() ([]byte, error) {
 		}
 		return b, nil
 	case n.File != "":
-		b, err := os.ReadFile(n.File)
+		b, err := readInput(n.File)
 		if err != nil {
 			return nil, ui.WithCode(ui.ExitIO, fmt.Errorf("--nonce-file: %w", err))
 		}
@@ -62,7 +62,7 @@ func (n *nonceFlags) get() ([]byte, error) {
 }
 
 func readPublicKey(path string) (ed25519.PublicKey, error) {
-	data, err := os.ReadFile(path)
+	data, err := readInput(path)
 	if err != nil {
 		return nil, ui.WithCode(ui.ExitIO, fmt.Errorf("--key: %w", err))
 	}
@@ -169,7 +169,7 @@ func runAttest(cmd *cobra.Command, e *env, o *attestOptions) error {
 	}
 	var certs [][]byte
 	for _, f := range o.Certs {
-		data, err := os.ReadFile(f)
+		data, err := readInput(f)
 		if err != nil {
 			return ui.WithCode(ui.ExitIO, fmt.Errorf("--cert: %w", err))
 		}
@@ -384,7 +384,7 @@ func runAttestVerify(e *env, o *attestVerifyOptions, args []string) error {
 		}
 	}
 	if o.Roots != "" {
-		data, err := os.ReadFile(o.Roots)
+		data, err := readInput(o.Roots)
 		if err != nil {
 			return ui.WithCode(ui.ExitIO, fmt.Errorf("--roots: %w", err))
 		}
@@ -398,13 +398,13 @@ func runAttestVerify(e *env, o *attestVerifyOptions, args []string) error {
 		if opts.ExpectKey != nil || !opts.ExpectStatement.IsZero() || opts.ExpectNonce != nil {
 			return ui.Errorf(ui.ExitUsage, "--key, --statement and --nonce check a cmcp binding: raw evidence has none")
 		}
-		raw, err := os.ReadFile(o.RawReport)
+		raw, err := readInput(o.RawReport)
 		if err != nil {
 			return ui.WithCode(ui.ExitIO, fmt.Errorf("--raw-report: %w", err))
 		}
 		var certs [][]byte
 		for _, f := range o.Certs {
-			c, err := os.ReadFile(f)
+			c, err := readInput(f)
 			if err != nil {
 				return ui.WithCode(ui.ExitIO, fmt.Errorf("--cert: %w", err))
 			}
@@ -415,7 +415,7 @@ func runAttestVerify(e *env, o *attestVerifyOptions, args []string) error {
 		}
 	} else {
 		file = args[0]
-		data, err := os.ReadFile(file)
+		data, err := readInput(file)
 		if err != nil {
 			return ui.WithCode(ui.ExitIO, err)
 		}

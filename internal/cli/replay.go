@@ -75,7 +75,7 @@ func (o *replayOptions) options() (replay.Options, error) {
 	}
 	opts.Verify.Keys = keys
 	for _, f := range o.checkpoints {
-		b, err := os.ReadFile(f)
+		b, err := readInput(f)
 		if err != nil {
 			return opts, ui.Errorf(ui.ExitIO, "--checkpoint: %w", err)
 		}

@@ -234,7 +234,7 @@ func runVerifyChain(p *ui.Printer, dir string, o *verifyChainOptions, keys []str
 	}
 	opt.VerifyEvidence = ce.check
 	for _, f := range o.Checkpoints {
-		b, err := os.ReadFile(f)
+		b, err := readInput(f)
 		if err != nil {
 			return ui.Errorf(ui.ExitIO, "--checkpoint: %w", err)
 		}
@@ -407,7 +407,7 @@ func runProve(p *ui.Printer, dir string, o *verifyChainOptions, keys []string) e
 }
 
 func runVerifyProof(p *ui.Printer, file string, keys []string) error {
-	b, err := os.ReadFile(file)
+	b, err := readInput(file)
 	if err != nil {
 		return ui.Errorf(ui.ExitIO, "--proof: %w", err)
 	}

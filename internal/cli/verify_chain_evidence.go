@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -50,7 +49,7 @@ type chainEvidence struct {
 func newChainEvidence(o *chainEvidenceOptions) (*chainEvidence, error) {
 	c := &chainEvidence{require: o.RequireAttested, Results: []*genesisEvidence{}}
 	if o.Roots != "" {
-		data, err := os.ReadFile(o.Roots)
+		data, err := readInput(o.Roots)
 		if err != nil {
 			return nil, ui.WithCode(ui.ExitIO, fmt.Errorf("--roots: %w", err))
 		}

@@ -24,6 +24,7 @@ import (
 //	  stdio_identity: local         # identity of the agent of `cmcp serve --stdio`
 //	  session_timeout: 10m          # idle agent sessions end (and their children stop)
 //	  call_timeout: 5m              # one forwarded tools/call
+//	  connect_timeout: 1m           # starting an upstream and its MCP handshake
 //	  max_request_bytes: 4194304    # larger requests get 413
 //	  shutdown_grace: 10s           # drain in-flight calls on SIGTERM
 //	  child_stop_grace: 5s          # SIGTERM to a child's group, then SIGKILL
@@ -36,6 +37,7 @@ type Server struct {
 	StdioIdentity   string        `yaml:"stdio_identity" json:"stdio_identity,omitempty"`
 	SessionTimeout  time.Duration `yaml:"session_timeout" json:"session_timeout,omitempty"`
 	CallTimeout     time.Duration `yaml:"call_timeout" json:"call_timeout,omitempty"`
+	ConnectTimeout  time.Duration `yaml:"connect_timeout" json:"connect_timeout,omitempty"`
 	MaxRequestBytes int64         `yaml:"max_request_bytes" json:"max_request_bytes,omitempty"`
 	ShutdownGrace   time.Duration `yaml:"shutdown_grace" json:"shutdown_grace,omitempty"`
 	ChildStopGrace  time.Duration `yaml:"child_stop_grace" json:"child_stop_grace,omitempty"`
@@ -83,7 +85,7 @@ func (s *Server) Validate() error {
 	if s.TLS != nil && (s.TLS.Cert == "" || s.TLS.Key == "") {
 		return fmt.Errorf("server.tls: cert and key are both required")
 	}
-	for name, d := range map[string]time.Duration{"session_timeout": s.SessionTimeout, "call_timeout": s.CallTimeout, "shutdown_grace": s.ShutdownGrace, "child_stop_grace": s.ChildStopGrace} {
+	for name, d := range map[string]time.Duration{"session_timeout": s.SessionTimeout, "call_timeout": s.CallTimeout, "connect_timeout": s.ConnectTimeout, "shutdown_grace": s.ShutdownGrace, "child_stop_grace": s.ChildStopGrace} {
 		if d < 0 {
 			return fmt.Errorf("server.%s: negative duration", name)
 		}

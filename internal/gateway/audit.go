@@ -41,6 +41,13 @@ func StdioHooks(log AuditLog, logger *slog.Logger, m *Metrics) upstream.Hooks {
 					rec.EvidenceClass = "none"
 				}
 			}
+			if logger != nil {
+				if ev.Refused {
+					logger.Warn("spawn refused", "upstream", ev.Upstream, "session", ev.Session, "reason", ev.Reason)
+				} else {
+					logger.Debug("spawned", "upstream", ev.Upstream, "session", ev.Session, "pid", ev.PID, "class", ev.Class, "digest", ev.Digest.String())
+				}
+			}
 			_, err := log.Append(context.Background(), rec)
 			return err
 		},
@@ -51,6 +58,9 @@ func StdioHooks(log AuditLog, logger *slog.Logger, m *Metrics) upstream.Hooks {
 			}
 		},
 		Exit: func(ev upstream.ExitEvent) {
+			if logger != nil && ev.Fault != "" {
+				logger.Warn("upstream child ended", "upstream", ev.Upstream, "session", ev.Session, "pid", ev.PID, "fault", ev.Fault)
+			}
 			rec := &auditlog.Spawn{Upstream: ev.Upstream, Session: ev.Session, Path: ev.Path, EvidenceClass: ev.Class, PID: int64(ev.PID), Outcome: "exited",
 				ExitCode: int64(ev.ExitCode), Signal: ev.Signal, Reason: ev.Fault}
 			if _, err := log.Append(context.Background(), rec); err != nil && logger != nil {

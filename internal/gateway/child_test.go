@@ -129,6 +129,9 @@ func runChild(mode string) {
 		return text("flooded"), nil
 	})
 	s.AddTool(&mcp.Tool{Name: "hang", InputSchema: obj}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		if f := os.Getenv("CMCP_TEST_MARK"); f != "" {
+			os.WriteFile(f+".started", nil, 0o600)
+		}
 		<-ctx.Done()
 		if f := os.Getenv("CMCP_TEST_MARK"); f != "" {
 			os.WriteFile(f, []byte("cancelled"), 0o600)

@@ -436,7 +436,7 @@ func TestNoOrphanedGrandchildren(t *testing.T) {
 
 func TestHungUpstream(t *testing.T) {
 	mark := filepath.Join(t.TempDir(), "cancelled")
-	h := newHarness(t, hconf{callTimeout: 500 * time.Millisecond, env: map[string]string{"CMCP_TEST_MARK": mark}})
+	h := newHarness(t, hconf{callTimeout: 2 * time.Second, env: map[string]string{"CMCP_TEST_MARK": mark}})
 	cs := h.connect("", nil)
 	_, err := call(t, cs, "t__hang", nil)
 	if wireCode(err) != CodeUpstreamTimeout {
@@ -449,11 +449,23 @@ func TestHungUpstream(t *testing.T) {
 		return ""
 	})
 	// Agent-side cancellation is passed on as well.
+	// Agent-side cancellation, once the upstream is working on the call.
 	os.Remove(mark)
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	_, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "t__hang", Arguments: map[string]any{}})
+	os.Remove(mark + ".started")
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "t__hang", Arguments: map[string]any{}})
+		errc <- err
+	}()
+	eventually(t, 10*time.Second, func() string {
+		if _, err := os.Stat(mark + ".started"); err != nil {
+			return "the upstream has not started the call"
+		}
+		return ""
+	})
 	cancel()
-	if err == nil {
+	if err := <-errc; err == nil {
 		t.Fatal("cancelled call returned no error")
 	}
 	eventually(t, 5*time.Second, func() string {

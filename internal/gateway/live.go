@@ -30,6 +30,7 @@ type live struct {
 	calls   map[uint64]*pending
 	tokens  map[string]*pending
 	closed  bool
+	broken  error // a failure that makes the connection unusable
 
 	nextTok atomic.Uint64
 }
@@ -226,13 +227,25 @@ func (lv *live) close(reason string) {
 	lv.st.g.record(context.Background(), &auditlog.Upstream{Name: lv.st.name, Transport: lv.st.transport(), EvidenceClass: lv.conn.Class, Session: sessID, Event: "disconnected", Reason: reason})
 }
 
+// markBroken makes dead report err from now on.
+func (lv *live) markBroken(err error) {
+	lv.mu.Lock()
+	if lv.broken == nil {
+		lv.broken = err
+	}
+	lv.mu.Unlock()
+}
+
 // dead reports why the connection is unusable, or nil.
 func (lv *live) dead() error {
 	lv.mu.Lock()
-	closed := lv.closed
+	closed, broken := lv.closed, lv.broken
 	lv.mu.Unlock()
 	if f := lv.conn.Fault(); f != nil {
 		return f
+	}
+	if broken != nil {
+		return broken
 	}
 	if closed {
 		return fmt.Errorf("upstream %q connection closed", lv.st.name)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/ecdsa"
+	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/tls"
@@ -27,11 +28,13 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/confidential-mcp/cmcp/internal/upstream"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
 func TestIdleSessionIsReaped(t *testing.T) {
-	h := newHarness(t, hconf{idle: 300 * time.Millisecond})
+	h := newHarness(t, hconf{idle: time.Second})
 	cs := h.connect("", nil)
 	pid := pidOf(t, cs, "t__pid")
 	// The agent goes away without DELETE: the session times out and its
@@ -276,8 +279,22 @@ func TestSharedUpstreamNeverMisroutes(t *testing.T) {
 	}
 	// With a's call in flight on the same child, b's elicitation is refused.
 	done := make(chan error, 1)
-	go func() { _, err := call(t, a, "t__sleep", map[string]any{"text": "1s"}); done <- err }()
-	time.Sleep(200 * time.Millisecond)
+	go func() { _, err := call(t, a, "t__sleep", map[string]any{"text": "2s"}); done <- err }()
+	eventually(t, 10*time.Second, func() string {
+		st := h.g.ups["t"]
+		st.mu.Lock()
+		lv := st.shared
+		st.mu.Unlock()
+		if lv == nil {
+			return "no shared connection"
+		}
+		lv.mu.Lock()
+		defer lv.mu.Unlock()
+		if len(lv.calls) == 0 {
+			return "a's call is not in flight yet"
+		}
+		return ""
+	})
 	res, err := call(t, b, "t__elicit", nil)
 	if err == nil && !res.IsError {
 		t.Fatalf("elicitation routed with two sessions in flight: %v", firstText(res))
@@ -317,4 +334,68 @@ func TestUpstreamThatNeverAnswers(t *testing.T) {
 		}
 		return ""
 	})
+}
+
+// An HTTP upstream that restarts forgets the gateway's (shared) session: the call
+// that finds out fails with the reason, and the next one reconnects.
+func TestHTTPUpstreamRestart(t *testing.T) {
+	serve := func(ln net.Listener) *http.Server {
+		s := mcp.NewServer(&mcp.Implementation{Name: "http-up", Version: "1"}, nil)
+		s.AddTool(&mcp.Tool{Name: "echo", InputSchema: json.RawMessage(`{"type":"object"}`)}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "pong"}}}, nil
+		})
+		hs := &http.Server{Handler: mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil)}
+		go hs.Serve(ln)
+		return hs
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	first := serve(ln)
+
+	dir := t.TempDir()
+	_, key, _ := ed25519.GenerateKey(rand.Reader)
+	w, err := auditlog.Open(dir, auditlog.Options{Key: key, Gateway: auditlog.GatewayInfo{Version: "test", Platform: "software"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	up, err := upstream.NewHTTP(upstream.HTTPOptions{Name: "web", URL: "http://" + addr + "/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := New(Options{Log: w, Upstreams: []UpstreamOptions{{Upstream: up, Namespaced: true, Shared: true, Transport: "http", Class: up.Class()}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Start(context.Background())
+	defer g.Shutdown(context.Background())
+	srv := httptest.NewServer(g.HTTPHandler(HTTPOptions{}))
+	defer srv.Close()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "a", Version: "1"}, nil).Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: srv.URL, MaxRetries: -1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	if res, err := call(t, cs, "web__echo", nil); err != nil || firstText(res) != "pong" {
+		t.Fatalf("before restart: %v %v", firstText(res), err)
+	}
+	first.Close()
+	ln2, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("listen on %s again: %v", addr, err)
+	}
+	second := serve(ln2)
+	defer second.Close()
+	var last error
+	for range 2 {
+		res, err := call(t, cs, "web__echo", nil)
+		if err == nil && firstText(res) == "pong" {
+			return
+		}
+		last = err
+	}
+	t.Fatalf("the gateway did not reconnect to the restarted upstream: %v", last)
 }

@@ -186,7 +186,7 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 		return err
 	}
 	g, err := New(Options{Version: gwInfo.Version, Upstreams: ups, Log: w, Decider: o.Decider, Filter: o.Filter, Policy: eng, Logger: logger,
-		CallTimeout: srvCfg.CallTimeout, Environ: o.Environ, Metrics: o.Metrics})
+		CallTimeout: srvCfg.CallTimeout, ConnectTimeout: srvCfg.ConnectTimeout, Environ: o.Environ, Metrics: o.Metrics})
 	if err != nil {
 		return ui.WithCode(ui.ExitConfig, err)
 	}

@@ -478,7 +478,15 @@ func (s *session) upstreamError(lv *live, err error) error {
 		s.drop(lv)
 		return fault(CodeUpstreamFailed, "%v", f)
 	}
-	return fault(CodeUpstreamFailed, "upstream %q: %v", lv.st.name, err)
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return fault(CodeUpstreamFailed, "upstream %q: %v", lv.st.name, err)
+	}
+	// Anything else (a transport failure, an unknown HTTP session) means
+	// this connection cannot be trusted to work again: the next use
+	// connects anew.
+	lv.markBroken(fmt.Errorf("upstream %q: %w", lv.st.name, err))
+	s.drop(lv)
+	return fault(CodeUpstreamFailed, "upstream %q: %v; the next call reconnects", lv.st.name, err)
 }
 
 // drop forgets a dead connection so the next use respawns it.

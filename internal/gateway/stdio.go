@@ -12,6 +12,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/confidential-mcp/cmcp/internal/rpcwire"
 )
 
 // maxAgentLine bounds one message from a stdio agent.
@@ -106,7 +108,7 @@ func decodeAgentLine(b []byte) (jsonrpc.Message, int64, string) {
 	case b[0] != '{':
 		return nil, jsonrpc.CodeInvalidRequest, "not a JSON object"
 	}
-	msg, err := jsonrpc.DecodeMessage(b)
+	msg, err := rpcwire.DecodeMessage(b)
 	if err != nil {
 		return nil, jsonrpc.CodeInvalidRequest, "not a JSON-RPC 2.0 message: " + err.Error()
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/confidential-mcp/cmcp/internal/rpcwire"
 	"github.com/confidential-mcp/cmcp/pkg/framing"
 )
 
@@ -44,7 +45,7 @@ func (c *childConn) readLoop() {
 		line, err := r.Read()
 		var msg jsonrpc.Message
 		if err == nil {
-			msg, err = jsonrpc.DecodeMessage(line)
+			msg, err = rpcwire.DecodeMessage(line)
 			if err != nil {
 				err = &DesyncError{Offset: r.Offset() - int64(len(line)) - 1, Excerpt: framing.Excerpt(line), Cause: err}
 			}

@@ -9,7 +9,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
+
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
@@ -114,6 +117,14 @@ func Decode(data []byte) (*Bundle, error) {
 	if len(data) > MaxBundleSize {
 		return nil, fmt.Errorf("%w: %d bytes, at most %d allowed", ErrMalformed, len(data), MaxBundleSize)
 	}
+	// encoding/json keeps the last of duplicate member names; another
+	// parser may keep the first. Refuse them (and invalid UTF-8) so that
+	// every reader of a bundle sees the same document.
+	if _, err := jsontext.NewDecoder(bytes.NewReader(data)).ReadValue(); err != nil {
+		if errors.Is(err, jsontext.ErrDuplicateName) || strings.Contains(err.Error(), "invalid UTF-8") {
+			return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+		}
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	var b Bundle
@@ -202,7 +213,7 @@ func (b *Bundle) check() error {
 
 // ReadFile reads and decodes a bundle file. Errors name the file.
 func ReadFile(path string) (*Bundle, error) {
-	data, err := os.ReadFile(path)
+	data, err := readFileMax(path, MaxBundleSize, ErrMalformed)
 	if err != nil {
 		return nil, err
 	}
@@ -257,4 +268,23 @@ func dirOf(path string) string {
 		}
 	}
 	return "."
+}
+
+// readFileMax is os.ReadFile that stops after limit bytes: a device such as
+// /dev/zero, or a runaway file, is refused instead of read until memory
+// runs out.
+func readFileMax(path string, limit int64, malformed error) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("%s: %w: larger than %d bytes", path, malformed, limit)
+	}
+	return data, nil
 }

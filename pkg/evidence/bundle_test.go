@@ -65,6 +65,11 @@ func TestDecodeRejects(t *testing.T) {
 		{"bad statement", `"statement": "sha256:`, `"statement": "md5:`, "algorithm"},
 		{"trailing", "}\n", "}{}", "trailing"},
 		{"software with evidence", `"collector"`, `"evidence": {"type": "x", "data": "AA=="}, "collector"`, "no hardware"},
+		// encoding/json alone keeps the last duplicate: a bundle saying
+		// "tdx" to one parser and "software" to another.
+		{"duplicate member", `"platform": "software"`, `"platform": "tdx", "platform": "software"`, "duplicate"},
+		{"duplicate nested member", `"nonce": "`, `"nonce": "00", "nonce": "`, "duplicate"},
+		{"invalid UTF-8", `"note": "`, "\"note\": \"\xff", "UTF-8"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -3,9 +3,9 @@ package evidence
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
-	"os"
 )
 
 // ReferenceValues are what an auditor expects of the platform, read from a
@@ -122,7 +122,7 @@ func ParseReferenceValues(data []byte) (*ReferenceValues, error) {
 
 // ReadReferenceFile reads reference values from a file.
 func ReadReferenceFile(path string) (*ReferenceValues, error) {
-	data, err := os.ReadFile(path)
+	data, err := readFileMax(path, MaxBundleSize, errors.New("not reference values"))
 	if err != nil {
 		return nil, err
 	}

@@ -296,6 +296,20 @@ func TestSNPGenuineRawReport(t *testing.T) {
 	if c := r.Claim(ClaimEvidence); c == nil || c.Status != StatusContraindicated || !strings.Contains(c.Reason, "--cert") {
 		t.Fatalf("no VCEK: %+v", r.Claims)
 	}
+	// A certificate that does not parse (a damaged VCEK, a PEM with garbage,
+	// an empty file) is bad evidence, reported as a claim: not an error of
+	// the caller.
+	badVCEK := bytes.Clone(vcek)
+	badVCEK[100] ^= 0xff
+	for name, c := range map[string][]byte{"damaged DER": badVCEK, "PEM garbage": []byte("-----BEGIN CERTIFICATE-----\ngarbage!!\n-----END CERTIFICATE-----\n"), "empty": nil} {
+		r, err := VerifyRaw(raw, [][]byte{vcek, c}, VerifyOptions{Now: at})
+		if err != nil {
+			t.Fatalf("%s certificate: error %v, want a contraindicated evidence claim", name, err)
+		}
+		if c := r.Claim(ClaimEvidence); r.Failure() != FailEvidence || c == nil || !strings.Contains(c.Reason, "certificate 2 of 2") {
+			t.Fatalf("%s certificate: %+v", name, r.Claims)
+		}
+	}
 	// Tampered copies fail the signature.
 	for _, off := range []int{0x08, 0x50, 0x90, 0xC0, 0x2A0} {
 		bad := bytes.Clone(raw)

@@ -99,7 +99,11 @@ func VerifyRaw(raw []byte, certs [][]byte, opts VerifyOptions) (*Result, error) 
 		for i, c := range certs {
 			parsed, err := ParseCertificates(c)
 			if err != nil {
-				return nil, fmt.Errorf("certificate %d: %w", i+1, err)
+				// A certificate that does not parse is bad evidence (it
+				// came with the report), not a usage error.
+				r.add(ClaimEvidence, StatusContraindicated, FailEvidence, "certificate %d of %d given with the report: %v", i+1, len(certs), err)
+				r.finish()
+				return r, nil
 			}
 			for _, p := range parsed {
 				ders = append(ders, p.Raw)

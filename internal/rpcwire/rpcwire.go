@@ -1,0 +1,142 @@
+// Package rpcwire decodes JSON-RPC 2.0 messages for cmcp's own stdio
+// transports (the stdio upstreams and `cmcp serve --stdio`) into go-sdk's
+// jsonrpc types, without go-sdk's decoder. jsonrpc.DecodeMessage allocates
+// a fresh 32 KiB read buffer for every message (its JSON decoder's minimum),
+// which on the gateway's call path is the largest single source of garbage.
+// DecodeMessage here gives exactly the message jsonrpc.DecodeMessage gives:
+// it decodes the common, unambiguous shape itself and hands everything else
+// (duplicate keys, null members, invalid UTF-8, odd id types, a wrong
+// version tag, ...) to jsonrpc.DecodeMessage, so errors and corner cases
+// are go-sdk's own. FuzzDecodeMessage checks the equivalence.
+package rpcwire
+
+import (
+	"encoding/json"
+
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+)
+
+// maxDepth is go-sdk's nesting limit for decoded messages.
+const maxDepth = 1000
+
+type wireMsg struct {
+	JSONRPC jsontext.Value `json:"jsonrpc"`
+	ID      jsontext.Value `json:"id"`
+	Method  jsontext.Value `json:"method"`
+	Params  jsontext.Value `json:"params"`
+	Result  jsontext.Value `json:"result"`
+	Error   jsontext.Value `json:"error"`
+}
+
+type wireError struct {
+	Code    int64          `json:"code"`
+	Message string         `json:"message"`
+	Data    jsontext.Value `json:"data"`
+}
+
+// DecodeMessage decodes one JSON-RPC message like jsonrpc.DecodeMessage.
+func DecodeMessage(b []byte) (jsonrpc.Message, error) {
+	if m, ok := decodeFast(b); ok {
+		return m, nil
+	}
+	return jsonrpc.DecodeMessage(b)
+}
+
+// decodeFast decodes b when its meaning is unambiguous; ok is false when
+// jsonrpc.DecodeMessage must decide.
+func decodeFast(b []byte) (jsonrpc.Message, bool) {
+	if len(b) == 0 || b[0] != '{' || tooDeep(b) {
+		return nil, false
+	}
+	var w wireMsg
+	// Case-sensitive member names, duplicates and invalid UTF-8 rejected
+	// (go-sdk decides those), unknown members ignored like go-sdk does.
+	if err := jsonv2.Unmarshal(b, &w); err != nil {
+		return nil, false
+	}
+	if string(w.JSONRPC) != `"2.0"` {
+		return nil, false
+	}
+	var id jsonrpc.ID
+	switch {
+	case len(w.ID) == 0 || string(w.ID) == "null":
+	case w.ID[0] == '"':
+		var s string
+		if jsonv2.Unmarshal(w.ID, &s) != nil {
+			return nil, false
+		}
+		id, _ = jsonrpc.MakeID(s)
+	case w.ID[0] == '-' || (w.ID[0] >= '0' && w.ID[0] <= '9'):
+		var f float64
+		if jsonv2.Unmarshal(w.ID, &f) != nil {
+			return nil, false
+		}
+		id, _ = jsonrpc.MakeID(f)
+	default:
+		return nil, false
+	}
+	if isNull(w.Params) || isNull(w.Result) || isNull(w.Error) || isNull(w.Method) {
+		return nil, false
+	}
+	if len(w.Method) > 0 {
+		var method string
+		if w.Method[0] != '"' || jsonv2.Unmarshal(w.Method, &method) != nil {
+			return nil, false
+		}
+		return &jsonrpc.Request{Method: method, ID: id, Params: raw(w.Params)}, true
+	}
+	if !id.IsValid() {
+		return nil, false
+	}
+	resp := &jsonrpc.Response{ID: id, Result: raw(w.Result)}
+	if len(w.Error) > 0 {
+		var we wireError
+		if w.Error[0] != '{' || jsonv2.Unmarshal(w.Error, &we) != nil || isNull(we.Data) {
+			return nil, false
+		}
+		resp.Error = &jsonrpc.Error{Code: we.Code, Message: we.Message, Data: raw(we.Data)}
+	}
+	return resp, true
+}
+
+func isNull(v jsontext.Value) bool { return string(v) == "null" }
+
+func raw(v jsontext.Value) json.RawMessage {
+	if len(v) == 0 {
+		return nil
+	}
+	return json.RawMessage(v)
+}
+
+// tooDeep reports nesting beyond maxDepth (go-sdk refuses those).
+func tooDeep(b []byte) bool {
+	depth, inString, escaped := 0, false, false
+	for _, c := range b {
+		if inString {
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inString = true
+		case '{', '[':
+			if depth++; depth > maxDepth {
+				return true
+			}
+		case '}', ']':
+			if depth > 0 {
+				depth--
+			}
+		}
+	}
+	return false
+}

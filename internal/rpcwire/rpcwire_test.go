@@ -1,0 +1,123 @@
+package rpcwire
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+)
+
+// Real lines from a go-sdk client and the conformance everything-server,
+// plus the corner cases that must go to go-sdk's decoder.
+var vectors = []string{
+	`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"capabilities":{},"clientInfo":{"name":"bench","version":"1"},"protocolVersion":"2025-06-18"}}`,
+	`{"jsonrpc":"2.0","id":1,"result":{"capabilities":{"logging":{},"tools":{"listChanged":true}},"protocolVersion":"2025-06-18","serverInfo":{"name":"everything","version":"v1.0.0"}}}`,
+	`{"jsonrpc":"2.0","method":"notifications/initialized","params":{}}`,
+	`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"_meta":{"progressToken":"p-1"},"name":"test_simple_text","arguments":{"text":"héllo \u2028 \"q\""}}}`,
+	`{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"This is a simple text response for testing."}]}}`,
+	`{"jsonrpc":"2.0","id":"s-9","error":{"code":-32602,"message":"unknown tool \"x\"","data":{"k": [1, 2.5e3]}}}`,
+	`{"jsonrpc":"2.0","id":3,"error":{"code":-32601,"message":"method not found"}}`,
+	`{"jsonrpc":"2.0","id":null,"method":"ping"}`,
+	`{"jsonrpc":"2.0","id":2.7,"method":"ping"}`,
+	`{"jsonrpc":"2.0","id":-4,"result":{}}`,
+	`{"jsonrpc":"2.0","id":1e3,"result":{ "a" : 1 }}`,
+	`{"jsonrpc":"2.0","method":"","id":5}`,
+	`{"jsonrpc":"2.0","method":null,"id":5}`,
+	`{"jsonrpc":"2.0","id":5,"result":null}`,
+	`{"jsonrpc":"2.0","id":5,"params":null,"method":"x"}`,
+	`{"jsonrpc":"2.0","id":5,"error":null,"result":{}}`,
+	`{"jsonrpc":"2.0","id":5,"error":{"code":1,"message":"m","data":null}}`,
+	`{"jsonrpc":"2.0","id":5,"error":{"code":1.5,"message":"m"}}`,
+	`{"jsonrpc":"2.0","id":5,"id":6,"result":{}}`,
+	`{"jsonrpc":"2.0","ID":5,"result":{}}`,
+	`{"jsonrpc":"2.0","Method":"x"}`,
+	`{"jsonrpc":"1.0","id":5,"result":{}}`,
+	`{"id":5,"result":{}}`,
+	`{"jsonrpc":"2.0","result":{}}`,
+	`{"jsonrpc":"2.0","id":true,"result":{}}`,
+	`{"jsonrpc":"2.0","id":[1],"result":{}}`,
+	`{"jsonrpc":"2.0","id":1e400,"result":{}}`,
+	`{"jsonrpc":"2.0","id":"\xff","result":{}}`,
+	`{"jsonrpc":"2.0","id":1,"result":{}} trailing`,
+	` {"jsonrpc":"2.0","id":1,"result":{}}`,
+	`{"jsonrpc":"2.0","id":1,"method":"x","params":` + strings.Repeat("[", 1001) + strings.Repeat("]", 1001) + `}`,
+	`{"jsonrpc":"2.0","id":1,"method":"x","params":` + strings.Repeat("[", 999) + strings.Repeat("]", 999) + `}`,
+	`[{"jsonrpc":"2.0","id":1,"result":{}}]`,
+	`{"jsonrpc":"2.0","id":1,"result":{},}`,
+	``,
+}
+
+// checkSame fails unless DecodeMessage(b) is exactly jsonrpc.DecodeMessage(b).
+func checkSame(t *testing.T, b []byte) {
+	t.Helper()
+	want, wantErr := jsonrpc.DecodeMessage(b)
+	got, gotErr := DecodeMessage(b)
+	if (wantErr == nil) != (gotErr == nil) || (wantErr != nil && wantErr.Error() != gotErr.Error()) {
+		t.Fatalf("%q: error %v, go-sdk says %v", b, gotErr, wantErr)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("%q:\n got %#v\nwant %#v", b, got, want)
+	}
+}
+
+func TestSameAsGoSDK(t *testing.T) {
+	for _, v := range vectors {
+		checkSame(t, []byte(v))
+	}
+}
+
+// The messages of a tools/call round trip take the fast path (otherwise
+// this package saves nothing).
+func TestFastPathTaken(t *testing.T) {
+	for _, v := range vectors[:7] {
+		if _, ok := decodeFast([]byte(v)); !ok {
+			t.Errorf("%s: not decoded on the fast path", v)
+		}
+	}
+}
+
+// The decoded message owns its bytes: the caller may reuse the line.
+func TestNoAliasing(t *testing.T) {
+	b := []byte(vectors[3])
+	m, err := DecodeMessage(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := string(m.(*jsonrpc.Request).Params)
+	for i := range b {
+		b[i] = 'x'
+	}
+	if got := string(m.(*jsonrpc.Request).Params); got != want {
+		t.Fatalf("params changed with the input line: %s", got)
+	}
+}
+
+func FuzzDecodeMessage(f *testing.F) {
+	for _, v := range vectors {
+		f.Add([]byte(v))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		checkSame(t, b)
+	})
+}
+
+func BenchmarkDecode(b *testing.B) {
+	line := []byte(vectors[4])
+	b.Run("rpcwire", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := DecodeMessage(line); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("go-sdk", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := jsonrpc.DecodeMessage(line); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
