@@ -182,3 +182,25 @@ func TestMemo(t *testing.T) {
 		t.Fatal("whole-context use not detected")
 	}
 }
+
+// TestMemoDependsOnArguments: the memo gives the bundle's answer, and two
+// requests that differ in tool or action are not confused.
+func TestMemoDependsOnArguments(t *testing.T) {
+	b := load(t, "../../examples/policy/path-guard")
+	m := b.NewMemo()
+	fs := Request{Action: ActionCallTool, Agent: "a", Tool: "fs__read", Upstream: "fs", Session: Session{ID: "s"}}
+	git := fs
+	git.Upstream, git.Tool = "git", "git__log"
+	list := fs
+	list.Action = ActionListTools
+	for range 2 {
+		for _, r := range []*Request{&fs, &git, &list} {
+			if got, want := m.DependsOnArguments(r), b.DependsOnArguments(r); got != want {
+				t.Fatalf("%s %s: memo says %v, bundle %v", r.Action, r.Tool, got, want)
+			}
+		}
+	}
+	if !m.DependsOnArguments(&fs) || m.DependsOnArguments(&git) || m.DependsOnArguments(&list) {
+		t.Fatal("path-guard reads the arguments of fs calls only")
+	}
+}

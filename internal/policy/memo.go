@@ -17,6 +17,8 @@ type Memo struct {
 	b       *Bundle
 	m       sync.Map
 	n       atomic.Int64
+	deps    sync.Map // scope key -> DependsOnArguments
+	nDeps   atomic.Int64
 	session bool
 	now     bool
 }
@@ -43,26 +45,53 @@ func (m *Memo) Decide(r *Request) Decision {
 	return d
 }
 
-func (m *Memo) key(r *Request) string {
+// DependsOnArguments is b.DependsOnArguments(r), from the cache when a
+// request with the same principal, action and tool was asked before (the
+// scopes it evaluates read nothing else).
+func (m *Memo) DependsOnArguments(r *Request) bool {
 	var k strings.Builder
-	field := func(s string) {
-		k.WriteString(strconv.Itoa(len(s)))
-		k.WriteByte(':')
-		k.WriteString(s)
+	k.Grow(128)
+	scopeKey(&k, r)
+	key := k.String()
+	if v, ok := m.deps.Load(key); ok {
+		return v.(bool)
 	}
-	field(string(r.Action))
-	field(r.Agent)
+	d := m.b.DependsOnArguments(r)
+	if m.nDeps.Add(1) <= maxMemo {
+		m.deps.Store(key, d)
+	}
+	return d
+}
+
+func field(k *strings.Builder, s string) {
+	k.WriteString(strconv.Itoa(len(s)))
+	k.WriteByte(':')
+	k.WriteString(s)
+}
+
+// scopeKey writes the inputs of a request other than its context: the
+// principal and its groups, the action, the tool and its attributes.
+func scopeKey(k *strings.Builder, r *Request) {
+	field(k, string(r.Action))
+	field(k, r.Agent)
 	k.WriteString(strconv.Itoa(len(r.Groups)))
 	for _, g := range r.Groups {
-		field(g)
+		field(k, g)
 	}
-	field(r.Tool)
-	field(r.ToolName)
-	field(r.Upstream)
-	field(r.EvidenceClass)
-	for _, h := range []bool{r.Annotations.ReadOnly, r.Annotations.Destructive, r.Annotations.Idempotent, r.Annotations.OpenWorld} {
+	field(k, r.Tool)
+	field(k, r.ToolName)
+	field(k, r.Upstream)
+	field(k, r.EvidenceClass)
+	for _, h := range [...]bool{r.Annotations.ReadOnly, r.Annotations.Destructive, r.Annotations.Idempotent, r.Annotations.OpenWorld} {
 		k.WriteByte("01"[btoi(h)])
 	}
+}
+
+func (m *Memo) key(r *Request) string {
+	var k strings.Builder
+	k.Grow(128 + len(r.Arguments))
+	scopeKey(&k, r)
+	field := func(s string) { field(&k, s) }
 	if r.Arguments != nil {
 		k.WriteByte('a')
 		field(string(r.Arguments))

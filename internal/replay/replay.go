@@ -197,115 +197,42 @@ func Run(ctx context.Context, dir string, opts Options) (*Report, error) {
 		rep.WhatIf = b.Digest().String() + " (" + opts.WhatIf + ")"
 	}
 
-	verified := make(chan error, 1)
-	go func() { verified <- verify(ctx, dir, opts) }()
-	vctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	entries, readErr := readLog(vctx, dir)
-
-	recorded := map[digest.Digest]bool{}
-	type sessionKey struct {
-		epoch int
-		id    string
+	// Read the log once: the records are replayed as Verify reaches them
+	// (decoded ahead on all cores), and the report is only returned once
+	// Verify has accepted the whole log.
+	st := newReadState(rep, &opts)
+	vo := opts.Verify
+	vo.Progress = nil
+	vo.Decode = replayed
+	vo.OnRecord = func(e *auditlog.Entry) error {
+		if rep.Summary.Records%4096 == 0 && ctx.Err() != nil {
+			return ctx.Err()
+		}
+		st.add(e)
+		return nil
 	}
-	sessions := map[sessionKey]*Session{}
-	facts := map[sessionKey][]int64{} // session_calls of every decided call
-	var ep *epochState
-	var checks []*Call
-	var failed error
-	for batch := range entries {
-		for _, e := range batch {
-			rep.Summary.Records++
-			if opts.Progress != nil && rep.Summary.Records%4096 == 0 {
-				opts.Progress(rep.Summary.Records)
-			}
-			if failed != nil {
-				continue
-			}
-			switch rec := e.rec.(type) {
-			case *auditlog.Genesis:
-				ep = &epochState{epoch: e.pos.Epoch, dir: filepath.Dir(e.pos.File), genesis: rec, calls: map[int64]*Call{}}
-				if !rec.PolicyDigest.IsZero() {
-					recorded[rec.PolicyDigest] = true
-				}
-				if len(opts.Identities) > 0 {
-					ep.opener, ep.openErr = openVault(rec, ep.dir, opts.Identities)
-				}
-			case *auditlog.Policy:
-				if !rec.Bundle.IsZero() {
-					recorded[rec.Bundle] = true
-				}
-			case *auditlog.Session:
-				key := sessionKey{e.pos.Epoch, rec.ID}
-				s := sessions[key]
-				if s == nil {
-					s = &Session{Epoch: e.pos.Epoch, ID: rec.ID, Agent: rec.Agent, Front: rec.Front, Client: strings.TrimSpace(rec.ClientName + " " + rec.ClientVersion)}
-					sessions[key] = s
-					rep.Sessions = append(rep.Sessions, s)
-				}
-				switch rec.Event {
-				case "start":
-					s.Start = e.time
-				case "end":
-					s.End = e.time
-				}
-			case *auditlog.Call:
-				if ep == nil {
-					failed = fmt.Errorf("%s: call record before any genesis record", e.pos)
-					cancel()
-					continue
-				}
-				if !rec.PolicyBundle.IsZero() {
-					recorded[rec.PolicyBundle] = true
-				}
-				if rec.PolicyInput != nil {
-					k := sessionKey{e.pos.Epoch, rec.Session}
-					facts[k] = append(facts[k], rec.PolicyInput.SessionCalls)
-				}
-				c := &Call{Epoch: e.pos.Epoch, Index: e.pos.Index, Time: e.time, Session: rec.Session, Agent: rec.Agent, Tool: rec.Tool,
-					Upstream: rec.Upstream, EvidenceClass: rec.EvidenceClass, Decision: rec.Decision, PolicyIDs: rec.PolicyIDs,
-					Mode: rec.PolicyMode, Outcome: rec.Outcome, Reason: rec.Reason, rec: rec, ep: ep}
-				if !rec.PolicyBundle.IsZero() {
-					c.Bundle = rec.PolicyBundle.String()
-				}
-				if s := sessions[sessionKey{e.pos.Epoch, rec.Session}]; s != nil {
-					s.Calls++
-				}
-				if !opts.Filter.match(c) {
-					continue
-				}
-				ep.calls[e.pos.Index] = c
-				rep.Calls = append(rep.Calls, c)
-				if len(opts.Policies) > 0 || whatIf != nil {
-					checks = append(checks, c)
-				}
-			case *auditlog.Result:
-				if ep == nil {
-					continue
-				}
-				if c := ep.calls[rec.Call]; c != nil {
-					c.Result, c.LatencyMicros = rec.Outcome, rec.LatencyMicros
-					delete(ep.calls, rec.Call)
-				}
-			}
+	if _, verr := auditlog.Verify(dir, vo); verr != nil {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if !opts.Unverified {
+			return nil, &NotVerifiedError{Err: verr}
+		}
+		// Replay what the log holds anyway, every line marked: the records
+		// after the failure too, read without the chain checks.
+		rep = &Report{Log: dir, Bundles: rep.Bundles, WhatIf: rep.WhatIf, Unverified: verr.Error()}
+		st = newReadState(rep, &opts)
+		if err := st.readAll(ctx, dir); err != nil && st.failed == nil {
+			st.failed = err
 		}
 	}
-	if err := <-readErr; err != nil && failed == nil {
-		failed = err
-	}
-	if verr := <-verified; verr != nil {
-		var nv *NotVerifiedError
-		if !opts.Unverified || !errors.As(verr, &nv) {
-			return nil, verr
-		}
-		rep.Unverified = nv.Err.Error()
-	}
-	if failed != nil {
+	if st.failed != nil {
 		if rep.Unverified != "" {
-			return nil, fmt.Errorf("the unverified log cannot be read: %w", failed)
+			return nil, fmt.Errorf("the unverified log cannot be read: %w", st.failed)
 		}
-		return nil, failed
+		return nil, st.failed
 	}
+	recorded, facts, checks := st.recorded, st.facts, st.checks
 	if rep.Unverified != "" {
 		for _, s := range rep.Sessions {
 			s.Unverified = true
@@ -407,9 +334,9 @@ func request(rec *auditlog.Call) *policy.Request {
 
 // arguments supplies the call's arguments when the decision needs them. It
 // returns a non-nil Check when the call cannot be evaluated.
-func arguments(c *Call, b *policy.Bundle, req *policy.Request) *Check {
+func arguments(c *Call, memo *policy.Memo, req *policy.Request) *Check {
 	rec, ep := c.rec, c.ep
-	need := b.DependsOnArguments(req)
+	need := memo.DependsOnArguments(req)
 	for _, e := range rec.PolicyInput.Errors {
 		if strings.HasPrefix(e, "arguments: ") {
 			need = true // the recorded decision came from the arguments' form
@@ -456,7 +383,7 @@ func replayCall(c *Call, b *policy.Bundle, memo *policy.Memo) *Check {
 		return &Check{Status: StatusNoBundle, Reason: "decided by bundle " + rec.PolicyBundle.String() + ", which was not given with --policy"}
 	}
 	req := request(rec)
-	if ck := arguments(c, b, req); ck != nil {
+	if ck := arguments(c, memo, req); ck != nil {
 		return ck
 	}
 	d := memo.Decide(req)
@@ -476,7 +403,7 @@ func whatIfCall(c *Call, b *policy.Bundle, memo *policy.Memo) *Check {
 		return &Check{Status: StatusNoDecision, Reason: "the record holds no policy input (no policy decided this call)"}
 	}
 	req := request(rec)
-	if ck := arguments(c, b, req); ck != nil {
+	if ck := arguments(c, memo, req); ck != nil {
 		return ck
 	}
 	d := memo.Decide(req)
@@ -524,60 +451,148 @@ func runChecks(calls []*Call, bundles map[digest.Digest]*policy.Bundle, whatIf *
 	wg.Wait()
 }
 
-type entry struct {
-	pos  auditlog.Position
-	time time.Time
-	rec  auditlog.Record
+type sessionKey struct {
+	epoch int
+	id    string
 }
 
-// readLog reads and decodes the records replay uses, in order, in batches,
-// on its own goroutine. The error channel receives nil or the first error
-// once the entries channel is closed.
-func readLog(ctx context.Context, dir string) (<-chan []entry, <-chan error) {
-	out := make(chan []entry, 8)
-	errc := make(chan error, 1)
-	go func() {
-		defer close(errc)
-		defer close(out)
-		r, err := auditlog.NewReader(dir)
-		if err != nil {
-			errc <- err
+// readState builds the timeline from the records, in log order.
+type readState struct {
+	rep      *Report
+	opts     *Options
+	checking bool
+	recorded map[digest.Digest]bool
+	sessions map[sessionKey]*Session
+	facts    map[sessionKey][]int64 // session_calls of every decided call
+	ep       *epochState
+	checks   []*Call
+	failed   error // the first record that cannot be replayed
+
+	lastBundle    digest.Digest // and its String, shared by the calls
+	lastBundleStr string
+}
+
+func newReadState(rep *Report, opts *Options) *readState {
+	return &readState{rep: rep, opts: opts, checking: len(opts.Policies) > 0 || opts.WhatIf != "",
+		recorded: map[digest.Digest]bool{}, sessions: map[sessionKey]*Session{}, facts: map[sessionKey][]int64{}}
+}
+
+// replayed reports whether replay reads the records of kind k.
+func replayed(k auditlog.Kind) bool {
+	switch k {
+	case auditlog.KindGenesis, auditlog.KindSession, auditlog.KindCall, auditlog.KindResult, auditlog.KindPolicy:
+		return true
+	}
+	return false
+}
+
+// add replays one record.
+func (st *readState) add(e *auditlog.Entry) {
+	rep, opts := st.rep, st.opts
+	rep.Summary.Records++
+	if opts.Progress != nil && rep.Summary.Records%4096 == 0 {
+		opts.Progress(rep.Summary.Records)
+	}
+	if st.failed != nil || !replayed(e.Kind) {
+		return
+	}
+	r, err := e.Decode()
+	if err != nil {
+		st.failed = err
+		return
+	}
+	pos := &e.Pos
+	switch rec := r.(type) {
+	case *auditlog.Genesis:
+		ep := &epochState{epoch: pos.Epoch, dir: filepath.Dir(pos.File), genesis: rec, calls: map[int64]*Call{}}
+		st.ep = ep
+		if !rec.PolicyDigest.IsZero() {
+			st.recorded[rec.PolicyDigest] = true
+		}
+		if len(opts.Identities) > 0 {
+			ep.opener, ep.openErr = openVault(rec, ep.dir, opts.Identities)
+		}
+	case *auditlog.Policy:
+		if !rec.Bundle.IsZero() {
+			st.recorded[rec.Bundle] = true
+		}
+	case *auditlog.Session:
+		key := sessionKey{pos.Epoch, rec.ID}
+		s := st.sessions[key]
+		if s == nil {
+			s = &Session{Epoch: pos.Epoch, ID: rec.ID, Agent: rec.Agent, Front: rec.Front, Client: strings.TrimSpace(rec.ClientName + " " + rec.ClientVersion)}
+			st.sessions[key] = s
+			rep.Sessions = append(rep.Sessions, s)
+		}
+		switch rec.Event {
+		case "start":
+			s.Start = e.Time
+		case "end":
+			s.End = e.Time
+		}
+	case *auditlog.Call:
+		ep := st.ep
+		if ep == nil {
+			st.failed = fmt.Errorf("%s: call record before any genesis record", pos)
 			return
 		}
-		defer r.Close()
-		batch := make([]entry, 0, 512)
-		for {
-			e, err := r.Next()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				errc <- err
-				return
-			}
-			var rec auditlog.Record
-			switch e.Kind {
-			case auditlog.KindGenesis, auditlog.KindSession, auditlog.KindCall, auditlog.KindResult, auditlog.KindPolicy:
-				if rec, err = e.Decode(); err != nil {
-					errc <- err
-					return
-				}
-			}
-			batch = append(batch, entry{pos: e.Pos, time: e.Time, rec: rec})
-			if len(batch) == cap(batch) {
-				select {
-				case out <- batch:
-				case <-ctx.Done():
-					errc <- ctx.Err()
-					return
-				}
-				batch = make([]entry, 0, 512)
-			}
+		if !rec.PolicyBundle.IsZero() {
+			st.recorded[rec.PolicyBundle] = true
 		}
-		if len(batch) > 0 {
-			out <- batch
+		key := sessionKey{pos.Epoch, rec.Session}
+		if rec.PolicyInput != nil {
+			st.facts[key] = append(st.facts[key], rec.PolicyInput.SessionCalls)
 		}
-		errc <- nil
-	}()
-	return out, errc
+		c := &Call{Epoch: pos.Epoch, Index: pos.Index, Time: e.Time, Session: rec.Session, Agent: rec.Agent, Tool: rec.Tool,
+			Upstream: rec.Upstream, EvidenceClass: rec.EvidenceClass, Decision: rec.Decision, PolicyIDs: rec.PolicyIDs,
+			Mode: rec.PolicyMode, Outcome: rec.Outcome, Reason: rec.Reason, rec: rec, ep: ep}
+		if !rec.PolicyBundle.IsZero() {
+			if !rec.PolicyBundle.Equal(st.lastBundle) {
+				st.lastBundle, st.lastBundleStr = rec.PolicyBundle, rec.PolicyBundle.String()
+			}
+			c.Bundle = st.lastBundleStr
+		}
+		if s := st.sessions[key]; s != nil {
+			s.Calls++
+		}
+		if !opts.Filter.match(c) {
+			return
+		}
+		ep.calls[pos.Index] = c
+		rep.Calls = append(rep.Calls, c)
+		if st.checking {
+			st.checks = append(st.checks, c)
+		}
+	case *auditlog.Result:
+		if st.ep == nil {
+			return
+		}
+		if c := st.ep.calls[rec.Call]; c != nil {
+			c.Result, c.LatencyMicros = rec.Outcome, rec.LatencyMicros
+			delete(st.ep.calls, rec.Call)
+		}
+	}
+}
+
+// readAll replays every record of the log with a Reader, which checks each
+// line's form but not the chain (--unverified).
+func (st *readState) readAll(ctx context.Context, dir string) error {
+	r, err := auditlog.NewReader(dir)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	for n := 0; ; n++ {
+		if n%4096 == 0 && ctx.Err() != nil {
+			return ctx.Err()
+		}
+		e, err := r.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		st.add(e)
+	}
 }

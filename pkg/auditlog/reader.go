@@ -21,11 +21,19 @@ type Entry struct {
 	Hash  tlog.Hash // leaf hash of Line
 	Line  []byte    // the exact line, without '\n'
 	Body  []byte    // the canonical JSON body
+
+	// decoded ahead (VerifyOptions.Decode)
+	rec     Record
+	decErr  error
+	decoded bool
 }
 
 // Decode returns the typed record (*Call, *Result, *Genesis, ...).
 func (e *Entry) Decode() (Record, error) {
-	r, err := DecodeBody(e.Kind, e.Body)
+	r, err := e.rec, e.decErr
+	if !e.decoded {
+		r, err = DecodeBody(e.Kind, e.Body)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", e.Pos, err)
 	}
@@ -47,6 +55,7 @@ type Reader struct {
 	br     *bufio.Reader
 	off    int64
 	no     int64
+	file   string // path of segs[si]
 }
 
 // NewReader opens the audit directory dir.
@@ -104,7 +113,7 @@ func (r *Reader) pos() Position {
 	if r.ei >= 0 && r.ei < len(r.epochs) {
 		p.Epoch = r.epochs[r.ei]
 		if r.si >= 0 && r.si < len(r.segs) {
-			p.File = filepath.Join(r.dir, epochName(p.Epoch), segmentName(r.segs[r.si]))
+			p.File = r.file
 		}
 	}
 	return p
@@ -125,7 +134,8 @@ func (r *Reader) advance() error {
 	}
 	r.si++
 	r.off, r.no = 0, 0
-	f, err := os.Open(r.pos().File)
+	r.file = filepath.Join(r.dir, epochName(r.epochs[r.ei]), segmentName(r.segs[r.si]))
+	f, err := os.Open(r.file)
 	if err != nil {
 		return ioFailure(r.pos(), err)
 	}

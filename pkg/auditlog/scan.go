@@ -48,6 +48,11 @@ type rawLine struct {
 	env     envelope
 	hash    tlog.Hash
 	perr    error
+	// With scanOptions.onRecord only:
+	ts      time.Time
+	rec     Record // decoded body, if scanOptions.decode selected its kind
+	decErr  error
+	decoded bool
 }
 
 type lineBatch struct {
@@ -66,7 +71,7 @@ const chunkSize = 4 << 20
 // their lines on all cores. Batches arrive on the returned channel in file
 // order; each is usable after its ready channel is closed. Closing stop
 // ends the stream early.
-func streamLines(epochDir string, segs []int, stop <-chan struct{}) <-chan *lineBatch {
+func streamLines(epochDir string, segs []int, stop <-chan struct{}, opt *scanOptions) <-chan *lineBatch {
 	out := make(chan *lineBatch, 16)
 	work := make(chan *lineBatch, 16)
 	workers := runtime.GOMAXPROCS(0)
@@ -83,6 +88,15 @@ func streamLines(epochDir string, segs []int, stop <-chan struct{}) <-chan *line
 					}
 					l.env, l.perr = parseLine(l.line)
 					l.hash = tlog.RecordHash(l.line)
+					if opt.onRecord != nil && l.perr == nil {
+						if l.env.TS != nil {
+							l.ts, _ = time.Parse(time.RFC3339Nano, string(l.env.TS))
+						}
+						if opt.decode != nil && opt.decode(l.env.Kind) {
+							l.rec, l.decErr = DecodeBody(l.env.Kind, l.env.Body)
+							l.decoded = true
+						}
+					}
 				}
 				close(b.ready)
 			}
@@ -157,6 +171,7 @@ func readSegment(seg int, path string, hashFile bool, send func(*lineBatch) bool
 			return fail(fmt.Errorf("read %s: %w", path, rerr))
 		}
 		b := newBatch()
+		b.lines = make([]rawLine, 0, bytes.Count(buf, []byte{'\n'})+1)
 		rest := buf
 		for {
 			i := bytes.IndexByte(rest, '\n')
@@ -206,6 +221,8 @@ type scanOptions struct {
 	// tolerateTail: in the last segment, report an error after the last
 	// checkpoint as a cuttable tail instead of failing (writer recovery).
 	tolerateTail bool
+	onRecord     func(e *Entry) error // see VerifyOptions.OnRecord
+	decode       func(k Kind) bool    // see VerifyOptions.Decode
 }
 
 // EpochResult is what verifying one epoch established.
@@ -270,7 +287,7 @@ func scanEpoch(dir string, epoch int, opt scanOptions) (*EpochResult, error) {
 	}
 	stop := make(chan struct{})
 	defer close(stop)
-	ch := streamLines(edir, segs, stop)
+	ch := streamLines(edir, segs, stop, &opt)
 
 	var (
 		fr        frontier
@@ -283,6 +300,7 @@ func scanEpoch(dir string, epoch int, opt scanOptions) (*EpochResult, error) {
 		prevFile  string
 		curSeg    int
 		sinceProg int64
+		ent       Entry // passed to opt.onRecord, reused
 	)
 	var firstTS, lastTS []byte
 	finish := func() {
@@ -480,6 +498,15 @@ func scanEpoch(dir string, epoch int, opt scanOptions) (*EpochResult, error) {
 					return fail(ClassIntegrity, "", "", "%v", err)
 				}
 				res.Recovery = r.(*Recovery)
+			}
+			if opt.onRecord != nil {
+				p := pos
+				p.Index, p.Kind = res.Records, e.Kind
+				ent = Entry{Pos: p, Kind: e.Kind, Index: e.Seq, Time: l.ts, Hash: l.hash, Line: l.line, Body: e.Body,
+					rec: l.rec, decErr: l.decErr, decoded: l.decoded}
+				if err := opt.onRecord(&ent); err != nil {
+					return res, err
+				}
 			}
 			fr.append(l.hash)
 			prev = l.hash

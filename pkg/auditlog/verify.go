@@ -35,6 +35,22 @@ type VerifyOptions struct {
 	// Progress is called with the number of bytes verified since the last
 	// call (see LogBytes for the total).
 	Progress func(bytes int64)
+	// OnRecord, if set, is called with every record once it has passed the
+	// checks of its position (canonical form, sequence, hash link, kind
+	// rules; a checkpoint after its signature and root), in log order, so
+	// that a caller can read the log while it is verified instead of reading
+	// it twice. Its Time is parsed. The *Entry is reused for the next
+	// record: copy what you keep (Line and Body may be kept: they are not
+	// overwritten). A record seen by OnRecord is not yet proven: a later
+	// record can still fail the log (a broken link, a root that does not
+	// match, a truncation found at the end), so nothing derived from the
+	// records may be trusted before Verify returns without error. An error
+	// from OnRecord stops Verify, which returns it unchanged.
+	OnRecord func(e *Entry) error
+	// Decode, if set, selects the kinds whose bodies are decoded ahead on
+	// all cores for OnRecord: (*Entry).Decode then returns the decoded record
+	// (or the decoding error) without decoding again.
+	Decode func(k Kind) bool
 }
 
 // ExternalCheck is the outcome of checking the log against one external checkpoint.
@@ -153,7 +169,7 @@ func Verify(dir string, opt VerifyOptions) (*Report, error) {
 	}
 
 	for i, e := range epochs {
-		res, err := scanEpoch(dir, e, scanOptions{trusted: trusted, wantRoots: wantRoots, progress: opt.Progress, evidence: opt.VerifyEvidence})
+		res, err := scanEpoch(dir, e, scanOptions{trusted: trusted, wantRoots: wantRoots, progress: opt.Progress, evidence: opt.VerifyEvidence, onRecord: opt.OnRecord, decode: opt.Decode})
 		rep.Epochs = append(rep.Epochs, res)
 		if err != nil {
 			return rep, err
