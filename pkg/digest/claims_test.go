@@ -1,9 +1,15 @@
 package digest
 
 import (
+	"context"
+	"errors"
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -67,5 +73,25 @@ func TestEqualIsConstantTime(t *testing.T) {
 	}
 	if !a.Equal(Bytes([]byte("a"))) || a.Equal(Bytes([]byte("b"))) {
 		t.Error("Equal is wrong on set digests")
+	}
+}
+
+// TestTreeRefusesDevices: a device node in a tree is refused (TREE.md: devices,
+// sockets and FIFOs are refused always; TestTreeRefuses covers the last two).
+// The test makes a character device like /dev/null with mknod; where that is
+// not permitted (not root) it measures /dev/pts, which holds the ptmx device
+// on Linux.
+func TestTreeRefusesDevices(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "a.js"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mknod(filepath.Join(dir, "null"), syscall.S_IFCHR|0o644, 1<<8|3); err != nil {
+		t.Logf("mknod: %v; measuring /dev/pts instead", err)
+		dir = "/dev/pts"
+	}
+	_, err := Tree(context.Background(), dir, TreeOptions{})
+	if !errors.Is(err, ErrSpecialFile) || !strings.Contains(err.Error(), "device") {
+		t.Fatalf("Tree over a device = %v, want %v naming the device", err, ErrSpecialFile)
 	}
 }
