@@ -78,6 +78,14 @@ the class of failure:
 				}
 				o.Prove = n
 			}
+			if cmd.Flags().Changed("epoch") {
+				if o.Prove < 0 {
+					return ui.Errorf(ui.ExitUsage, "--epoch selects the epoch of the record that --prove proves: give --prove N with it")
+				}
+				if o.Epoch < 1 {
+					return ui.Errorf(ui.ExitUsage, "--epoch %d: epochs are numbered from 1 (without --epoch: the newest)", o.Epoch)
+				}
+			}
 			keys, err := o.loadKeys()
 			if err != nil {
 				return err

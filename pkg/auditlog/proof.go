@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -159,15 +160,20 @@ func VerifyProof(text []byte, keys []string) (*ProofResult, error) {
 // the newest) against the newest checkpoint of that epoch. The epoch is
 // verified first; opt is as for Verify.
 func Prove(dir string, epoch int, index int64, opt VerifyOptions) (*Proof, error) {
+	if epoch < 0 {
+		return nil, &VerifyError{Class: ClassUsage, Msg: fmt.Sprintf("epoch %d: epochs are numbered from 1 (0: the newest)", epoch)}
+	}
+	epochs, err := listEpochs(dir)
+	if err != nil {
+		return nil, ioFailure(Position{}, err)
+	}
+	if len(epochs) == 0 {
+		return nil, &VerifyError{Class: ClassNotLog, Msg: fmt.Sprintf("%s is not an audit log: it holds no epoch-NNNNNN directories", dir)}
+	}
 	if epoch == 0 {
-		epochs, err := listEpochs(dir)
-		if err != nil {
-			return nil, ioFailure(Position{}, err)
-		}
-		if len(epochs) == 0 {
-			return nil, &VerifyError{Class: ClassNotLog, Msg: fmt.Sprintf("%s is not an audit log: it holds no epoch-NNNNNN directories", dir)}
-		}
 		epoch = epochs[len(epochs)-1]
+	} else if !slices.Contains(epochs, epoch) {
+		return nil, &VerifyError{Class: ClassUsage, Msg: fmt.Sprintf("%s has epochs %d-%d; there is no epoch %d", dir, epochs[0], epochs[len(epochs)-1], epoch)}
 	}
 	var trusted map[string]bool
 	if len(opt.Keys) > 0 {

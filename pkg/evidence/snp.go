@@ -34,6 +34,18 @@ func ParseSNP(raw []byte, extra [][]byte) (*spb.Attestation, error) {
 	}
 	chain := &spb.CertificateChain{Extras: map[string][]byte{}}
 	if table := raw[abi.ReportSize:]; len(table) > 0 {
+		// go-sev-guest checks each entry's range with a uint32 sum that
+		// overflows (and then slices out of range: a panic); check it here
+		// in 64 bits first.
+		hdr, err := abi.ParseSnpCertTableHeader(table)
+		if err != nil {
+			return nil, fmt.Errorf("SEV-SNP certificate table after the report: %v", err)
+		}
+		for i, e := range hdr {
+			if uint64(e.Offset)+uint64(e.Length) > uint64(len(table)) {
+				return nil, fmt.Errorf("SEV-SNP certificate table after the report: entry %d (%s) claims bytes %d to %d of a %d-byte table", i, e.GUID, e.Offset, uint64(e.Offset)+uint64(e.Length), len(table))
+			}
+		}
 		var ct abi.CertTable
 		if err := ct.Unmarshal(table); err != nil {
 			return nil, fmt.Errorf("SEV-SNP certificate table after the report: %v", err)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/ed25519"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/pem"
 	"os"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/google/go-sev-guest/kds"
 	spb "github.com/google/go-sev-guest/proto/sevsnp"
 	stest "github.com/google/go-sev-guest/testing"
+	"github.com/google/uuid"
 
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
@@ -317,6 +319,42 @@ func TestSNPGenuineRawReport(t *testing.T) {
 		r, _ := VerifyRaw(bad, [][]byte{vcek}, VerifyOptions{Now: at})
 		if r.Failure() != FailEvidence {
 			t.Errorf("tampered byte 0x%x: %+v", off, r.Claims)
+		}
+	}
+}
+
+// snpCertTableEntry encodes a GHCB certificate table with one entry claiming
+// bytes [offset, offset+length) and n bytes of data after the table.
+func snpCertTableEntry(guid uuid.UUID, offset, length uint32, n int) []byte {
+	b := make([]byte, 0, 48+n)
+	b = append(b, guid[:]...)
+	b = binary.LittleEndian.AppendUint32(b, offset)
+	b = binary.LittleEndian.AppendUint32(b, length)
+	b = append(b, make([]byte, 24+n)...)
+	return b
+}
+
+// TestSNPCertTableOutOfRange: a certificate table entry whose offset plus
+// length overflows 32 bits made go-sev-guest slice out of range (a panic in
+// cmcp attest verify); it is bad evidence.
+func TestSNPCertTableOutOfRange(t *testing.T) {
+	raw, err := os.ReadFile("../../testdata/evidence/snp-milan-v2-report.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vcek := uuid.MustParse(abi.VcekGUID)
+	for name, table := range map[string][]byte{
+		"length overflows": snpCertTableEntry(vcek, 48, 0xffffffff, 100),
+		"offset overflows": snpCertTableEntry(vcek, 0xfffffff0, 100, 100),
+		"beyond the data":  snpCertTableEntry(vcek, 48, 1000, 100),
+	} {
+		ev := append(bytes.Clone(raw), table...)
+		if _, err := ParseSNP(ev, nil); err == nil || !strings.Contains(err.Error(), "certificate table") {
+			t.Errorf("%s: ParseSNP = %v", name, err)
+		}
+		r, err := VerifyRaw(ev, nil, VerifyOptions{Now: time.Date(2025, 6, 1, 0, 0, 0, 0, time.UTC)})
+		if err != nil || r.Failure() != FailEvidence {
+			t.Errorf("%s: VerifyRaw = %v, %+v", name, err, r)
 		}
 	}
 }

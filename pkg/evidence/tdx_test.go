@@ -323,6 +323,10 @@ func FuzzVerifyRaw(f *testing.F) {
 		vcek, _ := os.ReadFile("../../testdata/evidence/snp-milan-vcek.der")
 		f.Add(append(raw, snpCertTable(vcek)...))
 	}
+	if raw, err := os.ReadFile("../../testdata/evidence/snp-milan-v2-report.bin"); err == nil {
+		// A certificate table whose entry range overflows 32 bits.
+		f.Add(append(raw, snpCertTableEntry(uuid.MustParse(abi.VcekGUID), 48, 0xffffffff, 100)...))
+	}
 	f.Add([]byte{4, 0, 2, 0, 0x81, 0, 0, 0})
 	f.Add([]byte{3, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, raw []byte) {

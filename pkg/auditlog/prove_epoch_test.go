@@ -1,0 +1,24 @@
+package auditlog
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+// TestProveEpochArgument: an epoch that cannot exist is a usage error that
+// says which epochs there are, not an I/O error about "epoch--00001".
+func TestProveEpochArgument(t *testing.T) {
+	dir := t.TempDir()
+	writeLog(t, dir, Options{Key: testKey(t), Durability: DurabilityInterval}, 5, 1)
+	if _, err := Prove(dir, 1, 2, VerifyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for epoch, want := range map[int]string{-1: "numbered from 1", 7: "has epochs 1-1; there is no epoch 7"} {
+		_, err := Prove(dir, epoch, 2, VerifyOptions{})
+		var ve *VerifyError
+		if !errors.As(err, &ve) || ve.Class != ClassUsage || !strings.Contains(err.Error(), want) {
+			t.Errorf("epoch %d: %v, want a usage error with %q", epoch, err, want)
+		}
+	}
+}
