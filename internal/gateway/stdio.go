@@ -100,6 +100,9 @@ func readLine(br *bufio.Reader, max int) (line []byte, tooLong bool, err error) 
 }
 
 func decodeAgentLine(b []byte) (jsonrpc.Message, int64, string) {
+	if msg, ok := rpcwire.DecodeFast(b); ok { // one valid JSON object: no need to scan it twice
+		return msg, 0, ""
+	}
 	switch {
 	case !json.Valid(b):
 		return nil, jsonrpc.CodeParseError, "not valid JSON"

@@ -38,15 +38,16 @@ type wireError struct {
 
 // DecodeMessage decodes one JSON-RPC message like jsonrpc.DecodeMessage.
 func DecodeMessage(b []byte) (jsonrpc.Message, error) {
-	if m, ok := decodeFast(b); ok {
+	if m, ok := DecodeFast(b); ok {
 		return m, nil
 	}
 	return jsonrpc.DecodeMessage(b)
 }
 
-// decodeFast decodes b when its meaning is unambiguous; ok is false when
-// jsonrpc.DecodeMessage must decide.
-func decodeFast(b []byte) (jsonrpc.Message, bool) {
+// DecodeFast decodes b when its meaning is unambiguous, giving what
+// jsonrpc.DecodeMessage gives; ok is false when jsonrpc.DecodeMessage must
+// decide. ok implies that b is exactly one valid JSON object.
+func DecodeFast(b []byte) (msg jsonrpc.Message, ok bool) {
 	if len(b) == 0 || b[0] != '{' || tooDeep(b) {
 		return nil, false
 	}

@@ -1,6 +1,7 @@
 package rpcwire
 
 import (
+	"encoding/json"
 	"reflect"
 	"strings"
 	"testing"
@@ -53,6 +54,9 @@ func checkSame(t *testing.T, b []byte) {
 	t.Helper()
 	want, wantErr := jsonrpc.DecodeMessage(b)
 	got, gotErr := DecodeMessage(b)
+	if _, ok := DecodeFast(b); ok && (!json.Valid(b) || b[0] != '{') {
+		t.Fatalf("%q: decoded on the fast path but is not one JSON object", b)
+	}
 	if (wantErr == nil) != (gotErr == nil) || (wantErr != nil && wantErr.Error() != gotErr.Error()) {
 		t.Fatalf("%q: error %v, go-sdk says %v", b, gotErr, wantErr)
 	}
@@ -71,7 +75,7 @@ func TestSameAsGoSDK(t *testing.T) {
 // this package saves nothing).
 func TestFastPathTaken(t *testing.T) {
 	for _, v := range vectors[:7] {
-		if _, ok := decodeFast([]byte(v)); !ok {
+		if _, ok := DecodeFast([]byte(v)); !ok {
 			t.Errorf("%s: not decoded on the fast path", v)
 		}
 	}

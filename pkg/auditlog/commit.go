@@ -126,7 +126,7 @@ func (o *Opener) LoadVault(dir string, ids ...age.Identity) error {
 	}
 	defer f.Close()
 	o.vault = make(map[int64][]byte)
-	o.ids = ids
+	o.ids = fastIdentities(ids)
 	br := bufio.NewReaderSize(f, 64<<10)
 	for n := 1; ; n++ {
 		line, err := br.ReadBytes('\n')
