@@ -69,6 +69,9 @@ func recoverEpoch(dir string, epoch int) (*Predecessor, *Recovery, error) {
 			return nil, nil, fmt.Errorf("recover epoch %d: %w", epoch, err)
 		}
 		rec.DroppedBytes, rec.DroppedSHA256, rec.SavedAs = n, sum, saved
+		// What is left may be a sealed epoch with bytes appended after
+		// its final checkpoint: the predecessor is described as it is now.
+		pred.Sealed = res.endsSealed
 	}
 	return pred, rec, nil
 }

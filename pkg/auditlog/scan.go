@@ -243,16 +243,20 @@ type EpochResult struct {
 	TornAt           *Position   `json:"torn_at,omitempty"`
 	First, Last      time.Time   `json:"-"`
 	Root             tlog.Hash   `json:"-"`
-	Recovery         *Recovery   `json:"-"` // recovery record in this epoch (about the previous one)
+	Recovery         *Recovery   `json:"-"`                            // recovery record in this epoch (about the previous one)
+	AfterSeal        int64       `json:"records_after_seal,omitempty"` // unsigned records after the seal's final checkpoint (never written by the writer)
 	Leaves           []tlog.Hash `json:"-"`
 
 	// tail (writer recovery only): where a bad tail after the last checkpoint starts.
 	tailErr   *VerifyError
 	tailStart int64
-	lastFile  string
-	lastEnd   int64 // end offset of the last good line in the last file
-	empty     bool  // no complete record at all
-	cpEnd     int64 // end offset of the last checkpoint line in the last file (-1 if in an earlier file)
+	// endsSealed: the records before any damaged or torn tail end with
+	// seal + checkpoint (what the epoch is once recovery cuts that tail).
+	endsSealed bool
+	lastFile   string
+	lastEnd    int64 // end offset of the last good line in the last file
+	empty      bool  // no complete record at all
+	cpEnd      int64 // end offset of the last checkpoint line in the last file (-1 if in an earlier file)
 }
 
 // scanEpoch verifies one epoch directory.
@@ -292,6 +296,7 @@ func scanEpoch(dir string, epoch int, opt scanOptions) (*EpochResult, error) {
 	var (
 		fr        frontier
 		lastKinds [2]Kind
+		sealAt    int64 = -1 // index of the seal record, if any
 		prev      tlog.Hash
 		verifiers note.Verifiers
 		g         *Genesis
@@ -312,7 +317,8 @@ func scanEpoch(dir string, epoch int, opt scanOptions) (*EpochResult, error) {
 		} else {
 			res.Unsealed = res.Records
 		}
-		res.Sealed = res.tailErr == nil && res.TornBytes == 0 && lastKinds == [2]Kind{KindSeal, KindCheckpoint}
+		res.endsSealed = lastKinds == [2]Kind{KindSeal, KindCheckpoint}
+		res.Sealed = res.tailErr == nil && res.TornBytes == 0 && res.endsSealed
 	}
 	for b := range ch {
 		<-b.ready
@@ -382,6 +388,20 @@ func scanEpoch(dir string, epoch int, opt scanOptions) (*EpochResult, error) {
 			segStart = false
 			if res.Records > 0 && e.Kind == KindGenesis {
 				return fail(ClassIntegrity, "", "", "a second genesis record inside an epoch")
+			}
+			// The writer's close is seal then the final checkpoint, and
+			// nothing after. A checkpoint signing records after a seal did
+			// not come from the writer; unsigned records after it (the
+			// unsealed tail, which anyone can append to) are counted and
+			// reported.
+			if sealAt >= 0 && (e.Kind != KindCheckpoint || res.Records > sealAt+1) {
+				if e.Kind == KindCheckpoint {
+					return fail(ClassIntegrity, "", "", "a checkpoint after the epoch's seal (record %d) and its final checkpoint: the writer signs nothing after closing the epoch", sealAt)
+				}
+				res.AfterSeal++
+			}
+			if e.Kind == KindRecovery && res.Records != 1 {
+				return fail(ClassIntegrity, "", "", "a recovery record at index %d: the writer writes it right after the genesis record (index 1) only", res.Records)
 			}
 			if e.TS != nil {
 				if firstTS == nil {
@@ -492,6 +512,7 @@ func scanEpoch(dir string, epoch int, opt scanOptions) (*EpochResult, error) {
 				if r.(*Seal).Records != res.Records {
 					return fail(ClassIntegrity, fmt.Sprint(res.Records), fmt.Sprint(r.(*Seal).Records), "seal record counts another number of records")
 				}
+				sealAt = res.Records
 			case KindRecovery:
 				r, err := DecodeBody(KindRecovery, e.Body)
 				if err != nil {

@@ -334,6 +334,11 @@ func Verify(dir string, opt VerifyOptions) (*Report, error) {
 	if !last.Sealed {
 		rep.Warnings = append(rep.Warnings, fmt.Sprintf("epoch %d is not sealed: the gateway is still running, or it stopped without closing the log", last.Epoch))
 	}
+	for _, r := range rep.Epochs {
+		if r.AfterSeal > 0 {
+			rep.Warnings = append(rep.Warnings, fmt.Sprintf("epoch %d was sealed, yet %d unsigned records follow its seal: the writer writes nothing after sealing an epoch, so someone with write access appended them", r.Epoch, r.AfterSeal))
+		}
+	}
 	return rep, nil
 }
 
