@@ -58,6 +58,9 @@ func VerifySegment(path string, opt VerifyOptions) (*SegmentResult, error) {
 		return res, ioFailure(Position{File: path}, errors.New("the segment is not a regular file"))
 	}
 	br := bufio.NewReaderSize(f, MaxLineBytes+1)
+	// The epoch, for error positions: from the directory the file is in,
+	// then from the origin its first record names.
+	epoch, _ := parseNumbered(filepath.Base(filepath.Dir(path)), "epoch-", "")
 	var (
 		fr      frontier
 		prev    tlog.Hash
@@ -67,7 +70,10 @@ func VerifySegment(path string, opt VerifyOptions) (*SegmentResult, error) {
 	)
 	for {
 		raw, err := br.ReadSlice('\n')
-		pos := Position{File: path, Line: no + 1, Offset: off, Index: seq}
+		if e := epochOfOrigin(res.Origin); e > 0 {
+			epoch = e
+		}
+		pos := Position{Epoch: epoch, File: path, Line: no + 1, Offset: off, Index: seq}
 		fail := func(class Class, expected, computed, format string, args ...any) (*SegmentResult, error) {
 			pos.Record = excerpt(raw)
 			return res, &VerifyError{Class: class, Pos: pos, Expected: expected, Computed: computed, Msg: fmt.Sprintf(format, args...)}
@@ -92,6 +98,7 @@ func VerifySegment(path string, opt VerifyOptions) (*SegmentResult, error) {
 		pos.Kind = e.Kind
 		h := tlog.RecordHash(line)
 		if no == 1 {
+			pos.Index = e.Seq
 			switch e.Kind {
 			case KindGenesis:
 				r, err := DecodeBody(KindGenesis, e.Body)

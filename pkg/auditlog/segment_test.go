@@ -2,6 +2,8 @@ package auditlog
 
 import (
 	"bytes"
+	"crypto/ed25519"
+	"crypto/rand"
 	"errors"
 	"golang.org/x/mod/sumdb/tlog"
 	"os"
@@ -67,3 +69,45 @@ func TestVerifySegmentAlone(t *testing.T) {
 }
 
 func hashOf(line []byte) tlog.Hash { return tlog.RecordHash(line) }
+
+// TestVerifySegmentErrorPosition: errors name the segment's epoch and the
+// record index. Before, every error said "epoch 0", and a failure on the
+// first record of a segment said "record 0".
+func TestVerifySegmentErrorPosition(t *testing.T) {
+	dir := t.TempDir()
+	writeLog(t, dir, Options{SegmentBytes: 8 << 10, CheckpointEvery: 7, Durability: DurabilityInterval}, 100, 1)
+	seg := filepath.Join(dir, "epoch-000001", "seg-000003.jsonl")
+	// A key that is not the epoch's: the carried checkpoint fails on record 0 of the file.
+	_, err := VerifySegment(seg, VerifyOptions{Keys: []string{writeLog(t, t.TempDir(), Options{Key: otherKey(t), Durability: DurabilityInterval}, 1, 1).VerifierKey()}})
+	var ve *VerifyError
+	b, _ := os.ReadFile(seg)
+	e, _ := parseLine(bytes.SplitN(b, []byte("\n"), 2)[0])
+	if !errors.As(err, &ve) || ve.Pos.Epoch != 1 || ve.Pos.Index != e.Seq || ve.Pos.Line != 1 {
+		t.Fatalf("untrusted key: %v (position %+v, want epoch 1 record %d)", err, ve.Pos, e.Seq)
+	}
+	// A segment copied out of its directory: the epoch comes from its origin.
+	lines := bytes.Split(bytes.TrimSuffix(b, []byte("\n")), []byte("\n"))
+	lines[3] = bytes.Replace(lines[3], []byte(`"seq":"`), []byte(`"seq":"9`), 1)
+	out := filepath.Join(t.TempDir(), "copy.jsonl")
+	os.WriteFile(out, append(bytes.Join(lines, []byte("\n")), '\n'), 0o600)
+	_, err = VerifySegment(out, VerifyOptions{Keys: []string{keyOf(t, dir)}})
+	if !errors.As(err, &ve) || ve.Pos.Epoch != 1 || ve.Pos.Line != 4 {
+		t.Fatalf("copied segment: %v (position %+v)", err, ve.Pos)
+	}
+}
+
+func otherKey(t *testing.T) ed25519.PrivateKey {
+	_, k, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func keyOf(t *testing.T, dir string) string {
+	rep, err := Verify(dir, VerifyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep.Epochs[0].Key
+}
