@@ -3,8 +3,10 @@ package auditlog
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"filippo.io/age"
@@ -59,5 +61,83 @@ func TestPayloadsOnlyAsCommitmentsAndVaultDeletable(t *testing.T) {
 	}
 	if _, err := Verify(dir, VerifyOptions{}); err != nil {
 		t.Fatalf("deleting the vault broke verification: %v", err)
+	}
+}
+
+// TestUnknownMembersRefused (FORMAT.md section 2): a line with a member other
+// than body, kind, prev, seq, ts and v is refused, and so is a body of any
+// kind with a member its record type does not have, even when the line is
+// otherwise canonical.
+func TestUnknownMembersRefused(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "testdata", "auditlog", "log", "epoch-000001", "seg-000001.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := bytes.Split(bytes.TrimSuffix(data, []byte("\n")), []byte("\n"))
+	seen := map[Kind]bool{}
+	for i, line := range lines {
+		e, err := parseLine(line)
+		if err != nil {
+			t.Fatalf("fixture line %d: %v", i+1, err)
+		}
+		// "x" sorts after "v": still canonical, one member too many.
+		extra := append(bytes.TrimSuffix(append([]byte(nil), line...), []byte("}")), []byte(`,"x":"1"}`)...)
+		if _, err := parseLine(extra); err == nil || !strings.Contains(err.Error(), "unknown member") {
+			t.Errorf("line %d with an extra member: err = %v", i+1, err)
+		}
+		if seen[e.Kind] {
+			continue
+		}
+		seen[e.Kind] = true
+		if _, err := DecodeBody(e.Kind, e.Body); err != nil {
+			t.Fatalf("line %d: %s body does not decode: %v", i+1, e.Kind, err)
+		}
+		body := append(bytes.TrimSuffix(append([]byte(nil), e.Body...), []byte("}")), []byte(`,"zz_unknown":"1"}`)...)
+		if _, err := DecodeBody(e.Kind, body); err == nil {
+			t.Errorf("%s body with an unknown member was accepted", e.Kind)
+		}
+	}
+	if len(seen) < 10 {
+		t.Fatalf("only %d record kinds in the fixture", len(seen))
+	}
+}
+
+// TestVaultWrittenBeforeTheRecord (FORMAT.md section 7): when Append of a
+// call that refers to a commitment returns, the vault entry for that
+// commitment is already in vault.jsonl on disk, readable by another opener.
+// (That it was also fsynced first cannot be observed without cutting power.)
+func TestVaultWrittenBeforeTheRecord(t *testing.T) {
+	id, err := age.GenerateX25519Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	w, err := Open(dir, Options{Key: testKey(t), Recipients: []string{id.Recipient().String()}, Vault: true, Durability: DurabilityStrict})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	for i := range 5 {
+		payload := []byte(fmt.Sprintf(`{"n":%d}`, i))
+		c := w.Commit(payload)
+		if _, err := w.Append(context.Background(), &Call{Session: "s", Agent: "a", Tool: "t", Upstream: "u", EvidenceClass: "plaintext", Args: c, Decision: DecisionAllow, PolicyMode: "enforcing", Outcome: OutcomeForwarded}); err != nil {
+			t.Fatal(err)
+		}
+		// The writer is still open: read what is on disk now.
+		res, err := scanEpoch(dir, 1, scanOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, err := NewOpener(res.Genesis, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := o.LoadVault(filepath.Join(dir, "epoch-000001"), id); err != nil {
+			t.Fatal(err)
+		}
+		got, err := o.Payload(c)
+		if err != nil || string(got) != string(payload) {
+			t.Fatalf("call %d: vault entry not on disk when Append returned: %q, %v", i, got, err)
+		}
 	}
 }
