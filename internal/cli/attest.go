@@ -224,11 +224,20 @@ func runAttest(cmd *cobra.Command, e *env, o *attestOptions) error {
 		}
 		keyFile = o.KeyOut
 	}
+	// A key generated for evidence that was never written is useless, and
+	// left behind it would make the retry fail ("never overwritten").
+	dropKey := func() {
+		if keyFile != "" {
+			os.Remove(keyFile)
+		}
+	}
 	b, err := prov.Attest(cmd.Context(), pub, nonce, stmt)
 	if err != nil {
+		dropKey()
 		return ui.WithCode(ui.ExitIO, fmt.Errorf("attest with %s via %s: %w", prov.Platform(), prov.Collector(), err))
 	}
 	if err := evidence.WriteFile(o.Out, b); err != nil {
+		dropKey()
 		return ui.WithCode(ui.ExitIO, fmt.Errorf("write evidence: %w", err))
 	}
 	if !b.Attested {
