@@ -62,6 +62,16 @@ func (n *nonceFlags) get() ([]byte, error) {
 }
 
 func readPublicKey(path string) (ed25519.PublicKey, error) {
+	// The help promises "ed25519:<base64>" and hex: accept them inline
+	// too, when no file has that name. Never raw bytes inline: a mistyped
+	// 32-character file name must not become a key.
+	if _, serr := os.Stat(path); errors.Is(serr, fs.ErrNotExist) && (strings.HasPrefix(path, "ed25519:") || isHex64(path)) {
+		pub, err := evidence.ParsePublicKey([]byte(path))
+		if err != nil {
+			return nil, ui.Errorf(ui.ExitUsage, "--key %s: %v", path, err)
+		}
+		return pub, nil
+	}
 	data, err := readInput(path)
 	if err != nil {
 		return nil, ui.WithCode(ui.ExitIO, fmt.Errorf("--key: %w", err))
@@ -96,7 +106,7 @@ type attestOptions struct {
 
 func (o *attestOptions) AddFlags(fs *pflag.FlagSet) {
 	o.Nonce.add(fs, "the verifier's")
-	fs.StringVar(&o.Key, "key", "", "public key to bind (PEM, ed25519:<base64>, hex or raw); default: generate a new key")
+	fs.StringVar(&o.Key, "key", "", "public key to bind: a FILE (PEM, ed25519:<base64>, hex or raw) or inline ed25519:<base64> or 64 hex digits; default: generate a new key")
 	fs.StringVar(&o.KeyOut, "key-out", "cmcp-attest-key.pem", "where a generated private key is written (mode 0600, never overwritten)")
 	fs.StringVar(&o.Statement, "statement", "", "statement digest to bind (sha256:<hex>), e.g. the audit log's genesis digest")
 	fs.StringVarP(&o.Out, "out", "O", "cmcp-evidence.json", "where the evidence bundle is written")
@@ -214,11 +224,20 @@ func runAttest(cmd *cobra.Command, e *env, o *attestOptions) error {
 		}
 		keyFile = o.KeyOut
 	}
+	// A key generated for evidence that was never written is useless, and
+	// left behind it would make the retry fail ("never overwritten").
+	dropKey := func() {
+		if keyFile != "" {
+			os.Remove(keyFile)
+		}
+	}
 	b, err := prov.Attest(cmd.Context(), pub, nonce, stmt)
 	if err != nil {
+		dropKey()
 		return ui.WithCode(ui.ExitIO, fmt.Errorf("attest with %s via %s: %w", prov.Platform(), prov.Collector(), err))
 	}
 	if err := evidence.WriteFile(o.Out, b); err != nil {
+		dropKey()
 		return ui.WithCode(ui.ExitIO, fmt.Errorf("write evidence: %w", err))
 	}
 	if !b.Attested {
@@ -286,7 +305,7 @@ type attestVerifyOptions struct {
 
 func (o *attestVerifyOptions) AddFlags(fs *pflag.FlagSet) {
 	o.Nonce.add(fs, "expected")
-	fs.StringVar(&o.Key, "key", "", "expected bound public key (PEM, ed25519:<base64>, hex or raw)")
+	fs.StringVar(&o.Key, "key", "", "expected bound public key: a FILE (PEM, ed25519:<base64>, hex or raw) or inline ed25519:<base64> or 64 hex digits")
 	fs.StringVar(&o.Statement, "statement", "", "expected bound statement digest (sha256:<hex>)")
 	fs.StringVar(&o.Reference, "reference", "", "reference values JSON (measurements, MRTD/RTMRs, host data, minimum TCB, policy)")
 	fs.StringVar(&o.Roots, "roots", "", "PEM file of roots that replace the embedded AMD and Intel roots")
@@ -508,4 +527,16 @@ func printResult(p *ui.Printer, file string, r *evidence.Result) {
 		verdict = p.Bad(strings.ToUpper(verdict))
 	}
 	p.Printf("verdict: %s (binding: %s)\n", verdict, r.Binding)
+}
+
+func isHex64(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for _, c := range s {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+			return false
+		}
+	}
+	return true
 }

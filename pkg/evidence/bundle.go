@@ -120,10 +120,8 @@ func Decode(data []byte) (*Bundle, error) {
 	// encoding/json keeps the last of duplicate member names; another
 	// parser may keep the first. Refuse them (and invalid UTF-8) so that
 	// every reader of a bundle sees the same document.
-	if _, err := jsontext.NewDecoder(bytes.NewReader(data)).ReadValue(); err != nil {
-		if errors.Is(err, jsontext.ErrDuplicateName) || strings.Contains(err.Error(), "invalid UTF-8") {
-			return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
-		}
+	if err := checkDuplicates(data); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -287,4 +285,17 @@ func readFileMax(path string, limit int64, malformed error) ([]byte, error) {
 		return nil, fmt.Errorf("%s: %w: larger than %d bytes", path, malformed, limit)
 	}
 	return data, nil
+}
+
+// checkDuplicates refuses duplicate member names and invalid UTF-8, which
+// encoding/json accepts silently (it keeps the last duplicate; another
+// parser may keep the first). Other syntax errors are left to the decoder
+// that follows, which reports them with a line number.
+func checkDuplicates(data []byte) error {
+	if _, err := jsontext.NewDecoder(bytes.NewReader(data)).ReadValue(); err != nil {
+		if errors.Is(err, jsontext.ErrDuplicateName) || strings.Contains(err.Error(), "invalid UTF-8") {
+			return err
+		}
+	}
+	return nil
 }

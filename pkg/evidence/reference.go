@@ -70,6 +70,9 @@ type TDXReference struct {
 // ParseReferenceValues reads reference values strictly: unknown fields,
 // wrong lengths and trailing data are errors.
 func ParseReferenceValues(data []byte) (*ReferenceValues, error) {
+	if err := checkDuplicates(data); err != nil {
+		return nil, fmt.Errorf("reference values: %v", err)
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	var rv ReferenceValues
@@ -81,6 +84,39 @@ func ParseReferenceValues(data []byte) (*ReferenceValues, error) {
 	}
 	if rv.SEVSNP == nil && rv.TDX == nil {
 		return nil, fmt.Errorf(`reference values: neither a "sev-snp" nor a "tdx" section`)
+	}
+	// A member given but empty ("measurements": [], "host_data": "") would
+	// silently leave its check undone: a script that wrote an empty
+	// variable must not turn a pinned measurement into "not checked".
+	empty := func(name string, present bool) error {
+		if present {
+			return fmt.Errorf("reference values: %s is empty: give a value, or leave the member out to skip the check", name)
+		}
+		return nil
+	}
+	if s := rv.SEVSNP; s != nil {
+		if err := errors.Join(empty("sev-snp.measurements", s.Measurements != nil && len(s.Measurements) == 0),
+			empty("sev-snp.host_data", s.HostData != nil && len(s.HostData) == 0)); err != nil {
+			return nil, err
+		}
+	}
+	if t := rv.TDX; t != nil {
+		for _, m := range []struct {
+			name    string
+			present bool
+		}{
+			{"tdx.mr_td", t.MRTD != nil && len(t.MRTD) == 0},
+			{"tdx.mr_seam", t.MRSeam != nil && len(t.MRSeam) == 0},
+			{"tdx.rtmrs", t.RTMRs != nil && len(t.RTMRs) == 0},
+			{"tdx.mr_config_id", t.MRConfigID != nil && len(t.MRConfigID) == 0},
+			{"tdx.td_attributes", t.TDAttributes != nil && len(t.TDAttributes) == 0},
+			{"tdx.xfam", t.XFAM != nil && len(t.XFAM) == 0},
+			{"tdx.minimum_tee_tcb_svn", t.MinimumTEETCBSVN != nil && len(t.MinimumTEETCBSVN) == 0},
+		} {
+			if err := empty(m.name, m.present); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if s := rv.SEVSNP; s != nil {
 		for i, m := range s.Measurements {

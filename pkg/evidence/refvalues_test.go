@@ -66,3 +66,28 @@ func TestEveryReferenceValueIsEnforced(t *testing.T) {
 		}
 	}
 }
+
+// TestReferenceValuesEmptyOrDuplicate: a member given but empty, or given
+// twice, is refused. Before, "measurements": [] or "host_data": "" left the
+// check undone (a warning, exit 0) and a duplicate silently kept the last.
+func TestReferenceValuesEmptyOrDuplicate(t *testing.T) {
+	m := strings.Repeat("ab", 48)
+	for bad, want := range map[string]string{
+		`{"sev-snp": {"measurements": []}}`:                                    "sev-snp.measurements is empty",
+		`{"sev-snp": {"host_data": ""}}`:                                       "sev-snp.host_data is empty",
+		`{"tdx": {"mr_td": []}}`:                                               "tdx.mr_td is empty",
+		`{"tdx": {"mr_config_id": ""}}`:                                        "tdx.mr_config_id is empty",
+		`{"tdx": {"rtmrs": []}}`:                                               "tdx.rtmrs is empty",
+		`{"tdx": {"minimum_tee_tcb_svn": ""}}`:                                 "tdx.minimum_tee_tcb_svn is empty",
+		`{"sev-snp": {"measurements": ["` + m + `"], "measurements": []}}`:     "duplicate",
+		`{"sev-snp": {"measurements": ["` + m + `"]}, "sev-snp": {"vmpl": 0}}`: "duplicate",
+	} {
+		if _, err := ParseReferenceValues([]byte(bad)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want an error with %q", bad, err, want)
+		}
+	}
+	// "" in rtmrs still means "this RTMR is not checked".
+	if _, err := ParseReferenceValues([]byte(`{"tdx": {"rtmrs": ["", "` + m + `"]}}`)); err != nil {
+		t.Fatal(err)
+	}
+}
