@@ -751,3 +751,47 @@ func TestDeciderSeam(t *testing.T) {
 		t.Fatal("a refused call got a result record")
 	}
 }
+
+// TestResourceSubscribe: resources/subscribe and unsubscribe pass through to
+// the upstream that has the resource, the upstream's
+// notifications/resources/updated reaches the subscribed agent and no other
+// session.
+func TestResourceSubscribe(t *testing.T) {
+	h := newHarness(t, hconf{})
+	updated := make(chan string, 4)
+	opts := &mcp.ClientOptions{ResourceUpdatedHandler: func(_ context.Context, r *mcp.ResourceUpdatedNotificationRequest) {
+		updated <- r.Params.URI
+	}}
+	other := make(chan string, 4)
+	bystander := h.connect("", &mcp.ClientOptions{ResourceUpdatedHandler: func(_ context.Context, r *mcp.ResourceUpdatedNotificationRequest) {
+		other <- r.Params.URI
+	}})
+	if _, err := bystander.ListResources(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	cs := h.connect("", opts)
+	if cs.InitializeResult().Capabilities.Resources == nil || !cs.InitializeResult().Capabilities.Resources.Subscribe {
+		t.Fatalf("gateway does not advertise resources.subscribe: %+v", cs.InitializeResult().Capabilities.Resources)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := cs.Subscribe(ctx, &mcp.SubscribeParams{URI: "test://static"}); err != nil {
+		t.Fatalf("resources/subscribe: %v", err)
+	}
+	select {
+	case uri := <-updated:
+		if uri != "test://static" {
+			t.Fatalf("updated %q, want test://static", uri)
+		}
+	case <-ctx.Done():
+		t.Fatal("the upstream's notifications/resources/updated did not reach the subscribed agent")
+	}
+	if err := cs.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: "test://static"}); err != nil {
+		t.Fatalf("resources/unsubscribe: %v", err)
+	}
+	select {
+	case uri := <-other:
+		t.Fatalf("a session that did not subscribe got resources/updated for %q", uri)
+	case <-time.After(200 * time.Millisecond):
+	}
+}
