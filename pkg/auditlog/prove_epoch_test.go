@@ -23,7 +23,7 @@ func TestProveEpochArgument(t *testing.T) {
 	}
 }
 
-// TestProveLastCheckpoint: the last checkpoint record cannot be proved (no
+// TestProveLastCheckpoint: the final checkpoint of a sealed epoch cannot be proved (no
 // later checkpoint covers it); before, a sealed epoch's final checkpoint was
 // said to be "in the unsealed tail".
 func TestProveLastCheckpoint(t *testing.T) {
