@@ -96,7 +96,10 @@ code whose digest does not match its pin.` + "\n\n" + exitCodesText(),
 		SilenceUsage:      true,
 		DisableAutoGenTag: true,
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
-			return e.out.Validate()
+			if err := e.out.Validate(); err != nil {
+				return err
+			}
+			return rejectEmptyFlags(cmd)
 		},
 	}
 	root.SetIn(e.stdin)
