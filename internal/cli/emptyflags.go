@@ -38,3 +38,21 @@ func rejectEmptyFlags(cmd *cobra.Command) error {
 	return ui.Errorf(ui.ExitUsage, "--%s was given an empty value", bad.Name).
 		Hint("give --%s a value, or leave the flag out (is a shell variable unset?)", bad.Name)
 }
+
+// annotationPassthroughArgs marks a command whose positional arguments are
+// passed on as they are (spawn-digest's COMMAND ARGS), so may be empty.
+const annotationPassthroughArgs = "cmcp.passthrough-args"
+
+// rejectEmptyArgs refuses an empty positional argument (`verify-chain ""`):
+// it names no file, and the error it would cause later ("stat : no such file
+// or directory") does not say what is wrong.
+func rejectEmptyArgs(cmd *cobra.Command, args []string) error {
+	if cmd.Annotations[annotationPassthroughArgs] != "" {
+		return nil
+	}
+	if i := slices.Index(args, ""); i >= 0 {
+		return ui.Errorf(ui.ExitUsage, "argument %d of %s is empty", i+1, cmd.CommandPath()).
+			Hint("give a path, or leave the argument out (is a shell variable unset?)")
+	}
+	return nil
+}

@@ -99,7 +99,10 @@ code whose digest does not match its pin.` + "\n\n" + exitCodesText(),
 			if err := e.out.Validate(); err != nil {
 				return err
 			}
-			return rejectEmptyFlags(cmd)
+			if err := rejectEmptyFlags(cmd); err != nil {
+				return err
+			}
+			return rejectEmptyArgs(cmd, args)
 		},
 	}
 	root.SetIn(e.stdin)

@@ -88,6 +88,8 @@ Large trees show progress on a terminal.`,
 	cmd.ValidArgsFunction = func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		return nil, cobra.ShellCompDirectiveDefault // COMMAND and its arguments: files
 	}
+	// The ARGS after COMMAND go to the server as they are, empty ones too.
+	cmd.Annotations = map[string]string{annotationPassthroughArgs: "true"}
 	return cmd
 }
 
