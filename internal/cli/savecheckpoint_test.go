@@ -48,3 +48,26 @@ func TestVerifyChainSaveCheckpointChecksTheOldOne(t *testing.T) {
 		t.Fatalf("directory as --save-checkpoint: exit %d\n%s", code, errOut)
 	}
 }
+
+// TestVerifyChainCheckpointFileNotACheckpoint: a --checkpoint file, or an
+// existing --save-checkpoint file, that holds no checkpoint is a usage
+// error naming the file (it said "external checkpoint 1" and quoted a whole
+// line); the file given to --save-checkpoint is left alone.
+func TestVerifyChainCheckpointFileNotACheckpoint(t *testing.T) {
+	l, _ := base(t)
+	other := filepath.Join(t.TempDir(), "notes.txt")
+	junk := "origin.example/log\n" + strings.Repeat("x", 5000) + "\nthird\n\n— sig\n"
+	os.WriteFile(other, []byte(junk), 0o644)
+
+	code, _, errOut := runCLI(t, "verify-chain", l.dir, "--key", l.vkey, "--checkpoint", other)
+	if code != ui.ExitUsage || !strings.Contains(errOut, "--checkpoint "+other+": malformed checkpoint: size") || len(errOut) > 600 {
+		t.Fatalf("--checkpoint junk: exit %d\n%s", code, errOut)
+	}
+	code, _, errOut = runCLI(t, "verify-chain", l.dir, "--key", l.vkey, "--save-checkpoint", other)
+	if code != ui.ExitUsage || !strings.Contains(errOut, "--save-checkpoint "+other+": the file exists and holds no checkpoint") {
+		t.Fatalf("--save-checkpoint onto junk: exit %d\n%s", code, errOut)
+	}
+	if b, _ := os.ReadFile(other); string(b) != junk {
+		t.Fatal("--save-checkpoint overwrote a file that was not a checkpoint")
+	}
+}

@@ -247,6 +247,10 @@ func runVerifyChain(p *ui.Printer, dir string, o *verifyChainOptions, keys []str
 		if err != nil {
 			return ui.Errorf(ui.ExitIO, "--checkpoint: %w", err)
 		}
+		if _, err := auditlog.ParseCheckpoint(b); err != nil {
+			return ui.Errorf(ui.ExitUsage, "--checkpoint %s: %v", f, err).
+				Hint("give a checkpoint note saved earlier with --save-checkpoint (origin, size, root hash, a blank line, signatures)")
+		}
 		opt.Checkpoints = append(opt.Checkpoints, b)
 	}
 	// A checkpoint already saved in the --save-checkpoint file is checked
@@ -256,6 +260,10 @@ func runVerifyChain(p *ui.Printer, dir string, o *verifyChainOptions, keys []str
 		b, err := os.ReadFile(o.SaveCheckpoint)
 		switch {
 		case err == nil:
+			if _, perr := auditlog.ParseCheckpoint(b); perr != nil {
+				return ui.Errorf(ui.ExitUsage, "--save-checkpoint %s: the file exists and holds no checkpoint: %v", o.SaveCheckpoint, perr).
+					Hint("choose another file, or remove this one if it is not a checkpoint you saved")
+			}
 			opt.Checkpoints = append(opt.Checkpoints, b)
 		case !errors.Is(err, os.ErrNotExist):
 			return ui.Errorf(ui.ExitIO, "--save-checkpoint: %w", err)
