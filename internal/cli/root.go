@@ -96,7 +96,13 @@ code whose digest does not match its pin.` + "\n\n" + exitCodesText(),
 		SilenceUsage:      true,
 		DisableAutoGenTag: true,
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
-			return e.out.Validate()
+			if err := e.out.Validate(); err != nil {
+				return err
+			}
+			if err := rejectEmptyFlags(cmd); err != nil {
+				return err
+			}
+			return rejectEmptyArgs(cmd, args)
 		},
 	}
 	root.SetIn(e.stdin)

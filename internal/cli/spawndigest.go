@@ -68,6 +68,8 @@ Large trees show progress on a terminal.`,
 				return fmt.Errorf("--target and --name apply to a COMMAND, not to --check")
 			case o.Check == "" && len(args) == 0:
 				return fmt.Errorf("missing COMMAND: spawn-digest [--target FILE|DIR] -- COMMAND [ARGS...], or --check CONFIG")
+			case len(args) > 0 && args[0] == "":
+				return fmt.Errorf("empty COMMAND: spawn-digest [--target FILE|DIR] -- COMMAND [ARGS...] (is a shell variable unset?)")
 			}
 			return nil
 		}),
@@ -86,6 +88,8 @@ Large trees show progress on a terminal.`,
 	cmd.ValidArgsFunction = func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		return nil, cobra.ShellCompDirectiveDefault // COMMAND and its arguments: files
 	}
+	// The ARGS after COMMAND go to the server as they are, empty ones too.
+	cmd.Annotations = map[string]string{annotationPassthroughArgs: "true"}
 	return cmd
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -31,7 +32,7 @@ type verifyChainOptions struct {
 func (o *verifyChainOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&o.Keys, "key", nil, "trusted note verifier key (origin+hash+base64), or a file with one per line; repeatable")
 	fs.StringArrayVar(&o.Checkpoints, "checkpoint", nil, "signed checkpoint FILE saved earlier (detects truncation, rollback and forks); repeatable")
-	fs.StringVar(&o.SaveCheckpoint, "save-checkpoint", "", "write the newest verified checkpoint to FILE")
+	fs.StringVar(&o.SaveCheckpoint, "save-checkpoint", "", "write the newest verified checkpoint to FILE (a checkpoint already in FILE is checked first, as with --checkpoint)")
 	fs.StringVar(&o.prove, "prove", "", "write an offline proof (c2sp.org/tlog-proof@v1) for record `N` to stdout")
 	fs.IntVar(&o.Epoch, "epoch", 0, "epoch of the record for --prove (default: the newest)")
 	fs.StringVar(&o.Proof, "proof", "", "check the offline proof in FILE (needs --key; no log needed)")
@@ -246,7 +247,27 @@ func runVerifyChain(p *ui.Printer, dir string, o *verifyChainOptions, keys []str
 		if err != nil {
 			return ui.Errorf(ui.ExitIO, "--checkpoint: %w", err)
 		}
+		if _, err := auditlog.ParseCheckpoint(b); err != nil {
+			return ui.Errorf(ui.ExitUsage, "--checkpoint %s: %v", f, err).
+				Hint("give a checkpoint note saved earlier with --save-checkpoint (origin, size, root hash, a blank line, signatures)")
+		}
 		opt.Checkpoints = append(opt.Checkpoints, b)
+	}
+	// A checkpoint already saved in the --save-checkpoint file is checked
+	// before it is replaced: otherwise a log rolled back since would
+	// overwrite the one record that proves the rollback.
+	if o.SaveCheckpoint != "" && !slices.ContainsFunc(o.Checkpoints, func(f string) bool { return sameFile(f, o.SaveCheckpoint) }) {
+		b, err := os.ReadFile(o.SaveCheckpoint)
+		switch {
+		case err == nil:
+			if _, perr := auditlog.ParseCheckpoint(b); perr != nil {
+				return ui.Errorf(ui.ExitUsage, "--save-checkpoint %s: the file exists and holds no checkpoint: %v", o.SaveCheckpoint, perr).
+					Hint("choose another file, or remove this one if it is not a checkpoint you saved")
+			}
+			opt.Checkpoints = append(opt.Checkpoints, b)
+		case !errors.Is(err, os.ErrNotExist):
+			return ui.Errorf(ui.ExitIO, "--save-checkpoint: %w", err)
+		}
 	}
 	prog := p.Progress("verifying", auditlog.LogBytes(dir))
 	opt.Progress = prog.Add
@@ -496,4 +517,11 @@ func runVerifySegment(p *ui.Printer, file string, keys []string) error {
 	}
 	p.Printf("  %s this checks one file: records in other segments and epochs, and truncation, are not covered\n", p.Warn("!"))
 	return nil
+}
+
+// sameFile reports whether paths a and b name the same existing file.
+func sameFile(a, b string) bool {
+	fa, errA := os.Stat(a)
+	fb, errB := os.Stat(b)
+	return errA == nil && errB == nil && os.SameFile(fa, fb)
 }

@@ -95,6 +95,12 @@ func (c *chainEvidence) check(g *auditlog.Genesis) error {
 		if c.require {
 			return errors.New(ge.Note + " (--require-attested)")
 		}
+		if c.opts.Reference != nil {
+			// Reference values are what the auditor expects of the platform;
+			// with no evidence there is nothing they could be checked against.
+			ge.Verdict = string(evidence.StatusContraindicated)
+			return fmt.Errorf("epoch %d: %s, so the reference values (--reference) cannot be checked", g.Epoch, ge.Note)
+		}
 		return nil
 	}
 	b, err := evidence.Decode(g.Evidence)

@@ -105,6 +105,18 @@ func TestVerifyChainSoftwareGenesisEvidence(t *testing.T) {
 	if code, _, _ := runCLI(t, "verify-chain", dir, "--require-attested"); code != ui.ExitLogKey {
 		t.Errorf("no evidence, --require-attested: %d", code)
 	}
+	// Reference values cannot be checked without hardware evidence: no
+	// evidence, or software evidence, fails with --reference (both passed,
+	// the auditor's values unapplied).
+	ref := filepath.Join(t.TempDir(), "ref.json")
+	os.WriteFile(ref, []byte(`{"sev-snp": {"measurements": ["`+strings.Repeat("77", 48)+`"]}}`), 0o644)
+	if code, out, errb := runCLI(t, "verify-chain", dir, "--reference", ref); code != ui.ExitLogKey || !strings.Contains(errb, "reference values (--reference) cannot be checked") {
+		t.Errorf("no evidence, --reference: %d\n%s\n%s", code, out, errb)
+	}
+	dir = evidenceLog(t, softwareEvidence(t, nil), evidence.PlatformSoftware)
+	if code, out, errb := runCLI(t, "verify-chain", dir, "--reference", ref); code != ui.ExitLogKey || !strings.Contains(out+errb, `no "software" section`) {
+		t.Errorf("software evidence, --reference: %d\n%s\n%s", code, out, errb)
+	}
 }
 
 // SEV-SNP genesis evidence from go-sev-guest's fake AMD secure processor,

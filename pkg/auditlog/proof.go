@@ -193,6 +193,10 @@ func Prove(dir string, epoch int, index int64, opt VerifyOptions) (*Proof, error
 	if cp == nil {
 		return nil, &VerifyError{Class: ClassUsage, Pos: Position{Epoch: epoch, Index: index}, Msg: fmt.Sprintf("epoch %d has no checkpoint yet", epoch)}
 	}
+	if index == cp.Size && res.Sealed {
+		return nil, &VerifyError{Class: ClassUsage, Pos: Position{Epoch: epoch, Index: index},
+			Msg: fmt.Sprintf("record %d is epoch %d's last checkpoint: a checkpoint is covered only by a later one, and none follows (prove a record before it, 0-%d)", index, epoch, cp.Size-1)}
+	}
 	if index >= cp.Size {
 		return nil, &VerifyError{Class: ClassUsage, Pos: Position{Epoch: epoch, Index: index},
 			Msg: fmt.Sprintf("record %d is in the unsealed tail of epoch %d: no checkpoint covers it yet (the last one covers records 0-%d)", index, epoch, cp.Size-1)}

@@ -22,3 +22,23 @@ func TestProveEpochArgument(t *testing.T) {
 		}
 	}
 }
+
+// TestProveLastCheckpoint: the final checkpoint of a sealed epoch cannot be proved (no
+// later checkpoint covers it); before, a sealed epoch's final checkpoint was
+// said to be "in the unsealed tail".
+func TestProveLastCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	writeLog(t, dir, Options{Key: testKey(t), Durability: DurabilityInterval}, 5, 1)
+	rep, err := Verify(dir, VerifyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := rep.Epochs[0].Records - 1
+	_, err = Prove(dir, 1, last, VerifyOptions{})
+	if err == nil || !strings.Contains(err.Error(), "is epoch 1's last checkpoint") || strings.Contains(err.Error(), "unsealed") {
+		t.Fatalf("Prove(last checkpoint) = %v", err)
+	}
+	if _, err := Prove(dir, 1, last-1, VerifyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}

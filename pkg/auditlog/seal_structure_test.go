@@ -139,12 +139,25 @@ func TestRecoveryAfterSealedEpochWithTornTail(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// What was recovered is available to the caller (the gateway logs it).
+	if r := w.Recovery(); r == nil || r.Epoch != 1 || r.DroppedBytes != int64(len(`{"body":{"part`)) || r.SavedAs == "" {
+		t.Fatalf("Writer.Recovery() = %+v", r)
+	}
+	w.Close()
+	// After a clean close there is nothing to recover.
+	w, err = Open(dir, Options{Key: testKey(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := w.Recovery(); r != nil {
+		t.Fatalf("Writer.Recovery() after a sealed epoch = %+v", r)
+	}
 	w.Close()
 	rep, err := Verify(dir, VerifyOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := rep.Epochs[1].Recovery; !rep.Epochs[0].Sealed || r == nil || r.DroppedBytes != int64(len(`{"body":{"part`)) {
+	if r := rep.Epochs[1].Recovery; len(rep.Epochs) != 3 || !rep.Epochs[0].Sealed || r == nil || r.DroppedBytes != int64(len(`{"body":{"part`)) {
 		t.Fatalf("epoch 1 sealed=%v, recovery %+v", rep.Epochs[0].Sealed, r)
 	}
 }

@@ -102,15 +102,15 @@ func parseBody(text string) (*Checkpoint, error) {
 	}
 	origin := lines[0]
 	if origin == "" || strings.ContainsAny(origin, " +\t") {
-		return nil, fmt.Errorf("%w: origin %q", ErrMalformedCheckpoint, origin)
+		return nil, fmt.Errorf("%w: origin %q", ErrMalformedCheckpoint, clip(origin))
 	}
 	size, err := strconv.ParseInt(lines[1], 10, 64)
 	if err != nil || size < 0 || strconv.FormatInt(size, 10) != lines[1] {
-		return nil, fmt.Errorf("%w: size %q is not a decimal number", ErrMalformedCheckpoint, lines[1])
+		return nil, fmt.Errorf("%w: size %q is not a decimal number", ErrMalformedCheckpoint, clip(lines[1]))
 	}
 	hb, err := base64.StdEncoding.Strict().DecodeString(lines[2])
 	if err != nil || len(hb) != tlog.HashSize {
-		return nil, fmt.Errorf("%w: root hash %q is not 32 bytes of base64", ErrMalformedCheckpoint, lines[2])
+		return nil, fmt.Errorf("%w: root hash %q is not 32 bytes of base64", ErrMalformedCheckpoint, clip(lines[2]))
 	}
 	return &Checkpoint{Origin: origin, Size: size, Root: tlog.Hash(hb)}, nil
 }

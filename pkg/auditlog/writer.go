@@ -132,6 +132,7 @@ type Writer struct {
 	epochDir string
 	epoch    int
 	origin   string
+	recovery *Recovery // what Open recovered from a crashed previous epoch
 	vkey     string
 	signer   note.Signer
 	opts     Options
@@ -174,6 +175,12 @@ type Writer struct {
 
 // Origin returns the epoch's origin (the checkpoint origin and key name).
 func (w *Writer) Origin() string { return w.origin }
+
+// Recovery returns what Open found of a previous epoch that was not sealed
+// (the writer crashed or was killed) and what it cut from its tail, as
+// written in this epoch's recovery record; nil when the previous epoch was
+// sealed or there was none. The gateway logs it at start.
+func (w *Writer) Recovery() *Recovery { return w.recovery }
 
 // VerifierKey returns the note verifier key of the epoch's signing key
 // ("origin+hash+base64"), the form `cmcp verify-chain --key` takes.
@@ -272,6 +279,7 @@ func Open(dir string, opts Options) (*Writer, error) {
 			return nil, err
 		}
 	}
+	w.recovery = recov
 	w.epoch = 1
 	if pred != nil {
 		w.epoch = pred.Epoch + 1

@@ -91,3 +91,47 @@ func TestReferenceValuesEmptyOrDuplicate(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestReferenceValuesForAnotherPlatform: reference values with no section
+// for the evidence's platform reject it (exit 21 in the CLI). Before, a TDX
+// quote checked against SEV-SNP-only reference values, or software evidence
+// allowed for development, verified with a warning: the auditor's values
+// were parsed but never applied.
+func TestReferenceValuesForAnotherPlatform(t *testing.T) {
+	snpOnly, err := ParseReferenceValues([]byte(`{"sev-snp":{"measurements":["` + strings.Repeat("ab", 48) + `"]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tdxOnly, err := ParseReferenceValues([]byte(`{"tdx":{"minimum_tee_tcb_svn":"` + strings.Repeat("00", 16) + `"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(name string, r *Result, want string) {
+		t.Helper()
+		c := r.Claim(ClaimMeasurement)
+		if r.Verdict != StatusContraindicated || r.Failure() != FailRefValue || c == nil || c.Status != StatusContraindicated || !strings.Contains(c.Reason, want) {
+			t.Errorf("%s: verdict %s failure %q claims %+v, want a contraindicated measurement claim with %q", name, r.Verdict, r.Failure(), r.Claims, want)
+		}
+	}
+
+	// The genuine TDX sample quote, raw and as a bundle, against SEV-SNP values.
+	r, err := VerifyRaw(testdata.RawQuote, nil, VerifyOptions{Now: sampleAt, Reference: snpOnly})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("raw TDX quote, sev-snp reference", r, `no "tdx" section (they cover sev-snp only)`)
+	// The same quote with matching-platform values is not affected.
+	r, _ = VerifyRaw(testdata.RawQuote, nil, VerifyOptions{Now: sampleAt, Reference: tdxOnly})
+	if r.Verdict == StatusContraindicated {
+		t.Fatalf("raw TDX quote, tdx reference: %+v", r.Claims)
+	}
+
+	// Software evidence allowed for development still cannot satisfy reference values.
+	b := softwareBundle(t)
+	r, _ = Verify(b, VerifyOptions{AllowSoftware: true, Reference: snpOnly})
+	check("software bundle, sev-snp reference", r, `no "software" section`)
+	r, _ = Verify(b, VerifyOptions{AllowSoftware: true})
+	if r.Verdict != StatusWarning {
+		t.Fatalf("software bundle without reference values: %s %+v", r.Verdict, r.Claims)
+	}
+}

@@ -358,3 +358,41 @@ func TestSNPCertTableOutOfRange(t *testing.T) {
 		}
 	}
 }
+
+// TestSNPRawReportV3WithSeparateVCEK: a raw version 3 report (the fake
+// secure processor's) on its own, with its VCEK given separately in PEM or
+// DER as `cmcp attest verify --raw-report R --cert C` does, verifies with
+// the binding not applicable; without the VCEK it cannot be checked.
+func TestSNPRawReportV3WithSeparateVCEK(t *testing.T) {
+	bd := newBinding(t)
+	quote, roots, _ := fakeSNPQuote(t, bd.rd, snpFake{})
+	att, err := ParseSNP(quote, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if att.GetReport().GetVersion() != 3 {
+		t.Fatalf("fake report version %d, want 3", att.GetReport().GetVersion())
+	}
+	vcekDER := att.GetCertificateChain().GetVcekCert()
+	vcekPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: vcekDER})
+	report := quote[:abi.ReportSize]
+	for name, cert := range map[string][]byte{"DER": vcekDER, "PEM": vcekPEM} {
+		r, err := VerifyRaw(report, [][]byte{cert}, VerifyOptions{Roots: roots, Reference: snpRef})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Verdict != StatusAffirming && r.Verdict != StatusWarning || r.Err() != nil {
+			t.Fatalf("v3 report, VCEK in %s: %s %+v", name, r.Verdict, r.Claims)
+		}
+		if c := r.Claim(ClaimEvidence); c == nil || c.Status != StatusAffirming || !strings.Contains(c.Reason, "report v3") {
+			t.Fatalf("v3 report, VCEK in %s: %+v", name, r.Claims)
+		}
+		if r.Binding != BindingNotApplicable || claimStatus(r, ClaimBinding) != StatusNone || claimStatus(r, ClaimMeasurement) != StatusAffirming {
+			t.Fatalf("v3 report, VCEK in %s: binding %s %+v", name, r.Binding, r.Claims)
+		}
+	}
+	r, _ := VerifyRaw(report, nil, VerifyOptions{Roots: roots})
+	if c := r.Claim(ClaimEvidence); c == nil || c.Status != StatusContraindicated || !strings.Contains(c.Reason, "--cert") {
+		t.Fatalf("v3 report without its VCEK: %+v", r.Claims)
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/confidential-mcp/cmcp/pkg/digest"
@@ -71,6 +73,7 @@ func Verify(b *Bundle, opts VerifyOptions) (*Result, error) {
 	case PlatformTDX:
 		hwReportData = verifyTDX(r, b.Evidence.Data, &o)
 	}
+	referenceCoversPlatform(r, b.Platform, &o)
 	if hwReportData != nil {
 		checkBinding(r, hwReportData, b, &o)
 	}
@@ -115,6 +118,7 @@ func VerifyRaw(raw []byte, certs [][]byte, opts VerifyOptions) (*Result, error) 
 		r.finish()
 		return r, nil
 	}
+	referenceCoversPlatform(r, r.Platform, &o)
 	if rd != nil {
 		r.add(ClaimBinding, StatusNone, "", "not applicable: raw evidence carries no cmcp binding (report data %s)", hex.EncodeToString(rd))
 	}
@@ -239,4 +243,37 @@ func anyEqual(v []byte, list []HexBytes) bool {
 		ok |= subtle.ConstantTimeCompare(v, w)
 	}
 	return ok == 1
+}
+
+// referenceCoversPlatform rejects evidence whose platform has no section in
+// the reference values given. Reference values are what the auditor expects:
+// a file that pins only SEV-SNP measurements must not let a TDX quote (or
+// software evidence) through with a mere "no reference measurements"
+// warning, which would leave the auditor's values unenforced.
+func referenceCoversPlatform(r *Result, platform string, o *VerifyOptions) {
+	rv := o.Reference
+	if rv == nil {
+		return
+	}
+	var have []string
+	if rv.SEVSNP != nil {
+		have = append(have, PlatformSEVSNP)
+	}
+	if rv.TDX != nil {
+		have = append(have, PlatformTDX)
+	}
+	if slices.Contains(have, platform) {
+		return
+	}
+	reason := fmt.Sprintf("the reference values have no %q section (they cover %s only): %s evidence cannot match them",
+		platform, strings.Join(have, " and "), platform)
+	// It replaces the "no reference measurements" warning of the platform
+	// check, so that there is one measurement claim.
+	for i := range r.Claims {
+		if r.Claims[i].Name == ClaimMeasurement {
+			r.Claims[i] = Claim{Name: ClaimMeasurement, Status: StatusContraindicated, Reason: reason, Failure: FailRefValue}
+			return
+		}
+	}
+	r.add(ClaimMeasurement, StatusContraindicated, FailRefValue, "%s", reason)
 }
