@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,6 +35,43 @@ func TestAdminSection(t *testing.T) {
 			}
 			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "cmcp.yaml:") {
 				t.Fatalf("err = %v, want file:line and %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestAdminApartFromAgents: the admin token may not be an agent's bearer
+// token (that agent could reach the admin listener), and the admin listener
+// may not share the agents' address.
+func TestAdminApartFromAgents(t *testing.T) {
+	tok := "sha256:" + strings.Repeat("ab", 32)
+	other := "sha256:" + strings.Repeat("cd", 32)
+	for _, tc := range []struct {
+		name, yaml, want string
+		line             int
+	}{
+		{"own token", "server:\n  tokens: [{identity: alice, sha256: " + other + "}]\nadmin:\n  listen: 127.0.0.1:9090\n  token_sha256: " + tok + "\n", "", 0},
+		{"agent token", "server:\n  tokens: [{identity: bob, sha256: " + other + "}, {identity: alice, sha256: " + tok + "}]\nadmin:\n  listen: 127.0.0.1:9090\n  token_sha256: " + tok + "\n",
+			`admin.token_sha256: is the digest of server.tokens[1] (agent "alice"): that agent could reach the admin listener`, 10},
+		{"same address", "server:\n  listen: 127.0.0.1:9090\nadmin:\n  listen: 127.0.0.1:9090\n  token_sha256: " + tok + "\n",
+			"admin.listen: 127.0.0.1:9090 is also server.listen", 9},
+		{"default address", "admin:\n  listen: 127.0.0.1:8080\n  token_sha256: " + tok + "\n", "127.0.0.1:8080 is also server.listen", 7},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "cmcp.yaml")
+			y := "version: 1\nupstreams:\n  - name: u\n    http:\n      url: http://127.0.0.1:1/mcp\n" + tc.yaml
+			if err := os.WriteFile(path, []byte(y), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, err := Load(path)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), fmt.Sprintf("cmcp.yaml:%d:", tc.line)) {
+				t.Fatalf("err = %v, want cmcp.yaml:%d: and %q", err, tc.line, tc.want)
 			}
 		})
 	}

@@ -268,6 +268,28 @@ func (l *loader) validate(c *Config, root *yaml.Node, dir string) {
 			l.errorf(keyNode(root, name), name, "", "%v", err)
 		}
 	}
+	l.validateAdminApart(c, root)
+}
+
+// validateAdminApart keeps agents off the admin listener: its token may not
+// be an agent's bearer token, and it may not share the agents' address.
+func (l *loader) validateAdminApart(c *Config, root *yaml.Node) {
+	if c.Admin == nil || c.Admin.TokenSHA256.IsZero() {
+		return
+	}
+	n := keyNode(valueNode(root, "admin"), "token_sha256")
+	if c.Server != nil {
+		for i, t := range c.Server.Tokens {
+			if !t.SHA256.IsZero() && t.SHA256.Equal(c.Admin.TokenSHA256) {
+				l.errorf(n, "admin.token_sha256", "generate a separate admin token: ADMIN_TOKEN=$(head -c 32 /dev/urandom | base64); printf %s \"$ADMIN_TOKEN\" | sha256sum",
+					"is the digest of server.tokens[%d] (agent %q): that agent could reach the admin listener", i, t.Identity)
+			}
+		}
+	}
+	if c.Admin.Listen != "" && c.Admin.Listen == c.Server.ListenOrDefault() {
+		l.errorf(keyNode(valueNode(root, "admin"), "listen"), "admin.listen", "give the admin listener its own port, e.g. 127.0.0.1:9090",
+			"%s is also server.listen: the admin listener needs its own address", c.Admin.Listen)
+	}
 }
 
 // keyNode returns the key node of name in the mapping m, or m.
