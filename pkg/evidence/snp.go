@@ -292,7 +292,10 @@ func snpTCBClaim(r *Result, tcb kds.TCBParts, ref *SNPReference) {
 		r.add(ClaimTCB, StatusContraindicated, FailRefValue, "reported TCB below the minimum: %s", join(low))
 		return
 	}
-	r.add(ClaimTCB, StatusAffirming, "", "reported TCB %s meets the minimum bootloader %d, tee %d, snp %d, microcode %d", tcbString(tcb), min.Bootloader, min.TEE, min.SNP, min.Microcode)
+	// Meeting the minimum is established offline, but whether this TCB is
+	// AMD's current one is not: the rule is that such status is a
+	// warning, never affirming (the same as TDX).
+	r.add(ClaimTCB, StatusWarning, "", "reported TCB %s meets the minimum bootloader %d, tee %d, snp %d, microcode %d; whether it is current cannot be established offline", tcbString(tcb), min.Bootloader, min.TEE, min.SNP, min.Microcode)
 }
 
 func tcbString(t kds.TCBParts) string {
