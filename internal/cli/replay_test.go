@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"filippo.io/age"
 
@@ -143,5 +144,71 @@ func TestReplayCommand(t *testing.T) {
 	_, errs, code = run("replay", log, "--decision", "maybe")
 	if code != ui.ExitUsage {
 		t.Fatalf("bad flag: code %d %s", code, errs)
+	}
+}
+
+// TestReplayFilters: --since, --until, --agent, --session and --tool select
+// calls of a real log through the command line, and a time that is not RFC
+// 3339 is a usage error naming the flag.
+func TestReplayFilters(t *testing.T) {
+	id, _ := age.GenerateX25519Identity()
+	log := replayLog(t, id, -1)
+	calls := func(args ...string) []int64 {
+		t.Helper()
+		out, errs, code := run(append([]string{"-o", "json", "replay", log}, args...)...)
+		var doc struct {
+			Calls []struct {
+				Index int64     `json:"index"`
+				Time  time.Time `json:"time"`
+			} `json:"calls"`
+		}
+		if code != 0 || json.Unmarshal([]byte(out), &doc) != nil {
+			t.Fatalf("replay %v: code %d\n%s\n%s", args, code, out, errs)
+		}
+		var idx []int64
+		for _, c := range doc.Calls {
+			idx = append(idx, c.Index)
+		}
+		return idx
+	}
+	out, _, _ := run("-o", "json", "replay", log)
+	var all struct {
+		Calls []struct {
+			Index int64     `json:"index"`
+			Time  time.Time `json:"time"`
+		} `json:"calls"`
+	}
+	if err := json.Unmarshal([]byte(out), &all); err != nil || len(all.Calls) != 3 {
+		t.Fatalf("timeline: %v\n%s", err, out)
+	}
+	// The calls' times are distinct instants; cut between the second and third.
+	second, third := all.Calls[1], all.Calls[2]
+	if !second.Time.Before(third.Time) {
+		t.Fatalf("calls not in time order: %v %v", second.Time, third.Time)
+	}
+	cut := third.Time.Format(time.RFC3339Nano)
+	if got := calls("--since", cut); len(got) != 1 || got[0] != third.Index {
+		t.Fatalf("--since %s: %v, want [%d]", cut, got, third.Index)
+	}
+	if got := calls("--until", cut); len(got) != 2 || got[1] != second.Index {
+		t.Fatalf("--until %s: %v, want the first two calls", cut, got)
+	}
+	if got := calls("--since", second.Time.Format(time.RFC3339Nano), "--until", cut); len(got) != 1 || got[0] != second.Index {
+		t.Fatalf("--since/--until window: %v, want [%d]", got, second.Index)
+	}
+	if got := calls("--agent", "bob"); len(got) != 0 {
+		t.Fatalf("--agent bob: %v, want none", got)
+	}
+	if got := calls("--agent", "alice", "--session", "s1", "--tool", "fs__read_file"); len(got) != 3 {
+		t.Fatalf("--agent/--session/--tool: %v, want all three", got)
+	}
+	if got := calls("--tool", "fs__write_file"); len(got) != 0 {
+		t.Fatalf("--tool fs__write_file: %v, want none", got)
+	}
+	for _, flag := range []string{"--since", "--until"} {
+		_, errs, code := run("replay", log, flag, "yesterday")
+		if code != ui.ExitUsage || !strings.Contains(errs, flag) || !strings.Contains(errs, "RFC 3339") {
+			t.Fatalf("%s yesterday: code %d, %s", flag, code, errs)
+		}
 	}
 }
