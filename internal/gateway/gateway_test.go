@@ -795,3 +795,50 @@ func TestResourceSubscribe(t *testing.T) {
 	case <-time.After(200 * time.Millisecond):
 	}
 }
+
+// TestDNSRebindingRefused: on a loopback listener, a request whose Host is
+// not a loopback name (a web page that rebound its DNS name to 127.0.0.1) is
+// refused with 403, whether it opens a session or uses one, and reaches no
+// upstream.
+func TestDNSRebindingRefused(t *testing.T) {
+	h := newHarness(t, hconf{})
+	cs := h.connect("", nil)
+	post := func(sid, body string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest("POST", h.url, strings.NewReader(body))
+		req.Host = "attacker.example:80"
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if sid != "" {
+			req.Header.Set("Mcp-Session-Id", sid)
+			req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	code, body := post("", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"page","version":"1"}}}`)
+	if code != http.StatusForbidden || !strings.Contains(body, "Host") {
+		t.Fatalf("initialize with a foreign Host: status %d, body %q; want 403 naming the Host header", code, clip(body, 200))
+	}
+	code, body = post(cs.ID(), `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"t__echo","arguments":{"text":"rebound"}}}`)
+	if code != http.StatusForbidden {
+		t.Fatalf("tools/call with a foreign Host: status %d, body %q; want 403", code, clip(body, 200))
+	}
+	if _, err := call(t, cs, "t__echo", map[string]any{"text": "after"}); err != nil {
+		t.Fatal(err)
+	}
+	rs := h.records()
+	if n := len(kinds(rs, "call")); n != 1 {
+		t.Fatalf("%d call records, want 1 (the rebound call must not be recorded as made)", n)
+	}
+	for _, s := range kinds(rs, "session") {
+		if s.Body["client_name"] == "page" {
+			t.Fatalf("the rebound initialize opened a session: %v", s.Body)
+		}
+	}
+}
