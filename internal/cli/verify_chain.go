@@ -153,27 +153,6 @@ func (o *verifyChainOptions) loadKeys() ([]string, error) {
 	return out, nil
 }
 
-// classCode maps a verification failure class to its exit code.
-func classCode(c auditlog.Class) int {
-	switch c {
-	case auditlog.ClassIntegrity:
-		return ui.ExitLogInteg
-	case auditlog.ClassSignature:
-		return ui.ExitLogSig
-	case auditlog.ClassKey:
-		return ui.ExitLogKey
-	case auditlog.ClassTruncation:
-		return ui.ExitLogTrunc
-	case auditlog.ClassFork:
-		return ui.ExitLogFork
-	case auditlog.ClassIO:
-		return ui.ExitIO
-	case auditlog.ClassUsage, auditlog.ClassNotLog:
-		return ui.ExitUsage
-	}
-	return ui.ExitFailure
-}
-
 // verifyErr gives a library error its exit code (keeping an existing one).
 func verifyErr(err error) error {
 	var ue *ui.Error
@@ -199,7 +178,7 @@ func failureCode(ve *auditlog.VerifyError) int {
 	if ve.Err != nil && errors.As(ve.Err, &ue) {
 		return ue.Code
 	}
-	return classCode(ve.Class)
+	return ui.LogFailureCode(string(ve.Class))
 }
 
 type checkpointDoc struct {

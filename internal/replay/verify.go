@@ -21,21 +21,7 @@ func (e *NotVerifiedError) ExitCode() int {
 	if !errors.As(e.Err, &ve) {
 		return ui.ExitIO
 	}
-	switch ve.Class {
-	case auditlog.ClassIntegrity:
-		return ui.ExitLogInteg
-	case auditlog.ClassSignature:
-		return ui.ExitLogSig
-	case auditlog.ClassKey:
-		return ui.ExitLogKey
-	case auditlog.ClassTruncation:
-		return ui.ExitLogTrunc
-	case auditlog.ClassFork:
-		return ui.ExitLogFork
-	case auditlog.ClassIO:
-		return ui.ExitIO
-	}
-	return ui.ExitUsage
+	return ui.LogFailureCode(string(ve.Class))
 }
 
 // Hints says how to go on.

@@ -118,3 +118,26 @@ func HintsOf(err error) []string {
 	}
 	return out
 }
+
+// LogFailureCode maps the class of an audit-log verification failure
+// (pkg/auditlog.Class: "integrity", "signature", ...) to its exit code, so
+// verify-chain and replay report the same failure with the same code.
+func LogFailureCode(class string) int {
+	switch class {
+	case "integrity":
+		return ExitLogInteg
+	case "signature":
+		return ExitLogSig
+	case "key":
+		return ExitLogKey
+	case "truncation":
+		return ExitLogTrunc
+	case "fork":
+		return ExitLogFork
+	case "io":
+		return ExitIO
+	case "usage", "not-a-log":
+		return ExitUsage
+	}
+	return ExitFailure
+}
