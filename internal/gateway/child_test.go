@@ -85,6 +85,16 @@ func runChild(mode string) {
 		r.Meta = mcp.Meta{"child": "meta"}
 		return r, nil
 	})
+	s.AddTool(&mcp.Tool{Name: "media", InputSchema: obj}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		// One of every content type, with annotations and _meta.
+		return &mcp.CallToolResult{Content: []mcp.Content{
+			&mcp.ImageContent{Data: []byte{0x89, 'P', 'N', 'G', 0, 1, 2}, MIMEType: "image/png", Annotations: &mcp.Annotations{Audience: []mcp.Role{"user"}, Priority: 0.5}},
+			&mcp.AudioContent{Data: []byte("RIFF\x00wav"), MIMEType: "audio/wav", Meta: mcp.Meta{"k": "audio"}},
+			&mcp.ResourceLink{URI: "test://static", Name: "static", MIMEType: "text/plain", Title: "Static"},
+			&mcp.EmbeddedResource{Resource: &mcp.ResourceContents{URI: "test://item/1", MIMEType: "text/plain", Text: "item one"}},
+			&mcp.EmbeddedResource{Resource: &mcp.ResourceContents{URI: "test://item/2", MIMEType: "application/octet-stream", Blob: []byte{0, 0xff, 0x10}}},
+		}}, nil
+	})
 	s.AddTool(&mcp.Tool{Name: "record", InputSchema: obj}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		f, err := os.OpenFile(os.Getenv("CMCP_TEST_SEEN"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 		if err != nil {

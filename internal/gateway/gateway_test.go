@@ -842,3 +842,30 @@ func TestDNSRebindingRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestEveryContentTypePassesThrough: image, audio, resource link and embedded
+// text and blob resources, with their annotations and _meta, reach the agent
+// exactly as the upstream sent them.
+func TestEveryContentTypePassesThrough(t *testing.T) {
+	h := newHarness(t, hconf{})
+	cs := h.connect("", nil)
+	res, err := call(t, cs, "t__media", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := json.Marshal(res.Content)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `[{"type":"image","mimeType":"image/png","data":"iVBORwABAg==","annotations":{"audience":["user"],"priority":0.5}},` +
+		`{"type":"audio","mimeType":"audio/wav","data":"UklGRgB3YXY=","_meta":{"k":"audio"}},` +
+		`{"type":"resource_link","mimeType":"text/plain","uri":"test://static","name":"static","title":"Static"},` +
+		`{"type":"resource","resource":{"uri":"test://item/1","mimeType":"text/plain","text":"item one"}},` +
+		`{"type":"resource","resource":{"uri":"test://item/2","mimeType":"application/octet-stream","blob":"AP8Q"}}]`
+	if string(got) != want {
+		t.Fatalf("content through cmcp:\n got %s\nwant %s", got, want)
+	}
+	if c := kinds(h.records(), "result"); len(c) != 1 || c[0].Body["outcome"] != "ok" {
+		t.Fatalf("result records: %v", c)
+	}
+}
