@@ -148,14 +148,17 @@ func Load(ctx context.Context, dir string, opts LoadOptions) (*Bundle, error) {
 		return nil, &LoadError{File: dir, Reason: "the bundle changed while it was being loaded",
 			Hint: "finish editing the bundle, then start or reload the gateway again"}
 	}
+	// Compile before the pin check: a bundle that does not parse or validate
+	// is reported at its file and line, and the hint below never offers the
+	// digest of a bundle that could not run.
+	b, err := compile(dir, snap)
+	if err != nil {
+		return nil, err
+	}
 	if !opts.Expect.IsZero() && !opts.Expect.Equal(d) {
 		return nil, &LoadError{File: dir, code: ui.ExitMismatch,
 			Reason: fmt.Sprintf("digest %s does not match the pin %s", d, opts.Expect),
 			Hint:   fmt.Sprintf("if this bundle is the one you approved, set policy.expect: %s", d)}
-	}
-	b, err := compile(dir, snap)
-	if err != nil {
-		return nil, err
 	}
 	b.digest = d
 	return b, nil

@@ -314,6 +314,22 @@ func TestPin(t *testing.T) {
 	if _, err := Load(context.Background(), dir, LoadOptions{Expect: digest.Bytes([]byte("x"))}); err == nil {
 		t.Fatal("wrong pin accepted")
 	}
+	// A pinned bundle edited into one that does not validate: the error is
+	// the file, line and reason, never a hint to pin the broken bundle.
+	if err := os.WriteFile(filepath.Join(dir, "b.cedar"), []byte("permit (principal, action, resource)\n  when { resource.owner == \"me\" };\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Load(context.Background(), dir, LoadOptions{Expect: b.Digest()})
+	if err == nil || !strings.Contains(err.Error(), "b.cedar:1:") || !strings.Contains(err.Error(), "owner") || strings.Contains(err.Error(), "does not match the pin") {
+		t.Fatalf("broken pinned bundle: got %v", err)
+	}
+	if errors.As(err, &le) {
+		for _, h := range le.Hints() {
+			if strings.Contains(h, "policy.expect") {
+				t.Fatalf("hint offers to pin a bundle that does not validate: %q", h)
+			}
+		}
+	}
 }
 
 func TestDefaultPolicyIDIsPosition(t *testing.T) {
