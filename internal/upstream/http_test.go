@@ -227,6 +227,10 @@ func TestHTTPPlaintextLoopbackAndCredentials(t *testing.T) {
 	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	headerFile := filepath.Join(t.TempDir(), "auth-header")
+	if err := os.WriteFile(headerFile, []byte("Bearer "+token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	env := map[string]string{"UPSTREAM_TOKEN": token}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 
@@ -237,6 +241,7 @@ func TestHTTPPlaintextLoopbackAndCredentials(t *testing.T) {
 		{"env", HTTPOptions{BearerTokenEnv: "UPSTREAM_TOKEN"}},
 		{"file", HTTPOptions{BearerTokenFile: tokenFile}},
 		{"header-env", HTTPOptions{HeadersFromEnv: map[string]string{"Authorization": "UPSTREAM_TOKEN"}}},
+		{"header-file", HTTPOptions{HeadersFromFile: map[string]string{"Authorization": headerFile}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := tc.opt
