@@ -85,6 +85,9 @@ func runChild(mode string) {
 		r.Meta = mcp.Meta{"child": "meta"}
 		return r, nil
 	})
+	s.AddTool(&mcp.Tool{Name: "proto", InputSchema: obj}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return text("%s", req.Session.InitializeParams().ProtocolVersion), nil
+	})
 	s.AddTool(&mcp.Tool{Name: "media", InputSchema: obj}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		// One of every content type, with annotations and _meta.
 		return &mcp.CallToolResult{Content: []mcp.Content{

@@ -18,6 +18,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
@@ -867,5 +868,20 @@ func TestEveryContentTypePassesThrough(t *testing.T) {
 	}
 	if c := kinds(h.records(), "result"); len(c) != 1 || c[0].Body["outcome"] != "ok" {
 		t.Fatalf("result records: %v", c)
+	}
+}
+
+// TestUpstreamProtocolVersion: the gateway initializes its upstreams at
+// upstream.ProtocolVersion (2025-11-25, the version that keeps logging,
+// sampling and elicitation working through it).
+func TestUpstreamProtocolVersion(t *testing.T) {
+	if upstream.ProtocolVersion != "2025-11-25" {
+		t.Fatalf("upstream.ProtocolVersion = %q, want 2025-11-25", upstream.ProtocolVersion)
+	}
+	h := newHarness(t, hconf{})
+	cs := h.connect("", nil)
+	res, err := call(t, cs, "t__proto", nil)
+	if err != nil || firstText(res) != upstream.ProtocolVersion {
+		t.Fatalf("the child was initialized at %q (%v), want %s", firstText(res), err, upstream.ProtocolVersion)
 	}
 }
