@@ -469,3 +469,39 @@ func TestPolicyFromConfigAndSIGHUPReload(t *testing.T) {
 		t.Fatalf("policy events %v", events)
 	}
 }
+
+// TestDeniedCallNeverReachesUpstream: with a real child that writes down
+// every call it receives, an enforcing deny is recorded and never arrives at
+// the upstream, while an advisory deny is recorded and arrives.
+func TestDeniedCallNeverReachesUpstream(t *testing.T) {
+	for _, mode := range []policy.Mode{policy.Enforcing, policy.Advisory} {
+		t.Run(string(mode), func(t *testing.T) {
+			seen := filepath.Join(t.TempDir(), "seen")
+			h := newHarness(t, hconf{tokens: policyTokens, policy: engine(t, policyBundle(t, testPolicy), mode), env: map[string]string{"CMCP_TEST_SEEN": seen}})
+			a := h.connect("tok-a", nil)
+			if _, err := call(t, a, "t__record", map[string]any{"text": "hello"}); err != nil {
+				t.Fatal(err)
+			}
+			_, err := call(t, a, "t__record", map[string]any{"text": "secret"})
+			if (mode == policy.Enforcing) != (wireCode(err) == CodeDenied) {
+				t.Fatalf("%s: denied call returned %v", mode, err)
+			}
+			b, _ := os.ReadFile(seen)
+			want := "hello\n"
+			if mode == policy.Advisory {
+				want = "hello\nsecret\n"
+			}
+			if string(b) != want {
+				t.Fatalf("%s: the upstream received %q, want %q", mode, b, want)
+			}
+			calls := kinds(h.records(), "call")
+			if len(calls) != 2 || calls[1].Body["decision"] != "deny" || !slices.Equal(toStrings(calls[1].Body["policy_ids"]), []string{"no-secret"}) {
+				t.Fatalf("call records: %v", calls)
+			}
+			wantOutcome := map[policy.Mode]string{policy.Enforcing: "refused", policy.Advisory: "forwarded"}[mode]
+			if calls[1].Body["outcome"] != wantOutcome {
+				t.Fatalf("%s: outcome %v, want %s", mode, calls[1].Body["outcome"], wantOutcome)
+			}
+		})
+	}
+}
