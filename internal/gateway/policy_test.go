@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"filippo.io/age"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -503,5 +504,41 @@ func TestDeniedCallNeverReachesUpstream(t *testing.T) {
 				t.Fatalf("%s: outcome %v, want %s", mode, calls[1].Body["outcome"], wantOutcome)
 			}
 		})
+	}
+}
+
+// TestPolicyReloadNotifiesAgents: a reload that changes what list_tools
+// permits sends every connected agent notifications/tools/list_changed, and
+// its next tools/list shows the new view.
+func TestPolicyReloadNotifiesAgents(t *testing.T) {
+	dir := policyBundle(t, testPolicy)
+	eng := engine(t, dir, policy.Enforcing)
+	h := newHarness(t, hconf{tokens: policyTokens, policy: eng})
+	changed := make(chan struct{}, 8)
+	r := h.connect("tok-r", &mcp.ClientOptions{ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
+		changed <- struct{}{}
+	}})
+	if got := toolNames(t, r); !slices.Equal(got, []string{"t__pid"}) {
+		t.Fatalf("reader sees %v before the reload", got)
+	}
+	// Let any notification from the session's start pass.
+	time.Sleep(200 * time.Millisecond)
+	for len(changed) > 0 {
+		<-changed
+	}
+	next := strings.Replace(testPolicy, `unless { principal == Agent::"reader" && !resource.annotations.readOnlyHint };`, `;`, 1)
+	if err := os.WriteFile(filepath.Join(dir, "policy.cedar"), []byte(next), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.g.ReloadPolicy(context.Background(), dir, digest.Digest{}, policy.Enforcing, nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-changed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no notifications/tools/list_changed after the reload")
+	}
+	if got := toolNames(t, r); len(got) < 5 || !slices.Contains(got, "t__echo") {
+		t.Fatalf("reader sees %v after the reload, want every tool", got)
 	}
 }

@@ -325,6 +325,25 @@ func (s *session) syncTools() {
 	}
 }
 
+// notifyToolsChanged sends the agent notifications/tools/list_changed
+// although the registered tools did not change (what tools/list shows may
+// have: a new policy bundle). The SDK sends it when a tool is (re)added, so
+// one visible tool is registered again, unchanged.
+func (s *session) notifyToolsChanged() {
+	cat := s.g.Catalog()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range cat.Entries() {
+		if !s.visible[e.Exposed] {
+			continue
+		}
+		if err := addTool(s.srv, e.Tool, s.toolHandler); err != nil {
+			s.g.logger.Error("notify tools/list_changed", "tool", e.Exposed, "err", err)
+		}
+		return
+	}
+}
+
 func addTool(srv *mcp.Server, t *mcp.Tool, h mcp.ToolHandler) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
