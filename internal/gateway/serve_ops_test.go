@@ -342,3 +342,73 @@ func readAuditRecords(t *testing.T, dir string) []auditlog.Record {
 		out = append(out, rec)
 	}
 }
+
+// TestServeConfigLimits: the server section's limits, read from a real
+// configuration file by Serve, are enforced: max_request_bytes (413),
+// call_timeout (the upstream timeout code, the upstream told to cancel) and
+// session_timeout (an idle session ends, recorded).
+func TestServeConfigLimits(t *testing.T) {
+	exe, pin := selfDigest(t)
+	dir := t.TempDir()
+	mark := filepath.Join(dir, "hang-mark")
+	yaml := fmt.Sprintf(`version: 1
+server:
+  listen: 127.0.0.1:0
+  tee: software
+  max_request_bytes: 4096
+  call_timeout: 1s
+  session_timeout: 2s
+audit:
+  dir: audit
+upstreams:
+  - name: t
+    stdio:
+      command: %s
+      env: {%s: server, CMCP_TEST_MARK: %s}
+    pin:
+      command: %s
+`, exe, childEnv, mark, pin)
+	endpoint, auditDir := serveYAML(t, dir, yaml, os.Environ())
+	cs, err := connectWith(endpoint, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	big := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"t__echo","arguments":{"text":"` + strings.Repeat("a", 8192) + `"}}}`
+	if code, body := rawPost(t, endpoint, cs.ID(), []byte(big)); code != http.StatusRequestEntityTooLarge {
+		t.Fatalf("8 KiB request with max_request_bytes 4096: status %d %s", code, clip(body, 200))
+	}
+	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "t__echo", Arguments: map[string]any{"text": strings.Repeat("a", 1024)}}); err != nil {
+		t.Fatalf("1 KiB call: %v", err)
+	}
+
+	start := time.Now()
+	_, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "t__hang", Arguments: map[string]any{}})
+	var je *jsonrpc.Error
+	if !errors.As(err, &je) || je.Code != CodeUpstreamTimeout {
+		t.Fatalf("hung call with call_timeout 1s: %v, want code %d", err, CodeUpstreamTimeout)
+	}
+	if d := time.Since(start); d > 15*time.Second {
+		t.Fatalf("the timeout took %v", d)
+	}
+	eventually(t, 10*time.Second, func() string {
+		if b, _ := os.ReadFile(mark); string(b) != "cancelled" {
+			return "the upstream was not told to cancel the timed-out call"
+		}
+		return ""
+	})
+
+	// Idle past session_timeout: the session ends and its end is recorded.
+	sid := cs.ID()
+	eventually(t, 20*time.Second, func() string {
+		for _, r := range readRecords(t, auditDir) {
+			if r.Kind == "session" && r.Body["id"] == sid && r.Body["event"] == "end" {
+				return ""
+			}
+		}
+		return "no session end record for the idle session"
+	})
+}
