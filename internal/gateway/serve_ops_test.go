@@ -412,3 +412,71 @@ upstreams:
 		return "no session end record for the idle session"
 	})
 }
+
+// TestServeStdioFromConfig: `serve --stdio` as Serve runs it from a real
+// configuration file: the agent that spawned cmcp is server.stdio_identity
+// in the call record, and when it closes its end Serve returns after
+// stopping the children and sealing the log.
+func TestServeStdioFromConfig(t *testing.T) {
+	exe, pin := selfDigest(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "cmcp.yaml")
+	yaml := fmt.Sprintf(`version: 1
+server:
+  tee: software
+  stdio_identity: desktop-user
+audit:
+  dir: audit
+upstreams:
+  - name: t
+    stdio:
+      command: %s
+      env: {%s: server}
+    pin:
+      command: %s
+`, exe, childEnv, pin)
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	logs := &strings.Builder{}
+	done := make(chan error, 1)
+	go func() {
+		done <- Serve(context.Background(), cfg, ServeOptions{Stdio: true, Stdin: inR, Stdout: outW, Environ: os.Environ(),
+			Logger: slog.New(slog.NewTextHandler(&lockedWriter{b: logs}, nil)), Metrics: NewMetrics()})
+	}()
+	c := mcp.NewClient(&mcp.Implementation{Name: "desktop", Version: "1"}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cs, err := c.Connect(ctx, &mcp.IOTransport{Reader: outR, Writer: inW}, nil)
+	if err != nil {
+		t.Fatalf("connect: %v\n%s", err, logs.String())
+	}
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "t__echo", Arguments: map[string]any{"text": "over stdio"}})
+	if err != nil || len(res.Content) == 0 || res.Content[0].(*mcp.TextContent).Text != "echo: over stdio" {
+		t.Fatalf("call: %v %v", res, err)
+	}
+	cs.Close()
+	inW.Close()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Serve after the agent disconnected: %v\n%s", err, logs.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("Serve did not return after the agent disconnected\n%s", logs.String())
+	}
+	rs := readRecords(t, filepath.Join(dir, "audit"))
+	calls := kinds(rs, "call")
+	if len(calls) != 1 || calls[0].Body["agent"] != "desktop-user" {
+		t.Fatalf("call records: %v", calls)
+	}
+	if len(kinds(rs, "seal")) != 1 {
+		t.Fatalf("no seal record: the log was not closed on disconnect")
+	}
+}
