@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bufio"
 	"context"
 	"crypto/x509/pkix"
 	"errors"
@@ -87,6 +88,9 @@ func (g *Gateway) HTTPHandler(o HTTPOptions) http.Handler {
 			http.Error(w, "cmcp: "+err.Error(), http.StatusUnauthorized)
 			return
 		}
+		if r.Method == http.MethodPost && refuseBatch(w, r) {
+			return
+		}
 		if id := r.Header.Get("Mcp-Session-Id"); id != "" {
 			if s := g.sessionByID(id); s != nil && s.principal != who {
 				http.Error(w, "cmcp: this session belongs to another identity; open your own session", http.StatusForbidden)
@@ -102,6 +106,39 @@ func (g *Gateway) HTTPHandler(o HTTPOptions) http.Handler {
 		}
 		sdk.ServeHTTP(w, r)
 	})
+}
+
+// refuseBatch answers a POST whose body is a JSON array (a JSON-RPC batch)
+// with 400 and a JSON-RPC error, and reports whether it did. go-sdk still
+// accepts batches from clients that send no protocol version (it assumes
+// 2025-03-26, where batches existed); cmcp refuses them for every version, as
+// its stdio front and pkg/framing do, so one request is always one call with
+// one audit record. Leading white space is consumed; the rest of the body is
+// passed on untouched.
+func refuseBatch(w http.ResponseWriter, r *http.Request) bool {
+	br := bufio.NewReaderSize(r.Body, 64)
+	for {
+		b, err := br.ReadByte()
+		if err != nil {
+			break
+		}
+		switch b {
+		case ' ', '\t', '\r', '\n':
+			continue
+		case '[':
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			fmt.Fprintf(w, `{"jsonrpc":"2.0","id":null,"error":{"code":%d,"message":"cmcp: JSON-RPC batches are refused: send one request per POST (MCP 2025-06-18 and later have no batches)"}}`+"\n", -32600)
+			return true
+		}
+		_ = br.UnreadByte()
+		break
+	}
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{br, r.Body}
+	return false
 }
 
 // authenticate returns the identity of the request's agent.

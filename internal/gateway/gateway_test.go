@@ -229,6 +229,30 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
+// A batch is refused before any session exists, also from a client that
+// sends no protocol version (go-sdk alone would treat it as 2025-03-26 and
+// run every request in it).
+func TestBatchRefusedWithoutSession(t *testing.T) {
+	h := newHarness(t, hconf{})
+	batch := []byte(` [{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"x","version":"1"}}},` +
+		`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"t__echo","arguments":{"text":"smuggled"}}}]`)
+	code, body := rawPost(t, h.url, "", batch)
+	if code != http.StatusBadRequest || !strings.Contains(body, "batches are refused") || !strings.Contains(body, `"code":-32600`) {
+		t.Fatalf("status %d body %s; want 400 with a JSON-RPC error", code, clip(body, 300))
+	}
+	if n := len(kinds(h.records(), "call")); n != 0 {
+		t.Fatalf("%d call records for a refused batch, want 0", n)
+	}
+	if n := len(kinds(h.records(), "session")); n != 0 {
+		t.Fatalf("%d session records for a refused batch, want 0", n)
+	}
+	// A single request with leading white space still works.
+	cs := h.connect("", nil)
+	if _, err := call(t, cs, "t__echo", map[string]any{"text": "ok"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestDigestMismatch(t *testing.T) {
 	bad := digest.Bytes([]byte("not the binary"))
 	h := newHarness(t, hconf{pin: &bad})
