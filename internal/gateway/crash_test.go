@@ -57,14 +57,14 @@ func freePort(t *testing.T) string {
 
 // startGatewayProcess runs the gateway as a separate process and returns its
 // endpoint.
-func startGatewayProcess(t *testing.T, cfgPath string) (*exec.Cmd, string) {
+func startGatewayProcess(t *testing.T, cfgPath string) (*exec.Cmd, string, *lockedWriter) {
 	t.Helper()
 	exe, _ := selfDigest(t)
 	cmd := exec.Command(exe)
 	cmd.Env = append(os.Environ(), gatewayEnv+"="+cfgPath)
 	out, _ := cmd.StdoutPipe()
-	var stderr strings.Builder
-	cmd.Stderr = &lockedWriter{b: &stderr}
+	stderr := &lockedWriter{b: &strings.Builder{}}
+	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -79,12 +79,12 @@ func startGatewayProcess(t *testing.T, cfgPath string) (*exec.Cmd, string) {
 	}()
 	select {
 	case ep := <-ready:
-		return cmd, ep
+		return cmd, ep, stderr
 	case <-time.After(30 * time.Second):
 		cmd.Process.Kill()
 		t.Fatalf("gateway process did not start:\n%s", stderr.String())
 	}
-	return nil, ""
+	return nil, "", nil
 }
 
 func TestSIGKILLUnderLoad(t *testing.T) {
@@ -110,7 +110,7 @@ upstreams:
 	if err := os.WriteFile(cfgPath, []byte(cfgText), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd, endpoint := startGatewayProcess(t, cfgPath)
+	cmd, endpoint, _ := startGatewayProcess(t, cfgPath)
 
 	// Eight agents call as fast as they can; the gateway is killed mid-way.
 	var sent atomic.Int64
@@ -155,10 +155,14 @@ upstreams:
 	t.Logf("%d calls completed before SIGKILL", sent.Load())
 
 	// Restart: the writer recovers the crashed epoch and starts a new one.
-	cmd2, _ := startGatewayProcess(t, cfgPath)
+	cmd2, _, stderr2 := startGatewayProcess(t, cfgPath)
 	cmd2.Process.Signal(syscall.SIGTERM)
 	if err := cmd2.Wait(); err != nil {
 		t.Fatalf("restarted gateway: %v", err)
+	}
+	// The operator is told at start that a crashed epoch was recovered.
+	if !strings.Contains(stderr2.String(), "recovered an epoch that was not sealed") {
+		t.Fatalf("the restarted gateway did not report the recovery:\n%s", clip(stderr2.String(), 2000))
 	}
 	auditDir := filepath.Join(dir, "audit")
 	rep, err := auditlog.Verify(auditDir, auditlog.VerifyOptions{})
@@ -209,7 +213,7 @@ upstreams:
     stdio: {command: %s, env: {%s: server}}
     pin: {command: %s}
 `, freePort(t), exe, childEnv, pin)), 0o600)
-	cmd, endpoint := startGatewayProcess(t, cfgPath)
+	cmd, endpoint, _ := startGatewayProcess(t, cfgPath)
 	c := mcp.NewClient(&mcp.Implementation{Name: "drain", Version: "1"}, nil)
 	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: endpoint, MaxRetries: -1}, nil)
 	if err != nil {

@@ -184,6 +184,12 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	return l.b.Write(p)
 }
 
+func (l *lockedWriter) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
 type bearer struct {
 	tok  string
 	base http.RoundTripper

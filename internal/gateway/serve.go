@@ -180,6 +180,10 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 	}()
 	epoch, epochDir := w.Epoch()
 	logger.Info("audit log open", "dir", epochDir, "epoch", epoch, "durability", durability, "platform", gwInfo.Platform, "key", w.VerifierKey())
+	if rec := w.Recovery(); rec != nil {
+		logger.Warn("recovered an epoch that was not sealed (the gateway crashed or was killed); a recovery record in this epoch says what was kept and cut",
+			"epoch", rec.Epoch, "records_kept", rec.Records, "unsealed_kept", rec.Unsealed, "cut_file", rec.File, "cut_bytes", rec.DroppedBytes, "saved_as", rec.SavedAs, "reason", rec.Reason)
+	}
 
 	ups, err := buildUpstreams(cfg, srvCfg, o.Environ, w, logger, o.Metrics)
 	if err != nil {
