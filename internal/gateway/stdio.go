@@ -29,20 +29,15 @@ type agentStdio struct {
 }
 
 func (t *agentStdio) Connect(context.Context) (mcp.Connection, error) {
-	c := &agentConn{t: t, incoming: make(chan jsonrpc.Message), closed: make(chan struct{})}
+	c := &agentConn{t: t, Inbox: rpcwire.NewInbox()}
 	go c.readLoop()
 	return c, nil
 }
 
 type agentConn struct {
-	t        *agentStdio
-	incoming chan jsonrpc.Message
-	closed   chan struct{}
-	once     sync.Once
-	wmu      sync.Mutex
-
-	mu      sync.Mutex
-	readErr error
+	t              *agentStdio
+	*rpcwire.Inbox // Read
+	wmu            sync.Mutex
 }
 
 func (c *agentConn) readLoop() {
@@ -50,10 +45,7 @@ func (c *agentConn) readLoop() {
 	for n := 1; ; n++ {
 		line, tooLong, err := readLine(br, maxAgentLine)
 		if err != nil {
-			c.mu.Lock()
-			c.readErr = err
-			c.mu.Unlock()
-			close(c.incoming)
+			c.Fail(err)
 			return
 		}
 		if tooLong {
@@ -69,9 +61,7 @@ func (c *agentConn) readLoop() {
 			c.reject(idOf(trimmed), code, fmt.Sprintf("cmcp: line %d: %s; send one JSON-RPC 2.0 object per line", n, why))
 			continue
 		}
-		select {
-		case c.incoming <- msg:
-		case <-c.closed:
+		if !c.Deliver(msg) {
 			return
 		}
 	}
@@ -149,22 +139,6 @@ func (c *agentConn) writeLine(b []byte) error {
 	return err
 }
 
-func (c *agentConn) Read(ctx context.Context) (jsonrpc.Message, error) {
-	select {
-	case msg, ok := <-c.incoming:
-		if !ok {
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			return nil, c.readErr
-		}
-		return msg, nil
-	case <-c.closed:
-		return nil, io.EOF
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
-
 func (c *agentConn) Write(_ context.Context, msg jsonrpc.Message) error {
 	b, err := jsonrpc.EncodeMessage(msg)
 	if err != nil {
@@ -174,11 +148,10 @@ func (c *agentConn) Write(_ context.Context, msg jsonrpc.Message) error {
 }
 
 func (c *agentConn) Close() error {
-	c.once.Do(func() {
-		close(c.closed)
+	if c.Inbox.Close() {
 		c.t.in.Close()
 		c.t.out.Close()
-	})
+	}
 	return nil
 }
 

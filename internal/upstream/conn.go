@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -24,19 +23,14 @@ type childTransport struct {
 }
 
 func (t *childTransport) Connect(ctx context.Context) (mcp.Connection, error) {
-	c := &childConn{child: t.child, incoming: make(chan jsonrpc.Message), closed: make(chan struct{})}
+	c := &childConn{child: t.child, Inbox: rpcwire.NewInbox()}
 	go c.readLoop()
 	return c, nil
 }
 
 type childConn struct {
-	child    *Child
-	incoming chan jsonrpc.Message
-	closed   chan struct{}
-	once     sync.Once
-
-	mu      sync.Mutex
-	readErr error
+	child          *Child
+	*rpcwire.Inbox // Read
 }
 
 func (c *childConn) readLoop() {
@@ -55,12 +49,10 @@ func (c *childConn) readLoop() {
 			err = &DesyncError{Offset: fd.Offset, Excerpt: fd.Excerpt, Cause: fd}
 		}
 		if err == nil {
-			select {
-			case c.incoming <- msg:
+			if c.Deliver(msg) {
 				continue
-			case <-c.closed:
-				return
 			}
+			return
 		}
 		var de *DesyncError
 		if errors.As(err, &de) {
@@ -72,27 +64,8 @@ func (c *childConn) readLoop() {
 			err = fmt.Errorf("upstream %q: read stdout: %w", c.child.name, err)
 			c.child.fail(err)
 		}
-		c.mu.Lock()
-		c.readErr = err
-		c.mu.Unlock()
-		close(c.incoming)
+		c.Fail(err)
 		return
-	}
-}
-
-func (c *childConn) Read(ctx context.Context) (jsonrpc.Message, error) {
-	select {
-	case msg, ok := <-c.incoming:
-		if !ok {
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			return nil, c.readErr
-		}
-		return msg, nil
-	case <-c.closed:
-		return nil, io.EOF
-	case <-ctx.Done():
-		return nil, ctx.Err()
 	}
 }
 
@@ -108,7 +81,7 @@ func (c *childConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 }
 
 func (c *childConn) Close() error {
-	c.once.Do(func() { close(c.closed) })
+	c.Inbox.Close()
 	return c.child.Stop()
 }
 
