@@ -7,7 +7,8 @@
 // it decodes the common, unambiguous shape itself and hands everything else
 // (duplicate keys, null members, invalid UTF-8, odd id types, a wrong
 // version tag, ...) to jsonrpc.DecodeMessage, so errors and corner cases
-// are go-sdk's own. FuzzDecodeMessage checks the equivalence.
+// are go-sdk's own. FuzzDecodeMessage checks the equivalence. Inbox is the
+// read side both transports' connections share.
 package rpcwire
 
 import (
