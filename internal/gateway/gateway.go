@@ -210,13 +210,10 @@ func (st *upState) load(ctx context.Context) error {
 		st.mu.Unlock()
 		lv, err := st.connect(ctx, nil)
 		if err != nil {
-			st.mu.Lock()
-			st.lastErr = err
-			st.mu.Unlock()
 			return nil, err
 		}
 		st.mu.Lock()
-		st.loaded, st.lastErr = true, nil
+		st.loaded = true
 		if st.opts.Shared {
 			st.shared = lv
 		}

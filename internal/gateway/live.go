@@ -48,8 +48,17 @@ type pending struct {
 
 // connect starts a new connection to the upstream for session s (nil for the
 // catalog probe or the shared connection), checks its tools against the
-// baseline and records what happened.
+// baseline and records what happened. Its outcome becomes the upstream's
+// lastErr (the admin status), whoever called it.
 func (st *upState) connect(ctx context.Context, s *session) (*live, error) {
+	lv, err := st.dial(ctx, s)
+	st.mu.Lock()
+	st.lastErr = err
+	st.mu.Unlock()
+	return lv, err
+}
+
+func (st *upState) dial(ctx context.Context, s *session) (*live, error) {
 	g := st.g
 	lv := &live{st: st, calls: map[uint64]*pending{}, tokens: map[string]*pending{}}
 	if !st.opts.Shared {

@@ -120,6 +120,8 @@ func (s *session) callTool(ctx context.Context, req *mcp.CallToolRequest) (mcp.R
 		}
 		if b, err := json.Marshal(res); err == nil {
 			result.Result = g.log.Commit(b)
+		} else {
+			result.Reason = "the result could not be encoded for its commitment: " + err.Error()
 		}
 	case ctx.Err() != nil:
 		result.Outcome, result.Reason = auditlog.ResultCancelled, "the agent cancelled the call"

@@ -198,14 +198,8 @@ func (s *session) upstreamFor(ctx context.Context, name string) (*live, error) {
 		s.mu.Unlock()
 		lv, err := st.connect(context.WithoutCancel(ctx), s)
 		if err != nil {
-			st.mu.Lock()
-			st.lastErr = err
-			st.mu.Unlock()
 			return nil, err
 		}
-		st.mu.Lock()
-		st.lastErr = nil
-		st.mu.Unlock()
 		s.mu.Lock()
 		if s.ended {
 			s.mu.Unlock()
@@ -265,12 +259,7 @@ func (st *upState) sharedLive(ctx context.Context) (*live, error) {
 		}
 		lv, err := st.connect(context.WithoutCancel(ctx), nil)
 		st.mu.Lock()
-		if err != nil {
-			st.lastErr = err
-			st.shared = nil
-		} else {
-			st.lastErr, st.shared = nil, lv
-		}
+		st.shared = lv // nil on error
 		first := !st.loaded && err == nil
 		st.loaded = st.loaded || err == nil
 		st.mu.Unlock()
