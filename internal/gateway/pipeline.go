@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
+
+	jsonv2 "github.com/go-json-experiment/json"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -13,17 +16,45 @@ import (
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 )
 
-// callTool is the call pipeline: route the exposed name to an upstream
-// tool, check the kill switch, decide, reach the upstream, make the call
-// record durable, forward, and record the result. Every tools/call produces
-// exactly one call record; every forwarded call exactly one result record.
+// toolCall is one tools/call as the agent sent it.
+type toolCall struct {
+	Name     string
+	Args     json.RawMessage // the arguments object exactly as sent (empty: none)
+	Meta     mcp.Meta        // the agent's _meta, forwarded
+	Progress any             // the agent's progress token, or nil
+}
+
+// rawResult is a tools/call result forwarded to the agent as the exact
+// bytes the upstream sent.
+type rawResult struct {
+	mcp.ResultBase
+	raw json.RawMessage
+}
+
+func (r *rawResult) MarshalJSON() ([]byte, error) { return r.raw, nil }
+
+// callTool is the go-sdk front's entry to the call pipeline.
 func (s *session) callTool(ctx context.Context, req *mcp.CallToolRequest) (mcp.Result, error) {
+	p := req.Params
+	raw, err := s.relay(ctx, toolCall{Name: p.Name, Args: p.Arguments, Meta: p.Meta, Progress: p.GetProgressToken()})
+	if err != nil {
+		return nil, err
+	}
+	return &rawResult{raw: raw}, nil
+}
+
+// relay is the call pipeline: route the exposed name to an upstream tool,
+// check the kill switch, decide, reach the upstream, make the call record
+// durable, forward, and record the result. Every tools/call produces
+// exactly one call record; every forwarded call exactly one result record.
+// The result is the upstream's exact bytes; errors are the upstream's
+// JSON-RPC error as it sent it, a gateway fault, or ctx's error.
+func (s *session) relay(ctx context.Context, params toolCall) (json.RawMessage, error) {
 	g := s.g
 	g.inflight.Add(1)
 	defer g.inflight.Done()
 	start := time.Now()
-	params := req.Params
-	args := params.Arguments
+	args := params.Args
 	if len(args) == 0 {
 		args = json.RawMessage("{}")
 	}
@@ -31,7 +62,7 @@ func (s *session) callTool(ctx context.Context, req *mcp.CallToolRequest) (mcp.R
 	rec.Args = g.log.Commit(args)
 
 	// refuse records the call as refused and returns the fault.
-	refuse := func(err *jsonrpc.Error) (mcp.Result, error) {
+	refuse := func(err *jsonrpc.Error) (json.RawMessage, error) {
 		rec.Outcome, rec.Reason = auditlog.OutcomeRefused, err.Message
 		g.metricCall(rec.Upstream, rec.Decision, OutcomeRefused, 0)
 		if aerr := g.record(ctx, rec); aerr != nil {
@@ -98,30 +129,32 @@ func (s *session) callTool(ctx context.Context, req *mcp.CallToolRequest) (mcp.R
 	}
 
 	// Forward.
-	upTok, release := lv.track(ctx, s, params.GetProgressToken())
+	upTok, release := lv.track(ctx, s, params.Progress)
 	cctx, cancel := context.WithTimeout(ctx, g.opts.CallTimeout)
-	res, callErr := lv.conn.Session.CallTool(cctx, &mcp.CallToolParams{
-		Meta:      withMeta(params.Meta, upTok),
-		Name:      toolName,
-		Arguments: args,
-	})
+	res, callErr := forwardCall(cctx, lv, toolName, args, withMeta(params.Meta, upTok))
 	cancel()
 	release()
 
 	result := &auditlog.Result{Call: receiptIndex(rcpt), Session: s.id, LatencyMicros: time.Since(start).Microseconds()}
-	var out mcp.Result
+	var out json.RawMessage
 	var outErr error
 	switch {
 	case callErr == nil:
+		// The commitment is to the exact bytes the agent receives.
+		result.Result = g.log.Commit(res)
+		var shape struct {
+			IsError bool `json:"isError"`
+		}
+		if err := jsonv2.Unmarshal(res, &shape); err != nil {
+			f := fault(CodeUpstreamFailed, "upstream %q answered %q with a result that is not a tools/call result (%v); it was not forwarded", st.name, toolName, err)
+			result.Outcome, result.ErrorCode, result.Reason = auditlog.ResultUpstreamError, f.Code, f.Message
+			outErr = f
+			break
+		}
 		out = res
 		result.Outcome = auditlog.ResultOK
-		if res.IsError {
+		if shape.IsError {
 			result.Outcome = auditlog.ResultIsError
-		}
-		if b, err := json.Marshal(res); err == nil {
-			result.Result = g.log.Commit(b)
-		} else {
-			result.Reason = "the result could not be encoded for its commitment: " + err.Error()
 		}
 	case ctx.Err() != nil:
 		result.Outcome, result.Reason = auditlog.ResultCancelled, "the agent cancelled the call"
@@ -155,6 +188,35 @@ func (s *session) callTool(ctx context.Context, req *mcp.CallToolRequest) (mcp.R
 		}
 	}()
 	return out, outErr
+}
+
+// forwardCall sends tools/call upstream and returns the result's exact
+// bytes: a raw call where the connection supports it (stdio children),
+// else through the MCP client session, re-encoded.
+func forwardCall(ctx context.Context, lv *live, tool string, args json.RawMessage, meta mcp.Meta) (json.RawMessage, error) {
+	if !lv.conn.CanRawCall() {
+		res, err := lv.conn.Session.CallTool(ctx, &mcp.CallToolParams{Meta: meta, Name: tool, Arguments: args})
+		if err != nil {
+			return nil, err
+		}
+		return json.Marshal(res)
+	}
+	name, err := json.Marshal(tool)
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, 0, len(args)+len(name)+32)
+	b = append(b, '{')
+	if meta != nil {
+		m, err := json.Marshal(meta)
+		if err != nil {
+			return nil, fmt.Errorf("encode _meta: %w", err)
+		}
+		b = append(append(append(b, `"_meta":`...), m...), ',')
+	}
+	b = append(append(b, `"name":`...), name...)
+	b = append(append(append(b, `,"arguments":`...), args...), '}')
+	return lv.conn.RawCall(ctx, "tools/call", b)
 }
 
 // route maps an exposed tool name to its upstream, the upstream's tool name

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -346,8 +347,14 @@ func addTool(srv *mcp.Server, t *mcp.Tool, h mcp.ToolHandler) (err error) {
 // toolHandler is reached only if the middleware did not take the call.
 func (s *session) toolHandler(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	res, err := s.callTool(ctx, req)
-	r, _ := res.(*mcp.CallToolResult)
-	return r, err
+	if err != nil {
+		return nil, err
+	}
+	var r mcp.CallToolResult
+	if err := json.Unmarshal(res.(*rawResult).raw, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
 }
 
 // notifyListChanged makes the SDK send notifications/<kind>/list_changed to

@@ -123,7 +123,8 @@ func (s *Stdio) Connect(ctx context.Context, client *mcp.Client, opts ConnectOpt
 	if err != nil {
 		return nil, err
 	}
-	cs, err := client.Connect(ctx, Intercept(&childTransport{child: child}, opts.Intercept), &mcp.ClientSessionOptions{ProtocolVersion: ProtocolVersion})
+	t := &childTransport{child: child, intercept: opts.Intercept}
+	cs, err := client.Connect(ctx, t, &mcp.ClientSessionOptions{ProtocolVersion: ProtocolVersion})
 	if err != nil {
 		fault := child.Fault()
 		child.Stop()
@@ -136,7 +137,9 @@ func (s *Stdio) Connect(ctx context.Context, client *mcp.Client, opts ConnectOpt
 		return nil, fmt.Errorf("upstream %q: initialize: %w", s.Spec.Name, err)
 	}
 	ref := fmt.Sprintf("pid %d", child.pid)
-	return NewConn(cs, child.class, ref, child.Stop, child.Fault), nil
+	conn := NewConn(cs, child.class, ref, child.Stop, child.Fault)
+	conn.raw = t.conn.rawCall
+	return conn, nil
 }
 
 // SpawnError is a refused or failed spawn. It names the upstream and says

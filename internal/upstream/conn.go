@@ -18,12 +18,19 @@ import (
 // with strict framing: one JSON-RPC object per line. A line that is not one
 // is fatal for the child (the stream is never resynchronised): the read
 // fails, the child is killed and the fault is recorded.
+//
+// The read loop itself takes the responses to raw calls (Conn.RawCall) and
+// the messages the gateway intercepts (ConnectOptions.Intercept) off the
+// wire, in order, before anything reaches the MCP client.
 type childTransport struct {
-	child *Child
+	child     *Child
+	intercept func(jsonrpc.Message) bool
+	conn      *childConn // set by Connect
 }
 
 func (t *childTransport) Connect(ctx context.Context) (mcp.Connection, error) {
-	c := &childConn{child: t.child, Inbox: rpcwire.NewInbox()}
+	c := &childConn{child: t.child, Inbox: rpcwire.NewInbox(), intercept: t.intercept}
+	t.conn = c
 	go c.readLoop()
 	return c, nil
 }
@@ -31,6 +38,8 @@ func (t *childTransport) Connect(ctx context.Context) (mcp.Connection, error) {
 type childConn struct {
 	child          *Child
 	*rpcwire.Inbox // Read
+	intercept      func(jsonrpc.Message) bool
+	raw            rawCalls
 }
 
 func (c *childConn) readLoop() {
@@ -49,9 +58,16 @@ func (c *childConn) readLoop() {
 			err = &DesyncError{Offset: fd.Offset, Excerpt: fd.Excerpt, Cause: fd}
 		}
 		if err == nil {
+			if resp, ok := msg.(*jsonrpc.Response); ok && c.raw.deliver(resp) {
+				continue
+			}
+			if c.intercept != nil && c.intercept(msg) {
+				continue
+			}
 			if c.Deliver(msg) {
 				continue
 			}
+			c.raw.fail(fmt.Errorf("upstream %q: connection closed", c.child.name))
 			return
 		}
 		var de *DesyncError
@@ -64,6 +80,7 @@ func (c *childConn) readLoop() {
 			err = fmt.Errorf("upstream %q: read stdout: %w", c.child.name, err)
 			c.child.fail(err)
 		}
+		c.raw.fail(err)
 		c.Fail(err)
 		return
 	}
@@ -82,6 +99,7 @@ func (c *childConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 
 func (c *childConn) Close() error {
 	c.Inbox.Close()
+	c.raw.fail(fmt.Errorf("upstream %q: connection closed", c.child.name))
 	return c.child.Stop()
 }
 

@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"sync"
 
@@ -50,6 +51,7 @@ type Conn struct {
 	closeErr  error
 	close     func() error
 	fault     func() error
+	raw       func(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error)
 }
 
 // NewConn is for Upstream implementations: it wraps a session, its evidence

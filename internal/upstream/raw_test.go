@@ -1,0 +1,184 @@
+package upstream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/confidential-mcp/cmcp/pkg/digest"
+)
+
+const rawChildEnv = "CMCP_UPSTREAM_RAW_TEST_CHILD"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(rawChildEnv) == "1" {
+		rawTestServer()
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// rawTestServer is a go-sdk stdio server: echo, block (until cancelled),
+// cancelled (how many blocks were cancelled) and die (exits mid-call).
+func rawTestServer() {
+	var cancelled atomic.Int64
+	s := mcp.NewServer(&mcp.Implementation{Name: "raw-test", Version: "1"}, nil)
+	text := func(s string) *mcp.CallToolResult {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: s}}}
+	}
+	s.AddTool(&mcp.Tool{Name: "echo", InputSchema: json.RawMessage(`{"type":"object"}`)}, func(_ context.Context, r *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return text(string(r.Params.Arguments)), nil
+	})
+	s.AddTool(&mcp.Tool{Name: "block", InputSchema: json.RawMessage(`{"type":"object"}`)}, func(ctx context.Context, _ *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		<-ctx.Done()
+		cancelled.Add(1)
+		return nil, ctx.Err()
+	})
+	s.AddTool(&mcp.Tool{Name: "cancelled", InputSchema: json.RawMessage(`{"type":"object"}`)}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return text(strings.Repeat("x", int(cancelled.Load()))), nil
+	})
+	s.AddTool(&mcp.Tool{Name: "die", InputSchema: json.RawMessage(`{"type":"object"}`)}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		os.Exit(3)
+		return nil, nil
+	})
+	_ = s.Run(context.Background(), &mcp.StdioTransport{})
+}
+
+func rawConn(t *testing.T) *Conn {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, d, err := digest.OpenFile(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	up := &Stdio{Spec: StdioSpec{Name: "raw", Command: exe, Pin: d, Env: map[string]string{rawChildEnv: "1"}, StopGrace: time.Second}, Share: "per-session"}
+	conn, err := up.Connect(context.Background(), mcp.NewClient(&mcp.Implementation{Name: "t", Version: "1"}, nil), ConnectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	if !conn.CanRawCall() {
+		t.Fatal("a stdio connection must support raw calls")
+	}
+	return conn
+}
+
+func callParams(tool, args string) json.RawMessage {
+	return json.RawMessage(`{"name":"` + tool + `","arguments":` + args + `}`)
+}
+
+// TestRawCallBesideTheClient: raw calls return the upstream's exact result
+// bytes and share the connection with the MCP client's own requests
+// without mixing up responses.
+func TestRawCallBesideTheClient(t *testing.T) {
+	conn := rawConn(t)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make(chan error, 200)
+	for i := range 50 {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			args := `{"n":` + strings.Repeat("1", i%9+1) + `}`
+			res, err := conn.RawCall(ctx, "tools/call", callParams("echo", args))
+			if err != nil {
+				errs <- err
+				return
+			}
+			var r mcp.CallToolResult
+			if err := json.Unmarshal(res, &r); err != nil || len(r.Content) != 1 || r.Content[0].(*mcp.TextContent).Text != args {
+				errs <- errors.New("raw call got " + string(res))
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			r, err := conn.Session.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]int{"m": i}})
+			if err != nil {
+				errs <- err
+				return
+			}
+			if got := r.Content[0].(*mcp.TextContent).Text; got != `{"m":`+strings.TrimSpace(jsonInt(i))+`}` {
+				errs <- errors.New("client call got " + got)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+func jsonInt(i int) string { b, _ := json.Marshal(i); return string(b) }
+
+// TestRawCallUpstreamError: a JSON-RPC error comes back as the upstream
+// sent it.
+func TestRawCallUpstreamError(t *testing.T) {
+	conn := rawConn(t)
+	_, err := conn.RawCall(context.Background(), "tools/call", callParams("no-such-tool", "{}"))
+	var we *jsonrpc.Error
+	if !errors.As(err, &we) || we.Code == 0 || !strings.Contains(we.Message, "no-such-tool") {
+		t.Fatalf("err = %#v", err)
+	}
+}
+
+// TestRawCallCancellationReachesTheUpstream: giving up on a raw call sends
+// notifications/cancelled, so the upstream stops working on it.
+func TestRawCallCancellationReachesTheUpstream(t *testing.T) {
+	conn := rawConn(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if _, err := conn.RawCall(ctx, "tools/call", callParams("block", "{}")); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		res, err := conn.RawCall(context.Background(), "tools/call", callParams("cancelled", "{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(res), `"x"`) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the upstream never saw the cancellation: %s", res)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestRawCallChildDies: a child that exits mid-call fails the call with
+// the reason, and every later raw call fails at once.
+func TestRawCallChildDies(t *testing.T) {
+	conn := rawConn(t)
+	_, err := conn.RawCall(context.Background(), "tools/call", callParams("die", "{}"))
+	if err == nil || !strings.Contains(err.Error(), `upstream "raw"`) {
+		t.Fatalf("err = %v", err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := conn.RawCall(context.Background(), "tools/call", callParams("echo", "{}"))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("a raw call on a dead child succeeded")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a raw call on a dead child hung")
+	}
+}
