@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/confidential-mcp/cmcp/pkg/digest"
@@ -208,7 +209,10 @@ func (g *Gateway) ServeStdio(ctx context.Context, in io.ReadCloser, out io.Write
 		identity = AnonymousIdentity
 	}
 	s := g.newSession(identity, "stdio")
-	err := s.srv.Run(ctx, &agentStdio{in: in, out: out})
+	fctx, stop := context.WithCancel(ctx)
+	defer stop()
+	err := s.srv.Run(ctx, &agentStdio{in: in, out: out, fast: func(c *agentConn) func(*jsonrpc.Request) bool { return s.stdioFast(fctx, c) }})
+	stop()
 	s.end("agent closed the stdio connection")
 	if err != nil && (errors.Is(err, io.EOF) || errors.Is(err, context.Canceled)) {
 		return nil

@@ -460,52 +460,56 @@ func TestNoOrphanedGrandchildren(t *testing.T) {
 }
 
 func TestHungUpstream(t *testing.T) {
-	mark := filepath.Join(t.TempDir(), "cancelled")
-	h := newHarness(t, hconf{callTimeout: 2 * time.Second, env: map[string]string{"CMCP_TEST_MARK": mark}})
-	cs := h.connect("", nil)
-	_, err := call(t, cs, "t__hang", nil)
-	if wireCode(err) != CodeUpstreamTimeout {
-		t.Fatalf("got %v", err)
+	for _, front := range fronts {
+		t.Run(front, func(t *testing.T) {
+			mark := filepath.Join(t.TempDir(), "cancelled")
+			h := newHarness(t, hconf{callTimeout: 2 * time.Second, env: map[string]string{"CMCP_TEST_MARK": mark}})
+			cs := h.connectVia(front, nil)
+			_, err := call(t, cs, "t__hang", nil)
+			if wireCode(err) != CodeUpstreamTimeout {
+				t.Fatalf("got %v", err)
+			}
+			eventually(t, 5*time.Second, func() string {
+				if b, _ := os.ReadFile(mark); string(b) != "cancelled" {
+					return "the upstream was not told to cancel"
+				}
+				return ""
+			})
+			// Agent-side cancellation is passed on as well.
+			// Agent-side cancellation, once the upstream is working on the call.
+			os.Remove(mark)
+			os.Remove(mark + ".started")
+			ctx, cancel := context.WithCancel(context.Background())
+			errc := make(chan error, 1)
+			go func() {
+				_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "t__hang", Arguments: map[string]any{}})
+				errc <- err
+			}()
+			eventually(t, 10*time.Second, func() string {
+				if _, err := os.Stat(mark + ".started"); err != nil {
+					return "the upstream has not started the call"
+				}
+				return ""
+			})
+			cancel()
+			if err := <-errc; err == nil {
+				t.Fatal("cancelled call returned no error")
+			}
+			eventually(t, 5*time.Second, func() string {
+				if b, _ := os.ReadFile(mark); string(b) != "cancelled" {
+					return "agent cancellation not passed on"
+				}
+				return ""
+			})
+			eventually(t, 5*time.Second, func() string {
+				res := kinds(h.records(), "result")
+				if len(res) != 2 || res[0].Body["outcome"] != "gateway_fault" || res[1].Body["outcome"] != "cancelled" {
+					return "results: " + strconv.Itoa(len(res))
+				}
+				return ""
+			})
+		})
 	}
-	eventually(t, 5*time.Second, func() string {
-		if b, _ := os.ReadFile(mark); string(b) != "cancelled" {
-			return "the upstream was not told to cancel"
-		}
-		return ""
-	})
-	// Agent-side cancellation is passed on as well.
-	// Agent-side cancellation, once the upstream is working on the call.
-	os.Remove(mark)
-	os.Remove(mark + ".started")
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() {
-		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "t__hang", Arguments: map[string]any{}})
-		errc <- err
-	}()
-	eventually(t, 10*time.Second, func() string {
-		if _, err := os.Stat(mark + ".started"); err != nil {
-			return "the upstream has not started the call"
-		}
-		return ""
-	})
-	cancel()
-	if err := <-errc; err == nil {
-		t.Fatal("cancelled call returned no error")
-	}
-	eventually(t, 5*time.Second, func() string {
-		if b, _ := os.ReadFile(mark); string(b) != "cancelled" {
-			return "agent cancellation not passed on"
-		}
-		return ""
-	})
-	eventually(t, 5*time.Second, func() string {
-		res := kinds(h.records(), "result")
-		if len(res) != 2 || res[0].Body["outcome"] != "gateway_fault" || res[1].Body["outcome"] != "cancelled" {
-			return "results: " + strconv.Itoa(len(res))
-		}
-		return ""
-	})
 }
 
 func TestAuditFailureRefusesCalls(t *testing.T) {
@@ -632,83 +636,87 @@ func TestChildEnvironmentHasNoSecrets(t *testing.T) {
 }
 
 func TestForwarding(t *testing.T) {
-	h := newHarness(t, hconf{})
-	var mu sync.Mutex
-	var progress []float64
-	var logs []string
-	opts := &mcp.ClientOptions{
-		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
-			mu.Lock()
-			defer mu.Unlock()
-			if r.Params.ProgressToken != "tok-1" {
-				logs = append(logs, "bad token")
+	for _, front := range fronts {
+		t.Run(front, func(t *testing.T) {
+			h := newHarness(t, hconf{})
+			var mu sync.Mutex
+			var progress []float64
+			var logs []string
+			opts := &mcp.ClientOptions{
+				ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
+					mu.Lock()
+					defer mu.Unlock()
+					if r.Params.ProgressToken != "tok-1" {
+						logs = append(logs, "bad token")
+					}
+					progress = append(progress, r.Params.Progress)
+				},
+				LoggingMessageHandler: func(_ context.Context, r *mcp.LoggingMessageRequest) {
+					mu.Lock()
+					defer mu.Unlock()
+					logs = append(logs, r.Params.Data.(string))
+				},
+				CreateMessageHandler: func(_ context.Context, r *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+					return &mcp.CreateMessageResult{Model: "m", Role: "assistant", Content: &mcp.TextContent{Text: "sampled " + r.Params.Messages[0].Content.(*mcp.TextContent).Text}}, nil
+				},
+				ElicitationHandler: func(_ context.Context, r *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+					return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"name": "ada"}}, nil
+				},
 			}
-			progress = append(progress, r.Params.Progress)
-		},
-		LoggingMessageHandler: func(_ context.Context, r *mcp.LoggingMessageRequest) {
-			mu.Lock()
-			defer mu.Unlock()
-			logs = append(logs, r.Params.Data.(string))
-		},
-		CreateMessageHandler: func(_ context.Context, r *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
-			return &mcp.CreateMessageResult{Model: "m", Role: "assistant", Content: &mcp.TextContent{Text: "sampled " + r.Params.Messages[0].Content.(*mcp.TextContent).Text}}, nil
-		},
-		ElicitationHandler: func(_ context.Context, r *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
-			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"name": "ada"}}, nil
-		},
-	}
-	cs := h.connect("", opts)
-	ctx := context.Background()
-	if err := cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "debug"}); err != nil {
-		t.Fatal(err)
-	}
-	p := &mcp.CallToolParams{Name: "t__progress", Arguments: map[string]any{}}
-	p.SetProgressToken("tok-1")
-	if _, err := cs.CallTool(ctx, p); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 5*time.Second, func() string {
-		mu.Lock()
-		defer mu.Unlock()
-		if len(progress) != 3 || !slices.Contains(logs, "progress done") || slices.Contains(logs, "bad token") {
-			return "progress/logs: " + strings.Join(logs, ",")
-		}
-		return ""
-	})
-	if res, err := call(t, cs, "t__sample", map[string]any{"text": "q"}); err != nil || firstText(res) != "sampled: sampled q" {
-		t.Fatalf("sampling: %v %v", firstText(res), err)
-	}
-	if res, err := call(t, cs, "t__elicit", nil); err != nil || firstText(res) != "elicited: accept ada" {
-		t.Fatalf("elicitation: %v %v", firstText(res), err)
-	}
+			cs := h.connectVia(front, opts)
+			ctx := context.Background()
+			if err := cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "debug"}); err != nil {
+				t.Fatal(err)
+			}
+			p := &mcp.CallToolParams{Name: "t__progress", Arguments: map[string]any{}}
+			p.SetProgressToken("tok-1")
+			if _, err := cs.CallTool(ctx, p); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, 5*time.Second, func() string {
+				mu.Lock()
+				defer mu.Unlock()
+				if len(progress) != 3 || !slices.Contains(logs, "progress done") || slices.Contains(logs, "bad token") {
+					return "progress/logs: " + strings.Join(logs, ",")
+				}
+				return ""
+			})
+			if res, err := call(t, cs, "t__sample", map[string]any{"text": "q"}); err != nil || firstText(res) != "sampled: sampled q" {
+				t.Fatalf("sampling: %v %v", firstText(res), err)
+			}
+			if res, err := call(t, cs, "t__elicit", nil); err != nil || firstText(res) != "elicited: accept ada" {
+				t.Fatalf("elicitation: %v %v", firstText(res), err)
+			}
 
-	rl, err := cs.ListResources(ctx, nil)
-	if err != nil || len(rl.Resources) != 1 || rl.Resources[0].URI != "test://static" {
-		t.Fatalf("resources/list: %v %v", rl, err)
-	}
-	rr, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "test://static"})
-	if err != nil || rr.Contents[0].Text != "static text" {
-		t.Fatalf("resources/read: %v %v", rr, err)
-	}
-	tl, err := cs.ListResourceTemplates(ctx, nil)
-	if err != nil || len(tl.ResourceTemplates) != 1 {
-		t.Fatalf("templates: %v %v", tl, err)
-	}
-	rr, err = cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "test://item/7"})
-	if err != nil || rr.Contents[0].Text != "item test://item/7" {
-		t.Fatalf("template read: %v %v", rr, err)
-	}
-	pl, err := cs.ListPrompts(ctx, nil)
-	if err != nil || len(pl.Prompts) != 1 || pl.Prompts[0].Name != "t__greet" {
-		t.Fatalf("prompts/list: %v %v", pl, err)
-	}
-	gp, err := cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: "t__greet", Arguments: map[string]string{"who": "bob"}})
-	if err != nil || gp.Messages[0].Content.(*mcp.TextContent).Text != "hello bob" {
-		t.Fatalf("prompts/get: %v %v", gp, err)
-	}
-	cr, err := cs.Complete(ctx, &mcp.CompleteParams{Ref: &mcp.CompleteReference{Type: "ref/prompt", Name: "t__greet"}, Argument: mcp.CompleteParamsArgument{Name: "who", Value: "bo"}})
-	if err != nil || len(cr.Completion.Values) != 1 || cr.Completion.Values[0] != "bo-done" {
-		t.Fatalf("complete: %v %v", cr, err)
+			rl, err := cs.ListResources(ctx, nil)
+			if err != nil || len(rl.Resources) != 1 || rl.Resources[0].URI != "test://static" {
+				t.Fatalf("resources/list: %v %v", rl, err)
+			}
+			rr, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "test://static"})
+			if err != nil || rr.Contents[0].Text != "static text" {
+				t.Fatalf("resources/read: %v %v", rr, err)
+			}
+			tl, err := cs.ListResourceTemplates(ctx, nil)
+			if err != nil || len(tl.ResourceTemplates) != 1 {
+				t.Fatalf("templates: %v %v", tl, err)
+			}
+			rr, err = cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "test://item/7"})
+			if err != nil || rr.Contents[0].Text != "item test://item/7" {
+				t.Fatalf("template read: %v %v", rr, err)
+			}
+			pl, err := cs.ListPrompts(ctx, nil)
+			if err != nil || len(pl.Prompts) != 1 || pl.Prompts[0].Name != "t__greet" {
+				t.Fatalf("prompts/list: %v %v", pl, err)
+			}
+			gp, err := cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: "t__greet", Arguments: map[string]string{"who": "bob"}})
+			if err != nil || gp.Messages[0].Content.(*mcp.TextContent).Text != "hello bob" {
+				t.Fatalf("prompts/get: %v %v", gp, err)
+			}
+			cr, err := cs.Complete(ctx, &mcp.CompleteParams{Ref: &mcp.CompleteReference{Type: "ref/prompt", Name: "t__greet"}, Argument: mcp.CompleteParamsArgument{Name: "who", Value: "bo"}})
+			if err != nil || len(cr.Completion.Values) != 1 || cr.Completion.Values[0] != "bo-done" {
+				t.Fatalf("complete: %v %v", cr, err)
+			}
+		})
 	}
 }
 
@@ -726,6 +734,9 @@ func TestStdioFront(t *testing.T) {
 	res, err := call(t, cs, "t__echo", map[string]any{"text": "via stdio"})
 	if err != nil || firstText(res) != "echo: via stdio" {
 		t.Fatalf("%v %v", firstText(res), err)
+	}
+	if h.g.fastPath.Load() != 1 {
+		t.Fatalf("the stdio front answered %d calls itself, want 1 (its fast path is not in use)", h.g.fastPath.Load())
 	}
 	cs.Close()
 	select {
@@ -872,26 +883,30 @@ func TestDNSRebindingRefused(t *testing.T) {
 // text and blob resources, with their annotations and _meta, reach the agent
 // exactly as the upstream sent them.
 func TestEveryContentTypePassesThrough(t *testing.T) {
-	h := newHarness(t, hconf{})
-	cs := h.connect("", nil)
-	res, err := call(t, cs, "t__media", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := json.Marshal(res.Content)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := `[{"type":"image","mimeType":"image/png","data":"iVBORwABAg==","annotations":{"audience":["user"],"priority":0.5}},` +
-		`{"type":"audio","mimeType":"audio/wav","data":"UklGRgB3YXY=","_meta":{"k":"audio"}},` +
-		`{"type":"resource_link","mimeType":"text/plain","uri":"test://static","name":"static","title":"Static"},` +
-		`{"type":"resource","resource":{"uri":"test://item/1","mimeType":"text/plain","text":"item one"}},` +
-		`{"type":"resource","resource":{"uri":"test://item/2","mimeType":"application/octet-stream","blob":"AP8Q"}}]`
-	if string(got) != want {
-		t.Fatalf("content through cmcp:\n got %s\nwant %s", got, want)
-	}
-	if c := kinds(h.records(), "result"); len(c) != 1 || c[0].Body["outcome"] != "ok" {
-		t.Fatalf("result records: %v", c)
+	for _, front := range fronts {
+		t.Run(front, func(t *testing.T) {
+			h := newHarness(t, hconf{})
+			cs := h.connectVia(front, nil)
+			res, err := call(t, cs, "t__media", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := json.Marshal(res.Content)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := `[{"type":"image","mimeType":"image/png","data":"iVBORwABAg==","annotations":{"audience":["user"],"priority":0.5}},` +
+				`{"type":"audio","mimeType":"audio/wav","data":"UklGRgB3YXY=","_meta":{"k":"audio"}},` +
+				`{"type":"resource_link","mimeType":"text/plain","uri":"test://static","name":"static","title":"Static"},` +
+				`{"type":"resource","resource":{"uri":"test://item/1","mimeType":"text/plain","text":"item one"}},` +
+				`{"type":"resource","resource":{"uri":"test://item/2","mimeType":"application/octet-stream","blob":"AP8Q"}}]`
+			if string(got) != want {
+				t.Fatalf("content through cmcp:\n got %s\nwant %s", got, want)
+			}
+			if c := kinds(h.records(), "result"); len(c) != 1 || c[0].Body["outcome"] != "ok" {
+				t.Fatalf("result records: %v", c)
+			}
+		})
 	}
 }
 

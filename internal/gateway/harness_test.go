@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -221,6 +222,39 @@ func (h *harness) tryConnect(token string, opts *mcp.ClientOptions) (*mcp.Client
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	return c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: h.url, HTTPClient: hc, MaxRetries: -1}, nil)
+}
+
+// fronts are the agent-facing front ends tests run through.
+var fronts = []string{"http", "stdio"}
+
+// connectVia connects an agent through the given front end: Streamable
+// HTTP, or a `serve --stdio` session over pipes (the session ends when the
+// test does).
+func (h *harness) connectVia(front string, opts *mcp.ClientOptions) *mcp.ClientSession {
+	h.t.Helper()
+	if front == "http" {
+		return h.connect("", opts)
+	}
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	done := make(chan error, 1)
+	go func() { done <- h.g.ServeStdio(context.Background(), inR, outW, "local-user") }()
+	c := mcp.NewClient(&mcp.Implementation{Name: "test-agent", Version: "1"}, opts)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cs, err := c.Connect(ctx, &mcp.IOTransport{Reader: outR, Writer: inW}, nil)
+	if err != nil {
+		h.t.Fatalf("connect over stdio: %v", err)
+	}
+	h.t.Cleanup(func() {
+		cs.Close()
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			h.t.Error("ServeStdio did not return after the agent disconnected")
+		}
+	})
+	return cs
 }
 
 func call(t *testing.T, cs *mcp.ClientSession, name string, args any) (*mcp.CallToolResult, error) {

@@ -26,10 +26,16 @@ const maxAgentLine = 16 << 20
 type agentStdio struct {
 	in  io.ReadCloser
 	out io.WriteCloser
+	// fast, if set, returns the fast path of the connection: it sees every
+	// request first and reports whether it took it (fastpath.go).
+	fast func(*agentConn) func(*jsonrpc.Request) bool
 }
 
 func (t *agentStdio) Connect(context.Context) (mcp.Connection, error) {
 	c := &agentConn{t: t, Inbox: rpcwire.NewInbox()}
+	if t.fast != nil {
+		c.fast = t.fast(c)
+	}
 	go c.readLoop()
 	return c, nil
 }
@@ -38,6 +44,7 @@ type agentConn struct {
 	t              *agentStdio
 	*rpcwire.Inbox // Read
 	wmu            sync.Mutex
+	fast           func(*jsonrpc.Request) bool
 }
 
 func (c *agentConn) readLoop() {
@@ -59,6 +66,9 @@ func (c *agentConn) readLoop() {
 		msg, code, why := decodeAgentLine(trimmed)
 		if msg == nil {
 			c.reject(idOf(trimmed), code, fmt.Sprintf("cmcp: line %d: %s; send one JSON-RPC 2.0 object per line", n, why))
+			continue
+		}
+		if req, ok := msg.(*jsonrpc.Request); ok && c.fast != nil && c.fast(req) {
 			continue
 		}
 		if !c.Deliver(msg) {
