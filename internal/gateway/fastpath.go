@@ -1,14 +1,24 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/confidential-mcp/cmcp/internal/rpcwire"
 )
 
 // The fast path: a front end that owns its wire (the stdio front, the
@@ -47,13 +57,19 @@ type fastCalls struct {
 	m  map[jsonrpc.ID]context.CancelFunc
 }
 
-func (f *fastCalls) add(id jsonrpc.ID, cancel context.CancelFunc) {
+// add registers an in-flight call; it reports false if the id is already
+// in flight.
+func (f *fastCalls) add(id jsonrpc.ID, cancel context.CancelFunc) bool {
 	f.mu.Lock()
+	defer f.mu.Unlock()
 	if f.m == nil {
 		f.m = map[jsonrpc.ID]context.CancelFunc{}
 	}
+	if _, dup := f.m[id]; dup {
+		return false
+	}
 	f.m[id] = cancel
-	f.mu.Unlock()
+	return true
 }
 
 func (f *fastCalls) remove(id jsonrpc.ID) {
@@ -111,8 +127,8 @@ func encodeResponse(id jsonrpc.ID, result json.RawMessage, err error) ([]byte, e
 // stdioFast is the stdio front's fast path: it takes tools/call requests
 // of an initialised session and the cancellations of those calls; it
 // reports whether it took msg.
-func (s *session) stdioFast(ctx context.Context, c *agentConn) func(*jsonrpc.Request) bool {
-	var calls fastCalls
+func (s *session) stdioFast(c *agentConn) func(*jsonrpc.Request) bool {
+	calls := &s.fast
 	return func(req *jsonrpc.Request) bool {
 		switch req.Method {
 		case "notifications/cancelled":
@@ -128,9 +144,12 @@ func (s *session) stdioFast(ctx context.Context, c *agentConn) func(*jsonrpc.Req
 		if !ok {
 			return false
 		}
+		cctx, cancel := context.WithCancel(s.ctx)
+		if !calls.add(req.ID, cancel) {
+			cancel()
+			return false // a duplicate in-flight id: go-sdk answers it
+		}
 		s.g.fastPath.Add(1)
-		cctx, cancel := context.WithCancel(ctx)
-		calls.add(req.ID, cancel)
 		go func() {
 			defer cancel()
 			defer calls.remove(req.ID)
@@ -147,4 +166,299 @@ func (s *session) stdioFast(ctx context.Context, c *agentConn) func(*jsonrpc.Req
 		}()
 		return true
 	}
+}
+
+// sinkKey carries a fast HTTP call's response stream in the call's context,
+// so that the messages an upstream sends while working on the call
+// (progress, logging, sampling, elicitation, roots) reach the agent on that
+// stream, as Streamable HTTP requires.
+type sinkKey struct{}
+
+func sinkFrom(ctx context.Context) *sseSink {
+	if ctx == nil {
+		return nil
+	}
+	sk, _ := ctx.Value(sinkKey{}).(*sseSink)
+	return sk
+}
+
+// sseSink is the SSE response stream of one fast HTTP call.
+type sseSink struct {
+	s  *session
+	mu sync.Mutex
+	w  http.ResponseWriter
+	rc *http.ResponseController
+	// closed: the handler returned; later messages have nowhere to go.
+	closed bool
+}
+
+// write sends one JSON-RPC message as an SSE event.
+func (sk *sseSink) write(msg []byte) error {
+	sk.mu.Lock()
+	defer sk.mu.Unlock()
+	if sk.closed {
+		return errors.New("the call's response stream is closed")
+	}
+	b := make([]byte, 0, len(msg)+24)
+	b = append(b, "event: message\ndata: "...)
+	b = append(b, msg...)
+	b = append(b, "\n\n"...)
+	if _, err := sk.w.Write(b); err != nil {
+		return err
+	}
+	return sk.rc.Flush()
+}
+
+func (sk *sseSink) close() {
+	sk.mu.Lock()
+	sk.closed = true
+	sk.mu.Unlock()
+}
+
+// notify sends a notification on the call's stream.
+func (sk *sseSink) notify(method string, params any) error {
+	b, err := json.Marshal(struct {
+		JSONRPC string `json:"jsonrpc"`
+		Method  string `json:"method"`
+		Params  any    `json:"params"`
+	}{"2.0", method, params})
+	if err != nil {
+		return err
+	}
+	return sk.write(b)
+}
+
+// request sends a server-to-client request on the call's stream and waits
+// for the agent's answer, which arrives as a POST of its own (httpFast).
+func (sk *sseSink) request(ctx context.Context, method string, params any, result any) error {
+	id, ch := sk.s.serverReqs.register()
+	defer sk.s.serverReqs.forget(id)
+	b, err := json.Marshal(struct {
+		JSONRPC string `json:"jsonrpc"`
+		ID      string `json:"id"`
+		Method  string `json:"method"`
+		Params  any    `json:"params"`
+	}{"2.0", id, method, params})
+	if err != nil {
+		return err
+	}
+	if err := sk.write(b); err != nil {
+		return err
+	}
+	select {
+	case resp := <-ch:
+		if resp.Error != nil {
+			return resp.Error
+		}
+		if err := json.Unmarshal(resp.Result, result); err != nil {
+			return fmt.Errorf("the agent's answer to %s is not valid: %w", method, err)
+		}
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-sk.s.ctx.Done():
+		return errors.New("the agent session ended")
+	}
+}
+
+// serverReqs are a session's server-to-client requests sent on fast-call
+// streams, waiting for the agent's answer.
+type serverReqs struct {
+	mu   sync.Mutex
+	next uint64
+	m    map[string]chan *jsonrpc.Response
+}
+
+const serverReqPrefix = "cmcp-s-"
+
+func (r *serverReqs) register() (string, chan *jsonrpc.Response) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil {
+		r.m = map[string]chan *jsonrpc.Response{}
+	}
+	r.next++
+	id := serverReqPrefix + strconv.FormatUint(r.next, 10)
+	ch := make(chan *jsonrpc.Response, 1)
+	r.m[id] = ch
+	return id, ch
+}
+
+func (r *serverReqs) forget(id string) {
+	r.mu.Lock()
+	delete(r.m, id)
+	r.mu.Unlock()
+}
+
+// deliver hands the agent's answer to a waiting request; it reports
+// whether resp answered one.
+func (r *serverReqs) deliver(resp *jsonrpc.Response) bool {
+	id, ok := resp.ID.Raw().(string)
+	if !ok || !strings.HasPrefix(id, serverReqPrefix) {
+		return false
+	}
+	r.mu.Lock()
+	ch := r.m[id]
+	delete(r.m, id)
+	r.mu.Unlock()
+	if ch == nil {
+		return false
+	}
+	ch <- resp
+	return true
+}
+
+// httpFast is the Streamable HTTP front's fast path for one POST of an
+// initialised session: it answers a tools/call itself (an SSE stream with
+// the call's related messages, then the response), takes the agent's
+// answers to requests sent on such streams and its cancellations of fast
+// calls. It reports whether it handled the request; if not, the request
+// (body included) is unchanged for go-sdk, whose answers to anything
+// unusual (bad headers, bad JSON, unknown sessions) are the reference.
+func (s *session) httpFast(w http.ResponseWriter, r *http.Request, maxBytes int64) bool {
+	if s.downSession() == nil || r.Header.Get("Last-Event-ID") != "" || baseMediaType(r.Header.Get("Content-Type")) != "application/json" {
+		return false
+	}
+	if jsonOK, streamOK := streamableAccepts(r.Header.Values("Accept")); !jsonOK || !streamOK {
+		return false
+	}
+	if v := r.Header.Get("Mcp-Protocol-Version"); v != "" && !slices.Contains(frontVersions(), v) {
+		return false
+	}
+	for k := range r.Header {
+		if strings.HasPrefix(k, "Mcp-Method") || strings.HasPrefix(k, "Mcp-Name") || strings.HasPrefix(k, "Mcp-Param-") {
+			return false // SEP headers go-sdk validates
+		}
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBytes+1))
+	rest := r.Body
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(body), rest), rest}
+	if err != nil || int64(len(body)) > maxBytes {
+		return false
+	}
+	msg, ok := rpcwire.DecodeFast(body)
+	if !ok {
+		return false
+	}
+	switch m := msg.(type) {
+	case *jsonrpc.Response:
+		if !s.serverReqs.deliver(m) {
+			return false
+		}
+		w.WriteHeader(http.StatusAccepted)
+		return true
+	case *jsonrpc.Request:
+		if m.Method == "notifications/cancelled" && !m.IsCall() && s.fast.cancel(m.Params) {
+			w.WriteHeader(http.StatusAccepted)
+			return true
+		}
+		if m.Method != "tools/call" || !m.IsCall() {
+			return false
+		}
+		call, ok := decodeFastCall(m.Params)
+		if !ok {
+			return false
+		}
+		s.g.fastPath.Add(1)
+		ctx, cancel := context.WithCancel(s.ctx)
+		defer cancel()
+		if !s.fast.add(m.ID, cancel) {
+			writeRPCError(w, http.StatusBadRequest, m.ID, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: fmt.Sprintf("duplicate in-flight request ID %v", m.ID.Raw())})
+			return true
+		}
+		defer s.fast.remove(m.ID)
+		w.Header().Set("Cache-Control", "no-cache, no-transform")
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Set("Connection", "keep-alive")
+		w.WriteHeader(http.StatusOK)
+		sk := &sseSink{s: s, w: w, rc: http.NewResponseController(w)}
+		defer sk.close()
+		res, err := s.relay(context.WithValue(ctx, sinkKey{}, sk), call)
+		if ctx.Err() != nil {
+			return true // cancelled by the agent, or the session ended: no response
+		}
+		b, err := encodeResponse(m.ID, res, err)
+		if err != nil {
+			s.g.logger.Error("encode a tools/call response", "err", err)
+			return true
+		}
+		_ = sk.write(b)
+		return true
+	}
+	return false
+}
+
+func writeRPCError(w http.ResponseWriter, status int, id jsonrpc.ID, e *jsonrpc.Error) {
+	b, _ := jsonrpc.EncodeMessage(&jsonrpc.Response{ID: id, Error: e})
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(b)
+}
+
+// streamableAccepts and baseMediaType are go-sdk's checks of a POST's
+// Accept and Content-Type headers.
+func streamableAccepts(values []string) (jsonOK, streamOK bool) {
+	for _, value := range values {
+		for _, raw := range strings.Split(value, ",") {
+			base, _, _ := strings.Cut(strings.TrimSpace(raw), ";")
+			switch strings.ToLower(strings.TrimSpace(base)) {
+			case "application/json", "application/*":
+				jsonOK = true
+			case "text/event-stream", "text/*":
+				streamOK = true
+			case "*/*":
+				jsonOK, streamOK = true, true
+			}
+		}
+	}
+	return jsonOK, streamOK
+}
+
+func baseMediaType(value string) string {
+	mt, _, err := mime.ParseMediaType(value)
+	if err != nil {
+		return ""
+	}
+	return mt
+}
+
+// forward sends an upstream's request to the agent on the call's stream
+// and returns the agent's answer as the result type go-sdk expects.
+func (sk *sseSink) forward(ctx context.Context, method string, params mcp.Params) (mcp.Result, error) {
+	var res mcp.Result
+	switch params.(type) {
+	case *mcp.ElicitParams:
+		res = &mcp.ElicitResult{}
+	case *mcp.CreateMessageWithToolsParams:
+		res = &mcp.CreateMessageWithToolsResult{}
+	case *mcp.CreateMessageParams:
+		res = &mcp.CreateMessageResult{}
+	case *mcp.ListRootsParams:
+		res = &mcp.ListRootsResult{}
+	default:
+		return nil, fmt.Errorf("cmcp cannot forward %s on a call's stream", method)
+	}
+	if err := sk.request(ctx, method, params, res); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// logLevels orders MCP logging levels (RFC 5424 severities).
+var logLevels = map[mcp.LoggingLevel]int{"debug": 0, "info": 1, "notice": 2, "warning": 3, "error": 4, "critical": 5, "alert": 6, "emergency": 7}
+
+// logs reports whether the agent asked for log messages at level, as
+// go-sdk's ServerSession.Log decides: nothing until the agent sets a level.
+func (s *session) logs(level mcp.LoggingLevel) bool {
+	s.mu.Lock()
+	min := s.logLevel
+	s.mu.Unlock()
+	if min == "" {
+		return false
+	}
+	l, ok := logLevels[level]
+	return !ok || l >= logLevels[min]
 }

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/confidential-mcp/cmcp/pkg/digest"
@@ -78,10 +77,14 @@ func (g *Gateway) HTTPHandler(o HTTPOptions) http.Handler {
 		}
 		return probe
 	}, &mcp.StreamableHTTPOptions{
-		SessionTimeout:      timeout,
+		// The gateway times idle sessions out itself (reapIdle): go-sdk
+		// never sees the calls the fast path answers.
 		MaxRequestBodyBytes: maxBytes,
 		Logger:              g.logger,
 	})
+	if timeout > 0 {
+		go g.reapIdle(timeout)
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		who, err := authenticate(r, o)
 		if err != nil {
@@ -93,9 +96,20 @@ func (g *Gateway) HTTPHandler(o HTTPOptions) http.Handler {
 			return
 		}
 		if id := r.Header.Get("Mcp-Session-Id"); id != "" {
-			if s := g.sessionByID(id); s != nil && s.principal != who {
+			s := g.sessionByID(id)
+			if s != nil && s.principal != who {
 				http.Error(w, "cmcp: this session belongs to another identity; open your own session", http.StatusForbidden)
 				return
+			}
+			if s != nil && r.Method == http.MethodPost {
+				s.posts.Add(1)
+				defer func() {
+					s.lastPost.Store(time.Now().UnixNano())
+					s.posts.Add(-1)
+				}()
+				if s.httpFast(w, r, maxBytes) {
+					return
+				}
 			}
 		} else if r.Method == http.MethodPost {
 			if g.closing.Load() {
@@ -107,6 +121,31 @@ func (g *Gateway) HTTPHandler(o HTTPOptions) http.Handler {
 		}
 		sdk.ServeHTTP(w, r)
 	})
+}
+
+// reapIdle ends HTTP sessions that had no POST in progress for longer than
+// timeout (go-sdk's rule: a standalone GET stream does not keep a session
+// alive), stopping their children.
+func (g *Gateway) reapIdle(timeout time.Duration) {
+	t := time.NewTicker(min(max(timeout/4, 10*time.Millisecond), 30*time.Second))
+	defer t.Stop()
+	for range t.C {
+		if g.closing.Load() {
+			return
+		}
+		cutoff := time.Now().Add(-timeout).UnixNano()
+		g.mu.Lock()
+		var idle []*session
+		for s := range g.sessions {
+			if s.front == "http" && s.posts.Load() == 0 && s.lastPost.Load() < cutoff {
+				idle = append(idle, s)
+			}
+		}
+		g.mu.Unlock()
+		for _, s := range idle {
+			go s.end(fmt.Sprintf("idle for longer than the session timeout (%s)", timeout))
+		}
+	}
 }
 
 // refuseBatch answers a POST whose body is a JSON array (a JSON-RPC batch)
@@ -209,10 +248,7 @@ func (g *Gateway) ServeStdio(ctx context.Context, in io.ReadCloser, out io.Write
 		identity = AnonymousIdentity
 	}
 	s := g.newSession(identity, "stdio")
-	fctx, stop := context.WithCancel(ctx)
-	defer stop()
-	err := s.srv.Run(ctx, &agentStdio{in: in, out: out, fast: func(c *agentConn) func(*jsonrpc.Request) bool { return s.stdioFast(fctx, c) }})
-	stop()
+	err := s.srv.Run(ctx, &agentStdio{in: in, out: out, fast: s.stdioFast})
 	s.end("agent closed the stdio connection")
 	if err != nil && (errors.Is(err, io.EOF) || errors.Is(err, context.Canceled)) {
 		return nil

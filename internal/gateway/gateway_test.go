@@ -687,6 +687,12 @@ func TestForwarding(t *testing.T) {
 			if res, err := call(t, cs, "t__elicit", nil); err != nil || firstText(res) != "elicited: accept ada" {
 				t.Fatalf("elicitation: %v %v", firstText(res), err)
 			}
+			// The three calls above went through the front's fast path, with
+			// their progress, logs, sampling and elicitation on the call's
+			// own stream.
+			if n := h.g.fastPath.Load(); n != 3 {
+				t.Fatalf("the %s front answered %d calls itself, want 3", front, n)
+			}
 
 			rl, err := cs.ListResources(ctx, nil)
 			if err != nil || len(rl.Resources) != 1 || rl.Resources[0].URI != "test://static" {

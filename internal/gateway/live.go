@@ -385,6 +385,10 @@ func (lv *live) onProgress(params *mcp.ProgressNotificationParams) {
 	}
 	out := *params
 	out.ProgressToken = p.token
+	if sk := sinkFrom(p.ctx); sk != nil {
+		_ = sk.notify("notifications/progress", &out)
+		return
+	}
 	if ss := p.s.downSession(); ss != nil {
 		_ = ss.NotifyProgress(p.ctx, &out)
 	}
@@ -393,6 +397,12 @@ func (lv *live) onProgress(params *mcp.ProgressNotificationParams) {
 func (lv *live) onLog(params *mcp.LoggingMessageParams) {
 	ctx, s := lv.route(nil)
 	if s == nil {
+		return
+	}
+	if sk := sinkFrom(ctx); sk != nil {
+		if s.logs(params.Level) {
+			_ = sk.notify("notifications/message", params)
+		}
 		return
 	}
 	if ss := s.downSession(); ss != nil {
@@ -440,6 +450,9 @@ func (lv *live) serverRequests(next mcp.MethodHandler) mcp.MethodHandler {
 		dctx, s := lv.route(nil)
 		if s == nil || s.downSession() == nil {
 			return nil, fault(CodeUpstreamUnavailable, "%s from upstream %q: no agent session to forward it to", method, lv.st.name)
+		}
+		if sk := sinkFrom(dctx); sk != nil {
+			return sk.forward(dctx, method, req.GetParams())
 		}
 		ss := s.downSession()
 		switch p := req.GetParams().(type) {

@@ -33,6 +33,23 @@ import (
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
+// TestBusySessionIsNotReaped: calls answered by the fast path (which go-sdk
+// never sees) keep a session alive past its idle timeout.
+func TestBusySessionIsNotReaped(t *testing.T) {
+	h := newHarness(t, hconf{idle: 500 * time.Millisecond})
+	cs := h.connect("", nil)
+	pid := pidOf(t, cs, "t__pid")
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); {
+		if got := pidOf(t, cs, "t__pid"); got != pid {
+			t.Fatalf("the session's child changed from %d to %d: the busy session was reaped", pid, got)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if h.g.fastPath.Load() == 0 {
+		t.Fatal("no call went through the fast path")
+	}
+}
+
 func TestIdleSessionIsReaped(t *testing.T) {
 	h := newHarness(t, hconf{idle: time.Second})
 	cs := h.connect("", nil)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -36,12 +37,25 @@ type session struct {
 
 	endOnce sync.Once
 	dummy   atomic.Uint64
+
+	// ctx ends when the session ends; fast-path calls run under it.
+	ctx        context.Context
+	cancel     context.CancelFunc
+	fast       fastCalls  // tools/call requests a front answers itself
+	serverReqs serverReqs // requests to the agent on fast-call streams
+
+	// HTTP sessions: POSTs in progress and when the last one ended (unix
+	// nanoseconds), for the idle timeout.
+	posts    atomic.Int32
+	lastPost atomic.Int64
 }
 
 // newSession builds the MCP server for one agent session. Nothing is
 // spawned until the session uses an upstream.
 func (g *Gateway) newSession(principal, front string) *session {
 	s := &session{g: g, principal: principal, front: front, lives: map[string]*live{}, visible: map[string]bool{}, resOwner: map[string]string{}}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.lastPost.Store(time.Now().UnixNano())
 	g.mu.Lock()
 	caps, instructions := g.caps, g.instructions
 	g.mu.Unlock()
@@ -134,6 +148,7 @@ func frontVersions() []string {
 // end stops the session's children and records the end.
 func (s *session) end(reason string) {
 	s.endOnce.Do(func() {
+		s.cancel()
 		s.g.mu.Lock()
 		delete(s.g.sessions, s)
 		if s.g.byID[s.id] == s {
