@@ -99,9 +99,9 @@ type Gateway struct {
 
 	killed   atomic.Bool
 	closing  atomic.Bool
-	inflight counter // tools/call requests in the pipeline
+	inflight counter      // tools/call requests in the pipeline
 	fastPath atomic.Int64 // tools/call requests a front answered itself (fastpath.go)
-	results  counter // result records being appended
+	results  counter      // result records being appended
 	nextID   atomic.Uint64
 }
 
