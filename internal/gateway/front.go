@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -86,6 +87,12 @@ func (g *Gateway) HTTPHandler(o HTTPOptions) http.Handler {
 		go g.reapIdle(timeout)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// DNS-rebinding protection, go-sdk's rule, checked here for every
+		// request because the fast path never reaches go-sdk.
+		if rebound(r) {
+			http.Error(w, fmt.Sprintf("cmcp: forbidden: invalid Host header %q: a gateway listening on a loopback address answers only requests addressed to a loopback host (DNS-rebinding protection)", r.Host), http.StatusForbidden)
+			return
+		}
 		who, err := authenticate(r, o)
 		if err != nil {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="cmcp"`)
@@ -121,6 +128,26 @@ func (g *Gateway) HTTPHandler(o HTTPOptions) http.Handler {
 		}
 		sdk.ServeHTTP(w, r)
 	})
+}
+
+// rebound reports a request that reached a loopback listener under a
+// non-loopback Host: a web page's script using DNS rebinding.
+func rebound(r *http.Request) bool {
+	la, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	return ok && la != nil && isLoopbackAddr(la.String()) && !isLoopbackAddr(r.Host)
+}
+
+// isLoopbackAddr is go-sdk's loopback test for a host or host:port.
+func isLoopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = strings.Trim(addr, "[]")
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
 }
 
 // reapIdle ends HTTP sessions that had no POST in progress for longer than
