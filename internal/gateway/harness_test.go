@@ -88,7 +88,7 @@ type harness struct {
 	srv  *httptest.Server
 	url  string
 	exe  string
-	logs *strings.Builder
+	logs *lockedWriter
 	key  ed25519.PrivateKey
 }
 
@@ -121,8 +121,8 @@ func newHarness(t testing.TB, c hconf) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &strings.Builder{}
-	logger := slog.New(slog.NewTextHandler(&lockedWriter{b: logs}, nil))
+	logs := &lockedWriter{b: &strings.Builder{}}
+	logger := slog.New(slog.NewTextHandler(logs, nil))
 	env := map[string]string{childEnv: c.mode}
 	for k, v := range c.env {
 		env[k] = v
