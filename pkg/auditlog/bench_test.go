@@ -1,6 +1,7 @@
 package auditlog
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/mod/sumdb/tlog"
+
+	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
 // benchLog returns a directory holding a sealed log of n call records,
@@ -212,4 +215,100 @@ func BenchmarkParseLine(b *testing.B) {
 			tlog.RecordHash(line)
 		}
 	})
+}
+
+// gatewayCall is a call record as the gateway writes it for an allowed
+// tools/call decided by a Cedar policy.
+func gatewayCall(w *Writer, i int) *Call {
+	return &Call{
+		Session: "3f1c9a7e-5b2d-4c8e-9a41-6d0b2e7f8c13", Agent: "agent-a", Tool: "fs__read_file", Upstream: "fs", UpstreamTool: "read_file",
+		EvidenceClass: "spawn-measured", Args: w.Commit([]byte(fmt.Sprintf(`{"path":"/srv/data/report-%d.txt"}`, i))),
+		Decision: DecisionAllow, PolicyIDs: []string{"policy0", "allow-read"}, PolicyMode: "enforcing",
+		PolicyBundle: digest.Bytes([]byte("bundle")), Outcome: OutcomeForwarded,
+		PolicyInput: &PolicyInput{
+			Groups: []string{"readers"}, EvidenceClass: "spawn-measured",
+			Hints:        ToolHints{ReadOnly: true, OpenWorld: true},
+			SessionCalls: int64(i), ToolsUsed: []string{"fs__list", "fs__read_file"},
+			Time: time.Date(2025, 3, 14, 15, 9, 26, 535_000_000, time.UTC),
+		},
+	}
+}
+
+// BenchmarkCommit measures one payload commitment (no vault): the
+// per-commitment key and the MAC over a 200-byte payload.
+func BenchmarkCommit(b *testing.B) {
+	w, err := Open(b.TempDir(), Options{Key: testKey(b), Durability: DurabilityInterval})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Close()
+	payload := bytes.Repeat([]byte("x"), 200)
+	b.Run("200B", func(b *testing.B) {
+		b.SetBytes(int64(len(payload)))
+		b.ReportAllocs()
+		for range b.N {
+			w.Commit(payload)
+		}
+	})
+}
+
+// BenchmarkEncodeBody measures encoding one record body to canonical JSON.
+func BenchmarkEncodeBody(b *testing.B) {
+	w, err := Open(b.TempDir(), Options{Key: testKey(b), Durability: DurabilityInterval})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Close()
+	recs := []Record{
+		gatewayCall(w, 7),
+		&Result{Call: 12345, Session: "3f1c9a7e-5b2d-4c8e-9a41-6d0b2e7f8c13", Outcome: ResultOK, Result: w.Commit(make([]byte, 900)), LatencyMicros: 1834},
+	}
+	for _, r := range recs {
+		b.Run(string(r.Kind()), func(b *testing.B) {
+			b.ReportAllocs()
+			for range b.N {
+				if _, err := encodeBody(r); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkAppendGateway measures what the gateway does per tools/call
+// with one appender in interval durability: commit the arguments, append
+// the call record (waiting for its write), commit the result, append the
+// result record.
+func BenchmarkAppendGateway(b *testing.B) {
+	w, err := Open(b.TempDir(), Options{Key: testKey(b), Durability: DurabilityInterval})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	result := bytes.Repeat([]byte("r"), 900)
+	b.Run("call", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := range b.N {
+			if _, err := w.Append(ctx, gatewayCall(w, i)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("call+result", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := range b.N {
+			r, err := w.Append(ctx, gatewayCall(w, i))
+			if err != nil {
+				b.Fatal(err)
+			}
+			res := &Result{Call: r.Index, Session: "3f1c9a7e-5b2d-4c8e-9a41-6d0b2e7f8c13", Outcome: ResultOK, Result: w.Commit(result), LatencyMicros: 1834}
+			if _, err := w.Append(ctx, res); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.StopTimer()
+	if err := w.Close(); err != nil {
+		b.Fatal(err)
+	}
 }

@@ -5,13 +5,16 @@ import (
 	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 
 	"filippo.io/age"
 	jsonv2 "github.com/go-json-experiment/json"
@@ -23,21 +26,135 @@ const CommitmentScheme = "hmac-sha256/v1"
 // VaultFile is the name of the payload vault in an epoch directory.
 const VaultFile = "vault.jsonl"
 
+// Labels of the two HMACs (FORMAT.md §6), each with its 0x00 separator.
+var (
+	commitKeyLabel = []byte("cmcp/audit/commit-key/v1\x00")
+	payloadLabel   = []byte("cmcp/audit/payload/v1\x00")
+)
+
 // commitKey derives the per-commitment key k_id from the epoch secret:
 // HMAC-SHA256(secret, "cmcp/audit/commit-key/v1\x00" || decimal id).
 func commitKey(secret []byte, id int64) []byte {
-	m := hmac.New(sha256.New, secret)
-	m.Write([]byte("cmcp/audit/commit-key/v1\x00"))
-	m.Write(strconv.AppendInt(nil, id, 10))
-	return m.Sum(nil)
+	m := getMAC()
+	defer macPool.Put(m)
+	return m.mac(make([]byte, 0, sha256.Size), secret, commitKeyLabel, strconv.AppendInt(m.msg[:0], id, 10))
 }
 
 // commitMAC computes HMAC-SHA256(k, "cmcp/audit/payload/v1\x00" || payload).
 func commitMAC(key, payload []byte) []byte {
-	m := hmac.New(sha256.New, key)
-	m.Write([]byte("cmcp/audit/payload/v1\x00"))
-	m.Write(payload)
-	return m.Sum(nil)
+	m := getMAC()
+	defer macPool.Put(m)
+	return m.mac(make([]byte, 0, sha256.Size), key, payloadLabel, payload)
+}
+
+// hmacSHA256 computes HMAC-SHA256 (RFC 2104) like crypto/hmac, reusing its
+// SHA-256 state instead of allocating two per MAC (commitments are made
+// twice per gateway call). TestHMACSHA256 checks it against crypto/hmac.
+// It is not safe for concurrent use; macPool hands them out.
+type hmacSHA256 struct {
+	h     hash.Hash
+	inner [sha256.Size]byte
+	pad   [sha256.BlockSize]byte
+	key   [sha256.Size]byte // a derived commitment key
+	msg   [48]byte          // the key derivation's message
+}
+
+var macPool = sync.Pool{New: func() any { return &hmacSHA256{h: sha256.New()} }}
+
+func getMAC() *hmacSHA256 { return macPool.Get().(*hmacSHA256) }
+
+// mac appends HMAC-SHA256(key, label || msg) to dst.
+func (m *hmacSHA256) mac(dst, key, label, msg []byte) []byte {
+	var hk [sha256.Size]byte
+	if len(key) > sha256.BlockSize {
+		hk = sha256.Sum256(key)
+		key = hk[:]
+	}
+	m.setPad(key, 0x36)
+	m.h.Reset()
+	m.h.Write(m.pad[:])
+	m.h.Write(label)
+	m.h.Write(msg)
+	inner := m.h.Sum(m.inner[:0])
+	m.setPad(key, 0x5c)
+	m.h.Reset()
+	m.h.Write(m.pad[:])
+	m.h.Write(inner)
+	clear(m.pad[:])
+	return m.h.Sum(dst)
+}
+
+// setPad sets pad to key, zero-padded to the block size, XOR b.
+func (m *hmacSHA256) setPad(key []byte, b byte) {
+	for i := range m.pad {
+		m.pad[i] = b
+	}
+	for i, c := range key {
+		m.pad[i] ^= c
+	}
+}
+
+// keyDeriver derives commitment keys from one epoch secret with the
+// secret's padded key blocks hashed once (as crypto/hmac does on Reset):
+// each key costs two SHA-256 blocks instead of four. It is safe for
+// concurrent use.
+type keyDeriver struct {
+	secret       []byte
+	inner, outer []byte // SHA-256 states after (secret ^ ipad), (secret ^ opad); nil: not available
+}
+
+func newKeyDeriver(secret []byte) *keyDeriver {
+	d := &keyDeriver{secret: secret}
+	if len(secret) > sha256.BlockSize {
+		return d
+	}
+	m := &hmacSHA256{h: sha256.New()}
+	bm, ok := m.h.(encoding.BinaryMarshaler)
+	if !ok {
+		return d
+	}
+	m.setPad(secret, 0x36)
+	m.h.Write(m.pad[:])
+	inner, err := bm.MarshalBinary()
+	if err != nil {
+		return d
+	}
+	m.setPad(secret, 0x5c)
+	m.h.Reset()
+	m.h.Write(m.pad[:])
+	outer, err := bm.MarshalBinary()
+	clear(m.pad[:])
+	if err != nil {
+		return d
+	}
+	d.inner, d.outer = inner, outer
+	return d
+}
+
+// deriveKey sets m.key to k_id = HMAC-SHA256(secret,
+// "cmcp/audit/commit-key/v1\x00" || decimal id).
+func (m *hmacSHA256) deriveKey(d *keyDeriver, id int64) {
+	msg := strconv.AppendInt(append(m.msg[:0], commitKeyLabel...), id, 10)
+	if u, ok := m.h.(encoding.BinaryUnmarshaler); ok && d.inner != nil && u.UnmarshalBinary(d.inner) == nil {
+		m.h.Write(msg)
+		inner := m.h.Sum(m.inner[:0])
+		if u.UnmarshalBinary(d.outer) == nil {
+			m.h.Write(inner)
+			m.h.Sum(m.key[:0])
+			return
+		}
+	}
+	m.mac(m.key[:0], d.secret, nil, msg)
+}
+
+// commitment returns the commitment to payload under k_id.
+func (d *keyDeriver) commitment(id int64, payload []byte) Commitment {
+	m := getMAC()
+	m.deriveKey(d, id)
+	mac := m.mac(make([]byte, 0, sha256.Size), m.key[:], payloadLabel, payload)
+	clear(m.key[:])
+	macPool.Put(m)
+	return Commitment{ID: id, Size: int64(len(payload)), MAC: mac}
 }
 
 // CheckCommitment reports whether payload matches c under the commitment

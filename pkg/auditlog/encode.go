@@ -25,6 +25,30 @@ const MaxLineBytes = 4 << 20
 // encodeBody marshals a record body to RFC 8785 canonical JSON. Invalid
 // UTF-8 in strings is replaced by U+FFFD rather than failing the record.
 func encodeBody(r Record) ([]byte, error) {
+	if b, ok := appendFastBody(make([]byte, 0, 1024), r); ok {
+		return b, nil
+	}
+	return encodeBodyGeneral(r)
+}
+
+// appendBody appends the canonical body of r to dst: call and result
+// records (the gateway's per-call records) in one pass by appendFastBody,
+// the others (and any value the fast encoders do not handle) by
+// encodeBodyGeneral.
+func appendBody(dst []byte, r Record) ([]byte, error) {
+	if b, ok := appendFastBody(dst, r); ok {
+		return b, nil
+	}
+	body, err := encodeBodyGeneral(r)
+	if err != nil {
+		return dst, err
+	}
+	return append(dst, body...), nil
+}
+
+// encodeBodyGeneral encodes any record: marshal, canonicalize, then scan
+// (which refuses integers beyond 2^53 in opaque members).
+func encodeBodyGeneral(r Record) ([]byte, error) {
 	raw, err := jsonv2.Marshal(r, jsontext.AllowInvalidUTF8(true), jsonv2.Deterministic(true))
 	if err != nil {
 		return nil, fmt.Errorf("encode %s record: %w", r.Kind(), err)

@@ -110,7 +110,23 @@ type pending struct {
 	body []byte
 	res  Receipt
 	err  error
-	done chan struct{}
+	done chan struct{} // buffered: the committer sends once res and err are set
+}
+
+// pendingPool recycles an Append's pending record, its body buffer and its
+// channel once Append has received the committer's answer (an Append that
+// gives up on its context leaves its pending to the garbage collector).
+var pendingPool = sync.Pool{New: func() any { return &pending{body: make([]byte, 0, 1024), done: make(chan struct{}, 1)} }}
+
+// maxPooledBody bounds the body buffers kept for reuse.
+const maxPooledBody = 64 << 10
+
+func putPending(p *pending) {
+	if cap(p.body) > maxPooledBody {
+		p.body = nil
+	}
+	p.body, p.res, p.err = p.body[:0], Receipt{}, nil
+	pendingPool.Put(p)
 }
 
 type ctlOp int
@@ -149,6 +165,7 @@ type Writer struct {
 	fatal atomic.Pointer[FatalError]
 
 	secret     []byte
+	keys       *keyDeriver
 	nextCommit atomic.Int64
 	recips     []age.Recipient
 	vaultMu    sync.Mutex
@@ -169,6 +186,7 @@ type Writer struct {
 	sinceCP  int64
 	lastNote string
 	buf      []byte
+	tsBuf    []byte
 	dirty    bool
 	cpNotes  [][]byte
 }
@@ -299,6 +317,7 @@ func Open(dir string, opts Options) (*Writer, error) {
 	if _, err := rand.Read(w.secret); err != nil {
 		return nil, err
 	}
+	w.keys = newKeyDeriver(w.secret)
 
 	g := &Genesis{
 		Origin:           w.origin,
@@ -546,31 +565,38 @@ func (w *Writer) Append(ctx context.Context, rec Record) (Receipt, error) {
 	if err := ctx.Err(); err != nil {
 		return Receipt{}, err
 	}
-	body, err := encodeBody(rec)
+	p := pendingPool.Get().(*pending)
+	body, err := appendBody(p.body[:0], rec)
 	if err != nil {
+		putPending(p)
 		return Receipt{}, err
 	}
+	p.kind, p.body = k, body
 	if len(body) > MaxRecordBytes-256 {
+		putPending(p)
 		return Receipt{}, fmt.Errorf("append: %s record is %d bytes, the limit is %d", k, len(body), MaxRecordBytes-256)
 	}
-	p := &pending{kind: k, body: body, done: make(chan struct{})}
 	w.mu.RLock()
 	if w.closed {
 		w.mu.RUnlock()
+		putPending(p)
 		return Receipt{}, ErrClosed
 	}
 	select {
 	case w.in <- p:
 	case <-ctx.Done():
 		w.mu.RUnlock()
+		putPending(p)
 		return Receipt{}, ctx.Err()
 	}
 	w.mu.RUnlock()
 	select {
 	case <-p.done:
-		return p.res, p.err
+		res, err := p.res, p.err
+		putPending(p)
+		return res, err
 	case <-ctx.Done():
-		return Receipt{}, ctx.Err()
+		return Receipt{}, ctx.Err() // the committer still holds p
 	}
 }
 
@@ -580,7 +606,7 @@ func (w *Writer) Append(ctx context.Context, rec Record) (Receipt, error) {
 // is appended after this call becomes durable.
 func (w *Writer) Commit(payload []byte) Commitment {
 	id := w.nextCommit.Add(1) - 1
-	c := Commitment{ID: id, Size: int64(len(payload)), MAC: commitMAC(commitKey(w.secret, id), payload)}
+	c := w.keys.commitment(id, payload)
 	if w.vaultF != nil {
 		ct, err := sealSecret(payload, w.recips)
 		if err != nil {
@@ -731,12 +757,13 @@ func (w *Writer) commit(batch []*pending) {
 	if fe := w.fatal.Load(); fe != nil {
 		for _, p := range batch {
 			p.err = fe
-			close(p.done)
+			p.done <- struct{}{}
 		}
 		return
 	}
 	now := w.now()
-	ts := timestamp(now)
+	w.tsBuf = now.UTC().AppendFormat(w.tsBuf[:0], time.RFC3339Nano) // timestamp(now) without a string per batch
+	ts := unsafeString(w.tsBuf)
 	for _, p := range batch {
 		p.res = w.addLine(p.kind, p.body, ts)
 		p.res.Time = now
@@ -757,7 +784,7 @@ func (w *Writer) commit(batch []*pending) {
 		} else {
 			p.res.Durable = durable
 		}
-		close(p.done)
+		p.done <- struct{}{} // the last use of p: its Append may recycle it
 	}
 	if err == nil {
 		w.maybeRotate()
