@@ -1,10 +1,13 @@
 package gateway
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -540,5 +543,96 @@ func TestPolicyReloadNotifiesAgents(t *testing.T) {
 	}
 	if got := toolNames(t, r); len(got) < 5 || !slices.Contains(got, "t__echo") {
 		t.Fatalf("reader sees %v after the reload, want every tool", got)
+	}
+}
+
+// TestAgentGetsTheCommittedBytes: the result member an agent receives is
+// byte for byte the payload the result record commits to (what the upstream
+// sent), and the arguments commitment opens to the arguments as the agent
+// sent them, through both fronts.
+func TestAgentGetsTheCommittedBytes(t *testing.T) {
+	id, _ := age.GenerateX25519Identity()
+	h := newHarness(t, hconf{recipients: []string{id.Recipient().String()}})
+	args := `{"text":"  spaced\u00e9 ",  "n": 1.50}`
+	var got []json.RawMessage
+	// HTTP front.
+	cs := h.connect("", nil)
+	req, _ := http.NewRequest("POST", h.url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t__echo","arguments":`+args+`}}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Session-Id", cs.ID())
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var m struct{ Result json.RawMessage }
+	if err := json.Unmarshal(body, &m); err != nil || len(m.Result) == 0 {
+		t.Fatalf("HTTP response %q: %v", body, err)
+	}
+	got = append(got, m.Result)
+	// stdio front.
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	go h.g.ServeStdio(context.Background(), inR, outW, "local")
+	lines := bufio.NewScanner(outR)
+	io.WriteString(inW, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`+"\n")
+	lines.Scan()
+	io.WriteString(inW, `{"jsonrpc":"2.0","method":"notifications/initialized"}`+"\n")
+	io.WriteString(inW, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"t__echo","arguments":`+args+`}}`+"\n")
+	lines.Scan()
+	if err := json.Unmarshal(lines.Bytes(), &m); err != nil || len(m.Result) == 0 {
+		t.Fatalf("stdio response %q: %v", lines.Text(), err)
+	}
+	got = append(got, m.Result)
+	inW.Close()
+	h.g.Shutdown(context.Background())
+	h.w.Close()
+
+	_, opener := readGenesis(t, h.dir, id)
+	r, err := auditlog.NewReader(h.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var results, arguments [][]byte
+	for {
+		e, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, err := e.Decode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch rec := rec.(type) {
+		case *auditlog.Call:
+			p, err := opener.Payload(rec.Args)
+			if err != nil {
+				t.Fatal(err)
+			}
+			arguments = append(arguments, p)
+		case *auditlog.Result:
+			p, err := opener.Payload(rec.Result)
+			if err != nil {
+				t.Fatal(err)
+			}
+			results = append(results, p)
+		}
+	}
+	if len(results) != 2 || len(arguments) != 2 {
+		t.Fatalf("%d call and %d result records, want 2 and 2", len(arguments), len(results))
+	}
+	for i := range 2 {
+		if !bytes.Equal(results[i], got[i]) {
+			t.Errorf("call %d: the agent got\n%s\nbut the result record commits to\n%s", i, got[i], results[i])
+		}
+		if string(arguments[i]) != args {
+			t.Errorf("call %d: the arguments commitment opens to %s, the agent sent %s", i, arguments[i], args)
+		}
 	}
 }
