@@ -77,6 +77,11 @@ type Options struct {
 	// Environ is the gateway's environment; children get only allowlisted
 	// variables from it.
 	Environ []string
+	// ListRecheck is how often every session's tools/list is re-filtered,
+	// so that an agent is sent list_changed when the time alone changes
+	// what the policy lets it see (0: 30 seconds). Changes caused by a
+	// session's own calls are found within listRecheckDelay of the call.
+	ListRecheck time.Duration
 }
 
 // Gateway is a running cmcp gateway.
@@ -153,6 +158,13 @@ func New(opts Options) (*Gateway, error) {
 	}
 	if g.decider == nil {
 		g.decider = AllowAll{}
+	}
+	if g.opts.Filter != nil {
+		every := opts.ListRecheck
+		if every <= 0 {
+			every = 30 * time.Second
+		}
+		go g.watchLists(every)
 	}
 	for _, u := range opts.Upstreams {
 		name := u.Upstream.Name()

@@ -78,6 +78,7 @@ type hconf struct {
 	connTimeout time.Duration
 	measure     string // measure target (file or directory) and its pin
 	measurePin  digest.Digest
+	listRecheck time.Duration
 }
 
 type harness struct {
@@ -137,7 +138,7 @@ func newHarness(t testing.TB, c hconf) *harness {
 		environ = os.Environ()
 	}
 	up := &upstream.Stdio{Spec: spec, Environ: environ, Hooks: StdioHooks(w, logger, nil), Share: share}
-	g, err := New(Options{Version: "test", Log: w, Logger: logger, CallTimeout: c.callTimeout, ConnectTimeout: c.connTimeout, Decider: c.decider, Policy: c.policy,
+	g, err := New(Options{Version: "test", Log: w, Logger: logger, CallTimeout: c.callTimeout, ConnectTimeout: c.connTimeout, Decider: c.decider, Policy: c.policy, ListRecheck: c.listRecheck,
 		Upstreams: []UpstreamOptions{{Upstream: up, Namespaced: !c.flat, Shared: c.shared, ToolPins: c.toolPins, DriftWarn: c.driftWarn, Class: upstream.ClassSpawnMeasured}}})
 	if err != nil {
 		t.Fatal(err)

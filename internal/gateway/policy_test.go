@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -634,5 +635,58 @@ func TestAgentGetsTheCommittedBytes(t *testing.T) {
 		if string(arguments[i]) != args {
 			t.Errorf("call %d: the arguments commitment opens to %s, the agent sent %s", i, arguments[i], args)
 		}
+	}
+}
+
+// TestListChangedWhenFactsOrTimeChangeTheList: an agent is sent
+// notifications/tools/list_changed when its own calls (session facts) or
+// the time alone change what list_tools lets it see.
+func TestListChangedWhenFactsOrTimeChangeTheList(t *testing.T) {
+	// The time of day, in milliseconds, a moment from now: the policy hides
+	// t__sleep until then.
+	now := time.Now().UTC()
+	midnight := now.Truncate(24 * time.Hour)
+	flip := now.Add(3 * time.Second).Sub(midnight).Milliseconds()
+	if flip >= 24*3600*1000-4000 {
+		t.Skip("too close to midnight UTC for a time-of-day policy")
+	}
+	pol := fmt.Sprintf(`@id("allow-all")
+permit (principal, action, resource);
+
+@id("echo-budget")
+forbid (principal, action == Action::"list_tools", resource == Tool::"t__echo")
+when { context.session.calls >= 2 };
+
+@id("sleep-later")
+forbid (principal, action == Action::"list_tools", resource == Tool::"t__sleep")
+when { context.now.toTime() < duration("%dms") };
+`, flip)
+	h := newHarness(t, hconf{tokens: policyTokens, policy: engine(t, policyBundle(t, pol), policy.Enforcing), listRecheck: 200 * time.Millisecond})
+	changed := make(chan struct{}, 10)
+	cs := h.connect("tok-a", &mcp.ClientOptions{ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { changed <- struct{}{} }})
+	names := toolNames(t, cs)
+	if !slices.Contains(names, "t__echo") || slices.Contains(names, "t__sleep") {
+		t.Fatalf("first list: %v", names)
+	}
+	wait := func(what string) {
+		t.Helper()
+		select {
+		case <-changed:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no tools/list_changed after %s", what)
+		}
+	}
+	for range 2 {
+		if _, err := call(t, cs, "t__echo", map[string]any{"text": "x"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wait("the session's second call")
+	if names := toolNames(t, cs); slices.Contains(names, "t__echo") {
+		t.Fatalf("after two calls t__echo is still listed: %v", names)
+	}
+	wait("the time passed the policy's hour")
+	if names := toolNames(t, cs); !slices.Contains(names, "t__sleep") {
+		t.Fatalf("after the time passed t__sleep is not listed: %v", names)
 	}
 }
