@@ -153,7 +153,7 @@ func (s *session) stdioFast(c *agentConn) func(*jsonrpc.Request) bool {
 		go func() {
 			defer cancel()
 			defer calls.remove(req.ID)
-			res, err := s.relay(cctx, call)
+			res, err := s.relay(context.WithValue(cctx, stdioKey{}, c), call)
 			if cctx.Err() != nil {
 				return // cancelled by the agent, or the connection ended: no response
 			}
@@ -498,4 +498,45 @@ func (s *session) logs(level mcp.LoggingLevel) bool {
 	}
 	l, ok := logLevels[level]
 	return !ok || l >= logLevels[min]
+}
+
+// stdioKey carries a fast stdio call's connection in the call's context, so
+// that the gateway's own messages about the call (advise) reach the agent.
+type stdioKey struct{}
+
+// advise tells the agent, on the call's own stream, that the policy denies
+// the call it is forwarding anyway (advisory mode; silent mode says
+// nothing). It is an MCP logging message at level warning, sent unless the
+// agent asked only for more severe ones.
+func (s *session) advise(ctx context.Context, tool string, d Decision) {
+	s.mu.Lock()
+	level := s.logLevel
+	s.mu.Unlock()
+	if l, ok := logLevels[level]; ok && l > logLevels["warning"] {
+		return
+	}
+	msg := fmt.Sprintf("policy denies tool %q for %q; the call is forwarded because the policy is in advisory mode", tool, s.principal)
+	if d.Reason != "" {
+		msg += ": " + d.Reason
+	}
+	p := &mcp.LoggingMessageParams{Level: "warning", Logger: "cmcp.policy", Data: map[string]any{
+		"message": msg, "tool": tool, "decision": d.Effect, "mode": d.Mode, "policy_ids": d.PolicyIDs,
+	}}
+	switch {
+	case sinkFrom(ctx) != nil:
+		_ = sinkFrom(ctx).notify("notifications/message", p)
+	case ctx.Value(stdioKey{}) != nil:
+		b, err := json.Marshal(struct {
+			JSONRPC string `json:"jsonrpc"`
+			Method  string `json:"method"`
+			Params  any    `json:"params"`
+		}{"2.0", "notifications/message", p})
+		if err == nil {
+			_ = ctx.Value(stdioKey{}).(*agentConn).writeLine(b)
+		}
+	default:
+		if ss := s.downSession(); ss != nil {
+			_ = ss.Log(ctx, p) // go-sdk's path: only once the agent set a level
+		}
+	}
 }

@@ -102,6 +102,9 @@ func (s *session) relay(ctx context.Context, params toolCall) (json.RawMessage, 
 	if dec.Refuses() {
 		return refuse(deniedFault(params.Name, s.principal, dec))
 	}
+	if dec.Effect != auditlog.DecisionAllow && dec.Mode == ModeAdvisory {
+		s.advise(ctx, params.Name, dec)
+	}
 	if entry == nil {
 		// The upstream is known but its catalog is not loaded (it could not
 		// be started so far): try again, re-measured.

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -193,28 +194,70 @@ func toStrings(v any) []string {
 	return out
 }
 
+// TestPolicyAdvisoryAndSilent: both modes forward a denied call and record
+// the deny; advisory also tells the agent (a warning on the call's own
+// stream) and the operator (the gateway log), silent tells neither.
 func TestPolicyAdvisoryAndSilent(t *testing.T) {
 	for _, mode := range []policy.Mode{policy.Advisory, policy.Silent} {
-		t.Run(string(mode), func(t *testing.T) {
-			h := newHarness(t, hconf{tokens: policyTokens, policy: engine(t, policyBundle(t, testPolicy), mode)})
-			a := h.connect("tok-a", nil)
-			r, err := call(t, a, "t__echo", map[string]any{"text": "secret"})
-			if err != nil || firstText(r) != "echo: secret" {
-				t.Fatalf("%s: the denied call must be forwarded: %v %v", mode, r, err)
-			}
-			recs := h.records()
-			c := kinds(recs, "call")[0].Body
-			if c["decision"] != "deny" || c["outcome"] != "forwarded" || c["policy_mode"] != string(mode) || !slices.Equal(toStrings(c["policy_ids"]), []string{"no-secret"}) {
-				t.Fatalf("call record %v", c)
-			}
-			if len(kinds(recs, "result")) != 1 {
-				t.Fatal("no result record for the forwarded call")
-			}
-			warned := strings.Contains(h.logs.String(), "policy would deny this call")
-			if warned != (mode == policy.Advisory) {
-				t.Fatalf("%s: operator warning %v", mode, warned)
-			}
-		})
+		for _, front := range fronts {
+			t.Run(string(mode)+"/"+front, func(t *testing.T) {
+				h := newHarness(t, hconf{tokens: policyTokens, policy: engine(t, policyBundle(t, testPolicy), mode)})
+				var mu sync.Mutex
+				var warnings []*mcp.LoggingMessageParams
+				opts := &mcp.ClientOptions{LoggingMessageHandler: func(_ context.Context, r *mcp.LoggingMessageRequest) {
+					mu.Lock()
+					warnings = append(warnings, r.Params)
+					mu.Unlock()
+				}}
+				var a *mcp.ClientSession
+				if front == "http" {
+					a = h.connect("tok-a", opts)
+				} else {
+					a = h.connectVia(front, opts)
+				}
+				r, err := call(t, a, "t__echo", map[string]any{"text": "secret"})
+				if err != nil || firstText(r) != "echo: secret" {
+					t.Fatalf("%s: the denied call must be forwarded: %v %v", mode, r, err)
+				}
+				eventually(t, 5*time.Second, func() string {
+					if n := len(kinds(h.records(), "result")); n != 1 {
+						return fmt.Sprintf("%d result records for the forwarded call, want 1", n)
+					}
+					return ""
+				})
+				c := kinds(h.records(), "call")[0].Body
+				if c["decision"] != "deny" || c["outcome"] != "forwarded" || c["policy_mode"] != string(mode) {
+					t.Fatalf("call record %v", c)
+				}
+				if front == "http" && !slices.Equal(toStrings(c["policy_ids"]), []string{"no-secret"}) {
+					t.Fatalf("call record %v", c)
+				}
+				if mode == policy.Advisory {
+					eventually(t, 5*time.Second, func() string {
+						mu.Lock()
+						defer mu.Unlock()
+						for _, w := range warnings {
+							d, _ := w.Data.(map[string]any)
+							if w.Level == "warning" && w.Logger == "cmcp.policy" && d["mode"] == "advisory" && d["tool"] == "t__echo" && strings.Contains(fmt.Sprint(d["message"]), "advisory mode") {
+								return ""
+							}
+						}
+						return fmt.Sprintf("the agent was not warned: %v", warnings)
+					})
+				} else {
+					time.Sleep(300 * time.Millisecond)
+					mu.Lock()
+					if len(warnings) != 0 {
+						t.Fatalf("silent mode showed the agent %v", warnings)
+					}
+					mu.Unlock()
+				}
+				warned := strings.Contains(h.logs.String(), "policy would deny this call")
+				if warned != (mode == policy.Advisory) {
+					t.Fatalf("%s: operator warning %v", mode, warned)
+				}
+			})
+		}
 	}
 }
 
