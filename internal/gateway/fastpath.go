@@ -250,15 +250,20 @@ func (sk *sseSink) close() {
 
 // notify sends a notification on the call's stream.
 func (sk *sseSink) notify(method string, params any) error {
-	b, err := json.Marshal(struct {
-		JSONRPC string `json:"jsonrpc"`
-		Method  string `json:"method"`
-		Params  any    `json:"params"`
-	}{"2.0", method, params})
+	b, err := encodeNotification(method, params)
 	if err != nil {
 		return err
 	}
 	return sk.write(b)
+}
+
+// encodeNotification is a JSON-RPC notification the gateway sends itself.
+func encodeNotification(method string, params any) ([]byte, error) {
+	return json.Marshal(struct {
+		JSONRPC string `json:"jsonrpc"`
+		Method  string `json:"method"`
+		Params  any    `json:"params"`
+	}{"2.0", method, params})
 }
 
 // request sends a server-to-client request on the call's stream and waits
@@ -526,12 +531,7 @@ func (s *session) advise(ctx context.Context, tool string, d Decision) {
 	case sinkFrom(ctx) != nil:
 		_ = sinkFrom(ctx).notify("notifications/message", p)
 	case ctx.Value(stdioKey{}) != nil:
-		b, err := json.Marshal(struct {
-			JSONRPC string `json:"jsonrpc"`
-			Method  string `json:"method"`
-			Params  any    `json:"params"`
-		}{"2.0", "notifications/message", p})
-		if err == nil {
+		if b, err := encodeNotification("notifications/message", p); err == nil {
 			_ = ctx.Value(stdioKey{}).(*agentConn).writeLine(b)
 		}
 	default:

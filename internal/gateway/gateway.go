@@ -358,6 +358,17 @@ func (g *Gateway) Upstreams() []UpstreamStatus {
 	return out
 }
 
+// sessionList is a snapshot of the live agent sessions.
+func (g *Gateway) sessionList() []*session {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]*session, 0, len(g.sessions))
+	for s := range g.sessions {
+		out = append(out, s)
+	}
+	return out
+}
+
 // Shutdown stops accepting calls, waits for in-flight calls until ctx ends,
 // then closes every session and stops every upstream.
 func (g *Gateway) Shutdown(ctx context.Context) error {
@@ -370,12 +381,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		err = fmt.Errorf("shutdown: in-flight calls still running after the drain deadline: %w", ctx.Err())
 	}
-	g.mu.Lock()
-	sessions := make([]*session, 0, len(g.sessions))
-	for s := range g.sessions {
-		sessions = append(sessions, s)
-	}
-	g.mu.Unlock()
+	sessions := g.sessionList()
 	var wg sync.WaitGroup
 	for _, s := range sessions {
 		wg.Add(1)

@@ -842,12 +842,7 @@ func (g *Gateway) watchLists(every time.Duration) {
 		if g.closing.Load() {
 			return
 		}
-		g.mu.Lock()
-		ss := make([]*session, 0, len(g.sessions))
-		for s := range g.sessions {
-			ss = append(ss, s)
-		}
-		g.mu.Unlock()
+		ss := g.sessionList()
 		for _, s := range ss {
 			s.recheckList()
 		}
