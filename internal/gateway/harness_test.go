@@ -78,6 +78,7 @@ type hconf struct {
 	connTimeout time.Duration
 	measure     string // measure target (file or directory) and its pin
 	measurePin  digest.Digest
+	listRecheck time.Duration
 	// http serves the test upstream (newChildServer) over Streamable HTTP
 	// on 127.0.0.1 instead of spawning it.
 	http bool
@@ -151,7 +152,7 @@ func newHarness(t testing.TB, c hconf) *harness {
 		}
 		uo.Upstream, uo.Transport, uo.Class = hu, "http", hu.Class()
 	}
-	g, err := New(Options{Version: "test", Log: w, Logger: logger, CallTimeout: c.callTimeout, ConnectTimeout: c.connTimeout, Decider: c.decider, Policy: c.policy,
+	g, err := New(Options{Version: "test", Log: w, Logger: logger, CallTimeout: c.callTimeout, ConnectTimeout: c.connTimeout, Decider: c.decider, Policy: c.policy, ListRecheck: c.listRecheck,
 		Upstreams: []UpstreamOptions{uo}})
 	if err != nil {
 		t.Fatal(err)

@@ -327,12 +327,7 @@ func (lv *live) forEachSession(f func(*session)) {
 		return
 	}
 	g := lv.st.g
-	g.mu.Lock()
-	ss := make([]*session, 0, len(g.sessions))
-	for s := range g.sessions {
-		ss = append(ss, s)
-	}
-	g.mu.Unlock()
+	ss := g.sessionList()
 	for _, s := range ss {
 		f(s)
 	}
