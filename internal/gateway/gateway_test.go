@@ -636,9 +636,13 @@ func TestChildEnvironmentHasNoSecrets(t *testing.T) {
 }
 
 func TestForwarding(t *testing.T) {
-	for _, front := range fronts {
-		t.Run(front, func(t *testing.T) {
-			h := newHarness(t, hconf{})
+	for _, tc := range []struct {
+		name, front string
+		http        bool
+	}{{"http", "http", false}, {"stdio", "stdio", false}, {"http front, http upstream", "http", true}, {"stdio front, http upstream", "stdio", true}} {
+		front := tc.front
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, hconf{http: tc.http})
 			var mu sync.Mutex
 			var progress []float64
 			var logs []string

@@ -196,8 +196,8 @@ func (s *session) relay(ctx context.Context, params toolCall) (json.RawMessage, 
 }
 
 // forwardCall sends tools/call upstream and returns the result's exact
-// bytes: a raw call where the connection supports it (stdio children),
-// else through the MCP client session, re-encoded.
+// bytes: a raw call where the connection supports it (stdio children and
+// HTTP upstreams), else through the MCP client session, re-encoded.
 func forwardCall(ctx context.Context, lv *live, tool string, args json.RawMessage, meta mcp.Meta) (json.RawMessage, error) {
 	if !lv.conn.CanRawCall() {
 		res, err := lv.conn.Session.CallTool(ctx, &mcp.CallToolParams{Meta: meta, Name: tool, Arguments: args})

@@ -114,15 +114,7 @@ func (c *childConn) rawCall(ctx context.Context, method string, params json.RawM
 	if err != nil {
 		return nil, err
 	}
-	m, _ := json.Marshal(method)
-	b := make([]byte, 0, len(params)+len(m)+len(id)+48)
-	b = append(b, `{"jsonrpc":"2.0","id":"`...)
-	b = append(b, id...)
-	b = append(b, `","method":`...)
-	b = append(b, m...)
-	b = append(b, `,"params":`...)
-	b = append(b, params...)
-	b = append(b, '}')
+	b := encodeRequest(id, method, params)
 	if err := c.child.write(b); err != nil {
 		c.raw.forget(id)
 		if f := c.raw.failure(); f != nil {
@@ -141,16 +133,38 @@ func (c *childConn) rawCall(ctx context.Context, method string, params json.RawM
 		return resp.Result, nil
 	case <-ctx.Done():
 		c.raw.forget(id)
-		reason := "the request was cancelled"
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			reason = "the gateway's per-call timeout expired"
-		}
-		n, _ := json.Marshal(struct {
-			JSONRPC string `json:"jsonrpc"`
-			Method  string `json:"method"`
-			Params  any    `json:"params"`
-		}{"2.0", "notifications/cancelled", map[string]string{"requestId": id, "reason": reason}})
+		n := cancelledNotification(id, ctx.Err())
 		_ = c.child.write(n)
 		return nil, ctx.Err()
 	}
+}
+
+// encodeRequest writes a JSON-RPC request with a raw-call id and params
+// (a JSON object, copied verbatim).
+func encodeRequest(id, method string, params json.RawMessage) []byte {
+	m, _ := json.Marshal(method)
+	b := make([]byte, 0, len(params)+len(m)+len(id)+48)
+	b = append(b, `{"jsonrpc":"2.0","id":"`...)
+	b = append(b, id...)
+	b = append(b, `","method":`...)
+	b = append(b, m...)
+	b = append(b, `,"params":`...)
+	b = append(b, params...)
+	b = append(b, '}')
+	return b
+}
+
+// cancelledNotification is notifications/cancelled for the raw call id,
+// giving why (ctxErr is the call context's error).
+func cancelledNotification(id string, ctxErr error) []byte {
+	reason := "the request was cancelled"
+	if errors.Is(ctxErr, context.DeadlineExceeded) {
+		reason = "the gateway's per-call timeout expired"
+	}
+	n, _ := json.Marshal(struct {
+		JSONRPC string `json:"jsonrpc"`
+		Method  string `json:"method"`
+		Params  any    `json:"params"`
+	}{"2.0", "notifications/cancelled", map[string]string{"requestId": id, "reason": reason}})
+	return n
 }
