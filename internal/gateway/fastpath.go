@@ -150,7 +150,11 @@ func (s *session) stdioFast(c *agentConn) func(*jsonrpc.Request) bool {
 			return false // a duplicate in-flight id: go-sdk answers it
 		}
 		s.g.fastPath.Add(1)
+		// In flight until the response is written, not only until the
+		// pipeline returns: shutdown waits for both.
+		s.g.inflight.Add(1)
 		go func() {
+			defer s.g.inflight.Done()
 			defer cancel()
 			defer calls.remove(req.ID)
 			res, err := s.relay(context.WithValue(cctx, stdioKey{}, c), call)
@@ -233,8 +237,12 @@ func (sk *sseSink) respond(msg []byte) error {
 		h.Set("Content-Type", "application/json")
 		h.Set("Content-Length", strconv.Itoa(len(msg)))
 		sk.w.WriteHeader(http.StatusOK)
-		_, err := sk.w.Write(msg)
-		return err
+		if _, err := sk.w.Write(msg); err != nil {
+			return err
+		}
+		// On the wire before the handler returns: a shutdown closes the
+		// connections once no request is in progress.
+		return sk.rc.Flush()
 	}
 	sk.mu.Unlock()
 	err := sk.write(msg)
@@ -401,6 +409,8 @@ func (s *session) httpFast(w http.ResponseWriter, r *http.Request, maxBytes int6
 			return false
 		}
 		s.g.fastPath.Add(1)
+		s.g.inflight.Add(1) // until the response is written (shutdown waits)
+		defer s.g.inflight.Done()
 		ctx, cancel := context.WithCancel(s.ctx)
 		defer cancel()
 		if !s.fast.add(m.ID, cancel) {
