@@ -277,8 +277,11 @@ func encodeNotification(method string, params any) ([]byte, error) {
 // request sends a server-to-client request on the call's stream and waits
 // for the agent's answer, which arrives as a POST of its own (httpFast).
 func (sk *sseSink) request(ctx context.Context, method string, params any, result any) error {
-	id, ch := sk.s.serverReqs.register()
-	defer sk.s.serverReqs.forget(id)
+	id, ch, err := sk.s.serverReqs.Register()
+	if err != nil {
+		return err
+	}
+	defer sk.s.serverReqs.Forget(id)
 	b, err := json.Marshal(struct {
 		JSONRPC string `json:"jsonrpc"`
 		ID      string `json:"id"`
@@ -292,7 +295,10 @@ func (sk *sseSink) request(ctx context.Context, method string, params any, resul
 		return err
 	}
 	select {
-	case resp := <-ch:
+	case resp, ok := <-ch:
+		if !ok {
+			return sk.s.serverReqs.Err()
+		}
 		if resp.Error != nil {
 			return resp.Error
 		}
@@ -307,52 +313,9 @@ func (sk *sseSink) request(ctx context.Context, method string, params any, resul
 	}
 }
 
-// serverReqs are a session's server-to-client requests sent on fast-call
-// streams, waiting for the agent's answer.
-type serverReqs struct {
-	mu   sync.Mutex
-	next uint64
-	m    map[string]chan *jsonrpc.Response
-}
-
+// serverReqPrefix starts the ids of the requests to the agent sent on
+// fast-call streams (session.serverReqs).
 const serverReqPrefix = "cmcp-s-"
-
-func (r *serverReqs) register() (string, chan *jsonrpc.Response) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.m == nil {
-		r.m = map[string]chan *jsonrpc.Response{}
-	}
-	r.next++
-	id := serverReqPrefix + strconv.FormatUint(r.next, 10)
-	ch := make(chan *jsonrpc.Response, 1)
-	r.m[id] = ch
-	return id, ch
-}
-
-func (r *serverReqs) forget(id string) {
-	r.mu.Lock()
-	delete(r.m, id)
-	r.mu.Unlock()
-}
-
-// deliver hands the agent's answer to a waiting request; it reports
-// whether resp answered one.
-func (r *serverReqs) deliver(resp *jsonrpc.Response) bool {
-	id, ok := resp.ID.Raw().(string)
-	if !ok || !strings.HasPrefix(id, serverReqPrefix) {
-		return false
-	}
-	r.mu.Lock()
-	ch := r.m[id]
-	delete(r.m, id)
-	r.mu.Unlock()
-	if ch == nil {
-		return false
-	}
-	ch <- resp
-	return true
-}
 
 // httpFast is the Streamable HTTP front's fast path for one POST of an
 // initialised session: it answers a tools/call itself (an SSE stream with
@@ -391,7 +354,7 @@ func (s *session) httpFast(w http.ResponseWriter, r *http.Request, maxBytes int6
 	}
 	switch m := msg.(type) {
 	case *jsonrpc.Response:
-		if !s.serverReqs.deliver(m) {
+		if !s.serverReqs.Deliver(m) {
 			return false
 		}
 		w.WriteHeader(http.StatusAccepted)

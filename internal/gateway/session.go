@@ -14,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/confidential-mcp/cmcp/internal/catalog"
+	"github.com/confidential-mcp/cmcp/internal/rpcwire"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 )
@@ -42,8 +43,8 @@ type session struct {
 	// ctx ends when the session ends; fast-path calls run under it.
 	ctx        context.Context
 	cancel     context.CancelFunc
-	fast       fastCalls  // tools/call requests a front answers itself
-	serverReqs serverReqs // requests to the agent on fast-call streams
+	fast       fastCalls       // tools/call requests a front answers itself
+	serverReqs rpcwire.Pending // requests to the agent on fast-call streams
 
 	// What tools/list last showed the agent (or what it was last told
 	// changed), as sorted names, once it has listed; see recheckList.
@@ -63,6 +64,7 @@ type session struct {
 func (g *Gateway) newSession(principal, front string) *session {
 	s := &session{g: g, principal: principal, front: front, lives: map[string]*live{}, visible: map[string]bool{}, resOwner: map[string]string{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.serverReqs.Prefix = serverReqPrefix
 	s.lastPost.Store(time.Now().UnixNano())
 	g.mu.Lock()
 	caps, instructions := g.caps, g.instructions
@@ -157,6 +159,7 @@ func frontVersions() []string {
 func (s *session) end(reason string) {
 	s.endOnce.Do(func() {
 		s.cancel()
+		s.serverReqs.Fail(errors.New("the agent session ended"))
 		s.g.mu.Lock()
 		delete(s.g.sessions, s)
 		if s.g.byID[s.id] == s {
