@@ -145,7 +145,9 @@ func (s *session) bindLazily(req mcp.Request) {
 	}
 }
 
-func frontVersions() []string {
+// frontVersions are the protocol versions offered to agents: go-sdk's, up
+// to the version the gateway speaks to its upstreams.
+var frontVersions = sync.OnceValue(func() []string {
 	var out []string
 	for _, v := range mcp.SupportedProtocolVersions() {
 		if v <= upstream.ProtocolVersion {
@@ -153,7 +155,7 @@ func frontVersions() []string {
 		}
 	}
 	return out
-}
+})
 
 // end stops the session's children and records the end.
 func (s *session) end(reason string) {
