@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -75,7 +76,7 @@ func (g *Gateway) newSession(principal, front string) *session {
 		Logger:       g.logger,
 		// Sessions are stateful: the sessionless 2026-07-28 protocol is not
 		// offered, so modern clients fall back to initialize.
-		SupportedProtocolVersions: frontVersions(),
+		SupportedProtocolVersions: slices.Clone(frontVersions()),
 	}
 	if caps.Completions != nil {
 		opts.CompletionHandler = s.complete
