@@ -96,6 +96,9 @@ func BenchmarkGateway(b *testing.B) {
 	modes := []mode{
 		{"stdio direct", "stdio", "direct", "", StdioConnector(everything)},
 		{"http direct", "http", "direct", "", HTTPConnector(upURL, "")},
+		// The floor: one extra process that only copies lines, where cmcp
+		// would be.
+		{"stdio no-op relay", "stdio", "direct", "stdio direct", StdioConnector(buildGo(b, "noprelay", "github.com/confidential-mcp/cmcp/internal/bench/noprelay"), everything)},
 	}
 	for _, kind := range []string{"stdio", "http"} {
 		for _, dur := range []string{"interval", "group"} {
@@ -294,11 +297,15 @@ func envInt(b *testing.B, name string, def int) int {
 
 // buildCmcp builds the cmcp binary from this checkout.
 func buildCmcp(b *testing.B) string {
+	return buildGo(b, "cmcp", "github.com/confidential-mcp/cmcp/cmd/cmcp")
+}
+
+func buildGo(b *testing.B, name, pkg string) string {
 	b.Helper()
-	out := filepath.Join(b.TempDir(), "cmcp")
-	cmd := exec.Command("go", "build", "-o", out, "github.com/confidential-mcp/cmcp/cmd/cmcp")
+	out := filepath.Join(b.TempDir(), name)
+	cmd := exec.Command("go", "build", "-o", out, pkg)
 	if msg, err := cmd.CombinedOutput(); err != nil {
-		b.Fatalf("go build cmcp: %v\n%s", err, strings.TrimSpace(string(msg)))
+		b.Fatalf("go build %s: %v\n%s", name, err, strings.TrimSpace(string(msg)))
 	}
 	return out
 }

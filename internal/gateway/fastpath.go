@@ -150,10 +150,14 @@ func (s *session) stdioFast(c *agentConn) func(*jsonrpc.Request) bool {
 			return false // a duplicate in-flight id: go-sdk answers it
 		}
 		s.g.fastPath.Add(1)
+		// In flight until the response is written, not only until the
+		// pipeline returns: shutdown waits for both.
+		s.g.inflight.Add(1)
 		go func() {
+			defer s.g.inflight.Done()
 			defer cancel()
 			defer calls.remove(req.ID)
-			res, err := s.relay(cctx, call)
+			res, err := s.relay(context.WithValue(cctx, stdioKey{}, c), call)
 			if cctx.Err() != nil {
 				return // cancelled by the agent, or the connection ended: no response
 			}
@@ -182,22 +186,35 @@ func sinkFrom(ctx context.Context) *sseSink {
 	return sk
 }
 
-// sseSink is the SSE response stream of one fast HTTP call.
+// sseSink is the response stream of one fast HTTP call. It becomes an SSE
+// stream when the first message related to the call has to go out before
+// the response; a call without any answers with a plain application/json
+// response (one write, no chunked encoding), as Streamable HTTP allows.
 type sseSink struct {
 	s  *session
 	mu sync.Mutex
 	w  http.ResponseWriter
 	rc *http.ResponseController
+	// sse: the headers went out as text/event-stream.
+	sse bool
 	// closed: the handler returned; later messages have nowhere to go.
 	closed bool
 }
 
-// write sends one JSON-RPC message as an SSE event.
+// write sends one JSON-RPC message as an SSE event, starting the stream.
 func (sk *sseSink) write(msg []byte) error {
 	sk.mu.Lock()
 	defer sk.mu.Unlock()
 	if sk.closed {
 		return errors.New("the call's response stream is closed")
+	}
+	if !sk.sse {
+		sk.sse = true
+		h := sk.w.Header()
+		h.Set("Cache-Control", "no-cache, no-transform")
+		h.Set("Content-Type", "text/event-stream")
+		h.Set("Connection", "keep-alive")
+		sk.w.WriteHeader(http.StatusOK)
 	}
 	b := make([]byte, 0, len(msg)+24)
 	b = append(b, "event: message\ndata: "...)
@@ -209,6 +226,30 @@ func (sk *sseSink) write(msg []byte) error {
 	return sk.rc.Flush()
 }
 
+// respond sends the call's response: the last event of the SSE stream if
+// one was started, else a JSON body. The stream is closed afterwards.
+func (sk *sseSink) respond(msg []byte) error {
+	sk.mu.Lock()
+	if !sk.sse && !sk.closed {
+		sk.closed = true
+		sk.mu.Unlock()
+		h := sk.w.Header()
+		h.Set("Content-Type", "application/json")
+		h.Set("Content-Length", strconv.Itoa(len(msg)))
+		sk.w.WriteHeader(http.StatusOK)
+		if _, err := sk.w.Write(msg); err != nil {
+			return err
+		}
+		// On the wire before the handler returns: a shutdown closes the
+		// connections once no request is in progress.
+		return sk.rc.Flush()
+	}
+	sk.mu.Unlock()
+	err := sk.write(msg)
+	sk.close()
+	return err
+}
+
 func (sk *sseSink) close() {
 	sk.mu.Lock()
 	sk.closed = true
@@ -217,22 +258,30 @@ func (sk *sseSink) close() {
 
 // notify sends a notification on the call's stream.
 func (sk *sseSink) notify(method string, params any) error {
-	b, err := json.Marshal(struct {
-		JSONRPC string `json:"jsonrpc"`
-		Method  string `json:"method"`
-		Params  any    `json:"params"`
-	}{"2.0", method, params})
+	b, err := encodeNotification(method, params)
 	if err != nil {
 		return err
 	}
 	return sk.write(b)
 }
 
+// encodeNotification is a JSON-RPC notification the gateway sends itself.
+func encodeNotification(method string, params any) ([]byte, error) {
+	return json.Marshal(struct {
+		JSONRPC string `json:"jsonrpc"`
+		Method  string `json:"method"`
+		Params  any    `json:"params"`
+	}{"2.0", method, params})
+}
+
 // request sends a server-to-client request on the call's stream and waits
 // for the agent's answer, which arrives as a POST of its own (httpFast).
 func (sk *sseSink) request(ctx context.Context, method string, params any, result any) error {
-	id, ch := sk.s.serverReqs.register()
-	defer sk.s.serverReqs.forget(id)
+	id, ch, err := sk.s.serverReqs.Register()
+	if err != nil {
+		return err
+	}
+	defer sk.s.serverReqs.Forget(id)
 	b, err := json.Marshal(struct {
 		JSONRPC string `json:"jsonrpc"`
 		ID      string `json:"id"`
@@ -246,7 +295,10 @@ func (sk *sseSink) request(ctx context.Context, method string, params any, resul
 		return err
 	}
 	select {
-	case resp := <-ch:
+	case resp, ok := <-ch:
+		if !ok {
+			return sk.s.serverReqs.Err()
+		}
 		if resp.Error != nil {
 			return resp.Error
 		}
@@ -261,52 +313,9 @@ func (sk *sseSink) request(ctx context.Context, method string, params any, resul
 	}
 }
 
-// serverReqs are a session's server-to-client requests sent on fast-call
-// streams, waiting for the agent's answer.
-type serverReqs struct {
-	mu   sync.Mutex
-	next uint64
-	m    map[string]chan *jsonrpc.Response
-}
-
+// serverReqPrefix starts the ids of the requests to the agent sent on
+// fast-call streams (session.serverReqs).
 const serverReqPrefix = "cmcp-s-"
-
-func (r *serverReqs) register() (string, chan *jsonrpc.Response) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.m == nil {
-		r.m = map[string]chan *jsonrpc.Response{}
-	}
-	r.next++
-	id := serverReqPrefix + strconv.FormatUint(r.next, 10)
-	ch := make(chan *jsonrpc.Response, 1)
-	r.m[id] = ch
-	return id, ch
-}
-
-func (r *serverReqs) forget(id string) {
-	r.mu.Lock()
-	delete(r.m, id)
-	r.mu.Unlock()
-}
-
-// deliver hands the agent's answer to a waiting request; it reports
-// whether resp answered one.
-func (r *serverReqs) deliver(resp *jsonrpc.Response) bool {
-	id, ok := resp.ID.Raw().(string)
-	if !ok || !strings.HasPrefix(id, serverReqPrefix) {
-		return false
-	}
-	r.mu.Lock()
-	ch := r.m[id]
-	delete(r.m, id)
-	r.mu.Unlock()
-	if ch == nil {
-		return false
-	}
-	ch <- resp
-	return true
-}
 
 // httpFast is the Streamable HTTP front's fast path for one POST of an
 // initialised session: it answers a tools/call itself (an SSE stream with
@@ -345,7 +354,7 @@ func (s *session) httpFast(w http.ResponseWriter, r *http.Request, maxBytes int6
 	}
 	switch m := msg.(type) {
 	case *jsonrpc.Response:
-		if !s.serverReqs.deliver(m) {
+		if !s.serverReqs.Deliver(m) {
 			return false
 		}
 		w.WriteHeader(http.StatusAccepted)
@@ -363,6 +372,8 @@ func (s *session) httpFast(w http.ResponseWriter, r *http.Request, maxBytes int6
 			return false
 		}
 		s.g.fastPath.Add(1)
+		s.g.inflight.Add(1) // until the response is written (shutdown waits)
+		defer s.g.inflight.Done()
 		ctx, cancel := context.WithCancel(s.ctx)
 		defer cancel()
 		if !s.fast.add(m.ID, cancel) {
@@ -370,22 +381,26 @@ func (s *session) httpFast(w http.ResponseWriter, r *http.Request, maxBytes int6
 			return true
 		}
 		defer s.fast.remove(m.ID)
-		w.Header().Set("Cache-Control", "no-cache, no-transform")
-		w.Header().Set("Content-Type", "text/event-stream")
-		w.Header().Set("Connection", "keep-alive")
-		w.WriteHeader(http.StatusOK)
 		sk := &sseSink{s: s, w: w, rc: http.NewResponseController(w)}
 		defer sk.close()
 		res, err := s.relay(context.WithValue(ctx, sinkKey{}, sk), call)
 		if ctx.Err() != nil {
-			return true // cancelled by the agent, or the session ended: no response
+			// Cancelled by the agent, or the session ended: no JSON-RPC
+			// response, and the HTTP response ends empty.
+			sk.mu.Lock()
+			if !sk.sse {
+				w.WriteHeader(http.StatusAccepted)
+			}
+			sk.closed = true
+			sk.mu.Unlock()
+			return true
 		}
 		b, err := encodeResponse(m.ID, res, err)
 		if err != nil {
 			s.g.logger.Error("encode a tools/call response", "err", err)
-			return true
+			b, _ = encodeResponse(m.ID, nil, fault(CodeUpstreamFailed, "the response could not be encoded: %v", err))
 		}
-		_ = sk.write(b)
+		_ = sk.respond(b)
 		return true
 	}
 	return false
@@ -461,4 +476,40 @@ func (s *session) logs(level mcp.LoggingLevel) bool {
 	}
 	l, ok := logLevels[level]
 	return !ok || l >= logLevels[min]
+}
+
+// stdioKey carries a fast stdio call's connection in the call's context, so
+// that the gateway's own messages about the call (advise) reach the agent.
+type stdioKey struct{}
+
+// advise tells the agent, on the call's own stream, that the policy denies
+// the call it is forwarding anyway (advisory mode; silent mode says
+// nothing). It is an MCP logging message at level warning, sent unless the
+// agent asked only for more severe ones.
+func (s *session) advise(ctx context.Context, tool string, d Decision) {
+	s.mu.Lock()
+	level := s.logLevel
+	s.mu.Unlock()
+	if l, ok := logLevels[level]; ok && l > logLevels["warning"] {
+		return
+	}
+	msg := fmt.Sprintf("policy denies tool %q for %q; the call is forwarded because the policy is in advisory mode", tool, s.principal)
+	if d.Reason != "" {
+		msg += ": " + d.Reason
+	}
+	p := &mcp.LoggingMessageParams{Level: "warning", Logger: "cmcp.policy", Data: map[string]any{
+		"message": msg, "tool": tool, "decision": d.Effect, "mode": d.Mode, "policy_ids": d.PolicyIDs,
+	}}
+	switch {
+	case sinkFrom(ctx) != nil:
+		_ = sinkFrom(ctx).notify("notifications/message", p)
+	case ctx.Value(stdioKey{}) != nil:
+		if b, err := encodeNotification("notifications/message", p); err == nil {
+			_ = ctx.Value(stdioKey{}).(*agentConn).writeLine(b)
+		}
+	default:
+		if ss := s.downSession(); ss != nil {
+			_ = ss.Log(ctx, p) // go-sdk's path: only once the agent set a level
+		}
+	}
 }

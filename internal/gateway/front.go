@@ -161,16 +161,10 @@ func (g *Gateway) reapIdle(timeout time.Duration) {
 			return
 		}
 		cutoff := time.Now().Add(-timeout).UnixNano()
-		g.mu.Lock()
-		var idle []*session
-		for s := range g.sessions {
+		for _, s := range g.sessionList() {
 			if s.front == "http" && s.posts.Load() == 0 && s.lastPost.Load() < cutoff {
-				idle = append(idle, s)
+				go s.end(fmt.Sprintf("idle for longer than the session timeout (%s)", timeout))
 			}
-		}
-		g.mu.Unlock()
-		for _, s := range idle {
-			go s.end(fmt.Sprintf("idle for longer than the session timeout (%s)", timeout))
 		}
 	}
 }

@@ -77,6 +77,11 @@ type Options struct {
 	// Environ is the gateway's environment; children get only allowlisted
 	// variables from it.
 	Environ []string
+	// ListRecheck is how often every session's tools/list is re-filtered,
+	// so that an agent is sent list_changed when the time alone changes
+	// what the policy lets it see (0: 30 seconds). Changes caused by a
+	// session's own calls are found within listRecheckDelay of the call.
+	ListRecheck time.Duration
 }
 
 // Gateway is a running cmcp gateway.
@@ -153,6 +158,13 @@ func New(opts Options) (*Gateway, error) {
 	}
 	if g.decider == nil {
 		g.decider = AllowAll{}
+	}
+	if g.opts.Filter != nil {
+		every := opts.ListRecheck
+		if every <= 0 {
+			every = 30 * time.Second
+		}
+		go g.watchLists(every)
 	}
 	for _, u := range opts.Upstreams {
 		name := u.Upstream.Name()
@@ -346,6 +358,17 @@ func (g *Gateway) Upstreams() []UpstreamStatus {
 	return out
 }
 
+// sessionList is a snapshot of the live agent sessions.
+func (g *Gateway) sessionList() []*session {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]*session, 0, len(g.sessions))
+	for s := range g.sessions {
+		out = append(out, s)
+	}
+	return out
+}
+
 // Shutdown stops accepting calls, waits for in-flight calls until ctx ends,
 // then closes every session and stops every upstream.
 func (g *Gateway) Shutdown(ctx context.Context) error {
@@ -358,12 +381,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		err = fmt.Errorf("shutdown: in-flight calls still running after the drain deadline: %w", ctx.Err())
 	}
-	g.mu.Lock()
-	sessions := make([]*session, 0, len(g.sessions))
-	for s := range g.sessions {
-		sessions = append(sessions, s)
-	}
-	g.mu.Unlock()
+	sessions := g.sessionList()
 	var wg sync.WaitGroup
 	for _, s := range sessions {
 		wg.Add(1)

@@ -636,9 +636,13 @@ func TestChildEnvironmentHasNoSecrets(t *testing.T) {
 }
 
 func TestForwarding(t *testing.T) {
-	for _, front := range fronts {
-		t.Run(front, func(t *testing.T) {
-			h := newHarness(t, hconf{})
+	for _, tc := range []struct {
+		name, front string
+		http        bool
+	}{{"http", "http", false}, {"stdio", "stdio", false}, {"http front, http upstream", "http", true}, {"stdio front, http upstream", "stdio", true}} {
+		front := tc.front
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, hconf{http: tc.http})
 			var mu sync.Mutex
 			var progress []float64
 			var logs []string
@@ -929,4 +933,72 @@ func TestUpstreamProtocolVersion(t *testing.T) {
 	if err != nil || firstText(res) != upstream.ProtocolVersion {
 		t.Fatalf("the child was initialized at %q (%v), want %s", firstText(res), err, upstream.ProtocolVersion)
 	}
+}
+
+// TestFastPathResponseShapes: over HTTP, a call with nothing to say before
+// its result is answered with one application/json body; a call whose
+// upstream reports progress gets an SSE stream with the progress first.
+// Wrong headers still get go-sdk's refusals, and a duplicate in-flight id
+// is refused.
+func TestFastPathResponseShapes(t *testing.T) {
+	h := newHarness(t, hconf{})
+	cs := h.connect("", nil)
+	post := func(body string, hdr map[string]string) (*http.Response, string) {
+		t.Helper()
+		req, _ := http.NewRequest("POST", h.url, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Session-Id", cs.ID())
+		req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	before := h.g.fastPath.Load()
+	resp, body := post(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"t__echo","arguments":{"text":"plain"}}}`, nil)
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/json" || !strings.HasPrefix(body, `{"jsonrpc":"2.0","id":7,"result":{`) || !strings.Contains(body, "echo: plain") {
+		t.Fatalf("plain call: %d %q %q", resp.StatusCode, resp.Header.Get("Content-Type"), clip(body, 300))
+	}
+	resp, body = post(`{"jsonrpc":"2.0","id":"p","method":"tools/call","params":{"_meta":{"progressToken":"pt"},"name":"t__progress","arguments":{}}}`, nil)
+	events := strings.Split(strings.TrimSpace(body), "\n\n")
+	if resp.Header.Get("Content-Type") != "text/event-stream" || len(events) < 2 ||
+		!strings.Contains(events[0], `"method":"notifications/progress"`) || !strings.Contains(events[0], `"progressToken":"pt"`) ||
+		!strings.Contains(events[len(events)-1], `"id":"p","result"`) {
+		t.Fatalf("progress call: %q %q", resp.Header.Get("Content-Type"), clip(body, 600))
+	}
+	if got := h.g.fastPath.Load() - before; got != 2 {
+		t.Fatalf("%d calls took the fast path, want 2", got)
+	}
+	// go-sdk still answers what the fast path does not take.
+	if resp, _ := post(`{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"t__echo","arguments":{}}}`, map[string]string{"Mcp-Protocol-Version": "1999-01-01"}); resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("unsupported protocol version header: status %d", resp.StatusCode)
+	}
+	if resp, _ := post(`{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"t__echo","arguments":{}}}`, map[string]string{"Accept": "application/json"}); resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("Accept without text/event-stream: status %d", resp.StatusCode)
+	}
+	if resp, _ := post(`{"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"name":"t__echo","arguments":{}}}`, map[string]string{"Mcp-Session-Id": "no-such-session"}); resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("unknown session: status %d", resp.StatusCode)
+	}
+	if got := h.g.fastPath.Load() - before; got != 2 {
+		t.Fatalf("requests go-sdk must refuse took the fast path (%d)", got)
+	}
+	// A second call with the id of one in flight is refused.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		post(`{"jsonrpc":"2.0","id":"dup","method":"tools/call","params":{"name":"t__sleep","arguments":{"text":"1500ms"}}}`, nil)
+	}()
+	time.Sleep(300 * time.Millisecond)
+	resp, body = post(`{"jsonrpc":"2.0","id":"dup","method":"tools/call","params":{"name":"t__echo","arguments":{"text":"x"}}}`, nil)
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "duplicate in-flight request ID") {
+		t.Fatalf("duplicate id: %d %q", resp.StatusCode, clip(body, 300))
+	}
+	<-done
 }

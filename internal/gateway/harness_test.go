@@ -78,6 +78,10 @@ type hconf struct {
 	connTimeout time.Duration
 	measure     string // measure target (file or directory) and its pin
 	measurePin  digest.Digest
+	listRecheck time.Duration
+	// http serves the test upstream (newChildServer) over Streamable HTTP
+	// on 127.0.0.1 instead of spawning it.
+	http bool
 }
 
 type harness struct {
@@ -136,9 +140,20 @@ func newHarness(t testing.TB, c hconf) *harness {
 	if environ == nil {
 		environ = os.Environ()
 	}
-	up := &upstream.Stdio{Spec: spec, Environ: environ, Hooks: StdioHooks(w, logger, nil), Share: share}
-	g, err := New(Options{Version: "test", Log: w, Logger: logger, CallTimeout: c.callTimeout, ConnectTimeout: c.connTimeout, Decider: c.decider, Policy: c.policy,
-		Upstreams: []UpstreamOptions{{Upstream: up, Namespaced: !c.flat, Shared: c.shared, ToolPins: c.toolPins, DriftWarn: c.driftWarn, Class: upstream.ClassSpawnMeasured}}})
+	uo := UpstreamOptions{Upstream: &upstream.Stdio{Spec: spec, Environ: environ, Hooks: StdioHooks(w, logger, nil), Share: share},
+		Namespaced: !c.flat, Shared: c.shared, ToolPins: c.toolPins, DriftWarn: c.driftWarn, Class: upstream.ClassSpawnMeasured}
+	if c.http {
+		cs := newChildServer(c.mode)
+		up := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return cs }, nil))
+		t.Cleanup(up.Close)
+		hu, err := upstream.NewHTTP(upstream.HTTPOptions{Name: c.name, URL: up.URL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		uo.Upstream, uo.Transport, uo.Class = hu, "http", hu.Class()
+	}
+	g, err := New(Options{Version: "test", Log: w, Logger: logger, CallTimeout: c.callTimeout, ConnectTimeout: c.connTimeout, Decider: c.decider, Policy: c.policy, ListRecheck: c.listRecheck,
+		Upstreams: []UpstreamOptions{uo}})
 	if err != nil {
 		t.Fatal(err)
 	}

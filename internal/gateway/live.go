@@ -82,7 +82,7 @@ func (st *upState) dial(ctx context.Context, s *session) (*live, error) {
 	client.AddReceivingMiddleware(lv.serverRequests)
 	cctx := upstream.WithSession(ctx, sessID)
 	conn, err := connectWithin(cctx, g.opts.ConnectTimeout, func(ctx context.Context) (*upstream.Conn, error) {
-		return st.opts.Upstream.Connect(ctx, client, upstream.ConnectOptions{Intercept: lv.intercept})
+		return st.opts.Upstream.Connect(ctx, client, upstream.ConnectOptions{Intercept: lv.intercept, ServerRequest: lv.serverRequest})
 	})
 	if err != nil && errors.Is(err, errConnectTimeout) {
 		err = fmt.Errorf("upstream %q did not complete the MCP handshake within %s: %w", st.name, g.opts.ConnectTimeout, err)
@@ -327,12 +327,7 @@ func (lv *live) forEachSession(f func(*session)) {
 		return
 	}
 	g := lv.st.g
-	g.mu.Lock()
-	ss := make([]*session, 0, len(g.sessions))
-	for s := range g.sessions {
-		ss = append(ss, s)
-	}
-	g.mu.Unlock()
+	ss := g.sessionList()
 	for _, s := range ss {
 		f(s)
 	}
@@ -442,31 +437,78 @@ func (lv *live) onToolsChanged(ctx context.Context, _ *mcp.ToolListChangedReques
 // rejects valid SEP-1330 schemas) and roots.
 func (lv *live) serverRequests(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-		switch method {
-		case "elicitation/create", "sampling/createMessage", "roots/list":
-		default:
+		if !forwardedToAgent(method) {
 			return next(ctx, method, req)
 		}
-		dctx, s := lv.route(nil)
-		if s == nil || s.downSession() == nil {
-			return nil, fault(CodeUpstreamUnavailable, "%s from upstream %q: no agent session to forward it to", method, lv.st.name)
+		res, err := lv.toAgent(method, req.GetParams())
+		if errors.Is(err, errNotForwarded) {
+			return next(ctx, method, req)
 		}
-		if sk := sinkFrom(dctx); sk != nil {
-			return sk.forward(dctx, method, req.GetParams())
-		}
-		ss := s.downSession()
-		switch p := req.GetParams().(type) {
-		case *mcp.ElicitParams:
-			return ss.Elicit(dctx, p)
-		case *mcp.CreateMessageWithToolsParams:
-			return ss.CreateMessageWithTools(dctx, p)
-		case *mcp.CreateMessageParams:
-			return ss.CreateMessage(dctx, p)
-		case *mcp.ListRootsParams:
-			return ss.ListRoots(dctx, p)
-		}
-		return next(ctx, method, req)
+		return res, err
 	}
+}
+
+// serverRequest answers a request an upstream sent on a raw call's
+// response stream (upstream.ConnectOptions.ServerRequest): the same
+// forwarding as serverRequests, with the params decoded as the MCP client
+// session would decode them.
+func (lv *live) serverRequest(ctx context.Context, req *jsonrpc.Request) (json.RawMessage, error) {
+	var params mcp.Params
+	switch req.Method {
+	case "elicitation/create":
+		params = &mcp.ElicitParams{}
+	case "sampling/createMessage":
+		params = &mcp.CreateMessageWithToolsParams{}
+	case "roots/list":
+		params = &mcp.ListRootsParams{}
+	default:
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: fmt.Sprintf("method %q is not supported", req.Method)}
+	}
+	if len(req.Params) > 0 {
+		if err := json.Unmarshal(req.Params, params); err != nil {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("%s: invalid params: %v", req.Method, err)}
+		}
+	}
+	res, err := lv.toAgent(req.Method, params)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(res)
+}
+
+func forwardedToAgent(method string) bool {
+	switch method {
+	case "elicitation/create", "sampling/createMessage", "roots/list":
+		return true
+	}
+	return false
+}
+
+// errNotForwarded: toAgent has no way to forward these params.
+var errNotForwarded = errors.New("not forwarded")
+
+// toAgent forwards an upstream's sampling, elicitation or roots request to
+// the agent the upstream is working for (see route) and returns its answer.
+func (lv *live) toAgent(method string, params mcp.Params) (mcp.Result, error) {
+	dctx, s := lv.route(nil)
+	if s == nil || s.downSession() == nil {
+		return nil, fault(CodeUpstreamUnavailable, "%s from upstream %q: no agent session to forward it to", method, lv.st.name)
+	}
+	if sk := sinkFrom(dctx); sk != nil {
+		return sk.forward(dctx, method, params)
+	}
+	ss := s.downSession()
+	switch p := params.(type) {
+	case *mcp.ElicitParams:
+		return ss.Elicit(dctx, p)
+	case *mcp.CreateMessageWithToolsParams:
+		return ss.CreateMessageWithTools(dctx, p)
+	case *mcp.CreateMessageParams:
+		return ss.CreateMessage(dctx, p)
+	case *mcp.ListRootsParams:
+		return ss.ListRoots(dctx, p)
+	}
+	return nil, errNotForwarded
 }
 
 func (st *upState) transport() string {

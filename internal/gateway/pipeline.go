@@ -65,6 +65,7 @@ func (s *session) relay(ctx context.Context, params toolCall) (json.RawMessage, 
 	refuse := func(err *jsonrpc.Error) (json.RawMessage, error) {
 		rec.Outcome, rec.Reason = auditlog.OutcomeRefused, err.Message
 		g.metricCall(rec.Upstream, rec.Decision, OutcomeRefused, 0)
+		s.callsChanged()
 		if aerr := g.record(ctx, rec); aerr != nil {
 			return nil, fault(CodeAuditUnavailable, "the audit log cannot record calls (%v): every call is refused until an operator fixes it", aerr)
 		}
@@ -100,6 +101,9 @@ func (s *session) relay(ctx context.Context, params toolCall) (json.RawMessage, 
 	}
 	if dec.Refuses() {
 		return refuse(deniedFault(params.Name, s.principal, dec))
+	}
+	if dec.Effect != auditlog.DecisionAllow && dec.Mode == ModeAdvisory {
+		s.advise(ctx, params.Name, dec)
 	}
 	if entry == nil {
 		// The upstream is known but its catalog is not loaded (it could not
@@ -176,6 +180,7 @@ func (s *session) relay(ctx context.Context, params toolCall) (json.RawMessage, 
 		}
 	}
 	g.metricCall(st.name, rec.Decision, result.Outcome, time.Since(start))
+	s.callsChanged() // the call may change what list_tools allows this session
 	// The result record is appended while the response goes out: only the
 	// call record must be durable before anything happens. Shutdown waits
 	// for these appends before the log is sealed; if one fails the writer
@@ -191,8 +196,8 @@ func (s *session) relay(ctx context.Context, params toolCall) (json.RawMessage, 
 }
 
 // forwardCall sends tools/call upstream and returns the result's exact
-// bytes: a raw call where the connection supports it (stdio children),
-// else through the MCP client session, re-encoded.
+// bytes: a raw call where the connection supports it (stdio children and
+// HTTP upstreams), else through the MCP client session, re-encoded.
 func forwardCall(ctx context.Context, lv *live, tool string, args json.RawMessage, meta mcp.Meta) (json.RawMessage, error) {
 	if !lv.conn.CanRawCall() {
 		res, err := lv.conn.Session.CallTool(ctx, &mcp.CallToolParams{Meta: meta, Name: tool, Arguments: args})

@@ -140,12 +140,7 @@ func (g *Gateway) ReloadPolicy(ctx context.Context, dir string, expect digest.Di
 	g.logger.Info("policy reloaded", "from", sw.Old.String(), "to", sw.New.String(), "mode", string(sw.Mode), "policies", sw.Policies)
 	// The new bundle may show each agent another list (list_tools): tell
 	// every connected agent to list its tools again.
-	g.mu.Lock()
-	sessions := make([]*session, 0, len(g.sessions))
-	for s := range g.sessions {
-		sessions = append(sessions, s)
-	}
-	g.mu.Unlock()
+	sessions := g.sessionList()
 	for _, s := range sessions {
 		s.notifyToolsChanged()
 	}

@@ -1,14 +1,19 @@
 package gateway
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -189,28 +194,70 @@ func toStrings(v any) []string {
 	return out
 }
 
+// TestPolicyAdvisoryAndSilent: both modes forward a denied call and record
+// the deny; advisory also tells the agent (a warning on the call's own
+// stream) and the operator (the gateway log), silent tells neither.
 func TestPolicyAdvisoryAndSilent(t *testing.T) {
 	for _, mode := range []policy.Mode{policy.Advisory, policy.Silent} {
-		t.Run(string(mode), func(t *testing.T) {
-			h := newHarness(t, hconf{tokens: policyTokens, policy: engine(t, policyBundle(t, testPolicy), mode)})
-			a := h.connect("tok-a", nil)
-			r, err := call(t, a, "t__echo", map[string]any{"text": "secret"})
-			if err != nil || firstText(r) != "echo: secret" {
-				t.Fatalf("%s: the denied call must be forwarded: %v %v", mode, r, err)
-			}
-			recs := h.records()
-			c := kinds(recs, "call")[0].Body
-			if c["decision"] != "deny" || c["outcome"] != "forwarded" || c["policy_mode"] != string(mode) || !slices.Equal(toStrings(c["policy_ids"]), []string{"no-secret"}) {
-				t.Fatalf("call record %v", c)
-			}
-			if len(kinds(recs, "result")) != 1 {
-				t.Fatal("no result record for the forwarded call")
-			}
-			warned := strings.Contains(h.logs.String(), "policy would deny this call")
-			if warned != (mode == policy.Advisory) {
-				t.Fatalf("%s: operator warning %v", mode, warned)
-			}
-		})
+		for _, front := range fronts {
+			t.Run(string(mode)+"/"+front, func(t *testing.T) {
+				h := newHarness(t, hconf{tokens: policyTokens, policy: engine(t, policyBundle(t, testPolicy), mode)})
+				var mu sync.Mutex
+				var warnings []*mcp.LoggingMessageParams
+				opts := &mcp.ClientOptions{LoggingMessageHandler: func(_ context.Context, r *mcp.LoggingMessageRequest) {
+					mu.Lock()
+					warnings = append(warnings, r.Params)
+					mu.Unlock()
+				}}
+				var a *mcp.ClientSession
+				if front == "http" {
+					a = h.connect("tok-a", opts)
+				} else {
+					a = h.connectVia(front, opts)
+				}
+				r, err := call(t, a, "t__echo", map[string]any{"text": "secret"})
+				if err != nil || firstText(r) != "echo: secret" {
+					t.Fatalf("%s: the denied call must be forwarded: %v %v", mode, r, err)
+				}
+				eventually(t, 5*time.Second, func() string {
+					if n := len(kinds(h.records(), "result")); n != 1 {
+						return fmt.Sprintf("%d result records for the forwarded call, want 1", n)
+					}
+					return ""
+				})
+				c := kinds(h.records(), "call")[0].Body
+				if c["decision"] != "deny" || c["outcome"] != "forwarded" || c["policy_mode"] != string(mode) {
+					t.Fatalf("call record %v", c)
+				}
+				if front == "http" && !slices.Equal(toStrings(c["policy_ids"]), []string{"no-secret"}) {
+					t.Fatalf("call record %v", c)
+				}
+				if mode == policy.Advisory {
+					eventually(t, 5*time.Second, func() string {
+						mu.Lock()
+						defer mu.Unlock()
+						for _, w := range warnings {
+							d, _ := w.Data.(map[string]any)
+							if w.Level == "warning" && w.Logger == "cmcp.policy" && d["mode"] == "advisory" && d["tool"] == "t__echo" && strings.Contains(fmt.Sprint(d["message"]), "advisory mode") {
+								return ""
+							}
+						}
+						return fmt.Sprintf("the agent was not warned: %v", warnings)
+					})
+				} else {
+					time.Sleep(300 * time.Millisecond)
+					mu.Lock()
+					if len(warnings) != 0 {
+						t.Fatalf("silent mode showed the agent %v", warnings)
+					}
+					mu.Unlock()
+				}
+				warned := strings.Contains(h.logs.String(), "policy would deny this call")
+				if warned != (mode == policy.Advisory) {
+					t.Fatalf("%s: operator warning %v", mode, warned)
+				}
+			})
+		}
 	}
 }
 
@@ -540,5 +587,149 @@ func TestPolicyReloadNotifiesAgents(t *testing.T) {
 	}
 	if got := toolNames(t, r); len(got) < 5 || !slices.Contains(got, "t__echo") {
 		t.Fatalf("reader sees %v after the reload, want every tool", got)
+	}
+}
+
+// TestAgentGetsTheCommittedBytes: the result member an agent receives is
+// byte for byte the payload the result record commits to (what the upstream
+// sent), and the arguments commitment opens to the arguments as the agent
+// sent them, through both fronts.
+func TestAgentGetsTheCommittedBytes(t *testing.T) {
+	id, _ := age.GenerateX25519Identity()
+	h := newHarness(t, hconf{recipients: []string{id.Recipient().String()}})
+	args := `{"text":"  spaced\u00e9 ",  "n": 1.50}`
+	var got []json.RawMessage
+	// HTTP front.
+	cs := h.connect("", nil)
+	req, _ := http.NewRequest("POST", h.url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t__echo","arguments":`+args+`}}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Session-Id", cs.ID())
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var m struct{ Result json.RawMessage }
+	if err := json.Unmarshal(body, &m); err != nil || len(m.Result) == 0 {
+		t.Fatalf("HTTP response %q: %v", body, err)
+	}
+	got = append(got, m.Result)
+	// stdio front.
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	go h.g.ServeStdio(context.Background(), inR, outW, "local")
+	lines := bufio.NewScanner(outR)
+	io.WriteString(inW, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`+"\n")
+	lines.Scan()
+	io.WriteString(inW, `{"jsonrpc":"2.0","method":"notifications/initialized"}`+"\n")
+	io.WriteString(inW, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"t__echo","arguments":`+args+`}}`+"\n")
+	lines.Scan()
+	if err := json.Unmarshal(lines.Bytes(), &m); err != nil || len(m.Result) == 0 {
+		t.Fatalf("stdio response %q: %v", lines.Text(), err)
+	}
+	got = append(got, m.Result)
+	inW.Close()
+	h.g.Shutdown(context.Background())
+	h.w.Close()
+
+	_, opener := readGenesis(t, h.dir, id)
+	r, err := auditlog.NewReader(h.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var results, arguments [][]byte
+	for {
+		e, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, err := e.Decode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch rec := rec.(type) {
+		case *auditlog.Call:
+			p, err := opener.Payload(rec.Args)
+			if err != nil {
+				t.Fatal(err)
+			}
+			arguments = append(arguments, p)
+		case *auditlog.Result:
+			p, err := opener.Payload(rec.Result)
+			if err != nil {
+				t.Fatal(err)
+			}
+			results = append(results, p)
+		}
+	}
+	if len(results) != 2 || len(arguments) != 2 {
+		t.Fatalf("%d call and %d result records, want 2 and 2", len(arguments), len(results))
+	}
+	for i := range 2 {
+		if !bytes.Equal(results[i], got[i]) {
+			t.Errorf("call %d: the agent got\n%s\nbut the result record commits to\n%s", i, got[i], results[i])
+		}
+		if string(arguments[i]) != args {
+			t.Errorf("call %d: the arguments commitment opens to %s, the agent sent %s", i, arguments[i], args)
+		}
+	}
+}
+
+// TestListChangedWhenFactsOrTimeChangeTheList: an agent is sent
+// notifications/tools/list_changed when its own calls (session facts) or
+// the time alone change what list_tools lets it see.
+func TestListChangedWhenFactsOrTimeChangeTheList(t *testing.T) {
+	// The time of day, in milliseconds, a moment from now: the policy hides
+	// t__sleep until then.
+	now := time.Now().UTC()
+	midnight := now.Truncate(24 * time.Hour)
+	flip := now.Add(3 * time.Second).Sub(midnight).Milliseconds()
+	if flip >= 24*3600*1000-4000 {
+		t.Skip("too close to midnight UTC for a time-of-day policy")
+	}
+	pol := fmt.Sprintf(`@id("allow-all")
+permit (principal, action, resource);
+
+@id("echo-budget")
+forbid (principal, action == Action::"list_tools", resource == Tool::"t__echo")
+when { context.session.calls >= 2 };
+
+@id("sleep-later")
+forbid (principal, action == Action::"list_tools", resource == Tool::"t__sleep")
+when { context.now.toTime() < duration("%dms") };
+`, flip)
+	h := newHarness(t, hconf{tokens: policyTokens, policy: engine(t, policyBundle(t, pol), policy.Enforcing), listRecheck: 200 * time.Millisecond})
+	changed := make(chan struct{}, 10)
+	cs := h.connect("tok-a", &mcp.ClientOptions{ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { changed <- struct{}{} }})
+	names := toolNames(t, cs)
+	if !slices.Contains(names, "t__echo") || slices.Contains(names, "t__sleep") {
+		t.Fatalf("first list: %v", names)
+	}
+	wait := func(what string) {
+		t.Helper()
+		select {
+		case <-changed:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no tools/list_changed after %s", what)
+		}
+	}
+	for range 2 {
+		if _, err := call(t, cs, "t__echo", map[string]any{"text": "x"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wait("the session's second call")
+	if names := toolNames(t, cs); slices.Contains(names, "t__echo") {
+		t.Fatalf("after two calls t__echo is still listed: %v", names)
+	}
+	wait("the time passed the policy's hour")
+	if names := toolNames(t, cs); !slices.Contains(names, "t__sleep") {
+		t.Fatalf("after the time passed t__sleep is not listed: %v", names)
 	}
 }

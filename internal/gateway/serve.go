@@ -171,7 +171,14 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 		},
 	})
 	if err != nil {
-		return ui.Errorf(ui.ExitIO, "open audit log in %s: %w", auditDir, err)
+		// A log damaged where recovery may not cut (before its last
+		// checkpoint) is an integrity finding: verify-chain's exit code.
+		code := ui.ExitIO
+		var ve *auditlog.VerifyError
+		if errors.As(err, &ve) && ve.IsVerification() {
+			code = ui.LogFailureCode(string(ve.Class))
+		}
+		return ui.Errorf(code, "open audit log in %s: %w", auditDir, err)
 	}
 	defer func() {
 		if cerr := w.Close(); cerr != nil && err == nil {

@@ -1,8 +1,10 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
+	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/tls"
@@ -26,6 +28,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/confidential-mcp/cmcp/internal/config"
+	"github.com/confidential-mcp/cmcp/internal/ui"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
@@ -478,5 +481,49 @@ upstreams:
 	}
 	if len(kinds(rs, "seal")) != 1 {
 		t.Fatalf("no seal record: the log was not closed on disconnect")
+	}
+}
+
+// TestServeRefusesLogDamagedBeforeCheckpoint: a log damaged where recovery
+// may not cut it (before its last signed checkpoint) stops serve with
+// verify-chain's integrity exit code, and no new epoch is started on it.
+func TestServeRefusesLogDamagedBeforeCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	auditDir := filepath.Join(dir, "audit")
+	_, key, _ := ed25519.GenerateKey(rand.Reader)
+	w, err := auditlog.Open(auditDir, auditlog.Options{Key: key, Gateway: auditlog.GatewayInfo{Version: "test", Platform: "software"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if _, err := w.Append(context.Background(), &auditlog.Session{ID: fmt.Sprint(i), Event: "start", Agent: "allowed-agent", Front: "http"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	segs, _ := filepath.Glob(filepath.Join(auditDir, "epoch-000001", "seg-*.jsonl"))
+	b, err := os.ReadFile(segs[0])
+	if err != nil || !bytes.Contains(b, []byte("allowed-agent")) {
+		t.Fatalf("segment: %v", err)
+	}
+	os.WriteFile(segs[0], bytes.Replace(b, []byte("allowed-agent"), []byte("another-agent"), 1), 0o600)
+	path := filepath.Join(dir, "cmcp.yaml")
+	exe, pin := selfDigest(t)
+	yaml := fmt.Sprintf("version: 1\nserver:\n  tee: software\naudit:\n  dir: audit\nupstreams:\n  - name: t\n    stdio:\n      command: %s\n      env: {%s: server}\n    pin:\n      command: %s\n", exe, childEnv, pin)
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = Serve(context.Background(), cfg, ServeOptions{Listen: "127.0.0.1:0", Environ: os.Environ(), Logger: slog.New(slog.DiscardHandler)})
+	if code := ui.CodeOf(err); code != ui.ExitLogInteg || !strings.Contains(err.Error(), "checkpoint") {
+		t.Fatalf("serve on a damaged log: exit %d, %v", code, err)
+	}
+	if eps, _ := filepath.Glob(filepath.Join(auditDir, "epoch-*")); len(eps) != 1 {
+		t.Fatalf("a new epoch was started on a damaged log: %v", eps)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/confidential-mcp/cmcp/internal/catalog"
+	"github.com/confidential-mcp/cmcp/internal/rpcwire"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 )
@@ -41,8 +43,15 @@ type session struct {
 	// ctx ends when the session ends; fast-path calls run under it.
 	ctx        context.Context
 	cancel     context.CancelFunc
-	fast       fastCalls  // tools/call requests a front answers itself
-	serverReqs serverReqs // requests to the agent on fast-call streams
+	fast       fastCalls       // tools/call requests a front answers itself
+	serverReqs rpcwire.Pending // requests to the agent on fast-call streams
+
+	// What tools/list last showed the agent (or what it was last told
+	// changed), as sorted names, once it has listed; see recheckList.
+	listMu    sync.Mutex
+	listed    string
+	hasListed atomic.Bool
+	recheck   atomic.Bool // a re-check is scheduled
 
 	// HTTP sessions: POSTs in progress and when the last one ended (unix
 	// nanoseconds), for the idle timeout.
@@ -55,6 +64,7 @@ type session struct {
 func (g *Gateway) newSession(principal, front string) *session {
 	s := &session{g: g, principal: principal, front: front, lives: map[string]*live{}, visible: map[string]bool{}, resOwner: map[string]string{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.serverReqs.Prefix = serverReqPrefix
 	s.lastPost.Store(time.Now().UnixNano())
 	g.mu.Lock()
 	caps, instructions := g.caps, g.instructions
@@ -149,6 +159,7 @@ func frontVersions() []string {
 func (s *session) end(reason string) {
 	s.endOnce.Do(func() {
 		s.cancel()
+		s.serverReqs.Fail(errors.New("the agent session ended"))
 		s.g.mu.Lock()
 		delete(s.g.sessions, s)
 		if s.g.byID[s.id] == s {
@@ -415,6 +426,7 @@ func (s *session) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 			}
 			lr := res.(*mcp.ListToolsResult)
 			lr.Tools = s.g.opts.Filter.FilterTools(ctx, s.principal, s.info(), lr.Tools)
+			s.noteListed()
 			return lr, nil
 		case "logging/setLevel":
 			if p, ok := req.GetParams().(*mcp.SetLoggingLevelParams); ok {
@@ -759,4 +771,83 @@ func (s *session) complete(ctx context.Context, req *mcp.CompleteRequest) (*mcp.
 	return forward(s, ctx, up, nil, func(lv *live, _ any) (*mcp.CompleteResult, error) {
 		return lv.conn.Session.Complete(ctx, &p)
 	})
+}
+
+// listRecheckDelay coalesces the re-checks of one session's tool list after
+// its calls: at most one per delay, however many calls it makes.
+const listRecheckDelay = 200 * time.Millisecond
+
+// visibleNames is what tools/list would show the agent now: its registered
+// tools that the list filter lets it see, as sorted names.
+func (s *session) visibleNames() string {
+	cat := s.g.Catalog()
+	s.mu.Lock()
+	names := sortedKeys(s.visible)
+	s.mu.Unlock()
+	tools := make([]*mcp.Tool, 0, len(names))
+	for _, n := range names {
+		if e, ok := cat.Lookup(n); ok && e.Tool != nil {
+			tools = append(tools, e.Tool)
+		}
+	}
+	var b strings.Builder
+	for _, t := range s.g.opts.Filter.FilterTools(context.Background(), s.principal, s.info(), tools) {
+		b.WriteString(t.Name)
+		b.WriteByte(0)
+	}
+	return b.String()
+}
+
+// noteListed remembers what the agent was just shown.
+func (s *session) noteListed() {
+	v := s.visibleNames()
+	s.listMu.Lock()
+	s.listed = v
+	s.listMu.Unlock()
+	s.hasListed.Store(true)
+}
+
+// recheckList sends the agent notifications/tools/list_changed when what
+// it may see differs from what it was last shown: the policy's list_tools
+// decisions can depend on the session's own calls and on the time.
+func (s *session) recheckList() {
+	if s.g.opts.Filter == nil || !s.hasListed.Load() || s.downSession() == nil {
+		return
+	}
+	v := s.visibleNames()
+	s.listMu.Lock()
+	changed := v != s.listed
+	s.listed = v
+	s.listMu.Unlock()
+	if changed {
+		s.notifyToolsChanged()
+	}
+}
+
+// callsChanged schedules a re-check of the tool list after a call changed
+// the session's facts (calls made, tools used).
+func (s *session) callsChanged() {
+	if s.g.opts.Filter == nil || !s.hasListed.Load() || !s.recheck.CompareAndSwap(false, true) {
+		return
+	}
+	time.AfterFunc(listRecheckDelay, func() {
+		s.recheck.Store(false)
+		s.recheckList()
+	})
+}
+
+// watchLists re-checks every session's tool list every interval, for
+// policies whose list_tools decisions depend on the time.
+func (g *Gateway) watchLists(every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for range t.C {
+		if g.closing.Load() {
+			return
+		}
+		ss := g.sessionList()
+		for _, s := range ss {
+			s.recheckList()
+		}
+	}
 }

@@ -8,7 +8,8 @@
 // (duplicate keys, null members, invalid UTF-8, odd id types, a wrong
 // version tag, ...) to jsonrpc.DecodeMessage, so errors and corner cases
 // are go-sdk's own. FuzzDecodeMessage checks the equivalence. Inbox is the
-// read side both transports' connections share.
+// read side both transports' connections share; Pending tracks the requests
+// cmcp sends itself beside an SDK session on the same connection.
 package rpcwire
 
 import (

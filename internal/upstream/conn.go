@@ -29,7 +29,7 @@ type childTransport struct {
 }
 
 func (t *childTransport) Connect(ctx context.Context) (mcp.Connection, error) {
-	c := &childConn{child: t.child, Inbox: rpcwire.NewInbox(), intercept: t.intercept}
+	c := &childConn{child: t.child, Inbox: rpcwire.NewInbox(), intercept: t.intercept, raw: rpcwire.Pending{Prefix: rawIDPrefix}}
 	t.conn = c
 	go c.readLoop()
 	return c, nil
@@ -39,7 +39,7 @@ type childConn struct {
 	child          *Child
 	*rpcwire.Inbox // Read
 	intercept      func(jsonrpc.Message) bool
-	raw            rawCalls
+	raw            rpcwire.Pending
 }
 
 func (c *childConn) readLoop() {
@@ -58,7 +58,7 @@ func (c *childConn) readLoop() {
 			err = &DesyncError{Offset: fd.Offset, Excerpt: fd.Excerpt, Cause: fd}
 		}
 		if err == nil {
-			if resp, ok := msg.(*jsonrpc.Response); ok && c.raw.deliver(resp) {
+			if resp, ok := msg.(*jsonrpc.Response); ok && c.raw.Deliver(resp) {
 				continue
 			}
 			if c.intercept != nil && c.intercept(msg) {
@@ -67,7 +67,7 @@ func (c *childConn) readLoop() {
 			if c.Deliver(msg) {
 				continue
 			}
-			c.raw.fail(fmt.Errorf("upstream %q: connection closed", c.child.name))
+			c.raw.Fail(fmt.Errorf("upstream %q: connection closed", c.child.name))
 			return
 		}
 		var de *DesyncError
@@ -80,7 +80,7 @@ func (c *childConn) readLoop() {
 			err = fmt.Errorf("upstream %q: read stdout: %w", c.child.name, err)
 			c.child.fail(err)
 		}
-		c.raw.fail(err)
+		c.raw.Fail(err)
 		c.Fail(err)
 		return
 	}
@@ -99,7 +99,7 @@ func (c *childConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 
 func (c *childConn) Close() error {
 	c.Inbox.Close()
-	c.raw.fail(fmt.Errorf("upstream %q: connection closed", c.child.name))
+	c.raw.Fail(fmt.Errorf("upstream %q: connection closed", c.child.name))
 	return c.child.Stop()
 }
 

@@ -199,18 +199,25 @@ func (h *HTTPUpstream) transport() mcp.Transport {
 func (h *HTTPUpstream) Connect(ctx context.Context, client *mcp.Client, opts ConnectOptions) (*Conn, error) {
 	cs, err := client.Connect(ctx, Intercept(h.transport(), opts.Intercept), &mcp.ClientSessionOptions{ProtocolVersion: ProtocolVersion})
 	if err != nil {
-		return nil, h.explain(err)
+		return nil, h.explain("connect "+h.url, err)
 	}
 	ref := h.url
 	if k := h.ObservedKey(); !k.IsZero() {
 		ref += " key " + k.String()
 	}
-	return NewConn(cs, h.class, ref, nil, nil), nil
+	conn := NewConn(cs, h.class, ref, nil, nil)
+	version := ProtocolVersion
+	if init := cs.InitializeResult(); init != nil && init.ProtocolVersion != "" {
+		version = init.ProtocolVersion
+	}
+	raw := &httpRaw{up: h, session: cs.ID(), version: version, intercept: opts.Intercept, serverRequest: opts.ServerRequest}
+	conn.raw = raw.call
+	return conn, nil
 }
 
-// explain turns an SDK error into one that names the upstream and, for a
-// refused key, is the typed pin error.
-func (h *HTTPUpstream) explain(err error) error {
+// explain turns an error of op (an SDK or HTTP client error) into one that
+// names the upstream and, for a refused key, is the typed pin error.
+func (h *HTTPUpstream) explain(op string, err error) error {
 	var pm *PinMismatchError
 	if errors.As(err, &pm) {
 		return pm
@@ -222,10 +229,10 @@ func (h *HTTPUpstream) explain(err error) error {
 	}
 	var ua x509.UnknownAuthorityError
 	if errors.As(err, &ua) {
-		return fmt.Errorf("upstream %q: connect %s: %w (the server's certificate is not signed by a trusted CA; "+
-			"set ca_file, or pin its key with tls_pin)", h.name, h.url, err)
+		return fmt.Errorf("upstream %q: %s: %w (the server's certificate is not signed by a trusted CA; "+
+			"set ca_file, or pin its key with tls_pin)", h.name, op, err)
 	}
-	return fmt.Errorf("upstream %q: connect %s: %w", h.name, h.url, err)
+	return fmt.Errorf("upstream %q: %s: %w", h.name, op, err)
 }
 
 // credentialTransport adds the configured headers to every request. Header

@@ -94,6 +94,13 @@ type ConnectOptions struct {
 	// gateway uses it for progress and logging notifications, which the
 	// client would otherwise dispatch after the response they precede.
 	Intercept func(jsonrpc.Message) bool
+	// ServerRequest, if set, answers a request the upstream sends on the
+	// response stream of a raw call (an HTTP upstream's elicitation/create,
+	// sampling/createMessage or roots/list while it works on a tools/call):
+	// it returns the result to send back, or the error (a *jsonrpc.Error
+	// is sent as it is). ctx is the raw call's. Requests that reach the MCP
+	// client session go through the client's own handlers instead.
+	ServerRequest func(ctx context.Context, req *jsonrpc.Request) (json.RawMessage, error)
 }
 
 // Intercept wraps t so that every message read passes through f first

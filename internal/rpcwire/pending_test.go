@@ -1,0 +1,40 @@
+package rpcwire
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+)
+
+func TestPending(t *testing.T) {
+	p := &Pending{Prefix: "x-"}
+	id, ch, err := p.Register()
+	if err != nil || id != "x-1" {
+		t.Fatalf("%q %v", id, err)
+	}
+	resp := func(v any) *jsonrpc.Response {
+		i, _ := jsonrpc.MakeID(v)
+		return &jsonrpc.Response{ID: i}
+	}
+	if p.Deliver(resp(float64(1))) || p.Deliver(resp("y-1")) {
+		t.Fatal("took a response that is not its own")
+	}
+	if !p.Deliver(resp("x-1")) || (<-ch).ID.Raw() != "x-1" {
+		t.Fatal("the response did not reach its request")
+	}
+	if !p.Deliver(resp("x-1")) {
+		t.Fatal("a late answer with the table's prefix must be taken (and dropped)")
+	}
+	id2, _, _ := p.Register()
+	p.Forget(id2)
+	_, ch3, _ := p.Register()
+	boom := errors.New("boom")
+	p.Fail(boom)
+	if _, ok := <-ch3; ok {
+		t.Fatal("a waiting request was not ended by Fail")
+	}
+	if _, _, err := p.Register(); !errors.Is(err, boom) || !errors.Is(p.Err(), boom) {
+		t.Fatalf("after Fail: %v", err)
+	}
+}

@@ -1,0 +1,237 @@
+package upstream
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/confidential-mcp/cmcp/internal/rpcwire"
+)
+
+// httpRaw makes raw calls on one MCP session with a Streamable HTTP
+// upstream: each is a POST of its own to the endpoint, through the same
+// pinned, credentialed client as the session, with the session's id and
+// protocol version. The session itself (initialize, lists, the standalone
+// GET stream, notifications) stays with go-sdk.
+type httpRaw struct {
+	up            *HTTPUpstream
+	session       string // Mcp-Session-Id ("" for a sessionless server)
+	version       string // the negotiated protocol version
+	intercept     func(jsonrpc.Message) bool
+	serverRequest func(context.Context, *jsonrpc.Request) (json.RawMessage, error)
+	next          atomic.Uint64
+}
+
+// cancelTimeout bounds the POST of notifications/cancelled for a raw call
+// given up on.
+const cancelTimeout = 2 * time.Second
+
+// drainTimeout bounds how long the rest of a response stream is read after
+// the response, so that the connection can be reused; a server that keeps
+// the stream open longer costs its connection instead.
+const drainTimeout = 50 * time.Millisecond
+
+func (c *httpRaw) call(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	id := rawIDPrefix + strconv.FormatUint(c.next.Add(1), 10)
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	res, err := c.roundTrip(rctx, cancel, id, method, encodeRequest(id, method, params))
+	if err != nil && ctx.Err() != nil {
+		c.cancelled(ctx, id)
+		return nil, ctx.Err()
+	}
+	return res, err
+}
+
+// roundTrip posts the request and reads the response to it. cancel ends
+// rctx; it is called to stop reading what follows the response.
+func (c *httpRaw) roundTrip(rctx context.Context, cancel context.CancelFunc, id, method string, body []byte) (json.RawMessage, error) {
+	resp, err := c.post(rctx, body)
+	if err != nil {
+		return nil, c.up.explain(method, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return nil, c.statusError(method, resp)
+	}
+	switch ct := baseMediaType(resp.Header.Get("Content-Type")); ct {
+	case "application/json":
+		b, err := io.ReadAll(io.LimitReader(resp.Body, maxFrame+1))
+		if err != nil {
+			return nil, c.up.explain(method, fmt.Errorf("read the response: %w", err))
+		}
+		if len(b) > maxFrame {
+			return nil, c.errorf(method, "the response is larger than %d bytes", maxFrame)
+		}
+		msg, err := rpcwire.DecodeMessage(b)
+		if err != nil {
+			return nil, c.errorf(method, "the response is not a JSON-RPC message: %v", err)
+		}
+		r, ok := msg.(*jsonrpc.Response)
+		if !ok || !isID(r.ID, id) {
+			return nil, c.errorf(method, "the upstream answered with a JSON body that is not the response to the request")
+		}
+		if r.Error != nil {
+			return nil, r.Error
+		}
+		return r.Result, nil
+	case "text/event-stream":
+		sr := newSSEReader(resp.Body, maxFrame)
+		res, err := c.stream(rctx, sr, id, method)
+		if err == nil {
+			// Read on to the end of the stream (a server closes it after
+			// the response), so the connection goes back to the pool.
+			t := time.AfterFunc(drainTimeout, cancel)
+			_, _ = io.CopyN(io.Discard, sr.r, 64<<10)
+			t.Stop()
+		}
+		return res, err
+	default:
+		return nil, c.errorf(method, "the upstream answered HTTP %d with content type %q, which is neither application/json nor text/event-stream", resp.StatusCode, ct)
+	}
+}
+
+// stream reads the events of a call's response stream in order until the
+// response: notifications go to the intercept function (and are otherwise
+// dropped), requests are answered through serverRequest.
+func (c *httpRaw) stream(ctx context.Context, sr *sseReader, id, method string) (json.RawMessage, error) {
+	for {
+		ev, err := sr.next()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil, c.errorf(method, "the response stream ended before the response")
+			}
+			if errors.Is(err, errEventTooLarge) {
+				return nil, c.errorf(method, "response stream: %v", err)
+			}
+			return nil, c.up.explain(method, fmt.Errorf("read the response stream: %w", err))
+		}
+		if len(ev.data) == 0 || (ev.name != "" && ev.name != "message") {
+			continue
+		}
+		msg, err := rpcwire.DecodeMessage(ev.data)
+		if err != nil {
+			return nil, c.errorf(method, "an event on the response stream is not a JSON-RPC message: %v", err)
+		}
+		switch m := msg.(type) {
+		case *jsonrpc.Response:
+			if !isID(m.ID, id) {
+				continue // not ours: nothing waits for it on this stream
+			}
+			if m.Error != nil {
+				return nil, m.Error
+			}
+			return m.Result, nil
+		case *jsonrpc.Request:
+			if m.IsCall() {
+				go c.answer(ctx, m)
+			} else if c.intercept != nil {
+				c.intercept(m)
+			}
+		}
+	}
+}
+
+// answer answers a request the upstream sent on a call's response stream,
+// posting the response back (the upstream accepts it with 202).
+func (c *httpRaw) answer(ctx context.Context, req *jsonrpc.Request) {
+	var res json.RawMessage
+	var err error
+	if c.serverRequest == nil {
+		err = &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: fmt.Sprintf("cmcp does not answer %s here", req.Method)}
+	} else {
+		res, err = c.serverRequest(ctx, req)
+	}
+	if ctx.Err() != nil {
+		return // the call is over: nobody waits for the answer
+	}
+	b, eerr := jsonrpc.EncodeMessage(&jsonrpc.Response{ID: req.ID, Result: res, Error: err})
+	if eerr != nil {
+		b, _ = jsonrpc.EncodeMessage(&jsonrpc.Response{ID: req.ID, Error: &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: eerr.Error()}})
+	}
+	c.send(ctx, b)
+}
+
+// cancelled tells the upstream, best effort, that the call id was given up.
+func (c *httpRaw) cancelled(ctx context.Context, id string) {
+	n := cancelledNotification(id, ctx.Err())
+	go func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
+		defer cancel()
+		c.send(sctx, n)
+	}()
+}
+
+// send posts a notification or response, for which a server answers 202
+// without a body.
+func (c *httpRaw) send(ctx context.Context, msg []byte) {
+	resp, err := c.post(ctx, msg)
+	if err != nil {
+		return
+	}
+	_, _ = io.CopyN(io.Discard, resp.Body, 4<<10)
+	resp.Body.Close()
+}
+
+func (c *httpRaw) post(ctx context.Context, body []byte) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.up.url, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	h := req.Header
+	h["Content-Type"] = []string{"application/json"}
+	h["Accept"] = []string{"application/json, text/event-stream"}
+	if c.session != "" {
+		h["Mcp-Session-Id"] = []string{c.session}
+	}
+	if c.version != "" {
+		h["Mcp-Protocol-Version"] = []string{c.version}
+	}
+	return c.up.client.Do(req)
+}
+
+// statusError is the error for a call the upstream refused with a non-2xx
+// status: its JSON-RPC error if the body is one, else the status (404: the
+// upstream's session is gone).
+func (c *httpRaw) statusError(method string, resp *http.Response) error {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxFrame))
+	if msg, err := rpcwire.DecodeMessage(b); err == nil {
+		if r, ok := msg.(*jsonrpc.Response); ok && r.Error != nil {
+			return r.Error
+		}
+	}
+	if resp.StatusCode == http.StatusNotFound && c.session != "" {
+		return fmt.Errorf("upstream %q: %s: the upstream no longer knows MCP session %s (HTTP 404): %w", c.up.name, method, c.session, mcp.ErrSessionMissing)
+	}
+	return c.errorf(method, "the upstream answered HTTP %s", resp.Status)
+}
+
+func (c *httpRaw) errorf(method, format string, args ...any) error {
+	return fmt.Errorf("upstream %q: %s: %s", c.up.name, method, fmt.Sprintf(format, args...))
+}
+
+// isID reports whether id is the string want.
+func isID(id jsonrpc.ID, want string) bool {
+	s, ok := id.Raw().(string)
+	return ok && s == want
+}
+
+// baseMediaType is a Content-Type without its parameters, lowercased.
+func baseMediaType(ct string) string {
+	ct, _, _ = strings.Cut(ct, ";")
+	return strings.ToLower(strings.TrimSpace(ct))
+}

@@ -1,0 +1,365 @@
+package upstream
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// rawHTTPUpstream is a real go-sdk Streamable HTTP server behind a recorder
+// that keeps every POST body it received and every response body it sent.
+type rawHTTPUpstream struct {
+	srv       *httptest.Server
+	cancelled atomic.Int64 // block calls whose context ended
+
+	mu    sync.Mutex
+	posts []string // request bodies
+	sent  []string // response bodies of tools/call POSTs
+}
+
+func (u *rawHTTPUpstream) received() []string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([]string(nil), u.posts...)
+}
+
+func newRawHTTPUpstream(t *testing.T, jsonResponse bool) *rawHTTPUpstream {
+	t.Helper()
+	u := &rawHTTPUpstream{}
+	s := mcp.NewServer(&mcp.Implementation{Name: "raw-http-test", Version: "1"}, nil)
+	obj := json.RawMessage(`{"type":"object"}`)
+	text := func(s string) *mcp.CallToolResult {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: s}}}
+	}
+	s.AddTool(&mcp.Tool{Name: "echo", InputSchema: obj}, func(_ context.Context, r *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return text(string(r.Params.Arguments)), nil
+	})
+	s.AddTool(&mcp.Tool{Name: "progress", InputSchema: obj}, func(ctx context.Context, r *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		for i := 1; i <= 3; i++ {
+			if err := r.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: r.Params.GetProgressToken(), Progress: float64(i), Total: 3}); err != nil {
+				return nil, err
+			}
+		}
+		return text("done"), nil
+	})
+	s.AddTool(&mcp.Tool{Name: "ask", InputSchema: obj}, func(ctx context.Context, r *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		res, err := r.Session.Elicit(ctx, &mcp.ElicitParams{Message: "your name?",
+			RequestedSchema: json.RawMessage(`{"type":"object","properties":{"name":{"type":"string"}}}`)})
+		if err != nil {
+			return nil, err
+		}
+		return text(fmt.Sprintf("%s %v", res.Action, res.Content["name"])), nil
+	})
+	s.AddTool(&mcp.Tool{Name: "block", InputSchema: obj}, func(ctx context.Context, _ *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		<-ctx.Done()
+		u.cancelled.Add(1)
+		return nil, ctx.Err()
+	})
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s },
+		&mcp.StreamableHTTPOptions{SessionTimeout: time.Minute, JSONResponse: jsonResponse})
+	u.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			h.ServeHTTP(w, r)
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		u.mu.Lock()
+		u.posts = append(u.posts, string(body))
+		u.mu.Unlock()
+		if !bytes.Contains(body, []byte(`"tools/call"`)) {
+			h.ServeHTTP(w, r)
+			return
+		}
+		rec := &teeWriter{ResponseWriter: w}
+		h.ServeHTTP(rec, r)
+		u.mu.Lock()
+		u.sent = append(u.sent, rec.buf.String())
+		u.mu.Unlock()
+	}))
+	t.Cleanup(u.srv.Close)
+	return u
+}
+
+type teeWriter struct {
+	http.ResponseWriter
+	buf bytes.Buffer
+}
+
+func (w *teeWriter) Write(b []byte) (int, error) {
+	w.buf.Write(b)
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *teeWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *teeWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// connectRaw connects to url with opts; the client declares elicitation
+// but fails the test if a request reaches its own handler.
+func connectRaw(t *testing.T, up *HTTPUpstream, opts ConnectOptions) *Conn {
+	t.Helper()
+	client := mcp.NewClient(&mcp.Implementation{Name: "cmcp-test", Version: "1"}, &mcp.ClientOptions{
+		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			t.Error("the elicitation reached the client session, not ServerRequest")
+			return nil, errors.New("unexpected")
+		},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	conn, err := up.Connect(ctx, client, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	if !conn.CanRawCall() {
+		t.Fatal("an HTTP connection must support raw calls")
+	}
+	return conn
+}
+
+func plainUpstream(t *testing.T, url string) *HTTPUpstream {
+	t.Helper()
+	up, err := NewHTTP(HTTPOptions{Name: "raw-http", URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return up
+}
+
+func rawCallCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// wireResult is the "result" member of the response to id, exactly as it
+// was on the wire, found in a response body (JSON or SSE).
+func wireResult(t *testing.T, body, id string) string {
+	t.Helper()
+	for _, line := range strings.Split(body, "\n") {
+		line = strings.TrimPrefix(strings.TrimSpace(line), "data: ")
+		if !strings.Contains(line, `"id":"`+id+`"`) || !strings.Contains(line, `"result":`) {
+			continue
+		}
+		_, rest, _ := strings.Cut(line, `"result":`)
+		// The result object ends where the message does.
+		return strings.TrimSuffix(rest, "}")
+	}
+	t.Fatalf("no response to %s in %q", id, body)
+	return ""
+}
+
+func TestHTTPRawCallExactBytes(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		json bool
+	}{{"sse", false}, {"json", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			u := newRawHTTPUpstream(t, tc.json)
+			conn := connectRaw(t, plainUpstream(t, u.srv.URL), ConnectOptions{})
+			args := `{"text":"héllo \u003c\u003e","n":[1, 2.50]}`
+			res, err := conn.RawCall(rawCallCtx(t), "tools/call", callParams("echo", args))
+			if err != nil {
+				t.Fatal(err)
+			}
+			u.mu.Lock()
+			sent := u.sent[len(u.sent)-1]
+			u.mu.Unlock()
+			if want := wireResult(t, sent, "cmcp-1"); string(res) != want {
+				t.Fatalf("result bytes\n got %s\nwant %s (as sent)", res, want)
+			}
+			var r mcp.CallToolResult
+			if err := json.Unmarshal(res, &r); err != nil {
+				t.Fatal(err)
+			}
+			if got := r.Content[0].(*mcp.TextContent).Text; got != args {
+				t.Fatalf("the upstream received arguments %s, want %s", got, args)
+			}
+			posts := u.received()
+			if last := posts[len(posts)-1]; !strings.Contains(last, `"id":"cmcp-1"`) {
+				t.Fatalf("the call was sent as %s, want a cmcp- string id", last)
+			}
+		})
+	}
+}
+
+func TestHTTPRawCallProgressInOrder(t *testing.T) {
+	u := newRawHTTPUpstream(t, false)
+	var mu sync.Mutex
+	var seen []float64
+	conn := connectRaw(t, plainUpstream(t, u.srv.URL), ConnectOptions{Intercept: func(msg jsonrpc.Message) bool {
+		req, ok := msg.(*jsonrpc.Request)
+		if !ok || req.Method != "notifications/progress" {
+			return false
+		}
+		var p mcp.ProgressNotificationParams
+		if err := json.Unmarshal(req.Params, &p); err != nil || p.ProgressToken != "tok-7" {
+			t.Errorf("progress %s: %v", req.Params, err)
+		}
+		mu.Lock()
+		seen = append(seen, p.Progress)
+		mu.Unlock()
+		return true
+	}})
+	res, err := conn.RawCall(rawCallCtx(t), "tools/call", json.RawMessage(`{"_meta":{"progressToken":"tok-7"},"name":"progress","arguments":{}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	got := fmt.Sprint(seen)
+	mu.Unlock()
+	if got != "[1 2 3]" {
+		t.Fatalf("progress seen before the response: %s, want [1 2 3] (result %s)", got, res)
+	}
+}
+
+func TestHTTPRawCallElicitation(t *testing.T) {
+	u := newRawHTTPUpstream(t, false)
+	var asked atomic.Value
+	conn := connectRaw(t, plainUpstream(t, u.srv.URL), ConnectOptions{
+		ServerRequest: func(ctx context.Context, req *jsonrpc.Request) (json.RawMessage, error) {
+			var p mcp.ElicitParams
+			if err := json.Unmarshal(req.Params, &p); err != nil {
+				return nil, err
+			}
+			asked.Store(req.Method + ": " + p.Message)
+			return json.RawMessage(`{"action":"accept","content":{"name":"ann"}}`), nil
+		},
+	})
+	res, err := conn.RawCall(rawCallCtx(t), "tools/call", callParams("ask", "{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := asked.Load().(string); got != "elicitation/create: your name?" {
+		t.Fatalf("ServerRequest saw %q", got)
+	}
+	if !strings.Contains(string(res), `"text":"accept ann"`) {
+		t.Fatalf("result %s, want the answer to reach the tool", res)
+	}
+}
+
+func TestHTTPRawCallCancel(t *testing.T) {
+	u := newRawHTTPUpstream(t, false)
+	conn := connectRaw(t, plainUpstream(t, u.srv.URL), ConnectOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err := conn.RawCall(ctx, "tools/call", callParams("block", "{}"))
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v, want the context's deadline", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for u.cancelled.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the upstream's handler was never cancelled")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var found bool
+	for _, p := range u.received() {
+		found = found || strings.Contains(p, `"notifications/cancelled"`) && strings.Contains(p, `"requestId":"cmcp-1"`)
+	}
+	if !found {
+		t.Fatalf("no notifications/cancelled for cmcp-1 among %q", u.received())
+	}
+}
+
+func TestHTTPRawCallErrors(t *testing.T) {
+	u := newRawHTTPUpstream(t, false)
+	conn := connectRaw(t, plainUpstream(t, u.srv.URL), ConnectOptions{})
+	ctx := rawCallCtx(t)
+
+	t.Run("jsonrpc error passes through", func(t *testing.T) {
+		_, err := conn.RawCall(ctx, "tools/call", callParams("no-such-tool", "{}"))
+		var we *jsonrpc.Error
+		if !errors.As(err, &we) || !strings.Contains(we.Message, "no-such-tool") {
+			t.Fatalf("err = %#v, want the upstream's JSON-RPC error", err)
+		}
+	})
+	t.Run("session gone", func(t *testing.T) {
+		req, _ := http.NewRequest(http.MethodDelete, u.srv.URL, nil)
+		req.Header.Set("Mcp-Session-Id", conn.Session.ID())
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		_, err = conn.RawCall(ctx, "tools/call", callParams("echo", "{}"))
+		var we *jsonrpc.Error
+		if !errors.Is(err, mcp.ErrSessionMissing) || errors.As(err, &we) || !strings.Contains(err.Error(), `upstream "raw-http"`) {
+			t.Fatalf("err = %v, want a session-missing error naming the upstream", err)
+		}
+	})
+}
+
+func TestHTTPRawCallStatusWithoutJSONRPC(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "upstream overloaded", http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	c := &httpRaw{up: plainUpstream(t, srv.URL), session: "s1", version: ProtocolVersion}
+	_, err := c.call(rawCallCtx(t), "tools/call", callParams("echo", "{}"))
+	if err == nil || !strings.Contains(err.Error(), `upstream "raw-http"`) || !strings.Contains(err.Error(), "503") {
+		t.Fatalf("err = %v, want one naming the upstream and the status", err)
+	}
+}
+
+// A server whose key changes after the session started is refused on the
+// raw call's new connection, with the typed pin error.
+func TestHTTPRawCallPinMismatch(t *testing.T) {
+	good, bad := newTestCert(t), newTestCert(t)
+	var useBad atomic.Bool
+	u := newRawHTTPUpstream(t, false)
+	u.srv.Close()
+	srv := httptest.NewUnstartedServer(u.srv.Config.Handler)
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{good.tls}, GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+		if useBad.Load() {
+			return &tls.Config{Certificates: []tls.Certificate{bad.tls}}, nil
+		}
+		return nil, nil
+	}}
+	srv.StartTLS()
+	defer srv.Close()
+	up, err := NewHTTP(HTTPOptions{Name: "pinned", URL: srv.URL, TLSPin: SPKIDigest(good.leaf).String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := connectRaw(t, up, ConnectOptions{})
+	if _, err := conn.RawCall(rawCallCtx(t), "tools/call", callParams("echo", "{}")); err != nil {
+		t.Fatalf("call through the right key: %v", err)
+	}
+	useBad.Store(true)
+	srv.CloseClientConnections()
+	// A pooled connection may be handed out before the client notices that
+	// the server closed it (the call then fails with EOF): try again.
+	var pm *PinMismatchError
+	for i := 0; i < 50; i++ {
+		up.HTTPClient().CloseIdleConnections()
+		_, err = conn.RawCall(rawCallCtx(t), "tools/call", callParams("echo", "{}"))
+		if err == nil || errors.As(err, &pm) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if pm == nil || !pm.Got.Equal(SPKIDigest(bad.leaf)) {
+		t.Fatalf("err = %v, want *PinMismatchError for the new key", err)
+	}
+}

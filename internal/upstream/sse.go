@@ -1,0 +1,106 @@
+package upstream
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// sseEvent is one server-sent event: its type (empty means "message"), its
+// id and its data lines joined with "\n".
+type sseEvent struct {
+	name string
+	id   string
+	data []byte
+}
+
+// sseReader reads the events of a text/event-stream body as the HTML
+// standard defines them (event-stream interpretation), with lines ended by
+// "\n" or "\r\n" (the line endings MCP servers use). One event may be at
+// most max bytes on the wire.
+type sseReader struct {
+	r   *bufio.Reader
+	max int
+}
+
+func newSSEReader(r io.Reader, max int) *sseReader {
+	return &sseReader{r: bufio.NewReaderSize(r, 16<<10), max: max}
+}
+
+// errEventTooLarge says an event exceeded the reader's bound.
+var errEventTooLarge = errors.New("server-sent event too large")
+
+// next returns the next event that has data or a type. At the end of the
+// stream it returns io.EOF; an event the stream ends in the middle of is
+// discarded, as the standard says.
+func (s *sseReader) next() (sseEvent, error) {
+	var ev sseEvent
+	var data []byte
+	hasData := false
+	size := 0
+	for {
+		line, err := s.line(s.max - size)
+		if err != nil {
+			if errors.Is(err, errEventTooLarge) {
+				err = fmt.Errorf("%w: more than %d bytes", err, s.max)
+			}
+			return sseEvent{}, err
+		}
+		size += len(line)
+		line = bytes.TrimSuffix(bytes.TrimSuffix(line, []byte("\n")), []byte("\r"))
+		if len(line) == 0 { // dispatch
+			if hasData || ev.name != "" {
+				ev.data = data
+				return ev, nil
+			}
+			ev, size = sseEvent{}, 0
+			continue
+		}
+		if line[0] == ':' {
+			continue // a comment
+		}
+		field, value, _ := bytes.Cut(line, []byte(":"))
+		value = bytes.TrimPrefix(value, []byte(" "))
+		switch string(field) {
+		case "event":
+			ev.name = string(value)
+		case "id":
+			if bytes.IndexByte(value, 0) < 0 {
+				ev.id = string(value)
+			}
+		case "data":
+			if hasData {
+				data = append(data, '\n')
+			}
+			data = append(data, value...)
+			hasData = true
+		}
+	}
+}
+
+// line reads one line, with its terminator, of at most budget bytes. A
+// final line without a terminator is io.EOF: it cannot end an event.
+func (s *sseReader) line(budget int) ([]byte, error) {
+	var buf []byte
+	for {
+		frag, err := s.r.ReadSlice('\n')
+		if len(buf)+len(frag) > budget {
+			return nil, errEventTooLarge
+		}
+		switch {
+		case err == nil:
+			if buf != nil {
+				return append(buf, frag...), nil
+			}
+			return frag, nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			buf = append(buf, frag...)
+		case errors.Is(err, io.EOF):
+			return nil, io.EOF
+		default:
+			return nil, err
+		}
+	}
+}
