@@ -76,10 +76,11 @@ type Options struct {
 	// Vault keeps every committed payload, encrypted with age to
 	// Recipients, in the epoch's vault.jsonl. Requires Recipients.
 	Vault bool
-	// OnCheckpoint is called (from the committer; keep it short and never
-	// call the Writer from it) with each new signed checkpoint once it is
-	// durable, e.g. to hand it to a goroutine that exports it to a witness
-	// or a remote sink.
+	// OnCheckpoint is called (with the writer's lock held, from the
+	// committer goroutine or from an Append that commits its own record;
+	// keep it short and never call the Writer from it) with each new
+	// signed checkpoint once it is durable, e.g. to hand it to a goroutine
+	// that exports it to a witness or a remote sink.
 	OnCheckpoint func(note []byte)
 }
 
@@ -141,8 +142,14 @@ type ctlReq struct {
 	reply chan error
 }
 
-// Writer appends records to one epoch. It is safe for concurrent use; one
-// committer goroutine writes and syncs batches (group commit).
+// Writer appends records to one epoch. It is safe for concurrent use.
+// Every change of the log's state happens under one lock (cmu). An Append
+// that finds that lock free and no record queued commits its own record
+// (write, and in strict and group mode fdatasync) without a goroutine
+// handoff; otherwise it queues the record for the committer goroutine,
+// which writes and syncs whatever has queued as one batch (group commit)
+// and also runs the checkpoint and sync timers, forced checkpoints and the
+// seal.
 type Writer struct {
 	dir      string
 	epochDir string
@@ -162,6 +169,18 @@ type Writer struct {
 	mu     sync.RWMutex // held shared by senders; exclusively by Close
 	closed bool
 
+	// cmu serialises every change of the committer state below (commit,
+	// checkpoint, sync, rotation, seal), whether the committer goroutine
+	// or an appender makes it.
+	cmu sync.Mutex
+	// committerWaits is set while the committer goroutine holds a queued
+	// record and waits for cmu: appenders then queue behind it rather
+	// than take the lock first.
+	committerWaits atomic.Bool
+	// Appends committed by their caller and by the committer goroutine
+	// (guarded by cmu; for tests).
+	nInline, nQueued int64
+
 	fatal atomic.Pointer[FatalError]
 
 	secret     []byte
@@ -175,7 +194,7 @@ type Writer struct {
 	latestMu sync.Mutex
 	latest   []byte
 
-	// committer state
+	// committer state, guarded by cmu
 	f        *os.File
 	segNo    int
 	segBytes int64
@@ -549,8 +568,10 @@ func (w *Writer) setFatal(err error) *FatalError {
 
 // Append writes rec and returns once it is durable (strict, group) or
 // written to the file (interval). Kinds the writer owns (genesis, segment,
-// checkpoint, recovery, seal) are refused. If ctx ends first, Append
-// returns ctx.Err() but the record may still be written.
+// checkpoint, recovery, seal) are refused. If ctx ends while the record
+// waits for the committer, Append returns ctx.Err() but the record may
+// still be written; an Append that commits its record itself (the log was
+// idle) does not watch ctx during that write and sync.
 func (w *Writer) Append(ctx context.Context, rec Record) (Receipt, error) {
 	if rec == nil {
 		return Receipt{}, errors.New("append: nil record")
@@ -581,6 +602,26 @@ func (w *Writer) Append(ctx context.Context, rec Record) (Receipt, error) {
 		w.mu.RUnlock()
 		putPending(p)
 		return Receipt{}, ErrClosed
+	}
+	// Caller commits: with nobody committing and nothing queued (in the
+	// channel or in the committer's hands), write (and sync) the record
+	// here rather than hand it to the committer and wait for its answer.
+	// The lock is taken before the read lock is let go, so the seal (which
+	// Close asks for only once no appender holds the read lock) cannot come
+	// first; records queued meanwhile wait for the lock in the committer.
+	if len(w.in) == 0 && !w.committerWaits.Load() && w.cmu.TryLock() {
+		if len(w.in) == 0 {
+			w.mu.RUnlock()
+			batch := [1]*pending{p}
+			w.commit(batch[:])
+			w.nInline++
+			w.cmu.Unlock()
+			<-p.done // commit has answered: never blocks
+			res, err := p.res, p.err
+			putPending(p)
+			return res, err
+		}
+		w.cmu.Unlock()
 	}
 	select {
 	case w.in <- p:
@@ -672,12 +713,19 @@ func (w *Writer) run() {
 	for {
 		select {
 		case p := <-w.in:
+			w.committerWaits.Store(true)
+			w.cmu.Lock()
+			w.committerWaits.Store(false)
 			batch = append(batch[:0], p)
 			if w.opts.Durability != DurabilityStrict {
-				batch = w.drain(batch)
+				batch = w.drain(batch) // what queued while the lock was busy too
 			}
 			w.commit(batch)
+			w.nQueued += int64(len(batch))
+			w.cmu.Unlock()
+			clear(batch) // the appenders recycle their pendings
 		case <-cpTick.C:
+			w.cmu.Lock()
 			if w.sinceCP > 0 && w.fatal.Load() == nil {
 				if w.guard(func() error {
 					if err := w.addCheckpoint(); err != nil {
@@ -688,14 +736,20 @@ func (w *Writer) run() {
 					w.maybeRotate()
 				}
 			}
+			w.cmu.Unlock()
 		case <-syncC:
+			w.cmu.Lock()
 			if w.fatal.Load() == nil && (w.dirty || w.vaultPending()) {
 				w.guard(func() error { return w.flush(true) })
 			}
+			w.cmu.Unlock()
 		case c := <-w.ctl:
+			w.cmu.Lock()
 			switch c.op {
 			case opCheckpoint:
-				c.reply <- w.forcedCheckpoint()
+				err := w.forcedCheckpoint()
+				w.cmu.Unlock()
+				c.reply <- err
 			case opClose:
 				for {
 					batch = w.drain(batch[:0])
@@ -703,8 +757,11 @@ func (w *Writer) run() {
 						break
 					}
 					w.commit(batch)
+					w.nQueued += int64(len(batch))
 				}
-				c.reply <- w.seal()
+				err := w.seal()
+				w.cmu.Unlock()
+				c.reply <- err
 				return
 			}
 		}
