@@ -19,5 +19,7 @@ if [ "${1:-}" = "--list" ]; then
 else
   body=$(printf '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"%s","arguments":%s}}' "$1" "${2:-{\}}")
 fi
-curl -sS "${hdr[@]}" "$url" -d "$body" | sed -n 's/^data: //p'
+# The answer is one JSON body, or an SSE stream whose data lines are the
+# messages (notifications first, the response last): print the messages.
+{ curl -sS "${hdr[@]}" "$url" -d "$body"; echo; } | tr -d '\r' | sed -e '/^event: /d' -e '/^id: /d' -e '/^retry: /d' -e 's/^data: //' -e '/^$/d'
 curl -sS -X DELETE "${hdr[@]}" "$url" >/dev/null || true

@@ -1,0 +1,129 @@
+package cmcp_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestQuickstart runs README.md's first block as a newcomer would, in a
+// copy of the repository: scripts/quickstart.sh builds, pins and serves;
+// scripts/call.sh lists the tools and calls one with curl; Ctrl-C stops the
+// gateway, which seals its log; verify-chain says VERIFIED.
+func TestQuickstart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds cmcp and runs the quickstart")
+	}
+	for _, tool := range []string{"bash", "curl", "git"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("the quickstart needs %s: %v", tool, err)
+		}
+	}
+	dir := copyRepo(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	var logs bytes.Buffer
+	srv := exec.Command("bash", "scripts/quickstart.sh", "--listen", addr)
+	srv.Dir, srv.Stdout, srv.Stderr = dir, &logs, &logs
+	srv.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- srv.Wait() }()
+	t.Cleanup(func() { syscall.Kill(-srv.Process.Pid, syscall.SIGKILL) })
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+			break
+		}
+		select {
+		case err := <-exited:
+			t.Fatalf("quickstart exited before serving: %v\n%s", err, logs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("quickstart did not serve on %s\n%s", addr, logs.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	call := func(args ...string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "bash", append([]string{"scripts/call.sh"}, args...)...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "CMCP_URL=http://"+addr+"/mcp")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("call.sh %v: %v\n%s\ngateway:\n%s", args, err, out, logs.String())
+		}
+		return string(out)
+	}
+	if out := call("--list"); !strings.Contains(out, `"files__echo"`) || !strings.Contains(out, `"files__read_file"`) {
+		t.Fatalf("call.sh --list: %s", out)
+	}
+	out := call("files__echo", `{"text":"hello through cmcp"}`)
+	// Exactly what README.md shows.
+	if want := `{"jsonrpc":"2.0","id":2,"result":{"content":[{"type":"text","text":"hello through cmcp"}]}}` + "\n"; out != want {
+		t.Fatalf("call.sh files__echo:\n got %q\nwant %q (README.md's first block)", out, want)
+	}
+	syscall.Kill(-srv.Process.Pid, syscall.SIGINT) // Ctrl-C
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("the gateway did not stop cleanly on Ctrl-C: %v\n%s", err, logs.String())
+		}
+	case <-time.After(time.Minute):
+		t.Fatalf("the gateway did not stop on Ctrl-C\n%s", logs.String())
+	}
+	v := exec.Command(filepath.Join("bin", "cmcp"), "verify-chain", "audit")
+	v.Dir = dir
+	vout, err := v.CombinedOutput()
+	if err != nil || !strings.Contains(string(vout), "VERIFIED") || !strings.Contains(string(vout), "sealed") {
+		t.Fatalf("verify-chain audit: %v\n%s", err, vout)
+	}
+}
+
+// copyRepo copies the files git tracks (as they are in the working tree)
+// into a temporary directory.
+func copyRepo(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("git", "ls-files", "-z").Output()
+	if err != nil {
+		t.Fatalf("git ls-files: %v", err)
+	}
+	dir := t.TempDir()
+	for _, name := range strings.Split(strings.TrimRight(string(out), "\x00"), "\x00") {
+		fi, err := os.Stat(name)
+		if err != nil {
+			continue // deleted in the working tree
+		}
+		b, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(dst, b, fi.Mode().Perm()); err != nil {
+			t.Fatal(fmt.Errorf("copy %s: %w", name, err))
+		}
+	}
+	return dir
+}
