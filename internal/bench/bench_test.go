@@ -33,7 +33,9 @@ import (
 // BENCH_CALLS sets the timed calls per measurement (split over the
 // sessions; default 2000), BENCH_ROUNDS the interleaved rounds whose medians
 // are reported (default 3). BENCH_GW_ENV adds variables to the gateways'
-// environment (e.g. "GOGC=400" to try a GC setting).
+// environment (e.g. "GOGC=400" to try a GC setting). BENCH_MODES keeps only
+// the modes whose names contain one of its comma-separated words (and the
+// direct modes), e.g. BENCH_MODES="--stdio,no-op".
 func BenchmarkGateway(b *testing.B) {
 	everything := os.Getenv("CMCP_EVERYTHING_SERVER")
 	if everything == "" {
@@ -117,10 +119,25 @@ func BenchmarkGateway(b *testing.B) {
 		}
 		cfg := gatewayConfig(b, dir, "stdio", "interval", everything, upURL, agentToken)
 		cmd := exec.Command(cmcp, "serve", "--stdio", "-c", cfg, "--log-level", "warn")
-		cmd.Env = env
+		cmd.Env = gwEnv
 		return NewClient().Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
 	}})
 
+	if only := os.Getenv("BENCH_MODES"); only != "" {
+		// Keep the modes whose name contains one of the comma-separated
+		// words, and the direct modes they are compared with.
+		keep := modes[:0]
+		for _, m := range modes {
+			ok := m.via == "direct" && m.ref == ""
+			for _, w := range strings.Split(only, ",") {
+				ok = ok || (w != "" && strings.Contains(m.name, w))
+			}
+			if ok {
+				keep = append(keep, m)
+			}
+		}
+		modes = keep
+	}
 	results := map[string][]Result{}
 	gwCPU := map[string]time.Duration{} // gateway CPU time spent in a mode's timed calls (and its warm-up)
 	gwCalls := map[string]int{}
