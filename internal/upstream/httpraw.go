@@ -37,9 +37,9 @@ type httpRaw struct {
 // given up on.
 const cancelTimeout = 2 * time.Second
 
-// drainTimeout bounds how long the rest of a response stream is read after
-// the response, so that the connection can be reused; a server that keeps
-// the stream open longer costs its connection instead.
+// drainTimeout bounds how long the rest of a response stream is read (in
+// the background) after the response, so that the connection can be
+// reused; a server that keeps the stream open longer costs its connection.
 const drainTimeout = 50 * time.Millisecond
 
 func (c *httpRaw) call(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error) {
@@ -47,9 +47,23 @@ func (c *httpRaw) call(ctx context.Context, method string, params json.RawMessag
 		return nil, err
 	}
 	id := rawIDPrefix + strconv.FormatUint(c.next.Add(1), 10)
-	rctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	res, err := c.roundTrip(rctx, cancel, id, method, encodeRequest(id, method, params))
+	// The POST's context follows the caller's only until the response is
+	// in: what the server sends after it is read in the background, so the
+	// connection goes back to the pool without delaying the call.
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, cancel)
+	res, drain, err := c.roundTrip(rctx, id, method, encodeRequest(id, method, params))
+	stop()
+	if drain != nil {
+		go func() {
+			t := time.AfterFunc(drainTimeout, cancel)
+			drain()
+			t.Stop()
+			cancel()
+		}()
+	} else {
+		cancel()
+	}
 	if err != nil && ctx.Err() != nil {
 		c.cancelled(ctx, id)
 		return nil, ctx.Err()
@@ -57,51 +71,55 @@ func (c *httpRaw) call(ctx context.Context, method string, params json.RawMessag
 	return res, err
 }
 
-// roundTrip posts the request and reads the response to it. cancel ends
-// rctx; it is called to stop reading what follows the response.
-func (c *httpRaw) roundTrip(rctx context.Context, cancel context.CancelFunc, id, method string, body []byte) (json.RawMessage, error) {
+// roundTrip posts the request and reads the response to it. On success
+// over an event stream, drain reads the rest of the stream and closes it.
+func (c *httpRaw) roundTrip(rctx context.Context, id, method string, body []byte) (res json.RawMessage, drain func(), err error) {
 	resp, err := c.post(rctx, body)
 	if err != nil {
-		return nil, c.up.explain(method, err)
+		return nil, nil, c.up.explain(method, err)
 	}
-	defer resp.Body.Close()
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return nil, c.statusError(method, resp)
+		defer resp.Body.Close()
+		return nil, nil, c.statusError(method, resp)
 	}
 	switch ct := baseMediaType(resp.Header.Get("Content-Type")); ct {
 	case "application/json":
+		defer resp.Body.Close()
 		b, err := io.ReadAll(io.LimitReader(resp.Body, maxFrame+1))
 		if err != nil {
-			return nil, c.up.explain(method, fmt.Errorf("read the response: %w", err))
+			return nil, nil, c.up.explain(method, fmt.Errorf("read the response: %w", err))
 		}
 		if len(b) > maxFrame {
-			return nil, c.errorf(method, "the response is larger than %d bytes", maxFrame)
+			return nil, nil, c.errorf(method, "the response is larger than %d bytes", maxFrame)
 		}
 		msg, err := rpcwire.DecodeMessage(b)
 		if err != nil {
-			return nil, c.errorf(method, "the response is not a JSON-RPC message: %v", err)
+			return nil, nil, c.errorf(method, "the response is not a JSON-RPC message: %v", err)
 		}
 		r, ok := msg.(*jsonrpc.Response)
 		if !ok || !isID(r.ID, id) {
-			return nil, c.errorf(method, "the upstream answered with a JSON body that is not the response to the request")
+			return nil, nil, c.errorf(method, "the upstream answered with a JSON body that is not the response to the request")
 		}
 		if r.Error != nil {
-			return nil, r.Error
+			return nil, nil, r.Error
 		}
-		return r.Result, nil
+		return r.Result, nil, nil
 	case "text/event-stream":
 		sr := newSSEReader(resp.Body, maxFrame)
 		res, err := c.stream(rctx, sr, id, method)
-		if err == nil {
-			// Read on to the end of the stream (a server closes it after
-			// the response), so the connection goes back to the pool.
-			t := time.AfterFunc(drainTimeout, cancel)
-			_, _ = io.CopyN(io.Discard, sr.r, 64<<10)
-			t.Stop()
+		if err != nil {
+			resp.Body.Close()
+			return nil, nil, err
 		}
-		return res, err
+		// A server closes the stream after the response; reading on to
+		// its end lets the connection be reused.
+		return res, func() {
+			_, _ = io.CopyN(io.Discard, sr.r, 64<<10)
+			resp.Body.Close()
+		}, nil
 	default:
-		return nil, c.errorf(method, "the upstream answered HTTP %d with content type %q, which is neither application/json nor text/event-stream", resp.StatusCode, ct)
+		resp.Body.Close()
+		return nil, nil, c.errorf(method, "the upstream answered HTTP %d with content type %q, which is neither application/json nor text/event-stream", resp.StatusCode, ct)
 	}
 }
 
