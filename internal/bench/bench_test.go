@@ -181,7 +181,7 @@ func BenchmarkGateway(b *testing.B) {
 		return Result{Concurrency: rs[0].Concurrency, Calls: rs[0].Calls, P50: p50[len(p50)/2], P99: p99[len(p99)/2], CallsPerSec: cps[len(cps)/2]}
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(os.Stdout, "\ncmcp vs direct, test_simple_text, %d calls per measurement, median of %d interleaved rounds, GOMAXPROCS %d\n",
+	fmt.Fprintf(os.Stdout, "\ncmcp vs direct, test_simple_text, %d calls per measurement, median of %d interleaved rounds (ratios: median of the per-round ratios), GOMAXPROCS %d\n",
 		calls, rounds, runtime.GOMAXPROCS(0))
 	fmt.Fprintln(tw, "mode\tc\tp50\tp99\tcalls/s\tp50 × direct\tcalls/s × direct\tp50 × http direct\tcalls/s × http direct\tgateway peak RSS\t")
 	for _, m := range modes {
@@ -189,15 +189,12 @@ func BenchmarkGateway(b *testing.B) {
 			r := med(fmt.Sprintf("%s|%d", m.name, c))
 			cols := []string{"", "", "", ""}
 			if m.ref != "" {
-				d := med(fmt.Sprintf("%s|%d", m.ref, c))
-				h := med(fmt.Sprintf("http direct|%d", c))
-				cols = []string{
-					fmt.Sprintf("%.2f", float64(r.P50)/float64(d.P50)), fmt.Sprintf("%.2f", r.CallsPerSec/d.CallsPerSec),
-					fmt.Sprintf("%.2f", float64(r.P50)/float64(h.P50)), fmt.Sprintf("%.2f", r.CallsPerSec/h.CallsPerSec),
-				}
+				p50d, cpsd := ratios(results[fmt.Sprintf("%s|%d", m.name, c)], results[fmt.Sprintf("%s|%d", m.ref, c)])
+				p50h, cpsh := ratios(results[fmt.Sprintf("%s|%d", m.name, c)], results[fmt.Sprintf("http direct|%d", c)])
+				cols = []string{fmt.Sprintf("%.2f", p50d), fmt.Sprintf("%.2f", cpsd), fmt.Sprintf("%.2f", p50h), fmt.Sprintf("%.2f", cpsh)}
 				tag := strings.ReplaceAll(m.name, " ", "-")
-				b.ReportMetric(float64(r.P50)/float64(d.P50), fmt.Sprintf("p50-ratio-%s-c%d", tag, c))
-				b.ReportMetric(r.CallsPerSec/d.CallsPerSec, fmt.Sprintf("cps-ratio-%s-c%d", tag, c))
+				b.ReportMetric(p50d, fmt.Sprintf("p50-ratio-%s-c%d", tag, c))
+				b.ReportMetric(cpsd, fmt.Sprintf("cps-ratio-%s-c%d", tag, c))
 			}
 			rss := ""
 			if g := gws[m.kind+" "+m.via]; g != nil {
@@ -221,6 +218,22 @@ func BenchmarkGateway(b *testing.B) {
 		}
 	}
 	fmt.Println("targets (interval durability): p50 × direct ≤ 1.3 at c=1, calls/s × direct ≥ 0.8 at c=8, gateway peak RSS < 40 MiB at 8 sessions")
+}
+
+// ratios are the medians over the rounds of a mode's p50 and calls/s
+// divided by its baseline's in the same round: a round's modes run back to
+// back, so pairing them cancels the drift of a shared machine between
+// rounds that a ratio of medians keeps.
+func ratios(mode, ref []Result) (p50, cps float64) {
+	n := min(len(mode), len(ref))
+	ps, cs := make([]float64, n), make([]float64, n)
+	for i := range n {
+		ps[i] = float64(mode[i].P50) / float64(ref[i].P50)
+		cs[i] = mode[i].CallsPerSec / ref[i].CallsPerSec
+	}
+	slices.Sort(ps)
+	slices.Sort(cs)
+	return ps[n/2], cs[n/2]
 }
 
 // gatewayConfig writes a cmcp.yaml for the benchmark: one upstream (the

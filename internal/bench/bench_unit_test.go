@@ -55,3 +55,14 @@ func TestCPUTimeOfThisProcess(t *testing.T) {
 		t.Fatalf("CPU time went from %v to %v after 50ms of spinning", before, after)
 	}
 }
+
+// TestRatiosArePaired: a ratio is taken within each round, then the median
+// over rounds: a machine that slows down between rounds moves both sides.
+func TestRatiosArePaired(t *testing.T) {
+	mode := []Result{{P50: 300 * time.Microsecond, CallsPerSec: 900}, {P50: 600 * time.Microsecond, CallsPerSec: 450}, {P50: 330 * time.Microsecond, CallsPerSec: 800}}
+	ref := []Result{{P50: 200 * time.Microsecond, CallsPerSec: 1000}, {P50: 400 * time.Microsecond, CallsPerSec: 500}, {P50: 300 * time.Microsecond, CallsPerSec: 1000}}
+	p50, cps := ratios(mode, ref)
+	if p50 != 1.5 || cps != 0.9 {
+		t.Fatalf("ratios = %v, %v; want 1.5 and 0.9 (per-round 1.5/1.5/1.1 and 0.9/0.9/0.8)", p50, cps)
+	}
+}
