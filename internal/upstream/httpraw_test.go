@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -361,5 +362,35 @@ func TestHTTPRawCallPinMismatch(t *testing.T) {
 	}
 	if pm == nil || !pm.Got.Equal(SPKIDigest(bad.leaf)) {
 		t.Fatalf("err = %v, want *PinMismatchError for the new key", err)
+	}
+}
+
+// TestHTTPRawCallReusesConnections: back-to-back raw calls go over kept-alive
+// connections, over an SSE answer as over a JSON one, not one new TCP
+// connection per call.
+func TestHTTPRawCallReusesConnections(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		json bool
+	}{{"sse", false}, {"json", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			u := newRawHTTPUpstream(t, tc.json)
+			var conns atomic.Int64
+			u.srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+				if s == http.StateNew {
+					conns.Add(1)
+				}
+			}
+			conn := connectRaw(t, plainUpstream(t, u.srv.URL), ConnectOptions{})
+			before := conns.Load()
+			for i := range 200 {
+				if _, err := conn.RawCall(rawCallCtx(t), "tools/call", callParams("echo", fmt.Sprintf(`{"i":%d}`, i))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if n := conns.Load() - before; n > 4 {
+				t.Fatalf("200 sequential calls opened %d new connections", n)
+			}
+		})
 	}
 }
