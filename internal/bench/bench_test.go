@@ -61,6 +61,20 @@ func BenchmarkGateway(b *testing.B) {
 	if err := httpUp.WaitHTTP(upURL, 10*time.Second); err != nil {
 		b.Fatal(err)
 	}
+	// The HTTP floor: a reverse proxy that only passes requests on.
+	proxyAddr, err := FreeAddr()
+	if err != nil {
+		b.Fatal(err)
+	}
+	proxy, err := Start(buildGo(b, "noproxy", "github.com/confidential-mcp/cmcp/internal/bench/noproxy"), []string{proxyAddr, upURL}, env)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer proxy.Stop(5 * time.Second)
+	proxyURL := "http://" + proxyAddr + "/mcp"
+	if err := proxy.WaitHTTP(proxyURL, 10*time.Second); err != nil {
+		b.Fatal(err)
+	}
 
 	// One gateway process per (upstream kind, durability).
 	type gw struct {
@@ -101,6 +115,7 @@ func BenchmarkGateway(b *testing.B) {
 		// The floor: one extra process that only copies lines, where cmcp
 		// would be.
 		{"stdio no-op relay", "stdio", "direct", "stdio direct", StdioConnector(buildGo(b, "noprelay", "github.com/confidential-mcp/cmcp/internal/bench/noprelay"), everything)},
+		{"http no-op proxy", "http", "direct", "http direct", HTTPConnector(proxyURL, "")},
 	}
 	for _, kind := range []string{"stdio", "http"} {
 		for _, dur := range []string{"interval", "group"} {
