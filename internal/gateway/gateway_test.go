@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/confidential-mcp/cmcp/internal/upstream"
@@ -995,7 +996,16 @@ func TestFastPathResponseShapes(t *testing.T) {
 		defer close(done)
 		post(`{"jsonrpc":"2.0","id":"dup","method":"tools/call","params":{"name":"t__sleep","arguments":{"text":"1500ms"}}}`, nil)
 	}()
-	time.Sleep(300 * time.Millisecond)
+	dup, _ := jsonrpc.MakeID("dup")
+	eventually(t, 10*time.Second, func() string {
+		s := h.g.sessionByID(cs.ID())
+		s.fast.mu.Lock()
+		defer s.fast.mu.Unlock()
+		if s.fast.m[dup] == nil {
+			return "the first call with id \"dup\" is not in flight yet"
+		}
+		return ""
+	})
 	resp, body = post(`{"jsonrpc":"2.0","id":"dup","method":"tools/call","params":{"name":"t__echo","arguments":{"text":"x"}}}`, nil)
 	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "duplicate in-flight request ID") {
 		t.Fatalf("duplicate id: %d %q", resp.StatusCode, clip(body, 300))

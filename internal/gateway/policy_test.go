@@ -725,11 +725,16 @@ when { context.now.toTime() < duration("%dms") };
 		}
 	}
 	wait("the session's second call")
-	if names := toolNames(t, cs); slices.Contains(names, "t__echo") {
+	names = toolNames(t, cs)
+	if slices.Contains(names, "t__echo") {
 		t.Fatalf("after two calls t__echo is still listed: %v", names)
 	}
-	wait("the time passed the policy's hour")
-	if names := toolNames(t, cs); !slices.Contains(names, "t__sleep") {
-		t.Fatalf("after the time passed t__sleep is not listed: %v", names)
+	// On a slow machine the time may have passed already, and that
+	// notification told the agent about both changes.
+	if !slices.Contains(names, "t__sleep") {
+		wait("the time passed the policy's hour")
+		if names := toolNames(t, cs); !slices.Contains(names, "t__sleep") {
+			t.Fatalf("after the time passed t__sleep is not listed: %v", names)
+		}
 	}
 }
