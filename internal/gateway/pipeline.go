@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -144,6 +145,7 @@ func (s *session) relay(ctx context.Context, params toolCall) (json.RawMessage, 
 	var outErr error
 	switch {
 	case callErr == nil:
+		res = oneLine(res)
 		// The commitment is to the exact bytes the agent receives.
 		result.Result = g.log.Commit(res)
 		var shape struct {
@@ -193,6 +195,21 @@ func (s *session) relay(ctx context.Context, params toolCall) (json.RawMessage, 
 		}
 	}()
 	return out, outErr
+}
+
+// oneLine returns a result as the upstream sent it unless it holds line
+// breaks (an HTTP upstream may send indented JSON), which a line-framed
+// stdio agent cannot receive: then without its insignificant white space.
+// Invalid JSON is returned unchanged (the caller refuses it).
+func oneLine(res json.RawMessage) json.RawMessage {
+	if !bytes.ContainsAny(res, "\r\n") {
+		return res
+	}
+	var b bytes.Buffer
+	if json.Compact(&b, res) != nil {
+		return res
+	}
+	return b.Bytes()
 }
 
 // forwardCall sends tools/call upstream and returns the result's exact
