@@ -125,35 +125,36 @@ func encodeResponse(id jsonrpc.ID, result json.RawMessage, err error) ([]byte, e
 }
 
 // stdioFast is the stdio front's fast path: it takes tools/call requests
-// of an initialised session and the cancellations of those calls; it
-// reports whether it took msg.
-func (s *session) stdioFast(c *agentConn) func(*jsonrpc.Request) bool {
+// of an initialised session, returning the call to run (the read loop runs
+// it), and the cancellations of those calls; it reports whether it took
+// the request.
+func (s *session) stdioFast(c *agentConn) func(*jsonrpc.Request) (bool, func()) {
 	calls := &s.fast
-	return func(req *jsonrpc.Request) bool {
+	return func(req *jsonrpc.Request) (bool, func()) {
 		switch req.Method {
 		case "notifications/cancelled":
-			return !req.IsCall() && calls.cancel(req.Params)
+			return !req.IsCall() && calls.cancel(req.Params), nil
 		case "tools/call":
 		default:
-			return false
+			return false, nil
 		}
 		if !req.IsCall() || s.downSession() == nil {
-			return false
+			return false, nil
 		}
 		call, ok := decodeFastCall(req.Params)
 		if !ok {
-			return false
+			return false, nil
 		}
 		cctx, cancel := context.WithCancel(s.ctx)
 		if !calls.add(req.ID, cancel) {
 			cancel()
-			return false // a duplicate in-flight id: go-sdk answers it
+			return false, nil // a duplicate in-flight id: go-sdk answers it
 		}
 		s.g.fastPath.Add(1)
 		// In flight until the response is written, not only until the
 		// pipeline returns: shutdown waits for both.
 		s.g.inflight.Add(1)
-		go func() {
+		return true, func() {
 			defer s.g.inflight.Done()
 			defer cancel()
 			defer calls.remove(req.ID)
@@ -167,8 +168,7 @@ func (s *session) stdioFast(c *agentConn) func(*jsonrpc.Request) bool {
 				return
 			}
 			_ = c.writeLine(b)
-		}()
-		return true
+		}
 	}
 }
 
