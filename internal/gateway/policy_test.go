@@ -344,29 +344,14 @@ func TestReplayCatchesFlipInGatewayLog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := auditlog.NewReader(h.dir)
-	if err != nil {
-		t.Fatal(err)
-	}
 	newIndex := map[int64]int64{}
 	calls, flipped := 0, int64(-1)
-	for {
-		e, err := r.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, e := range logEntries(t, h.dir) {
 		switch e.Kind {
 		case auditlog.KindGenesis, auditlog.KindCheckpoint, auditlog.KindSeal, auditlog.KindSegment, auditlog.KindRecovery:
 			continue
 		}
-		rec, err := e.Decode()
-		if err != nil {
-			t.Fatal(err)
-		}
-		switch rec := rec.(type) {
+		switch rec := e.Rec.(type) {
 		case *auditlog.Call:
 			p, err := opener.Payload(rec.Args)
 			if err != nil {
@@ -390,16 +375,15 @@ func TestReplayCatchesFlipInGatewayLog(t *testing.T) {
 				rec.Result = w.Commit(p)
 			}
 		}
-		rc, err := w.Append(context.Background(), rec)
+		rc, err := w.Append(context.Background(), e.Rec)
 		if err != nil {
 			t.Fatal(err)
 		}
 		newIndex[e.Index] = rc.Index
-		if c, ok := rec.(*auditlog.Call); ok && c.Decision == "allow" && slices.Equal(c.PolicyIDs, []string{"staff-calls"}) && calls == 2 {
+		if c, ok := e.Rec.(*auditlog.Call); ok && c.Decision == "allow" && slices.Equal(c.PolicyIDs, []string{"staff-calls"}) && calls == 2 {
 			flipped = rc.Index
 		}
 	}
-	r.Close()
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -421,6 +405,38 @@ func TestReplayCatchesFlipInGatewayLog(t *testing.T) {
 		if c.Index == flipped && (c.Replay.Decision != "deny" || !slices.Equal(c.Replay.PolicyIDs, []string{"no-secret"})) {
 			t.Fatalf("flipped record replays as %+v", c.Replay)
 		}
+	}
+}
+
+// logEntry is one record of an audit log, decoded, with its index.
+type logEntry struct {
+	Index int64
+	Kind  auditlog.Kind
+	Rec   auditlog.Record
+}
+
+// logEntries reads and decodes every record of the audit log in dir.
+func logEntries(t *testing.T, dir string) []logEntry {
+	t.Helper()
+	r, err := auditlog.NewReader(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var out []logEntry
+	for {
+		e, err := r.Next()
+		if err == io.EOF {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, err := e.Decode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, logEntry{Index: e.Index, Kind: e.Kind, Rec: rec})
 	}
 }
 
@@ -635,25 +651,9 @@ func TestAgentGetsTheCommittedBytes(t *testing.T) {
 	h.w.Close()
 
 	_, opener := readGenesis(t, h.dir, id)
-	r, err := auditlog.NewReader(h.dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
 	var results, arguments [][]byte
-	for {
-		e, err := r.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		rec, err := e.Decode()
-		if err != nil {
-			t.Fatal(err)
-		}
-		switch rec := rec.(type) {
+	for _, e := range logEntries(t, h.dir) {
+		switch rec := e.Rec.(type) {
 		case *auditlog.Call:
 			p, err := opener.Payload(rec.Args)
 			if err != nil {
