@@ -103,25 +103,28 @@ func (f *fastCalls) cancel(params json.RawMessage) bool {
 }
 
 // encodeResponse is the JSON-RPC response to a fast call: the result bytes
-// spliced in unchanged, or the error.
-func encodeResponse(id jsonrpc.ID, result json.RawMessage, err error) ([]byte, error) {
+// spliced in unchanged, or the error. It always gives a response: if the
+// error cannot be encoded (its data is not JSON), the agent gets a gateway
+// fault saying so instead of no answer.
+func encodeResponse(id jsonrpc.ID, result json.RawMessage, err error) []byte {
 	if err != nil {
 		var we *jsonrpc.Error
 		if !errors.As(err, &we) {
 			we = &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: err.Error()}
 		}
-		return jsonrpc.EncodeMessage(&jsonrpc.Response{ID: id, Error: we})
+		b, eerr := jsonrpc.EncodeMessage(&jsonrpc.Response{ID: id, Error: we})
+		if eerr != nil {
+			b, _ = jsonrpc.EncodeMessage(&jsonrpc.Response{ID: id, Error: fault(CodeUpstreamFailed, "the upstream's error could not be encoded: %v", eerr)})
+		}
+		return b
 	}
-	idb, e := json.Marshal(id.Raw())
-	if e != nil {
-		return nil, e
-	}
+	idb, _ := json.Marshal(id.Raw()) // a string or an integer
 	b := make([]byte, 0, len(result)+len(idb)+32)
 	b = append(b, `{"jsonrpc":"2.0","id":`...)
 	b = append(b, idb...)
 	b = append(b, `,"result":`...)
 	b = append(b, result...)
-	return append(b, '}'), nil
+	return append(b, '}')
 }
 
 // stdioFast is the stdio front's fast path: it takes tools/call requests
@@ -162,12 +165,7 @@ func (s *session) stdioFast(c *agentConn) func(*jsonrpc.Request) (bool, func()) 
 			if cctx.Err() != nil {
 				return // cancelled by the agent, or the connection ended: no response
 			}
-			b, err := encodeResponse(req.ID, res, err)
-			if err != nil {
-				s.g.logger.Error("encode a tools/call response", "err", err)
-				return
-			}
-			_ = c.writeLine(b)
+			_ = c.writeLine(encodeResponse(req.ID, res, err))
 		}
 	}
 }
@@ -395,12 +393,7 @@ func (s *session) httpFast(w http.ResponseWriter, r *http.Request, maxBytes int6
 			sk.mu.Unlock()
 			return true
 		}
-		b, err := encodeResponse(m.ID, res, err)
-		if err != nil {
-			s.g.logger.Error("encode a tools/call response", "err", err)
-			b, _ = encodeResponse(m.ID, nil, fault(CodeUpstreamFailed, "the response could not be encoded: %v", err))
-		}
-		_ = sk.respond(b)
+		_ = sk.respond(encodeResponse(m.ID, res, err))
 		return true
 	}
 	return false

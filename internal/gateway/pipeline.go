@@ -212,17 +212,9 @@ func oneLine(res json.RawMessage) json.RawMessage {
 	return b.Bytes()
 }
 
-// forwardCall sends tools/call upstream and returns the result's exact
-// bytes: a raw call where the connection supports it (stdio children and
-// HTTP upstreams), else through the MCP client session, re-encoded.
+// forwardCall sends tools/call upstream as a raw call (both kinds of
+// upstream connection make them) and returns the result's exact bytes.
 func forwardCall(ctx context.Context, lv *live, tool string, args json.RawMessage, meta mcp.Meta) (json.RawMessage, error) {
-	if !lv.conn.CanRawCall() {
-		res, err := lv.conn.Session.CallTool(ctx, &mcp.CallToolParams{Meta: meta, Name: tool, Arguments: args})
-		if err != nil {
-			return nil, err
-		}
-		return json.Marshal(res)
-	}
 	name, err := json.Marshal(tool)
 	if err != nil {
 		return nil, err

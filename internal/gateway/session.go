@@ -429,7 +429,8 @@ func (s *session) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 			}
 			lr := res.(*mcp.ListToolsResult)
 			lr.Tools = s.g.opts.Filter.FilterTools(ctx, s.principal, s.info(), lr.Tools)
-			s.noteListed()
+			p, _ := req.GetParams().(*mcp.ListToolsParams)
+			s.noteListed(lr.Tools, lr.NextCursor == "" && (p == nil || p.Cursor == ""))
 			return lr, nil
 		case "logging/setLevel":
 			if p, ok := req.GetParams().(*mcp.SetLoggingLevelParams); ok {
@@ -793,17 +794,28 @@ func (s *session) visibleNames() string {
 			tools = append(tools, e.Tool)
 		}
 	}
-	var b strings.Builder
-	for _, t := range s.g.opts.Filter.FilterTools(context.Background(), s.principal, s.info(), tools) {
-		b.WriteString(t.Name)
-		b.WriteByte(0)
-	}
-	return b.String()
+	return toolNamesKey(s.g.opts.Filter.FilterTools(context.Background(), s.principal, s.info(), tools))
 }
 
-// noteListed remembers what the agent was just shown.
-func (s *session) noteListed() {
-	v := s.visibleNames()
+// toolNamesKey is a list of tools as its sorted names.
+func toolNamesKey(tools []*mcp.Tool) string {
+	names := make([]string, len(tools))
+	for i, t := range tools {
+		names[i] = t.Name
+	}
+	slices.Sort(names)
+	return strings.Join(names, "\x00")
+}
+
+// noteListed remembers what the agent was just shown: shown, when it was
+// the whole list (one page), else what the whole list is now.
+func (s *session) noteListed(shown []*mcp.Tool, whole bool) {
+	var v string
+	if whole {
+		v = toolNamesKey(shown)
+	} else {
+		v = s.visibleNames()
+	}
 	s.listMu.Lock()
 	s.listed = v
 	s.listMu.Unlock()

@@ -32,6 +32,27 @@ type rawHTTPUpstream struct {
 	remotes map[string]bool // client addresses of tools/call POSTs: one per connection
 }
 
+// lastSent is the body of the last tools/call response, once its handler
+// has recorded it: the client has the response before the handler returns.
+func (u *rawHTTPUpstream) lastSent(t *testing.T) string {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		u.mu.Lock()
+		n := len(u.sent)
+		var last string
+		if n > 0 {
+			last = u.sent[n-1]
+		}
+		u.mu.Unlock()
+		if n > 0 {
+			return last
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the upstream's handler never recorded the response it sent")
+		}
+	}
+}
+
 func (u *rawHTTPUpstream) received() []string {
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -188,9 +209,7 @@ func TestHTTPRawCallExactBytes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			u.mu.Lock()
-			sent := u.sent[len(u.sent)-1]
-			u.mu.Unlock()
+			sent := u.lastSent(t)
 			if want := wireResult(t, sent, "cmcp-1"); string(res) != want {
 				t.Fatalf("result bytes\n got %s\nwant %s (as sent)", res, want)
 			}
