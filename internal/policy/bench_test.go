@@ -79,3 +79,26 @@ func BenchmarkDecide50Deny(b *testing.B) {
 		bu.Decide(&r)
 	}
 }
+
+// BenchmarkDecide50Memo is BenchmarkDecide50's call decided again from a
+// live memo (the key holds the session facts too, as it would for a bundle
+// that reads them): the cost of a cache hit.
+func BenchmarkDecide50Memo(b *testing.B) {
+	bu := bench50(b)
+	m := bu.NewMemo()
+	m.max, m.maxKey = liveMemoEntries, liveMemoKey
+	r := base()
+	r.Agent, r.Groups, r.Upstream, r.Tool = "agent-3", []string{"g3", "staff"}, "up3", "up3__t"
+	r.Arguments = []byte(`{"path":"/srv/3/reports/2026-11.csv","encoding":"utf-8","limit":100}`)
+	r.Session.ToolsUsed = []string{"up3__t", "up1__read"}
+	if d := m.Decide(&r); !d.Allow {
+		b.Fatalf("%+v", d)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		m.Decide(&r)
+	}
+	if m.Hits() == 0 {
+		b.Fatal("no hits")
+	}
+}

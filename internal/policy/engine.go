@@ -25,6 +25,7 @@ type Engine struct {
 
 type engineState struct {
 	bundle *Bundle
+	memo   *Memo // the bundle's live decisions; nil when it reads session or time
 	mode   Mode
 	groups map[string][]string // agent -> sorted groups
 }
@@ -52,7 +53,15 @@ func newState(b *Bundle, mode Mode, groups map[string][]string) *engineState {
 			}
 		}
 	}
-	return &engineState{bundle: b, mode: mode, groups: byAgent}
+	return &engineState{bundle: b, memo: b.NewLiveMemo(), mode: mode, groups: byAgent}
+}
+
+// decide decides r with the bundle, through its live memo when it has one.
+func (st *engineState) decide(r *Request) Decision {
+	if st.memo != nil {
+		return st.memo.Decide(r)
+	}
+	return st.bundle.Decide(r)
 }
 
 // Bundle is the bundle in force.
@@ -103,7 +112,7 @@ func (e *Engine) DecideCall(c Call) Outcome {
 		Session: Session{ID: c.Session, Calls: f.calls, ToolsUsed: f.used},
 		Time:    e.now().UTC().Truncate(time.Millisecond),
 	}
-	d := st.bundle.Decide(&r)
+	d := st.decide(&r)
 	out := Outcome{Decision: d, Mode: st.mode, Bundle: st.bundle.Digest(), Refuse: !d.Allow && st.mode == Enforcing}
 	r.Arguments = nil
 	r.Groups = slices.Clone(r.Groups)
@@ -133,7 +142,7 @@ func (e *Engine) Visible(agent, session string, t Call) bool {
 		Time:        e.now().UTC().Truncate(time.Millisecond),
 	}
 	f.mu.Unlock()
-	return st.bundle.Decide(&r).Allow
+	return st.decide(&r).Allow
 }
 
 // EndSession forgets a session's facts.

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -202,5 +203,88 @@ func TestMemoDependsOnArguments(t *testing.T) {
 	}
 	if !m.DependsOnArguments(&fs) || m.DependsOnArguments(&git) || m.DependsOnArguments(&list) {
 		t.Fatal("path-guard reads the arguments of fs calls only")
+	}
+}
+
+// TestLiveMemo: a running engine decides a repeated call from its cache,
+// and only a request Cedar could not tell apart from an earlier one shares
+// its decision: other arguments, another agent or tool, arguments past the
+// key limit and a reloaded bundle are decided afresh. A bundle that reads
+// the session facts or the time gets no cache at all.
+func TestLiveMemo(t *testing.T) {
+	b := load(t, "../../examples/policy/path-guard")
+	e := NewEngine(b, Enforcing, nil)
+	memo := e.cur.Load().memo
+	if memo == nil {
+		t.Fatal("path-guard reads neither session nor time: it gets a live memo")
+	}
+	call := func(agent, tool, args string) Outcome {
+		t.Helper()
+		c := Call{Agent: agent, Session: "s", Tool: tool, ToolName: "read", Upstream: strings.Split(tool, "__")[0], Annotations: DefaultAnnotations, Arguments: []byte(args)}
+		o := e.DecideCall(c)
+		r := o.Request
+		r.Arguments = c.Arguments
+		if d := b.Decide(&r); d.Allow != o.Allow || !slices.Equal(d.PolicyIDs, o.PolicyIDs) || !slices.Equal(d.Errors, o.Errors) || d.Reason != o.Reason {
+			t.Fatalf("%s %s %s: cached %+v, bundle %+v", agent, tool, args, o.Decision, d)
+		}
+		return o
+	}
+	hits := func(want int64) {
+		t.Helper()
+		if got := memo.Hits(); got != want {
+			t.Fatalf("hits %d, want %d", got, want)
+		}
+	}
+	ok, outside, dotdot := `{"path":"/srv/data/a"}`, `{"path":"/etc/passwd"}`, `{"path":"/srv/data/../etc/passwd"}`
+	if !call("a", "fs__read", ok).Allow {
+		t.Fatal("path under /srv/data")
+	}
+	hits(0)
+	if !call("a", "fs__read", ok).Allow {
+		t.Fatal("the same call again")
+	}
+	hits(1)
+	for _, args := range []string{outside, dotdot, `{"path":"/srv/data/a","path":"/etc/passwd"}`, `{"path": "/etc/passwd"}`} {
+		for range 2 {
+			if call("a", "fs__read", args).Allow {
+				t.Fatalf("%s allowed", args)
+			}
+		}
+	}
+	hits(5)
+	call("b", "fs__read", ok)
+	call("a", "git__read", ok)
+	hits(5)
+	// Arguments past the key limit are decided by the bundle every time.
+	big := `{"path":"/etc/passwd","pad":"` + strings.Repeat("x", liveMemoKey) + `"}`
+	for range 2 {
+		if call("a", "fs__read", big).Allow {
+			t.Fatal("big arguments allowed")
+		}
+	}
+	hits(5)
+	// The cache is bounded: it starts again when full.
+	for i := range liveMemoEntries + 10 {
+		call("a", "fs__read", fmt.Sprintf(`{"path":"/srv/data/%d"}`, i))
+	}
+	if n := memo.n.Load(); n < 1 || n > liveMemoEntries {
+		t.Fatalf("%d entries", n)
+	}
+	// A reload brings a fresh cache for the new bundle.
+	dir := bundle(t, map[string]string{"schema.cedarschema": exampleSchema(t),
+		"p.cedar": `@id("nothing-for-a") forbid (principal == Agent::"a", action, resource);` + "\n" + `@id("all") permit (principal, action, resource);`})
+	if _, err := e.Reload(context.Background(), dir, digest.Digest{}, Enforcing, nil); err != nil {
+		t.Fatal(err)
+	}
+	b = e.Bundle()
+	if o := call("a", "fs__read", ok); o.Allow || !slices.Equal(o.PolicyIDs, []string{"nothing-for-a"}) {
+		t.Fatalf("after reload: %+v", o)
+	}
+	if e.cur.Load().memo == memo || e.cur.Load().memo.Hits() != 0 {
+		t.Fatal("the reloaded bundle shares the old cache")
+	}
+	// Session facts and time change every call: no cache.
+	if load(t, "../../examples/policy/session-limits").NewLiveMemo() != nil {
+		t.Fatal("session-limits reads session and now: a live memo could never hit")
 	}
 }

@@ -7,12 +7,16 @@ import (
 	"sync/atomic"
 )
 
-// Memo caches the decisions of one bundle for replay, where the same
-// request recurs many times. Two requests share a decision when they agree
-// on every input the bundle can read: the principal and its groups, the
-// action, the tool and its attributes always; the arguments whenever they
-// are given (their form alone can deny); the session facts and the time
-// only when some policy reads them. It is safe for concurrent use.
+// Memo caches the decisions of one bundle. Replay uses one per bundle, where
+// the same request recurs many times; a running engine uses one for the
+// bundle in force (NewLiveMemo). Two requests share a decision when they
+// agree on every input the bundle can read: the principal and its groups,
+// the action, the tool and its attributes always; the arguments whenever
+// they are given (their form alone can deny); the session facts and the
+// time only when some policy reads them. The key is those inputs
+// themselves, not a hash of them, so two requests share a decision only if
+// Cedar could not tell them apart. Decisions handed out share their slices:
+// callers must not modify them. It is safe for concurrent use.
 type Memo struct {
 	b       *Bundle
 	m       sync.Map
@@ -21,27 +25,62 @@ type Memo struct {
 	nDeps   atomic.Int64
 	session bool
 	now     bool
+	// max bounds the entries (when full, the cache starts again empty);
+	// keys longer than maxKey bytes are never cached (0: no limit).
+	max, maxKey int
+	hits        atomic.Int64
 }
 
-// maxMemo bounds the entries of a Memo; past it, decisions are computed.
+// maxMemo bounds the entries of a replay Memo.
 const maxMemo = 1 << 16
+
+// Bounds of a live Memo: at most liveMemoEntries decisions of requests
+// whose key (arguments included) is at most liveMemoKey bytes, about 2 MiB.
+const (
+	liveMemoEntries = 1024
+	liveMemoKey     = 2048
+)
 
 // NewMemo returns an empty Memo for b.
 func (b *Bundle) NewMemo() *Memo {
-	return &Memo{b: b, session: b.readsContext("session"), now: b.readsContext("now")}
+	return &Memo{b: b, session: b.readsContext("session"), now: b.readsContext("now"), max: maxMemo}
 }
+
+// NewLiveMemo returns a bounded Memo for a running engine, or nil when no
+// request could ever be decided from it: a bundle that reads the session
+// facts or the time sees a new input on every call.
+func (b *Bundle) NewLiveMemo() *Memo {
+	m := b.NewMemo()
+	if m.session || m.now {
+		return nil
+	}
+	m.max, m.maxKey = liveMemoEntries, liveMemoKey
+	return m
+}
+
+// Hits is the number of decisions given from the cache.
+func (m *Memo) Hits() int64 { return m.hits.Load() }
 
 // Decide is b.Decide(r), from the cache when an equivalent request was
 // decided before.
 func (m *Memo) Decide(r *Request) Decision {
+	if m.maxKey > 0 && len(r.Arguments) > m.maxKey {
+		return m.b.Decide(r)
+	}
 	k := m.key(r)
+	if m.maxKey > 0 && len(k) > m.maxKey {
+		return m.b.Decide(r)
+	}
 	if v, ok := m.m.Load(k); ok {
+		m.hits.Add(1)
 		return v.(Decision)
 	}
 	d := m.b.Decide(r)
-	if m.n.Add(1) <= maxMemo {
-		m.m.Store(k, d)
+	if m.n.Add(1) > int64(m.max) {
+		m.m.Clear()
+		m.n.Store(1)
 	}
+	m.m.Store(k, d)
 	return d
 }
 
