@@ -48,6 +48,11 @@ func runChild(mode string) {
 			os.WriteFile(f, []byte(strconv.Itoa(gc.Process.Pid)), 0o600)
 		}
 	}
+	if f := os.Getenv("CMCP_TEST_SLOWSTART"); f != "" {
+		if _, err := os.Stat(f); err == nil {
+			time.Sleep(2 * time.Second) // an upstream slow to start
+		}
+	}
 	s := newChildServer(mode)
 	if err := s.Run(context.Background(), &mcp.StdioTransport{}); err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)

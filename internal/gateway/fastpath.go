@@ -15,10 +15,12 @@ import (
 	"sync"
 
 	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/confidential-mcp/cmcp/internal/rpcwire"
+	"github.com/confidential-mcp/cmcp/internal/upstream"
 )
 
 // The fast path: a front end that owns its wire (the stdio front, the
@@ -29,25 +31,41 @@ import (
 // still goes to go-sdk. Progress, logging, sampling and elicitation during
 // a fast call reach the agent exactly as before (see live.route).
 
-// fastParams are the parameters of a tools/call the fast path handles.
-type fastParams struct {
-	Meta      mcp.Meta        `json:"_meta"`
-	Name      string          `json:"name"`
-	Arguments json.RawMessage `json:"arguments"`
-}
-
 // decodeFastCall decodes a tools/call's params, or reports false when
 // go-sdk must answer the request (anything unusual: its errors are the
-// reference).
+// reference). params must be valid JSON in the strict sense (RFC 7493);
+// its members are found without decoding it again (rpcwire.EachMember).
 func decodeFastCall(params json.RawMessage) (toolCall, bool) {
-	var p fastParams
-	if len(params) == 0 || params[0] != '{' || jsonv2.Unmarshal(params, &p) != nil {
+	if len(params) == 0 || params[0] != '{' || !jsontext.Value(params).IsValid() {
 		return toolCall{}, false
 	}
-	if len(p.Arguments) > 0 && p.Arguments[0] != '{' {
+	var call toolCall
+	var name, meta []byte
+	if !rpcwire.EachMember(params, func(n, v []byte) {
+		switch string(n) {
+		case "name":
+			name = v
+		case "arguments":
+			call.Args = v
+		case "_meta":
+			meta = v
+		}
+	}) {
 		return toolCall{}, false
 	}
-	return toolCall{Name: p.Name, Args: p.Arguments, Meta: p.Meta, Progress: p.Meta["progressToken"]}, true
+	if len(name) == 0 || name[0] != '"' || jsonv2.Unmarshal(name, &call.Name) != nil {
+		return toolCall{}, false
+	}
+	if len(call.Args) > 0 && call.Args[0] != '{' {
+		return toolCall{}, false
+	}
+	if len(meta) > 0 {
+		if jsonv2.Unmarshal(meta, &call.Meta) != nil {
+			return toolCall{}, false
+		}
+		call.Progress = call.Meta["progressToken"]
+	}
+	return call, true
 }
 
 // fastCalls are the fast path's in-flight calls of one connection, by
@@ -118,10 +136,15 @@ func encodeResponse(id jsonrpc.ID, result json.RawMessage, err error) []byte {
 		}
 		return b
 	}
-	idb, _ := json.Marshal(id.Raw()) // a string or an integer
-	b := make([]byte, 0, len(result)+len(idb)+32)
+	b := make([]byte, 0, len(result)+64)
 	b = append(b, `{"jsonrpc":"2.0","id":`...)
-	b = append(b, idb...)
+	switch v := id.Raw().(type) { // a call's id is a string or an integer
+	case int64:
+		b = strconv.AppendInt(b, v, 10)
+	default:
+		idb, _ := json.Marshal(v)
+		b = append(b, idb...)
+	}
 	b = append(b, `,"result":`...)
 	b = append(b, result...)
 	return append(b, '}')
@@ -131,9 +154,9 @@ func encodeResponse(id jsonrpc.ID, result json.RawMessage, err error) []byte {
 // of an initialised session, returning the call to run (the read loop runs
 // it), and the cancellations of those calls; it reports whether it took
 // the request.
-func (s *session) stdioFast(c *agentConn) func(*jsonrpc.Request) (bool, func()) {
+func (s *session) stdioFast(c *agentConn) func(*jsonrpc.Request) (bool, func(func())) {
 	calls := &s.fast
-	return func(req *jsonrpc.Request) (bool, func()) {
+	return func(req *jsonrpc.Request) (bool, func(func())) {
 		switch req.Method {
 		case "notifications/cancelled":
 			return !req.IsCall() && calls.cancel(req.Params), nil
@@ -157,15 +180,18 @@ func (s *session) stdioFast(c *agentConn) func(*jsonrpc.Request) (bool, func()) 
 		// In flight until the response is written, not only until the
 		// pipeline returns: shutdown waits for both.
 		s.g.inflight.Add(1)
-		return true, func() {
+		return true, func(resume func()) {
 			defer s.g.inflight.Done()
 			defer cancel()
 			defer calls.remove(req.ID)
-			res, err := s.relay(context.WithValue(cctx, stdioKey{}, c), call)
-			if cctx.Err() != nil {
-				return // cancelled by the agent, or the connection ended: no response
+			var appendResult func()
+			res, err := s.relay(upstream.WithWaiting(context.WithValue(cctx, stdioKey{}, c), resume), call, &appendResult)
+			if cctx.Err() == nil { // else cancelled by the agent, or the connection ended: no response
+				_ = c.writeLine(encodeResponse(req.ID, res, err))
 			}
-			_ = c.writeLine(encodeResponse(req.ID, res, err))
+			if appendResult != nil {
+				appendResult()
+			}
 		}
 	}
 }
@@ -381,7 +407,11 @@ func (s *session) httpFast(w http.ResponseWriter, r *http.Request, maxBytes int6
 		defer s.fast.remove(m.ID)
 		sk := &sseSink{s: s, w: w, rc: http.NewResponseController(w)}
 		defer sk.close()
-		res, err := s.relay(context.WithValue(ctx, sinkKey{}, sk), call)
+		var appendResult func()
+		res, err := s.relay(context.WithValue(ctx, sinkKey{}, sk), call, &appendResult)
+		if appendResult != nil {
+			defer appendResult() // after the response is written
+		}
 		if ctx.Err() != nil {
 			// Cancelled by the agent, or the session ended: no JSON-RPC
 			// response, and the HTTP response ends empty.

@@ -3,9 +3,12 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
 	"testing"
 
+	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // TestOneLine: a result with line breaks (indented JSON from an HTTP
@@ -33,18 +36,42 @@ func FuzzFastCall(f *testing.F) {
 		`{"name":"t__echo","arguments":{"text":"x"}}`,
 		`{"_meta":{"progressToken":7},"name":"t__echo"}`,
 		`{"name":"t__echo","arguments":[1]}`,
-		`{"name":5}`, `[]`, `{`, `{"name":"a","name":"b"}`, `{"arguments":{"a":{"b":[null,true,1.5e3]}}}`,
+		`{"name":5}`, `[]`, `{`, `{"n\u0061me":"t__echo"}`, ` { "name" : "a" , "arguments" : { } } `, `{"name":"a\"b","arguments":{"x":"}"}}`, `{"name":"a","name":"b"}`, `{"arguments":{"a":{"b":[null,true,1.5e3]}}}`,
 	} {
 		f.Add([]byte(s), []byte(`{"content":[]}`))
 	}
 	f.Add([]byte(`{"name":"x"}`), []byte("{\n \"content\": [ ]\n}"))
+	f.Add([]byte(`{}`), []byte(`{"isError":true,"content":[]}`))
+	f.Add([]byte(`{}`), []byte(`{"isError":1}`))
+	f.Add([]byte(`{}`), []byte(`{"\u0069sError":true}`))
+	f.Add([]byte(`{}`), []byte(`{"isError":null,"isError":true}`))
 	f.Fuzz(func(t *testing.T, params, result []byte) {
+		// resultIsError reads isError as a full decode does.
+		var shape struct {
+			IsError bool `json:"isError"`
+		}
+		jerr := jsonv2.Unmarshal(result, &shape)
+		if got, err := resultIsError(result); (err == nil) != (jerr == nil) || (err == nil && got != shape.IsError) {
+			t.Fatalf("resultIsError(%q) = %v, %v; decoded %v, %v", result, got, err, shape.IsError, jerr)
+		}
 		call, ok := decodeFastCall(params)
 		if !ok {
 			return
 		}
 		if len(call.Args) > 0 && (call.Args[0] != '{' || !json.Valid(call.Args)) {
 			t.Fatalf("took arguments %q", call.Args)
+		}
+		// The scanner finds what a full decode finds.
+		var p struct {
+			Meta      mcp.Meta        `json:"_meta"`
+			Name      string          `json:"name"`
+			Arguments json.RawMessage `json:"arguments"`
+		}
+		if err := jsonv2.Unmarshal(params, &p); err != nil {
+			t.Fatalf("took %q, which does not decode: %v", params, err)
+		}
+		if p.Name != call.Name || !bytes.Equal(p.Arguments, call.Args) || !reflect.DeepEqual(p.Meta, call.Meta) || !reflect.DeepEqual(p.Meta["progressToken"], call.Progress) {
+			t.Fatalf("%q: scanned %+v, decoded %+v", params, call, p)
 		}
 		if !json.Valid(result) {
 			return // the pipeline refuses a result that is not JSON

@@ -1012,3 +1012,33 @@ func TestFastPathResponseShapes(t *testing.T) {
 	}
 	<-done
 }
+
+// TestStdioReadsWhileACallWaits: over stdio, the agent's next messages are
+// read and answered while a call waits for its upstream to start (the
+// reader resumes before a call's slow steps, or after resumeAfter).
+func TestStdioReadsWhileACallWaits(t *testing.T) {
+	slow := filepath.Join(t.TempDir(), "slow")
+	h := newHarness(t, hconf{env: map[string]string{"CMCP_TEST_SLOWSTART": slow}})
+	cs := h.connectVia("stdio", nil)
+	if err := os.WriteFile(slow, nil, 0o600); err != nil { // the session's own child starts slowly
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	start := time.Now()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "t__echo", Arguments: map[string]any{"text": "x"}})
+		errc <- err
+	}()
+	time.Sleep(200 * time.Millisecond) // the call is waiting for its child
+	if err := cs.Ping(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	pinged := time.Since(start)
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if called := time.Since(start); called < 2*time.Second || pinged > time.Second {
+		t.Fatalf("ping answered after %v, the call after %v: the agent's messages were not read while the call waited", pinged, called)
+	}
+}

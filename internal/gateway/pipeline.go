@@ -9,11 +9,14 @@ import (
 	"time"
 
 	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/confidential-mcp/cmcp/internal/catalog"
+	"github.com/confidential-mcp/cmcp/internal/rpcwire"
+	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 )
 
@@ -37,7 +40,7 @@ func (r *rawResult) MarshalJSON() ([]byte, error) { return r.raw, nil }
 // callTool is the go-sdk front's entry to the call pipeline.
 func (s *session) callTool(ctx context.Context, req *mcp.CallToolRequest) (mcp.Result, error) {
 	p := req.Params
-	raw, err := s.relay(ctx, toolCall{Name: p.Name, Args: p.Arguments, Meta: p.Meta, Progress: p.GetProgressToken()})
+	raw, err := s.relay(ctx, toolCall{Name: p.Name, Args: p.Arguments, Meta: p.Meta, Progress: p.GetProgressToken()}, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -49,8 +52,10 @@ func (s *session) callTool(ctx context.Context, req *mcp.CallToolRequest) (mcp.R
 // durable, forward, and record the result. Every tools/call produces
 // exactly one call record; every forwarded call exactly one result record.
 // The result is the upstream's exact bytes; errors are the upstream's
-// JSON-RPC error as it sent it, a gateway fault, or ctx's error.
-func (s *session) relay(ctx context.Context, params toolCall) (json.RawMessage, error) {
+// JSON-RPC error as it sent it, a gateway fault, or ctx's error. If after
+// is not nil and the call was forwarded, *after is set to the append of
+// the result record, which the caller must call once it has answered.
+func (s *session) relay(ctx context.Context, params toolCall, after *func()) (json.RawMessage, error) {
 	g := s.g
 	g.inflight.Add(1)
 	defer g.inflight.Done()
@@ -109,6 +114,7 @@ func (s *session) relay(ctx context.Context, params toolCall) (json.RawMessage, 
 	if entry == nil {
 		// The upstream is known but its catalog is not loaded (it could not
 		// be started so far): try again, re-measured.
+		upstream.Waiting(ctx)
 		if err := st.load(ctx); err != nil {
 			return refuse(fault(CodeUpstreamUnavailable, "%v", err))
 		}
@@ -133,7 +139,6 @@ func (s *session) relay(ctx context.Context, params toolCall) (json.RawMessage, 
 		return nil, fault(CodeAuditUnavailable, "the audit log cannot record calls (%v): the call was not forwarded; every call is refused until an operator fixes it", err)
 	}
 
-	// Forward.
 	upTok, release := lv.track(ctx, s, params.Progress)
 	cctx, cancel := context.WithTimeout(ctx, g.opts.CallTimeout)
 	res, callErr := forwardCall(cctx, lv, toolName, args, withMeta(params.Meta, upTok))
@@ -148,10 +153,8 @@ func (s *session) relay(ctx context.Context, params toolCall) (json.RawMessage, 
 		res = oneLine(res)
 		// The commitment is to the exact bytes the agent receives.
 		result.Result = g.log.Commit(res)
-		var shape struct {
-			IsError bool `json:"isError"`
-		}
-		if err := jsonv2.Unmarshal(res, &shape); err != nil {
+		isError, err := resultIsError(res)
+		if err != nil {
 			f := fault(CodeUpstreamFailed, "upstream %q answered %q with a result that is not a tools/call result (%v); it was not forwarded", st.name, toolName, err)
 			result.Outcome, result.ErrorCode, result.Reason = auditlog.ResultUpstreamError, f.Code, f.Message
 			outErr = f
@@ -159,7 +162,7 @@ func (s *session) relay(ctx context.Context, params toolCall) (json.RawMessage, 
 		}
 		out = res
 		result.Outcome = auditlog.ResultOK
-		if shape.IsError {
+		if isError {
 			result.Outcome = auditlog.ResultIsError
 		}
 	case ctx.Err() != nil:
@@ -183,18 +186,52 @@ func (s *session) relay(ctx context.Context, params toolCall) (json.RawMessage, 
 	}
 	g.metricCall(st.name, rec.Decision, result.Outcome, time.Since(start))
 	s.callsChanged() // the call may change what list_tools allows this session
-	// The result record is appended while the response goes out: only the
-	// call record must be durable before anything happens. Shutdown waits
-	// for these appends before the log is sealed; if one fails the writer
-	// is broken and every further call is refused at its call record.
+	// The result record is appended after the response is on its way:
+	// only the call record must be durable before anything happens. With
+	// after set, the caller appends it by calling *after once it has
+	// written the response; otherwise it is appended in the background.
+	// Shutdown waits for these appends before the log is sealed; if one
+	// fails the writer is broken and every further call is refused at its
+	// call record.
 	g.results.Add(1)
-	go func() {
+	appendResult := func() {
 		defer g.results.Done()
 		if _, err := g.log.Append(context.WithoutCancel(ctx), result); err != nil {
 			g.logger.Error("audit append of a result failed; further calls will be refused", "tool", params.Name, "call", result.Call, "err", err)
 		}
-	}()
+	}
+	if after != nil {
+		*after = appendResult
+	} else {
+		go appendResult()
+	}
 	return out, outErr
+}
+
+// resultIsError reads a tools/call result's isError, or fails if the
+// result is not a JSON object whose isError (if any) is a boolean or null.
+func resultIsError(res json.RawMessage) (bool, error) {
+	if len(res) > 0 && res[0] == '{' && jsontext.Value(res).IsValid() {
+		var v []byte
+		if rpcwire.EachMember(res, func(name, value []byte) {
+			if string(name) == "isError" {
+				v = value
+			}
+		}) {
+			switch string(v) {
+			case "true":
+				return true, nil
+			case "", "false", "null":
+				return false, nil
+			}
+		}
+	}
+	// Anything else is decoded in full, for its error.
+	var shape struct {
+		IsError bool `json:"isError"`
+	}
+	err := jsonv2.Unmarshal(res, &shape)
+	return shape.IsError, err
 }
 
 // oneLine returns a result as the upstream sent it unless it holds line

@@ -203,15 +203,17 @@ func (s *session) upstreamFor(ctx context.Context, name string) (*live, error) {
 		return nil, fmt.Errorf("no upstream %q", name)
 	}
 	if st.opts.Shared {
+		upstream.Waiting(ctx) // it may have to start
 		return st.sharedLive(ctx)
 	}
 	s.mu.Lock()
 	lv := s.lives[name]
 	s.mu.Unlock()
+	if lv != nil && lv.dead() == nil {
+		return lv, nil
+	}
+	upstream.Waiting(ctx) // it has to start
 	if lv != nil {
-		if lv.dead() == nil {
-			return lv, nil
-		}
 		s.mu.Lock()
 		if s.lives[name] == lv {
 			delete(s.lives, name)

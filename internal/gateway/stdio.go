@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -19,6 +20,10 @@ import (
 // maxAgentLine bounds one message from a stdio agent.
 const maxAgentLine = 16 << 20
 
+// resumeAfter bounds how long a fast call holds up reading the agent's
+// next messages before it is on its way to the upstream.
+const resumeAfter = 200 * time.Microsecond
+
 // agentStdio is the transport of `cmcp serve --stdio`: newline-delimited
 // JSON-RPC with the agent on the other end. Unlike an upstream's stdout, a
 // bad line from the agent does not end the session: it is answered with a
@@ -28,8 +33,9 @@ type agentStdio struct {
 	out io.WriteCloser
 	// fast, if set, returns the fast path of the connection: it sees every
 	// request first and reports whether it took it, with the work to run
-	// for it, if any (fastpath.go).
-	fast func(*agentConn) func(*jsonrpc.Request) (bool, func())
+	// for it, if any (fastpath.go). The work calls resume once it no
+	// longer needs to hold up reading.
+	fast func(*agentConn) func(*jsonrpc.Request) (bool, func(resume func()))
 }
 
 func (t *agentStdio) Connect(context.Context) (mcp.Connection, error) {
@@ -45,7 +51,7 @@ type agentConn struct {
 	t              *agentStdio
 	*rpcwire.Inbox // Read
 	wmu            sync.Mutex
-	fast           func(*jsonrpc.Request) (bool, func())
+	fast           func(*jsonrpc.Request) (bool, func(resume func()))
 }
 
 func (c *agentConn) readLoop() {
@@ -53,11 +59,14 @@ func (c *agentConn) readLoop() {
 }
 
 // read reads lines from br (line n next) until the stream ends. When the
-// fast path takes a call, reading goes on in a new goroutine and this one
-// runs the call: the call starts at once, instead of waiting for the
+// fast path takes a call, this goroutine runs the call and reading goes on
+// in a new goroutine: the call starts at once, instead of waiting for the
 // scheduler while this goroutine sits in a blocking read of the agent's
 // stdin (at one call at a time that wait was about 12 µs of the gateway's
-// added latency).
+// added latency). The new reader starts once the call is on its way to
+// the upstream (upstream.WithWaiting), so that starting it is not on the
+// call's path either, or after resumeAfter if the call takes longer to
+// get there (a policy refusal, an upstream to start, a slow disk).
 func (c *agentConn) read(br *bufio.Reader, n int) {
 	for ; ; n++ {
 		line, tooLong, err := readLine(br, maxAgentLine)
@@ -81,8 +90,15 @@ func (c *agentConn) read(br *bufio.Reader, n int) {
 		if req, ok := msg.(*jsonrpc.Request); ok && c.fast != nil {
 			if took, run := c.fast(req); took {
 				if run != nil {
-					go c.read(br, n+1)
-					run()
+					next := n + 1
+					resume := sync.OnceFunc(func() { go c.read(br, next) })
+					t := time.AfterFunc(resumeAfter, resume)
+					run(func() {
+						t.Stop()
+						resume()
+					})
+					t.Stop()
+					resume()
 					return
 				}
 				continue

@@ -13,7 +13,9 @@
 package rpcwire
 
 import (
+	"bytes"
 	"encoding/json"
+	"strconv"
 
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
@@ -50,13 +52,32 @@ func DecodeMessage(b []byte) (jsonrpc.Message, error) {
 // jsonrpc.DecodeMessage gives; ok is false when jsonrpc.DecodeMessage must
 // decide. ok implies that b is exactly one valid JSON object.
 func DecodeFast(b []byte) (msg jsonrpc.Message, ok bool) {
-	if len(b) == 0 || b[0] != '{' || tooDeep(b) {
+	if len(b) == 0 || b[0] != '{' || (len(b) > maxDepth && tooDeep(b)) { // deeper takes more bytes
 		return nil, false
 	}
+	// Duplicate names and invalid UTF-8, at any depth, are not valid here
+	// (go-sdk decides those); unknown members are ignored like go-sdk does.
+	if !jsontext.Value(b).IsValid() {
+		return nil, false
+	}
+	b = bytes.Clone(b) // the message owns its bytes: the caller may reuse b
 	var w wireMsg
-	// Case-sensitive member names, duplicates and invalid UTF-8 rejected
-	// (go-sdk decides those), unknown members ignored like go-sdk does.
-	if err := jsonv2.Unmarshal(b, &w); err != nil {
+	if !EachMember(b, func(name, v []byte) {
+		switch string(name) { // member names are case-sensitive
+		case "jsonrpc":
+			w.JSONRPC = v
+		case "id":
+			w.ID = v
+		case "method":
+			w.Method = v
+		case "params":
+			w.Params = v
+		case "result":
+			w.Result = v
+		case "error":
+			w.Error = v
+		}
+	}) {
 		return nil, false
 	}
 	if string(w.JSONRPC) != `"2.0"` {
@@ -66,14 +87,14 @@ func DecodeFast(b []byte) (msg jsonrpc.Message, ok bool) {
 	switch {
 	case len(w.ID) == 0 || string(w.ID) == "null":
 	case w.ID[0] == '"':
-		var s string
-		if jsonv2.Unmarshal(w.ID, &s) != nil {
+		s, plain := plainString(w.ID)
+		if !plain && jsonv2.Unmarshal(w.ID, &s) != nil {
 			return nil, false
 		}
 		id, _ = jsonrpc.MakeID(s)
 	case w.ID[0] == '-' || (w.ID[0] >= '0' && w.ID[0] <= '9'):
-		var f float64
-		if jsonv2.Unmarshal(w.ID, &f) != nil {
+		f, err := strconv.ParseFloat(string(w.ID), 64)
+		if err != nil {
 			return nil, false
 		}
 		id, _ = jsonrpc.MakeID(f)
@@ -84,8 +105,8 @@ func DecodeFast(b []byte) (msg jsonrpc.Message, ok bool) {
 		return nil, false
 	}
 	if len(w.Method) > 0 {
-		var method string
-		if w.Method[0] != '"' || jsonv2.Unmarshal(w.Method, &method) != nil {
+		method, plain := plainString(w.Method)
+		if !plain && (w.Method[0] != '"' || jsonv2.Unmarshal(w.Method, &method) != nil) {
 			return nil, false
 		}
 		return &jsonrpc.Request{Method: method, ID: id, Params: raw(w.Params)}, true

@@ -206,6 +206,7 @@ func (c *httpRaw) send(ctx context.Context, msg []byte) {
 }
 
 func (c *httpRaw) post(ctx context.Context, body []byte) (*http.Response, error) {
+	Waiting(ctx)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.up.url, bytes.NewReader(body))
 	if err != nil {
 		return nil, err

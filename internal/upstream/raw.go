@@ -49,6 +49,7 @@ func (c *childConn) rawCall(ctx context.Context, method string, params json.RawM
 		}
 		return nil, fmt.Errorf("upstream %q: write stdin: %w", c.child.name, err)
 	}
+	Waiting(ctx)
 	select {
 	case resp, ok := <-ch:
 		if !ok {
