@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -31,6 +32,10 @@ type Load struct {
 	Warmup      int // untimed calls per session
 	Tool        string
 	Args        any
+	// Vary gives every call its own arguments ({"n": <call number>}), so
+	// that no two calls of a measurement share a policy decision (the
+	// gateway's decision cache never hits).
+	Vary bool
 }
 
 // Result of one Load.
@@ -62,8 +67,13 @@ func Measure(ctx context.Context, connect Connector, l Load) (Result, error) {
 		}
 		sessions[i] = s
 	}
+	var n atomic.Int64
 	call := func(s *mcp.ClientSession) error {
-		res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: l.Tool, Arguments: l.Args})
+		args := l.Args
+		if l.Vary {
+			args = map[string]any{"n": n.Add(1)}
+		}
+		res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: l.Tool, Arguments: args})
 		if err != nil {
 			return err
 		}

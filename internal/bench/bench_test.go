@@ -35,13 +35,17 @@ import (
 // are reported (default 3). BENCH_GW_ENV adds variables to the gateways'
 // environment (e.g. "GOGC=400" to try a GC setting). BENCH_MODES keeps only
 // the modes whose names contain one of its comma-separated words (and the
-// direct modes), e.g. BENCH_MODES="--stdio,no-op".
+// direct modes), e.g. BENCH_MODES="--stdio,no-op". Every call has the same
+// arguments, so the gateway decides it from its decision cache after the
+// first; BENCH_VARY=1 gives every call its own arguments (in every mode), so
+// that every decision is made by Cedar.
 func BenchmarkGateway(b *testing.B) {
 	everything := os.Getenv("CMCP_EVERYTHING_SERVER")
 	if everything == "" {
 		b.Fatal(ErrNoPeers)
 	}
 	calls := envInt(b, "BENCH_CALLS", 2000)
+	vary := os.Getenv("BENCH_VARY") == "1"
 	rounds := envInt(b, "BENCH_ROUNDS", 3)
 	ctx := context.Background()
 	cmcp := buildCmcp(b)
@@ -166,7 +170,7 @@ func BenchmarkGateway(b *testing.B) {
 					if g != nil {
 						cpu0, _ = CPUTime(g.proc.Pid())
 					}
-					res, err := Measure(ctx, m.connect, Load{Concurrency: c, Calls: max(calls/c, 1), Warmup: 20, Tool: "test_simple_text"})
+					res, err := Measure(ctx, m.connect, Load{Concurrency: c, Calls: max(calls/c, 1), Warmup: 20, Tool: "test_simple_text", Vary: vary})
 					if err != nil {
 						b.Fatalf("%s c=%d round %d: %v", m.name, c, r, err)
 					}
@@ -196,8 +200,12 @@ func BenchmarkGateway(b *testing.B) {
 		return Result{Concurrency: rs[0].Concurrency, Calls: rs[0].Calls, P50: p50[len(p50)/2], P99: p99[len(p99)/2], CallsPerSec: cps[len(cps)/2]}
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(os.Stdout, "\ncmcp vs direct, test_simple_text, %d calls per measurement, median of %d interleaved rounds (ratios: median of the per-round ratios), GOMAXPROCS %d\n",
-		calls, rounds, runtime.GOMAXPROCS(0))
+	argsNote := "the same arguments for every call (decision cache hits)"
+	if vary {
+		argsNote = "its own arguments for every call (every decision by Cedar)"
+	}
+	fmt.Fprintf(os.Stdout, "\ncmcp vs direct, test_simple_text with %s, %d calls per measurement, median of %d interleaved rounds (ratios: median of the per-round ratios), GOMAXPROCS %d\n",
+		argsNote, calls, rounds, runtime.GOMAXPROCS(0))
 	fmt.Fprintln(tw, "mode\tc\tp50\tp99\tcalls/s\tp50 × direct\tcalls/s × direct\tp50 × http direct\tcalls/s × http direct\tgateway peak RSS\t")
 	for _, m := range modes {
 		for _, c := range []int{1, 8} {

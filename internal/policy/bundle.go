@@ -43,6 +43,9 @@ type Bundle struct {
 	// readsAllContext is set when a policy uses the context record whole.
 	contextReads    map[string]bool
 	readsAllContext bool
+	// use is what Decide puts in the context: the attributes some policy
+	// may read (nil: all of them).
+	use *contextUse
 	position        map[cedar.PolicyID]string
 }
 
@@ -337,6 +340,7 @@ func compile(dir string, snap *snapshot) (*Bundle, error) {
 			}
 		}
 	}
+	b.use = &contextUse{session: b.readsContext("session"), now: b.readsContext("now"), arguments: b.readsContext("arguments")}
 	return b, nil
 }
 

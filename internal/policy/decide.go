@@ -56,7 +56,11 @@ type Decision struct {
 // it, so Decide counts a forbid that errors as a forbid that matched: the
 // call is denied and the forbid is among the determining policies.
 func (b *Bundle) Decide(r *Request) Decision {
-	req, ents, err := build(r)
+	use := allContext
+	if b.use != nil {
+		use = *b.use
+	}
+	req, ents, err := buildFor(r, use)
 	if err != nil {
 		return Decision{Errors: []string{err.Error()}, Reason: "denied: " + err.Error()}
 	}

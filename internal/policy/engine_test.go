@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -286,5 +287,47 @@ func TestLiveMemo(t *testing.T) {
 	// Session facts and time change every call: no cache.
 	if load(t, "../../examples/policy/session-limits").NewLiveMemo() != nil {
 		t.Fatal("session-limits reads session and now: a live memo could never hit")
+	}
+}
+
+// TestContextLeftOut: Decide leaves out of the context what no policy of
+// the bundle reads, and checks arguments it does not convert; every
+// decision, error and reason is the one the full context gives.
+func TestContextLeftOut(t *testing.T) {
+	dirs, _ := filepath.Glob("../../examples/policy/*")
+	var bundles []*Bundle
+	for _, d := range dirs {
+		if st, err := os.Stat(d); err == nil && st.IsDir() {
+			bundles = append(bundles, load(t, d))
+		}
+	}
+	if len(bundles) < 5 {
+		t.Fatalf("%d example bundles", len(bundles))
+	}
+	al := load(t, "../../examples/policy/allow-list")
+	if al.use == nil || al.use.arguments || al.use.session || al.use.now {
+		t.Fatalf("allow-list reads nothing from the context: %+v", al.use)
+	}
+	args := []string{``, `null`, `{}`, `{"path":"/srv/data/x"}`, `{"path":"/etc/passwd","n":1.5}`, `{"a":1,"a":2}`, `[1]`, `{"a":`, `{} x`,
+		`{"d":` + strings.Repeat(`[`, MaxArgumentDepth+1) + strings.Repeat(`]`, MaxArgumentDepth+1) + `}`, `{"big":"` + strings.Repeat("x", MaxArgumentBytes) + `"}`,
+		`{"s":"\xff"}`, `{"n":1e999,"m":-0.00001,"k":[null,{"x":null}]}`}
+	for _, b := range bundles {
+		full := *b
+		full.use = nil
+		for _, agent := range []string{"alice", "bob", "carol", "erin"} {
+			for _, tool := range []string{"git__log", "fs__read_file", "web__post", "web__search"} {
+				for _, a := range args {
+					for _, act := range []Action{ActionCallTool, ActionListTools} {
+						r := Request{Action: act, Agent: agent, Groups: []string{"ops", "contractors"}[:len(agent)%3], Tool: tool, ToolName: strings.Split(tool, "__")[1],
+							Upstream: strings.Split(tool, "__")[0], EvidenceClass: "spawn-measured", Annotations: DefaultAnnotations, Arguments: []byte(a),
+							Session: Session{ID: "s", Calls: 3, ToolsUsed: []string{"fs__read_file"}}, Time: noon}
+						got, want := b.Decide(&r), full.Decide(&r)
+						if !reflect.DeepEqual(got, want) {
+							t.Fatalf("%s: %s %s %s %.40q: %+v, full context gives %+v", b.Dir(), act, agent, tool, a, got, want)
+						}
+					}
+				}
+			}
+		}
 	}
 }

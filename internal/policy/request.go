@@ -205,28 +205,46 @@ func toolEntities(r *Request) (cedar.Entity, cedar.Entity) {
 
 // build turns a Request into a Cedar request and its entities.
 func build(r *Request) (cedar.Request, *entities, error) {
+	return buildFor(r, allContext)
+}
+
+// contextUse says which context attributes a bundle's policies may read.
+type contextUse struct{ session, now, arguments bool }
+
+var allContext = contextUse{true, true, true}
+
+// buildFor builds the request with the context attributes in use; the
+// others are left out, since no policy could tell. The arguments are checked
+// against the limits either way (arguments past them deny, read or not),
+// and converted only when read.
+func buildFor(r *Request, use contextUse) (cedar.Request, *entities, error) {
 	req, e, err := buildScope(r)
 	if err != nil {
 		return req, e, err
 	}
-	used := make([]cedar.Value, len(r.Session.ToolsUsed))
-	for i, t := range r.Session.ToolsUsed {
-		used[i] = cedar.String(t)
-	}
-	ctx := cedar.RecordMap{
-		"session": cedar.NewRecord(cedar.RecordMap{
+	ctx := make(cedar.RecordMap, 3)
+	if use.session {
+		used := make([]cedar.Value, len(r.Session.ToolsUsed))
+		for i, t := range r.Session.ToolsUsed {
+			used[i] = cedar.String(t)
+		}
+		ctx["session"] = cedar.NewRecord(cedar.RecordMap{
 			"id":         cedar.String(r.Session.ID),
 			"calls":      cedar.Long(r.Session.Calls),
 			"tools_used": cedar.NewSet(used...),
-		}),
-		"now": cedar.NewDatetimeFromMillis(r.Time.UnixMilli()),
+		})
+	}
+	if use.now {
+		ctx["now"] = cedar.NewDatetimeFromMillis(r.Time.UnixMilli())
 	}
 	if r.Action == ActionCallTool {
-		args, err := ArgumentsRecord(r.Arguments)
+		args, err := convertArguments(r.Arguments, !use.arguments)
 		if err != nil {
 			return cedar.Request{}, nil, err
 		}
-		ctx["arguments"] = args
+		if use.arguments {
+			ctx["arguments"] = args
+		}
 	}
 	req.Context = cedar.NewRecord(ctx)
 	return req, e, nil
@@ -267,6 +285,12 @@ func buildScope(r *Request) (cedar.Request, *entities, error) {
 // or exceed MaxArgumentBytes, MaxArgumentDepth or MaxArgumentValues are an
 // *ArgumentsError.
 func ArgumentsRecord(raw []byte) (cedar.Record, error) {
+	return convertArguments(raw, false)
+}
+
+// convertArguments is ArgumentsRecord; with check set it only checks the
+// arguments, with the same errors, and returns an empty record.
+func convertArguments(raw []byte, check bool) (cedar.Record, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
 		return cedar.NewRecord(nil), nil
@@ -277,7 +301,7 @@ func ArgumentsRecord(raw []byte) (cedar.Record, error) {
 	if raw[0] != '{' {
 		return cedar.Record{}, &ArgumentsError{Reason: "not a JSON object"}
 	}
-	c := converter{dec: jsontext.NewDecoder(bytes.NewReader(raw))}
+	c := converter{dec: jsontext.NewDecoder(bytes.NewReader(raw)), check: check}
 	v, err := c.value(1)
 	if err != nil {
 		return cedar.Record{}, err
@@ -285,12 +309,16 @@ func ArgumentsRecord(raw []byte) (cedar.Record, error) {
 	if _, err := c.dec.ReadToken(); err != io.EOF {
 		return cedar.Record{}, &ArgumentsError{Reason: "trailing data after the object"}
 	}
+	if check {
+		return cedar.NewRecord(nil), nil
+	}
 	return v.(cedar.Record), nil
 }
 
 type converter struct {
 	dec    *jsontext.Decoder
 	values int
+	check  bool // read and check every token, build no value
 }
 
 func (c *converter) value(depth int) (cedar.Value, error) {
@@ -305,6 +333,13 @@ func (c *converter) value(depth int) (cedar.Value, error) {
 	case '{', '[':
 		if depth > MaxArgumentDepth {
 			return nil, &ArgumentsError{Reason: fmt.Sprintf("nested deeper than %d levels, the policy limit (at %s)", MaxArgumentDepth, c.dec.StackPointer())}
+		}
+	}
+	if c.check {
+		switch tok.Kind() {
+		case '{', '[':
+		default:
+			return nil, nil
 		}
 	}
 	switch tok.Kind() {
@@ -323,7 +358,10 @@ func (c *converter) value(depth int) (cedar.Value, error) {
 			if err != nil {
 				return nil, &ArgumentsError{Reason: "invalid JSON: " + err.Error()}
 			}
-			name := cedar.String(k.String())
+			var name cedar.String
+			if !c.check {
+				name = cedar.String(k.String()) // valid until the next read
+			}
 			v, err := c.value(depth + 1)
 			if err != nil {
 				return nil, err
@@ -334,6 +372,9 @@ func (c *converter) value(depth int) (cedar.Value, error) {
 		}
 		if _, err := c.dec.ReadToken(); err != nil {
 			return nil, &ArgumentsError{Reason: "invalid JSON: " + err.Error()}
+		}
+		if c.check {
+			return nil, nil
 		}
 		return cedar.NewRecord(m), nil
 	case '[':
@@ -349,6 +390,9 @@ func (c *converter) value(depth int) (cedar.Value, error) {
 		}
 		if _, err := c.dec.ReadToken(); err != nil {
 			return nil, &ArgumentsError{Reason: "invalid JSON: " + err.Error()}
+		}
+		if c.check {
+			return nil, nil
 		}
 		return cedar.NewSet(s...), nil
 	}
