@@ -45,8 +45,8 @@ type Bundle struct {
 	readsAllContext bool
 	// use is what Decide puts in the context: the attributes some policy
 	// may read (nil: all of them).
-	use *contextUse
-	position        map[cedar.PolicyID]string
+	use      *contextUse
+	position map[cedar.PolicyID]string
 }
 
 // Dir is the directory the bundle was loaded from.
