@@ -802,9 +802,16 @@ func TestDeciderSeam(t *testing.T) {
 // TestResourceSubscribe: resources/subscribe and unsubscribe pass through to
 // the upstream that has the resource, the upstream's
 // notifications/resources/updated reaches the subscribed agent and no other
-// session.
+// session; with a stdio and with an HTTP upstream (which sends it on its
+// standalone stream).
 func TestResourceSubscribe(t *testing.T) {
-	h := newHarness(t, hconf{})
+	for _, kind := range []string{"stdio", "http"} {
+		t.Run(kind, func(t *testing.T) { testResourceSubscribe(t, hconf{http: kind == "http"}) })
+	}
+}
+
+func testResourceSubscribe(t *testing.T, hc hconf) {
+	h := newHarness(t, hc)
 	updated := make(chan string, 4)
 	opts := &mcp.ClientOptions{ResourceUpdatedHandler: func(_ context.Context, r *mcp.ResourceUpdatedNotificationRequest) {
 		updated <- r.Params.URI

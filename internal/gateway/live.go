@@ -69,9 +69,17 @@ func (st *upState) dial(ctx context.Context, s *session) (*live, error) {
 		sessID = s.id
 	}
 	client := mcp.NewClient(&mcp.Implementation{Name: g.opts.Name, Version: g.opts.Version}, &mcp.ClientOptions{
-		Capabilities:           lv.clientCaps(),
+		Capabilities: lv.clientCaps(),
+		// Notifications that reach the client session (an HTTP upstream's
+		// standalone stream); intercept takes those read beside it.
 		ResourceUpdatedHandler: lv.onResourceUpdated,
 		ToolListChangedHandler: lv.onToolsChanged,
+		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+			lv.onProgress(req.Params)
+		},
+		LoggingMessageHandler: func(_ context.Context, req *mcp.LoggingMessageRequest) {
+			lv.onLog(req.Params)
+		},
 		PromptListChangedHandler: func(context.Context, *mcp.PromptListChangedRequest) {
 			lv.forEachSession(func(s *session) { s.notifyListChanged("prompts") })
 		},
@@ -348,13 +356,32 @@ func (lv *live) clientCaps() *mcp.ClientCapabilities {
 }
 
 // intercept forwards progress and logging notifications in wire order,
-// before the response they precede reaches the caller.
+// before the response they precede reaches the caller. It also takes the
+// notifications an upstream may send on a call's own response stream,
+// which a raw call reads and go-sdk's client session never sees (an HTTP
+// upstream's): list changes (tools: the pins are checked again) and
+// resource updates go to the same handlers the client session uses.
 func (lv *live) intercept(msg jsonrpc.Message) bool {
 	req, ok := msg.(*jsonrpc.Request)
 	if !ok || req.IsCall() {
 		return false
 	}
 	switch req.Method {
+	case "notifications/tools/list_changed":
+		lv.onToolsChanged(context.Background(), nil)
+		return true
+	case "notifications/prompts/list_changed":
+		lv.forEachSession(func(s *session) { s.notifyListChanged("prompts") })
+		return true
+	case "notifications/resources/list_changed":
+		lv.forEachSession(func(s *session) { s.notifyListChanged("resources") })
+		return true
+	case "notifications/resources/updated":
+		var p mcp.ResourceUpdatedNotificationParams
+		if json.Unmarshal(req.Params, &p) == nil {
+			lv.onResourceUpdated(context.Background(), &mcp.ResourceUpdatedNotificationRequest{Params: &p})
+		}
+		return true
 	case "notifications/progress":
 		var p mcp.ProgressNotificationParams
 		if json.Unmarshal(req.Params, &p) == nil {

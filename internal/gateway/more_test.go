@@ -76,7 +76,17 @@ func TestIdleSessionIsReaped(t *testing.T) {
 }
 
 func TestUpstreamListChanged(t *testing.T) {
-	h := newHarness(t, hconf{})
+	for _, kind := range []string{"stdio", "http"} {
+		t.Run(kind, func(t *testing.T) { testUpstreamListChanged(t, hconf{http: kind == "http"}) })
+	}
+}
+
+// testUpstreamListChanged: an upstream whose tool call changes its tools
+// and prompts (t__mutate) sends list_changed, on whatever stream its
+// transport uses; the gateway re-checks the pins, records the drift and
+// tells the agent.
+func testUpstreamListChanged(t *testing.T, hc hconf) {
+	h := newHarness(t, hc)
 	var changed, prompts atomic.Int32
 	cs := h.connect("", &mcp.ClientOptions{
 		ToolListChangedHandler:   func(context.Context, *mcp.ToolListChangedRequest) { changed.Add(1) },

@@ -197,7 +197,13 @@ func (h *HTTPUpstream) transport() mcp.Transport {
 // as *PinMismatchError (errors.As), whatever the SDK wrapped it in; the
 // connection was closed before any request was sent.
 func (h *HTTPUpstream) Connect(ctx context.Context, client *mcp.Client, opts ConnectOptions) (*Conn, error) {
-	cs, err := client.Connect(ctx, Intercept(h.transport(), opts.Intercept), &mcp.ClientSessionOptions{ProtocolVersion: ProtocolVersion})
+	// The client session gets go-sdk's own transport, unwrapped: go-sdk
+	// opens the standalone SSE stream (where a server sends list_changed
+	// and resource updates) only on its own connection type, so an
+	// Intercept wrapper would silently cut the session off from them.
+	// Intercept sees the messages on the streams of raw calls instead
+	// (httpRaw); the client session's handlers take the rest.
+	cs, err := client.Connect(ctx, h.transport(), &mcp.ClientSessionOptions{ProtocolVersion: ProtocolVersion})
 	if err != nil {
 		return nil, h.explain("connect "+h.url, err)
 	}

@@ -92,7 +92,9 @@ type ConnectOptions struct {
 	// Intercept, if set, sees every message from the upstream in wire
 	// order before the MCP client does; returning true consumes it. The
 	// gateway uses it for progress and logging notifications, which the
-	// client would otherwise dispatch after the response they precede.
+	// client would otherwise dispatch after the response they precede. On
+	// an HTTP upstream it sees the messages on raw calls' streams; those
+	// on the client session's own streams go to the client's handlers.
 	Intercept func(jsonrpc.Message) bool
 	// ServerRequest, if set, answers a request the upstream sends on the
 	// response stream of a raw call (an HTTP upstream's elicitation/create,
@@ -103,39 +105,3 @@ type ConnectOptions struct {
 	ServerRequest func(ctx context.Context, req *jsonrpc.Request) (json.RawMessage, error)
 }
 
-// Intercept wraps t so that every message read passes through f first
-// (see ConnectOptions.Intercept). Upstream implementations wrap their
-// transport with it.
-func Intercept(t mcp.Transport, f func(jsonrpc.Message) bool) mcp.Transport {
-	if f == nil {
-		return t
-	}
-	return &interceptTransport{t: t, f: f}
-}
-
-type interceptTransport struct {
-	t mcp.Transport
-	f func(jsonrpc.Message) bool
-}
-
-func (it *interceptTransport) Connect(ctx context.Context) (mcp.Connection, error) {
-	c, err := it.t.Connect(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return &interceptConn{Connection: c, f: it.f}, nil
-}
-
-type interceptConn struct {
-	mcp.Connection
-	f func(jsonrpc.Message) bool
-}
-
-func (ic *interceptConn) Read(ctx context.Context) (jsonrpc.Message, error) {
-	for {
-		msg, err := ic.Connection.Read(ctx)
-		if err != nil || !ic.f(msg) {
-			return msg, err
-		}
-	}
-}
