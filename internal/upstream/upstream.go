@@ -104,4 +104,3 @@ type ConnectOptions struct {
 	// client session go through the client's own handlers instead.
 	ServerRequest func(ctx context.Context, req *jsonrpc.Request) (json.RawMessage, error)
 }
-
