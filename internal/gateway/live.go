@@ -24,6 +24,9 @@ type live struct {
 	st    *upState
 	owner *session
 	conn  *upstream.Conn
+	// ready is closed once conn is set and the first tool list applied:
+	// a list_changed the upstream sends during the handshake waits for it.
+	ready chan struct{}
 
 	mu      sync.Mutex
 	allowed map[string]bool // upstream tool names usable on this connection
@@ -60,7 +63,7 @@ func (st *upState) connect(ctx context.Context, s *session) (*live, error) {
 
 func (st *upState) dial(ctx context.Context, s *session) (*live, error) {
 	g := st.g
-	lv := &live{st: st, calls: map[uint64]*pending{}, tokens: map[string]*pending{}}
+	lv := &live{st: st, calls: map[uint64]*pending{}, tokens: map[string]*pending{}, ready: make(chan struct{})}
 	if !st.opts.Shared {
 		lv.owner = s
 	}
@@ -123,8 +126,13 @@ func (st *upState) dial(ctx context.Context, s *session) (*live, error) {
 		return nil, fmt.Errorf("upstream %q: the connection could not be recorded in the audit log: %w", st.name, err)
 	}
 	lv.applyTools(ctx, tools, init, sessID)
+	close(lv.ready)
 	return lv, nil
 }
+
+// readyWait bounds how long a list_changed sent during the handshake waits
+// for the connection to be ready; a connection that fails is never ready.
+const readyWait = 2 * time.Minute
 
 var errConnectTimeout = errors.New("connect timeout")
 
@@ -438,6 +446,11 @@ func (lv *live) onResourceUpdated(ctx context.Context, req *mcp.ResourceUpdatedN
 
 func (lv *live) onToolsChanged(ctx context.Context, _ *mcp.ToolListChangedRequest) {
 	go func() {
+		select {
+		case <-lv.ready:
+		case <-time.After(readyWait):
+			return
+		}
 		var tools []*mcp.Tool
 		for t, err := range lv.conn.Session.Tools(context.Background(), nil) {
 			if err != nil {
