@@ -410,7 +410,11 @@ func (s *session) httpFast(w http.ResponseWriter, r *http.Request, maxBytes int6
 		var appendResult func()
 		res, err := s.relay(context.WithValue(ctx, sinkKey{}, sk), call, &appendResult)
 		if appendResult != nil {
-			defer appendResult() // after the response is written
+			// After the response is written, and without holding up the
+			// handler's return: the connection reads the agent's next
+			// request only then, and in group durability the append
+			// waits for the disk.
+			defer func() { go appendResult() }()
 		}
 		if ctx.Err() != nil {
 			// Cancelled by the agent, or the session ended: no JSON-RPC
