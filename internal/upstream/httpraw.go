@@ -105,17 +105,17 @@ func (c *httpRaw) roundTrip(rctx context.Context, id, method string, body []byte
 		}
 		return r.Result, nil, nil
 	case "text/event-stream":
-		sr := newSSEReader(resp.Body, maxFrame)
-		res, err := c.stream(rctx, sr, id, method)
+		cs := &callStream{body: resp.Body, sr: newSSEReader(resp.Body, maxFrame)}
+		res, err := c.stream(rctx, cs, id, method)
 		if err != nil {
-			resp.Body.Close()
+			cs.body.Close()
 			return nil, nil, err
 		}
 		// A server closes the stream after the response; reading on to
 		// its end lets the connection be reused.
 		return res, func() {
-			_, _ = io.CopyN(io.Discard, sr.r, 64<<10)
-			resp.Body.Close()
+			_, _ = io.CopyN(io.Discard, cs.sr.r, 64<<10)
+			cs.body.Close()
 		}, nil
 	default:
 		resp.Body.Close()
@@ -123,20 +123,61 @@ func (c *httpRaw) roundTrip(rctx context.Context, id, method string, body []byte
 	}
 }
 
+// callStream is the event stream a call's response comes on: the POST's
+// response body, or a GET that resumed it.
+type callStream struct {
+	body   io.ReadCloser
+	sr     *sseReader
+	lastID string // the id of the last event read that had one
+}
+
+// resumeAttempts bounds how many times in a row a call's event stream is
+// resumed without an event coming through (go-sdk's client allows as
+// many). resumeTries bounds the GETs of one resumption (the server may
+// still hold the broken stream for a moment: 409), resumeDelay is the wait
+// before the first, doubled for each further one (0.05 + 0.1 + ... 1.55 s).
+const (
+	resumeAttempts = 2
+	resumeTries    = 5
+	resumeDelay    = 50 * time.Millisecond
+)
+
 // stream reads the events of a call's response stream in order until the
 // response: notifications go to the intercept function (and are otherwise
-// dropped), requests are answered through serverRequest.
-func (c *httpRaw) stream(ctx context.Context, sr *sseReader, id, method string) (json.RawMessage, error) {
+// dropped), requests are answered through serverRequest. A stream that
+// breaks or ends before the response is resumed where it stopped (a GET
+// with Last-Event-ID, as Streamable HTTP provides) if the server numbers
+// its events; otherwise the call fails.
+func (c *httpRaw) stream(ctx context.Context, cs *callStream, id, method string) (json.RawMessage, error) {
+	stalls, progress := 0, ""
 	for {
-		ev, err := sr.next()
+		ev, err := cs.sr.next()
 		if err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil, c.errorf(method, "the response stream ended before the response")
-			}
 			if errors.Is(err, errEventTooLarge) {
 				return nil, c.errorf(method, "response stream: %v", err)
 			}
-			return nil, c.up.explain(method, fmt.Errorf("read the response stream: %w", err))
+			broken := c.up.explain(method, fmt.Errorf("read the response stream: %w", err))
+			if errors.Is(err, io.EOF) {
+				broken = c.errorf(method, "the response stream ended before the response")
+			}
+			if cs.lastID == "" || ctx.Err() != nil {
+				return nil, broken
+			}
+			if cs.lastID == progress {
+				stalls++
+			} else {
+				stalls, progress = 0, cs.lastID
+			}
+			if stalls >= resumeAttempts {
+				return nil, fmt.Errorf("%w; resumed %d times from event %q without getting further", broken, stalls, cs.lastID)
+			}
+			if rerr := c.resume(ctx, cs); rerr != nil {
+				return nil, fmt.Errorf("%w; resuming it from event %q failed: %v", broken, cs.lastID, rerr)
+			}
+			continue
+		}
+		if ev.id != "" {
+			cs.lastID = ev.id
 		}
 		if len(ev.data) == 0 || (ev.name != "" && ev.name != "message") {
 			continue
@@ -162,6 +203,52 @@ func (c *httpRaw) stream(ctx context.Context, sr *sseReader, id, method string) 
 			}
 		}
 	}
+}
+
+// resume replaces cs's broken stream by a GET that asks the server for the
+// events after cs.lastID, trying up to resumeTries times.
+func (c *httpRaw) resume(ctx context.Context, cs *callStream) error {
+	cs.body.Close()
+	var err error
+	for try := range resumeTries {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(resumeDelay << try):
+		}
+		var resp *http.Response
+		if resp, err = c.getEvents(ctx, cs.lastID); err == nil {
+			cs.body, cs.sr = resp.Body, newSSEReader(resp.Body, maxFrame)
+			return nil
+		}
+	}
+	return err
+}
+
+// getEvents opens the event stream that continues after event lastID.
+func (c *httpRaw) getEvents(ctx context.Context, lastID string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.up.url, nil)
+	if err != nil {
+		return nil, err
+	}
+	h := req.Header
+	h.Set("Accept", "text/event-stream")
+	h.Set("Last-Event-ID", lastID)
+	if c.session != "" {
+		h["Mcp-Session-Id"] = []string{c.session}
+	}
+	if c.version != "" {
+		h["Mcp-Protocol-Version"] = []string{c.version}
+	}
+	resp, err := c.up.client.Do(req)
+	if err != nil {
+		return nil, c.up.explain("resume", err)
+	}
+	if ct := baseMediaType(resp.Header.Get("Content-Type")); resp.StatusCode != http.StatusOK || ct != "text/event-stream" {
+		resp.Body.Close()
+		return nil, fmt.Errorf("the upstream answered HTTP %d with content type %q", resp.StatusCode, ct)
+	}
+	return resp, nil
 }
 
 // answer answers a request the upstream sent on a call's response stream,

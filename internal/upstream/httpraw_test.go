@@ -416,3 +416,100 @@ func TestHTTPRawCallReusesConnections(t *testing.T) {
 		})
 	}
 }
+
+// cutWriter passes a response through until its first event is complete,
+// then closes the connection under it: a stream broken in the middle of
+// a call, as a proxy's idle timeout would break it.
+type cutWriter struct {
+	http.ResponseWriter
+	seen []byte
+	cut  bool
+}
+
+func (w *cutWriter) Write(b []byte) (int, error) {
+	if w.cut {
+		return 0, errors.New("cut")
+	}
+	n, err := w.ResponseWriter.Write(b)
+	w.seen = append(w.seen, b...)
+	if bytes.Contains(w.seen, []byte("\n\n")) {
+		w.cut = true
+		http.NewResponseController(w.ResponseWriter).Flush()
+		if conn, _, herr := http.NewResponseController(w.ResponseWriter).Hijack(); herr == nil {
+			conn.Close()
+		}
+	}
+	return n, err
+}
+
+func (w *cutWriter) Flush() {
+	if !w.cut {
+		http.NewResponseController(w.ResponseWriter).Flush()
+	}
+}
+
+// TestHTTPRawCallResumesABrokenStream: a call's event stream that breaks
+// after its first event is resumed with Last-Event-ID, and the call gets
+// its result and the progress in between; a server that does not number
+// its events cannot be resumed and the call fails saying so.
+func TestHTTPRawCallResumesABrokenStream(t *testing.T) {
+	for _, resumable := range []bool{true, false} {
+		t.Run(fmt.Sprint("resumable=", resumable), func(t *testing.T) {
+			s := mcp.NewServer(&mcp.Implementation{Name: "resume-test", Version: "1"}, nil)
+			s.AddTool(&mcp.Tool{Name: "slow", InputSchema: json.RawMessage(`{"type":"object"}`)}, func(ctx context.Context, r *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				for i := 1; i <= 2; i++ {
+					if err := r.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: r.Params.GetProgressToken(), Progress: float64(i), Total: 2}); err != nil {
+						return nil, err
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
+				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "finished"}}}, nil
+			})
+			opts := &mcp.StreamableHTTPOptions{SessionTimeout: time.Minute}
+			if resumable {
+				opts.EventStore = mcp.NewMemoryEventStore(nil)
+			}
+			h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, opts)
+			var cuts, resumes atomic.Int32
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method == http.MethodGet && r.Header.Get("Last-Event-ID") != "" {
+					resumes.Add(1)
+				}
+				if r.Method == http.MethodPost {
+					body, _ := io.ReadAll(r.Body)
+					r.Body = io.NopCloser(bytes.NewReader(body))
+					if bytes.Contains(body, []byte(`"tools/call"`)) && cuts.Add(1) == 1 {
+						h.ServeHTTP(&cutWriter{ResponseWriter: w}, r)
+						return
+					}
+				}
+				h.ServeHTTP(w, r)
+			}))
+			t.Cleanup(srv.Close)
+			var progress atomic.Int32
+			conn := connectRaw(t, plainUpstream(t, srv.URL), ConnectOptions{Intercept: func(m jsonrpc.Message) bool {
+				if r, ok := m.(*jsonrpc.Request); ok && r.Method == "notifications/progress" {
+					progress.Add(1)
+					return true
+				}
+				return false
+			}})
+			res, err := conn.RawCall(rawCallCtx(t), "tools/call", json.RawMessage(`{"_meta":{"progressToken":"p"},"name":"slow","arguments":{}}`))
+			if !resumable {
+				if err == nil || !strings.Contains(err.Error(), "read the response stream") {
+					t.Fatalf("a stream that cannot be resumed: got %s, %v", res, err)
+				}
+				if resumes.Load() != 0 {
+					t.Fatal("resumed a stream whose events have no ids")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("the broken stream was not resumed: %v", err)
+			}
+			if !strings.Contains(string(res), "finished") || resumes.Load() == 0 || progress.Load() != 2 {
+				t.Fatalf("result %s after %d resumptions, %d progress notifications (want 2)", res, resumes.Load(), progress.Load())
+			}
+		})
+	}
+}
