@@ -225,6 +225,16 @@ func (c *httpRaw) resume(ctx context.Context, cs *callStream) error {
 	return err
 }
 
+// sessionHeaders sets the headers of a request in the connection's session.
+func (c *httpRaw) sessionHeaders(h http.Header) {
+	if c.session != "" {
+		h["Mcp-Session-Id"] = []string{c.session}
+	}
+	if c.version != "" {
+		h["Mcp-Protocol-Version"] = []string{c.version}
+	}
+}
+
 // getEvents opens the event stream that continues after event lastID.
 func (c *httpRaw) getEvents(ctx context.Context, lastID string) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.up.url, nil)
@@ -234,12 +244,7 @@ func (c *httpRaw) getEvents(ctx context.Context, lastID string) (*http.Response,
 	h := req.Header
 	h.Set("Accept", "text/event-stream")
 	h.Set("Last-Event-ID", lastID)
-	if c.session != "" {
-		h["Mcp-Session-Id"] = []string{c.session}
-	}
-	if c.version != "" {
-		h["Mcp-Protocol-Version"] = []string{c.version}
-	}
+	c.sessionHeaders(h)
 	resp, err := c.up.client.Do(req)
 	if err != nil {
 		return nil, c.up.explain("resume", err)
@@ -301,12 +306,7 @@ func (c *httpRaw) post(ctx context.Context, body []byte) (*http.Response, error)
 	h := req.Header
 	h["Content-Type"] = []string{"application/json"}
 	h["Accept"] = []string{"application/json, text/event-stream"}
-	if c.session != "" {
-		h["Mcp-Session-Id"] = []string{c.session}
-	}
-	if c.version != "" {
-		h["Mcp-Protocol-Version"] = []string{c.version}
-	}
+	c.sessionHeaders(h)
 	return c.up.client.Do(req)
 }
 
