@@ -216,7 +216,10 @@ var allContext = contextUse{true, true, true}
 // buildFor builds the request with the context attributes in use; the
 // others are left out, since no policy could tell. The arguments are checked
 // against the limits either way (arguments past them deny, read or not),
-// and converted only when read.
+// and converted only when read. Were a read ever missed (Bundle.use is
+// derived from the policies' JSON form, conservatively), the policy would
+// meet a missing attribute: an evaluation error, which denies (a forbid
+// that errors counts as matching, a permit that errors does not permit).
 func buildFor(r *Request, use contextUse) (cedar.Request, *entities, error) {
 	req, e, err := buildScope(r)
 	if err != nil {
