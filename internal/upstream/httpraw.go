@@ -126,9 +126,8 @@ func (c *httpRaw) roundTrip(rctx context.Context, id, method string, body []byte
 // callStream is the event stream a call's response comes on: the POST's
 // response body, or a GET that resumed it.
 type callStream struct {
-	body   io.ReadCloser
-	sr     *sseReader
-	lastID string // the id of the last event read that had one
+	body io.ReadCloser
+	sr   *sseReader
 }
 
 // resumeAttempts bounds how many times in a row a call's event stream is
@@ -160,24 +159,22 @@ func (c *httpRaw) stream(ctx context.Context, cs *callStream, id, method string)
 			if errors.Is(err, io.EOF) {
 				broken = c.errorf(method, "the response stream ended before the response")
 			}
-			if cs.lastID == "" || ctx.Err() != nil {
+			last := cs.sr.lastID
+			if last == "" || ctx.Err() != nil {
 				return nil, broken
 			}
-			if cs.lastID == progress {
+			if last == progress {
 				stalls++
 			} else {
-				stalls, progress = 0, cs.lastID
+				stalls, progress = 0, last
 			}
 			if stalls >= resumeAttempts {
-				return nil, fmt.Errorf("%w; resumed %d times from event %q without getting further", broken, stalls, cs.lastID)
+				return nil, fmt.Errorf("%w; resumed %d times from event %q without getting further", broken, stalls, last)
 			}
 			if rerr := c.resume(ctx, cs); rerr != nil {
-				return nil, fmt.Errorf("%w; resuming it from event %q failed: %v", broken, cs.lastID, rerr)
+				return nil, fmt.Errorf("%w; resuming it from event %q failed: %v", broken, last, rerr)
 			}
 			continue
-		}
-		if ev.id != "" {
-			cs.lastID = ev.id
 		}
 		if len(ev.data) == 0 || (ev.name != "" && ev.name != "message") {
 			continue
@@ -206,19 +203,22 @@ func (c *httpRaw) stream(ctx context.Context, cs *callStream, id, method string)
 }
 
 // resume replaces cs's broken stream by a GET that asks the server for the
-// events after cs.lastID, trying up to resumeTries times.
+// events after the last event id, trying up to resumeTries times, after
+// the reconnection time the server asked for (its retry field), if longer.
 func (c *httpRaw) resume(ctx context.Context, cs *callStream) error {
 	cs.body.Close()
+	last, retry := cs.sr.lastID, cs.sr.retry
 	var err error
 	for try := range resumeTries {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(resumeDelay << try):
+		case <-time.After(max(resumeDelay<<try, retry)):
 		}
 		var resp *http.Response
-		if resp, err = c.getEvents(ctx, cs.lastID); err == nil {
+		if resp, err = c.getEvents(ctx, last); err == nil {
 			cs.body, cs.sr = resp.Body, newSSEReader(resp.Body, maxFrame)
+			cs.sr.lastID, cs.sr.retry = last, retry
 			return nil
 		}
 	}

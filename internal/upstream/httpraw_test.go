@@ -513,3 +513,39 @@ func TestHTTPRawCallResumesABrokenStream(t *testing.T) {
 		})
 	}
 }
+
+// TestHTTPRawCallResumesAfterServerClose: a server that closes a call's
+// stream on purpose (SEP-1699, with a retry field) before anything else is
+// sent is reconnected to after the time it asked for, and the call gets
+// its result.
+func TestHTTPRawCallResumesAfterServerClose(t *testing.T) {
+	const retry = 150 * time.Millisecond
+	s := mcp.NewServer(&mcp.Implementation{Name: "close-test", Version: "1"}, nil)
+	s.AddTool(&mcp.Tool{Name: "later", InputSchema: json.RawMessage(`{"type":"object"}`)}, func(ctx context.Context, r *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		if r.Extra == nil || r.Extra.CloseSSEStream == nil {
+			return nil, errors.New("the server cannot close the stream")
+		}
+		r.Extra.CloseSSEStream(mcp.CloseSSEStreamArgs{RetryAfter: retry})
+		time.Sleep(50 * time.Millisecond)
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "later"}}}, nil
+	})
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s },
+		&mcp.StreamableHTTPOptions{SessionTimeout: time.Minute, EventStore: mcp.NewMemoryEventStore(nil)})
+	var resumedAt atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && r.Header.Get("Last-Event-ID") != "" {
+			resumedAt.CompareAndSwap(0, time.Now().UnixNano())
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	conn := connectRaw(t, plainUpstream(t, srv.URL), ConnectOptions{})
+	start := time.Now()
+	res, err := conn.RawCall(rawCallCtx(t), "tools/call", json.RawMessage(`{"name":"later","arguments":{}}`))
+	if err != nil || !strings.Contains(string(res), `"later"`) {
+		t.Fatalf("got %s, %v", res, err)
+	}
+	if at := resumedAt.Load(); at == 0 || time.Duration(at-start.UnixNano()) < retry {
+		t.Fatalf("resumed %v after the call started, before the %v the server asked for", time.Duration(at-start.UnixNano()), retry)
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
+	"time"
 )
 
 // sseEvent is one server-sent event: its type (empty means "message"), its
@@ -23,6 +25,12 @@ type sseEvent struct {
 type sseReader struct {
 	r   *bufio.Reader
 	max int
+	// lastID is the standard's last event ID buffer: every id field sets
+	// it, whether or not its event is dispatched (a server primes it with
+	// an event that has an id and no data). retry is the reconnection time
+	// from the last valid retry field, 0 if none.
+	lastID string
+	retry  time.Duration
 }
 
 func newSSEReader(r io.Reader, max int) *sseReader {
@@ -69,6 +77,11 @@ func (s *sseReader) next() (sseEvent, error) {
 		case "id":
 			if bytes.IndexByte(value, 0) < 0 {
 				ev.id = string(value)
+				s.lastID = ev.id
+			}
+		case "retry":
+			if ms, err := strconv.ParseUint(string(value), 10, 31); err == nil { // ASCII digits only
+				s.retry = time.Duration(ms) * time.Millisecond
 			}
 		case "data":
 			if hasData {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 )
 
 // readEvents reads every event of stream, with events of at most max bytes.
@@ -85,4 +86,31 @@ func FuzzSSEReader(f *testing.F) {
 			t.Fatalf("round trip of %q: %v %q", data, err, evs)
 		}
 	})
+}
+
+// TestSSEReaderResumeState: every id field sets the last event id, also
+// on an event that is not dispatched (a server's priming event), and a
+// retry field of ASCII digits sets the reconnection time.
+func TestSSEReaderResumeState(t *testing.T) {
+	for _, tc := range []struct {
+		stream string
+		lastID string
+		retry  time.Duration
+	}{
+		{"id: p1\n\n", "p1", 0},
+		{"id: p1\nretry: 250\n\n", "p1", 250 * time.Millisecond},
+		{"id: a\ndata: x\n\nid: b\n\n", "b", 0},
+		{"retry: 100\n\nretry: +5\n\nretry: 1x\n\nretry: -1\n\n", "", 100 * time.Millisecond},
+		{"id: a\n\nid: x\x00y\n\n", "a", 0},
+	} {
+		r := newSSEReader(strings.NewReader(tc.stream), 1<<10)
+		for {
+			if _, err := r.next(); err != nil {
+				break
+			}
+		}
+		if r.lastID != tc.lastID || r.retry != tc.retry {
+			t.Errorf("%q: last id %q, retry %v; want %q, %v", tc.stream, r.lastID, r.retry, tc.lastID, tc.retry)
+		}
+	}
 }
