@@ -83,28 +83,13 @@ func (f *adminFixture) do(t *testing.T, method, path, token, body string) (int, 
 // adminRecords returns the admin records in the audit log so far.
 func adminRecords(t *testing.T, dir string) []*auditlog.Admin {
 	t.Helper()
-	r, err := auditlog.NewReader(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
 	var out []*auditlog.Admin
-	for {
-		e, err := r.Next()
-		if errors.Is(err, io.EOF) {
-			return out
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		rec, err := e.Decode()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if a, ok := rec.(*auditlog.Admin); ok {
+	for _, e := range logEntries(t, dir) {
+		if a, ok := e.Rec.(*auditlog.Admin); ok {
 			out = append(out, a)
 		}
 	}
+	return out
 }
 
 func TestAdminRequiresItsOwnToken(t *testing.T) {

@@ -324,26 +324,11 @@ upstreams:
 
 func readAuditRecords(t *testing.T, dir string) []auditlog.Record {
 	t.Helper()
-	r, err := auditlog.NewReader(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
 	var out []auditlog.Record
-	for {
-		e, err := r.Next()
-		if errors.Is(err, io.EOF) {
-			return out
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		rec, err := e.Decode()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, rec)
+	for _, e := range logEntries(t, dir) {
+		out = append(out, e.Rec)
 	}
+	return out
 }
 
 // TestServeConfigLimits: the server section's limits, read from a real
