@@ -42,14 +42,21 @@ func bench50(b *testing.B) *Bundle {
 	return bu
 }
 
-// BenchmarkDecide50 is one call_tool decision against 50 policies, including
-// building the entities and converting the arguments.
-func BenchmarkDecide50(b *testing.B) {
-	bu := bench50(b)
+// allowed50 is a call bench50's bundle allows: agent-3 on up3 with
+// arguments its path rule reads, in a session that used two tools.
+func allowed50() Request {
 	r := base()
 	r.Agent, r.Groups, r.Upstream, r.Tool = "agent-3", []string{"g3", "staff"}, "up3", "up3__t"
 	r.Arguments = []byte(`{"path":"/srv/3/reports/2026-11.csv","encoding":"utf-8","limit":100}`)
 	r.Session.ToolsUsed = []string{"up3__t", "up1__read"}
+	return r
+}
+
+// BenchmarkDecide50 is one call_tool decision against 50 policies, including
+// building the entities and converting the arguments.
+func BenchmarkDecide50(b *testing.B) {
+	bu := bench50(b)
+	r := allowed50()
 	if d := bu.Decide(&r); !d.Allow {
 		b.Fatalf("%+v", d)
 	}
@@ -87,10 +94,7 @@ func BenchmarkDecide50Memo(b *testing.B) {
 	bu := bench50(b)
 	m := bu.NewMemo()
 	m.max, m.maxKey = liveMemoEntries, liveMemoKey
-	r := base()
-	r.Agent, r.Groups, r.Upstream, r.Tool = "agent-3", []string{"g3", "staff"}, "up3", "up3__t"
-	r.Arguments = []byte(`{"path":"/srv/3/reports/2026-11.csv","encoding":"utf-8","limit":100}`)
-	r.Session.ToolsUsed = []string{"up3__t", "up1__read"}
+	r := allowed50()
 	if d := m.Decide(&r); !d.Allow {
 		b.Fatalf("%+v", d)
 	}
