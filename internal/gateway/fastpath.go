@@ -15,7 +15,6 @@ import (
 	"sync"
 
 	jsonv2 "github.com/go-json-experiment/json"
-	"github.com/go-json-experiment/json/jsontext"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -33,10 +32,12 @@ import (
 
 // decodeFastCall decodes a tools/call's params, or reports false when
 // go-sdk must answer the request (anything unusual: its errors are the
-// reference). params must be valid JSON in the strict sense (RFC 7493);
-// its members are found without decoding it again (rpcwire.EachMember).
+// reference). params must be valid JSON in the strict sense (RFC 7493),
+// as in a message rpcwire.DecodeFast took, which both fronts make sure
+// of: its members are found without validating or decoding it again
+// (rpcwire.EachMember).
 func decodeFastCall(params json.RawMessage) (toolCall, bool) {
-	if len(params) == 0 || params[0] != '{' || !jsontext.Value(params).IsValid() {
+	if len(params) == 0 || params[0] != '{' {
 		return toolCall{}, false
 	}
 	var call toolCall

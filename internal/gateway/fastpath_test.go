@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -53,6 +54,9 @@ func FuzzFastCall(f *testing.F) {
 		jerr := jsonv2.Unmarshal(result, &shape)
 		if got, err := resultIsError(result); (err == nil) != (jerr == nil) || (err == nil && got != shape.IsError) {
 			t.Fatalf("resultIsError(%q) = %v, %v; decoded %v, %v", result, got, err, shape.IsError, jerr)
+		}
+		if !jsontext.Value(params).IsValid() {
+			return // decodeFastCall is given params of a strictly decoded message only
 		}
 		call, ok := decodeFastCall(params)
 		if !ok {

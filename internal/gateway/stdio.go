@@ -82,12 +82,15 @@ func (c *agentConn) read(br *bufio.Reader, n int) {
 		if len(trimmed) == 0 {
 			continue
 		}
-		msg, code, why := decodeAgentLine(trimmed)
+		msg, strict, code, why := decodeAgentLine(trimmed)
 		if msg == nil {
 			c.reject(idOf(trimmed), code, fmt.Sprintf("cmcp: line %d: %s; send one JSON-RPC 2.0 object per line", n, why))
 			continue
 		}
-		if req, ok := msg.(*jsonrpc.Request); ok && c.fast != nil {
+		// Only a message decoded strictly (rpcwire.DecodeFast: valid
+		// UTF-8, no duplicate names) is offered to the fast path, which
+		// relies on it; the others are go-sdk's to answer.
+		if req, ok := msg.(*jsonrpc.Request); ok && strict && c.fast != nil {
 			if took, run := c.fast(req); took {
 				if run != nil {
 					next := n + 1
@@ -132,23 +135,26 @@ func readLine(br *bufio.Reader, max int) (line []byte, tooLong bool, err error) 
 	}
 }
 
-func decodeAgentLine(b []byte) (jsonrpc.Message, int64, string) {
+// decodeAgentLine decodes one line from the agent; strict reports that
+// rpcwire.DecodeFast took it (it is valid JSON in the strict sense).
+// Otherwise msg is nil with a JSON-RPC error code and the reason.
+func decodeAgentLine(b []byte) (msg jsonrpc.Message, strict bool, code int64, why string) {
 	if msg, ok := rpcwire.DecodeFast(b); ok { // one valid JSON object: no need to scan it twice
-		return msg, 0, ""
+		return msg, true, 0, ""
 	}
 	switch {
 	case !json.Valid(b):
-		return nil, jsonrpc.CodeParseError, "not valid JSON"
+		return nil, false, jsonrpc.CodeParseError, "not valid JSON"
 	case b[0] == '[':
-		return nil, jsonrpc.CodeInvalidRequest, "JSON-RPC batches are not supported by MCP 2025-06-18 and later"
+		return nil, false, jsonrpc.CodeInvalidRequest, "JSON-RPC batches are not supported by MCP 2025-06-18 and later"
 	case b[0] != '{':
-		return nil, jsonrpc.CodeInvalidRequest, "not a JSON object"
+		return nil, false, jsonrpc.CodeInvalidRequest, "not a JSON object"
 	}
 	msg, err := rpcwire.DecodeMessage(b)
 	if err != nil {
-		return nil, jsonrpc.CodeInvalidRequest, "not a JSON-RPC 2.0 message: " + err.Error()
+		return nil, false, jsonrpc.CodeInvalidRequest, "not a JSON-RPC 2.0 message: " + err.Error()
 	}
-	return msg, 0, ""
+	return msg, false, 0, ""
 }
 
 // idOf returns the "id" of a malformed request when it can be read, so the
