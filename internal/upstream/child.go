@@ -343,11 +343,38 @@ func shebang(f *os.File) (bool, string) {
 // PID is the child's process id (and process group id).
 func (c *Child) PID() int { return c.pid }
 
-func (c *Child) write(b []byte) error {
+// write sends one message line to the child's stdin. A child that does
+// not read its stdin fills the pipe and the write waits: until ctx ends,
+// then it gives up. A line cut part way through leaves the child's input
+// unframed: the child is stopped, with the reason, and pending calls fail.
+func (c *Child) write(ctx context.Context, b []byte) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
+	if p := c.fault.Load(); p != nil {
+		return *p // stopped by the gateway: nothing more reaches it
+	}
 	b = append(b, '\n')
-	_, err := c.stdin.Write(b)
+	f, pollable := c.stdin.(*os.File)
+	if !pollable || ctx.Done() == nil {
+		_, err := c.stdin.Write(b)
+		return err
+	}
+	interrupted := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		f.SetWriteDeadline(time.Now()) // wakes the blocked write
+		close(interrupted)
+	})
+	n, err := f.Write(b)
+	if !stop() {
+		<-interrupted
+		f.SetWriteDeadline(time.Time{})
+	}
+	if err != nil && n > 0 {
+		c.fail(fmt.Errorf("upstream %q: the child stopped reading its stdin: a message was cut after %d of %d bytes (%v); the child is stopped", c.name, n, len(b), err))
+	}
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() != nil {
+		return fmt.Errorf("the child did not read its stdin before the call ended: %w", ctx.Err())
+	}
 	return err
 }
 

@@ -91,7 +91,7 @@ func (c *childConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 	if err != nil {
 		return err
 	}
-	if err := c.child.write(b); err != nil {
+	if err := c.child.write(ctx, b); err != nil {
 		return fmt.Errorf("upstream %q: write stdin: %w", c.child.name, err)
 	}
 	return nil

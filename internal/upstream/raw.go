@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // rawIDPrefix starts the ids of requests sent with RawCall (an
@@ -12,6 +13,10 @@ import (
 // by the read loop, in wire order with the notifications before them, and
 // handed back as the exact bytes the upstream sent.
 const rawIDPrefix = "cmcp-"
+
+// cancelWriteWait bounds how long notifications/cancelled for a call that
+// ended waits for a child that does not read its stdin.
+const cancelWriteWait = time.Second
 
 // ErrRawUnsupported is returned by Conn.RawCall on connections that cannot
 // make raw calls (callers use the MCP client session instead).
@@ -42,7 +47,7 @@ func (c *childConn) rawCall(ctx context.Context, method string, params json.RawM
 		return nil, err
 	}
 	b := encodeRequest(id, method, params)
-	if err := c.child.write(b); err != nil {
+	if err := c.child.write(ctx, b); err != nil {
 		c.raw.Forget(id)
 		if f := c.raw.Err(); f != nil {
 			return nil, f
@@ -62,7 +67,11 @@ func (c *childConn) rawCall(ctx context.Context, method string, params json.RawM
 	case <-ctx.Done():
 		c.raw.Forget(id)
 		n := cancelledNotification(id, ctx.Err())
-		_ = c.child.write(n)
+		// The child may be the reason the call ended: the notification
+		// waits for its stdin a moment only.
+		nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelWriteWait)
+		_ = c.child.write(nctx, n)
+		cancel()
 		return nil, ctx.Err()
 	}
 }

@@ -1,9 +1,11 @@
 package upstream
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"sync"
@@ -20,8 +22,12 @@ import (
 const rawChildEnv = "CMCP_UPSTREAM_RAW_TEST_CHILD"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(rawChildEnv) == "1" {
+	switch os.Getenv(rawChildEnv) {
+	case "1":
 		rawTestServer()
+		return
+	case "deaf":
+		deafTestServer()
 		return
 	}
 	os.Exit(m.Run())
@@ -53,7 +59,35 @@ func rawTestServer() {
 	_ = s.Run(context.Background(), &mcp.StdioTransport{})
 }
 
+// deafTestServer answers the MCP handshake and tools/list by hand, then
+// never reads its stdin again (and never exits on its own).
+func deafTestServer() {
+	in := bufio.NewReader(os.Stdin)
+	for {
+		line, err := in.ReadBytes('\n')
+		if err != nil {
+			os.Exit(0)
+		}
+		var m struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+		}
+		json.Unmarshal(line, &m)
+		switch m.Method {
+		case "initialize":
+			fmt.Printf(`{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":%q,"capabilities":{"tools":{}},"serverInfo":{"name":"deaf","version":"1"}}}`+"\n", m.ID, ProtocolVersion)
+		case "tools/list":
+			fmt.Printf(`{"jsonrpc":"2.0","id":%s,"result":{"tools":[{"name":"echo","inputSchema":{"type":"object"}}]}}`+"\n", m.ID)
+			time.Sleep(time.Hour) // deaf from now on
+		}
+	}
+}
+
 func rawConn(t *testing.T) *Conn {
+	return rawConnMode(t, "1")
+}
+
+func rawConnMode(t *testing.T, mode string) *Conn {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -64,7 +98,7 @@ func rawConn(t *testing.T) *Conn {
 		t.Fatal(err)
 	}
 	f.Close()
-	up := &Stdio{Spec: StdioSpec{Name: "raw", Command: exe, Pin: d, Env: map[string]string{rawChildEnv: "1"}, StopGrace: time.Second}, Share: "per-session"}
+	up := &Stdio{Spec: StdioSpec{Name: "raw", Command: exe, Pin: d, Env: map[string]string{rawChildEnv: mode}, StopGrace: time.Second}, Share: "per-session"}
 	conn, err := up.Connect(context.Background(), mcp.NewClient(&mcp.Implementation{Name: "t", Version: "1"}, nil), ConnectOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -180,5 +214,31 @@ func TestRawCallChildDies(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("a raw call on a dead child hung")
+	}
+}
+
+// TestRawCallToAChildThatStopsReading: a call to a child that no longer
+// reads its stdin ends with the call's context instead of waiting for
+// ever, the child whose input was cut part way is stopped with the reason,
+// and a later call fails at once, saying why.
+func TestRawCallToAChildThatStopsReading(t *testing.T) {
+	conn := rawConnMode(t, "deaf")
+	if _, err := conn.Session.ListTools(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	big := `{"text":"` + strings.Repeat("x", 1<<20) + `"}` // more than a pipe holds
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := conn.RawCall(ctx, "tools/call", callParams("echo", big))
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("got %v, want the call's deadline", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("the call took %v", d)
+	}
+	_, err = conn.RawCall(rawCallCtx(t), "tools/call", callParams("echo", `{}`))
+	if err == nil || !strings.Contains(err.Error(), "stopped reading its stdin") {
+		t.Fatalf("a call after the cut: %v", err)
 	}
 }
