@@ -58,9 +58,16 @@ func TestAttestSoftwareProduceVerify(t *testing.T) {
 		t.Fatalf("generated private key: %v %v", fi, err)
 	}
 	// A second run never overwrites the private key.
+	keyBefore, err := os.ReadFile(filepath.Join(dir, "cmcp-attest-key.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	r = runAttestCLI(t, dir, "attest", "--nonce", "a1b2c3d4", "--provider", "software", "--out", "other.json")
 	if r.code != ui.ExitIO || !strings.Contains(r.stderr, "never overwritten") {
 		t.Fatalf("key overwrite: %+v", r)
+	}
+	if keyAfter, _ := os.ReadFile(filepath.Join(dir, "cmcp-attest-key.pem")); !bytes.Equal(keyAfter, keyBefore) {
+		t.Fatal("the refused run changed the private key file")
 	}
 	// Software evidence never verifies as hardware.
 	r = runAttestCLI(t, dir, "attest", "verify", "cmcp-evidence.json")

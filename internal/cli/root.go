@@ -87,11 +87,12 @@ func newRootCmd(e *env) *cobra.Command {
 		Short: "Confidential MCP gateway: attested, policy-checked, audited tool calls",
 		Long: `cmcp is a confidential MCP gateway and the toolkit around it.
 
-It runs inside a confidential VM (AMD SEV-SNP or Intel TDX), binds its signing
-key to a hardware attestation report, decides every tool call with a Cedar
-policy, and writes every decision to a signed Merkle-tree audit log that an
-auditor verifies offline. It spawns stdio MCP servers itself and refuses to run
-code whose digest does not match its pin.` + "\n\n" + exitCodesText(),
+It is built to run inside a confidential VM (AMD SEV-SNP or Intel TDX), where
+it binds its signing key to a hardware attestation report; elsewhere it uses
+the "software" provider, whose evidence is labelled unattested. It decides
+every tool call with a Cedar policy and writes every decision to a signed
+Merkle-tree audit log that an auditor verifies offline. It spawns stdio MCP
+servers itself and refuses to run code whose digest does not match its pin.` + "\n\n" + exitCodesText(),
 		SilenceErrors:     true,
 		SilenceUsage:      true,
 		DisableAutoGenTag: true,

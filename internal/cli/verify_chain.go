@@ -63,7 +63,8 @@ On failure it names the epoch, segment file, line, byte offset and record
 index, with the expected and computed values, and exits with a code for
 the class of failure:
   10 integrity (hash, link, sequence, tree, canonical form)   11 bad signature
-  12 untrusted key   13 truncation or rollback   14 fork   2 usage   3 I/O`,
+  12 untrusted key or rejected genesis evidence   13 truncation or rollback
+  14 fork   2 usage   3 I/O`,
 		Example: `  cmcp verify-chain /var/lib/cmcp/audit --key "$(cat gateway.vkey)" --save-checkpoint seen.cp
   cmcp verify-chain /var/lib/cmcp/audit --key gateway.vkey --checkpoint seen.cp
   cmcp verify-chain /var/lib/cmcp/audit --prove 4321 > r4321.proof

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"filippo.io/age"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/confidential-mcp/cmcp/internal/config"
@@ -91,6 +93,12 @@ func TestSIGKILLUnderLoad(t *testing.T) {
 	exe, pin := selfDigest(t)
 	dir := t.TempDir()
 	seen := filepath.Join(dir, "seen.txt")
+	// The auditor's identity opens the arguments' commitments, so that
+	// every call the upstream saw is matched to its own call record.
+	auditor, err := age.GenerateX25519Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
 	cfgPath := filepath.Join(dir, "cmcp.yaml")
 	cfgText := fmt.Sprintf(`version: 1
 server:
@@ -99,6 +107,7 @@ server:
 audit:
   dir: audit
   durability: group
+  recipients: [%s]
 upstreams:
   - name: t
     stdio:
@@ -106,7 +115,7 @@ upstreams:
       env: {%s: server, CMCP_TEST_SEEN: %s}
     pin:
       command: %s
-`, freePort(t), exe, childEnv, seen, pin)
+`, freePort(t), auditor.Recipient(), exe, childEnv, seen, pin)
 	if err := os.WriteFile(cfgPath, []byte(cfgText), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -186,18 +195,70 @@ upstreams:
 		}
 	}
 
-	// Every call the upstream saw has its call record.
+	// Every call the upstream saw has its own call record: its arguments
+	// (unique to each call) match the commitment of a forwarded call.
 	b, _ := os.ReadFile(seen)
-	upstreamSaw := strings.Count(string(b), "\n")
-	forwarded := 0
-	for _, r := range readRecords(t, auditDir) {
-		if r.Kind == "call" && r.Body["outcome"] == "forwarded" {
-			forwarded++
+	upstreamSaw := strings.Fields(string(b))
+	forwarded := forwardedArgs(t, auditDir, auditor)
+	t.Logf("upstream saw %d calls; %d forwarded call records", len(upstreamSaw), len(forwarded))
+	if len(upstreamSaw) == 0 {
+		t.Fatal("the upstream saw no calls")
+	}
+	for _, text := range upstreamSaw {
+		payload := []byte(fmt.Sprintf(`{"text":%q}`, text))
+		found := false
+		for _, f := range forwarded {
+			if f.o.Check(f.c, payload) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			t.Errorf("the upstream saw the call %s, but no forwarded call record commits to its arguments", payload)
 		}
 	}
-	t.Logf("upstream saw %d calls; %d forwarded call records", upstreamSaw, forwarded)
-	if upstreamSaw == 0 || forwarded < upstreamSaw {
-		t.Fatalf("the upstream saw %d calls but only %d call records exist", upstreamSaw, forwarded)
+}
+
+// forwardedArg is the arguments commitment of one forwarded call record,
+// with the opener of its epoch.
+type forwardedArg struct {
+	o *auditlog.Opener
+	c auditlog.Commitment
+}
+
+// forwardedArgs reads every epoch of the log in dir and returns the
+// arguments commitments of its forwarded call records.
+func forwardedArgs(t *testing.T, dir string, id age.Identity) []forwardedArg {
+	t.Helper()
+	r, err := auditlog.NewReader(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var o *auditlog.Opener
+	var out []forwardedArg
+	for {
+		e, err := r.Next()
+		if err == io.EOF {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, err := e.Decode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch rec := rec.(type) {
+		case *auditlog.Genesis:
+			if o, err = auditlog.NewOpener(rec, id); err != nil {
+				t.Fatal(err)
+			}
+		case *auditlog.Call:
+			if rec.Outcome == auditlog.OutcomeForwarded {
+				out = append(out, forwardedArg{o, rec.Args})
+			}
+		}
 	}
 }
 
@@ -247,5 +308,75 @@ upstreams:
 	rs := readRecords(t, filepath.Join(dir, "audit"))
 	if len(kinds(rs, "result")) != 1 || kinds(rs, "seal") == nil {
 		t.Fatalf("results %d, seal %v", len(kinds(rs, "result")), kinds(rs, "seal"))
+	}
+	// The children were stopped by the gateway, before the seal: every
+	// started child has its exit record, and none is still running.
+	started, exited := map[string]bool{}, map[string]bool{}
+	for _, r := range kinds(rs, "spawn") {
+		pid, _ := r.Body["pid"].(string)
+		switch r.Body["outcome"] {
+		case "started":
+			started[pid] = true
+		case "exited":
+			exited[pid] = true
+		}
+	}
+	if len(started) == 0 {
+		t.Fatal("no child was started")
+	}
+	for pid := range started {
+		var n int
+		fmt.Sscan(pid, &n)
+		if !exited[pid] {
+			t.Errorf("child %s has no exit record: it was not stopped before the log was sealed", pid)
+		}
+		if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", n)); n > 0 && pidAlive(n) && strings.Contains(string(b), exe) {
+			t.Errorf("child %s outlived the gateway's shutdown", pid)
+		}
+	}
+}
+
+// TestCallDuringShutdownRefused: once the gateway is shutting down, a new
+// tools/call is refused with -32068 and recorded as refused, while the call
+// already in flight is drained and answered.
+func TestCallDuringShutdownRefused(t *testing.T) {
+	h := newHarness(t, hconf{})
+	cs := h.connect("", nil)
+	if _, err := call(t, cs, "t__echo", map[string]any{"text": "warm"}); err != nil {
+		t.Fatal(err)
+	}
+	inflight := make(chan error, 1)
+	go func() {
+		_, err := call(t, cs, "t__sleep", map[string]any{"text": "1s"})
+		inflight <- err
+	}()
+	eventually(t, 10*time.Second, func() string {
+		if len(kinds(h.records(), "call")) < 2 {
+			return "the sleeping call is not recorded yet"
+		}
+		return ""
+	})
+	shut := make(chan error, 1)
+	go func() { shut <- h.g.Shutdown(context.Background()) }()
+	eventually(t, 10*time.Second, func() string {
+		if !h.g.closing.Load() {
+			return "the gateway is not shutting down yet"
+		}
+		return ""
+	})
+	_, err := call(t, cs, "t__echo", map[string]any{"text": "late"})
+	if wireCode(err) != CodeShuttingDown || !strings.Contains(err.Error(), "reconnect and retry") {
+		t.Fatalf("a call during shutdown: %v, want %d", err, CodeShuttingDown)
+	}
+	if err := <-inflight; err != nil {
+		t.Fatalf("the in-flight call was not drained: %v", err)
+	}
+	if err := <-shut; err != nil {
+		t.Fatal(err)
+	}
+	calls := kinds(h.records(), "call")
+	last := calls[len(calls)-1]
+	if len(calls) != 3 || last.Body["outcome"] != "refused" || !strings.Contains(fmt.Sprint(last.Body["reason"]), "shutting down") {
+		t.Fatalf("call records: %v", calls)
 	}
 }

@@ -514,23 +514,28 @@ func TestHungUpstream(t *testing.T) {
 }
 
 func TestAuditFailureRefusesCalls(t *testing.T) {
-	h := newHarness(t, hconf{})
+	// The child writes down every call it receives.
+	seen := filepath.Join(t.TempDir(), "seen")
+	h := newHarness(t, hconf{env: map[string]string{"CMCP_TEST_SEEN": seen}})
 	cs := h.connect("", nil)
-	pid := pidOf(t, cs, "t__pid")
-	_ = pid
+	if _, err := call(t, cs, "t__record", map[string]any{"text": "before"}); err != nil {
+		t.Fatal(err)
+	}
 	before := len(kinds(h.records(), "call"))
 	// The log becomes unwritable: the writer is closed under the gateway.
 	if err := h.w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	mark := filepath.Join(t.TempDir(), "never")
-	_ = mark
-	_, err := call(t, cs, "t__echo", map[string]any{"text": "must not run"})
+	_, err := call(t, cs, "t__record", map[string]any{"text": "must not run"})
 	if wireCode(err) != CodeAuditUnavailable || !strings.Contains(err.Error(), "refused") {
 		t.Fatalf("got %v", err)
 	}
 	if after := len(kinds(h.records(), "call")); after != before {
 		t.Fatalf("call records %d -> %d", before, after)
+	}
+	// Never forwarded: the upstream saw only the call before the failure.
+	if b, _ := os.ReadFile(seen); string(b) != "before\n" {
+		t.Fatalf("the upstream received %q, want only the call before the failure", b)
 	}
 }
 
@@ -554,7 +559,8 @@ func TestToolDrift(t *testing.T) {
 			}
 		}
 		_, err := call(t, cs, "t__echo", nil)
-		if err == nil || (wireCode(err) != CodeUnknownTool && wireCode(err) != CodeToolDrifted) {
+		// Drifted before the gateway started: not in the catalog at all.
+		if wireCode(err) != CodeUnknownTool {
 			t.Fatalf("got %v", err)
 		}
 		if _, err := call(t, cs, "t__fail", nil); err != nil {
@@ -990,6 +996,9 @@ func TestFastPathResponseShapes(t *testing.T) {
 	}
 	if resp, _ := post(`{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"t__echo","arguments":{}}}`, map[string]string{"Accept": "application/json"}); resp.StatusCode != http.StatusBadRequest {
 		t.Fatalf("Accept without text/event-stream: status %d", resp.StatusCode)
+	}
+	if resp, _ := post(`{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"t__echo","arguments":{}}}`, map[string]string{"Content-Type": "text/plain"}); resp.StatusCode < 400 {
+		t.Fatalf("Content-Type text/plain: status %d", resp.StatusCode)
 	}
 	if resp, _ := post(`{"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"name":"t__echo","arguments":{}}}`, map[string]string{"Mcp-Session-Id": "no-such-session"}); resp.StatusCode != http.StatusNotFound {
 		t.Fatalf("unknown session: status %d", resp.StatusCode)

@@ -119,8 +119,13 @@ func testUpstreamListChanged(t *testing.T, hc hconf) {
 	if err != nil || len(pl.Prompts) != 2 {
 		t.Fatalf("prompts after list_changed: %v %v", pl, err)
 	}
-	if _, err := call(t, cs, "t__sneaky", nil); err == nil {
-		t.Fatal("an added, unpinned tool was callable")
+	// An added tool is not in the catalog (unknown); a removed one is
+	// refused as drifted.
+	if _, err := call(t, cs, "t__sneaky", nil); wireCode(err) != CodeUnknownTool {
+		t.Fatalf("an added, unpinned tool: %v, want %d", err, CodeUnknownTool)
+	}
+	if _, err := call(t, cs, "t__fail", nil); wireCode(err) != CodeToolDrifted {
+		t.Fatalf("a removed tool: %v, want %d", err, CodeToolDrifted)
 	}
 	got := map[string]string{}
 	for _, r := range kinds(h.records(), "drift") {

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -106,6 +107,19 @@ upstreams:
 			t.Fatalf("%s: %v", tc.name, err)
 		}
 		cs.Close()
+	}
+	// Plain HTTP on the same port, with a valid token, is refused.
+	plain := strings.Replace(endpoint, "https://", "http://", 1)
+	req, _ := http.NewRequest("POST", plain, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"p","version":"1"}}}`))
+	req.Header.Set("Authorization", "Bearer tok-1")
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode < 400 || strings.Contains(string(b), `"result"`) {
+			t.Fatalf("plain HTTP was served: %d %q", resp.StatusCode, b)
+		}
 	}
 	cancel()
 	if err := <-done; err != nil {

@@ -19,13 +19,13 @@ const (
 	ExitRuntime  = 6  // the gateway failed while running
 	ExitLogInteg = 10 // audit log integrity failure (hash, link, sequence, tree, canonical form)
 	ExitLogSig   = 11 // a checkpoint signature does not verify
-	ExitLogKey   = 12 // the log is signed by a key that is not trusted
+	ExitLogKey   = 12 // the log is signed by a key that is not trusted, or its genesis evidence is rejected
 	ExitLogTrunc = 13 // truncation or rollback against a saved checkpoint
 	ExitLogFork  = 14 // a fork: the log is inconsistent with a saved checkpoint
 	ExitEvidence = 20 // attestation evidence is malformed or its signatures do not verify
 	ExitRefValue = 21 // evidence verified but a reference value or policy did not match
 	ExitBinding  = 22 // evidence does not bind the expected key, nonce or statement
-	ExitReplay   = 30 // replay found a decision that differs from the recorded one
+	ExitReplay   = 30 // replay found a decision that differs from the recorded one, or a tampered payload
 )
 
 // ExitCodes lists every exit code with its meaning, for the man pages.
@@ -42,13 +42,13 @@ var ExitCodes = []struct {
 	{ExitRuntime, "the gateway failed while running"},
 	{ExitLogInteg, "audit log integrity failure"},
 	{ExitLogSig, "a checkpoint signature does not verify"},
-	{ExitLogKey, "the log is signed by an untrusted key"},
+	{ExitLogKey, "the log is signed by an untrusted key, or its genesis evidence is rejected"},
 	{ExitLogTrunc, "truncation or rollback detected against a saved checkpoint"},
 	{ExitLogFork, "fork detected: the log is inconsistent with a saved checkpoint"},
 	{ExitEvidence, "attestation evidence is malformed or does not verify"},
 	{ExitRefValue, "evidence does not match the reference values or policy"},
 	{ExitBinding, "evidence does not bind the expected key, nonce or statement"},
-	{ExitReplay, "replay found a decision that differs from the recorded one"},
+	{ExitReplay, "replay found a decision that differs from the recorded one, or a tampered payload"},
 }
 
 // Error is an error that carries an exit code and hints for the person who
