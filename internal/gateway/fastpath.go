@@ -17,9 +17,11 @@ import (
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	segjson "github.com/segmentio/encoding/json"
 
 	"github.com/confidential-mcp/cmcp/internal/rpcwire"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 )
 
 // The fast path: a front end that owns its wire (the stdio front, the
@@ -195,6 +197,38 @@ func (s *session) stdioFast(c *agentConn) func(*jsonrpc.Request) (bool, func(fun
 			}
 		}
 	}
+}
+
+// recordUndecodableCall records a tools/call whose params go-sdk cannot
+// decode (not an object, a name that is not a string, no params): go-sdk
+// answers it (-32602 or -32600) before the gateway's middleware sees it,
+// so that without this record it would have none. It decodes as go-sdk
+// does (segmentio/encoding, member names matched by case); a call go-sdk
+// can decode reaches the pipeline, which records it.
+func (s *session) recordUndecodableCall(req *jsonrpc.Request) {
+	if req.Method != "tools/call" || !req.IsCall() {
+		return
+	}
+	var p *mcp.CallToolParamsRaw
+	var err error
+	if len(req.Params) > 0 {
+		dec := segjson.NewDecoder(bytes.NewReader(req.Params))
+		dec.DontMatchCaseInsensitiveStructFields()
+		err = dec.Decode(&p)
+	}
+	if err == nil && p != nil {
+		return
+	}
+	// The decoder's error is left out: it may quote the params.
+	reason := "invalid params: tools/call params must be an object whose name is a string; the agent was answered with a JSON-RPC error"
+	var named struct {
+		Name string `json:"name"`
+	}
+	_ = json.Unmarshal(req.Params, &named) // as much of the name as can be read
+	s.g.record(s.ctx, &auditlog.Call{Session: s.id, Agent: s.principal, Tool: named.Name, Decision: auditlog.DecisionDeny,
+		PolicyMode: ModeNone, Outcome: auditlog.OutcomeRefused, Reason: reason})
+	s.g.metricCall("", auditlog.DecisionDeny, OutcomeRefused, 0)
+	s.callsChanged()
 }
 
 // sinkKey carries a fast HTTP call's response stream in the call's context,
@@ -375,6 +409,11 @@ func (s *session) httpFast(w http.ResponseWriter, r *http.Request, maxBytes int6
 	}
 	msg, ok := rpcwire.DecodeFast(body)
 	if !ok {
+		if m, err := rpcwire.DecodeMessage(body); err == nil {
+			if req, ok := m.(*jsonrpc.Request); ok {
+				s.recordUndecodableCall(req)
+			}
+		}
 		return false
 	}
 	switch m := msg.(type) {
@@ -394,6 +433,7 @@ func (s *session) httpFast(w http.ResponseWriter, r *http.Request, maxBytes int6
 		}
 		call, ok := decodeFastCall(m.Params)
 		if !ok {
+			s.recordUndecodableCall(m)
 			return false
 		}
 		s.g.fastPath.Add(1)

@@ -103,6 +103,7 @@ type Gateway struct {
 	byID         map[string]*session
 
 	killed   atomic.Bool
+	killMu   sync.RWMutex // see SetKillSwitch
 	closing  atomic.Bool
 	inflight counter      // tools/call requests in the pipeline
 	fastPath atomic.Int64 // tools/call requests a front answered itself (fastpath.go)
@@ -309,13 +310,18 @@ func (g *Gateway) CatalogDigest() digest.Digest { return g.Catalog().Digest() }
 // SetKillSwitch engages or clears the kill switch: while it is on, every
 // tools/call is refused (and recorded). The change is recorded first; if it
 // cannot be recorded the switch is engaged anyway (fail closed) and the
-// error returned.
+// error returned. No call record written after kill_switch_on in the log
+// says "forwarded": relay checks the switch and appends its forwarded call
+// record under killMu's read lock, and the switch changes under its write
+// lock. The record is written even if ctx ends meanwhile.
 func (g *Gateway) SetKillSwitch(ctx context.Context, on bool, actor, reason string) error {
 	action := "kill_switch_off"
 	if on {
 		action = "kill_switch_on"
 	}
-	_, err := g.log.Append(ctx, &auditlog.Admin{Action: action, Actor: actor, Reason: reason})
+	g.killMu.Lock()
+	defer g.killMu.Unlock()
+	_, err := g.log.Append(context.WithoutCancel(ctx), &auditlog.Admin{Action: action, Actor: actor, Reason: reason})
 	if err != nil && !on {
 		return fmt.Errorf("record %s: %w", action, err)
 	}
@@ -409,14 +415,17 @@ func (g *Gateway) recordDrift(ctx context.Context, d catalog.DriftEvent, action,
 		change = "new"
 	}
 	rec := &auditlog.Drift{Upstream: d.Upstream, Tool: d.Tool, Change: change, Pin: d.Pinned, Observed: d.Got, Action: action, Session: session}
-	if _, err := g.log.Append(ctx, rec); err != nil {
+	if _, err := g.log.Append(context.WithoutCancel(ctx), rec); err != nil {
 		g.logger.Error("record drift", "err", err)
 	}
 	g.logger.Warn("tool drift", "upstream", d.Upstream, "tool", d.Tool, "action", action, "detail", d.String())
 }
 
+// record appends rec. It is written even if ctx ends meanwhile: a record
+// is never lost because the agent cancelled or the session ended (Append
+// would report ctx's error and maybe still write the record).
 func (g *Gateway) record(ctx context.Context, rec auditlog.Record) error {
-	_, err := g.log.Append(ctx, rec)
+	_, err := g.log.Append(context.WithoutCancel(ctx), rec)
 	if err != nil {
 		g.logger.Error("audit append failed", "kind", rec.Kind(), "err", err)
 	}

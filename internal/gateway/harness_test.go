@@ -369,3 +369,65 @@ func pidAlive(pid int) bool {
 	f := strings.Fields(string(b))
 	return len(f) > 2 && f[2] != "Z"
 }
+
+// rawSender opens an initialised session with h over front ("http" or
+// "stdio") without an SDK client and returns a function that sends one
+// JSON-RPC request line and returns its response.
+func rawSender(t *testing.T, h *harness, front string) func(line string) string {
+	t.Helper()
+	const initReq = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`
+	const initialized = `{"jsonrpc":"2.0","method":"notifications/initialized"}`
+	if front == "stdio" {
+		inR, inW := io.Pipe()
+		outR, outW := io.Pipe()
+		go h.g.ServeStdio(context.Background(), inR, outW, "local")
+		t.Cleanup(func() { inW.Close() })
+		replies := bufio.NewScanner(outR)
+		replies.Buffer(make([]byte, 1<<20), 1<<20)
+		send := func(line string) string {
+			t.Helper()
+			if _, err := io.WriteString(inW, line+"\n"); err != nil {
+				t.Fatal(err)
+			}
+			if !replies.Scan() {
+				t.Fatalf("no reply to %q", line)
+			}
+			return replies.Text()
+		}
+		send(initReq)
+		io.WriteString(inW, initialized+"\n")
+		return send
+	}
+	var session string
+	post := func(line string) string {
+		t.Helper()
+		req, _ := http.NewRequest("POST", h.url, strings.NewReader(line))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if session != "" {
+			req.Header.Set("Mcp-Session-Id", session)
+			req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if session == "" {
+			session = resp.Header.Get("Mcp-Session-Id")
+		}
+		b, _ := io.ReadAll(resp.Body)
+		if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+			// The response is the stream's event with an id.
+			for _, l := range strings.Split(string(b), "\n") {
+				if d, ok := strings.CutPrefix(l, "data: "); ok && strings.Contains(d, `"id":`) {
+					return d
+				}
+			}
+		}
+		return string(b)
+	}
+	post(initReq)
+	post(initialized)
+	return post
+}

@@ -61,7 +61,7 @@ func (s *session) relay(ctx context.Context, params toolCall, after *func()) (js
 	defer g.inflight.Done()
 	start := time.Now()
 	args := params.Args
-	if len(args) == 0 {
+	if len(args) == 0 || string(args) == "null" {
 		args = json.RawMessage("{}")
 	}
 	rec := &auditlog.Call{Session: s.id, Agent: s.principal, Tool: params.Name, Decision: auditlog.DecisionDeny, PolicyMode: ModeNone}
@@ -72,7 +72,7 @@ func (s *session) relay(ctx context.Context, params toolCall, after *func()) (js
 		rec.Outcome, rec.Reason = auditlog.OutcomeRefused, err.Message
 		g.metricCall(rec.Upstream, rec.Decision, OutcomeRefused, 0)
 		s.callsChanged()
-		if aerr := g.record(ctx, rec); aerr != nil {
+		if aerr := g.record(ctx, rec); aerr != nil { // written even if ctx has ended
 			return nil, fault(CodeAuditUnavailable, "the audit log cannot record calls (%v): every call is refused until an operator fixes it", aerr)
 		}
 		return nil, err
@@ -80,6 +80,9 @@ func (s *session) relay(ctx context.Context, params toolCall, after *func()) (js
 
 	if g.closing.Load() {
 		return refuse(fault(CodeShuttingDown, "the gateway is shutting down; reconnect and retry"))
+	}
+	if a := bytes.TrimLeft(args, " \t\r\n"); len(a) == 0 || a[0] != '{' {
+		return refuse(fault(jsonrpc.CodeInvalidParams, "tools/call arguments must be a JSON object (MCP), not %s; nothing was forwarded", jsonKind(a)))
 	}
 	st, toolName, entry := s.route(params.Name)
 	if st == nil {
@@ -131,19 +134,36 @@ func (s *session) relay(ctx context.Context, params toolCall, after *func()) (js
 		return refuse(fault(CodeToolDrifted, "tool %q of upstream %q no longer matches its pinned definition and is refused; an operator must review it and update the pin (cmcp spawn-digest --tools)", toolName, st.name))
 	}
 
+	// The forwarded call record, written even if the agent cancels
+	// meanwhile (Append would report ctx's error and maybe still write
+	// it), and never after kill_switch_on (see SetKillSwitch).
+	g.killMu.RLock()
+	if g.killed.Load() {
+		g.killMu.RUnlock()
+		return refuse(fault(CodeKillSwitch, "the kill switch is engaged: an operator has stopped all tool calls; retry when it is cleared"))
+	}
 	rec.Outcome = auditlog.OutcomeForwarded
-	rcpt, err := g.log.Append(ctx, rec)
+	rcpt, err := g.log.Append(context.WithoutCancel(ctx), rec)
+	g.killMu.RUnlock()
 	if err != nil {
 		g.metricCall(st.name, rec.Decision, OutcomeGatewayFault, 0)
 		g.logger.Error("audit append failed; call refused", "tool", params.Name, "err", err)
 		return nil, fault(CodeAuditUnavailable, "the audit log cannot record calls (%v): the call was not forwarded; every call is refused until an operator fixes it", err)
 	}
 
-	upTok, release := lv.track(ctx, s, params.Progress)
-	cctx, cancel := context.WithTimeout(ctx, g.opts.CallTimeout)
-	res, callErr := forwardCall(cctx, lv, toolName, args, withMeta(params.Meta, upTok))
-	cancel()
-	release()
+	// From here on the call gets exactly one result record.
+	var res json.RawMessage
+	callErr := ctx.Err() // cancelled while its record was written: not sent
+	sent := callErr == nil
+	cctx := ctx
+	if sent {
+		upTok, release := lv.track(ctx, s, params.Progress)
+		var cancel context.CancelFunc
+		cctx, cancel = context.WithTimeout(ctx, g.opts.CallTimeout)
+		res, callErr = forwardCall(cctx, lv, toolName, args, withMeta(params.Meta, upTok))
+		cancel()
+		release()
+	}
 
 	result := &auditlog.Result{Call: receiptIndex(rcpt), Session: s.id, LatencyMicros: time.Since(start).Microseconds()}
 	var out json.RawMessage
@@ -165,6 +185,9 @@ func (s *session) relay(ctx context.Context, params toolCall, after *func()) (js
 		if isError {
 			result.Outcome = auditlog.ResultIsError
 		}
+	case !sent:
+		result.Outcome, result.Reason = auditlog.ResultCancelled, "the agent cancelled the call (or its session ended) before it was sent upstream"
+		outErr = ctx.Err()
 	case ctx.Err() != nil:
 		result.Outcome, result.Reason = auditlog.ResultCancelled, "the agent cancelled the call"
 		outErr = ctx.Err()
@@ -206,6 +229,24 @@ func (s *session) relay(ctx context.Context, params toolCall, after *func()) (js
 		go appendResult()
 	}
 	return out, outErr
+}
+
+// jsonKind names the kind of a JSON value by its first byte, for an error
+// message that must not repeat the value (arguments reach the log only as
+// commitments).
+func jsonKind(v []byte) string {
+	switch {
+	case len(v) == 0:
+		return "nothing"
+	case v[0] == '[':
+		return "an array"
+	case v[0] == '"':
+		return "a string"
+	case v[0] == 't' || v[0] == 'f':
+		return "a boolean"
+	default:
+		return "a number"
+	}
 }
 
 // resultIsError reads a tools/call result's isError, or fails if the

@@ -36,6 +36,9 @@ type agentStdio struct {
 	// for it, if any (fastpath.go). The work calls resume once it no
 	// longer needs to hold up reading.
 	fast func(*agentConn) func(*jsonrpc.Request) (bool, func(resume func()))
+	// passed, if set, sees every request the fast path did not take, just
+	// before go-sdk gets it.
+	passed func(*jsonrpc.Request)
 }
 
 func (t *agentStdio) Connect(context.Context) (mcp.Connection, error) {
@@ -90,21 +93,26 @@ func (c *agentConn) read(br *bufio.Reader, n int) {
 		// Only a message decoded strictly (rpcwire.DecodeFast: valid
 		// UTF-8, no duplicate names) is offered to the fast path, which
 		// relies on it; the others are go-sdk's to answer.
-		if req, ok := msg.(*jsonrpc.Request); ok && strict && c.fast != nil {
-			if took, run := c.fast(req); took {
-				if run != nil {
-					next := n + 1
-					resume := sync.OnceFunc(func() { go c.read(br, next) })
-					t := time.AfterFunc(resumeAfter, resume)
-					run(func() {
+		if req, ok := msg.(*jsonrpc.Request); ok {
+			if strict && c.fast != nil {
+				if took, run := c.fast(req); took {
+					if run != nil {
+						next := n + 1
+						resume := sync.OnceFunc(func() { go c.read(br, next) })
+						t := time.AfterFunc(resumeAfter, resume)
+						run(func() {
+							t.Stop()
+							resume()
+						})
 						t.Stop()
 						resume()
-					})
-					t.Stop()
-					resume()
-					return
+						return
+					}
+					continue
 				}
-				continue
+			}
+			if c.t.passed != nil {
+				c.t.passed(req)
 			}
 		}
 		if !c.Deliver(msg) {

@@ -1,0 +1,224 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+)
+
+// TestKillSwitchBeatsACallInProgress: a call that passed the early kill
+// switch check, and is waiting for its per-session child to start when the
+// switch is engaged, is refused (-32064) and never forwarded: no call
+// record after kill_switch_on says "forwarded".
+func TestKillSwitchBeatsACallInProgress(t *testing.T) {
+	for _, front := range fronts {
+		t.Run(front, func(t *testing.T) {
+			seen := filepath.Join(t.TempDir(), "seen")
+			slow := filepath.Join(t.TempDir(), "slow")
+			h := newHarness(t, hconf{env: map[string]string{"CMCP_TEST_SLOWSTART": slow, "CMCP_TEST_SEEN": seen}})
+			if err := os.WriteFile(slow, nil, 0o600); err != nil { // the session's own child starts slowly
+				t.Fatal(err)
+			}
+			cs := h.connectVia(front, nil)
+			errc := make(chan error, 1)
+			go func() {
+				_, err := call(t, cs, "t__record", map[string]any{"text": "after kill"})
+				errc <- err
+			}()
+			time.Sleep(500 * time.Millisecond) // the child is starting
+			if err := h.g.SetKillSwitch(context.Background(), true, "test", "incident"); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-errc; wireCode(err) != CodeKillSwitch {
+				t.Fatalf("the call in progress got %v, want %d", err, CodeKillSwitch)
+			}
+			killed := false
+			for _, e := range logEntries(t, h.dir) {
+				switch r := e.Rec.(type) {
+				case *auditlog.Admin:
+					killed = killed || r.Action == "kill_switch_on"
+				case *auditlog.Call:
+					if killed && r.Outcome == auditlog.OutcomeForwarded {
+						t.Fatalf("call record %d after kill_switch_on says forwarded", e.Index)
+					}
+				}
+			}
+			if b, _ := os.ReadFile(seen); len(b) != 0 {
+				t.Fatalf("the upstream received %q", b)
+			}
+		})
+	}
+}
+
+// TestCancelledCallIsRecorded: a call the agent gives up on while it waits
+// (here for its child to start) still has exactly one call record, and a
+// forwarded one its result record; the gateway does not mistake the
+// cancellation for a failed audit log.
+func TestCancelledCallIsRecorded(t *testing.T) {
+	for _, front := range fronts {
+		t.Run(front, func(t *testing.T) {
+			slow := filepath.Join(t.TempDir(), "slow")
+			h := newHarness(t, hconf{env: map[string]string{"CMCP_TEST_SLOWSTART": slow}})
+			if err := os.WriteFile(slow, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			cs := h.connectVia(front, nil)
+			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+			_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "t__echo", Arguments: map[string]any{"text": "x"}})
+			cancel()
+			if err == nil {
+				t.Fatal("the call was not cancelled")
+			}
+			eventually(t, 20*time.Second, func() string {
+				if n := len(kinds(h.records(), "call")); n != 1 {
+					return "call records: " + strings.Repeat("|", n)
+				}
+				return ""
+			})
+			h.g.inflight.Wait()
+			h.g.results.Wait()
+			checkOneResultPerForwardedCall(t, h)
+			if strings.Contains(h.logs.String(), "audit append failed") {
+				t.Fatalf("a cancellation was taken for an audit failure:\n%s", clip(h.logs.String(), 2000))
+			}
+		})
+	}
+}
+
+// TestCancellationsRacingTheCallRecord: many calls cancelled at random
+// moments, in strict durability (every call record waits for fdatasync):
+// every forwarded call record has exactly one result record, the upstream
+// saw no more calls than were recorded as forwarded, and no cancellation
+// is answered as an audit failure.
+func TestCancellationsRacingTheCallRecord(t *testing.T) {
+	seen := filepath.Join(t.TempDir(), "seen")
+	h := newHarness(t, hconf{durability: auditlog.DurabilityStrict, env: map[string]string{"CMCP_TEST_SEEN": seen}})
+	var wg sync.WaitGroup
+	for range 8 {
+		cs := h.connect("", nil)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 40 {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(rand.IntN(8000))*time.Microsecond)
+				_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "t__record", Arguments: map[string]any{"text": "x"}})
+				cancel()
+				if wireCode(err) == CodeAuditUnavailable {
+					t.Errorf("a cancelled call was answered as an audit failure: %v", err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	h.g.inflight.Wait() // the gateway may still work on calls the agents gave up on
+	h.g.results.Wait()
+	forwarded := checkOneResultPerForwardedCall(t, h)
+	b, _ := os.ReadFile(seen)
+	if saw := strings.Count(string(b), "\n"); saw > forwarded {
+		t.Fatalf("the upstream saw %d calls, but only %d call records say forwarded", saw, forwarded)
+	}
+}
+
+// checkOneResultPerForwardedCall fails t unless every forwarded call record
+// has exactly one result record and every result record a forwarded call;
+// it returns the number of forwarded calls.
+func checkOneResultPerForwardedCall(t *testing.T, h *harness) int {
+	t.Helper()
+	fwd := map[int64]int{}
+	var results []int64
+	for _, e := range logEntries(t, h.dir) {
+		switch r := e.Rec.(type) {
+		case *auditlog.Call:
+			if r.Outcome == auditlog.OutcomeForwarded {
+				fwd[e.Index] = 0
+			}
+		case *auditlog.Result:
+			results = append(results, r.Call)
+		}
+	}
+	for _, c := range results {
+		n, ok := fwd[c]
+		if !ok {
+			t.Fatalf("result record for call %d, which is not a forwarded call record", c)
+		}
+		fwd[c] = n + 1
+	}
+	for c, n := range fwd {
+		if n != 1 {
+			t.Fatalf("forwarded call record %d has %d result records", c, n)
+		}
+	}
+	return len(fwd)
+}
+
+// TestMalformedCallsAreRecorded: every tools/call gets exactly one call
+// record, also one whose params go-sdk cannot decode (answered by go-sdk,
+// recorded by the gateway as refused) and one whose arguments are not an
+// object (refused with -32602, never forwarded), over both fronts.
+func TestMalformedCallsAreRecorded(t *testing.T) {
+	cases := []struct {
+		params string
+		code   float64
+	}{
+		{`{"name":5}`, -32602},
+		{`[]`, -32602},
+		{`"t__record"`, -32602},
+		{`{"name":"t__record","arguments":5}`, -32602},
+		{`{"name":"t__record","arguments":[1]}`, -32602},
+		{`{"name":"t__record","arguments":"s"}`, -32602},
+		{`{"name":"t__record","arguments":null}`, 0}, // no arguments: forwarded
+		{`{"NAME":"t__record"}`, CodeUnknownTool},    // go-sdk matches names by case: no name
+	}
+	for _, front := range fronts {
+		t.Run(front, func(t *testing.T) {
+			seen := filepath.Join(t.TempDir(), "seen")
+			h := newHarness(t, hconf{env: map[string]string{"CMCP_TEST_SEEN": seen}})
+			send := rawSender(t, h, front)
+			for i, c := range cases {
+				before := len(kinds(h.records(), "call"))
+				reply := send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":%s}`, 100+i, c.params))
+				var m struct {
+					Error *struct {
+						Code    float64 `json:"code"`
+						Message string  `json:"message"`
+					} `json:"error"`
+				}
+				if err := json.Unmarshal([]byte(reply), &m); err != nil {
+					t.Fatalf("%s: reply %q: %v", c.params, reply, err)
+				}
+				if code := func() float64 {
+					if m.Error == nil {
+						return 0
+					}
+					return m.Error.Code
+				}(); code != c.code {
+					t.Fatalf("%s: reply %s, want code %v", c.params, clip(reply, 300), c.code)
+				}
+				eventually(t, 5*time.Second, func() string {
+					if n := len(kinds(h.records(), "call")) - before; n != 1 {
+						return fmt.Sprintf("%s: %d call records, want 1", c.params, n)
+					}
+					return ""
+				})
+				calls := kinds(h.records(), "call")
+				if want := map[bool]string{true: "refused", false: "forwarded"}[c.code != 0]; calls[len(calls)-1].Body["outcome"] != want {
+					t.Fatalf("%s: call record %v, want outcome %s", c.params, calls[len(calls)-1].Body, want)
+				}
+			}
+			if b, _ := os.ReadFile(seen); string(b) != "\n" {
+				t.Fatalf("the upstream received %q, want only the call without arguments", b)
+			}
+		})
+	}
+}
