@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -37,6 +38,28 @@ func runChild(mode string) {
 		os.Exit(0)
 	case "ignoreterm":
 		signal.Ignore(syscall.SIGTERM)
+	case "listhang":
+		// The first start (the catalog probe) is a normal server; later
+		// ones answer initialize but never tools/list.
+		mark := os.Getenv("CMCP_TEST_MARK")
+		if _, err := os.Stat(mark); err == nil {
+			in := bufio.NewReader(os.Stdin)
+			for {
+				line, err := in.ReadBytes('\n')
+				if err != nil {
+					os.Exit(0)
+				}
+				var r struct {
+					ID     json.RawMessage `json:"id"`
+					Method string          `json:"method"`
+				}
+				_ = json.Unmarshal(line, &r)
+				if r.Method == "initialize" {
+					fmt.Printf(`{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-11-25","capabilities":{"tools":{}},"serverInfo":{"name":"h","version":"1"}}}`+"\n", r.ID)
+				}
+			}
+		}
+		_ = os.WriteFile(mark, nil, 0o600)
 	case "grandparent":
 		gc := exec.Command(os.Args[0])
 		gc.Env = append(os.Environ(), childEnv+"=sleeper")
@@ -211,6 +234,10 @@ func newChildServer(mode string) *mcp.Server {
 	})
 	s.AddResourceTemplate(&mcp.ResourceTemplate{URITemplate: "test://item/{id}", Name: "item"}, func(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
 		return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: req.Params.URI, Text: "item " + req.Params.URI}}}, nil
+	})
+	s.AddPrompt(&mcp.Prompt{Name: "stuck"}, func(ctx context.Context, req *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+		time.Sleep(time.Hour) // a hung upstream: ignores cancellation
+		return nil, nil
 	})
 	s.AddPrompt(&mcp.Prompt{Name: "greet", Arguments: []*mcp.PromptArgument{{Name: "who"}}}, func(ctx context.Context, req *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
 		return &mcp.GetPromptResult{Messages: []*mcp.PromptMessage{{Role: "user", Content: &mcp.TextContent{Text: "hello " + req.Params.Arguments["who"]}}}}, nil

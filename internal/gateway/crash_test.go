@@ -380,3 +380,51 @@ func TestCallDuringShutdownRefused(t *testing.T) {
 		t.Fatalf("call records: %v", calls)
 	}
 }
+
+// TestUpstreamThatNeverListsToolsIsBounded: a child that completes the
+// handshake but never answers tools/list fails the call within
+// connect_timeout, and the agent's own deadline is honoured, instead of
+// the call (and every later one) waiting for ever.
+func TestUpstreamThatNeverListsToolsIsBounded(t *testing.T) {
+	mark := filepath.Join(t.TempDir(), "mark")
+	h := newHarness(t, hconf{mode: "listhang", env: map[string]string{"CMCP_TEST_MARK": mark}, callTimeout: time.Second, connTimeout: 2 * time.Second})
+	cs := h.connect("", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "t__echo", Arguments: map[string]any{"text": "x"}})
+	if took := time.Since(start); wireCode(err) != CodeUpstreamUnavailable || !strings.Contains(err.Error(), "tools/list") || took > 10*time.Second {
+		t.Fatalf("after %v: %v, want %d naming tools/list within the 2 s connect_timeout", took, err, CodeUpstreamUnavailable)
+	}
+	// An agent with a shorter deadline than the start is not held past it.
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel2()
+	start = time.Now()
+	if _, err := cs.CallTool(ctx2, &mcp.CallToolParams{Name: "t__echo", Arguments: map[string]any{"text": "y"}}); err == nil || time.Since(start) > 5*time.Second {
+		t.Fatalf("the agent's 500 ms deadline: %v after %v", err, time.Since(start))
+	}
+}
+
+// TestHungPromptIsBounded: a forwarded request other than tools/call
+// (here prompts/get to a child that never answers) ends at call_timeout
+// with -32066, and does not hold up the gateway's shutdown.
+func TestHungPromptIsBounded(t *testing.T) {
+	h := newHarness(t, hconf{callTimeout: time.Second})
+	cs := h.connect("", nil)
+	start := time.Now()
+	_, err := cs.GetPrompt(context.Background(), &mcp.GetPromptParams{Name: "t__stuck"})
+	if took := time.Since(start); wireCode(err) != CodeUpstreamTimeout || took > 10*time.Second {
+		t.Fatalf("after %v: %v, want %d", took, err, CodeUpstreamTimeout)
+	}
+	go cs.GetPrompt(context.Background(), &mcp.GetPromptParams{Name: "t__stuck"})
+	time.Sleep(200 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- h.g.Shutdown(ctx) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Shutdown (grace 2 s) still running after 10 s: a hung prompts/get held up the session's end")
+	}
+}

@@ -206,6 +206,19 @@ func (g *Gateway) Start(ctx context.Context) error {
 	return nil
 }
 
+// waitShared runs fn once for all concurrent callers with the same key
+// (singleflight), but each caller waits only as long as its own ctx: an
+// agent that gives up leaves the attempt running for the others (fn must
+// not depend on any one caller's ctx, and must itself be bounded).
+func waitShared(ctx context.Context, sf *singleflight.Group, key string, fn func() (any, error)) (any, error) {
+	select {
+	case r := <-sf.DoChan(key, fn):
+		return r.Val, r.Err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("gave up waiting for the upstream to start: %w", context.Cause(ctx))
+	}
+}
+
 // load connects to the upstream (unless already loaded) and approves its
 // tools. Concurrent callers share one attempt.
 func (st *upState) load(ctx context.Context) error {
@@ -215,14 +228,16 @@ func (st *upState) load(ctx context.Context) error {
 	if loaded {
 		return nil
 	}
-	_, err, _ := st.sf.Do("load", func() (any, error) {
+	_, err := waitShared(ctx, &st.sf, "load", func() (any, error) {
 		st.mu.Lock()
 		if st.loaded {
 			st.mu.Unlock()
 			return nil, nil
 		}
 		st.mu.Unlock()
-		lv, err := st.connect(ctx, nil)
+		// Shared by every caller: not ended by the first caller's ctx
+		// (the connection is bounded by ConnectTimeout).
+		lv, err := st.connect(context.WithoutCancel(ctx), nil)
 		if err != nil {
 			return nil, err
 		}

@@ -108,9 +108,15 @@ func (st *upState) dial(ctx context.Context, s *session) (*live, error) {
 	lv.conn = conn
 	init := conn.Session.InitializeResult()
 	var tools []*mcp.Tool
-	for t, err := range conn.Session.Tools(ctx, nil) {
+	// tools/list is part of starting: bounded like the handshake.
+	lctx, lcancel := context.WithTimeout(ctx, g.opts.ConnectTimeout)
+	defer lcancel()
+	for t, err := range conn.Session.Tools(lctx, nil) {
 		if err != nil {
 			conn.Close()
+			if lctx.Err() != nil && ctx.Err() == nil {
+				err = fmt.Errorf("did not answer within %s (connect_timeout): %w", g.opts.ConnectTimeout, err)
+			}
 			err = fmt.Errorf("upstream %q: tools/list: %w", st.name, err)
 			g.record(ctx, &auditlog.Upstream{Name: st.name, Transport: st.transport(), EvidenceClass: conn.Class, Session: sessID, Event: "failed", Reason: err.Error()})
 			return nil, err

@@ -116,7 +116,7 @@ func testUpstreamListChanged(t *testing.T, hc hconf) {
 		t.Fatalf("after list_changed the agent sees %v", names)
 	}
 	pl, err := cs.ListPrompts(context.Background(), nil)
-	if err != nil || len(pl.Prompts) != 2 {
+	if err != nil || len(pl.Prompts) != 3 { // greet, stuck, and the new one
 		t.Fatalf("prompts after list_changed: %v %v", pl, err)
 	}
 	// An added tool is not in the catalog (unknown); a removed one is

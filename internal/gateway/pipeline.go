@@ -40,6 +40,11 @@ func (r *rawResult) MarshalJSON() ([]byte, error) { return r.raw, nil }
 // callTool is the go-sdk front's entry to the call pipeline.
 func (s *session) callTool(ctx context.Context, req *mcp.CallToolRequest) (mcp.Result, error) {
 	p := req.Params
+	// Ends with the session too, as the fast paths' calls do: the session's
+	// end waits for its handlers.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(s.ctx, cancel)()
 	raw, err := s.relay(ctx, toolCall{Name: p.Name, Args: p.Arguments, Meta: p.Meta, Progress: p.GetProgressToken()}, nil)
 	if err != nil {
 		return nil, err

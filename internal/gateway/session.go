@@ -221,7 +221,7 @@ func (s *session) upstreamFor(ctx context.Context, name string) (*live, error) {
 		s.mu.Unlock()
 		go lv.close(lv.dead().Error())
 	}
-	v, err, _ := st.sf.Do("session:"+s.sessKey(), func() (any, error) {
+	v, err := waitShared(ctx, &st.sf, "session:"+s.sessKey(), func() (any, error) {
 		s.mu.Lock()
 		if lv := s.lives[name]; lv != nil {
 			s.mu.Unlock()
@@ -242,7 +242,9 @@ func (s *session) upstreamFor(ctx context.Context, name string) (*live, error) {
 		level := s.logLevel
 		s.mu.Unlock()
 		if level != "" {
-			_ = lv.conn.Session.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: level})
+			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.g.opts.ConnectTimeout)
+			_ = lv.conn.Session.SetLoggingLevel(lctx, &mcp.SetLoggingLevelParams{Level: level})
+			cancel()
 		}
 		s.syncTools()
 		return lv, nil
@@ -279,7 +281,7 @@ func (st *upState) sharedLive(ctx context.Context) (*live, error) {
 	if lv != nil && lv.dead() == nil {
 		return lv, nil
 	}
-	v, err, _ := st.sf.Do("shared", func() (any, error) {
+	v, err := waitShared(ctx, &st.sf, "shared", func() (any, error) {
 		st.mu.Lock()
 		cur := st.shared
 		st.mu.Unlock()
@@ -499,19 +501,43 @@ func (s *session) single(names []string) (string, bool) {
 // forward runs f against upstream name's live connection with the request's
 // progress token mapped, and returns upstream errors as the upstream sent
 // them.
-func forward[R any](s *session, ctx context.Context, name string, tok any, f func(lv *live, upTok any) (R, error)) (R, error) {
+//
+// f gets a context that ends with the request's, at the call timeout, or
+// when the session ends: a hung upstream holds up neither the agent nor
+// the session's end (and so the gateway's shutdown).
+func forward[R any](s *session, ctx context.Context, name string, tok any, f func(ctx context.Context, lv *live, upTok any) (R, error)) (R, error) {
 	var zero R
+	ctx, cancel := s.bound(ctx, s.g.opts.CallTimeout)
+	defer cancel()
 	lv, err := s.upstreamFor(ctx, name)
 	if err != nil {
 		return zero, fault(CodeUpstreamUnavailable, "%v", err)
 	}
 	upTok, release := lv.track(ctx, s, tok)
 	defer release()
-	r, err := f(lv, upTok)
+	r, err := f(ctx, lv, upTok)
 	if err != nil {
+		if errors.Is(context.Cause(ctx), errCallTimeout) {
+			return zero, fault(CodeUpstreamTimeout, "upstream %q did not answer within %s (call_timeout); the request was cancelled upstream", name, s.g.opts.CallTimeout)
+		}
 		return zero, s.upstreamError(lv, err)
 	}
 	return r, nil
+}
+
+var errCallTimeout = errors.New("call timeout")
+
+// bound returns ctx ended also after d (cause errCallTimeout) and when the
+// session ends.
+func (s *session) bound(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancelT := context.WithTimeoutCause(ctx, d, errCallTimeout)
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(s.ctx, cancel)
+	return ctx, func() {
+		stop()
+		cancel()
+		cancelT()
+	}
 }
 
 // upstreamError turns an error from an upstream call into what the agent
@@ -567,7 +593,7 @@ func withMeta(m mcp.Meta, tok any) mcp.Meta {
 func (s *session) listResources(ctx context.Context, req *mcp.ListResourcesRequest) (*mcp.ListResourcesResult, error) {
 	ups := s.upstreamsWith(hasResources)
 	if name, ok := s.single(ups); ok {
-		return forward(s, ctx, name, nil, func(lv *live, _ any) (*mcp.ListResourcesResult, error) {
+		return forward(s, ctx, name, nil, func(ctx context.Context, lv *live, _ any) (*mcp.ListResourcesResult, error) {
 			r, err := lv.conn.Session.ListResources(ctx, req.Params)
 			if err == nil {
 				s.noteOwners(name, r.Resources)
@@ -577,7 +603,7 @@ func (s *session) listResources(ctx context.Context, req *mcp.ListResourcesReque
 	}
 	out := &mcp.ListResourcesResult{Resources: []*mcp.Resource{}}
 	for _, name := range ups {
-		rs, err := forward(s, ctx, name, nil, func(lv *live, _ any) ([]*mcp.Resource, error) {
+		rs, err := forward(s, ctx, name, nil, func(ctx context.Context, lv *live, _ any) ([]*mcp.Resource, error) {
 			var all []*mcp.Resource
 			for r, err := range lv.conn.Session.Resources(ctx, nil) {
 				if err != nil {
@@ -609,13 +635,13 @@ func (s *session) noteOwners(name string, rs []*mcp.Resource) {
 func (s *session) listTemplates(ctx context.Context, req *mcp.ListResourceTemplatesRequest) (*mcp.ListResourceTemplatesResult, error) {
 	ups := s.upstreamsWith(hasResources)
 	if name, ok := s.single(ups); ok {
-		return forward(s, ctx, name, nil, func(lv *live, _ any) (*mcp.ListResourceTemplatesResult, error) {
+		return forward(s, ctx, name, nil, func(ctx context.Context, lv *live, _ any) (*mcp.ListResourceTemplatesResult, error) {
 			return lv.conn.Session.ListResourceTemplates(ctx, req.Params)
 		})
 	}
 	out := &mcp.ListResourceTemplatesResult{ResourceTemplates: []*mcp.ResourceTemplate{}}
 	for _, name := range ups {
-		ts, err := forward(s, ctx, name, nil, func(lv *live, _ any) ([]*mcp.ResourceTemplate, error) {
+		ts, err := forward(s, ctx, name, nil, func(ctx context.Context, lv *live, _ any) ([]*mcp.ResourceTemplate, error) {
 			var all []*mcp.ResourceTemplate
 			for t, err := range lv.conn.Session.ResourceTemplates(ctx, nil) {
 				if err != nil {
@@ -655,7 +681,7 @@ func (s *session) resourceUpstreams(uri string) []string {
 func (s *session) readResource(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
 	var lastErr error = fault(jsonrpcResourceNotFound, "resource %q not found in any upstream", req.Params.URI)
 	for _, name := range s.resourceUpstreams(req.Params.URI) {
-		r, err := forward(s, ctx, name, req.Params.GetProgressToken(), func(lv *live, tok any) (*mcp.ReadResourceResult, error) {
+		r, err := forward(s, ctx, name, req.Params.GetProgressToken(), func(ctx context.Context, lv *live, tok any) (*mcp.ReadResourceResult, error) {
 			p := *req.Params
 			p.Meta = withMeta(p.Meta, tok)
 			return lv.conn.Session.ReadResource(ctx, &p)
@@ -679,7 +705,7 @@ func (s *session) subscribe(ctx context.Context, req *mcp.SubscribeRequest) erro
 	if len(ups) == 0 {
 		return fault(jsonrpcResourceNotFound, "resource %q not found in any upstream", req.Params.URI)
 	}
-	_, err := forward(s, ctx, ups[0], nil, func(lv *live, _ any) (struct{}, error) {
+	_, err := forward(s, ctx, ups[0], nil, func(ctx context.Context, lv *live, _ any) (struct{}, error) {
 		return struct{}{}, lv.conn.Session.Subscribe(ctx, req.Params)
 	})
 	return err
@@ -690,7 +716,7 @@ func (s *session) unsubscribe(ctx context.Context, req *mcp.UnsubscribeRequest) 
 	if len(ups) == 0 {
 		return fault(jsonrpcResourceNotFound, "resource %q not found in any upstream", req.Params.URI)
 	}
-	_, err := forward(s, ctx, ups[0], nil, func(lv *live, _ any) (struct{}, error) {
+	_, err := forward(s, ctx, ups[0], nil, func(ctx context.Context, lv *live, _ any) (struct{}, error) {
 		return struct{}{}, lv.conn.Session.Unsubscribe(ctx, req.Params)
 	})
 	return err
@@ -699,13 +725,13 @@ func (s *session) unsubscribe(ctx context.Context, req *mcp.UnsubscribeRequest) 
 func (s *session) listPrompts(ctx context.Context, req *mcp.ListPromptsRequest) (*mcp.ListPromptsResult, error) {
 	ups := s.upstreamsWith(hasPrompts)
 	if name, ok := s.single(ups); ok && !s.g.ups[name].opts.Namespaced {
-		return forward(s, ctx, name, nil, func(lv *live, _ any) (*mcp.ListPromptsResult, error) {
+		return forward(s, ctx, name, nil, func(ctx context.Context, lv *live, _ any) (*mcp.ListPromptsResult, error) {
 			return lv.conn.Session.ListPrompts(ctx, req.Params)
 		})
 	}
 	out := &mcp.ListPromptsResult{Prompts: []*mcp.Prompt{}}
 	for _, name := range ups {
-		ps, err := forward(s, ctx, name, nil, func(lv *live, _ any) ([]*mcp.Prompt, error) {
+		ps, err := forward(s, ctx, name, nil, func(ctx context.Context, lv *live, _ any) ([]*mcp.Prompt, error) {
 			var all []*mcp.Prompt
 			for p, err := range lv.conn.Session.Prompts(ctx, nil) {
 				if err != nil {
@@ -746,7 +772,7 @@ func (s *session) getPrompt(ctx context.Context, req *mcp.GetPromptRequest) (*mc
 	if err != nil {
 		return nil, err
 	}
-	return forward(s, ctx, up, req.Params.GetProgressToken(), func(lv *live, tok any) (*mcp.GetPromptResult, error) {
+	return forward(s, ctx, up, req.Params.GetProgressToken(), func(ctx context.Context, lv *live, tok any) (*mcp.GetPromptResult, error) {
 		p := *req.Params
 		p.Name = prompt
 		p.Meta = withMeta(p.Meta, tok)
@@ -774,7 +800,7 @@ func (s *session) complete(ctx context.Context, req *mcp.CompleteRequest) (*mcp.
 	} else {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "cmcp: completion/complete needs a ref"}
 	}
-	return forward(s, ctx, up, nil, func(lv *live, _ any) (*mcp.CompleteResult, error) {
+	return forward(s, ctx, up, nil, func(ctx context.Context, lv *live, _ any) (*mcp.CompleteResult, error) {
 		return lv.conn.Session.Complete(ctx, &p)
 	})
 }
