@@ -175,3 +175,14 @@ func FuzzLoad(f *testing.F) {
 		}
 	})
 }
+
+// TestLoadURLQueryNotInErrors: the query of an upstream's url may hold a
+// secret; an error about the url shows it without the query.
+func TestLoadURLQueryNotInErrors(t *testing.T) {
+	for _, url := range []string{"http://127.0.0.1:port/mcp?api_key=SUPERSECRET", "ftp://h/mcp?api_key=SUPERSECRET"} {
+		_, err := LoadBytes("c.yaml", []byte("version: 1\nupstreams:\n  - name: a\n    http: {url: '"+url+"'}\n"))
+		if err == nil || !strings.Contains(err.Error(), "c.yaml:4:") || strings.Contains(err.Error(), "SUPERSECRET") {
+			t.Errorf("%s: err = %v, want c.yaml:4: and no query", url, err)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"net/url"
 	"path/filepath"
@@ -98,6 +99,22 @@ type HTTP struct {
 	HeadersFromFile map[string]string `yaml:"headers_from_file" json:"headers_from_file,omitempty"`
 	// ConnectTimeout bounds connect and TLS handshake, e.g. "10s".
 	ConnectTimeout time.Duration `yaml:"connect_timeout" json:"connect_timeout,omitempty"`
+}
+
+// Endpoint is URL without its query and user info, either of which may
+// hold a secret (?api_key=...): the url to show in messages and output.
+func (h *HTTP) Endpoint() string {
+	u, err := url.Parse(h.URL)
+	if err != nil {
+		return "(an unparsable url)"
+	}
+	return redactedURL(u)
+}
+
+func redactedURL(u *url.URL) string {
+	c := *u
+	c.User, c.RawQuery, c.ForceQuery = nil, "", false
+	return c.String()
 }
 
 // Lifecycles of an upstream connection.
@@ -205,9 +222,15 @@ func (l *loader) validateUpstreams(c *Config, seq *yaml.Node, dir string) {
 			case h.URL == "":
 				l.errorf(at("http"), f+".http.url", "", "missing: the upstream's MCP endpoint URL")
 			case err != nil:
+				// Not err itself: *url.Error repeats the url, whose
+				// query may hold a secret.
+				var ue *url.Error
+				if errors.As(err, &ue) {
+					err = ue.Err
+				}
 				l.errorf(in("http", "url"), f+".http.url", "", "%v", err)
 			case pu.Scheme != "https" && pu.Scheme != "http" || pu.Host == "":
-				l.errorf(in("http", "url"), f+".http.url", "", "%q: want an http:// or https:// URL with a host", h.URL)
+				l.errorf(in("http", "url"), f+".http.url", "", "%q: want an http:// or https:// URL with a host", redactedURL(pu))
 			case pu.Scheme == "http" && !h.TLSPin.IsZero():
 				l.errorf(in("http", "tls_pin"), f+".http.tls_pin", "use an https:// URL", "a TLS pin needs https://")
 			}

@@ -190,7 +190,7 @@ func Check(ctx context.Context, c *config.Config, environ []string, progress Pro
 		u := &c.Upstreams[i]
 		switch {
 		case u.Stdio == nil:
-			rows = append(rows, Row{Upstream: u.Name, What: "http", Path: u.HTTP.URL, Status: StatusSkipped})
+			rows = append(rows, Row{Upstream: u.Name, What: "http", Path: u.HTTP.Endpoint(), Status: StatusSkipped})
 			continue
 		case u.Pin == nil:
 			rows = append(rows, Row{Upstream: u.Name, What: "command", Path: u.Stdio.Command, Status: StatusUnpinned})

@@ -54,9 +54,12 @@ type HTTPOptions struct {
 // transport whose every connection is checked against the pin (or CA) and
 // whose requests carry the configured credentials.
 type HTTPUpstream struct {
-	name   string
-	class  string
-	pin    digest.Digest
+	name  string
+	class string
+	pin   digest.Digest
+	// url is the endpoint without its query: the query may hold a secret
+	// (?api_key=...), so only the client's transport adds it to requests,
+	// and no error, log line or audit record ever has it.
 	url    string
 	verify *pinVerifier
 	client *http.Client
@@ -73,15 +76,22 @@ func NewHTTP(o HTTPOptions) (*HTTPUpstream, error) {
 	}
 	u, err := url.Parse(o.URL)
 	if err != nil {
+		// *url.Error repeats the url, query and all.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
 		return nil, errf("url: %w", err)
 	}
 	if u.Host == "" || u.Hostname() == "" {
-		return nil, errf("url %q has no host; write it as https://host:port/mcp", o.URL)
+		return nil, errf("url %q has no host; write it as https://host:port/mcp", redactURL(u))
 	}
 	if u.User != nil {
 		return nil, errf("url %q carries user info; put credentials in bearer_token_env / bearer_token_file instead", redactURL(u))
 	}
-	up := &HTTPUpstream{name: o.Name, url: u.String(), verify: &pinVerifier{upstream: o.Name}}
+	endpoint := *u
+	endpoint.RawQuery, endpoint.ForceQuery, endpoint.Fragment, endpoint.RawFragment = "", false, "", ""
+	up := &HTTPUpstream{name: o.Name, url: endpoint.String(), verify: &pinVerifier{upstream: o.Name}}
 	timeout := o.ConnectTimeout
 	if timeout <= 0 {
 		timeout = 10 * time.Second
@@ -124,7 +134,7 @@ func NewHTTP(o HTTPOptions) (*HTTPUpstream, error) {
 		}
 	case "http":
 		if o.TLSPin != "" || o.CAFile != "" {
-			return nil, errf("tls_pin / ca_file set on an http:// url %q; use https:// or remove them", o.URL)
+			return nil, errf("tls_pin / ca_file set on an http:// url %q; use https:// or remove them", redactURL(u))
 		}
 		up.class = ClassPlaintext
 		if !o.AllowRemotePlaintext {
@@ -154,7 +164,7 @@ func NewHTTP(o HTTPOptions) (*HTTPUpstream, error) {
 		return nil, err
 	}
 	up.client = &http.Client{
-		Transport: &credentialTransport{base: tr, header: hdr},
+		Transport: &credentialTransport{base: tr, header: hdr, endpoint: &endpoint, query: u.RawQuery},
 		CheckRedirect: func(req *http.Request, _ []*http.Request) error {
 			return errf("the server redirected to %s; upstreams are not followed across redirects "+
 				"(the pin and credentials belong to the configured url), configure the final url instead", redactURL(req.URL))
@@ -176,7 +186,8 @@ func (h *HTTPUpstream) Pin() digest.Digest { return h.pin }
 // TLS handshake (zero before the first https connection, or for plaintext).
 func (h *HTTPUpstream) ObservedKey() digest.Digest { return h.verify.lastSeen() }
 
-// URL is the endpoint, without user info.
+// URL is the endpoint, without user info and without its query (the
+// client's transport adds that to the requests it sends to the endpoint).
 func (h *HTTPUpstream) URL() string { return h.url }
 
 // HTTPClient is the pinned, credentialed client (for tests and probes).
@@ -241,23 +252,51 @@ func (h *HTTPUpstream) explain(op string, err error) error {
 	return fmt.Errorf("upstream %q: %s: %w", h.name, op, err)
 }
 
-// credentialTransport adds the configured headers to every request. Header
-// values are secrets: they are never logged and never taken from an agent.
+// credentialTransport adds the configured headers to every request, and the
+// configured url's query to every request for the endpoint. Both are
+// secrets: they are never logged and never taken from an agent. The query
+// is added here, below http.Client and go-sdk, so that neither has it to
+// put in an error (*url.Error repeats the request's url); an error from
+// below that does have it is scrubbed.
 type credentialTransport struct {
-	base   http.RoundTripper
-	header http.Header
+	base     http.RoundTripper
+	header   http.Header
+	endpoint *url.URL // the configured url without its query
+	query    string   // its raw query, or ""
 }
 
 func (t *credentialTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if len(t.header) == 0 {
+	addQuery := t.query != "" && req.URL.RawQuery == "" && req.URL.Scheme == t.endpoint.Scheme &&
+		req.URL.Host == t.endpoint.Host && req.URL.Path == t.endpoint.Path
+	if len(t.header) == 0 && !addQuery {
 		return t.base.RoundTrip(req)
 	}
 	r := req.Clone(req.Context())
 	for k, vs := range t.header {
 		r.Header[k] = vs
 	}
-	return t.base.RoundTrip(r)
+	if addQuery {
+		r.URL.RawQuery = t.query
+	}
+	resp, err := t.base.RoundTrip(r)
+	if resp != nil {
+		resp.Request = req // not the clone, which has the query
+	}
+	if err != nil && t.query != "" && strings.Contains(err.Error(), t.query) {
+		err = &scrubbedError{msg: strings.ReplaceAll(err.Error(), t.query, "[query removed]"), err: err}
+	}
+	return resp, err
 }
+
+// scrubbedError is an error whose message had the endpoint's query in it;
+// msg is the message without it. errors.Is and errors.As see the original.
+type scrubbedError struct {
+	msg string
+	err error
+}
+
+func (e *scrubbedError) Error() string { return e.msg }
+func (e *scrubbedError) Unwrap() error { return e.err }
 
 func readCredentials(o HTTPOptions, errf func(string, ...any) error) (http.Header, error) {
 	lookup := o.LookupEnv

@@ -10,6 +10,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"math/big"
 	"net"
 	"net/http"
@@ -18,6 +19,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -388,3 +390,61 @@ func TestHTTPFromConfig(t *testing.T) {
 		t.Fatalf("call: %q, %v", got, err)
 	}
 }
+
+// TestHTTPURLQueryNeverInErrors: the query of an upstream's url may hold a
+// secret; NewHTTP's errors, URL and the client's errors never have it, and
+// an error from below the client that does is scrubbed.
+func TestHTTPURLQueryNeverInErrors(t *testing.T) {
+	const secret = "SUPERSECRET"
+	for _, tc := range []struct {
+		name string
+		opt  HTTPOptions
+	}{
+		{"unparsable", HTTPOptions{URL: "http://127.0.0.1:port/mcp?api_key=" + secret}},
+		{"pin on http", HTTPOptions{URL: "http://127.0.0.1:1/mcp?api_key=" + secret, TLSPin: digest.Bytes([]byte("k")).String()}},
+		{"no host", HTTPOptions{URL: "https:///mcp?api_key=" + secret}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := tc.opt
+			o.Name = "q"
+			_, err := NewHTTP(o)
+			if err == nil || strings.Contains(err.Error(), secret) {
+				t.Fatalf("err = %v, want an error without the query", err)
+			}
+		})
+	}
+
+	up, err := NewHTTP(HTTPOptions{Name: "q", URL: "http://127.0.0.1:1/mcp?api_key=" + secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if up.URL() != "http://127.0.0.1:1/mcp" {
+		t.Errorf("URL() = %q", up.URL())
+	}
+	// http.Client's own error (*url.Error) repeats the request's url.
+	resp, err := up.HTTPClient().Get(up.URL())
+	if err == nil {
+		resp.Body.Close()
+		t.Fatal("connected to 127.0.0.1:1")
+	}
+	if strings.Contains(err.Error(), secret) || !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("client error %v: want connection refused, without the query", err)
+	}
+
+	// Below the client.
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		return nil, fmt.Errorf("cannot reach %s: %w", r.URL, os.ErrDeadlineExceeded)
+	})
+	ct := up.HTTPClient().Transport.(*credentialTransport)
+	tr := *ct
+	tr.base = base
+	req, _ := http.NewRequest(http.MethodGet, up.URL(), nil)
+	_, err = tr.RoundTrip(req)
+	if err == nil || strings.Contains(err.Error(), secret) || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("transport error %v: want it scrubbed, and still a deadline error", err)
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
