@@ -106,6 +106,24 @@ func TestLoadErrors(t *testing.T) {
 		{"bad env name", up("  - name: a\n    stdio: {command: x, env_allow: [OK, 'BAD-NAME']}\n    allow_unmeasured: true\n"), `c.yaml:4:41: upstreams[0] (a).stdio.env_allow[1]: "BAD-NAME" is not a valid`, ""},
 		{"bool typo", up("  - name: a\n    stdio: {command: x}\n    allow_unmeasured: yes\n"), `c.yaml:5:23: upstreams[0].allow_unmeasured: "yes": want true or false`, ""},
 		{"bad duration", up("  - name: a\n    http: {url: https://x, connect_timeout: soon}\n"), "upstreams[0].http.connect_timeout", ""},
+		{"remote plaintext address", up("  - name: a\n    http:\n      url: http://10.0.0.1/mcp\n"),
+			"c.yaml:5:12: upstreams[0] (a).http.url: plaintext http:// to 10.0.0.1, which is not a loopback address", "allow_remote_plaintext: true"},
+		{"remote plaintext name", up("  - name: a\n    http:\n      url: http://mcp.internal:8080/mcp\n"),
+			"c.yaml:5:12: upstreams[0] (a).http.url: plaintext http:// to mcp.internal:8080, which is not a loopback address", "allow_remote_plaintext: true"},
+		{"ca_file on http://", up("  - name: a\n    http:\n      url: http://127.0.0.1:9/mcp\n      ca_file: ca.pem\n"),
+			"c.yaml:6:16: upstreams[0] (a).http.ca_file: a CA file needs https://", "use an https:// URL"},
+		{"bad header name", up("  - name: a\n    http:\n      url: https://x/mcp\n      headers_from_env: {'Bad Header': KEY}\n"),
+			`c.yaml:6:26: upstreams[0] (a).http.headers_from_env: "Bad Header" is not a valid HTTP header name`, "X-Api-Key"},
+		{"bad header name in a file", up("  - name: a\n    http:\n      url: https://x/mcp\n      headers_from_file:\n        'X-Key:': key.txt\n"),
+			`c.yaml:7:9: upstreams[0] (a).http.headers_from_file: "X-Key:" is not a valid HTTP header name`, ""},
+		{"header twice", up("  - name: a\n    http:\n      url: https://x/mcp\n      headers_from_env: {X-Key: KEY}\n      headers_from_file: {x-key: key.txt}\n"),
+			"c.yaml:7:27: upstreams[0] (a).http.headers_from_file: header X-Key is also set by headers_from_env.X-Key", "set each header once"},
+		{"authorization twice", up("  - name: a\n    http:\n      url: https://x/mcp\n      bearer_token_env: TOKEN\n      headers_from_env: {authorization: KEY}\n"),
+			"c.yaml:7:26: upstreams[0] (a).http.headers_from_env: header Authorization is also set by bearer_token_env / bearer_token_file", ""},
+		{"header env name", up("  - name: a\n    http:\n      url: https://x/mcp\n      headers_from_env: {X-Key: 'MY-KEY'}\n"),
+			`c.yaml:6:33: upstreams[0] (a).http.headers_from_env.X-Key: "MY-KEY" is not a valid environment variable name`, ""},
+		{"bearer env name", up("  - name: a\n    http:\n      url: https://x/mcp\n      bearer_token_env: 'MY TOKEN'\n"),
+			`c.yaml:6:25: upstreams[0] (a).http.bearer_token_env: "MY TOKEN" is not a valid environment variable name`, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -127,6 +145,23 @@ func TestLoadErrors(t *testing.T) {
 				t.Errorf("errors.As(*Error) failed for %T", err)
 			}
 		})
+	}
+}
+
+// TestLoadPlaintextHTTP: http:// loads to a loopback address or localhost,
+// and elsewhere only with allow_remote_plaintext.
+func TestLoadPlaintextHTTP(t *testing.T) {
+	for _, h := range []string{
+		"{url: 'http://127.0.0.1:9/mcp'}",
+		"{url: 'http://127.3.2.1/mcp'}",
+		"{url: 'http://[::1]:9/mcp'}",
+		"{url: 'http://LocalHost:9/mcp'}",
+		"{url: 'http://10.0.0.1/mcp', allow_remote_plaintext: true}",
+		"{url: 'http://mcp.internal/mcp', allow_remote_plaintext: true}",
+	} {
+		if _, err := LoadBytes("c.yaml", []byte("version: 1\nupstreams:\n  - name: a\n    http: "+h+"\n")); err != nil {
+			t.Errorf("%s: %v", h, err)
+		}
 	}
 }
 

@@ -3,9 +3,12 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net"
+	"net/textproto"
 	"net/url"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 	"time"
 
@@ -234,6 +237,20 @@ func (l *loader) validateUpstreams(c *Config, seq *yaml.Node, dir string) {
 			case pu.Scheme == "http" && !h.TLSPin.IsZero():
 				l.errorf(in("http", "tls_pin"), f+".http.tls_pin", "use an https:// URL", "a TLS pin needs https://")
 			}
+			if err == nil && pu.Scheme == "http" {
+				if h.CAFile != "" {
+					l.errorf(in("http", "ca_file"), f+".http.ca_file", "use an https:// URL, or remove ca_file", "a CA file needs https://: plaintext http:// has no certificate to verify")
+				}
+				if !h.AllowRemotePlaintext && !IsLoopbackHost(pu.Hostname()) {
+					l.errorf(in("http", "url"), f+".http.url",
+						"use https:// (pin the server's key with tls_pin), or set allow_remote_plaintext: true to accept an unauthenticated, unencrypted link",
+						"plaintext http:// to %s, which is not a loopback address (127.0.0.0/8, ::1 or localhost)", pu.Host)
+				}
+			}
+			if h.BearerTokenEnv != "" && !envNameRE.MatchString(h.BearerTokenEnv) {
+				l.errorf(in("http", "bearer_token_env"), f+".http.bearer_token_env", "", "%q is not a valid environment variable name", h.BearerTokenEnv)
+			}
+			l.validateHeaders(valueNode(n, "http"), f, h)
 			if h.BearerTokenEnv != "" && h.BearerTokenFile != "" {
 				l.errorf(in("http", "bearer_token_file"), f+".http", "", "set bearer_token_env or bearer_token_file, not both")
 			}
@@ -292,6 +309,83 @@ func (l *loader) validateUpstreams(c *Config, seq *yaml.Node, dir string) {
 			p.Target = absPath(dir, p.Target)
 		}
 	}
+}
+
+// validateHeaders checks the header names and sources of an http: section
+// (node hn): valid names, each header set once (names are
+// case-insensitive), and Authorization not also from bearer_token_*.
+func (l *loader) validateHeaders(hn *yaml.Node, f string, h *HTTP) {
+	seen := map[string]string{} // canonical name -> the setting that sets it
+	if h.BearerTokenEnv != "" || h.BearerTokenFile != "" {
+		seen["Authorization"] = "bearer_token_env / bearer_token_file"
+	}
+	for _, src := range []struct {
+		key  string
+		m    map[string]string
+		what string
+	}{{"headers_from_env", h.HeadersFromEnv, "environment variable"}, {"headers_from_file", h.HeadersFromFile, "file"}} {
+		m := valueNode(hn, src.key)
+		names := make([]string, 0, len(src.m))
+		for name := range src.m {
+			names = append(names, name)
+		}
+		sort.Strings(names) // the order of the file, as near as a map allows
+		for _, name := range names {
+			key := keyNode(m, name)
+			if key == nil {
+				key = hn
+			}
+			field := f + ".http." + src.key
+			if !ValidHeaderName(name) {
+				l.errorf(key, field, "a header name is letters, digits and !#$%&'*+-.^_`|~, e.g. X-Api-Key",
+					"%q is not a valid HTTP header name", name)
+				continue
+			}
+			canon := textproto.CanonicalMIMEHeaderKey(name)
+			if prev, dup := seen[canon]; dup {
+				l.errorf(key, field, "set each header once", "header %s is also set by %s", canon, prev)
+				continue
+			}
+			seen[canon] = src.key + "." + name
+			v := src.m[name]
+			switch {
+			case src.key == "headers_from_env" && !envNameRE.MatchString(v):
+				l.errorf(valueNode(m, name), field+"."+name, "", "%q is not a valid environment variable name", v)
+			case v == "":
+				l.errorf(valueNode(m, name), field+"."+name, "", "missing: the %s that holds the header's value", src.what)
+			}
+		}
+	}
+}
+
+// ValidHeaderName reports whether name is an HTTP header field name: a
+// token of RFC 9110 (section 5.1).
+func ValidHeaderName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// IsLoopbackHost reports whether host (a URL's host name, without port or
+// brackets) is a loopback address or "localhost": a host plaintext http://
+// may reach without allow_remote_plaintext. Any other name is refused, as
+// where it resolves is not known here.
+func IsLoopbackHost(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // absPath makes p absolute relative to dir; "" stays "".

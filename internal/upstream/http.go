@@ -138,7 +138,7 @@ func NewHTTP(o HTTPOptions) (*HTTPUpstream, error) {
 		}
 		up.class = ClassPlaintext
 		if !o.AllowRemotePlaintext {
-			if !isLoopbackHost(u.Hostname()) {
+			if !config.IsLoopbackHost(u.Hostname()) {
 				return nil, errf("plaintext http:// to %s, which is not a loopback address; use https:// with tls_pin, "+
 					"or set allow_remote_plaintext: true to accept an unauthenticated, unencrypted link", u.Host)
 			}
@@ -335,6 +335,13 @@ func readCredentials(o HTTPOptions, errf func(string, ...any) error) (http.Heade
 	if o.BearerTokenEnv != "" && o.BearerTokenFile != "" {
 		return nil, errf("both bearer_token_env and bearer_token_file are set; keep one")
 	}
+	for _, m := range []map[string]string{o.HeadersFromEnv, o.HeadersFromFile} {
+		for name := range m {
+			if !config.ValidHeaderName(name) {
+				return nil, errf("%q is not a valid HTTP header name", name)
+			}
+		}
+	}
 	if o.BearerTokenEnv != "" {
 		v, err := fromEnv("bearer_token_env", o.BearerTokenEnv)
 		if err != nil {
@@ -372,14 +379,6 @@ func readCredentials(o HTTPOptions, errf func(string, ...any) error) (http.Heade
 		}
 	}
 	return h, nil
-}
-
-func isLoopbackHost(host string) bool {
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 func redactURL(u *url.URL) string {
