@@ -29,7 +29,7 @@ func (a *Admin) Validate() error {
 		return fmt.Errorf("admin.listen is required: the host:port of the admin listener, e.g. 127.0.0.1:9090")
 	}
 	if _, _, err := net.SplitHostPort(a.Listen); err != nil {
-		return fmt.Errorf("admin.listen %q: want host:port, e.g. 127.0.0.1:9090", a.Listen)
+		return valueAt("listen").errorf("admin.listen %q: want host:port, e.g. 127.0.0.1:9090", a.Listen)
 	}
 	if a.TokenSHA256.IsZero() {
 		return fmt.Errorf("admin.token_sha256 is required: the admin listener never runs without its own token " +

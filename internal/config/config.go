@@ -28,6 +28,8 @@ const Version = 1
 // Config is a loaded cmcp.yaml. To add a section, add one field here with a
 // yaml tag and put its type, with a Validate() error method, in a file of
 // its own; Load checks unknown keys and types for it and calls Validate.
+// An error about one value, valueAt(path...).errorf(...), is reported at
+// that value's line.
 type Config struct {
 	// Version must be 1.
 	Version int `yaml:"version"`
@@ -245,7 +247,8 @@ func (l *loader) validate(c *Config, root *yaml.Node, dir string) {
 		}
 	}
 	l.validateUpstreams(c, valueNode(root, "upstreams"), dir)
-	// Sections with a Validate method report at their key's position.
+	// Sections with a Validate method report at the position of the value
+	// the error is about (valueAt), else at their key's.
 	v := reflect.ValueOf(c).Elem()
 	t := v.Type()
 	for i := range t.NumField() {
@@ -265,10 +268,76 @@ func (l *loader) validate(c *Config, root *yaml.Node, dir string) {
 			continue
 		}
 		if err := val.Validate(); err != nil {
-			l.errorf(keyNode(root, name), name, "", "%v", err)
+			n := keyNode(root, name)
+			var pe *pathError
+			if errors.As(err, &pe) {
+				n = nodeAt(valueNode(root, name), pe.path, n)
+			}
+			field := name
+			if strings.HasPrefix(err.Error(), name+".") {
+				field = "" // the message names the setting
+			}
+			l.errorf(n, field, "", "%v", err)
 		}
 	}
 	l.validateAdminApart(c, root)
+}
+
+// pathError is an error of a section's Validate about one value in it:
+// path leads from the section's node to the value, so that Load reports
+// the value's line rather than the section's.
+type pathError struct {
+	path valuePath
+	err  error
+}
+
+func (e *pathError) Error() string { return e.err.Error() }
+func (e *pathError) Unwrap() error { return e.err }
+
+// valuePath is the way from a node to a value in it: a string is the value
+// of that key in a mapping, a keyOf the key itself, an int an item of a
+// list.
+type valuePath []any
+
+// keyOf in a valuePath is a key itself, for an error about the key.
+type keyOf string
+
+// valueAt starts an error about the value at path in a section.
+func valueAt(path ...any) valuePath { return path }
+
+func (p valuePath) errorf(format string, args ...any) error {
+	return &pathError{path: p, err: fmt.Errorf(format, args...)}
+}
+
+// nodeAt follows path from n as far as the nodes go and returns the last
+// node reached, or fallback when n is nil.
+func nodeAt(n *yaml.Node, path valuePath, fallback *yaml.Node) *yaml.Node {
+	if n == nil {
+		return fallback
+	}
+	for _, step := range path {
+		for n.Kind == yaml.AliasNode && n.Alias != nil {
+			n = n.Alias
+		}
+		var next *yaml.Node
+		switch step := step.(type) {
+		case string:
+			next = valueNode(n, step)
+		case keyOf:
+			if k := keyNode(n, string(step)); k != n {
+				next = k
+			}
+		case int:
+			if n.Kind == yaml.SequenceNode && step >= 0 && step < len(n.Content) {
+				next = n.Content[step]
+			}
+		}
+		if next == nil {
+			break
+		}
+		n = next
+	}
+	return n
 }
 
 // validateAdminApart keeps agents off the admin listener: its token may not

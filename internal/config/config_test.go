@@ -124,6 +124,22 @@ func TestLoadErrors(t *testing.T) {
 			`c.yaml:6:33: upstreams[0] (a).http.headers_from_env.X-Key: "MY-KEY" is not a valid environment variable name`, ""},
 		{"bearer env name", up("  - name: a\n    http:\n      url: https://x/mcp\n      bearer_token_env: 'MY TOKEN'\n"),
 			`c.yaml:6:25: upstreams[0] (a).http.bearer_token_env: "MY TOKEN" is not a valid environment variable name`, ""},
+		// A section's own checks name the line of the offending value.
+		{"token twice", "version: 1\nserver:\n  tokens:\n    - identity: a\n      sha256: " + d1 + "\n    - identity: b\n      sha256: " + d1 + "\n",
+			"c.yaml:7:15: server.tokens[1] (b): the same token digest is listed twice (first as server.tokens[0])", ""},
+		{"token without digest", "version: 1\nserver:\n  tokens:\n    - {identity: a, sha256: " + d1 + "}\n    - identity: b\n",
+			"c.yaml:5:7: server.tokens[1] (b): sha256 is required", ""},
+		{"tee", "version: 1\nserver:\n  listen: 127.0.0.1:9000\n  tee: sgx\n", `c.yaml:4:8: server.tee "sgx": want auto`, ""},
+		{"session_timeout", "version: 1\nserver:\n  tee: software\n  session_timeout: -5s\n", "c.yaml:4:20: server.session_timeout: negative duration", ""},
+		{"tls half", "version: 1\nserver:\n  tee: software\n  tls:\n    cert: a.crt\n", "c.yaml:5:5: server.tls: cert and key are both required", ""},
+		{"durability", "version: 1\naudit:\n  dir: a\n  durability: sometimes\n", `c.yaml:4:15: audit.durability "sometimes"`, ""},
+		{"vault", "version: 1\naudit:\n  dir: a\n  vault: true\n", "c.yaml:4:10: audit.vault needs audit.recipients", ""},
+		{"audit dir", "version: 1\naudit:\n  vault: false\n", "c.yaml:2:1: audit.dir is required", ""},
+		{"catalog drift", "version: 1\ncatalog:\n  drift: warn\n  upstreams:\n    files:\n      drift: maybe\n", `c.yaml:6:14: catalog.upstreams.files.drift "maybe"`, ""},
+		{"admin listen", "version: 1\nadmin:\n  token_sha256: " + d1 + "\n  listen: 9090\n", `c.yaml:4:11: admin.listen "9090": want host:port`, ""},
+		{"policy mode", "version: 1\npolicy:\n  dir: p\n  mode: permissive\n", `c.yaml:4:9: policy.mode "permissive"`, ""},
+		{"policy member twice", "version: 1\npolicy:\n  dir: p\n  groups:\n    ops: [a, b, a]\n", `c.yaml:5:17: policy.groups.ops: agent "a" listed twice`, ""},
+		{"policy group name", "version: 1\npolicy:\n  dir: p\n  groups:\n    ops: [a]\n    'o\"ps': [b]\n", `c.yaml:6:5: policy.groups: group name "o\"ps"`, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

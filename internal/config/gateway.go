@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"path/filepath"
 	"slices"
@@ -66,37 +67,43 @@ const DefaultListen = "127.0.0.1:8080"
 func (s *Server) Validate() error {
 	if s.Listen != "" {
 		if _, _, err := net.SplitHostPort(s.Listen); err != nil {
-			return fmt.Errorf("server.listen %q: want host:port, e.g. %s", s.Listen, DefaultListen)
+			return valueAt("listen").errorf("server.listen %q: want host:port, e.g. %s", s.Listen, DefaultListen)
 		}
 	}
-	seen := map[string]bool{}
+	seen := map[string]int{}
 	for i, t := range s.Tokens {
 		if t.Identity == "" {
-			return fmt.Errorf("server.tokens[%d]: identity is required", i)
+			return valueAt("tokens", i).errorf("server.tokens[%d]: identity is required", i)
 		}
 		if t.SHA256.IsZero() {
-			return fmt.Errorf("server.tokens[%d] (%s): sha256 is required: the digest of the token (printf %%s \"$TOKEN\" | sha256sum)", i, t.Identity)
+			return valueAt("tokens", i).errorf("server.tokens[%d] (%s): sha256 is required: the digest of the token (printf %%s \"$TOKEN\" | sha256sum)", i, t.Identity)
 		}
-		if seen[t.SHA256.String()] {
-			return fmt.Errorf("server.tokens[%d] (%s): the same token digest is listed twice", i, t.Identity)
+		if first, dup := seen[t.SHA256.String()]; dup {
+			return valueAt("tokens", i, "sha256").errorf("server.tokens[%d] (%s): the same token digest is listed twice (first as server.tokens[%d])", i, t.Identity, first)
 		}
-		seen[t.SHA256.String()] = true
+		seen[t.SHA256.String()] = i
 	}
 	if s.TLS != nil && (s.TLS.Cert == "" || s.TLS.Key == "") {
-		return fmt.Errorf("server.tls: cert and key are both required")
+		return valueAt("tls").errorf("server.tls: cert and key are both required")
 	}
-	for name, d := range map[string]time.Duration{"session_timeout": s.SessionTimeout, "call_timeout": s.CallTimeout, "connect_timeout": s.ConnectTimeout, "shutdown_grace": s.ShutdownGrace, "child_stop_grace": s.ChildStopGrace} {
-		if d < 0 {
-			return fmt.Errorf("server.%s: negative duration", name)
+	for _, d := range []struct {
+		name string
+		d    time.Duration
+	}{
+		{"session_timeout", s.SessionTimeout}, {"call_timeout", s.CallTimeout}, {"connect_timeout", s.ConnectTimeout},
+		{"shutdown_grace", s.ShutdownGrace}, {"child_stop_grace", s.ChildStopGrace},
+	} {
+		if d.d < 0 {
+			return valueAt(d.name).errorf("server.%s: negative duration", d.name)
 		}
 	}
 	if s.MaxRequestBytes < 0 {
-		return fmt.Errorf("server.max_request_bytes: negative")
+		return valueAt("max_request_bytes").errorf("server.max_request_bytes: negative")
 	}
 	switch s.TEE {
 	case "", "auto", "sev-snp", "tdx", "software":
 	default:
-		return fmt.Errorf("server.tee %q: want auto, sev-snp, tdx or software", s.TEE)
+		return valueAt("tee").errorf("server.tee %q: want auto, sev-snp, tdx or software", s.TEE)
 	}
 	return nil
 }
@@ -129,10 +136,10 @@ func (a *Audit) Validate() error {
 		return fmt.Errorf("audit.dir is required: the directory the audit log is written to")
 	}
 	if !slices.Contains([]string{"", "strict", "group", "interval"}, a.Durability) {
-		return fmt.Errorf("audit.durability %q: want strict, group or interval", a.Durability)
+		return valueAt("durability").errorf("audit.durability %q: want strict, group or interval", a.Durability)
 	}
 	if a.Vault && len(a.Recipients) == 0 {
-		return fmt.Errorf("audit.vault needs audit.recipients: the vault is encrypted to them")
+		return valueAt("vault").errorf("audit.vault needs audit.recipients: the vault is encrypted to them")
 	}
 	return nil
 }
@@ -161,15 +168,16 @@ type CatalogEntry struct {
 // Validate checks the catalog section.
 func (c *Catalog) Validate() error {
 	if c.Drift != "" && c.Drift != "refuse" && c.Drift != "warn" {
-		return fmt.Errorf("catalog.drift %q: want refuse or warn", c.Drift)
+		return valueAt("drift").errorf("catalog.drift %q: want refuse or warn", c.Drift)
 	}
-	for name, e := range c.Upstreams {
+	for _, name := range slices.Sorted(maps.Keys(c.Upstreams)) {
+		e := c.Upstreams[name]
 		if e.Drift != "" && e.Drift != "refuse" && e.Drift != "warn" {
-			return fmt.Errorf("catalog.upstreams.%s.drift %q: want refuse or warn", name, e.Drift)
+			return valueAt("upstreams", name, "drift").errorf("catalog.upstreams.%s.drift %q: want refuse or warn", name, e.Drift)
 		}
-		for tool, d := range e.Tools {
-			if d.IsZero() {
-				return fmt.Errorf("catalog.upstreams.%s.tools.%s: empty pin", name, tool)
+		for _, tool := range slices.Sorted(maps.Keys(e.Tools)) {
+			if e.Tools[tool].IsZero() {
+				return valueAt("upstreams", name, "tools", tool).errorf("catalog.upstreams.%s.tools.%s: empty pin", name, tool)
 			}
 		}
 	}

@@ -2,7 +2,9 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
@@ -32,19 +34,19 @@ func (p *Policy) Validate() error {
 	switch p.Mode {
 	case "", "enforcing", "advisory", "silent":
 	default:
-		return fmt.Errorf("policy.mode %q: want enforcing, advisory or silent", p.Mode)
+		return valueAt("mode").errorf("policy.mode %q: want enforcing, advisory or silent", p.Mode)
 	}
-	for g, members := range p.Groups {
+	for _, g := range slices.Sorted(maps.Keys(p.Groups)) {
 		if !cedarID.MatchString(g) {
-			return fmt.Errorf("policy.groups: group name %q: want 1 to 256 characters without quotes, backslashes or control characters", g)
+			return valueAt("groups", keyOf(g)).errorf("policy.groups: group name %q: want 1 to 256 characters without quotes, backslashes or control characters", g)
 		}
 		seen := map[string]bool{}
-		for _, m := range members {
+		for i, m := range p.Groups[g] {
 			if m == "" {
-				return fmt.Errorf("policy.groups.%s: empty agent identity", g)
+				return valueAt("groups", g, i).errorf("policy.groups.%s: empty agent identity", g)
 			}
 			if seen[m] {
-				return fmt.Errorf("policy.groups.%s: agent %q listed twice", g, m)
+				return valueAt("groups", g, i).errorf("policy.groups.%s: agent %q listed twice", g, m)
 			}
 			seen[m] = true
 		}
