@@ -4,12 +4,14 @@ import (
 	"bufio"
 	"context"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"strings"
 	"time"
 
@@ -42,6 +44,10 @@ type HTTPOptions struct {
 	SessionTimeout time.Duration
 	// MaxRequestBytes bounds a request body; larger ones get 413 (0: 4 MiB).
 	MaxRequestBytes int64
+	// BodyTimeout bounds how long a POST's body may take to arrive; a
+	// slower one gets 408 (0: 1 minute). The long-lived GET streams have
+	// no body and are not affected.
+	BodyTimeout time.Duration
 }
 
 // AnonymousIdentity is the identity of every agent when no authentication
@@ -65,6 +71,10 @@ func (g *Gateway) HTTPHandler(o HTTPOptions) http.Handler {
 	maxBytes := o.MaxRequestBytes
 	if maxBytes <= 0 {
 		maxBytes = 4 << 20
+	}
+	bodyTimeout := o.BodyTimeout
+	if bodyTimeout <= 0 {
+		bodyTimeout = time.Minute
 	}
 	probe := mcp.NewServer(&mcp.Implementation{Name: g.opts.Name, Version: g.opts.Version}, nil)
 	sdk := mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
@@ -99,8 +109,21 @@ func (g *Gateway) HTTPHandler(o HTTPOptions) http.Handler {
 			http.Error(w, "cmcp: "+err.Error(), http.StatusUnauthorized)
 			return
 		}
-		if r.Method == http.MethodPost && refuseBatch(w, r) {
-			return
+		if r.Method == http.MethodPost {
+			// The limit counts the whole body, the white space refuseBatch
+			// skips included: go-sdk's limit and the fast path's count
+			// only what is left after it. And the body must arrive in
+			// time, or an endless one would hold the session busy (never
+			// reaped) and shutdown waiting. Once the body is read to its
+			// end the server clears the deadline, so a long call is not
+			// cut off; GET streams have no body and no deadline.
+			r.Body = http.MaxBytesReader(w, r.Body, maxBytes)
+			if r.ContentLength != 0 {
+				_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(bodyTimeout))
+			}
+			if refuseBatch(w, r) {
+				return
+			}
 		}
 		if id := r.Header.Get("Mcp-Session-Id"); id != "" {
 			s := g.sessionByID(id)
@@ -175,21 +198,30 @@ func (g *Gateway) reapIdle(timeout time.Duration) {
 // 2025-03-26, where batches existed); cmcp refuses them for every version, as
 // its stdio front and pkg/framing do, so one request is always one call with
 // one audit record. Leading white space is consumed; the rest of the body is
-// passed on untouched.
+// passed on untouched. White space alone past the body's limit (r.Body is
+// an http.MaxBytesReader) is answered 413, and white space that keeps
+// arriving past the read deadline 408.
 func refuseBatch(w http.ResponseWriter, r *http.Request) bool {
 	br := bufio.NewReaderSize(r.Body, 64)
 	for {
 		b, err := br.ReadByte()
 		if err != nil {
+			var mbe *http.MaxBytesError
+			switch {
+			case errors.As(err, &mbe):
+				refuseBody(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("cmcp: the request body exceeds %d bytes (server.max_request_bytes)", mbe.Limit))
+				return true
+			case errors.Is(err, os.ErrDeadlineExceeded):
+				refuseBody(w, http.StatusRequestTimeout, "cmcp: the request body did not arrive in time")
+				return true
+			}
 			break
 		}
 		switch b {
 		case ' ', '\t', '\r', '\n':
 			continue
 		case '[':
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusBadRequest)
-			fmt.Fprintf(w, `{"jsonrpc":"2.0","id":null,"error":{"code":%d,"message":"cmcp: JSON-RPC batches are refused: send one request per POST (MCP 2025-06-18 and later have no batches)"}}`+"\n", -32600)
+			refuseBody(w, http.StatusBadRequest, "cmcp: JSON-RPC batches are refused: send one request per POST (MCP 2025-06-18 and later have no batches)")
 			return true
 		}
 		_ = br.UnreadByte()
@@ -200,6 +232,15 @@ func refuseBatch(w http.ResponseWriter, r *http.Request) bool {
 		io.Closer
 	}{br, r.Body}
 	return false
+}
+
+// refuseBody answers a POST whose body is refused with status and a
+// JSON-RPC error (Invalid Request) saying why.
+func refuseBody(w http.ResponseWriter, status int, why string) {
+	b, _ := json.Marshal(why)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	fmt.Fprintf(w, `{"jsonrpc":"2.0","id":null,"error":{"code":%d,"message":%s}}`+"\n", -32600, b)
 }
 
 // authenticate returns the identity of the request's agent.

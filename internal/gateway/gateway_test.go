@@ -254,6 +254,108 @@ func TestBatchRefusedWithoutSession(t *testing.T) {
 	}
 }
 
+// TestRequestBodyLimits: max_request_bytes counts the whole body, leading
+// white space included, on the fast path (an initialised session) and on a
+// POST that opens a session: the white space the batch check skips is not
+// free. Nothing over the limit reaches the upstream.
+func TestRequestBodyLimits(t *testing.T) {
+	h := newHarness(t, hconf{})
+	cs := h.connect("", nil)
+	const limit = 1 << 20 // the harness's MaxRequestBytes
+	toolCall := []byte(`{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"t__echo","arguments":{"text":"padded"}}}`)
+	initialize := []byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`)
+	pad := func(n int, msg []byte) []byte { return append(bytes.Repeat([]byte(" \n\t\r"), n/4), msg...) }
+	cases := []struct {
+		name string
+		sid  string
+		body []byte
+	}{
+		{"white space over the limit, initialised session", cs.ID(), pad(2*limit, toolCall)},
+		{"white space over the limit, new session", "", pad(2*limit, initialize)},
+		{"white space under the limit, message over it, initialised session", cs.ID(), pad(limit-16, toolCall)},
+		{"white space under the limit, message over it, new session", "", pad(limit-16, initialize)},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, body := rawPost(t, h.url, tc.sid, tc.body)
+			if code != http.StatusRequestEntityTooLarge {
+				t.Fatalf("%d-byte body: status %d, want 413; body %s", len(tc.body), code, clip(body, 300))
+			}
+			if strings.TrimSpace(body) == "" {
+				t.Fatal("empty error body: the agent gets no reason")
+			}
+		})
+	}
+	if n := len(kinds(h.records(), "call")); n != 0 {
+		t.Fatalf("%d call records for bodies over the limit, want 0", n)
+	}
+	if n := len(kinds(h.records(), "session")); n != 1 {
+		t.Fatalf("%d session records, want 1: a POST over the limit opened a session", n)
+	}
+	// White space within the limit is still accepted.
+	if code, body := rawPost(t, h.url, cs.ID(), pad(1024, toolCall)); code != http.StatusOK || !strings.Contains(body, "echo: padded") {
+		t.Fatalf("padded call within the limit: status %d %s", code, clip(body, 300))
+	}
+}
+
+// TestSlowRequestBodyCutOff: a POST body that keeps arriving (here white
+// space, a byte at a time) is cut off after the body timeout instead of
+// holding the session busy, and so unreapable, for ever; a call that takes
+// longer than the body timeout after its body arrived is not cut off.
+func TestSlowRequestBodyCutOff(t *testing.T) {
+	h := newHarness(t, hconf{bodyTimeout: 500 * time.Millisecond})
+	cs := h.connect("", nil)
+	if res, err := call(t, cs, "t__sleep", map[string]any{"text": "1s"}); err != nil || firstText(res) != "slept 1s" {
+		t.Fatalf("a call longer than the body timeout: %v %v", firstText(res), err)
+	}
+	s := h.g.sessionByID(cs.ID())
+	if s == nil {
+		t.Fatal("no session")
+	}
+	pr, pw := io.Pipe()
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		defer pw.Close()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			if _, err := pw.Write([]byte(" ")); err != nil {
+				return
+			}
+		}
+	}()
+	req, _ := http.NewRequest("POST", h.url, pr)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Session-Id", cs.ID())
+	req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+	start := time.Now()
+	hc := &http.Client{Timeout: 15 * time.Second}
+	resp, err := hc.Do(req)
+	if err == nil {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestTimeout {
+			t.Fatalf("endless body: status %d %s, want 408", resp.StatusCode, clip(string(b), 300))
+		}
+	} else if time.Since(start) > 10*time.Second {
+		t.Fatalf("endless body was not cut off: %v", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("endless body cut off after %v, want about the 500 ms body timeout", d)
+	}
+	eventually(t, 5*time.Second, func() string {
+		if n := s.posts.Load(); n != 0 {
+			return fmt.Sprintf("the session still counts %d POSTs in progress", n)
+		}
+		return ""
+	})
+}
+
 func TestDigestMismatch(t *testing.T) {
 	bad := digest.Bytes([]byte("not the binary"))
 	h := newHarness(t, hconf{pin: &bad})

@@ -74,6 +74,7 @@ type hconf struct {
 	policy      *policy.Engine
 	recipients  []string // age recipients: commitments can be opened, payloads kept in the vault
 	idle        time.Duration
+	bodyTimeout time.Duration // HTTPOptions.BodyTimeout
 	durability  string
 	connTimeout time.Duration
 	measure     string // measure target (file or directory) and its pin
@@ -163,7 +164,7 @@ func newHarness(t testing.TB, c hconf) *harness {
 		}
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", g.HTTPHandler(HTTPOptions{Tokens: c.tokens, MaxRequestBytes: 1 << 20, SessionTimeout: c.idle}))
+	mux.Handle("/mcp", g.HTTPHandler(HTTPOptions{Tokens: c.tokens, MaxRequestBytes: 1 << 20, SessionTimeout: c.idle, BodyTimeout: c.bodyTimeout}))
 	srv := httptest.NewServer(mux)
 	h := &harness{t: t, dir: dir, w: w, g: g, srv: srv, url: srv.URL + "/mcp", exe: exe, logs: logs, key: key}
 	t.Cleanup(func() {
