@@ -49,6 +49,10 @@ type ServeOptions struct {
 	Filter       ListFilter
 	PolicyDigest digest.Digest
 	PolicyMode   string
+	// IdleConnTimeout closes a connection to the MCP listener that carries
+	// no request for this long (0: 2 minutes). A request in progress,
+	// such as a long-lived GET stream, is not idle.
+	IdleConnTimeout time.Duration
 	// Metrics, if set, counts calls, decisions, spawns and upstream health.
 	Metrics *Metrics
 	// Started, if set, is called once the gateway serves, with the MCP
@@ -263,7 +267,16 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 		}
 		mux.ServeHTTP(w, r)
 	})
-	hs := &http.Server{Handler: counted, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	// No ReadTimeout or WriteTimeout: they would cut the long-lived GET
+	// streams and long calls. A POST's body has its own deadline
+	// (HTTPOptions.BodyTimeout); a connection between requests is closed
+	// after IdleTimeout, so that a client, authenticated or not, cannot
+	// keep connections (file descriptors) open for ever.
+	idle := o.IdleConnTimeout
+	if idle <= 0 {
+		idle = 2 * time.Minute
+	}
+	hs := &http.Server{Handler: counted, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: idle, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 	scheme := "http"
 	if srvCfg.TLS != nil {
 		tc, err := serverTLS(cfg, srvCfg.TLS)

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/ecdsa"
@@ -39,6 +40,13 @@ import (
 // endpoint and the audit directory (the config must say `audit: {dir: audit}`).
 func serveYAML(t *testing.T, dir, yaml string, environ []string) (string, string) {
 	t.Helper()
+	return serveYAMLWith(t, dir, yaml, ServeOptions{Environ: environ})
+}
+
+// serveYAMLWith is serveYAML with more of Serve's options (Environ among
+// them); the log, metrics and start hook are the test's.
+func serveYAMLWith(t *testing.T, dir, yaml string, o ServeOptions) (string, string) {
+	t.Helper()
 	path := filepath.Join(dir, "cmcp.yaml")
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
@@ -52,12 +60,10 @@ func serveYAML(t *testing.T, dir, yaml string, environ []string) (string, string
 	done := make(chan error, 1)
 	logs := &strings.Builder{}
 	go func() {
-		done <- Serve(ctx, cfg, ServeOptions{
-			Environ: environ,
-			Logger:  slog.New(slog.NewTextHandler(&lockedWriter{b: logs}, nil)),
-			Metrics: NewMetrics(),
-			Started: func(endpoint string, _ *Gateway, _ *auditlog.Writer) { started <- endpoint },
-		})
+		o.Logger = slog.New(slog.NewTextHandler(&lockedWriter{b: logs}, nil))
+		o.Metrics = NewMetrics()
+		o.Started = func(endpoint string, _ *Gateway, _ *auditlog.Writer) { started <- endpoint }
+		done <- Serve(ctx, cfg, o)
 	}()
 	var endpoint string
 	select {
@@ -399,6 +405,56 @@ upstreams:
 		}
 		return "no session end record for the idle session"
 	})
+}
+
+// TestIdleConnectionsClosed: a keep-alive connection to the MCP listener
+// that carries no request is closed after the idle timeout, so clients
+// (here one that was refused 401) cannot hold connections, and with them
+// file descriptors, open for ever.
+func TestIdleConnectionsClosed(t *testing.T) {
+	exe, pin := selfDigest(t)
+	dir := t.TempDir()
+	yaml := fmt.Sprintf(`version: 1
+server:
+  listen: 127.0.0.1:0
+  tee: software
+  tokens: [{identity: alice, sha256: %q}]
+audit:
+  dir: audit
+upstreams:
+  - name: t
+    stdio:
+      command: %s
+      env: {%s: server}
+    pin:
+      command: %s
+`, TokenDigest("s3cret").String(), exe, childEnv, pin)
+	endpoint, _ := serveYAMLWith(t, dir, yaml, ServeOptions{Environ: os.Environ(), IdleConnTimeout: 300 * time.Millisecond})
+	host := strings.TrimSuffix(strings.TrimPrefix(endpoint, "http://"), "/mcp")
+	conn, err := net.Dial("tcp", host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /mcp HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}", host)
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized || resp.Close {
+		t.Fatalf("unauthenticated request: status %d, close %v; want 401 on a kept-alive connection", resp.StatusCode, resp.Close)
+	}
+	start := time.Now()
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if n, err := br.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+		t.Fatalf("idle connection: read %d bytes, %v; want it closed by the gateway (EOF)", n, err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("idle connection closed after %v, want about the 300 ms idle timeout", d)
+	}
 }
 
 // TestServeStdioFromConfig: `serve --stdio` as Serve runs it from a real
