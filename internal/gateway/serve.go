@@ -62,9 +62,10 @@ type ServeOptions struct {
 }
 
 // Serve runs the gateway described by cfg until ctx ends (SIGTERM/SIGINT in
-// the CLI) or, with Stdio, until the agent disconnects. On the way out it
-// stops accepting, drains in-flight calls for server.shutdown_grace, stops
-// every child, and closes the audit log (seal record, final checkpoint).
+// the CLI) or, with Stdio, until the agent disconnects. When ctx ends it
+// refuses new calls, drains in-flight calls for server.shutdown_grace
+// (answering them, over stdio too), stops every child, and closes the
+// audit log (seal record, final checkpoint).
 func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) {
 	logger := o.Logger
 	if logger == nil {
@@ -244,8 +245,31 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 		if o.Started != nil {
 			o.Started("", g, w)
 		}
-		identity := srvCfg.StdioIdentity
-		serr := g.ServeStdio(ctx, o.Stdin, o.Stdout, identity)
+		// A signal drains, as on HTTP: new calls are refused (-32068,
+		// recorded) while the calls in flight finish and are answered over
+		// the agent's connection, which stays open until they are (or
+		// shutdown_grace is over). Only then does the session end. The
+		// agent closing its end still ends the session at once.
+		session, endSession := context.WithCancel(context.Background())
+		defer endSession()
+		go func() {
+			select {
+			case <-ctx.Done():
+			case <-session.Done():
+				return
+			}
+			logger.Info("shutting down: draining in-flight calls", "grace", grace)
+			g.closing.Store(true)
+			dctx, cancel := context.WithTimeout(session, grace)
+			defer cancel()
+			g.inflight.wait(dctx)
+			if g.inflight.n.Load() > 0 && session.Err() == nil {
+				logger.Warn("shutdown grace over with calls still in flight; cancelling them", "calls", g.inflight.n.Load())
+			}
+			endSession()
+		}()
+		serr := g.ServeStdio(session, o.Stdin, o.Stdout, srvCfg.StdioIdentity)
+		endSession()
 		return errors.Join(serr, shutdown())
 	}
 

@@ -525,6 +525,106 @@ upstreams:
 	}
 }
 
+// TestServeStdioDrainsOnSignal: SIGTERM or SIGINT (Serve's context ending)
+// during `serve --stdio` drains the call in flight, answering it over the
+// agent's connection, refuses a new call with -32068 (recorded), and then
+// stops the children and seals the log, as the HTTP front does.
+func TestServeStdioDrainsOnSignal(t *testing.T) {
+	exe, pin := selfDigest(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "cmcp.yaml")
+	yaml := fmt.Sprintf(`version: 1
+server:
+  tee: software
+  shutdown_grace: 10s
+audit:
+  dir: audit
+upstreams:
+  - name: t
+    stdio:
+      command: %s
+      env: {%s: server}
+    pin:
+      command: %s
+`, exe, childEnv, pin)
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	logs := &lockedWriter{b: &strings.Builder{}}
+	sig, signal := context.WithCancel(context.Background())
+	defer signal()
+	gw := make(chan *Gateway, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- Serve(sig, cfg, ServeOptions{Stdio: true, Stdin: inR, Stdout: outW, Environ: os.Environ(),
+			Logger: slog.New(slog.NewTextHandler(logs, nil)), Started: func(_ string, g *Gateway, _ *auditlog.Writer) { gw <- g }})
+	}()
+	g := <-gw
+	c := mcp.NewClient(&mcp.Implementation{Name: "desktop", Version: "1"}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cs, err := c.Connect(ctx, &mcp.IOTransport{Reader: outR, Writer: inW}, nil)
+	if err != nil {
+		t.Fatalf("connect: %v\n%s", err, logs.String())
+	}
+	defer cs.Close()
+	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "t__echo", Arguments: map[string]any{"text": "warm"}}); err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		res *mcp.CallToolResult
+		err error
+	}
+	inflight := make(chan answer, 1)
+	go func() {
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "t__sleep", Arguments: map[string]any{"text": "1s"}})
+		inflight <- answer{res, err}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	signal()
+	eventually(t, 5*time.Second, func() string {
+		if !g.closing.Load() {
+			return "the gateway is not shutting down yet"
+		}
+		return ""
+	})
+	_, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "t__echo", Arguments: map[string]any{"text": "late"}})
+	if wireCode(err) != CodeShuttingDown {
+		t.Fatalf("a call during the drain: %v, want %d", err, CodeShuttingDown)
+	}
+	a := <-inflight
+	if a.err != nil || firstText(a.res) != "slept 1s" {
+		t.Fatalf("the in-flight call was not drained: %q %v\n%s", firstText(a.res), a.err, logs.String())
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Serve: %v\n%s", err, logs.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("Serve did not return after the drain\n%s", logs.String())
+	}
+	audit := filepath.Join(dir, "audit")
+	rep, err := auditlog.Verify(audit, auditlog.VerifyOptions{})
+	if err != nil || !rep.Epochs[0].Sealed {
+		t.Fatalf("log after shutdown: %v (sealed: %v)", err, err == nil && rep.Epochs[0].Sealed)
+	}
+	rs := readRecords(t, audit)
+	calls, results := kinds(rs, "call"), kinds(rs, "result")
+	if len(calls) != 3 || calls[1].Body["tool"] != "t__sleep" || calls[2].Body["outcome"] != "refused" {
+		t.Fatalf("call records: %v", calls)
+	}
+	if len(results) != 2 || results[1].Body["outcome"] != "ok" {
+		t.Fatalf("result records: %v", results)
+	}
+}
+
 // TestServeRefusesLogDamagedBeforeCheckpoint: a log damaged where recovery
 // may not cut it (before its last signed checkpoint) stops serve with
 // verify-chain's integrity exit code, and no new epoch is started on it.
