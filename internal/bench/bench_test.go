@@ -127,20 +127,26 @@ func BenchmarkGateway(b *testing.B) {
 			modes = append(modes, mode{kind + " cmcp " + dur, kind, dur, kind + " direct", HTTPConnector(g.endpoint, agentToken)})
 		}
 	}
+	// "cmcp --stdio": a local client spawns cmcp, one gateway process per
+	// session, each with its own audit log. With a stdio upstream both hops
+	// are stdio, like "stdio direct"; with an HTTP upstream the agent's hop
+	// is stdio and cmcp's is HTTP, against an agent dialling the upstream
+	// itself ("http direct").
 	stdioDir := b.TempDir()
 	var stdioN int
-	modes = append(modes, mode{"stdio cmcp --stdio interval", "stdio", "", "stdio direct", func(ctx context.Context) (*mcp.ClientSession, error) {
-		// One gateway process per session, each with its own audit log.
-		stdioN++
-		dir := filepath.Join(stdioDir, fmt.Sprint(stdioN))
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return nil, err
-		}
-		cfg := gatewayConfig(b, dir, "stdio", "interval", everything, upURL, agentToken)
-		cmd := exec.Command(cmcp, "serve", "--stdio", "-c", cfg, "--log-level", "warn")
-		cmd.Env = gwEnv
-		return NewClient().Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
-	}})
+	for _, kind := range []string{"stdio", "http"} {
+		modes = append(modes, mode{kind + " cmcp --stdio interval", kind, "", kind + " direct", func(ctx context.Context) (*mcp.ClientSession, error) {
+			stdioN++
+			dir := filepath.Join(stdioDir, fmt.Sprint(stdioN))
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				return nil, err
+			}
+			cfg := gatewayConfig(b, dir, kind, "interval", everything, upURL, agentToken)
+			cmd := exec.Command(cmcp, "serve", "--stdio", "-c", cfg, "--log-level", "warn")
+			cmd.Env = gwEnv
+			return NewClient().Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+		}})
+	}
 
 	if only := os.Getenv("BENCH_MODES"); only != "" {
 		// Keep the modes whose name contains one of the comma-separated
