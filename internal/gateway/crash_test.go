@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -230,27 +229,12 @@ type forwardedArg struct {
 // arguments commitments of its forwarded call records.
 func forwardedArgs(t *testing.T, dir string, id age.Identity) []forwardedArg {
 	t.Helper()
-	r, err := auditlog.NewReader(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
 	var o *auditlog.Opener
 	var out []forwardedArg
-	for {
-		e, err := r.Next()
-		if err == io.EOF {
-			return out
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		rec, err := e.Decode()
-		if err != nil {
-			t.Fatal(err)
-		}
-		switch rec := rec.(type) {
+	for _, e := range logEntries(t, dir) {
+		switch rec := e.Rec.(type) {
 		case *auditlog.Genesis:
+			var err error
 			if o, err = auditlog.NewOpener(rec, id); err != nil {
 				t.Fatal(err)
 			}
@@ -260,6 +244,7 @@ func forwardedArgs(t *testing.T, dir string, id age.Identity) []forwardedArg {
 			}
 		}
 	}
+	return out
 }
 
 func TestGracefulShutdownDrains(t *testing.T) {

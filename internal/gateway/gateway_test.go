@@ -180,6 +180,13 @@ func TestCheckListen(t *testing.T) {
 // rawPost sends body to the MCP endpoint (in a fresh session unless sid).
 func rawPost(t *testing.T, url, sid string, body []byte) (int, string) {
 	t.Helper()
+	resp, b := rawPostResp(t, url, sid, body)
+	return resp.StatusCode, string(b)
+}
+
+// rawPostResp is rawPost with the whole response (its body read).
+func rawPostResp(t *testing.T, url, sid string, body []byte) (*http.Response, []byte) {
+	t.Helper()
 	req, _ := http.NewRequest("POST", url, bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
@@ -193,7 +200,7 @@ func rawPost(t *testing.T, url, sid string, body []byte) (int, string) {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return resp, b
 }
 
 func TestBadInput(t *testing.T) {

@@ -402,22 +402,10 @@ func rawSender(t *testing.T, h *harness, front string) func(line string) string 
 	var session string
 	post := func(line string) string {
 		t.Helper()
-		req, _ := http.NewRequest("POST", h.url, strings.NewReader(line))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		if session != "" {
-			req.Header.Set("Mcp-Session-Id", session)
-			req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
+		resp, b := rawPostResp(t, h.url, session, []byte(line))
 		if session == "" {
 			session = resp.Header.Get("Mcp-Session-Id")
 		}
-		b, _ := io.ReadAll(resp.Body)
 		if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 			// The response is the stream's event with an id.
 			for _, l := range strings.Split(string(b), "\n") {

@@ -457,19 +457,30 @@ upstreams:
 	}
 }
 
-// TestServeStdioFromConfig: `serve --stdio` as Serve runs it from a real
-// configuration file: the agent that spawned cmcp is server.stdio_identity
-// in the call record, and when it closes its end Serve returns after
-// stopping the children and sealing the log.
-func TestServeStdioFromConfig(t *testing.T) {
+// stdioServe is `serve --stdio` run by Serve from a real configuration
+// file, with a go-sdk client as the agent that spawned it.
+type stdioServe struct {
+	dir    string // the configuration's directory (audit/ below it)
+	cs     *mcp.ClientSession
+	ctx    context.Context // the agent's (30 s)
+	g      *Gateway
+	in     io.Closer  // the agent's end of cmcp's stdin
+	signal func()     // SIGTERM: ends Serve's context
+	done   chan error // Serve's return
+	logs   *lockedWriter
+}
+
+// serveStdio starts `serve --stdio` with one test-child upstream and the
+// given server: section lines, and connects an agent.
+func serveStdio(t *testing.T, server string) *stdioServe {
+	t.Helper()
 	exe, pin := selfDigest(t)
-	dir := t.TempDir()
-	path := filepath.Join(dir, "cmcp.yaml")
+	st := &stdioServe{dir: t.TempDir(), done: make(chan error, 1), logs: &lockedWriter{b: &strings.Builder{}}}
+	path := filepath.Join(st.dir, "cmcp.yaml")
 	yaml := fmt.Sprintf(`version: 1
 server:
   tee: software
-  stdio_identity: desktop-user
-audit:
+%saudit:
   dir: audit
 upstreams:
   - name: t
@@ -478,7 +489,7 @@ upstreams:
       env: {%s: server}
     pin:
       command: %s
-`, exe, childEnv, pin)
+`, server, exe, childEnv, pin)
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -488,34 +499,58 @@ upstreams:
 	}
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
-	logs := &strings.Builder{}
-	done := make(chan error, 1)
+	st.in = inW
+	sig, signal := context.WithCancel(context.Background())
+	t.Cleanup(signal)
+	st.signal = signal
+	gw := make(chan *Gateway, 1)
 	go func() {
-		done <- Serve(context.Background(), cfg, ServeOptions{Stdio: true, Stdin: inR, Stdout: outW, Environ: os.Environ(),
-			Logger: slog.New(slog.NewTextHandler(&lockedWriter{b: logs}, nil)), Metrics: NewMetrics()})
+		st.done <- Serve(sig, cfg, ServeOptions{Stdio: true, Stdin: inR, Stdout: outW, Environ: os.Environ(), Metrics: NewMetrics(),
+			Logger: slog.New(slog.NewTextHandler(st.logs, nil)), Started: func(_ string, g *Gateway, _ *auditlog.Writer) { gw <- g }})
 	}()
-	c := mcp.NewClient(&mcp.Implementation{Name: "desktop", Version: "1"}, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cs, err := c.Connect(ctx, &mcp.IOTransport{Reader: outR, Writer: inW}, nil)
-	if err != nil {
-		t.Fatalf("connect: %v\n%s", err, logs.String())
+	select {
+	case st.g = <-gw:
+	case err := <-st.done:
+		t.Fatalf("Serve: %v\n%s", err, st.logs.String())
 	}
-	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "t__echo", Arguments: map[string]any{"text": "over stdio"}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	st.ctx = ctx
+	c := mcp.NewClient(&mcp.Implementation{Name: "desktop", Version: "1"}, nil)
+	if st.cs, err = c.Connect(ctx, &mcp.IOTransport{Reader: outR, Writer: inW}, nil); err != nil {
+		t.Fatalf("connect: %v\n%s", err, st.logs.String())
+	}
+	t.Cleanup(func() { st.cs.Close() })
+	return st
+}
+
+// wait waits for Serve to return, and fails t unless it returned nil.
+func (st *stdioServe) wait(t *testing.T) {
+	t.Helper()
+	select {
+	case err := <-st.done:
+		if err != nil {
+			t.Fatalf("Serve: %v\n%s", err, st.logs.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("Serve did not return\n%s", st.logs.String())
+	}
+}
+
+// TestServeStdioFromConfig: `serve --stdio` as Serve runs it from a real
+// configuration file: the agent that spawned cmcp is server.stdio_identity
+// in the call record, and when it closes its end Serve returns after
+// stopping the children and sealing the log.
+func TestServeStdioFromConfig(t *testing.T) {
+	st := serveStdio(t, "  stdio_identity: desktop-user\n")
+	res, err := st.cs.CallTool(st.ctx, &mcp.CallToolParams{Name: "t__echo", Arguments: map[string]any{"text": "over stdio"}})
 	if err != nil || len(res.Content) == 0 || res.Content[0].(*mcp.TextContent).Text != "echo: over stdio" {
 		t.Fatalf("call: %v %v", res, err)
 	}
-	cs.Close()
-	inW.Close()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Serve after the agent disconnected: %v\n%s", err, logs.String())
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatalf("Serve did not return after the agent disconnected\n%s", logs.String())
-	}
-	rs := readRecords(t, filepath.Join(dir, "audit"))
+	st.cs.Close()
+	st.in.Close()
+	st.wait(t)
+	rs := readRecords(t, filepath.Join(st.dir, "audit"))
 	calls := kinds(rs, "call")
 	if len(calls) != 1 || calls[0].Body["agent"] != "desktop-user" {
 		t.Fatalf("call records: %v", calls)
@@ -530,50 +565,8 @@ upstreams:
 // agent's connection, refuses a new call with -32068 (recorded), and then
 // stops the children and seals the log, as the HTTP front does.
 func TestServeStdioDrainsOnSignal(t *testing.T) {
-	exe, pin := selfDigest(t)
-	dir := t.TempDir()
-	path := filepath.Join(dir, "cmcp.yaml")
-	yaml := fmt.Sprintf(`version: 1
-server:
-  tee: software
-  shutdown_grace: 10s
-audit:
-  dir: audit
-upstreams:
-  - name: t
-    stdio:
-      command: %s
-      env: {%s: server}
-    pin:
-      command: %s
-`, exe, childEnv, pin)
-	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	inR, inW := io.Pipe()
-	outR, outW := io.Pipe()
-	logs := &lockedWriter{b: &strings.Builder{}}
-	sig, signal := context.WithCancel(context.Background())
-	defer signal()
-	gw := make(chan *Gateway, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- Serve(sig, cfg, ServeOptions{Stdio: true, Stdin: inR, Stdout: outW, Environ: os.Environ(),
-			Logger: slog.New(slog.NewTextHandler(logs, nil)), Started: func(_ string, g *Gateway, _ *auditlog.Writer) { gw <- g }})
-	}()
-	g := <-gw
-	c := mcp.NewClient(&mcp.Implementation{Name: "desktop", Version: "1"}, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cs, err := c.Connect(ctx, &mcp.IOTransport{Reader: outR, Writer: inW}, nil)
-	if err != nil {
-		t.Fatalf("connect: %v\n%s", err, logs.String())
-	}
-	defer cs.Close()
+	st := serveStdio(t, "  shutdown_grace: 10s\n")
+	cs, ctx := st.cs, st.ctx
 	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "t__echo", Arguments: map[string]any{"text": "warm"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -587,30 +580,23 @@ upstreams:
 		inflight <- answer{res, err}
 	}()
 	time.Sleep(300 * time.Millisecond)
-	signal()
+	st.signal()
 	eventually(t, 5*time.Second, func() string {
-		if !g.closing.Load() {
+		if !st.g.closing.Load() {
 			return "the gateway is not shutting down yet"
 		}
 		return ""
 	})
-	_, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "t__echo", Arguments: map[string]any{"text": "late"}})
+	_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "t__echo", Arguments: map[string]any{"text": "late"}})
 	if wireCode(err) != CodeShuttingDown {
 		t.Fatalf("a call during the drain: %v, want %d", err, CodeShuttingDown)
 	}
 	a := <-inflight
 	if a.err != nil || firstText(a.res) != "slept 1s" {
-		t.Fatalf("the in-flight call was not drained: %q %v\n%s", firstText(a.res), a.err, logs.String())
+		t.Fatalf("the in-flight call was not drained: %q %v\n%s", firstText(a.res), a.err, st.logs.String())
 	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Serve: %v\n%s", err, logs.String())
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatalf("Serve did not return after the drain\n%s", logs.String())
-	}
-	audit := filepath.Join(dir, "audit")
+	st.wait(t)
+	audit := filepath.Join(st.dir, "audit")
 	rep, err := auditlog.Verify(audit, auditlog.VerifyOptions{})
 	if err != nil || !rep.Epochs[0].Sealed {
 		t.Fatalf("log after shutdown: %v (sealed: %v)", err, err == nil && rep.Epochs[0].Sealed)
