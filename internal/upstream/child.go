@@ -179,9 +179,13 @@ type Child struct {
 	grace   time.Duration
 	hooks   Hooks
 
-	stdin  io.WriteCloser
+	stdin  *os.File
 	stdout io.ReadCloser
-	wmu    sync.Mutex
+	// wsem lets one message at a time onto stdin. A write waiting for its
+	// turn gives up when its context ends or the child is stopped.
+	wsem     chan struct{}
+	stopping chan struct{} // closed when Stop begins: nothing more is written
+	wtimeout time.Duration // writeTimeout when spawned
 
 	done     chan struct{} // closed once the process has been waited for
 	waitErr  error
@@ -305,7 +309,7 @@ func Spawn(ctx context.Context, spec StdioSpec, environ []string, hooks Hooks, s
 		grace = 5 * time.Second
 	}
 	c := &Child{path: path, session: ev.Session, name: spec.Name, class: ev.Class, cmd: cmd, pid: cmd.Process.Pid, grace: grace, hooks: hooks,
-		stdin: stdin, stdout: stdout, done: make(chan struct{}), stderrDone: make(chan struct{})}
+		stdin: stdin, stdout: stdout, wsem: make(chan struct{}, 1), stopping: make(chan struct{}), wtimeout: writeTimeout, done: make(chan struct{}), stderrDone: make(chan struct{})}
 	go c.pumpStderr(stderr, spec)
 	if hooks.Stderr != nil {
 		go c.reportStderr()
@@ -343,39 +347,91 @@ func shebang(f *os.File) (bool, string) {
 // PID is the child's process id (and process group id).
 func (c *Child) PID() int { return c.pid }
 
-// write sends one message line to the child's stdin. A child that does
-// not read its stdin fills the pipe and the write waits: until ctx ends,
-// then it gives up. A line cut part way through leaves the child's input
-// unframed: the child is stopped, with the reason, and pending calls fail.
+// writeTimeout bounds a write whose context has no deadline (go-sdk
+// answers the child's own requests, ping or roots/list, with a context that
+// never ends): a child that takes nothing from its stdin for that long is
+// stopped, with the reason. A variable so that tests can shorten it (a
+// child keeps the value it was spawned with).
+var writeTimeout = 30 * time.Second
+
+// write sends one message line to the child's stdin, one message at a
+// time. A child that does not read its stdin fills the pipe and the write
+// waits, as does a write waiting for its turn: until ctx ends, then it
+// gives up, or until the child is stopped. A write whose ctx has no
+// deadline waits writeTimeout at most, then the child is stopped. A line
+// cut part way through leaves the child's input unframed: the child is
+// stopped, with the reason, and pending calls fail.
 func (c *Child) write(ctx context.Context, b []byte) error {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
+	if err := c.writeRefused(); err != nil {
+		return err
+	}
+	call := ctx // its end is the caller giving up
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.wtimeout)
+		defer cancel()
+	}
+	select {
+	case c.wsem <- struct{}{}:
+	case <-c.stopping:
+		return c.writeRefused()
+	case <-ctx.Done():
+		return c.gaveUp(call)
+	}
+	defer func() { <-c.wsem }()
+	if err := c.writeRefused(); err != nil {
+		return err
+	}
+	b = append(b, '\n')
+	interrupted := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		c.stdin.SetWriteDeadline(time.Now()) // wakes the blocked write
+		close(interrupted)
+	})
+	n, err := c.stdin.Write(b)
+	if !stop() {
+		<-interrupted
+		c.stdin.SetWriteDeadline(time.Time{})
+	}
+	if err == nil {
+		return nil
+	}
+	select {
+	case <-c.stopping:
+		return c.writeRefused() // Stop closed stdin under the write
+	default:
+	}
+	if n > 0 {
+		c.fail(fmt.Errorf("upstream %q: the child stopped reading its stdin: a message was cut after %d of %d bytes (%v); the child is stopped", c.name, n, len(b), err))
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() != nil {
+		return c.gaveUp(call)
+	}
+	return err
+}
+
+// writeRefused says why nothing more is written to the child, or is nil.
+func (c *Child) writeRefused() error {
 	if p := c.fault.Load(); p != nil {
 		return *p // stopped by the gateway: nothing more reaches it
 	}
-	b = append(b, '\n')
-	f, pollable := c.stdin.(*os.File)
-	if !pollable || ctx.Done() == nil {
-		_, err := c.stdin.Write(b)
-		return err
+	select {
+	case <-c.stopping:
+		return fmt.Errorf("upstream %q: the child was stopped", c.name)
+	default:
+		return nil
 	}
-	interrupted := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() {
-		f.SetWriteDeadline(time.Now()) // wakes the blocked write
-		close(interrupted)
-	})
-	n, err := f.Write(b)
-	if !stop() {
-		<-interrupted
-		f.SetWriteDeadline(time.Time{})
+}
+
+// gaveUp is the error of a write that waited for the child's stdin until
+// its context ended. If that was writeTimeout, not the caller, the child
+// is stopped.
+func (c *Child) gaveUp(call context.Context) error {
+	if err := call.Err(); err != nil {
+		return fmt.Errorf("the child did not read its stdin before the call ended: %w", err)
 	}
-	if err != nil && n > 0 {
-		c.fail(fmt.Errorf("upstream %q: the child stopped reading its stdin: a message was cut after %d of %d bytes (%v); the child is stopped", c.name, n, len(b), err))
-	}
-	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() != nil {
-		return fmt.Errorf("the child did not read its stdin before the call ended: %w", ctx.Err())
-	}
-	return err
+	c.fail(fmt.Errorf("upstream %q: the child took nothing from its stdin for %v; the child is stopped", c.name, c.wtimeout))
+	return *c.fault.Load()
 }
 
 // fail records the fault that killed the child and stops it.
@@ -429,12 +485,12 @@ func describeExit(ps *os.ProcessState) string {
 
 // Stop ends the child: stdin is closed, SIGTERM goes to its process group,
 // and SIGKILL follows after the grace period. The whole group is killed in
-// the end, so grandchildren never outlive it. Stop waits for the child.
+// the end, so grandchildren never outlive it. Stop waits for the child. It
+// never waits for a write: closing stdin wakes one in progress.
 func (c *Child) Stop() error {
 	c.stopOnce.Do(func() {
-		c.wmu.Lock()
+		close(c.stopping)
 		c.stdin.Close()
-		c.wmu.Unlock()
 		_ = syscall.Kill(-c.pid, syscall.SIGTERM)
 		select {
 		case <-c.done:

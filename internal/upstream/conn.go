@@ -99,7 +99,13 @@ func (c *childConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 
 func (c *childConn) Close() error {
 	c.Inbox.Close()
-	c.raw.Fail(fmt.Errorf("upstream %q: connection closed", c.child.name))
+	// go-sdk closes the connection when a write fails: the calls that
+	// follow learn why, if the gateway stopped the child.
+	err := fmt.Errorf("upstream %q: connection closed", c.child.name)
+	if p := c.child.fault.Load(); p != nil {
+		err = *p
+	}
+	c.raw.Fail(err)
 	return c.child.Stop()
 }
 

@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -60,8 +62,17 @@ func rawTestServer() {
 }
 
 // deafTestServer answers the MCP handshake and tools/list by hand, then
-// never reads its stdin again (and never exits on its own).
+// never reads its stdin again (and never exits on its own). On SIGUSR1 it
+// sends the client a ping, whose answer is longer than a raw call to echo
+// with no arguments.
 func deafTestServer() {
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	go func() {
+		for range usr1 {
+			fmt.Printf(`{"jsonrpc":"2.0","id":"ping-%s","method":"ping"}`+"\n", strings.Repeat("p", 400))
+		}
+	}()
 	in := bufio.NewReader(os.Stdin)
 	for {
 		line, err := in.ReadBytes('\n')
@@ -240,5 +251,158 @@ func TestRawCallToAChildThatStopsReading(t *testing.T) {
 	_, err = conn.RawCall(rawCallCtx(t), "tools/call", callParams("echo", `{}`))
 	if err == nil || !strings.Contains(err.Error(), "stopped reading its stdin") {
 		t.Fatalf("a call after the cut: %v", err)
+	}
+}
+
+// TestAnswerToAChildThatStopsReadingIsBounded: go-sdk answers a request
+// the child sent (here ping) with a context that never ends. When the
+// child no longer reads its stdin, a raw call does not wait behind that
+// answer: it ends with its own context. The answer gives up after
+// writeTimeout, the child is stopped with the reason, and closing the
+// connection does not wait for anything.
+func TestAnswerToAChildThatStopsReadingIsBounded(t *testing.T) {
+	t.Cleanup(func(d time.Duration) func() { return func() { writeTimeout = d } }(writeTimeout))
+	writeTimeout = 2 * time.Second
+	conn := deafChildPinged(t)
+	start := time.Now()
+	err := within(t, 5*time.Second, "a raw call with a 200ms timeout", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		_, err := conn.RawCall(ctx, "tools/call", callParams("echo", `{}`))
+		return err
+	})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a raw call behind the answer: %v", err)
+	}
+	if d := time.Since(start); d >= writeTimeout {
+		t.Fatalf("a raw call with a 200ms timeout took %v", d)
+	}
+	for conn.Fault() == nil {
+		if time.Since(start) > 10*time.Second {
+			t.Fatal("the child was not stopped after the answer gave up")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := conn.Fault(); !strings.Contains(err.Error(), "took nothing from its stdin for 2s") {
+		t.Fatalf("fault = %v", err)
+	}
+	_, err = conn.RawCall(rawCallCtx(t), "tools/call", callParams("echo", `{}`))
+	if err == nil || !strings.Contains(err.Error(), "took nothing from its stdin") {
+		t.Fatalf("a call after the child was stopped: %v", err)
+	}
+	within(t, 5*time.Second, "Conn.Close", conn.Close)
+}
+
+// TestCloseWhileAnAnswerWaitsForTheChild: closing the connection (the
+// agent's session ends, the gateway shuts down) stops a child that stopped
+// reading at once, although go-sdk's close waits for its answer to the
+// child's ping, which is bounded by writeTimeout only.
+func TestCloseWhileAnAnswerWaitsForTheChild(t *testing.T) {
+	conn := deafChildPinged(t)
+	within(t, 5*time.Second, "Conn.Close", conn.Close)
+	if err := syscall.Kill(childPID(t, conn), 0); !errors.Is(err, syscall.ESRCH) {
+		t.Fatalf("the child still exists after Close: %v", err)
+	}
+}
+
+// deafChildPinged is a connection to a child that stopped reading its
+// stdin, whose pipe is full, and that has sent a ping: go-sdk's answer
+// waits for the pipe.
+func deafChildPinged(t *testing.T) *Conn {
+	t.Helper()
+	conn := rawConnMode(t, "deaf")
+	if _, err := conn.Session.ListTools(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	fillStdin(t, conn)
+	if err := syscall.Kill(childPID(t, conn), syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // the answer is being written
+	return conn
+}
+
+// TestRawCallBehindABlockedWrite: a raw call waiting for its turn to write
+// to a child that no longer reads its stdin ends with its own context, not
+// the context of the call whose write is blocked; closing the connection
+// does not wait for that write either, and ends it.
+func TestRawCallBehindABlockedWrite(t *testing.T) {
+	conn := rawConnMode(t, "deaf")
+	if _, err := conn.Session.ListTools(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	fillStdin(t, conn)
+	first := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, err := conn.RawCall(ctx, "tools/call", callParams("echo", `{}`))
+		first <- err
+	}()
+	time.Sleep(300 * time.Millisecond) // its write waits for the full pipe
+	err := within(t, 5*time.Second, "a raw call with a 200ms timeout", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		_, err := conn.RawCall(ctx, "tools/call", callParams("echo", `{}`))
+		return err
+	})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the second call: %v", err)
+	}
+	within(t, 5*time.Second, "Conn.Close", conn.Close)
+	select {
+	case err := <-first:
+		if err == nil || errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("the blocked call: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the blocked call still waits after Close")
+	}
+}
+
+// fillStdin fills the stdin pipe of a child that no longer reads it with
+// whole messages (none longer than PIPE_BUF, so none is cut) until a raw
+// call to echo with no arguments no longer fits.
+func fillStdin(t *testing.T, conn *Conn) {
+	t.Helper()
+	for _, args := range []string{`{"t":"` + strings.Repeat("x", 3900) + `"}`, `{}`} {
+		for i := 0; ; i++ {
+			if i == 1000 {
+				t.Fatal("the pipe never filled")
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+			_, err := conn.RawCall(ctx, "tools/call", callParams("echo", args))
+			cancel()
+			if err != nil && strings.Contains(err.Error(), "did not read its stdin") {
+				break
+			}
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("filling the pipe: %v", err)
+			}
+		}
+	}
+}
+
+// childPID is the pid of the child behind a stdio connection.
+func childPID(t *testing.T, conn *Conn) int {
+	t.Helper()
+	var pid int
+	if _, err := fmt.Sscanf(conn.Ref, "pid %d", &pid); err != nil {
+		t.Fatalf("ref %q: %v", conn.Ref, err)
+	}
+	return pid
+}
+
+// within runs f and fails the test if it has not returned after d.
+func within(t *testing.T, d time.Duration, what string, f func() error) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(d):
+		t.Fatalf("%s still waits after %v", what, d)
+		return nil
 	}
 }

@@ -62,16 +62,19 @@ func NewConn(s *mcp.ClientSession, class, ref string, closeFn, faultFn func() er
 	return &Conn{Session: s, Class: class, Ref: ref, close: closeFn, fault: faultFn}
 }
 
-// Close ends the session and releases the upstream (for a child: stops the
-// whole process group). It is safe to call more than once.
+// Close releases the upstream (for a child: stops the whole process group)
+// and ends the session. It is safe to call more than once. The upstream
+// goes first: the session's close waits for its answers to the upstream's
+// requests, which a child that stopped reading would hold up until
+// writeTimeout; stopping the child ends them at once.
 func (c *Conn) Close() error {
 	c.closeOnce.Do(func() {
 		var errs []error
-		if c.Session != nil {
-			errs = append(errs, c.Session.Close())
-		}
 		if c.close != nil {
 			errs = append(errs, c.close())
+		}
+		if c.Session != nil {
+			errs = append(errs, c.Session.Close())
 		}
 		c.closeErr = errors.Join(errs...)
 	})
