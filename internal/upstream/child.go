@@ -192,6 +192,11 @@ type Child struct {
 	stopOnce sync.Once
 	fault    atomic.Pointer[error]
 
+	// sigmu orders signals to the child's process group before its reaping:
+	// once reaped is set, the group id may name another process's group.
+	sigmu  sync.Mutex
+	reaped bool
+
 	stderrBytes, stderrLines, dropped atomic.Int64
 	stderrDone                        chan struct{}
 }
@@ -314,15 +319,7 @@ func Spawn(ctx context.Context, spec StdioSpec, environ []string, hooks Hooks, s
 	if hooks.Stderr != nil {
 		go c.reportStderr()
 	}
-	go func() {
-		c.waitErr = cmd.Wait()
-		select {
-		case <-c.stderrDone:
-		case <-time.After(c.grace):
-		}
-		close(c.done)
-		c.reportExit()
-	}()
+	go c.reap()
 	ev.PID = c.pid
 	if hooks.Spawn != nil {
 		if err := hooks.Spawn(ev); err != nil {
@@ -485,25 +482,53 @@ func describeExit(ps *os.ProcessState) string {
 
 // Stop ends the child: stdin is closed, SIGTERM goes to its process group,
 // and SIGKILL follows after the grace period. The whole group is killed in
-// the end, so grandchildren never outlive it. Stop waits for the child. It
-// never waits for a write: closing stdin wakes one in progress.
+// the end, so grandchildren never outlive it (see reap). Stop waits for the
+// child. It never waits for a write: closing stdin wakes one in progress.
 func (c *Child) Stop() error {
 	c.stopOnce.Do(func() {
 		close(c.stopping)
 		c.stdin.Close()
-		_ = syscall.Kill(-c.pid, syscall.SIGTERM)
+		c.signal(syscall.SIGTERM)
 		select {
 		case <-c.done:
 		case <-time.After(c.grace):
-			_ = syscall.Kill(-c.pid, syscall.SIGKILL)
+			c.signal(syscall.SIGKILL)
 		}
-		// The direct child may be gone while its group lives on.
-		_ = syscall.Kill(-c.pid, syscall.SIGKILL)
 		<-c.done
 		c.stdout.Close()
 	})
 	<-c.done
 	return nil
+}
+
+// signal sends sig to the child's process group, unless the child has
+// been reaped: its group id may then be another process's.
+func (c *Child) signal(sig syscall.Signal) {
+	c.sigmu.Lock()
+	defer c.sigmu.Unlock()
+	if !c.reaped {
+		_ = syscall.Kill(-c.pid, sig)
+	}
+}
+
+// reap waits for the child to exit. While the exited child is an unreaped
+// zombie its pid, the group id, cannot be reused: what it left running in
+// its group is killed then, on whatever terms it exited, so grandchildren
+// never outlive it. Once it is reaped the group is never signalled again.
+func (c *Child) reap() {
+	if waitExited(c.pid) {
+		_ = syscall.Kill(-c.pid, syscall.SIGKILL)
+	}
+	c.sigmu.Lock()
+	c.reaped = true
+	c.sigmu.Unlock()
+	c.waitErr = c.cmd.Wait()
+	select {
+	case <-c.stderrDone:
+	case <-time.After(c.grace):
+	}
+	close(c.done)
+	c.reportExit()
 }
 
 // Done is closed when the child has exited and been reaped.

@@ -3,9 +3,12 @@ package upstream
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -109,4 +112,46 @@ func TestStderrCountsWhileRunning(t *testing.T) {
 			t.Fatal("no running stderr count reached the hook")
 		}
 	}
+}
+
+// TestGrandchildEndsWithTheChild: a child that exits on its own takes
+// what it left running in its process group with it, at once, without
+// Stop (which may come much later, when the group id could be another's).
+func TestGrandchildEndsWithTheChild(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "grandchild")
+	p, d := writeScript(t, "#!/bin/sh\nsleep 300 &\necho $! > "+pidFile+".tmp\nmv "+pidFile+".tmp "+pidFile+"\nexit 0\n")
+	c, err := Spawn(context.Background(), StdioSpec{Name: "s", Command: p, Pin: d, StopGrace: 30 * time.Second}, os.Environ(), Hooks{}, "per-session")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Stop() })
+	start := time.Now()
+	var b []byte
+	for b, err = os.ReadFile(pidFile); err != nil; b, err = os.ReadFile(pidFile) {
+		if time.Since(start) > 10*time.Second {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+	for !gone(pid) {
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("grandchild %d still runs after the child exited", pid)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// gone reports whether process pid has ended (a zombie has).
+func gone(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	_, rest, _ := strings.Cut(string(b), ") ")
+	return strings.HasPrefix(rest, "Z")
 }
