@@ -202,8 +202,11 @@ type Child struct {
 }
 
 // Spawn resolves, measures and starts the child described by spec. It
-// executes exactly the bytes it measured: the executable is opened once,
-// digested through that descriptor, and executed through /proc/self/fd.
+// executes exactly the bytes it measured: the executable is copied into a
+// sealed memfd (or the kept copy is reused when the file on disk hashes to
+// the same digest), the digest is that of the copy's bytes, and the child
+// executes the copy through /proc/self/fd/3. Rewriting the file in place,
+// even while a "#!" script runs, cannot change what the child runs.
 func Spawn(ctx context.Context, spec StdioSpec, environ []string, hooks Hooks, share string) (*Child, error) {
 	env := childEnv(spec, environ)
 	ev := SpawnEvent{Session: SessionFrom(ctx), Upstream: spec.Name, Pin: spec.Pin, MeasurePath: spec.MeasurePath, MeasurePin: spec.MeasurePin, Args: spec.Args, EnvNames: envNames(env), SessionShare: share}
@@ -221,7 +224,11 @@ func Spawn(ctx context.Context, spec StdioSpec, environ []string, hooks Hooks, s
 		return refuse(err.Error(), "check the upstream's command in the configuration", err)
 	}
 	ev.Path = path
-	f, d, err := digest.OpenFile(path)
+	f, d, err := sealedImage(path)
+	var se *sealError
+	if errors.As(err, &se) {
+		return refuse(fmt.Sprintf("cannot make a sealed copy of %s to execute: %v", path, err), se.hint(), err)
+	}
 	if err != nil {
 		return refuse(fmt.Sprintf("measure %s: %v", path, err), "", err)
 	}
@@ -260,11 +267,14 @@ func Spawn(ctx context.Context, spec StdioSpec, environ []string, hooks Hooks, s
 		}
 	}
 
-	// The measured descriptor becomes the child's fd 3 (not close-on-exec),
-	// and the child executes /proc/self/fd/3: the same bytes, even for a
-	// "#!" script, whose interpreter reopens that path.
+	// The sealed copy becomes the child's fd 3 (not close-on-exec), and the
+	// child executes /proc/self/fd/3: the measured bytes, even for a "#!"
+	// script, whose interpreter reopens that path.
 	if script, interp := shebang(f); script {
 		ev.Reason = fmt.Sprintf("%s is a script for %s; the interpreter is not covered by the pin (pin a measure target, or make the interpreter the command)", path, interp)
+	}
+	if testHookBeforeExec != nil {
+		testHookBeforeExec(path)
 	}
 	cmd := &exec.Cmd{
 		Path:       "/proc/self/fd/3",
@@ -306,7 +316,11 @@ func Spawn(ctx context.Context, spec StdioSpec, environ []string, hooks Hooks, s
 		inW.Close()
 		outR.Close()
 		errR.Close()
-		return refuse(fmt.Sprintf("start %s: %v", path, err), "", err)
+		hint := ""
+		if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM) {
+			hint = "the child runs from a sealed in-memory copy (memfd) of the file: check that the kernel and its security module allow executing memfds (vm.memfd_noexec 0 or 1), and that a script's interpreter is executable"
+		}
+		return refuse(fmt.Sprintf("start %s: %v", path, err), hint, err)
 	}
 	stdin, stdout, stderr := inW, outR, errR
 	grace := spec.StopGrace
@@ -329,6 +343,9 @@ func Spawn(ctx context.Context, spec StdioSpec, environ []string, hooks Hooks, s
 	}
 	return c, nil
 }
+
+// testHookBeforeExec, if set, runs after measuring and before exec.
+var testHookBeforeExec func(path string)
 
 // shebang reports whether f starts with "#!" and names its interpreter.
 func shebang(f *os.File) (bool, string) {

@@ -72,9 +72,12 @@ func checkRegular(name string, fi fs.FileInfo) error {
 }
 
 // OpenFile opens the regular file at path read-only and returns the open
-// descriptor with the digest of its contents. The caller owns f: measure and
-// use (execute, read) the same descriptor so that nothing can be swapped in
-// between. A FIFO or device is refused without blocking on it.
+// descriptor with the digest of its contents. The caller owns f: using the
+// same descriptor means no other file can be swapped in at the path, but it
+// does not freeze the contents, which can still be rewritten in place; to
+// execute exactly the measured bytes, copy them somewhere immutable (the
+// gateway uses a sealed memfd) and digest the copy. A FIFO or device is
+// refused without blocking on it.
 func OpenFile(path string) (*os.File, Digest, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
