@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -412,4 +413,49 @@ func TestHungPromptIsBounded(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Shutdown (grace 2 s) still running after 10 s: a hung prompts/get held up the session's end")
 	}
+}
+
+// TestGrandchildDiesWithAKilledGateway: what a child started in its
+// process group (npx -> node) does not outlive a gateway killed with
+// SIGKILL: the child dies by its parent-death signal, the grandchild by
+// the gateway's reaper process (internal/reaper).
+func TestGrandchildDiesWithAKilledGateway(t *testing.T) {
+	exe, pin := selfDigest(t)
+	dir := t.TempDir()
+	mark := filepath.Join(dir, "gc.pid")
+	cfgPath := filepath.Join(dir, "cmcp.yaml")
+	if err := os.WriteFile(cfgPath, []byte(fmt.Sprintf(`version: 1
+server: {listen: %s, tee: software}
+audit: {dir: audit}
+upstreams:
+  - name: t
+    stdio: {command: %s, env: {%s: grandparent, CMCP_TEST_MARK: %s}}
+    pin: {command: %s}
+`, freePort(t), exe, childEnv, mark, pin)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd, endpoint, _ := startGatewayProcess(t, cfgPath)
+	c := mcp.NewClient(&mcp.Implementation{Name: "a", Version: "1"}, nil)
+	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: endpoint, MaxRetries: -1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	child := pidOf(t, cs, "t__pid")
+	b, err := os.ReadFile(mark)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gc, _ := strconv.Atoi(string(b))
+	if !pidAlive(gc) || !pidAlive(child) {
+		t.Fatalf("child %d or grandchild %d not running", child, gc)
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	eventually(t, 10*time.Second, func() string {
+		if pidAlive(child) || pidAlive(gc) {
+			return fmt.Sprintf("child %d alive %v, grandchild %d alive %v after the gateway's SIGKILL", child, pidAlive(child), gc, pidAlive(gc))
+		}
+		return ""
+	})
 }

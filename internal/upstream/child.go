@@ -17,6 +17,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/confidential-mcp/cmcp/internal/reaper"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
@@ -308,7 +309,14 @@ func Spawn(ctx context.Context, spec StdioSpec, environ []string, hooks Hooks, s
 		return nil, err
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
-	err = cmd.Start()
+	// The reaper kills the child's group if the gateway dies: the
+	// parent-death signal reaches the child only, not what it starts.
+	err = reaper.Ready()
+	if err == nil {
+		err = cmd.Start()
+	} else {
+		err = fmt.Errorf("the gateway's reaper process, which kills a child's process group if the gateway dies, is not running: %w", err)
+	}
 	inR.Close()
 	outW.Close()
 	errW.Close()
@@ -332,6 +340,11 @@ func Spawn(ctx context.Context, spec StdioSpec, environ []string, hooks Hooks, s
 	go c.pumpStderr(stderr, spec)
 	if hooks.Stderr != nil {
 		go c.reportStderr()
+	}
+	if err := reaper.Watch(c.pid); err != nil {
+		go c.reap()
+		c.Stop()
+		return refuse(fmt.Sprintf("the gateway's reaper process cannot watch the child's process group (%v); the child was stopped", err), "", err)
 	}
 	go c.reap()
 	ev.PID = c.pid
@@ -539,6 +552,7 @@ func (c *Child) reap() {
 	c.sigmu.Lock()
 	c.reaped = true
 	c.sigmu.Unlock()
+	reaper.Forget(c.pid)
 	c.waitErr = c.cmd.Wait()
 	select {
 	case <-c.stderrDone:

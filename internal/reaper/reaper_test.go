@@ -1,0 +1,156 @@
+//go:build linux
+
+package reaper
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// gatewayEnv makes the test binary a stand-in gateway: it starts a child in
+// its own process group, which starts a grandchild in the same group, has
+// the reaper watch the group, prints the grandchild's pid and waits to be
+// killed.
+const gatewayEnv = "CMCP_REAPER_TEST_GATEWAY"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(gatewayEnv) == "1" {
+		child := exec.Command("/bin/sh", "-c", "sleep 300 & echo $!; wait")
+		child.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		out, _ := child.StdoutPipe()
+		if err := child.Start(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		if err := Watch(child.Process.Pid); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		line, _ := bufio.NewReader(out).ReadString('\n')
+		fmt.Printf("GRANDCHILD %s", line)
+		select {}
+	}
+	os.Exit(m.Run())
+}
+
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// A zombie (state Z) is dead; it waits for its new parent to reap it.
+	f := strings.Fields(string(b))
+	return len(f) > 2 && f[2] != "Z"
+}
+
+// TestGrandchildDiesWithAKilledGateway: the gateway is killed with SIGKILL;
+// its child dies by its parent-death signal (not here: the stand-in sets
+// none) and the grandchild, in the child's process group, is killed by the
+// reaper.
+func TestGrandchildDiesWithAKilledGateway(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw := exec.Command(exe)
+	gw.Env = append(os.Environ(), gatewayEnv+"=1")
+	out, _ := gw.StdoutPipe()
+	gw.Stderr = os.Stderr
+	if err := gw.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		gw.Process.Kill()
+		t.Fatalf("stand-in gateway: %v", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "GRANDCHILD ")))
+	if err != nil || !alive(pid) {
+		t.Fatalf("grandchild %q: %v", line, err)
+	}
+	gw.Process.Signal(syscall.SIGKILL)
+	gw.Wait()
+	deadline := time.Now().Add(10 * time.Second)
+	for alive(pid) {
+		if time.Now().After(deadline) {
+			syscall.Kill(pid, syscall.SIGKILL)
+			t.Fatalf("grandchild %d outlived the gateway's SIGKILL", pid)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestForgottenGroupIsLeftAlone: a group the gateway forgot (its members
+// are gone, its number may be reused) is not signalled when the reaper
+// ends; a group still registered is.
+func TestForgottenGroupIsLeftAlone(t *testing.T) {
+	start := func() *exec.Cmd {
+		c := exec.Command("/bin/sh", "-c", "exec sleep 300")
+		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	kept, forgotten := start(), start()
+	defer syscall.Kill(-kept.Process.Pid, syscall.SIGKILL)
+	defer syscall.Kill(-forgotten.Process.Pid, syscall.SIGKILL)
+	r, err := Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Add(kept.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Add(forgotten.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Remove(forgotten.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	done := make(chan error, 1)
+	go func() { done <- kept.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the registered group was not killed when the reaper's pipe ended")
+	}
+	time.Sleep(200 * time.Millisecond)
+	if !alive(forgotten.Process.Pid) {
+		t.Fatal("a forgotten group was killed")
+	}
+}
+
+// TestReaperHoldsNoSecrets: the reaper's environment is only its marker.
+func TestReaperHoldsNoSecrets(t *testing.T) {
+	t.Setenv("CMCP_TEST_SECRET", "hunter2")
+	r, err := Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	pid := r.cmd.Process.Pid
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); strings.HasPrefix(string(b), "cmcp-reaper") {
+			break // executed: the environment is the reaper's own
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the reaper did not start")
+		}
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Trim(string(b), "\x00"); got != env+"=1" {
+		t.Fatalf("reaper environment %q", got)
+	}
+}
