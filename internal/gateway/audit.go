@@ -12,11 +12,18 @@ import (
 
 // StdioHooks returns the hooks that record a stdio upstream's spawns
 // (started or refused), exits and stderr byte counts in the audit log, and
-// send its stderr lines to logger. A spawn that cannot be recorded is
-// refused: no child runs unrecorded.
+// send its stderr lines to logger. No child is started while the log is
+// known to be broken, and a child whose spawn record fails is stopped at
+// once.
 func StdioHooks(log AuditLog, logger *slog.Logger, m *Metrics) upstream.Hooks {
 	return upstream.Hooks{
 		Log: logger,
+		Ready: func() error {
+			if w, ok := log.(interface{ Err() error }); ok {
+				return w.Err()
+			}
+			return nil
+		},
 		Spawn: func(ev upstream.SpawnEvent) error {
 			rec := &auditlog.Spawn{Upstream: ev.Upstream, Session: ev.Session, Shared: ev.SessionShare == "shared", Path: ev.Path,
 				MeasureTarget: ev.MeasurePath, Digest: ev.Digest, Pin: ev.Pin, EvidenceClass: ev.Class, PID: int64(ev.PID), Outcome: "started", Reason: ev.Reason}

@@ -93,9 +93,14 @@ type ExitEvent struct {
 // Hooks receive the child's life events. Any may be nil.
 type Hooks struct {
 	// Spawn is called after measuring, before exec when refused and right
-	// after exec otherwise. A non-nil error refuses the spawn (a child is
-	// never run unrecorded); a started child is then stopped.
+	// after exec otherwise (the record holds the pid). A non-nil error
+	// refuses the spawn; a started child is then stopped at once (Ready
+	// refuses before exec when the failure is known beforehand).
 	Spawn func(SpawnEvent) error
+	// Ready, if set, is called after measuring and before exec: an error
+	// (the audit log is known to be broken) refuses the spawn before the
+	// child runs, rather than stopping it once its record fails.
+	Ready func() error
 	Exit  func(ExitEvent)
 	// Stderr receives the running byte counts of a long-lived child's
 	// stderr every StderrEvery (default 1 minute) while they grow; the
@@ -273,6 +278,11 @@ func Spawn(ctx context.Context, spec StdioSpec, environ []string, hooks Hooks, s
 	// script, whose interpreter reopens that path.
 	if script, interp := shebang(f); script {
 		ev.Reason = fmt.Sprintf("%s is a script for %s; the interpreter is not covered by the pin (pin a measure target, or make the interpreter the command)", path, interp)
+	}
+	if hooks.Ready != nil {
+		if err := hooks.Ready(); err != nil {
+			return refuse(fmt.Sprintf("the spawn could not be recorded: %v", err), "", err)
+		}
 	}
 	if testHookBeforeExec != nil {
 		testHookBeforeExec(path)

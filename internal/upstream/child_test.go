@@ -82,6 +82,26 @@ func TestSpawnRefusals(t *testing.T) {
 	}
 }
 
+// TestSpawnRefusedWhenItCannotBeRecorded: when Hooks.Ready reports that
+// the spawn cannot be recorded (the audit log is broken), the child is
+// never started: it does not run first and get stopped after.
+func TestSpawnRefusedWhenItCannotBeRecorded(t *testing.T) {
+	mark := filepath.Join(t.TempDir(), "ran")
+	p, d := writeScript(t, "#!/bin/sh\ntouch "+mark+"\nsleep 5\n")
+	var refused bool
+	_, err := Spawn(context.Background(), StdioSpec{Name: "s", Command: p, Pin: d}, os.Environ(), Hooks{
+		Ready: func() error { return errors.New("audit log broken") },
+		Spawn: func(ev SpawnEvent) error { refused = ev.Refused; return nil },
+	}, "per-session")
+	if err == nil || !strings.Contains(err.Error(), "audit log broken") || !refused {
+		t.Fatalf("err = %v, refusal reported %v", err, refused)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if _, err := os.Stat(mark); err == nil {
+		t.Fatal("the child ran although its spawn could not be recorded")
+	}
+}
+
 func TestChildEnv(t *testing.T) {
 	env := childEnv(StdioSpec{EnvAllow: []string{"PATH", "KEEP"}, Env: map[string]string{"SET": "1", "PATH": "/override"}},
 		[]string{"PATH=/bin", "KEEP=yes", "SECRET=no"})
