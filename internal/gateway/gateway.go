@@ -390,15 +390,30 @@ func (g *Gateway) sessionList() []*session {
 	return out
 }
 
+// shutdownLinger is how long Shutdown waits, after calls it drained, before
+// it ends the sessions.
+const shutdownLinger = 200 * time.Millisecond
+
 // Shutdown stops accepting calls, waits for in-flight calls until ctx ends,
 // then closes every session and stops every upstream.
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.closing.Store(true)
+	drained := g.inflight.n.Load() > 0
 	done := make(chan struct{})
 	go func() { g.inflight.wait(ctx); close(done) }()
 	var err error
 	select {
 	case <-done:
+		if drained {
+			// The drained calls' answers are written, but an agent reads
+			// them on their own connections: ending the sessions at once
+			// closes their notification streams too, which a client may
+			// see first and fail the call it was about to be answered.
+			select {
+			case <-time.After(shutdownLinger):
+			case <-ctx.Done():
+			}
+		}
 	case <-ctx.Done():
 		err = fmt.Errorf("shutdown: in-flight calls still running after the drain deadline: %w", ctx.Err())
 	}
