@@ -146,15 +146,7 @@ func TestHTTPUpstreamURLQueryStaysSecret(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g.Start(context.Background())
-	defer g.Shutdown(context.Background())
-	front := httptest.NewServer(g.HTTPHandler(HTTPOptions{}))
-	defer front.Close()
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "a", Version: "1"}, nil).Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: front.URL, MaxRetries: -1}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
+	cs := startAndConnect(t, g)
 
 	_, err = call(t, cs, "down__echo", nil)
 	if wireCode(err) != CodeUpstreamUnavailable {

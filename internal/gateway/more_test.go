@@ -402,15 +402,7 @@ func TestHTTPUpstreamRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g.Start(context.Background())
-	defer g.Shutdown(context.Background())
-	srv := httptest.NewServer(g.HTTPHandler(HTTPOptions{}))
-	defer srv.Close()
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "a", Version: "1"}, nil).Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: srv.URL, MaxRetries: -1}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
+	cs := startAndConnect(t, g)
 	if res, err := call(t, cs, "web__echo", nil); err != nil || firstText(res) != "pong" {
 		t.Fatalf("before restart: %v %v", firstText(res), err)
 	}
@@ -430,4 +422,20 @@ func TestHTTPUpstreamRestart(t *testing.T) {
 		last = err
 	}
 	t.Fatalf("the gateway did not reconnect to the restarted upstream: %v", last)
+}
+
+// startAndConnect starts g, serves its HTTP front on 127.0.0.1 and
+// connects an agent; the test's cleanup undoes all three.
+func startAndConnect(t *testing.T, g *Gateway) *mcp.ClientSession {
+	t.Helper()
+	g.Start(context.Background())
+	t.Cleanup(func() { g.Shutdown(context.Background()) })
+	front := httptest.NewServer(g.HTTPHandler(HTTPOptions{}))
+	t.Cleanup(front.Close)
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "a", Version: "1"}, nil).Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: front.URL, MaxRetries: -1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
 }

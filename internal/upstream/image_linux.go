@@ -51,16 +51,6 @@ type image struct {
 // memfdCreate is unix.MemfdCreate; tests replace it to see a refusal.
 var memfdCreate = unix.MemfdCreate
 
-// sealError is a failure to make the sealed copy: the spawn is refused,
-// never run from the file instead.
-type sealError struct {
-	op  string
-	err error
-}
-
-func (e *sealError) Error() string { return e.op + ": " + e.err.Error() }
-func (e *sealError) Unwrap() error { return e.err }
-
 // hint says what an operator can do about a sealError.
 func (e *sealError) hint() string {
 	h := "the gateway runs a stdio server only from a sealed in-memory copy of the measured file (memfd_create with sealing, Linux 3.17 or later)"

@@ -15,14 +15,6 @@ func sealedImage(path string) (*os.File, digest.Digest, error) {
 	return nil, digest.Digest{}, &sealError{op: "memfd_create", err: errors.ErrUnsupported}
 }
 
-type sealError struct {
-	op  string
-	err error
-}
-
-func (e *sealError) Error() string { return e.op + ": " + e.err.Error() }
-func (e *sealError) Unwrap() error { return e.err }
-
 func (e *sealError) hint() string {
 	return "stdio upstreams need Linux: the gateway runs them only from a sealed in-memory copy (memfd) of the measured file"
 }

@@ -265,12 +265,7 @@ func TestAnswerToAChildThatStopsReadingIsBounded(t *testing.T) {
 	writeTimeout = 2 * time.Second
 	conn := deafChildPinged(t)
 	start := time.Now()
-	err := within(t, 5*time.Second, "a raw call with a 200ms timeout", func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		defer cancel()
-		_, err := conn.RawCall(ctx, "tools/call", callParams("echo", `{}`))
-		return err
-	})
+	err := shortCall(t, conn)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("a raw call behind the answer: %v", err)
 	}
@@ -340,12 +335,7 @@ func TestRawCallBehindABlockedWrite(t *testing.T) {
 		first <- err
 	}()
 	time.Sleep(300 * time.Millisecond) // its write waits for the full pipe
-	err := within(t, 5*time.Second, "a raw call with a 200ms timeout", func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		defer cancel()
-		_, err := conn.RawCall(ctx, "tools/call", callParams("echo", `{}`))
-		return err
-	})
+	err := shortCall(t, conn)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("the second call: %v", err)
 	}
@@ -405,4 +395,16 @@ func within(t *testing.T, d time.Duration, what string, f func() error) error {
 		t.Fatalf("%s still waits after %v", what, d)
 		return nil
 	}
+}
+
+// shortCall makes a raw call with a 200 ms timeout, failing t if it does
+// not return within 5 s.
+func shortCall(t *testing.T, conn *Conn) error {
+	t.Helper()
+	return within(t, 5*time.Second, "a raw call with a 200ms timeout", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		_, err := conn.RawCall(ctx, "tools/call", callParams("echo", `{}`))
+		return err
+	})
 }
