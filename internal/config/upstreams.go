@@ -342,6 +342,11 @@ func (l *loader) validateHeaders(hn *yaml.Node, f string, h *HTTP) {
 				continue
 			}
 			canon := textproto.CanonicalMIMEHeaderKey(name)
+			if ProtocolHeader(canon) {
+				l.errorf(key, field, "the gateway sets it itself for every request; use headers for credentials and similar",
+					"header %s is part of the HTTP or MCP protocol and cannot be configured", canon)
+				continue
+			}
 			if prev, dup := seen[canon]; dup {
 				l.errorf(key, field, "set each header once", "header %s is also set by %s", canon, prev)
 				continue
@@ -356,6 +361,22 @@ func (l *loader) validateHeaders(hn *yaml.Node, f string, h *HTTP) {
 			}
 		}
 	}
+}
+
+// protocolHeaders are the headers the gateway's HTTP client and go-sdk set
+// for every request to an upstream (MCP's own, Mcp-*, too): configured
+// values would break the protocol or the connection.
+var protocolHeaders = map[string]bool{
+	"Accept": true, "Accept-Encoding": true, "Connection": true, "Content-Encoding": true, "Content-Length": true,
+	"Content-Type": true, "Host": true, "Keep-Alive": true, "Last-Event-Id": true, "Proxy-Connection": true,
+	"Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true,
+}
+
+// ProtocolHeader reports whether the header name (any case) is one the
+// gateway's client sets itself, which configuration may not set.
+func ProtocolHeader(name string) bool {
+	canon := textproto.CanonicalMIMEHeaderKey(name)
+	return protocolHeaders[canon] || strings.HasPrefix(canon, "Mcp-")
 }
 
 // ValidHeaderName reports whether name is an HTTP header field name: a

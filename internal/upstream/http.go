@@ -340,6 +340,9 @@ func readCredentials(o HTTPOptions, errf func(string, ...any) error) (http.Heade
 			if !config.ValidHeaderName(name) {
 				return nil, errf("%q is not a valid HTTP header name", name)
 			}
+			if config.ProtocolHeader(name) {
+				return nil, errf("header %s is part of the HTTP or MCP protocol and cannot be configured", name)
+			}
 		}
 	}
 	if o.BearerTokenEnv != "" {

@@ -321,6 +321,7 @@ func TestHTTPOptionsErrors(t *testing.T) {
 		{"file empty", HTTPOptions{URL: "http://127.0.0.1:1/mcp", BearerTokenFile: empty}, "is empty"},
 		{"both bearer", HTTPOptions{URL: "http://127.0.0.1:1/mcp", BearerTokenFile: empty, BearerTokenEnv: "X"}, "keep one"},
 		{"bad header name", HTTPOptions{URL: "http://127.0.0.1:1/mcp", HeadersFromEnv: map[string]string{"Bad Header": "X"}}, `"Bad Header" is not a valid HTTP header name`},
+		{"protocol header", HTTPOptions{URL: "http://127.0.0.1:1/mcp", HeadersFromEnv: map[string]string{"mcp-protocol-version": "X"}}, "header mcp-protocol-version is part of the HTTP or MCP protocol"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := tc.opt
