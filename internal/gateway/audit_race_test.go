@@ -1,10 +1,13 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -220,5 +223,46 @@ func TestMalformedCallsAreRecorded(t *testing.T) {
 				t.Fatalf("the upstream received %q, want only the call without arguments", b)
 			}
 		})
+	}
+}
+
+// TestCallWithSEPHeadersIsRecordedOnce: a tools/call carrying MCP's SEP
+// request headers (Mcp-Name, ...) goes to go-sdk, not the fast path; it
+// still gets exactly one call record, whether go-sdk cannot decode its
+// params (recorded as refused by the gateway) or can (recorded by the
+// pipeline).
+func TestCallWithSEPHeadersIsRecordedOnce(t *testing.T) {
+	h := newHarness(t, hconf{})
+	resp, _ := rawPostResp(t, h.url, "", []byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`))
+	sid := resp.Header.Get("Mcp-Session-Id")
+	rawPostResp(t, h.url, sid, []byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`))
+	for _, c := range []struct{ params, outcome string }{
+		{`{"name":5}`, "refused"},
+		{`{"name":"t__echo","arguments":{"text":"x"}}`, "forwarded"},
+	} {
+		before := len(kinds(h.records(), "call"))
+		req, _ := http.NewRequest("POST", h.url, strings.NewReader(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":`+c.params+`}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Session-Id", sid)
+		req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+		req.Header.Set("Mcp-Name", "x")
+		r, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(r.Body)
+		r.Body.Close()
+		eventually(t, 5*time.Second, func() string {
+			if n := len(kinds(h.records(), "call")) - before; n != 1 {
+				return fmt.Sprintf("%s: %d call records, want 1; reply %s", c.params, n, bytes.TrimSpace(b))
+			}
+			return ""
+		})
+		time.Sleep(100 * time.Millisecond) // no second record follows
+		calls := kinds(h.records(), "call")
+		if len(calls)-before != 1 || calls[len(calls)-1].Body["outcome"] != c.outcome {
+			t.Fatalf("%s: call records %v, want one %s", c.params, calls[before:], c.outcome)
+		}
 	}
 }

@@ -393,9 +393,10 @@ func (s *session) httpFast(w http.ResponseWriter, r *http.Request, maxBytes int6
 	if v := r.Header.Get("Mcp-Protocol-Version"); v != "" && !slices.Contains(frontVersions(), v) {
 		return false
 	}
+	sep := false // SEP headers, which go-sdk validates: go-sdk answers
 	for k := range r.Header {
 		if strings.HasPrefix(k, "Mcp-Method") || strings.HasPrefix(k, "Mcp-Name") || strings.HasPrefix(k, "Mcp-Param-") {
-			return false // SEP headers go-sdk validates
+			sep = true
 		}
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxBytes+1))
@@ -408,7 +409,7 @@ func (s *session) httpFast(w http.ResponseWriter, r *http.Request, maxBytes int6
 		return false
 	}
 	msg, ok := rpcwire.DecodeFast(body)
-	if !ok {
+	if !ok || sep {
 		if m, err := rpcwire.DecodeMessage(body); err == nil {
 			if req, ok := m.(*jsonrpc.Request); ok {
 				s.recordUndecodableCall(req)
