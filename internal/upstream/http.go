@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -266,6 +267,24 @@ type credentialTransport struct {
 }
 
 func (t *credentialTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.roundTrip(req)
+	if err == nil && resp.StatusCode >= 300 && resp.StatusCode < 400 && resp.Header.Get("Location") != "" {
+		// Refused here, not in the client's CheckRedirect: the client
+		// would quote the Location, query and all, in its error.
+		loc, lerr := req.URL.Parse(resp.Header.Get("Location"))
+		where := "another url"
+		if lerr == nil {
+			where = redactURL(loc)
+		}
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+		resp.Body.Close()
+		return nil, fmt.Errorf("the server redirected (%s) to %s; upstreams are not followed across redirects "+
+			"(the pin and credentials belong to the configured url), configure the final url instead", resp.Status, where)
+	}
+	return resp, err
+}
+
+func (t *credentialTransport) roundTrip(req *http.Request) (*http.Response, error) {
 	addQuery := t.query != "" && req.URL.RawQuery == "" && req.URL.Scheme == t.endpoint.Scheme &&
 		req.URL.Host == t.endpoint.Host && req.URL.Path == t.endpoint.Path
 	if len(t.header) == 0 && !addQuery {

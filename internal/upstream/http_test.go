@@ -290,6 +290,25 @@ func TestHTTPRedirectRefused(t *testing.T) {
 	}
 }
 
+// TestHTTPRedirectKeepsTheQuerySecret: a server that redirects keeping
+// the query (Starlette's redirect_slashes, Werkzeug's strict_slashes:
+// /mcp to /mcp/) is refused with an error that does not quote it.
+func TestHTTPRedirectKeepsTheQuerySecret(t *testing.T) {
+	const secret = "SUPERSECRET"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/mcp/?"+r.URL.RawQuery, http.StatusTemporaryRedirect)
+	}))
+	defer srv.Close()
+	up, err := NewHTTP(HTTPOptions{Name: "q", URL: srv.URL + "/mcp?api_key=" + secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = up.Connect(context.Background(), mcp.NewClient(&mcp.Implementation{Name: "c", Version: "1"}, nil), ConnectOptions{})
+	if err == nil || strings.Contains(err.Error(), secret) || !strings.Contains(err.Error(), "redirected") {
+		t.Fatalf("err = %v, want a refused redirect without the url's query", err)
+	}
+}
+
 func TestHTTPOptionsErrors(t *testing.T) {
 	pin := digest.Bytes([]byte("k")).String()
 	dir := t.TempDir()
