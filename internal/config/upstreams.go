@@ -28,6 +28,7 @@ import (
 //	      dir: /srv                     # working directory (default: the gateway's)
 //	      env: {LOG_LEVEL: info}        # set explicitly in the child
 //	      env_allow: [PATH, HOME]       # copied from the gateway's environment
+//	      sealed: false                 # true: run a sealed memfd copy (static binaries; Linux)
 //	    pin:                            # from `cmcp spawn-digest`
 //	      command: sha256:...           # the resolved command file
 //	      target: ./server              # optional: a script or package directory
@@ -67,6 +68,10 @@ type Stdio struct {
 	// EnvAllow names variables copied from the gateway's environment; nil
 	// means the gateway's default list.
 	EnvAllow []string `yaml:"env_allow" json:"env_allow,omitempty"`
+	// Sealed runs a sealed in-memory copy of the executable, which nothing
+	// can change while it runs; the program then sees the copy (a memfd) as
+	// its own path, which interpreters (node, npx, python) cannot use.
+	Sealed bool `yaml:"sealed" json:"sealed,omitempty"`
 }
 
 // Pin is what a stdio upstream's code must digest to.

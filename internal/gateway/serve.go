@@ -401,7 +401,7 @@ func buildUpstreams(cfg *config.Config, s *config.Server, environ []string, w *a
 		switch {
 		case u.Stdio != nil:
 			spec := upstream.StdioSpec{Name: u.Name, Command: u.Stdio.Command, Args: u.Stdio.Args, Dir: u.Stdio.Dir,
-				Env: u.Stdio.Env, EnvAllow: u.Stdio.EnvAllow, AllowUnmeasured: u.AllowUnmeasured, StopGrace: s.ChildStopGrace}
+				Env: u.Stdio.Env, EnvAllow: u.Stdio.EnvAllow, Sealed: u.Stdio.Sealed, AllowUnmeasured: u.AllowUnmeasured, StopGrace: s.ChildStopGrace}
 			uo.Class = upstream.ClassSpawnUnmeasured
 			if u.Pin != nil {
 				spec.Pin, spec.MeasurePath, spec.MeasurePin = u.Pin.Command, u.Pin.Target, u.Pin.TargetDigest

@@ -471,8 +471,9 @@ type stdioServe struct {
 }
 
 // serveStdio starts `serve --stdio` with one test-child upstream and the
-// given server: section lines, and connects an agent.
-func serveStdio(t *testing.T, server string) *stdioServe {
+// given server: section lines (and extra lines for its stdio: section),
+// and connects an agent.
+func serveStdio(t *testing.T, server string, stdio ...string) *stdioServe {
 	t.Helper()
 	exe, pin := selfDigest(t)
 	st := &stdioServe{dir: t.TempDir(), done: make(chan error, 1), logs: &lockedWriter{b: &strings.Builder{}}}
@@ -487,9 +488,9 @@ upstreams:
     stdio:
       command: %s
       env: {%s: server}
-    pin:
+%s    pin:
       command: %s
-`, server, exe, childEnv, pin)
+`, server, exe, childEnv, strings.Join(stdio, ""), pin)
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -652,5 +653,21 @@ func TestServeRefusesLogDamagedBeforeCheckpoint(t *testing.T) {
 	}
 	if eps, _ := filepath.Glob(filepath.Join(auditDir, "epoch-*")); len(eps) != 1 {
 		t.Fatalf("a new epoch was started on a damaged log: %v", eps)
+	}
+}
+
+// TestServeSealedUpstream: stdio.sealed in the configuration runs the
+// child from a sealed memfd copy (its /proc/<pid>/exe is the memfd).
+func TestServeSealedUpstream(t *testing.T) {
+	st := serveStdio(t, "", "      sealed: true\n")
+	res, err := st.cs.CallTool(st.ctx, &mcp.CallToolParams{Name: "t__pid"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	fmt.Sscan(firstText(res), &pid)
+	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	if err != nil || !strings.HasPrefix(exe, "/memfd:cmcp:") {
+		t.Fatalf("child %d runs %q (%v), want a sealed memfd", pid, exe, err)
 	}
 }

@@ -35,6 +35,11 @@ type StdioSpec struct {
 
 	// Pin is the digest of the resolved executable file. Zero = unpinned.
 	Pin digest.Digest
+	// Sealed runs a sealed memfd copy of the executable instead of the file
+	// (Linux only): nothing can change its bytes while it runs, but the
+	// program sees the memfd as its own path, which interpreters (node,
+	// npx, python) cannot work with. For static binaries.
+	Sealed bool
 	// MeasurePath is an extra measure target for interpreted servers: the
 	// script, or the package directory (tree digest). MeasurePin is its pin.
 	MeasurePath string
@@ -208,11 +213,15 @@ type Child struct {
 }
 
 // Spawn resolves, measures and starts the child described by spec. It
-// executes exactly the bytes it measured: the executable is copied into a
-// sealed memfd (or the kept copy is reused when the file on disk hashes to
-// the same digest), the digest is that of the copy's bytes, and the child
-// executes the copy through /proc/self/fd/3. Rewriting the file in place,
-// even while a "#!" script runs, cannot change what the child runs.
+// executes the bytes it measured: the executable is opened once, digested
+// through that descriptor and executed through it (/proc/self/fd/3), so a
+// file swapped in at the path is never run; a file written in place between
+// the digest and the start (its status change time moved) gets the child
+// stopped and the spawn refused. The program sees its real path, which
+// interpreters (node, npx, python) need. With spec.Sealed the child
+// executes a sealed memfd copy instead (or the kept copy, when the file on
+// disk hashes to the same digest), whose bytes nothing can change even while
+// it runs; the program then sees the memfd as its path.
 func Spawn(ctx context.Context, spec StdioSpec, environ []string, hooks Hooks, share string) (*Child, error) {
 	env := childEnv(spec, environ)
 	ev := SpawnEvent{Session: SessionFrom(ctx), Upstream: spec.Name, Pin: spec.Pin, MeasurePath: spec.MeasurePath, MeasurePin: spec.MeasurePin, Args: spec.Args, EnvNames: envNames(env), SessionShare: share}
@@ -230,7 +239,14 @@ func Spawn(ctx context.Context, spec StdioSpec, environ []string, hooks Hooks, s
 		return refuse(err.Error(), "check the upstream's command in the configuration", err)
 	}
 	ev.Path = path
-	f, d, err := sealedImage(path)
+	var f *os.File
+	var d digest.Digest
+	var before stamp
+	if spec.Sealed {
+		f, d, err = sealedImage(path)
+	} else {
+		f, d, before, err = fileImage(path)
+	}
 	var se *sealError
 	if errors.As(err, &se) {
 		return refuse(fmt.Sprintf("cannot make a sealed copy of %s to execute: %v", path, err), se.hint(), err)
@@ -273,9 +289,9 @@ func Spawn(ctx context.Context, spec StdioSpec, environ []string, hooks Hooks, s
 		}
 	}
 
-	// The sealed copy becomes the child's fd 3 (not close-on-exec), and the
-	// child executes /proc/self/fd/3: the measured bytes, even for a "#!"
-	// script, whose interpreter reopens that path.
+	// The measured descriptor (the file, or its sealed copy) becomes the
+	// child's fd 3 (not close-on-exec), and the child executes
+	// /proc/self/fd/3, as does a "#!" script's interpreter.
 	if script, interp := shebang(f); script {
 		ev.Reason = fmt.Sprintf("%s is a script for %s; the interpreter is not covered by the pin (pin a measure target, or make the interpreter the command)", path, interp)
 	}
@@ -357,6 +373,15 @@ func Spawn(ctx context.Context, spec StdioSpec, environ []string, hooks Hooks, s
 		return refuse(fmt.Sprintf("the gateway's reaper process cannot watch the child's process group (%v); the child was stopped", err), "", err)
 	}
 	go c.reap()
+	if !spec.Sealed {
+		// The child has the file now: one written between the digest and
+		// here may be running other bytes than measured.
+		if after, err := stampOf(f); err != nil || after != before {
+			c.Stop()
+			return refuse(fmt.Sprintf("%s was written while it was measured and started; the child was stopped", path),
+				"retry once the file is no longer being changed; set sealed: true on the upstream to run a sealed copy", ErrPinMismatch)
+		}
+	}
 	ev.PID = c.pid
 	if hooks.Spawn != nil {
 		if err := hooks.Spawn(ev); err != nil {

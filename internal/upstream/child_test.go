@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -174,4 +176,85 @@ func gone(pid int) bool {
 	}
 	_, rest, _ := strings.Cut(string(b), ") ")
 	return strings.HasPrefix(rest, "Z")
+}
+
+// TestSpawnFileWrittenWhileMeasuredIsRefused: a file written in place
+// between its digest and the child's start (here right before exec) gets
+// the child stopped and the spawn refused, naming the file: the child may
+// be running other bytes than measured.
+func TestSpawnFileWrittenWhileMeasuredIsRefused(t *testing.T) {
+	mark := filepath.Join(t.TempDir(), "ran")
+	p, d := writeScript(t, "#!/bin/sh\nsleep 5\n")
+	testHookBeforeExec = func(path string) {
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		time.Sleep(20 * time.Millisecond) // a visible change of the status change time
+		f.WriteString("touch " + mark + "\n")
+		f.Close()
+	}
+	t.Cleanup(func() { testHookBeforeExec = nil })
+	var refused SpawnEvent
+	_, err := Spawn(context.Background(), StdioSpec{Name: "s", Command: p, Pin: d, StopGrace: time.Second}, os.Environ(),
+		Hooks{Spawn: func(ev SpawnEvent) error { refused = ev; return nil }}, "per-session")
+	if err == nil || !errors.Is(err, ErrPinMismatch) || !strings.Contains(err.Error(), "written while it was measured") || !refused.Refused {
+		t.Fatalf("err = %v, refusal %+v", err, refused)
+	}
+}
+
+// TestSpawnRunsInterpretersFromTheirPath: a program run through its
+// descriptor still sees its real path, which interpreters need: a
+// "#!/usr/bin/env node" script (node resolves its main module's real
+// path), node starting itself again (process.execPath) and npx.
+func TestSpawnRunsInterpretersFromTheirPath(t *testing.T) {
+	node := os.Getenv("CMCP_NODE22")
+	if node == "" {
+		var err error
+		if node, err = exec.LookPath("node"); err != nil {
+			t.Skipf("no node on PATH and CMCP_NODE22 unset (scripts/peers.sh provides it): %v", err)
+		}
+	}
+	dir := t.TempDir()
+	script := filepath.Join(dir, "srv.js")
+	if err := os.WriteFile(script, []byte("#!/usr/bin/env node\nrequire('./lib.js'); process.exit(4)\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "lib.js"), []byte("module.exports = 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := append(os.Environ(), "PATH="+filepath.Dir(node)+":"+os.Getenv("PATH"))
+	for name, c := range map[string][]string{
+		"node script":         {script},
+		"node execPath again": {node, "-e", "process.exit(require('child_process').spawnSync(process.execPath, ['-e', '0']).status === 0 ? 4 : 1)"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			real, err := filepath.EvalSymlinks(c[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, pin, err := digest.OpenFile(real)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+			exits := make(chan ExitEvent, 1)
+			logs := &syncBuffer{}
+			ch, err := Spawn(context.Background(), StdioSpec{Name: "n", Command: c[0], Args: c[1:], Pin: pin, EnvAllow: []string{"PATH", "HOME"}, StopGrace: time.Second},
+				env, Hooks{Log: slog.New(slog.NewTextHandler(logs, nil)), Exit: func(ev ExitEvent) { exits <- ev }}, "per-session")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ch.Stop()
+			select {
+			case ev := <-exits:
+				if ev.ExitCode != 4 {
+					t.Fatalf("exit %d, want 4; stderr:\n%s", ev.ExitCode, logs.String())
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("the child did not exit")
+			}
+		})
+	}
 }

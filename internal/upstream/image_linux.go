@@ -189,3 +189,18 @@ func (c *imageCache) put(path string, f *os.File, d digest.Digest) {
 		delete(c.m, lru)
 	}
 }
+
+// stamp is what changes when a file is written in place: its status change
+// time (which no one can set back), modification time, size and inode.
+type stamp struct {
+	ino, size    int64
+	ctime, mtime unix.Timespec
+}
+
+func stampOf(f *os.File) (stamp, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return stamp{}, err
+	}
+	return stamp{ino: int64(st.Ino), size: st.Size, ctime: st.Ctim, mtime: st.Mtim}, nil
+}

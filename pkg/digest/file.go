@@ -74,9 +74,9 @@ func checkRegular(name string, fi fs.FileInfo) error {
 // OpenFile opens the regular file at path read-only and returns the open
 // descriptor with the digest of its contents. The caller owns f: using the
 // same descriptor means no other file can be swapped in at the path, but it
-// does not freeze the contents, which can still be rewritten in place; to
-// execute exactly the measured bytes, copy them somewhere immutable (the
-// gateway uses a sealed memfd) and digest the copy. A FIFO or device is
+// does not freeze the contents, which can still be rewritten in place (the
+// gateway checks the file's status change time around a spawn, or runs a
+// sealed memfd copy whose own bytes it digests). A FIFO or device is
 // refused without blocking on it.
 func OpenFile(path string) (*os.File, Digest, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
