@@ -96,10 +96,14 @@ func Start() (*Reaper, error) {
 	go func() {
 		err := cmd.Wait()
 		r.mu.Lock()
-		if r.err == nil {
+		unexpected := r.err == nil
+		if unexpected {
 			r.err = fmt.Errorf("the reaper process ended: %v", err)
 		}
 		r.mu.Unlock()
+		if unexpected {
+			replace(r)
+		}
 	}()
 	return r, nil
 }
@@ -194,6 +198,17 @@ func Watch(pgid int) error {
 		return err
 	}
 	return nil
+}
+
+// replace starts a new reaper with every registered group when r, the
+// process's reaper, ended without being closed (someone killed it), so
+// that the groups are not left unwatched until the next spawn.
+func replace(r *Reaper) {
+	mu.Lock()
+	defer mu.Unlock()
+	if cur == r && len(groups) > 0 {
+		_ = ready() // on failure the next Watch tries again, and refuses its spawn
+	}
 }
 
 // Forget unregisters process group pgid: none of its members is left (or

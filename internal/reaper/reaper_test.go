@@ -154,3 +154,53 @@ func TestReaperHoldsNoSecrets(t *testing.T) {
 		t.Fatalf("reaper environment %q", got)
 	}
 }
+
+// TestKilledReaperIsReplaced: a reaper killed by someone is replaced at
+// once, with the groups registered so far.
+func TestKilledReaperIsReplaced(t *testing.T) {
+	c := exec.Command("/bin/sh", "-c", "exec sleep 300")
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+	if err := Watch(c.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	defer Forget(c.Process.Pid)
+	mu.Lock()
+	first := cur
+	mu.Unlock()
+	first.cmd.Process.Kill()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		r := cur
+		mu.Unlock()
+		if r != first {
+			r.mu.Lock()
+			err := r.err
+			r.mu.Unlock()
+			if err != nil {
+				t.Fatalf("the new reaper: %v", err)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the killed reaper was not replaced")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The new one has the group: closing it kills the group.
+	mu.Lock()
+	r := cur
+	mu.Unlock()
+	r.Close()
+	done := make(chan error, 1)
+	go func() { done <- c.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the replacement reaper did not have the registered group")
+	}
+}
