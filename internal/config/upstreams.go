@@ -116,10 +116,12 @@ func (h *HTTP) Endpoint() string {
 	if err != nil {
 		return "(an unparsable url)"
 	}
-	return redactedURL(u)
+	return RedactedURL(u)
 }
 
-func redactedURL(u *url.URL) string {
+// RedactedURL is u without its user info and query, either of which may
+// hold a secret.
+func RedactedURL(u *url.URL) string {
 	c := *u
 	c.User, c.RawQuery, c.ForceQuery = nil, "", false
 	return c.String()
@@ -238,7 +240,7 @@ func (l *loader) validateUpstreams(c *Config, seq *yaml.Node, dir string) {
 				}
 				l.errorf(in("http", "url"), f+".http.url", "", "%v", err)
 			case pu.Scheme != "https" && pu.Scheme != "http" || pu.Host == "":
-				l.errorf(in("http", "url"), f+".http.url", "", "%q: want an http:// or https:// URL with a host", redactedURL(pu))
+				l.errorf(in("http", "url"), f+".http.url", "", "%q: want an http:// or https:// URL with a host", RedactedURL(pu))
 			case pu.Scheme == "http" && !h.TLSPin.IsZero():
 				l.errorf(in("http", "tls_pin"), f+".http.tls_pin", "use an https:// URL", "a TLS pin needs https://")
 			}

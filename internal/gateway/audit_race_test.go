@@ -227,10 +227,9 @@ func TestMalformedCallsAreRecorded(t *testing.T) {
 }
 
 // TestCallWithSEPHeadersIsRecordedOnce: a tools/call carrying MCP's SEP
-// request headers (Mcp-Name, ...) goes to go-sdk, not the fast path; it
-// still gets exactly one call record, whether go-sdk cannot decode its
-// params (recorded as refused by the gateway) or can (recorded by the
-// pipeline).
+// request headers (Mcp-Name, ...), which mean nothing below protocol
+// 2026-07-28, gets exactly one call record, whether its params cannot be
+// decoded (recorded as refused) or can (forwarded).
 func TestCallWithSEPHeadersIsRecordedOnce(t *testing.T) {
 	h := newHarness(t, hconf{})
 	resp, _ := rawPostResp(t, h.url, "", []byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`))

@@ -393,12 +393,9 @@ func (s *session) httpFast(w http.ResponseWriter, r *http.Request, maxBytes int6
 	if v := r.Header.Get("Mcp-Protocol-Version"); v != "" && !slices.Contains(frontVersions(), v) {
 		return false
 	}
-	sep := false // SEP headers, which go-sdk validates: go-sdk answers
-	for k := range r.Header {
-		if strings.HasPrefix(k, "Mcp-Method") || strings.HasPrefix(k, "Mcp-Name") || strings.HasPrefix(k, "Mcp-Param-") {
-			sep = true
-		}
-	}
+	// MCP's SEP request headers (Mcp-Method, Mcp-Name, Mcp-Param-*) are
+	// checked by go-sdk only from protocol 2026-07-28, which the version
+	// check above leaves to go-sdk: below it they mean nothing.
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxBytes+1))
 	rest := r.Body
 	r.Body = struct {
@@ -409,7 +406,7 @@ func (s *session) httpFast(w http.ResponseWriter, r *http.Request, maxBytes int6
 		return false
 	}
 	msg, ok := rpcwire.DecodeFast(body)
-	if !ok || sep {
+	if !ok {
 		if m, err := rpcwire.DecodeMessage(body); err == nil {
 			if req, ok := m.(*jsonrpc.Request); ok {
 				s.recordUndecodableCall(req)

@@ -390,31 +390,38 @@ func (g *Gateway) sessionList() []*session {
 	return out
 }
 
-// shutdownLinger is how long Shutdown waits, after calls it drained, before
-// it ends the sessions.
+// shutdownLinger is how long a drain waits after the calls it drained,
+// before the sessions end.
 const shutdownLinger = 200 * time.Millisecond
+
+// drain refuses new calls (-32068) and waits until the calls in flight are
+// done, or ctx ends; it reports whether they are done. After calls it
+// drained it lingers: their answers are written, but an agent reads them
+// on their own connections (and a call go-sdk answers leaves the pipeline
+// just before go-sdk writes the answer), while ending the sessions closes
+// their notification streams, which a client may see first and fail the
+// call it was about to be answered.
+func (g *Gateway) drain(ctx context.Context) bool {
+	g.closing.Store(true)
+	drained := g.inflight.n.Load() > 0
+	g.inflight.wait(ctx)
+	if ctx.Err() != nil {
+		return g.inflight.n.Load() == 0
+	}
+	if drained {
+		select {
+		case <-time.After(shutdownLinger):
+		case <-ctx.Done():
+		}
+	}
+	return true
+}
 
 // Shutdown stops accepting calls, waits for in-flight calls until ctx ends,
 // then closes every session and stops every upstream.
 func (g *Gateway) Shutdown(ctx context.Context) error {
-	g.closing.Store(true)
-	drained := g.inflight.n.Load() > 0
-	done := make(chan struct{})
-	go func() { g.inflight.wait(ctx); close(done) }()
 	var err error
-	select {
-	case <-done:
-		if drained {
-			// The drained calls' answers are written, but an agent reads
-			// them on their own connections: ending the sessions at once
-			// closes their notification streams too, which a client may
-			// see first and fail the call it was about to be answered.
-			select {
-			case <-time.After(shutdownLinger):
-			case <-ctx.Done():
-			}
-		}
-	case <-ctx.Done():
+	if !g.drain(ctx) {
 		err = fmt.Errorf("shutdown: in-flight calls still running after the drain deadline: %w", ctx.Err())
 	}
 	sessions := g.sessionList()

@@ -42,9 +42,8 @@ func (s *session) callTool(ctx context.Context, req *mcp.CallToolRequest) (mcp.R
 	p := req.Params
 	// Ends with the session too, as the fast paths' calls do: the session's
 	// end waits for its handlers.
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := s.withSession(ctx)
 	defer cancel()
-	defer context.AfterFunc(s.ctx, cancel)()
 	raw, err := s.relay(ctx, toolCall{Name: p.Name, Args: p.Arguments, Meta: p.Meta, Progress: p.GetProgressToken()}, nil)
 	if err != nil {
 		return nil, err

@@ -259,20 +259,10 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 				return
 			}
 			logger.Info("shutting down: draining in-flight calls", "grace", grace)
-			g.closing.Store(true)
 			dctx, cancel := context.WithTimeout(session, grace)
 			defer cancel()
-			drained := g.inflight.n.Load() > 0
-			g.inflight.wait(dctx)
-			if g.inflight.n.Load() > 0 && session.Err() == nil {
+			if !g.drain(dctx) && session.Err() == nil {
 				logger.Warn("shutdown grace over with calls still in flight; cancelling them", "calls", g.inflight.n.Load())
-			} else if drained {
-				// A call go-sdk answers (not the fast path's) is out of
-				// the pipeline just before go-sdk writes its answer.
-				select {
-				case <-time.After(shutdownLinger):
-				case <-dctx.Done():
-				}
 			}
 			endSession()
 		}()

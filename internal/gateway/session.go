@@ -531,12 +531,20 @@ var errCallTimeout = errors.New("call timeout")
 // session ends.
 func (s *session) bound(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
 	ctx, cancelT := context.WithTimeoutCause(ctx, d, errCallTimeout)
+	ctx, cancel := s.withSession(ctx)
+	return ctx, func() {
+		cancel()
+		cancelT()
+	}
+}
+
+// withSession returns ctx ended also when the session ends.
+func (s *session) withSession(ctx context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(s.ctx, cancel)
 	return ctx, func() {
 		stop()
 		cancel()
-		cancelT()
 	}
 }
 

@@ -67,10 +67,11 @@ func run(r io.Reader) int {
 
 // Reaper is the gateway's handle on its reaper process.
 type Reaper struct {
-	mu  sync.Mutex
-	w   *os.File
-	cmd *exec.Cmd
-	err error // the reaper is gone: why
+	mu     sync.Mutex
+	w      *os.File
+	cmd    *exec.Cmd
+	err    error // the reaper is gone: why
+	closed bool  // by Close: its end was meant
 }
 
 // Start starts a reaper process.
@@ -96,10 +97,10 @@ func Start() (*Reaper, error) {
 	go func() {
 		err := cmd.Wait()
 		r.mu.Lock()
-		unexpected := r.err == nil
-		if unexpected {
+		if r.err == nil {
 			r.err = fmt.Errorf("the reaper process ended: %v", err)
 		}
+		unexpected := !r.closed // whatever a write to it found meanwhile
 		r.mu.Unlock()
 		if unexpected {
 			replace(r)
@@ -134,6 +135,7 @@ func (r *Reaper) Close() error {
 	if r.err == nil {
 		r.err = errors.New("the reaper is closed")
 	}
+	r.closed = true
 	r.mu.Unlock()
 	return r.w.Close()
 }
@@ -170,6 +172,9 @@ func ready() error {
 	r, err := Start()
 	if err != nil {
 		return err
+	}
+	if cur != nil {
+		cur.w.Close() // the pipe to the reaper that ended
 	}
 	cur = r
 	for g := range groups {

@@ -158,12 +158,7 @@ func TestReaperHoldsNoSecrets(t *testing.T) {
 // TestKilledReaperIsReplaced: a reaper killed by someone is replaced at
 // once, with the groups registered so far.
 func TestKilledReaperIsReplaced(t *testing.T) {
-	c := exec.Command("/bin/sh", "-c", "exec sleep 300")
-	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+	c := sleeper(t)
 	if err := Watch(c.Process.Pid); err != nil {
 		t.Fatal(err)
 	}
@@ -172,29 +167,11 @@ func TestKilledReaperIsReplaced(t *testing.T) {
 	first := cur
 	mu.Unlock()
 	first.cmd.Process.Kill()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		mu.Lock()
-		r := cur
-		mu.Unlock()
-		if r != first {
-			r.mu.Lock()
-			err := r.err
-			r.mu.Unlock()
-			if err != nil {
-				t.Fatalf("the new reaper: %v", err)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the killed reaper was not replaced")
-		}
-		time.Sleep(10 * time.Millisecond)
+	r := waitReplaced(first, 10*time.Second)
+	if r == nil {
+		t.Fatal("the killed reaper was not replaced")
 	}
 	// The new one has the group: closing it kills the group.
-	mu.Lock()
-	r := cur
-	mu.Unlock()
 	r.Close()
 	done := make(chan error, 1)
 	go func() { done <- c.Wait() }()
@@ -202,5 +179,75 @@ func TestKilledReaperIsReplaced(t *testing.T) {
 	case <-done:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the replacement reaper did not have the registered group")
+	}
+}
+
+func waitReplaced(first *Reaper, d time.Duration) *Reaper {
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		mu.Lock()
+		r := cur
+		mu.Unlock()
+		if r != first {
+			return r
+		}
+	}
+	return nil
+}
+
+func sleeper(t *testing.T) *exec.Cmd {
+	c := exec.Command("/bin/sh", "-c", "exec sleep 300")
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Kill(-c.Process.Pid, syscall.SIGKILL); c.Wait() })
+	return c
+}
+
+// TestReplacedReaperPipeIsClosed: replacing a killed reaper closes the
+// gateway's end of the old pipe (no descriptor leaks per replacement).
+func TestReplacedReaperPipeIsClosed(t *testing.T) {
+	c := sleeper(t)
+	if err := Watch(c.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	defer Forget(c.Process.Pid)
+	mu.Lock()
+	first := cur
+	mu.Unlock()
+	first.cmd.Process.Kill()
+	if waitReplaced(first, 10*time.Second) == nil {
+		t.Fatal("not replaced")
+	}
+	if _, err := first.w.Stat(); err == nil {
+		t.Fatalf("the dead reaper's pipe fd %d is still open (leaked)", first.w.Fd())
+	}
+}
+
+// TestKilledReaperIsReplacedWhileChildrenEnd: a killed reaper is replaced
+// even when a Forget (a child being reaped) wrote to its dead pipe first.
+func TestKilledReaperIsReplacedWhileChildrenEnd(t *testing.T) {
+	c := sleeper(t)
+	if err := Watch(c.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	defer Forget(c.Process.Pid)
+	for i := 0; i < 20; i++ {
+		mu.Lock()
+		first := cur
+		mu.Unlock()
+		first.cmd.Process.Kill()
+		for {
+			Forget(1 << 30) // an unrelated child being reaped meanwhile
+			first.mu.Lock()
+			gone := first.err != nil
+			first.mu.Unlock()
+			if gone {
+				break
+			}
+		}
+		if waitReplaced(first, 2*time.Second) == nil {
+			t.Fatalf("attempt %d: killed reaper never replaced although group %d is registered", i, c.Process.Pid)
+		}
 	}
 }

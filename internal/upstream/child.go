@@ -97,10 +97,12 @@ type ExitEvent struct {
 
 // Hooks receive the child's life events. Any may be nil.
 type Hooks struct {
-	// Spawn is called after measuring, before exec when refused and right
-	// after exec otherwise (the record holds the pid). A non-nil error
-	// refuses the spawn; a started child is then stopped at once (Ready
-	// refuses before exec when the failure is known beforehand).
+	// Spawn is called after measuring: before exec when refused then, and
+	// after exec otherwise, with the pid (also for a refusal after exec: the
+	// file changed while it was measured, or its group cannot be watched;
+	// that child was stopped). A non-nil error refuses the spawn; a started
+	// child is then stopped at once (Ready refuses before exec when the
+	// failure is known beforehand).
 	Spawn func(SpawnEvent) error
 	// Ready, if set, is called after measuring and before exec: an error
 	// (the audit log is known to be broken) refuses the spawn before the
@@ -234,6 +236,9 @@ func Spawn(ctx context.Context, spec StdioSpec, environ []string, hooks Hooks, s
 		}
 		return nil, &SpawnError{Upstream: spec.Name, Reason: reason, Hint: hint, Err: err}
 	}
+	if err := platformSupportsStdio(); err != nil {
+		return refuse(err.Error(), "run the gateway on Linux for stdio upstreams; HTTP upstreams work everywhere", err)
+	}
 	path, err := digest.ResolveCommand(spec.Command, lookupEnv(env, "PATH"))
 	if err != nil {
 		return refuse(err.Error(), "check the upstream's command in the configuration", err)
@@ -351,8 +356,11 @@ func Spawn(ctx context.Context, spec StdioSpec, environ []string, hooks Hooks, s
 		outR.Close()
 		errR.Close()
 		hint := ""
-		if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM) {
-			hint = "the child runs from a sealed in-memory copy (memfd) of the file: check that the kernel and its security module allow executing memfds (vm.memfd_noexec 0 or 1), and that a script's interpreter is executable"
+		switch {
+		case (errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM)) && spec.Sealed:
+			hint = "with sealed: true the child runs from a sealed in-memory copy (memfd) of the file: check that the kernel and its security module allow executing memfds (vm.memfd_noexec 0 or 1), and that a script's interpreter is executable"
+		case errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM):
+			hint = "check that the file and a script's interpreter are executable, that the file system is not mounted noexec, and that no security module (SELinux, AppArmor) denies it"
 		}
 		return refuse(fmt.Sprintf("start %s: %v", path, err), hint, err)
 	}
@@ -363,6 +371,7 @@ func Spawn(ctx context.Context, spec StdioSpec, environ []string, hooks Hooks, s
 	}
 	c := &Child{path: path, session: ev.Session, name: spec.Name, class: ev.Class, cmd: cmd, pid: cmd.Process.Pid, grace: grace, hooks: hooks,
 		stdin: stdin, stdout: stdout, wsem: make(chan struct{}, 1), stopping: make(chan struct{}), wtimeout: writeTimeout, done: make(chan struct{}), stderrDone: make(chan struct{})}
+	ev.PID = c.pid // a refusal from here on is of a child that ran
 	go c.pumpStderr(stderr, spec)
 	if hooks.Stderr != nil {
 		go c.reportStderr()
@@ -382,7 +391,6 @@ func Spawn(ctx context.Context, spec StdioSpec, environ []string, hooks Hooks, s
 				"retry once the file is no longer being changed; set sealed: true on the upstream to run a sealed copy", ErrPinMismatch)
 		}
 	}
-	ev.PID = c.pid
 	if hooks.Spawn != nil {
 		if err := hooks.Spawn(ev); err != nil {
 			c.Stop()

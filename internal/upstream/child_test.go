@@ -199,8 +199,8 @@ func TestSpawnFileWrittenWhileMeasuredIsRefused(t *testing.T) {
 	var refused SpawnEvent
 	_, err := Spawn(context.Background(), StdioSpec{Name: "s", Command: p, Pin: d, StopGrace: time.Second}, os.Environ(),
 		Hooks{Spawn: func(ev SpawnEvent) error { refused = ev; return nil }}, "per-session")
-	if err == nil || !errors.Is(err, ErrPinMismatch) || !strings.Contains(err.Error(), "written while it was measured") || !refused.Refused {
-		t.Fatalf("err = %v, refusal %+v", err, refused)
+	if err == nil || !errors.Is(err, ErrPinMismatch) || !strings.Contains(err.Error(), "written while it was measured") || !refused.Refused || refused.PID == 0 {
+		t.Fatalf("err = %v, refusal %+v (a child that ran is refused with its pid)", err, refused)
 	}
 }
 

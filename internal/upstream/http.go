@@ -85,10 +85,10 @@ func NewHTTP(o HTTPOptions) (*HTTPUpstream, error) {
 		return nil, errf("url: %w", err)
 	}
 	if u.Host == "" || u.Hostname() == "" {
-		return nil, errf("url %q has no host; write it as https://host:port/mcp", redactURL(u))
+		return nil, errf("url %q has no host; write it as https://host:port/mcp", config.RedactedURL(u))
 	}
 	if u.User != nil {
-		return nil, errf("url %q carries user info; put credentials in bearer_token_env / bearer_token_file instead", redactURL(u))
+		return nil, errf("url %q carries user info; put credentials in bearer_token_env / bearer_token_file instead", config.RedactedURL(u))
 	}
 	endpoint := *u
 	endpoint.RawQuery, endpoint.ForceQuery, endpoint.Fragment, endpoint.RawFragment = "", false, "", ""
@@ -135,7 +135,7 @@ func NewHTTP(o HTTPOptions) (*HTTPUpstream, error) {
 		}
 	case "http":
 		if o.TLSPin != "" || o.CAFile != "" {
-			return nil, errf("tls_pin / ca_file set on an http:// url %q; use https:// or remove them", redactURL(u))
+			return nil, errf("tls_pin / ca_file set on an http:// url %q; use https:// or remove them", config.RedactedURL(u))
 		}
 		up.class = ClassPlaintext
 		if !o.AllowRemotePlaintext {
@@ -166,10 +166,10 @@ func NewHTTP(o HTTPOptions) (*HTTPUpstream, error) {
 	}
 	up.client = &http.Client{
 		Transport: &credentialTransport{base: tr, header: hdr, endpoint: &endpoint, query: u.RawQuery},
-		CheckRedirect: func(req *http.Request, _ []*http.Request) error {
-			return errf("the server redirected to %s; upstreams are not followed across redirects "+
-				"(the pin and credentials belong to the configured url), configure the final url instead", redactURL(req.URL))
-		},
+		// The transport refuses redirects with a clear error (which this
+		// hook's would not be: the client quotes the Location, query and
+		// all); one without a Location is not followed either.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 	return up, nil
 }
@@ -274,7 +274,7 @@ func (t *credentialTransport) RoundTrip(req *http.Request) (*http.Response, erro
 		loc, lerr := req.URL.Parse(resp.Header.Get("Location"))
 		where := "another url"
 		if lerr == nil {
-			where = redactURL(loc)
+			where = config.RedactedURL(loc)
 		}
 		io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
 		resp.Body.Close()
@@ -401,13 +401,6 @@ func readCredentials(o HTTPOptions, errf func(string, ...any) error) (http.Heade
 		}
 	}
 	return h, nil
-}
-
-func redactURL(u *url.URL) string {
-	c := *u
-	c.User = nil
-	c.RawQuery = ""
-	return c.String()
 }
 
 var _ Upstream = (*HTTPUpstream)(nil)

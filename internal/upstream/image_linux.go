@@ -14,19 +14,19 @@ import (
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
-// A descriptor open on the executable does not freeze its contents: the
-// same file can be rewritten in place between hashing and execve, and a
-// "#!" script for as long as its interpreter reads it. So a child never
-// executes the file itself: it executes a sealed copy in memory (a memfd
-// that nobody, the child included, can write, grow or shrink), and the
-// digest recorded and compared with the pin is the digest of that copy's
-// bytes, read back after sealing.
+// With StdioSpec.Sealed a child does not execute the file itself but a
+// sealed copy in memory (a memfd that nobody, the child included, can
+// write, grow or shrink), and the digest recorded and compared with the pin
+// is the digest of that copy's bytes, read back after sealing: a file
+// rewritten in place, even while a "#!" script runs, cannot change what the
+// child runs. The program sees the memfd as its own path, which
+// interpreters cannot work with, so this is for static binaries.
 //
-// Copying a large interpreter (node is about 100 MB) on every spawn would
-// cost time and memory, so the last sealed copy of each resolved path is
-// kept. Every spawn still hashes the file on disk; the kept copy is executed
-// only when its digest is that hash (the same bytes), and a file whose
-// digest changed is copied and sealed again, replacing the kept copy.
+// Copying a large binary on every spawn would cost time and memory, so the
+// last sealed copy of each resolved path is kept. Every spawn still hashes
+// the file on disk; the kept copy is executed only when its digest is that
+// hash (the same bytes), and a file whose digest changed is copied and
+// sealed again, replacing the kept copy.
 
 // maxImages bounds how many resolved paths keep a sealed copy; the least
 // recently used is dropped first (its running children keep their own).
@@ -53,7 +53,7 @@ var memfdCreate = unix.MemfdCreate
 
 // hint says what an operator can do about a sealError.
 func (e *sealError) hint() string {
-	h := "the gateway runs a stdio server only from a sealed in-memory copy of the measured file (memfd_create with sealing, Linux 3.17 or later)"
+	h := "sealed: true runs a stdio server from a sealed in-memory copy of the measured file (memfd_create with sealing, Linux 3.17 or later)"
 	switch {
 	case errors.Is(e.err, unix.EACCES) && e.op == "memfd_create":
 		v, _ := os.ReadFile("/proc/sys/vm/memfd_noexec")
@@ -190,10 +190,11 @@ func (c *imageCache) put(path string, f *os.File, d digest.Digest) {
 	}
 }
 
-// stamp is what changes when a file is written in place: its status change
-// time (which no one can set back), modification time, size and inode.
+// stamp is what changes when a file is written in place through any
+// descriptor: its status change time (which no one can set back),
+// modification time and size.
 type stamp struct {
-	ino, size    int64
+	size         int64
 	ctime, mtime unix.Timespec
 }
 
@@ -202,5 +203,7 @@ func stampOf(f *os.File) (stamp, error) {
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
 		return stamp{}, err
 	}
-	return stamp{ino: int64(st.Ino), size: st.Size, ctime: st.Ctim, mtime: st.Mtim}, nil
+	return stamp{size: st.Size, ctime: st.Ctim, mtime: st.Mtim}, nil
 }
+
+func platformSupportsStdio() error { return nil }

@@ -16,19 +16,16 @@ func sealedImage(path string) (*os.File, digest.Digest, error) {
 }
 
 func (e *sealError) hint() string {
-	return "sealed: true needs Linux (a sealed memfd); remove it to run the file itself"
+	return "sealed: true needs Linux (a sealed memfd)"
 }
 
-// stamp is what changes when a file is written in place.
-type stamp struct {
-	size  int64
-	mtime int64
-}
+// stamp: unused where stdio upstreams are refused.
+type stamp struct{}
 
-func stampOf(f *os.File) (stamp, error) {
-	fi, err := f.Stat()
-	if err != nil {
-		return stamp{}, err
-	}
-	return stamp{size: fi.Size(), mtime: fi.ModTime().UnixNano()}, nil
+func stampOf(*os.File) (stamp, error) { return stamp{}, errors.ErrUnsupported }
+
+// platformSupportsStdio: a child is executed through /proc/self/fd/3, and
+// its group is watched by a reaper run from /proc/self/exe: Linux only.
+func platformSupportsStdio() error {
+	return errors.New("stdio upstreams need Linux: the gateway executes the measured file through /proc/self/fd and watches the child's process group from /proc/self/exe")
 }
