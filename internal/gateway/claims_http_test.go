@@ -2,8 +2,6 @@ package gateway
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"io/fs"
@@ -123,13 +121,7 @@ func TestHTTPUpstreamURLQueryStaysSecret(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 
-	dir := t.TempDir()
-	_, key, _ := ed25519.GenerateKey(rand.Reader)
-	w, err := auditlog.Open(dir, auditlog.Options{Key: key, Gateway: auditlog.GatewayInfo{Version: "test", Platform: "software"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	w, dir := openTestLog(t)
 	down, err := upstream.NewHTTP(upstream.HTTPOptions{Name: "down", URL: "http://127.0.0.1:1/mcp?api_key=" + secret})
 	if err != nil {
 		t.Fatal(err)

@@ -387,13 +387,7 @@ func TestHTTPUpstreamRestart(t *testing.T) {
 	addr := ln.Addr().String()
 	first := serve(ln)
 
-	dir := t.TempDir()
-	_, key, _ := ed25519.GenerateKey(rand.Reader)
-	w, err := auditlog.Open(dir, auditlog.Options{Key: key, Gateway: auditlog.GatewayInfo{Version: "test", Platform: "software"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	w, _ := openTestLog(t)
 	up, err := upstream.NewHTTP(upstream.HTTPOptions{Name: "web", URL: "http://" + addr + "/"})
 	if err != nil {
 		t.Fatal(err)
@@ -438,4 +432,18 @@ func startAndConnect(t *testing.T, g *Gateway) *mcp.ClientSession {
 	}
 	t.Cleanup(func() { cs.Close() })
 	return cs
+}
+
+// openTestLog opens an audit log in a fresh directory (returned) with a
+// throwaway key; the test's cleanup closes it.
+func openTestLog(t *testing.T) (*auditlog.Writer, string) {
+	t.Helper()
+	dir := t.TempDir()
+	_, key, _ := ed25519.GenerateKey(rand.Reader)
+	w, err := auditlog.Open(dir, auditlog.Options{Key: key, Gateway: auditlog.GatewayInfo{Version: "test", Platform: "software"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	return w, dir
 }
