@@ -129,6 +129,8 @@ func TestLoadErrors(t *testing.T) {
 		{"bearer env name", up("  - name: a\n    http:\n      url: https://x/mcp\n      bearer_token_env: 'MY TOKEN'\n"),
 			`c.yaml:6:25: upstreams[0] (a).http.bearer_token_env: "MY TOKEN" is not a valid environment variable name`, ""},
 		// A section's own checks name the line of the offending value.
+		{"identity with a control character", "version: 1\nserver:\n  tokens:\n    - identity: \"bob\\0ops\"\n      sha256: " + d1 + "\n",
+			`c.yaml:4:17: server.tokens[0]: identity "bob\x00ops" holds control characters; use a plain name`, ""},
 		{"token twice", "version: 1\nserver:\n  tokens:\n    - identity: a\n      sha256: " + d1 + "\n    - identity: b\n      sha256: " + d1 + "\n",
 			"c.yaml:7:15: server.tokens[1] (b): the same token digest is listed twice (first as server.tokens[0])", ""},
 		{"token without digest", "version: 1\nserver:\n  tokens:\n    - {identity: a, sha256: " + d1 + "}\n    - identity: b\n",

@@ -6,7 +6,9 @@ import (
 	"net"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
+	"unicode"
 
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
@@ -74,6 +76,9 @@ func (s *Server) Validate() error {
 	for i, t := range s.Tokens {
 		if t.Identity == "" {
 			return valueAt("tokens", i).errorf("server.tokens[%d]: identity is required", i)
+		}
+		if strings.ContainsFunc(t.Identity, unicode.IsControl) {
+			return valueAt("tokens", i, "identity").errorf("server.tokens[%d]: identity %q holds control characters; use a plain name", i, t.Identity)
 		}
 		if t.SHA256.IsZero() {
 			return valueAt("tokens", i).errorf("server.tokens[%d] (%s): sha256 is required: the digest of the token (printf %%s \"$TOKEN\" | sha256sum)", i, t.Identity)

@@ -14,6 +14,7 @@ import (
 	"os"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -265,7 +266,13 @@ func authenticate(r *http.Request, o HTTPOptions) (string, error) {
 		return who, nil
 	}
 	if o.ClientCerts && r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.VerifiedChains[0]) > 0 {
-		return CertIdentity(r.TLS.VerifiedChains[0][0].Subject), nil
+		id := CertIdentity(r.TLS.VerifiedChains[0][0].Subject)
+		if strings.ContainsFunc(id, unicode.IsControl) {
+			// An identity is a name in the log, the policy and replay:
+			// one with control characters is refused, not escaped.
+			return "", errors.New("the client certificate's subject holds control characters; it cannot be an agent identity")
+		}
+		return id, nil
 	}
 	if len(o.Tokens) == 0 && !o.ClientCerts {
 		return AnonymousIdentity, nil

@@ -148,7 +148,14 @@ var (
 )
 
 func agentEntity(agent string, groups []string) (cedar.Entity, []cedar.EntityUID) {
-	key := agent + "\x00" + strings.Join(groups, "\x00")
+	// Every part length-prefixed: names may hold any byte (a certificate
+	// subject can hold a NUL), so no two principals share a key.
+	var buf [128]byte
+	k := appendField(buf[:0], agent)
+	for _, g := range groups {
+		k = appendField(k, g)
+	}
+	key := string(k)
 	if v, ok := agentCache.Load(key); ok {
 		a := v.(*agentEnt)
 		return a.agent, a.groups
@@ -164,6 +171,14 @@ func agentEntity(agent string, groups []string) (cedar.Entity, []cedar.EntityUID
 	return a.agent, a.groups
 }
 
+// appendField appends s to a cache key, length-prefixed (as memo.go's
+// field does), so that no two sequences of parts make the same key.
+func appendField(k []byte, s string) []byte {
+	k = strconv.AppendInt(k, int64(len(s)), 10)
+	k = append(k, ':')
+	return append(k, s...)
+}
+
 func toolEntities(r *Request) (cedar.Entity, cedar.Entity) {
 	an := r.Annotations
 	hints := []byte{'0', '0', '0', '0'}
@@ -172,7 +187,12 @@ func toolEntities(r *Request) (cedar.Entity, cedar.Entity) {
 			hints[i] = '1'
 		}
 	}
-	key := r.Tool + "\x00" + r.ToolName + "\x00" + r.Upstream + "\x00" + r.EvidenceClass + "\x00" + string(hints)
+	var buf [128]byte
+	k := appendField(buf[:0], r.Tool)
+	k = appendField(k, r.ToolName)
+	k = appendField(k, r.Upstream)
+	k = appendField(k, r.EvidenceClass)
+	key := string(append(k, hints...))
 	if v, ok := toolCache.Load(key); ok {
 		t := v.(*toolEnt)
 		return t.tool, t.upstream
