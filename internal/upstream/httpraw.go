@@ -80,7 +80,7 @@ func (c *httpRaw) roundTrip(rctx context.Context, id, method string, body []byte
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		defer resp.Body.Close()
-		return nil, nil, c.statusError(method, resp)
+		return nil, nil, c.statusError(method, id, resp)
 	}
 	switch ct := baseMediaType(resp.Header.Get("Content-Type")); ct {
 	case "application/json":
@@ -313,15 +313,26 @@ func (c *httpRaw) post(ctx context.Context, body []byte) (*http.Response, error)
 // statusError is the error for a call the upstream refused with a non-2xx
 // status: its JSON-RPC error if the body is one, else the status (404: the
 // upstream's session is gone).
-func (c *httpRaw) statusError(method string, resp *http.Response) error {
+func (c *httpRaw) statusError(method, id string, resp *http.Response) error {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxFrame))
+	var r *jsonrpc.Response
 	if msg, err := rpcwire.DecodeMessage(b); err == nil {
-		if r, ok := msg.(*jsonrpc.Response); ok && r.Error != nil {
-			return r.Error
-		}
+		r, _ = msg.(*jsonrpc.Response)
 	}
 	if resp.StatusCode == http.StatusNotFound && c.session != "" {
-		return fmt.Errorf("upstream %q: %s: the upstream no longer knows MCP session %s (HTTP 404): %w", c.up.name, method, c.session, mcp.ErrSessionMissing)
+		// Whatever the body says (some servers send a JSON-RPC error with
+		// an id of their own): the session is gone, and the connection
+		// must be made again.
+		why := ""
+		var je *jsonrpc.Error
+		if r != nil && errors.As(r.Error, &je) {
+			why = fmt.Sprintf(" (%q)", je.Message)
+		}
+		return fmt.Errorf("upstream %q: %s: the upstream no longer knows MCP session %s (HTTP 404%s): %w", c.up.name, method, c.session, why, mcp.ErrSessionMissing)
+	}
+	// The body's JSON-RPC error, if it answers this request.
+	if r != nil && r.Error != nil && (isID(r.ID, id) || !r.ID.IsValid()) {
+		return r.Error
 	}
 	return c.errorf(method, "the upstream answered HTTP %s", resp.Status)
 }

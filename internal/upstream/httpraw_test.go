@@ -549,3 +549,61 @@ func TestHTTPRawCallResumesAfterServerClose(t *testing.T) {
 		t.Fatalf("resumed %v after the call started, before the %v the server asked for", time.Duration(at-start.UnixNano()), retry)
 	}
 }
+
+// TestHTTPRawCallResumesFromTheLastDispatchedEvent: a stream cut in the
+// middle of the response event (after its id line) is resumed from the last
+// event that was dispatched, not from the id of the half-read one: the
+// server replays only the events after Last-Event-ID.
+func TestHTTPRawCallResumesFromTheLastDispatchedEvent(t *testing.T) {
+	const resp = `{"jsonrpc":"2.0","id":"cmcp-1","result":{"content":[{"type":"text","text":"big"}]}}`
+	var mu sync.Mutex
+	var lastIDs []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		switch r.Method {
+		case http.MethodPost:
+			// event 1 complete, event 2 (the response) cut mid-data.
+			fmt.Fprintf(w, "id: 1\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":\"p\",\"progress\":1}}\n\n")
+			fmt.Fprintf(w, "id: 2\ndata: %s", resp[:30])
+		case http.MethodGet:
+			mu.Lock()
+			lastIDs = append(lastIDs, r.Header.Get("Last-Event-ID"))
+			mu.Unlock()
+			if r.Header.Get("Last-Event-ID") == "1" {
+				fmt.Fprintf(w, "id: 2\ndata: %s\n\n", resp)
+			}
+			// after "2": nothing more to replay
+		}
+	}))
+	defer srv.Close()
+	c := &httpRaw{up: plainUpstream(t, srv.URL), session: "s1", version: ProtocolVersion}
+	res, err := c.call(rawCallCtx(t), "tools/call", callParams("echo", "{}"))
+	mu.Lock()
+	defer mu.Unlock()
+	if err != nil || !strings.Contains(string(res), "big") {
+		t.Fatalf("got %s, %v; resumed with Last-Event-ID %q (want \"1\": event 2 was never dispatched)", res, err, lastIDs)
+	}
+}
+
+// TestHTTPRawSessionGone404WithJSONRPCBody: a 404 whose body is a JSON-RPC
+// error is reported as the session being gone, whatever the body's id: null
+// (the TypeScript SDK) or one of the server's own (older python-sdk).
+func TestHTTPRawSessionGone404WithJSONRPCBody(t *testing.T) {
+	for _, reply := range []string{
+		`{"jsonrpc":"2.0","error":{"code":-32001,"message":"Session not found"},"id":null}`,
+		`{"jsonrpc":"2.0","id":"server-error","error":{"code":-32600,"message":"Not Found: Session has been terminated"}}`,
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusNotFound)
+			fmt.Fprint(w, reply)
+		}))
+		c := &httpRaw{up: plainUpstream(t, srv.URL), session: "s1", version: ProtocolVersion}
+		_, err := c.call(rawCallCtx(t), "tools/call", callParams("echo", "{}"))
+		srv.Close()
+		var we *jsonrpc.Error
+		if !errors.Is(err, mcp.ErrSessionMissing) || errors.As(err, &we) {
+			t.Fatalf("%s: err = %v, want ErrSessionMissing and not a *jsonrpc.Error (the gateway keeps the connection for those)", reply, err)
+		}
+	}
+}

@@ -25,12 +25,17 @@ type sseEvent struct {
 type sseReader struct {
 	r   *bufio.Reader
 	max int
-	// lastID is the standard's last event ID buffer: every id field sets
-	// it, whether or not its event is dispatched (a server primes it with
-	// an event that has an id and no data). retry is the reconnection time
-	// from the last valid retry field, 0 if none.
-	lastID string
-	retry  time.Duration
+	// idBuf is the standard's last event ID buffer, which every id field
+	// sets; lastID is the last event ID string, the one to resume from:
+	// the buffer as it was when the last event was dispatched (at its
+	// blank line, with or without data: a server primes it with an event
+	// that has an id and no data). An event the stream is cut inside never
+	// sets it. retry is the reconnection time from the last valid retry
+	// field, 0 if none.
+	idBuf, lastID string
+	retry         time.Duration
+	// started: the first line was read (and a leading BOM skipped).
+	started bool
 }
 
 func newSSEReader(r io.Reader, max int) *sseReader {
@@ -57,8 +62,13 @@ func (s *sseReader) next() (sseEvent, error) {
 			return sseEvent{}, err
 		}
 		size += len(line)
+		if !s.started {
+			s.started = true
+			line = bytes.TrimPrefix(line, []byte("\xEF\xBB\xBF")) // one leading U+FEFF is ignored
+		}
 		line = bytes.TrimSuffix(bytes.TrimSuffix(line, []byte("\n")), []byte("\r"))
 		if len(line) == 0 { // dispatch
+			s.lastID = s.idBuf
 			if hasData || ev.name != "" {
 				ev.data = data
 				return ev, nil
@@ -77,7 +87,7 @@ func (s *sseReader) next() (sseEvent, error) {
 		case "id":
 			if bytes.IndexByte(value, 0) < 0 {
 				ev.id = string(value)
-				s.lastID = ev.id
+				s.idBuf = ev.id
 			}
 		case "retry":
 			if ms, err := strconv.ParseUint(string(value), 10, 31); err == nil { // ASCII digits only

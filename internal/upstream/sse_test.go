@@ -114,3 +114,12 @@ func TestSSEReaderResumeState(t *testing.T) {
 		}
 	}
 }
+
+// TestSSEReaderSkipsALeadingBOM: the event-stream standard ignores one
+// leading U+FEFF.
+func TestSSEReaderSkipsALeadingBOM(t *testing.T) {
+	evs, err := readEvents("\xEF\xBB\xBFdata: x\n\n", 1<<20)
+	if err != nil || len(evs) != 1 || string(evs[0].data) != "x" {
+		t.Fatalf("events %+v, err %v; want one event with data x", evs, err)
+	}
+}
