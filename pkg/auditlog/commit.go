@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"hash"
 	"io"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -237,7 +236,7 @@ var ErrPayloadMismatch = errors.New("the vault's payload does not match the comm
 // decryption per payload, so only the payloads used are paid for, and
 // callers may decrypt in parallel). A torn final line (crash) is ignored.
 func (o *Opener) LoadVault(dir string, ids ...age.Identity) error {
-	f, err := os.Open(filepath.Join(dir, VaultFile))
+	f, err := openRegular(filepath.Join(dir, VaultFile))
 	if err != nil {
 		return fmt.Errorf("open payload vault: %w", err)
 	}
@@ -246,9 +245,12 @@ func (o *Opener) LoadVault(dir string, ids ...age.Identity) error {
 	o.ids = fastIdentities(ids)
 	br := bufio.NewReaderSize(f, 64<<10)
 	for n := 1; ; n++ {
-		line, err := br.ReadBytes('\n')
+		line, err := readLineMax(br, maxVaultLine)
 		if err == io.EOF {
 			return nil // a final fragment without '\n' is a torn write
+		}
+		if errors.Is(err, errLineTooLong) {
+			return fmt.Errorf("%s:%d: a line longer than %d bytes is not a vault entry: the vault was altered", VaultFile, n, maxVaultLine)
 		}
 		if err != nil {
 			return fmt.Errorf("read payload vault: %w", err)
@@ -258,6 +260,37 @@ func (o *Opener) LoadVault(dir string, ids ...age.Identity) error {
 			return fmt.Errorf("%s:%d: %w", VaultFile, n, err)
 		}
 		o.vault[vl.ID] = vl.Age
+	}
+}
+
+// MaxVaultLineBytes bounds one line of the vault when it is read: a payload
+// (an argument or result, at most a few MiB on the wire), encrypted and
+// base64-encoded, is far shorter.
+const MaxVaultLineBytes = 64 << 20
+
+// maxVaultLine is MaxVaultLineBytes; tests lower it.
+var maxVaultLine = MaxVaultLineBytes
+
+var errLineTooLong = errors.New("line too long")
+
+// readLineMax reads one line, with its '\n', of at most max bytes; a final
+// fragment without '\n' is io.EOF.
+func readLineMax(br *bufio.Reader, max int) ([]byte, error) {
+	var line []byte
+	for {
+		frag, err := br.ReadSlice('\n')
+		if len(line)+len(frag) > max {
+			return nil, errLineTooLong
+		}
+		line = append(line, frag...)
+		switch {
+		case err == nil:
+			return line, nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		default:
+			return nil, err
+		}
 	}
 }
 

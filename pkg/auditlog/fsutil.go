@@ -47,8 +47,8 @@ func parseNumbered(name, prefix, suffix string) (int, bool) {
 		return 0, false
 	}
 	s, ok = strings.CutSuffix(s, suffix)
-	if !ok || len(s) != 6 {
-		return 0, false
+	if !ok || len(s) != 6 || strings.Trim(s, "0123456789") != "" {
+		return 0, false // six ASCII digits; no sign
 	}
 	n, err := strconv.Atoi(s)
 	if err != nil || n <= 0 {
@@ -87,4 +87,29 @@ func listSegments(epochDir string) ([]int, error) {
 	}
 	sort.Ints(out)
 	return out, nil
+}
+
+// openRegular opens the regular file at path for reading. It opens without
+// blocking (a FIFO put where a segment or vault should be would block the
+// open until something writes to it) and refuses anything but a regular
+// file, saying what it is.
+func openRegular(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		f.Close()
+		what := "a directory"
+		if !fi.IsDir() {
+			what = "a " + fi.Mode().Type().String() + " file"
+		}
+		return nil, fmt.Errorf("%s is %s, not a regular file", path, what)
+	}
+	return f, nil
 }

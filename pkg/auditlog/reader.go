@@ -135,7 +135,7 @@ func (r *Reader) advance() error {
 	r.si++
 	r.off, r.no = 0, 0
 	r.file = filepath.Join(r.dir, epochName(r.epochs[r.ei]), segmentName(r.segs[r.si]))
-	f, err := os.Open(r.file)
+	f, err := openRegular(r.file)
 	if err != nil {
 		return ioFailure(r.pos(), err)
 	}

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/mod/sumdb/note"
@@ -141,7 +142,7 @@ func readSegment(seg int, path string, hashFile bool, send func(*lineBatch) bool
 		send(b)
 		return false
 	}
-	f, err := os.Open(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0) // a FIFO must not block: refused below
 	if err != nil {
 		return fail(err)
 	}
@@ -590,7 +591,12 @@ func sigNames(n *note.Note) string {
 // line of a segment that is a checkpoint record, or -1. Crash recovery cuts
 // only damage after it.
 func lastCheckpointLine(path string) int64 {
-	b, err := os.ReadFile(path)
+	f, err := openRegular(path)
+	if err != nil {
+		return -1 // the scan reports what the file is
+	}
+	b, err := io.ReadAll(f)
+	f.Close()
 	if err != nil {
 		return -1
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
@@ -47,7 +48,7 @@ func VerifySegment(path string, opt VerifyOptions) (*SegmentResult, error) {
 		list = append(list, v)
 	}
 	vs := note.VerifierList(list...)
-	f, err := os.Open(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0) // a FIFO must not block: refused below
 	if err != nil {
 		return res, ioFailure(Position{File: path}, err)
 	}

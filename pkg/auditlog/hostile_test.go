@@ -1,0 +1,112 @@
+package auditlog
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// within fails t if f does not return within d (a hang on hostile input).
+func within(t *testing.T, d time.Duration, what string, f func() error) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(d):
+		t.Fatalf("%s hung for %v", what, d)
+		return nil
+	}
+}
+
+// TestFIFOInPlaceOfASegmentIsRefused: a FIFO where a segment should be is
+// refused, saying what it is, by the verifier, the reader and the writer's
+// recovery, instead of blocking them for ever in open.
+func TestFIFOInPlaceOfASegmentIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	writeLog(t, dir, Options{}, 20, 1)
+	segs, _ := filepath.Glob(filepath.Join(dir, "epoch-*", "seg-*.jsonl"))
+	last := segs[len(segs)-1]
+	if err := os.Remove(last); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(last, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := within(t, 10*time.Second, "Verify", func() error { _, err := Verify(dir, VerifyOptions{}); return err })
+	if err == nil || !strings.Contains(err.Error(), "not a regular file") && !strings.Contains(err.Error(), "named pipe") {
+		t.Fatalf("Verify: %v", err)
+	}
+	err = within(t, 10*time.Second, "the reader", func() error {
+		r, err := NewReader(dir)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		for {
+			if _, err := r.Next(); err != nil {
+				return err
+			}
+		}
+	})
+	if err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Fatalf("reader: %v", err)
+	}
+	err = within(t, 10*time.Second, "Open", func() error {
+		w, err := Open(dir, Options{Key: testKey(t)})
+		if err == nil {
+			w.Close()
+		}
+		return err
+	})
+	if err == nil {
+		t.Fatal("Open recovered a log whose last segment is a FIFO")
+	}
+	err = within(t, 10*time.Second, "VerifySegment", func() error {
+		_, err := VerifySegment(last, VerifyOptions{})
+		return err
+	})
+	if err == nil {
+		t.Fatal("VerifySegment accepted a FIFO")
+	}
+}
+
+// TestSignedNamesAreNotEpochs: "epoch-+00001" and "seg-+00009.jsonl" are not
+// names of the log (six ASCII digits are): they are ignored, not read as
+// epoch 1 or segment 9.
+func TestSignedNamesAreNotEpochs(t *testing.T) {
+	dir := t.TempDir()
+	writeLog(t, dir, Options{}, 20, 1)
+	if err := os.Mkdir(filepath.Join(dir, "epoch-+00001"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	ep, _ := filepath.Glob(filepath.Join(dir, "epoch-0*"))
+	if err := os.WriteFile(filepath.Join(ep[0], "seg-+00009.jsonl"), []byte("hi\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Verify(dir, VerifyOptions{}); err != nil {
+		t.Fatalf("a log with stray signed names: %v", err)
+	}
+	if n, ok := parseNumbered("epoch-+00001", "epoch-", ""); ok {
+		t.Fatalf("epoch-+00001 parsed as %d", n)
+	}
+}
+
+// TestVaultLineTooLong: a vault line past the bound is refused with the
+// file and line, not read into memory whole.
+func TestVaultLineTooLong(t *testing.T) {
+	defer func(n int) { maxVaultLine = n }(maxVaultLine)
+	maxVaultLine = 1 << 10
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, VaultFile), []byte(strings.Repeat("a", 4<<10)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := (&Opener{}).LoadVault(dir)
+	if err == nil || !strings.Contains(err.Error(), VaultFile+":1") {
+		t.Fatalf("LoadVault: %v", err)
+	}
+}
