@@ -265,3 +265,44 @@ func TestCallWithSEPHeadersIsRecordedOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestElicitationOutlivesAShorterCall: an elicitation the upstream sends
+// during call A lasts as long as A's request, not as long as call B, which
+// started later and ends first while the agent is still answering; with a
+// stdio and an HTTP upstream, over both fronts.
+func TestElicitationOutlivesAShorterCall(t *testing.T) {
+	for _, httpUp := range []bool{false, true} {
+		for _, front := range fronts {
+			t.Run(fmt.Sprintf("%s front, http upstream %v", front, httpUp), func(t *testing.T) {
+				h := newHarness(t, hconf{http: httpUp})
+				cs := h.connectVia(front, &mcp.ClientOptions{ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+					time.Sleep(500 * time.Millisecond) // a person answering
+					return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"name": "ada"}}, nil
+				}})
+				if _, err := call(t, cs, "t__pid", nil); err != nil { // the child runs
+					t.Fatal(err)
+				}
+				type out struct {
+					text string
+					err  error
+				}
+				done := make(chan out, 1)
+				go func() {
+					res, err := call(t, cs, "t__slowelicit", nil) // elicits after 300 ms
+					o := out{err: err}
+					if res != nil {
+						o.text = firstText(res)
+					}
+					done <- o
+				}()
+				time.Sleep(100 * time.Millisecond)
+				if _, err := call(t, cs, "t__sleep", map[string]any{"text": "300ms"}); err != nil { // ends at about 400 ms
+					t.Fatal(err)
+				}
+				if o := <-done; o.err != nil || o.text != "elicited: accept ada" {
+					t.Fatalf("call A: %q %v", o.text, o.err)
+				}
+			})
+		}
+	}
+}

@@ -229,6 +229,18 @@ func newChildServer(mode string) *mcp.Server {
 		}
 		return text("elicited: %s %v", res.Action, res.Content["name"]), nil
 	})
+	s.AddTool(&mcp.Tool{Name: "slowelicit", InputSchema: obj}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		time.Sleep(300 * time.Millisecond)
+		res, err := req.Session.Elicit(ctx, &mcp.ElicitParams{Message: "name?", RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{"name": map[string]any{"type": "string"}}}})
+		if err != nil {
+			return nil, err
+		}
+		return text("elicited: %s %v", res.Action, res.Content["name"]), nil
+	})
+	s.AddTool(&mcp.Tool{Name: "touch", InputSchema: obj}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		_ = s.ResourceUpdated(context.Background(), &mcp.ResourceUpdatedNotificationParams{URI: "test://static"})
+		return text("touched"), nil
+	})
 	s.AddResource(&mcp.Resource{URI: "test://static", Name: "static", MIMEType: "text/plain"}, func(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
 		return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: req.Params.URI, MIMEType: "text/plain", Text: "static text"}}}, nil
 	})

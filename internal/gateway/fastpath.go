@@ -245,6 +245,10 @@ func sinkFrom(ctx context.Context) *sseSink {
 	return sk
 }
 
+// errStreamClosed: the call's response stream has ended; nothing more can
+// be sent on it.
+var errStreamClosed = errors.New("the call's response stream is closed")
+
 // sseSink is the response stream of one fast HTTP call. It becomes an SSE
 // stream when the first message related to the call has to go out before
 // the response; a call without any answers with a plain application/json
@@ -265,7 +269,7 @@ func (sk *sseSink) write(msg []byte) error {
 	sk.mu.Lock()
 	defer sk.mu.Unlock()
 	if sk.closed {
-		return errors.New("the call's response stream is closed")
+		return errStreamClosed
 	}
 	if !sk.sse {
 		sk.sse = true

@@ -486,7 +486,7 @@ func (lv *live) serverRequests(next mcp.MethodHandler) mcp.MethodHandler {
 		if !forwardedToAgent(method) {
 			return next(ctx, method, req)
 		}
-		res, err := lv.toAgent(method, req.GetParams())
+		res, err := lv.toAgent(ctx, method, req.GetParams())
 		if errors.Is(err, errNotForwarded) {
 			return next(ctx, method, req)
 		}
@@ -515,7 +515,7 @@ func (lv *live) serverRequest(ctx context.Context, req *jsonrpc.Request) (json.R
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("%s: invalid params: %v", req.Method, err)}
 		}
 	}
-	res, err := lv.toAgent(req.Method, params)
+	res, err := lv.toAgent(ctx, req.Method, params)
 	if err != nil {
 		return nil, err
 	}
@@ -534,14 +534,33 @@ func forwardedToAgent(method string) bool {
 var errNotForwarded = errors.New("not forwarded")
 
 // toAgent forwards an upstream's sampling, elicitation or roots request to
-// the agent the upstream is working for (see route) and returns its answer.
-func (lv *live) toAgent(method string, params mcp.Params) (mcp.Result, error) {
+// the agent the upstream is working for and returns its answer. A request
+// that came on a raw call's own response stream (an HTTP upstream) goes on
+// that call's stream; otherwise route picks the call. Either way it lives
+// as long as the upstream's request (ctx), not as long as the call whose
+// stream carried it: a shorter call that ends meanwhile does not fail it,
+// the agent's answer arriving on its own.
+func (lv *live) toAgent(ctx context.Context, method string, params mcp.Params) (mcp.Result, error) {
+	if sk := sinkFrom(ctx); sk != nil {
+		if res, err := sk.forward(ctx, method, params); !errors.Is(err, errStreamClosed) {
+			return res, err
+		}
+	}
 	dctx, s := lv.route(nil)
 	if s == nil || s.downSession() == nil {
 		return nil, fault(CodeUpstreamUnavailable, "%s from upstream %q: no agent session to forward it to", method, lv.st.name)
 	}
+	// dctx's values (the call's stream), ctx's end.
+	dctx, cancel := context.WithCancel(context.WithoutCancel(dctx))
+	defer cancel()
+	defer context.AfterFunc(ctx, cancel)()
 	if sk := sinkFrom(dctx); sk != nil {
-		return sk.forward(dctx, method, params)
+		// The call route picked may just have ended (an upstream child
+		// cannot say which call a request belongs to): then the request
+		// goes through go-sdk, on the session's own stream.
+		if res, err := sk.forward(dctx, method, params); !errors.Is(err, errStreamClosed) {
+			return res, err
+		}
 	}
 	ss := s.downSession()
 	switch p := params.(type) {
