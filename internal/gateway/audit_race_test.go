@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -304,5 +305,61 @@ func TestElicitationOutlivesAShorterCall(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestSharedSubscriptionsAreCounted: on a shared upstream (one client
+// session for every agent), one agent's unsubscribe does not end another's
+// subscription: the upstream is unsubscribed only with the last subscriber.
+func TestSharedSubscriptionsAreCounted(t *testing.T) {
+	h := newHarness(t, hconf{shared: true})
+	var bGot atomic.Int32
+	a := h.connect("", nil)
+	b := h.connect("", &mcp.ClientOptions{ResourceUpdatedHandler: func(context.Context, *mcp.ResourceUpdatedNotificationRequest) {
+		bGot.Add(1)
+	}})
+	ctx := context.Background()
+	for _, cs := range []*mcp.ClientSession{b, a} {
+		if err := cs.Subscribe(ctx, &mcp.SubscribeParams{URI: "test://static"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: "test://static"}); err != nil {
+		t.Fatal(err)
+	}
+	before := bGot.Load()
+	if _, err := call(t, b, "t__touch", nil); err != nil { // the upstream reports an update
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, func() string {
+		if bGot.Load() == before {
+			return "b, still subscribed, got no update after a unsubscribed"
+		}
+		return ""
+	})
+}
+
+// TestSharedUpstreamLogsAtTheAgentsLevel: logging/setLevel reaches a shared
+// upstream too (at the most verbose level any agent asked for), so its log
+// messages reach the agent, as with a per-session upstream.
+func TestSharedUpstreamLogsAtTheAgentsLevel(t *testing.T) {
+	for _, shared := range []bool{false, true} {
+		t.Run(fmt.Sprintf("shared %v", shared), func(t *testing.T) {
+			h := newHarness(t, hconf{shared: shared})
+			var got atomic.Int32
+			cs := h.connect("", &mcp.ClientOptions{LoggingMessageHandler: func(context.Context, *mcp.LoggingMessageRequest) { got.Add(1) }})
+			if err := cs.SetLoggingLevel(context.Background(), &mcp.SetLoggingLevelParams{Level: "debug"}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := call(t, cs, "t__progress", nil); err != nil { // logs at info
+				t.Fatal(err)
+			}
+			eventually(t, 5*time.Second, func() string {
+				if got.Load() == 0 {
+					return "no log message reached the agent"
+				}
+				return ""
+			})
+		})
 	}
 }

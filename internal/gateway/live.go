@@ -34,6 +34,11 @@ type live struct {
 	tokens  map[string]*pending
 	closed  bool
 	broken  error // a failure that makes the connection unusable
+	// subs are a shared connection's resource subscriptions: the sessions
+	// subscribed to each URI. The upstream sees one client, so it is
+	// subscribed while any session is, and unsubscribed when the last one
+	// unsubscribes or ends.
+	subs map[string]map[*session]bool
 
 	nextTok atomic.Uint64
 }
@@ -590,4 +595,40 @@ func (st *upState) expectedClass() string {
 		return st.class
 	}
 	return st.opts.Class
+}
+
+// subscribe records s's subscription to uri on a shared connection and
+// reports whether the upstream must be subscribed (s is the first).
+func (lv *live) subscribe(s *session, uri string) (first bool) {
+	lv.mu.Lock()
+	defer lv.mu.Unlock()
+	if lv.subs == nil {
+		lv.subs = map[string]map[*session]bool{}
+	}
+	set := lv.subs[uri]
+	if set == nil {
+		set = map[*session]bool{}
+		lv.subs[uri] = set
+	}
+	first = len(set) == 0
+	set[s] = true
+	return first
+}
+
+// unsubscribe removes s's subscription to uri (all of s's when uri is "")
+// on a shared connection and returns the URIs no session is subscribed to
+// any more, whose upstream subscription must end.
+func (lv *live) unsubscribe(s *session, uri string) (last []string) {
+	lv.mu.Lock()
+	defer lv.mu.Unlock()
+	for u, set := range lv.subs {
+		if (uri == "" || u == uri) && set[s] {
+			delete(set, s)
+			if len(set) == 0 {
+				delete(lv.subs, u)
+				last = append(last, u)
+			}
+		}
+	}
+	return last
 }

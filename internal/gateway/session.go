@@ -178,6 +178,23 @@ func (s *session) end(reason string) {
 		s.ended = true
 		id := s.id
 		s.mu.Unlock()
+		// Its subscriptions on shared upstreams: the last subscriber of a
+		// URI ends the upstream's subscription.
+		for _, st := range s.g.ups {
+			st.mu.Lock()
+			shared := st.shared
+			st.mu.Unlock()
+			if shared == nil {
+				continue
+			}
+			for _, uri := range shared.unsubscribe(s, "") {
+				go func() {
+					ctx, cancel := context.WithTimeout(context.Background(), s.g.opts.CallTimeout)
+					defer cancel()
+					_ = shared.conn.Session.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: uri})
+				}()
+			}
+		}
 		var wg sync.WaitGroup
 		for _, lv := range lives {
 			if lv.owner == s {
@@ -299,6 +316,11 @@ func (st *upState) sharedLive(ctx context.Context) (*live, error) {
 		st.mu.Unlock()
 		if first {
 			st.g.rebuildCatalog()
+		}
+		if err == nil {
+			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), st.g.opts.ConnectTimeout)
+			st.g.applySharedLevel(lctx, lv)
+			cancel()
 		}
 		return lv, err
 	})
@@ -468,6 +490,37 @@ func (s *session) setLevel(ctx context.Context, p *mcp.SetLoggingLevelParams) {
 		if lv.conn.Session.InitializeResult().Capabilities.Logging != nil {
 			_ = lv.conn.Session.SetLoggingLevel(ctx, p)
 		}
+	}
+	// A shared upstream serves every session: it logs at the most verbose
+	// level any of them asked for (each session's own level still filters
+	// what reaches it).
+	for _, st := range s.g.ups {
+		st.mu.Lock()
+		shared := st.shared
+		st.mu.Unlock()
+		if shared != nil {
+			s.g.applySharedLevel(ctx, shared)
+		}
+	}
+}
+
+// applySharedLevel sets a shared upstream's logging level to the most
+// verbose one any session asked for, if any did.
+func (g *Gateway) applySharedLevel(ctx context.Context, lv *live) {
+	if lv.conn.Session.InitializeResult().Capabilities.Logging == nil {
+		return
+	}
+	best := mcp.LoggingLevel("")
+	for _, s := range g.sessionList() {
+		s.mu.Lock()
+		l := s.logLevel
+		s.mu.Unlock()
+		if l != "" && (best == "" || logLevels[l] < logLevels[best]) {
+			best = l
+		}
+	}
+	if best != "" {
+		_ = lv.conn.Session.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: best})
 	}
 }
 
@@ -714,7 +767,14 @@ func (s *session) subscribe(ctx context.Context, req *mcp.SubscribeRequest) erro
 		return fault(jsonrpcResourceNotFound, "resource %q not found in any upstream", req.Params.URI)
 	}
 	_, err := forward(s, ctx, ups[0], nil, func(ctx context.Context, lv *live, _ any) (struct{}, error) {
-		return struct{}{}, lv.conn.Session.Subscribe(ctx, req.Params)
+		if lv.owner == nil && !lv.subscribe(s, req.Params.URI) {
+			return struct{}{}, nil // a shared upstream already subscribed for another session
+		}
+		err := lv.conn.Session.Subscribe(ctx, req.Params)
+		if err != nil && lv.owner == nil {
+			lv.unsubscribe(s, req.Params.URI)
+		}
+		return struct{}{}, err
 	})
 	return err
 }
@@ -725,6 +785,9 @@ func (s *session) unsubscribe(ctx context.Context, req *mcp.UnsubscribeRequest) 
 		return fault(jsonrpcResourceNotFound, "resource %q not found in any upstream", req.Params.URI)
 	}
 	_, err := forward(s, ctx, ups[0], nil, func(ctx context.Context, lv *live, _ any) (struct{}, error) {
+		if lv.owner == nil && len(lv.unsubscribe(s, req.Params.URI)) == 0 {
+			return struct{}{}, nil // other sessions are still subscribed
+		}
 		return struct{}{}, lv.conn.Session.Unsubscribe(ctx, req.Params)
 	})
 	return err
