@@ -296,8 +296,22 @@ func runSpawnCheck(ctx context.Context, e *env, p *ui.Printer, path string) erro
 	if len(failed) > 0 {
 		return &measure.CheckError{Config: path, Failed: failed, Total: total}
 	}
+	var unpinned []string
+	for _, r := range rows {
+		if r.Status == measure.StatusUnpinned {
+			unpinned = append(unpinned, r.Upstream)
+		}
+	}
+	if total == 0 {
+		// A release gate that checked nothing must not pass.
+		return ui.Errorf(ui.ExitMismatch, "%s pins no stdio upstream: nothing was checked", path).
+			Hint("pin each stdio upstream's command (cmcp spawn-digest -- COMMAND) instead of allow_unmeasured")
+	}
 	if !p.JSONOut {
 		p.Printf("%s %d of %d pins match\n", p.OK("ok"), total, total)
+		if len(unpinned) > 0 {
+			p.Printf("warning: not pinned, so not checked (allow_unmeasured): %s\n", strings.Join(unpinned, ", "))
+		}
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -19,15 +20,23 @@ func toolPins(ctx context.Context, e *env, name string, r *measure.Result) ([]ga
 	if t := r.Target; t != nil {
 		spec.MeasurePath, spec.MeasurePin = t.Path, t.Digest
 	}
-	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	pins, err := gateway.ProbeTools(ctx, spec, e.environ)
+	pins, err := gateway.ProbeTools(ctx, spec, e.environ, e.stderr)
 	if err != nil {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return nil, ui.Errorf(ui.ExitRuntime, "list the tools of %s: it did not answer initialize and tools/list within %s, and was stopped", r.Resolved, probeTimeout).
+				Hint("the server must speak MCP on stdin/stdout; check that it starts with these arguments (its stderr, if any, is above)")
+		}
 		return nil, ui.Errorf(ui.ExitRuntime, "list the tools of %s: %w", r.Resolved, err).
-			Hint("the server must speak MCP on stdin/stdout; check that it starts with these arguments")
+			Hint("the server must speak MCP on stdin/stdout; check that it starts with these arguments (its stderr, if any, is above)")
 	}
 	return pins, nil
 }
+
+// probeTimeout bounds how long --tools waits for the server to start and
+// list its tools.
+const probeTimeout = 60 * time.Second
 
 // toolsYAML renders pins as a catalog: section to paste into cmcp.yaml.
 func toolsYAML(name string, pins []gateway.ToolPin) string {

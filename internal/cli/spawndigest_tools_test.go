@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -46,5 +47,16 @@ func TestSpawnDigestTools(t *testing.T) {
 	code := Main([]string{"spawn-digest", "--tools", "--", "true"}, strings.NewReader(""), &stdout, &stderr)
 	if code != ui.ExitRuntime || !strings.Contains(stderr.String(), "list the tools of") || !strings.Contains(stderr.String(), "cmcp: hint:") {
 		t.Fatalf("non-MCP program: exit %d: %s", code, stderr.String())
+	}
+
+	// A server that fails at start: what it wrote to stderr is shown.
+	fails := filepath.Join(t.TempDir(), "fails.sh")
+	if err := os.WriteFile(fails, []byte("#!/bin/sh\necho 'FATAL: missing API_KEY' >&2\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stderr.Reset()
+	code = Main([]string{"spawn-digest", "--tools", "--", fails}, strings.NewReader(""), &stdout, &stderr)
+	if code != ui.ExitRuntime || !strings.Contains(stderr.String(), "FATAL: missing API_KEY") {
+		t.Fatalf("a server failing at start: exit %d, its stderr not shown: %s", code, stderr.String())
 	}
 }

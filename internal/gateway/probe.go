@@ -3,6 +3,8 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"sort"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -25,8 +27,15 @@ type ToolPin struct {
 // and returns their definition pins sorted by name. Tools the gateway would
 // refuse (an input schema that is not an object, a duplicate name) carry an
 // Error and no pin.
-func ProbeTools(ctx context.Context, spec upstream.StdioSpec, environ []string) ([]ToolPin, error) {
-	s := &upstream.Stdio{Spec: spec, Environ: environ, Share: "per-session"}
+//
+// The server's stderr goes to stderr (nil: dropped), so that a server that
+// will not start says why.
+func ProbeTools(ctx context.Context, spec upstream.StdioSpec, environ []string, stderr io.Writer) ([]ToolPin, error) {
+	var hooks upstream.Hooks
+	if stderr != nil {
+		hooks.Log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	s := &upstream.Stdio{Spec: spec, Environ: environ, Share: "per-session", Hooks: hooks}
 	client := mcp.NewClient(&mcp.Implementation{Name: "cmcp-spawn-digest", Version: "1"}, nil)
 	conn, err := s.Connect(ctx, client, upstream.ConnectOptions{})
 	if err != nil {

@@ -540,7 +540,7 @@ func (c *Child) exitFault() error {
 	case <-time.After(2 * time.Second):
 		return fmt.Errorf("upstream %q closed its stdout: the next call respawns it", c.name)
 	}
-	return fmt.Errorf("upstream %q exited (%s): the next call respawns it; its stderr is in the gateway log", c.name, describeExit(c.cmd.ProcessState))
+	return fmt.Errorf("upstream %q exited (%s): the next call respawns it; its stderr is logged", c.name, describeExit(c.cmd.ProcessState))
 }
 
 func describeExit(ps *os.ProcessState) string {
@@ -548,7 +548,7 @@ func describeExit(ps *os.ProcessState) string {
 		return "unknown status"
 	}
 	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return "killed by " + ws.Signal().String()
+		return fmt.Sprintf("killed by signal %d, %s", int(ws.Signal()), ws.Signal())
 	}
 	return fmt.Sprintf("exit status %d", ps.ExitCode())
 }
