@@ -1,9 +1,13 @@
 package auditlog
 
 import (
+	"context"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -109,4 +113,67 @@ func TestVaultLineTooLong(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), VaultFile+":1") {
 		t.Fatalf("LoadVault: %v", err)
 	}
+}
+
+// TestAppendErrorMeansNotWritten: an Append whose context ends while its
+// record waits reports an error only if the record was not written, and
+// success only if it was: the log never holds a record its appender was
+// told failed (appends race short deadlines in group durability).
+func TestAppendErrorMeansNotWritten(t *testing.T) {
+	dir := t.TempDir()
+	w, err := Open(dir, Options{Key: testKey(t), Durability: DurabilityGroup})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 400
+	ok := make([]bool, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(i%7)*50*time.Microsecond)
+			defer cancel()
+			_, err := w.Append(ctx, &Session{ID: fmt.Sprint(i), Event: "start", Agent: "a", Front: "http"})
+			ok[i] = err == nil
+		}()
+	}
+	wg.Wait()
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	written := make([]bool, n)
+	r, err := NewReader(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for {
+		e, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, err := e.Decode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s, isSession := rec.(*Session); isSession {
+			var i int
+			fmt.Sscan(s.ID, &i)
+			written[i] = true
+		}
+	}
+	failed := 0
+	for i := range n {
+		if ok[i] != written[i] {
+			t.Fatalf("record %d: Append succeeded %v, written %v", i, ok[i], written[i])
+		}
+		if !ok[i] {
+			failed++
+		}
+	}
+	t.Logf("%d of %d appends ended by their context before being queued", failed, n)
 }

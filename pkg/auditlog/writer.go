@@ -568,10 +568,11 @@ func (w *Writer) setFatal(err error) *FatalError {
 
 // Append writes rec and returns once it is durable (strict, group) or
 // written to the file (interval). Kinds the writer owns (genesis, segment,
-// checkpoint, recovery, seal) are refused. If ctx ends while the record
-// waits for the committer, Append returns ctx.Err() but the record may
-// still be written; an Append that commits its record itself (the log was
-// idle) does not watch ctx during that write and sync.
+// checkpoint, recovery, seal) are refused. ctx bounds only the wait for a
+// place in the committer's queue: if it ends then, Append returns ctx.Err()
+// and the record is not written. Once the record is queued (or committed
+// by Append itself, the log being idle), Append waits for its outcome, so
+// that an error always means the record was not written.
 func (w *Writer) Append(ctx context.Context, rec Record) (Receipt, error) {
 	if rec == nil {
 		return Receipt{}, errors.New("append: nil record")
@@ -631,14 +632,10 @@ func (w *Writer) Append(ctx context.Context, rec Record) (Receipt, error) {
 		return Receipt{}, ctx.Err()
 	}
 	w.mu.RUnlock()
-	select {
-	case <-p.done:
-		res, err := p.res, p.err
-		putPending(p)
-		return res, err
-	case <-ctx.Done():
-		return Receipt{}, ctx.Err() // the committer still holds p
-	}
+	<-p.done // the committer answers every record it takes, written or failed
+	res, err := p.res, p.err
+	putPending(p)
+	return res, err
 }
 
 // Commit returns a commitment to payload (the exact wire bytes) under a
