@@ -460,7 +460,7 @@ func (g *Gateway) recordDrift(ctx context.Context, d catalog.DriftEvent, action,
 
 // record appends rec. It is written even if ctx ends meanwhile: a record
 // is never lost because the agent cancelled or the session ended (Append
-// would report ctx's error and maybe still write the record).
+// gives up on a cancelled ctx before the record is queued).
 func (g *Gateway) record(ctx context.Context, rec auditlog.Record) error {
 	_, err := g.log.Append(context.WithoutCancel(ctx), rec)
 	if err != nil {

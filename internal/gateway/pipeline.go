@@ -139,8 +139,8 @@ func (s *session) relay(ctx context.Context, params toolCall, after *func()) (js
 	}
 
 	// The forwarded call record, written even if the agent cancels
-	// meanwhile (Append would report ctx's error and maybe still write
-	// it), and never after kill_switch_on (see SetKillSwitch).
+	// meanwhile (a cancelled ctx would leave the call without one), and
+	// never after kill_switch_on (see SetKillSwitch).
 	g.killMu.RLock()
 	if g.killed.Load() {
 		g.killMu.RUnlock()
