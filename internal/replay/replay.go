@@ -511,6 +511,11 @@ func (st *readState) add(e *auditlog.Entry) {
 		}
 		if len(opts.Identities) > 0 {
 			ep.opener, ep.openErr = openVault(rec, ep.dir, opts.Identities)
+			if ep.openErr == nil {
+				if n := ep.opener.VaultTorn(); n > 0 {
+					rep.Warnings = append(rep.Warnings, fmt.Sprintf("epoch %d: the payload vault %s ends with an incomplete line of %d bytes (the gateway stopped while writing it): that payload is lost, and a call that needs it is not replayable", pos.Epoch, filepath.Join(ep.dir, auditlog.VaultFile), n))
+				}
+			}
 		}
 	case *auditlog.Policy:
 		if !rec.Bundle.IsZero() {

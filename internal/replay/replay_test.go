@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -374,4 +375,32 @@ func writeLogSkipping(t *testing.T, key ed25519.PrivateKey, id *age.X25519Identi
 		t.Fatal(err)
 	}
 	return dir
+}
+
+// TestReplayWarnsOfATornVault: a vault whose last line was cut off (the
+// gateway stopped while writing it) is still read, and the report says that
+// a payload was lost instead of passing over it.
+func TestReplayWarnsOfATornVault(t *testing.T) {
+	key, id := newKeys(t)
+	f := writeLog(t, key, id, -1)
+	vault := filepath.Join(f.dir, "epoch-000001", auditlog.VaultFile)
+	data, err := os.ReadFile(vault)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(vault, data[:len(data)-20], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	last := bytes.LastIndexByte(data[:len(data)-1], '\n') + 1
+	rep, err := Run(context.Background(), f.dir, Options{Policies: []string{"testdata/recorded"}, Identities: []age.Identity{id}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("ends with an incomplete line of %d bytes", len(data)-20-last)
+	if len(rep.Warnings) != 1 || !strings.Contains(rep.Warnings[0], want) {
+		t.Fatalf("warnings %q, want one with %q", rep.Warnings, want)
+	}
+	if rep.Summary.Tampered != 0 || rep.Summary.Differs != 0 {
+		t.Fatalf("summary %+v", rep.Summary)
+	}
 }

@@ -187,6 +187,7 @@ type Opener struct {
 	secret []byte
 	vault  map[int64][]byte // age ciphertexts, decrypted by Payload
 	ids    []age.Identity
+	torn   int64 // length of the vault's incomplete final line, if any
 }
 
 // NewOpener decrypts the epoch commitment secret sealed in g with one of the
@@ -234,7 +235,8 @@ var ErrPayloadMismatch = errors.New("the vault's payload does not match the comm
 // LoadVault reads the vault of the epoch directory dir; Payload decrypts
 // each payload with the identities when it is asked for (one age
 // decryption per payload, so only the payloads used are paid for, and
-// callers may decrypt in parallel). A torn final line (crash) is ignored.
+// callers may decrypt in parallel). A torn final line (the writer stopped
+// while writing it) holds no payload: VaultTorn reports its length.
 func (o *Opener) LoadVault(dir string, ids ...age.Identity) error {
 	f, err := openRegular(filepath.Join(dir, VaultFile))
 	if err != nil {
@@ -243,11 +245,17 @@ func (o *Opener) LoadVault(dir string, ids ...age.Identity) error {
 	defer f.Close()
 	o.vault = make(map[int64][]byte)
 	o.ids = fastIdentities(ids)
+	o.torn = 0
 	br := bufio.NewReaderSize(f, 64<<10)
 	for n := 1; ; n++ {
 		line, err := readLineMax(br, maxVaultLine)
+		var torn *tornLineError
+		if errors.As(err, &torn) {
+			o.torn = int64(torn.n) // a final fragment without '\n' is a torn write
+			return nil
+		}
 		if err == io.EOF {
-			return nil // a final fragment without '\n' is a torn write
+			return nil
 		}
 		if errors.Is(err, errLineTooLong) {
 			return fmt.Errorf("%s:%d: a line longer than %d bytes is not a vault entry: the vault was altered", VaultFile, n, maxVaultLine)
@@ -273,8 +281,16 @@ var maxVaultLine = MaxVaultLineBytes
 
 var errLineTooLong = errors.New("line too long")
 
-// readLineMax reads one line, with its '\n', of at most max bytes; a final
-// fragment without '\n' is io.EOF.
+// tornLineError is a final fragment of n bytes without '\n'.
+type tornLineError struct{ n int }
+
+func (e *tornLineError) Error() string {
+	return fmt.Sprintf("incomplete final line of %d bytes", e.n)
+}
+
+// readLineMax reads one line, with its '\n', of at most max bytes. At the
+// end of the input it returns io.EOF, or a *tornLineError when a final
+// fragment without '\n' was read.
 func readLineMax(br *bufio.Reader, max int) ([]byte, error) {
 	var line []byte
 	for {
@@ -288,11 +304,18 @@ func readLineMax(br *bufio.Reader, max int) ([]byte, error) {
 			return line, nil
 		case errors.Is(err, bufio.ErrBufferFull):
 			continue
+		case err == io.EOF && len(line) > 0:
+			return nil, &tornLineError{n: len(line)}
 		default:
 			return nil, err
 		}
 	}
 }
+
+// VaultTorn returns the length of the incomplete line that ends the vault
+// read by LoadVault, or 0: the gateway stopped while writing a payload, and
+// that payload is not in the vault.
+func (o *Opener) VaultTorn() int64 { return o.torn }
 
 // Payload decrypts the vault's payload for c and checks it against c. It is
 // safe for concurrent use after LoadVault.

@@ -177,3 +177,48 @@ func TestAppendErrorMeansNotWritten(t *testing.T) {
 	}
 	t.Logf("%d of %d appends ended by their context before being queued", failed, n)
 }
+
+// TestVaultTornLineIsReported: the payloads before a torn final line are
+// read, and the torn line's length is reported, not passed over.
+func TestVaultTornLineIsReported(t *testing.T) {
+	dir := t.TempDir()
+	whole := `{"age":"YQ==","id":"1"}` + "\n"
+	if err := os.WriteFile(filepath.Join(dir, VaultFile), []byte(whole+`{"age":"Y`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o := &Opener{}
+	if err := o.LoadVault(dir); err != nil {
+		t.Fatal(err)
+	}
+	if o.VaultTorn() != 9 || len(o.vault) != 1 || string(o.vault[1]) != "a" {
+		t.Fatalf("torn %d, vault %v", o.VaultTorn(), o.vault)
+	}
+	if err := os.WriteFile(filepath.Join(dir, VaultFile), []byte(whole), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.LoadVault(dir); err != nil || o.VaultTorn() != 0 {
+		t.Fatalf("whole vault: torn %d, %v", o.VaultTorn(), err)
+	}
+}
+
+// TestLastCheckpointLineIsParsed: crash recovery finds the last checkpoint
+// by its kind, not by a body that holds the same bytes.
+func TestLastCheckpointLineIsParsed(t *testing.T) {
+	dir := t.TempDir()
+	writeLog(t, dir, Options{}, 5, 1)
+	seg := filepath.Join(dir, epochName(1), segmentName(1))
+	want := lastCheckpointLine(seg)
+	if want < 0 {
+		t.Fatal("no checkpoint found")
+	}
+	line := appendLine(nil, KindSession, []byte(`{"x":{"a":1,"kind":"checkpoint","z":2}}`), [32]byte{}, 99, "2026-12-01T00:00:00Z")
+	f, err := os.OpenFile(seg, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write(append(line, '\n'))
+	f.Close()
+	if got := lastCheckpointLine(seg); got != want {
+		t.Fatalf("last checkpoint at %d, want %d (a session record's body was taken for one)", got, want)
+	}
+}

@@ -603,7 +603,8 @@ func lastCheckpointLine(path string) int64 {
 	end := bytes.LastIndexByte(b, '\n')
 	for end > 0 {
 		start := bytes.LastIndexByte(b[:end], '\n') + 1
-		if bytes.Contains(b[start:end], []byte(`,"kind":"checkpoint",`)) {
+		// Parsed, not searched: a record's body may hold the same bytes.
+		if e, err := parseLine(b[start:end]); err == nil && e.Kind == KindCheckpoint {
 			return int64(start)
 		}
 		end = start - 1
