@@ -26,6 +26,7 @@ type verifyChainOptions struct {
 	Epoch          int
 	Proof          string
 	Segment        string
+	RequireSigned  bool
 	Evidence       chainEvidenceOptions
 }
 
@@ -37,6 +38,7 @@ func (o *verifyChainOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.Epoch, "epoch", 0, "epoch of the record for --prove (default: the newest)")
 	fs.StringVar(&o.Proof, "proof", "", "check the offline proof in FILE (needs --key; no log needed)")
 	fs.StringVar(&o.Segment, "segment", "", "verify one segment FILE on its own, from the checkpoint and tree frontier it starts with (needs --key)")
+	fs.BoolVar(&o.RequireSigned, "require-signed", false, "fail (exit 11) when an earlier epoch holds records its key never signed: the tail a crashed gateway left, which anyone able to write the disk before the restart could have altered (implied by --require-attested)")
 	o.Evidence.AddFlags(fs)
 }
 
@@ -216,7 +218,7 @@ func cpDoc(cp *auditlog.Checkpoint) *checkpointDoc {
 }
 
 func runVerifyChain(p *ui.Printer, dir string, o *verifyChainOptions, keys []string) error {
-	opt := auditlog.VerifyOptions{Keys: keys}
+	opt := auditlog.VerifyOptions{Keys: keys, RequireSigned: o.RequireSigned || o.Evidence.RequireAttested}
 	ce, err := newChainEvidence(&o.Evidence)
 	if err != nil {
 		return err
@@ -333,7 +335,10 @@ func printReport(p *ui.Printer, rep *auditlog.Report) {
 		p.Printf("  %s epoch chain: each genesis names its predecessor's size and root, and they match\n", check)
 	}
 	if rep.KeysTrusted {
-		p.Printf("  %s every epoch is signed by a trusted key (--key)\n", check)
+		p.Printf("  %s every epoch's key is a trusted key (--key), and every checkpoint is signed by its epoch's key\n", check)
+	}
+	for _, u := range rep.Unsigned {
+		p.Printf("  %s UNSIGNED: records %d-%d of epoch %d were never signed by its key (see below)\n", warn, u.First, u.Last, u.Epoch)
 	}
 	if rep.Unsealed == 0 {
 		p.Printf("  %s unsealed tail: none; every record of the newest epoch is covered by a signed checkpoint\n", check)

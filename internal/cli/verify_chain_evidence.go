@@ -26,7 +26,7 @@ type chainEvidenceOptions struct {
 func (o *chainEvidenceOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Roots, "roots", "", "PEM roots replacing the embedded AMD and Intel roots for the genesis evidence")
 	fs.StringVar(&o.Reference, "reference", "", "reference values JSON for the genesis evidence (see 'cmcp attest verify')")
-	fs.BoolVar(&o.RequireAttested, "require-attested", false, "fail unless every epoch's key is bound to verified SEV-SNP or TDX evidence (software or missing evidence fails)")
+	fs.BoolVar(&o.RequireAttested, "require-attested", false, "fail unless every epoch's key is bound to verified SEV-SNP or TDX evidence (software or missing evidence fails), and every record of an earlier epoch is signed by its key (--require-signed)")
 }
 
 // genesisEvidence is what verify-chain established about one epoch's key.

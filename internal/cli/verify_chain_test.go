@@ -275,14 +275,24 @@ func TestVerifyChainTamperMatrix(t *testing.T) {
 			rechain(t, ls, 100, l.key)
 			return ls
 		}, true, false, ui.ExitLogFork, []string{"FAIL fork", "SECURITY ERROR", "saved checkpoint:"}},
+		{"records appended after the seal", func(t *testing.T, l *testLog, ls [][]byte) [][]byte {
+			n := len(ls)
+			ls = append(ls, bytes.Replace(ls[100], []byte(`"seq":"100"`), []byte(`"seq":"`+strconv.Itoa(n)+`"`), 1))
+			rechain(t, ls, n, l.key)
+			return ls
+		}, true, false, ui.ExitLogInteg, []string{"FAIL integrity", "after the epoch's seal"}},
 		{"records appended after the last checkpoint", func(t *testing.T, l *testLog, ls [][]byte) [][]byte {
+			if kindOf(ls[len(ls)-2]) != "seal" {
+				t.Fatal("the base log is not sealed")
+			}
+			ls = ls[:len(ls)-2] // as a gateway that crashed left it
 			n := len(ls)
 			for i := range 3 {
 				ls = append(ls, bytes.Replace(ls[100], []byte(`"seq":"100"`), []byte(`"seq":"`+strconv.Itoa(n+i)+`"`), 1))
 			}
 			rechain(t, ls, n, l.key)
 			return ls
-		}, true, false, ui.ExitOK, []string{"unsealed tail: 3 records", "not covered by any signature", "not sealed"}},
+		}, false, false, ui.ExitOK, []string{"unsealed tail: 3 records", "not covered by any signature", "not sealed"}},
 		{"no key given", nil, false, true, ui.ExitOK, []string{"trust not established"}},
 	}
 	for _, tt := range tests {
@@ -370,7 +380,7 @@ func TestVerifyChainEpochs(t *testing.T) {
 		rechain(t, ls, n, key)
 		writeLines(t, p, ls)
 		code, out, errOut := runCLI(t, append([]string{"verify-chain", d}, keyArgs...)...)
-		if code != ui.ExitLogInteg || !strings.Contains(out+errOut, "were appended to it afterwards") {
+		if code != ui.ExitLogInteg || !strings.Contains(out+errOut, "after the epoch's seal") {
 			t.Fatalf("exit %d\n%s%s", code, out, errOut)
 		}
 	})

@@ -14,6 +14,7 @@ type Class string
 const (
 	ClassIntegrity  Class = "integrity"  // hash, link, sequence, tree, canonical form, structure
 	ClassSignature  Class = "signature"  // a checkpoint signature does not verify
+	ClassUnsigned   Class = "unsigned"   // records no signature of their epoch covers (VerifyOptions.RequireSigned)
 	ClassKey        Class = "key"        // signed by a key that is not trusted; evidence rejected
 	ClassTruncation Class = "truncation" // records or epochs missing against a checkpoint or a successor
 	ClassFork       Class = "fork"       // inconsistent with a saved checkpoint

@@ -34,6 +34,11 @@ func recoverEpoch(dir string, epoch int) (*Predecessor, *Recovery, error) {
 		}
 		return recoverEpoch(dir, epochs[len(epochs)-1])
 	}
+	if err == nil && res.tailErr != nil && res.Records == 0 {
+		// A complete genesis line that does not verify is no crash's
+		// doing (a torn one is handled above): refuse to build on it.
+		err = res.tailErr
+	}
 	if err != nil {
 		var ve *VerifyError
 		if errors.As(err, &ve) && ve.Class != ClassIO {

@@ -188,3 +188,41 @@ func TestFatalWriteError(t *testing.T) {
 		t.Fatalf("close: %v", err)
 	}
 }
+
+// TestCrashedTailIsReportedUnsigned: the records a crashed writer left after
+// its last checkpoint were never signed by its key; the next epoch's genesis
+// only fixes them as they were on disk when it started. Verify says so
+// (Report.Unsigned, a warning that does not call them covered) and
+// RequireSigned fails the log. An epoch without any checkpoint is unsigned
+// as a whole.
+func TestCrashedTailIsReportedUnsigned(t *testing.T) {
+	dir := t.TempDir()
+	writeLog(t, dir, Options{CheckpointEvery: 40}, 100, 1)
+	seg := filepath.Join(dir, "epoch-000001", "seg-000001.jsonl")
+	lines := unseal(t, seg)
+	w, err := Open(dir, Options{Key: testKey(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Verify(dir, VerifyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e1 := rep.Epochs[0]
+	want := UnsignedRange{Epoch: 1, First: e1.LastCheckpointAt + 1, Last: int64(len(lines)) - 1, By: 2}
+	if len(rep.Unsigned) != 1 || rep.Unsigned[0] != want || want.First > want.Last {
+		t.Fatalf("unsigned %+v, want %+v", rep.Unsigned, want)
+	}
+	warn := strings.Join(rep.Warnings, "\n")
+	if !strings.Contains(warn, "UNSIGNED") || strings.Contains(warn, "covered by") {
+		t.Fatalf("warnings %s", warn)
+	}
+	_, err = Verify(dir, VerifyOptions{RequireSigned: true})
+	var ve *VerifyError
+	if !errors.As(err, &ve) || ve.Class != ClassUnsigned || ve.Pos.Epoch != 1 || ve.Pos.Index != want.First {
+		t.Fatalf("RequireSigned: %v", err)
+	}
+}

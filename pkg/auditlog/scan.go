@@ -244,8 +244,7 @@ type EpochResult struct {
 	TornAt           *Position   `json:"torn_at,omitempty"`
 	First, Last      time.Time   `json:"-"`
 	Root             tlog.Hash   `json:"-"`
-	Recovery         *Recovery   `json:"-"`                            // recovery record in this epoch (about the previous one)
-	AfterSeal        int64       `json:"records_after_seal,omitempty"` // unsigned records after the seal's final checkpoint (never written by the writer)
+	Recovery         *Recovery   `json:"-"` // recovery record in this epoch (about the previous one)
 	Leaves           []tlog.Hash `json:"-"`
 
 	// tail (writer recovery only): where a bad tail after the last checkpoint starts.
@@ -391,15 +390,14 @@ func scanEpoch(dir string, epoch int, opt scanOptions) (*EpochResult, error) {
 				return fail(ClassIntegrity, "", "", "a second genesis record inside an epoch")
 			}
 			// The writer's close is seal then the final checkpoint, and
-			// nothing after. A checkpoint signing records after a seal did
-			// not come from the writer; unsigned records after it (the
-			// unsealed tail, which anyone can append to) are counted and
-			// reported.
+			// nothing after: any record after them was not written by the
+			// writer (a checkpoint there was signed by a key holder
+			// extending a closed epoch; other records need no key at all).
 			if sealAt >= 0 && (e.Kind != KindCheckpoint || res.Records > sealAt+1) {
 				if e.Kind == KindCheckpoint {
 					return fail(ClassIntegrity, "", "", "a checkpoint after the epoch's seal (record %d) and its final checkpoint: the writer signs nothing after closing the epoch", sealAt)
 				}
-				res.AfterSeal++
+				return fail(ClassIntegrity, "", "", "a %s record after the epoch's seal (record %d) and its final checkpoint: the writer writes nothing after closing an epoch, so someone with write access appended it", e.Kind, sealAt)
 			}
 			if e.Kind == KindRecovery && res.Records != 1 {
 				return fail(ClassIntegrity, "", "", "a recovery record at index %d: the writer writes it right after the genesis record (index 1) only", res.Records)
@@ -427,6 +425,11 @@ func scanEpoch(dir string, epoch int, opt scanOptions) (*EpochResult, error) {
 				}
 				if v.Name() != g.Origin {
 					return fail(ClassIntegrity, g.Origin, v.Name(), "genesis key name differs from the origin")
+				}
+				if n := epochOfOrigin(g.Origin); n != epoch {
+					// Origins name their epoch: an epoch cannot borrow
+					// another's origin, key or saved checkpoints.
+					return fail(ClassIntegrity, fmt.Sprintf("<name>/%s-<8 hex digits>", epochName(epoch)), g.Origin, "genesis origin %q does not name %s", g.Origin, epochName(epoch))
 				}
 				res.Origin, res.Key = g.Origin, g.Key
 				verifiers = note.VerifierList(v)

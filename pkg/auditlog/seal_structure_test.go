@@ -56,14 +56,16 @@ func TestRecordsAfterSeal(t *testing.T) {
 		t.Fatalf("line 5 is not a call: %s", call)
 	}
 
-	// Unsigned records after the final checkpoint: reported.
+	// Unsigned records after the final checkpoint: refused (they once were
+	// only a warning, and the log verified).
 	extra := relink(t, call, lines[n-1], n)
 	if err := os.WriteFile(seg, append(append(bytes.Clone(orig), extra...), '\n'), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	rep, err := Verify(dir, VerifyOptions{})
-	if err != nil || rep.Epochs[0].AfterSeal != 1 || !strings.Contains(strings.Join(rep.Warnings, "\n"), "epoch 1 was sealed, yet 1 unsigned records follow its seal") {
-		t.Fatalf("Verify = %v, %+v", err, rep)
+	var ve *VerifyError
+	if !errors.As(err, &ve) || ve.Class != ClassIntegrity || !strings.Contains(err.Error(), "a call record after the epoch's seal") || ve.Pos.Index != n {
+		t.Fatalf("Verify = %v, want an integrity failure at record %d", err, n)
 	}
 
 	// Signed by the key after the seal: refused.
@@ -71,14 +73,13 @@ func TestRecordsAfterSeal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cpLine := signedCheckpointAfter(t, signer, rep.Epochs[0].Origin, append(append([][]byte{}, lines...), extra), n+1)
-	if err := os.WriteFile(seg, append(append(append(bytes.Clone(orig), extra...), '\n'), append(cpLine, '\n')...), 0o600); err != nil {
+	cpLine := signedCheckpointAfter(t, signer, rep.Epochs[0].Origin, lines, n)
+	if err := os.WriteFile(seg, append(bytes.Clone(orig), append(cpLine, '\n')...), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	_, err = Verify(dir, VerifyOptions{})
-	var ve *VerifyError
-	if !errors.As(err, &ve) || ve.Class != ClassIntegrity || !strings.Contains(err.Error(), "a checkpoint after the epoch's seal") || ve.Pos.Index != n+1 {
-		t.Fatalf("Verify = %v, want an integrity failure at record %d", err, n+1)
+	if !errors.As(err, &ve) || ve.Class != ClassIntegrity || !strings.Contains(err.Error(), "a checkpoint after the epoch's seal") || ve.Pos.Index != n {
+		t.Fatalf("Verify = %v, want an integrity failure at record %d", err, n)
 	}
 
 	// A recovery record anywhere but index 1 (here: appended to the
@@ -159,5 +160,41 @@ func TestRecoveryAfterSealedEpochWithTornTail(t *testing.T) {
 	}
 	if r := rep.Epochs[1].Recovery; len(rep.Epochs) != 3 || !rep.Epochs[0].Sealed || r == nil || r.DroppedBytes != int64(len(`{"body":{"part`)) {
 		t.Fatalf("epoch 1 sealed=%v, recovery %+v", rep.Epochs[0].Sealed, r)
+	}
+}
+
+// TestRecoveryCutsRecordsAfterASeal: records someone appended to a sealed
+// epoch are not taken into the next epoch's chain as that epoch's records:
+// the next start cuts them (kept aside, described in its recovery record),
+// and the predecessor it names is the sealed epoch as the writer closed it.
+func TestRecoveryCutsRecordsAfterASeal(t *testing.T) {
+	dir := t.TempDir()
+	writeLog(t, dir, Options{CheckpointEvery: 40, Durability: DurabilityInterval}, 50, 1)
+	seg := filepath.Join(dir, "epoch-000001", "seg-000001.jsonl")
+	orig, err := os.ReadFile(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := bytes.Split(bytes.TrimSuffix(orig, []byte("\n")), []byte("\n"))
+	n := int64(len(lines))
+	extra := relink(t, lines[5], lines[n-1], n)
+	if err := os.WriteFile(seg, append(append(bytes.Clone(orig), extra...), '\n'), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w, err := Open(dir, Options{Key: testKey(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := w.Recovery()
+	w.Close()
+	if r == nil || r.DroppedBytes != int64(len(extra)+1) || !strings.Contains(r.Reason, "after the epoch's seal") {
+		t.Fatalf("recovery %+v", r)
+	}
+	rep, err := Verify(dir, VerifyOptions{RequireSigned: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Epochs[0].Sealed || rep.Epochs[0].Records != n || len(rep.Unsigned) != 0 {
+		t.Fatalf("epoch 1: sealed %v, %d records, unsigned %v", rep.Epochs[0].Sealed, rep.Epochs[0].Records, rep.Unsigned)
 	}
 }

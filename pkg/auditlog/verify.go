@@ -51,6 +51,23 @@ type VerifyOptions struct {
 	// all cores for OnRecord: (*Entry).Decode then returns the decoded record
 	// (or the decoding error) without decoding again.
 	Decode func(k Kind) bool
+	// RequireSigned fails the log (ClassUnsigned) when an epoch before the
+	// newest holds records that no checkpoint signed by its own key covers:
+	// the tail of an epoch whose writer stopped before signing it. The next
+	// epoch's genesis records those records as they were on disk when it
+	// started; it cannot tell who wrote them. Without it they are reported
+	// in Report.Unsigned and a warning.
+	RequireSigned bool
+}
+
+// UnsignedRange is a run of records that no signature of their epoch's key
+// covers, in an epoch before the newest (see VerifyOptions.RequireSigned).
+type UnsignedRange struct {
+	Epoch int   `json:"epoch"`
+	First int64 `json:"first"` // record index
+	Last  int64 `json:"last"`
+	// By is the epoch whose genesis recorded them as its predecessor's.
+	By int `json:"recorded_by_epoch"`
 }
 
 // ExternalCheck is the outcome of checking the log against one external checkpoint.
@@ -73,6 +90,7 @@ type Report struct {
 	KeysTrusted bool             `json:"keys_trusted"` // every epoch key was among the --key keys
 	Newest      *Checkpoint      `json:"-"`            // newest in-band checkpoint of the newest epoch
 	Unsealed    int64            `json:"unsealed"`     // records of the newest epoch after its last checkpoint
+	Unsigned    []UnsignedRange  `json:"unsigned"`     // records of earlier epochs that no signature of theirs covers
 	External    []*ExternalCheck `json:"external"`
 	Warnings    []string         `json:"warnings"`
 }
@@ -300,21 +318,37 @@ func Verify(dir string, opt VerifyOptions) (*Report, error) {
 		}
 	}
 
-	// Crashed epochs (informational; their tails are covered by the next
-	// epoch's signed genesis).
+	// Crashed epochs. Records after an epoch's last checkpoint were never
+	// signed by its key: the next epoch's genesis fixes them as they were
+	// on disk when it started (a later change is caught), but whoever
+	// could write the disk before that could have written them.
+	rep.Unsigned = []UnsignedRange{}
 	for i, r := range rep.Epochs[:len(rep.Epochs)-1] {
-		if r.Sealed {
+		next := rep.Epochs[i+1]
+		cut := next.Recovery != nil && next.Recovery.DroppedBytes > 0
+		if r.Sealed && !cut {
 			continue
 		}
-		next := rep.Epochs[i+1]
 		msg := fmt.Sprintf("epoch %d was not sealed (the writer stopped without closing it)", r.Epoch)
-		if r.Unsealed > 0 {
-			msg += fmt.Sprintf("; its %d records after its last checkpoint are covered by epoch %d's signed genesis (predecessor size and root)", r.Unsealed, next.Epoch)
+		if r.Sealed {
+			msg = fmt.Sprintf("epoch %d was sealed, but bytes followed its final checkpoint (the writer writes nothing there)", r.Epoch)
 		}
-		if rc := next.Recovery; rc != nil && rc.DroppedBytes > 0 {
-			msg += fmt.Sprintf("; when epoch %d started, %d bytes of an incomplete or damaged tail were cut from %s at byte %d (sha256 %x), kept as %s", next.Epoch, rc.DroppedBytes, rc.File, rc.Offset, rc.DroppedSHA256, rc.SavedAs)
+		if r.Unsealed > 0 {
+			u := UnsignedRange{Epoch: r.Epoch, First: r.LastCheckpointAt + 1, Last: r.Records - 1, By: next.Epoch}
+			rep.Unsigned = append(rep.Unsigned, u)
+			msg += fmt.Sprintf("; UNSIGNED: its records %d-%d (%d) come after its last checkpoint and were never signed by its key. Epoch %d's signed genesis fixes them as they were on disk when it started; it does not prove the gateway wrote them: anyone able to write the disk before that restart could have altered or added them (--require-signed fails the log on such records)",
+				u.First, u.Last, r.Unsealed, next.Epoch)
+		}
+		if rc := next.Recovery; cut {
+			msg += fmt.Sprintf("; when epoch %d started, %d bytes of an incomplete or damaged tail were cut from %s at byte %d (sha256 %x), kept as %s: %s", next.Epoch, rc.DroppedBytes, rc.File, rc.Offset, rc.DroppedSHA256, rc.SavedAs, rc.Reason)
 		}
 		rep.Warnings = append(rep.Warnings, msg)
+	}
+	if opt.RequireSigned && len(rep.Unsigned) > 0 {
+		u := rep.Unsigned[0]
+		return rep, &VerifyError{Class: ClassUnsigned, Pos: Position{Epoch: u.Epoch, Index: u.First},
+			Msg:  fmt.Sprintf("records %d-%d of epoch %d are not signed by the epoch's key (the writer stopped before signing them); epoch %d's genesis only records that they were on disk when it started", u.First, u.Last, u.Epoch, u.By),
+			Hint: "without --require-signed the log verifies with these records reported as unsigned; whether to trust them depends on who could write the audit disk while the gateway was down"}
 	}
 
 	// Warnings: what was not established.
@@ -333,11 +367,6 @@ func Verify(dir string, opt VerifyOptions) (*Report, error) {
 	}
 	if !last.Sealed {
 		rep.Warnings = append(rep.Warnings, fmt.Sprintf("epoch %d is not sealed: the gateway is still running, or it stopped without closing the log", last.Epoch))
-	}
-	for _, r := range rep.Epochs {
-		if r.AfterSeal > 0 {
-			rep.Warnings = append(rep.Warnings, fmt.Sprintf("epoch %d was sealed, yet %d unsigned records follow its seal: the writer writes nothing after sealing an epoch, so someone with write access appended them", r.Epoch, r.AfterSeal))
-		}
 	}
 	return rep, nil
 }
