@@ -170,7 +170,7 @@ upstreams:
 		t.Fatalf("restarted gateway: %v", err)
 	}
 	// The operator is told at start that a crashed epoch was recovered.
-	if !strings.Contains(stderr2.String(), "recovered an epoch that was not sealed") {
+	if !strings.Contains(stderr2.String(), "recovered the previous epoch") {
 		t.Fatalf("the restarted gateway did not report the recovery:\n%s", clip(stderr2.String(), 2000))
 	}
 	auditDir := filepath.Join(dir, "audit")

@@ -193,7 +193,7 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 	epoch, epochDir := w.Epoch()
 	logger.Info("audit log open", "dir", epochDir, "epoch", epoch, "durability", durability, "platform", gwInfo.Platform, "key", w.VerifierKey())
 	if rec := w.Recovery(); rec != nil {
-		logger.Warn("recovered an epoch that was not sealed (the gateway crashed or was killed); a recovery record in this epoch says what was kept and cut",
+		logger.Warn("recovered the previous epoch, which did not end as the gateway closes one (it crashed or was killed, or bytes were added after its seal); a recovery record in this epoch says what was kept and cut, and the records kept after its last checkpoint stay unsigned (verify-chain lists them)",
 			"epoch", rec.Epoch, "records_kept", rec.Records, "unsealed_kept", rec.Unsealed, "cut_file", rec.File, "cut_bytes", rec.DroppedBytes, "saved_as", rec.SavedAs, "reason", rec.Reason)
 	}
 
