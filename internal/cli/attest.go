@@ -335,7 +335,9 @@ version 4 with its embedded PCK chain) without any network access:
   evidence     the report signature and the certificate chain up to the AMD ARK
                (Milan, Genoa, Turin; VCEK and VLEK) or the Intel SGX Root CA
                embedded in cmcp, or the roots in --roots; never a root carried
-               by the evidence
+               by the evidence. A TDX quote must come from Intel's TD quoting
+               enclave (its MRSIGNER, product ID 2, not a debug enclave, Intel's
+               QE vendor ID: pinned, as collateral would give them)
   binding      the report data is the binding of the bundle's key, nonce and
                statement, and those are the --key and --statement expected
   freshness    the bound nonce is the --nonce expected

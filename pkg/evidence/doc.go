@@ -43,5 +43,8 @@
 // go-sev-guest and go-tdx-guest (abi, kds, pcs, validate); the signature and
 // chain checks follow those libraries' verify packages (tests hold the two to
 // the same verdicts) but are done here, so that the package links no network
-// code at all: verification never fetches certificates or collateral.
+// code at all: verification never fetches certificates or collateral. One
+// check goes beyond go-tdx-guest's offline verification: a TDX quote must come
+// from Intel's TD quoting enclave, whose identity (MRSIGNER, ISVPRODID, no
+// DEBUG, QE vendor ID) is pinned here because only collateral would give it.
 package evidence

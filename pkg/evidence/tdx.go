@@ -40,6 +40,63 @@ const (
 	tdAttributesFixed0 = 0x1 | 1<<28 | 1<<30 | 1<<63 // DEBUG, SEPT_VE_DISABLE, PKS, PERFMON
 )
 
+// Intel's TD quoting enclave. The PCK signs the report of any enclave on the
+// platform that asks the PCE for one, so a QE report that verifies does not
+// by itself say that the enclave is Intel's TD QE: another enclave, or a
+// debug build of the QE whose memory the host can read, could certify an
+// attestation key of its choosing and sign any TD body with it. Online
+// verifiers learn the QE's identity from Intel PCS collateral (the TD_QE
+// enclave identity); offline, cmcp pins it. The values are those of Intel's
+// TD_QE identity as recorded in go-tdx-guest v0.3.1
+// (testing/testdata/sample_qeIdentity_response: mrsigner, isvprodid 2, an
+// attributes mask that covers DEBUG with DEBUG expected clear) and of the
+// genuine sample quote there; the QE vendor ID is Intel's (go-tdx-guest's
+// validate and tools/check tests). TestIntelTDQEIdentityPins holds them to
+// both.
+var (
+	intelQEVendorID   = mustHex("939a7233f79c4ca9940a0db3957f0607")
+	intelTDQEMRSigner = mustHex("dc9e2a7c6f948f17474e34a7fc43ed030f7c1563f1babddf6340c82e0e54a8c5")
+)
+
+const (
+	intelTDQEProdID = 2
+	// sgxAttrDebug is bit 1 of an SGX enclave's ATTRIBUTES: a debug enclave.
+	sgxAttrDebug = 0x02
+)
+
+func mustHex(s string) []byte {
+	b, err := hex.DecodeString(s)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// checkTDQE refuses a quote that Intel's TD quoting enclave did not produce:
+// the header's QE vendor ID, and the QE report's MRSIGNER, ISVPRODID and
+// DEBUG attribute. The QE's ISVSVN is not checked: which SVNs are current is
+// Intel's TCB status, which needs collateral (the TCB claim says so).
+func checkTDQE(q *tpb.QuoteV4) error {
+	if v := q.GetHeader().GetQeVendorId(); !bytes.Equal(v, intelQEVendorID) {
+		return fmt.Errorf("TDX quote header names QE vendor %s, not Intel (%s): only quotes of Intel's TD quoting enclave are accepted", hex.EncodeToString(v), hex.EncodeToString(intelQEVendorID))
+	}
+	qe := q.GetSignedData().GetCertificationData().GetQeReportCertificationData().GetQeReport()
+	var bad []string
+	if !bytes.Equal(qe.GetMrSigner(), intelTDQEMRSigner) {
+		bad = append(bad, fmt.Sprintf("MRSIGNER %s is not Intel's %s", hex.EncodeToString(qe.GetMrSigner()), hex.EncodeToString(intelTDQEMRSigner)))
+	}
+	if qe.GetIsvProdId() != intelTDQEProdID {
+		bad = append(bad, fmt.Sprintf("ISVPRODID %d is not the TD QE's %d", qe.GetIsvProdId(), intelTDQEProdID))
+	}
+	if a := qe.GetAttributes(); len(a) == 0 || a[0]&sgxAttrDebug != 0 {
+		bad = append(bad, fmt.Sprintf("ATTRIBUTES %s mark a debug enclave, whose memory (and attestation key) the host can read", hex.EncodeToString(a)))
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("TDX quote was not produced by Intel's TD quoting enclave, although its PCK certified the enclave: QE report %s", join(bad))
+	}
+	return nil
+}
+
 // verifyTDXChain checks a quote the way go-tdx-guest's verify does without
 // collateral: the quote's structure; its PCK chain (leaf, intermediate, root
 // as PEM, all X.509 v3 ECDSA P-256 with SHA-256, Intel's subject names, each
@@ -47,6 +104,8 @@ const (
 // to a root of o.Roots (never the quote's own root) and valid at o.Now; the
 // QE report signed by the PCK key; the QE report data committing to the
 // attestation key; and the quote signature over header and body by that key.
+// Beyond the library's offline checks, the QE must be Intel's TD QE
+// (checkTDQE).
 func verifyTDXChain(q *tpb.QuoteV4, o *VerifyOptions) error {
 	if o.Roots.nIntel == 0 {
 		return fmt.Errorf("no Intel root CA in %s", o.Roots.Source)
@@ -120,7 +179,9 @@ func verifyTDXChain(q *tpb.QuoteV4, o *VerifyOptions) error {
 	if !ecdsa.VerifyASN1(akPub, digest[:], qsig) {
 		return fmt.Errorf("TDX quote signature does not verify with the attestation key (header or body changed)")
 	}
-	return nil
+	// Checked last, on signed data only: a tampered quote is reported as
+	// tampered, not as another enclave's.
+	return checkTDQE(q)
 }
 
 func pckChain(data []byte) ([]*x509.Certificate, error) {
@@ -187,11 +248,13 @@ func verifyTDX(r *Result, raw []byte, o *VerifyOptions) []byte {
 	r.field("xfam", hex.EncodeToString(body.GetXfam()))
 	r.field("tee_tcb_svn", hex.EncodeToString(body.GetTeeTcbSvn()))
 	r.field("report_data", hex.EncodeToString(body.GetReportData()))
+	qe := q.GetSignedData().GetCertificationData().GetQeReportCertificationData().GetQeReport()
+	r.field("qe_isvsvn", fmt.Sprint(qe.GetIsvSvn()))
 	if err := verifyTDXChain(q, o); err != nil {
 		r.add(ClaimEvidence, StatusContraindicated, FailEvidence, "%v", err)
 		return nil
 	}
-	r.add(ClaimEvidence, StatusAffirming, "", "TDX quote v4 signed by the QE attestation key, QE report signed by the PCK, PCK chain to the Intel SGX Root CA")
+	r.add(ClaimEvidence, StatusAffirming, "", "TDX quote v4 signed by the attestation key of Intel's TD quoting enclave (MRSIGNER %s, ISVPRODID %d, not debug), QE report signed by the PCK, PCK chain to the Intel SGX Root CA", short(intelTDQEMRSigner), intelTDQEProdID)
 	rootsClaim(r, o)
 
 	attrs := body.GetTdAttributes()
@@ -206,7 +269,7 @@ func verifyTDX(r *Result, raw []byte, o *VerifyOptions) []byte {
 	}
 	tdxPolicyClaim(r, q, ref)
 	tdxMeasurementClaims(r, body, ref)
-	tdxTCBClaim(r, body, ref)
+	tdxTCBClaim(r, body, qe.GetIsvSvn(), ref)
 	return body.GetReportData()
 }
 
@@ -286,8 +349,10 @@ func tdxMeasurementClaims(r *Result, body *tpb.TDQuoteBody, ref *TDXReference) {
 	}
 }
 
-func tdxTCBClaim(r *Result, body *tpb.TDQuoteBody, ref *TDXReference) {
-	const offline = "TCB status (UpToDate, OutOfDate, ...) needs Intel PCS collateral and is not established offline"
+func tdxTCBClaim(r *Result, body *tpb.TDQuoteBody, qeSVN uint32, ref *TDXReference) {
+	// The quoting enclave's SVN is part of the TCB status too: which QE
+	// SVNs are current is in Intel's TD_QE identity, which is collateral.
+	offline := fmt.Sprintf("TCB status (UpToDate, OutOfDate, ...) of the platform and of the quoting enclave (ISVSVN %d) needs Intel PCS collateral and is not established offline", qeSVN)
 	svn := body.GetTeeTcbSvn()
 	if ref != nil && len(ref.MinimumTEETCBSVN) > 0 {
 		for i := range ref.MinimumTEETCBSVN {

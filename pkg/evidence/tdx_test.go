@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/asn1"
+	"encoding/json"
 	"encoding/pem"
 	"math/big"
 	"os"
@@ -21,6 +22,7 @@ import (
 	"github.com/google/go-tdx-guest/pcs"
 	tpb "github.com/google/go-tdx-guest/proto/tdx"
 	"github.com/google/go-tdx-guest/testing/testdata"
+	tverify "github.com/google/go-tdx-guest/verify"
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/proto"
 )
@@ -32,6 +34,10 @@ var sampleAt = time.Date(2025, 6, 1, 0, 0, 0, 0, time.UTC)
 type tdxFake struct {
 	mrtd  []byte
 	debug bool
+	// qe changes the QE report before the PCK signs it, header the quote
+	// header before the attestation key signs it.
+	qe     func(*tpb.EnclaveReport)
+	header func(*tpb.Header)
 }
 
 // fakeTDXQuote builds a complete TDX quote v4 with the given report data:
@@ -104,6 +110,12 @@ func fakeTDXQuote(t testing.TB, rd [64]byte, f tdxFake) ([]byte, []byte) {
 	q.SignedData.EcdsaAttestationKey = akRaw
 	h := sha256.Sum256(append(bytes.Clone(akRaw), qerc.QeAuthData.Data...))
 	qerc.QeReport.ReportData = append(h[:], make([]byte, 32)...)
+	if f.qe != nil {
+		f.qe(qerc.QeReport)
+	}
+	if f.header != nil {
+		f.header(q.Header)
+	}
 	qeRaw, _ := tabi.EnclaveReportToAbiBytes(qerc.QeReport)
 	qerc.QeReportSignature = rawP256Sig(t, lk, qeRaw)
 	qerc.PckCertificateChainData.PckCertChain = chain.Bytes()
@@ -340,4 +352,104 @@ func FuzzVerifyRaw(f *testing.F) {
 		_, _ = ParseSNP(raw, nil)
 		_, _ = ParseTDX(raw)
 	})
+}
+
+// TestTDXQuoteFromAForeignQuotingEnclaveIsRefused: a quote whose QE report
+// the PCK signed, but whose enclave is not Intel's TD quoting enclave (another
+// signer, another product, a debug build) or whose header names another QE
+// vendor, is bad evidence. Before, only the signatures were checked (as
+// go-tdx-guest does offline, which still accepts every case here), and such a
+// quote was affirmed as "PCK chain to the Intel SGX Root CA": any enclave the
+// platform runs could certify its own attestation key and sign any TD body.
+func TestTDXQuoteFromAForeignQuotingEnclaveIsRefused(t *testing.T) {
+	bd := newBinding(t)
+	cases := []struct {
+		name   string
+		fake   tdxFake
+		reason string
+	}{
+		{"another MRSIGNER", tdxFake{qe: func(qe *tpb.EnclaveReport) { qe.MrSigner = bytes.Repeat([]byte{0xee}, 32) }}, "MRSIGNER eeee"},
+		{"another ISVPRODID", tdxFake{qe: func(qe *tpb.EnclaveReport) { qe.IsvProdId = 77 }}, "ISVPRODID 77 is not the TD QE's 2"},
+		{"debug QE", tdxFake{qe: func(qe *tpb.EnclaveReport) {
+			qe.Attributes = bytes.Clone(qe.Attributes)
+			qe.Attributes[0] |= 0x02
+		}}, "debug enclave"},
+		{"another QE vendor", tdxFake{header: func(h *tpb.Header) { h.QeVendorId = bytes.Repeat([]byte{0x11}, 16) }}, "QE vendor 1111"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			quote, rootPEM := fakeTDXQuote(t, bd.rd, c.fake)
+			roots, err := ParseRoots(rootPEM, "fake-intel-root.pem")
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The forgery is otherwise sound: go-tdx-guest's offline
+			// verification accepts it.
+			q, err := ParseTDX(quote)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := tverify.TdxQuote(q, &tverify.Options{TrustedRoots: roots.intel, Now: time.Now()}); err != nil {
+				t.Fatalf("go-tdx-guest refuses the fake, the test proves nothing: %v", err)
+			}
+			for _, r := range []*Result{
+				must(Verify(tdxBundle(t, bd, quote), VerifyOptions{Roots: roots, ExpectNonce: bd.nonce, ExpectKey: bd.pub, ExpectStatement: bd.stmt})),
+				must(VerifyRaw(quote, nil, VerifyOptions{Roots: roots})),
+			} {
+				cl := r.Claim(ClaimEvidence)
+				if cl == nil || cl.Status != StatusContraindicated || cl.Failure != FailEvidence ||
+					!strings.Contains(cl.Reason, "not produced by Intel's TD quoting enclave") && !strings.Contains(cl.Reason, "not Intel") ||
+					!strings.Contains(cl.Reason, c.reason) {
+					t.Fatalf("evidence claim %+v, want contraindicated/evidence with %q", cl, c.reason)
+				}
+				if r.Failure() != FailEvidence || r.Err() == nil {
+					t.Fatalf("failure %q, err %v", r.Failure(), r.Err())
+				}
+			}
+		})
+	}
+	// The same fake with Intel's QE untouched verifies, and says whose QE.
+	quote, rootPEM := fakeTDXQuote(t, bd.rd, tdxFake{})
+	roots, _ := ParseRoots(rootPEM, "fake-intel-root.pem")
+	r, _ := VerifyRaw(quote, nil, VerifyOptions{Roots: roots})
+	if cl := r.Claim(ClaimEvidence); cl == nil || cl.Status != StatusAffirming || !strings.Contains(cl.Reason, "Intel's TD quoting enclave (MRSIGNER dc9e2a7c6f948f17") {
+		t.Fatalf("Intel's QE: %+v", r.Claims)
+	}
+	if cl := r.Claim(ClaimTCB); cl == nil || cl.Status != StatusWarning || !strings.Contains(cl.Reason, "quoting enclave (ISVSVN 4)") {
+		t.Fatalf("the QE's TCB level must be named as not checked: %+v", cl)
+	}
+}
+
+// TestIntelTDQEIdentityPins holds the pinned identity of Intel's TD quoting
+// enclave to the genuine sample quote and to Intel's TD_QE identity as
+// recorded from Intel PCS, both shipped in go-tdx-guest's testdata.
+func TestIntelTDQEIdentityPins(t *testing.T) {
+	q, err := ParseTDX(testdata.RawQuote)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkTDQE(q); err != nil {
+		t.Fatalf("genuine sample quote: %v", err)
+	}
+	if v := q.GetHeader().GetQeVendorId(); !bytes.Equal(v, intelQEVendorID) {
+		t.Fatalf("sample QE vendor %x", v)
+	}
+	var id pcs.QeIdentity
+	if err := json.Unmarshal(testdata.QeIdentityBody, &id); err != nil {
+		t.Fatal(err)
+	}
+	ei := id.EnclaveIdentity
+	if ei.ID != "TD_QE" || !bytes.Equal(ei.Mrsigner.Bytes, intelTDQEMRSigner) || ei.IsvProdID != intelTDQEProdID {
+		t.Fatalf("Intel's TD_QE identity: id %s mrsigner %x isvprodid %d", ei.ID, ei.Mrsigner.Bytes, ei.IsvProdID)
+	}
+	if len(ei.AttributesMask.Bytes) == 0 || ei.AttributesMask.Bytes[0]&sgxAttrDebug == 0 || ei.Attributes.Bytes[0]&sgxAttrDebug != 0 {
+		t.Fatalf("Intel's TD_QE identity does not require DEBUG clear: attributes %x mask %x", ei.Attributes.Bytes, ei.AttributesMask.Bytes)
+	}
+}
+
+func must(r *Result, err error) *Result {
+	if err != nil {
+		panic(err)
+	}
+	return r
 }
