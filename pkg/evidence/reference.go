@@ -24,7 +24,7 @@ import (
 //	  },
 //	  "tdx": {
 //	    "mr_td": ["<96 hex>", ...],                 // any of these MRTDs
-//	    "rtmrs": ["<96 hex>", "", "<96 hex>", ""],  // RTMR0..3, "" = not checked
+//	    "rtmrs": ["<96 hex>", "", "<96 hex>", ""],  // RTMR0..3, "" = not checked (not all "")
 //	    "mr_config_id": "<96 hex>",
 //	    "mr_seam": ["<96 hex>", ...],
 //	    "td_attributes": "<16 hex>",                // exact TDATTRIBUTES
@@ -139,10 +139,19 @@ func ParseReferenceValues(data []byte) (*ReferenceValues, error) {
 		if len(t.RTMRs) > 4 {
 			return nil, fmt.Errorf("reference values: tdx.rtmrs has %d entries, at most 4", len(t.RTMRs))
 		}
+		given := 0
 		for i, m := range t.RTMRs {
 			if len(m) != 0 && len(m) != 48 {
 				return nil, fmt.Errorf("reference values: tdx.rtmrs[%d] is %d bytes, want 48 (or \"\" to skip)", i, len(m))
 			}
+			if len(m) != 0 {
+				given++
+			}
+		}
+		// "" skips one RTMR; a list of nothing but "" skips them all, which
+		// is an empty member like the others above.
+		if len(t.RTMRs) > 0 && given == 0 {
+			return nil, fmt.Errorf(`reference values: tdx.rtmrs has only "" entries, which check nothing: give at least one RTMR, or leave the member out to skip the check`)
 		}
 		for name, v := range map[string]struct {
 			b    HexBytes

@@ -135,3 +135,56 @@ func TestReferenceValuesForAnotherPlatform(t *testing.T) {
 		t.Fatalf("software bundle without reference values: %s %+v", r.Verdict, r.Claims)
 	}
 }
+
+// TestTDXReferenceOfOnlyEmptyRTMRsIsRefused: "rtmrs" whose entries are all
+// "" checks nothing and is refused like any other empty member. Before, it
+// was accepted and turned the measurement claim affirming ("match the
+// reference values") with nothing compared.
+func TestTDXReferenceOfOnlyEmptyRTMRsIsRefused(t *testing.T) {
+	for _, js := range []string{`{"tdx":{"rtmrs":[""]}}`, `{"tdx":{"rtmrs":["","","",""]}}`} {
+		if _, err := ParseReferenceValues([]byte(js)); err == nil || !strings.Contains(err.Error(), `tdx.rtmrs has only "" entries, which check nothing`) {
+			t.Errorf("%s: %v, want refused", js, err)
+		}
+	}
+	// Built in Go (not parsed), the same values still affirm nothing.
+	for _, rtmrs := range [][]HexBytes{{nil}, {{}, {}, {}, {}}} {
+		r, _ := VerifyRaw(testdata.RawQuote, nil, VerifyOptions{Now: sampleAt, Reference: &ReferenceValues{TDX: &TDXReference{RTMRs: rtmrs}}})
+		if c := r.Claim(ClaimMeasurement); c == nil || c.Status != StatusWarning || !strings.Contains(c.Reason, "not checked") {
+			t.Errorf("rtmrs %q: measurement %+v, want a warning", rtmrs, c)
+		}
+	}
+}
+
+// TestTDXMeasurementClaimNamesWhatWasCompared: the measurement claim affirms
+// only what was compared and names the rest as not checked; RTMRs that
+// match while MRTD is not pinned are a warning, since the firmware in MRTD
+// extends the RTMRs.
+func TestTDXMeasurementClaimNamesWhatWasCompared(t *testing.T) {
+	q, err := ParseTDX(testdata.RawQuote)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mrtd, rtmr := q.GetTdQuoteBody().GetMrTd(), q.GetTdQuoteBody().GetRtmrs()
+	for _, c := range []struct {
+		name   string
+		ref    TDXReference
+		status Status
+		reason string
+	}{
+		{"MRTD only", TDXReference{MRTD: []HexBytes{mrtd}}, StatusAffirming, "MRTD matches the reference value; RTMR0, RTMR1, RTMR2, RTMR3 not checked"},
+		{"MRTD and RTMR1", TDXReference{MRTD: []HexBytes{mrtd}, RTMRs: []HexBytes{nil, rtmr[1]}}, StatusAffirming, "MRTD, RTMR1 match the reference values; RTMR0, RTMR2, RTMR3 not checked"},
+		{"all", TDXReference{MRTD: []HexBytes{mrtd}, RTMRs: []HexBytes{rtmr[0], rtmr[1], rtmr[2], rtmr[3]}}, StatusAffirming, "MRTD, RTMR0, RTMR1, RTMR2, RTMR3 match the reference values"},
+		{"RTMR1 without MRTD", TDXReference{RTMRs: []HexBytes{nil, rtmr[1]}}, StatusWarning, "RTMR1 matches the reference value, but MRTD 6363b804"},
+		{"no measurement", TDXReference{XFAM: q.GetTdQuoteBody().GetXfam()}, StatusWarning, "no reference MRTD or RTMRs"},
+	} {
+		ref := c.ref
+		r, _ := VerifyRaw(testdata.RawQuote, nil, VerifyOptions{Now: sampleAt, Reference: &ReferenceValues{TDX: &ref}})
+		cl := r.Claim(ClaimMeasurement)
+		if cl == nil || cl.Status != c.status || !strings.HasPrefix(cl.Reason, c.reason) {
+			t.Errorf("%s: %+v, want %s %q", c.name, cl, c.status, c.reason)
+		}
+		if c.name == "all" && strings.Contains(cl.Reason, "not checked") {
+			t.Errorf("all: %q", cl.Reason)
+		}
+	}
+}

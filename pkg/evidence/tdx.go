@@ -308,37 +308,61 @@ func tdxPolicyClaim(r *Result, q *tpb.QuoteV4, ref *TDXReference) {
 }
 
 func tdxMeasurementClaims(r *Result, body *tpb.TDQuoteBody, ref *TDXReference) {
-	if ref == nil || (len(ref.MRTD) == 0 && len(ref.RTMRs) == 0) {
-		r.add(ClaimMeasurement, StatusWarning, "", "no reference MRTD or RTMRs: MRTD %s not checked", hex.EncodeToString(body.GetMrTd()))
-	} else {
-		var bad, good []string
-		if len(ref.MRTD) > 0 {
-			if anyEqual(body.GetMrTd(), ref.MRTD) {
-				good = append(good, "MRTD")
-			} else {
-				bad = append(bad, fmt.Sprintf("MRTD %s is not among the %d reference values", hex.EncodeToString(body.GetMrTd()), len(ref.MRTD)))
-			}
-		}
-		rtmrs := body.GetRtmrs()
-		for i, want := range ref.RTMRs {
-			if len(want) == 0 {
-				continue
-			}
-			if i < len(rtmrs) && anyEqual(rtmrs[i], []HexBytes{want}) {
-				good = append(good, fmt.Sprintf("RTMR%d", i))
-			} else {
-				got := ""
-				if i < len(rtmrs) {
-					got = hex.EncodeToString(rtmrs[i])
-				}
-				bad = append(bad, fmt.Sprintf("RTMR%d %s, expected %s", i, got, hex.EncodeToString(want)))
-			}
-		}
-		if len(bad) > 0 {
-			r.add(ClaimMeasurement, StatusContraindicated, FailRefValue, "%s", join(bad))
+	// The claim names what was compared and what was not: an RTMR left ""
+	// in the reference values is not checked, and neither is an absent MRTD.
+	var bad, good, skipped []string
+	if ref != nil && len(ref.MRTD) > 0 {
+		if anyEqual(body.GetMrTd(), ref.MRTD) {
+			good = append(good, "MRTD")
 		} else {
-			r.add(ClaimMeasurement, StatusAffirming, "", "%s match the reference values", strings.Join(good, ", "))
+			bad = append(bad, fmt.Sprintf("MRTD %s is not among the %d reference values", hex.EncodeToString(body.GetMrTd()), len(ref.MRTD)))
 		}
+	} else {
+		skipped = append(skipped, "MRTD")
+	}
+	rtmrs := body.GetRtmrs()
+	for i := range 4 {
+		var want HexBytes
+		if ref != nil && i < len(ref.RTMRs) {
+			want = ref.RTMRs[i]
+		}
+		if len(want) == 0 {
+			skipped = append(skipped, fmt.Sprintf("RTMR%d", i))
+			continue
+		}
+		if i < len(rtmrs) && anyEqual(rtmrs[i], []HexBytes{want}) {
+			good = append(good, fmt.Sprintf("RTMR%d", i))
+		} else {
+			got := ""
+			if i < len(rtmrs) {
+				got = hex.EncodeToString(rtmrs[i])
+			}
+			bad = append(bad, fmt.Sprintf("RTMR%d %s, expected %s", i, got, hex.EncodeToString(want)))
+		}
+	}
+	matched := strings.Join(good, ", ") + " match the reference values"
+	if len(good) == 1 {
+		matched = good[0] + " matches the reference value"
+	}
+	notChecked := func(skipped []string) string {
+		if len(skipped) == 0 {
+			return ""
+		}
+		return "; " + strings.Join(skipped, ", ") + " not checked"
+	}
+	switch {
+	case len(bad) > 0:
+		r.add(ClaimMeasurement, StatusContraindicated, FailRefValue, "%s", join(bad))
+	case len(good) == 0:
+		r.add(ClaimMeasurement, StatusWarning, "", "no reference MRTD or RTMRs: MRTD %s not checked", hex.EncodeToString(body.GetMrTd()))
+	case len(skipped) > 0 && skipped[0] == "MRTD":
+		// The firmware measured into MRTD extends RTMR0 to 2: unpinned, it
+		// could have written any values there, so matching RTMRs alone say
+		// nothing about the code the TD runs.
+		r.add(ClaimMeasurement, StatusWarning, "", "%s, but MRTD %s is not checked: firmware that is not pinned could have extended the RTMRs with any values%s",
+			matched, hex.EncodeToString(body.GetMrTd()), notChecked(skipped[1:]))
+	default:
+		r.add(ClaimMeasurement, StatusAffirming, "", "%s%s", matched, notChecked(skipped))
 	}
 	if ref != nil && len(ref.MRConfigID) > 0 {
 		if anyEqual(body.GetMrConfigId(), []HexBytes{ref.MRConfigID}) {
