@@ -272,7 +272,7 @@ func TestAttestVerifySNPBundle(t *testing.T) {
 		{"wrong nonce", []string{"--nonce", "beef"}, ui.ExitBinding, "not the expected nonce"},
 		{"wrong key", []string{"--key", "other.pub"}, ui.ExitBinding, "not the expected key"},
 		{"measurement", []string{"--reference", "other.json"}, ui.ExitRefValue, "not among"},
-		{"bad reference file", []string{"--reference", "bad.json"}, ui.ExitUsage, "unknown field"},
+		{"bad reference file", []string{"--reference", "bad.json"}, ui.ExitUsage, "unknown object member name"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

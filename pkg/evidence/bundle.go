@@ -9,9 +9,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"time"
 
+	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/confidential-mcp/cmcp/pkg/digest"
@@ -117,20 +117,9 @@ func Decode(data []byte) (*Bundle, error) {
 	if len(data) > MaxBundleSize {
 		return nil, fmt.Errorf("%w: %d bytes, at most %d allowed", ErrMalformed, len(data), MaxBundleSize)
 	}
-	// encoding/json keeps the last of duplicate member names; another
-	// parser may keep the first. Refuse them (and invalid UTF-8) so that
-	// every reader of a bundle sees the same document.
-	if err := checkDuplicates(data); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
 	var b Bundle
-	if err := dec.Decode(&b); err != nil {
+	if err := decodeStrict(data, &b); err != nil {
 		return nil, fmt.Errorf("%w: %s", ErrMalformed, jsonErr(data, err))
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, fmt.Errorf("%w: trailing data after the JSON document", ErrMalformed)
 	}
 	if err := b.check(); err != nil {
 		return nil, err
@@ -138,15 +127,36 @@ func Decode(data []byte) (*Bundle, error) {
 	return &b, nil
 }
 
+// decodeStrict decodes one JSON document into v so that every reader of it
+// sees the same values: member names match exactly, and unknown or
+// duplicate names, invalid UTF-8 and trailing data are refused.
+// encoding/json matches names case-insensitively, which let "FORMAT" stand
+// for "format", and let a "Nonce" after "nonce" (not duplicates to a
+// case-sensitive parser) replace the nonce other parsers read.
+func decodeStrict(data []byte, v any) error {
+	opts := jsonv2.JoinOptions(jsonv2.RejectUnknownMembers(true), jsonv2.MatchCaseInsensitiveNames(false),
+		jsontext.AllowDuplicateNames(false), jsontext.AllowInvalidUTF8(false))
+	dec := jsontext.NewDecoder(bytes.NewReader(data), opts)
+	if err := jsonv2.UnmarshalDecode(dec, v, opts); err != nil {
+		return err
+	}
+	if _, err := dec.ReadToken(); err != io.EOF {
+		return errors.New("trailing data after the JSON document")
+	}
+	return nil
+}
+
+// jsonErr adds the line to a decoding error, which names the member (as a
+// JSON pointer) where it can.
 func jsonErr(data []byte, err error) string {
-	var se *json.SyntaxError
-	var te *json.UnmarshalTypeError
+	var se *jsontext.SyntacticError
+	var me *jsonv2.SemanticError
 	off := int64(-1)
 	switch {
 	case errors.As(err, &se):
-		off = se.Offset
-	case errors.As(err, &te):
-		off = te.Offset
+		off = se.ByteOffset
+	case errors.As(err, &me):
+		off = me.ByteOffset
 	}
 	if off < 0 {
 		return err.Error()
@@ -285,17 +295,4 @@ func readFileMax(path string, limit int64, malformed error) ([]byte, error) {
 		return nil, fmt.Errorf("%s: %w: larger than %d bytes", path, malformed, limit)
 	}
 	return data, nil
-}
-
-// checkDuplicates refuses duplicate member names and invalid UTF-8, which
-// encoding/json accepts silently (it keeps the last duplicate; another
-// parser may keep the first). Other syntax errors are left to the decoder
-// that follows, which reports them with a line number.
-func checkDuplicates(data []byte) error {
-	if _, err := jsontext.NewDecoder(bytes.NewReader(data)).ReadValue(); err != nil {
-		if errors.Is(err, jsontext.ErrDuplicateName) || strings.Contains(err.Error(), "invalid UTF-8") {
-			return err
-		}
-	}
-	return nil
 }

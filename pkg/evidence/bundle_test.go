@@ -58,7 +58,7 @@ func TestDecodeRejects(t *testing.T) {
 		{"format", `cmcp-evidence/v1`, `cmcp-evidence/v9`, "format"},
 		{"platform", `"platform": "software"`, `"platform": "sgx"`, "platform"},
 		{"attested software", `"attested": false`, `"attested": true`, "attested"},
-		{"unknown field", `"format"`, `"extra": 1, "format"`, "unknown field"},
+		{"unknown member", `"format"`, `"extra": 1, "format"`, `unknown object member name "extra"`},
 		{"label removed", SoftwareLabel, "fine", "note"},
 		{"short key", `"public_key": "`, `"public_key": "AAAA`, "public_key"},
 		{"bad hex nonce", `"nonce": "6e`, `"nonce": "zz`, "hex"},
@@ -117,4 +117,44 @@ func FuzzDecode(f *testing.F) {
 			t.Fatal("encoding is not stable")
 		}
 	})
+}
+
+// TestBundleAndReferenceNamesAreCaseSensitive: member names must be spelled
+// exactly. Before, encoding/json matched them case-insensitively (and by
+// Unicode folding): "FORMAT" was read as format, and a "Nonce" after
+// "nonce" passed the duplicate check and replaced the nonce that a
+// case-sensitive reader of the same bundle sees.
+func TestBundleAndReferenceNamesAreCaseSensitive(t *testing.T) {
+	good, _ := softwareBundle(t).Marshal()
+	for _, c := range []struct{ name, from, to, want string }{
+		{"upper-case name", `"format"`, `"FORMAT"`, `unknown object member name "FORMAT"`},
+		{"case variant after the name", `"nonce": "6e6f6e63652d313233",`, `"nonce": "6e6f6e63652d313233", "Nonce": "deadbeef",`, `unknown object member name "Nonce"`},
+		{"case variant before the name", `"nonce": "6e6f6e63652d313233",`, `"Nonce": "deadbeef", "nonce": "6e6f6e63652d313233",`, `unknown object member name "Nonce"`},
+		{"Kelvin sign folds to k", `"key_alg"`, `"\u212aey_alg"`, "unknown object member name"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			bad := strings.Replace(string(good), c.from, c.to, 1)
+			if bad == string(good) {
+				t.Fatalf("replacement %q did not apply", c.from)
+			}
+			b, err := Decode([]byte(bad))
+			if err == nil || !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), c.want) {
+				var nonce string
+				if b != nil {
+					nonce = string(b.Binding.Nonce)
+				}
+				t.Fatalf("Decode = %v (nonce %q), want ErrMalformed mentioning %q", err, nonce, c.want)
+			}
+		})
+	}
+	m, other := strings.Repeat("ab", 48), strings.Repeat("cd", 48)
+	for _, bad := range []string{
+		`{"TDX": {"mr_td": ["` + m + `"]}}`,
+		`{"tdx": {"MR_TD": ["` + m + `"]}}`,
+		`{"sev-snp": {"measurements": ["` + m + `"], "Measurements": ["` + other + `"]}}`,
+	} {
+		if _, err := ParseReferenceValues([]byte(bad)); err == nil || !strings.Contains(err.Error(), "unknown object member name") {
+			t.Errorf("%s: %v, want refused", bad, err)
+		}
+	}
 }

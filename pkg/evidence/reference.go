@@ -1,11 +1,8 @@
 package evidence
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 )
 
 // ReferenceValues are what an auditor expects of the platform, read from a
@@ -67,20 +64,13 @@ type TDXReference struct {
 	MinimumTEETCBSVN HexBytes   `json:"minimum_tee_tcb_svn,omitempty"`
 }
 
-// ParseReferenceValues reads reference values strictly: unknown fields,
-// wrong lengths and trailing data are errors.
+// ParseReferenceValues reads reference values strictly: unknown, duplicate
+// or differently capitalised member names, wrong lengths and trailing data
+// are errors.
 func ParseReferenceValues(data []byte) (*ReferenceValues, error) {
-	if err := checkDuplicates(data); err != nil {
-		return nil, fmt.Errorf("reference values: %v", err)
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
 	var rv ReferenceValues
-	if err := dec.Decode(&rv); err != nil {
+	if err := decodeStrict(data, &rv); err != nil {
 		return nil, fmt.Errorf("reference values: %s", jsonErr(data, err))
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, fmt.Errorf("reference values: trailing data after the JSON document")
 	}
 	if rv.SEVSNP == nil && rv.TDX == nil {
 		return nil, fmt.Errorf(`reference values: neither a "sev-snp" nor a "tdx" section`)
