@@ -334,10 +334,13 @@ version 4 with its embedded PCK chain) without any network access:
 
   evidence     the report signature and the certificate chain up to the AMD ARK
                (Milan, Genoa, Turin; VCEK and VLEK) or the Intel SGX Root CA
-               embedded in cmcp, or the roots in --roots; never a root carried
+               embedded in cmcp, or the roots in --roots (then the claim names
+               the root from that file, not the vendor's); never a root carried
                by the evidence. A TDX quote must come from Intel's TD quoting
                enclave (its MRSIGNER, product ID 2, not a debug enclave, Intel's
-               QE vendor ID: pinned, as collateral would give them)
+               QE vendor ID: pinned, as collateral would give them).
+               Revocation is not checked: there is no CRL offline, so a revoked
+               VCEK, VLEK or PCK certificate is not noticed
   binding      the report data is the binding of the bundle's key, nonce and
                statement, and those are the --key and --statement expected
   freshness    the bound nonce is the --nonce expected

@@ -29,7 +29,8 @@ type Roots struct {
 	Source string
 	amd    map[string]*amdRoots
 	intel  *x509.CertPool
-	nIntel int
+	// intelCerts are the certificates in intel, to name the one a chain used.
+	intelCerts []*x509.Certificate
 	// Names lists the anchors for people ("AMD ARK-Milan", "Intel SGX Root CA").
 	Names []string
 }
@@ -99,7 +100,7 @@ func ParseRoots(data []byte, source string) (*Roots, error) {
 				return nil, fmt.Errorf("certificate %d (%q): self-signed root whose signature does not verify: %v", i+1, cn, err)
 			}
 			r.intel.AddCert(c)
-			r.nIntel++
+			r.intelCerts = append(r.intelCerts, c)
 			r.Names = append(r.Names, cn)
 		default:
 			return nil, fmt.Errorf("certificate %d (%q) is neither an AMD ARK/ASK/ASVK nor a self-signed root CA", i+1, cn)

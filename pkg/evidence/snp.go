@@ -3,9 +3,11 @@ package evidence
 import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
+	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/google/go-sev-guest/abi"
@@ -143,6 +145,38 @@ func verifySNPChain(report, keyDER []byte, key abi.ReportSigner, line string, o 
 	return nil
 }
 
+// revocationNotChecked is said of every verified chain: verification is
+// offline and carries no CRL, so a revoked VCEK, VLEK, ASK, PCK or
+// intermediate is not noticed.
+const revocationNotChecked = "revocation not checked (offline, no CRL)"
+
+// anchorName names the root a chain ended at for a claim: the vendor's root
+// when it is one embedded in cmcp; else the certificate the auditor supplied
+// (its name, file and fingerprint), so that a claim never credits the vendor
+// for a root that only carries the vendor's name.
+func anchorName(root *x509.Certificate, vendor string, o *VerifyOptions) string {
+	if o.Roots.Source == EmbeddedSource {
+		return vendor + " embedded in cmcp"
+	}
+	fp := sha256.Sum256(root.Raw)
+	s := fmt.Sprintf("the root %q from %s (sha256:%s)", root.Subject.CommonName, o.Roots.Source, short(fp[:]))
+	if embeddedRoot(root) {
+		return s + ", the same certificate as " + vendor + " embedded in cmcp"
+	}
+	return s + ", which is not a root embedded in cmcp"
+}
+
+// embeddedRoot reports whether c is one of the roots embedded in cmcp.
+func embeddedRoot(c *x509.Certificate) bool {
+	e := Embedded()
+	for _, a := range e.amd {
+		if a.ark.Equal(c) {
+			return true
+		}
+	}
+	return slices.ContainsFunc(e.intelCerts, c.Equal)
+}
+
 func rootsClaim(r *Result, o *VerifyOptions) {
 	if o.Roots.Source == EmbeddedSource {
 		r.add(ClaimRoots, StatusAffirming, "", "vendor roots embedded in cmcp")
@@ -203,7 +237,8 @@ func verifySNP(r *Result, raw []byte, extra [][]byte, o *VerifyOptions) []byte {
 		r.add(ClaimEvidence, StatusContraindicated, FailEvidence, "SEV-SNP report is inconsistent with its %s: %v", signer, err)
 		return nil
 	}
-	r.add(ClaimEvidence, StatusAffirming, "", "SEV-SNP report v%d signed by %s, chain to AMD ARK-%s", rep.GetVersion(), signer, line)
+	r.add(ClaimEvidence, StatusAffirming, "", "SEV-SNP report v%d signed by %s, chain to %s; %s",
+		rep.GetVersion(), signer, anchorName(o.Roots.amd[line].ark, "AMD ARK-"+line, o), revocationNotChecked)
 	rootsClaim(r, o)
 
 	policy, err := abi.ParseSnpPolicy(rep.GetPolicy())

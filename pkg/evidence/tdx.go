@@ -105,21 +105,21 @@ func checkTDQE(q *tpb.QuoteV4) error {
 // QE report signed by the PCK key; the QE report data committing to the
 // attestation key; and the quote signature over header and body by that key.
 // Beyond the library's offline checks, the QE must be Intel's TD QE
-// (checkTDQE).
-func verifyTDXChain(q *tpb.QuoteV4, o *VerifyOptions) error {
-	if o.Roots.nIntel == 0 {
-		return fmt.Errorf("no Intel root CA in %s", o.Roots.Source)
+// (checkTDQE). It returns the root of o.Roots the PCK chained to.
+func verifyTDXChain(q *tpb.QuoteV4, o *VerifyOptions) (*x509.Certificate, error) {
+	if len(o.Roots.intelCerts) == 0 {
+		return nil, fmt.Errorf("no Intel root CA in %s", o.Roots.Source)
 	}
 	if err := tabi.CheckQuoteV4(q); err != nil {
-		return fmt.Errorf("TDX quote: %v", err)
+		return nil, fmt.Errorf("TDX quote: %v", err)
 	}
 	if q.GetHeader().GetTeeType() != 0x81 {
-		return fmt.Errorf("TDX quote: TEE type 0x%x is not TDX (0x81)", q.GetHeader().GetTeeType())
+		return nil, fmt.Errorf("TDX quote: TEE type 0x%x is not TDX (0x81)", q.GetHeader().GetTeeType())
 	}
 	qerc := q.GetSignedData().GetCertificationData().GetQeReportCertificationData()
 	chain, err := pckChain(qerc.GetPckCertificateChainData().GetPckCertChain())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	leaf, inter, root := chain[0], chain[1], chain[2]
 	for _, c := range []struct {
@@ -131,57 +131,62 @@ func verifyTDXChain(q *tpb.QuoteV4, o *VerifyOptions) error {
 		{leaf, inter, []string{"Intel SGX PCK Certificate"}},
 	} {
 		if err := checkIntelCert(c.cert, c.parent, c.names); err != nil {
-			return fmt.Errorf("TDX PCK chain: %v", err)
+			return nil, fmt.Errorf("TDX PCK chain: %v", err)
 		}
 	}
 	if _, err := pcs.PckCertificateExtensions(leaf); err != nil {
-		return fmt.Errorf("TDX PCK certificate extensions: %v", err)
+		return nil, fmt.Errorf("TDX PCK certificate extensions: %v", err)
 	}
 	inters := x509.NewCertPool()
 	inters.AddCert(inter)
-	if _, err := leaf.Verify(x509.VerifyOptions{Roots: o.Roots.intel, Intermediates: inters, CurrentTime: o.Now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
-		return fmt.Errorf("TDX PCK certificate does not chain to the Intel SGX Root CA of the %s roots: %v", o.Roots.Source, err)
+	chains, err := leaf.Verify(x509.VerifyOptions{Roots: o.Roots.intel, Intermediates: inters, CurrentTime: o.Now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
+	if err != nil {
+		return nil, fmt.Errorf("TDX PCK certificate does not chain to the Intel SGX Root CA of the %s roots: %v", o.Roots.Source, err)
 	}
 	qeRaw, err := tabi.EnclaveReportToAbiBytes(qerc.GetQeReport())
 	if err != nil {
-		return fmt.Errorf("TDX QE report: %v", err)
+		return nil, fmt.Errorf("TDX QE report: %v", err)
 	}
 	sig, err := tabi.SignatureToDER(qerc.GetQeReportSignature())
 	if err != nil {
-		return fmt.Errorf("TDX QE report signature: %v", err)
+		return nil, fmt.Errorf("TDX QE report signature: %v", err)
 	}
 	if err := leaf.CheckSignature(x509.ECDSAWithSHA256, qeRaw, sig); err != nil {
-		return fmt.Errorf("TDX QE report signature does not verify with the PCK certificate: %v", err)
+		return nil, fmt.Errorf("TDX QE report signature does not verify with the PCK certificate: %v", err)
 	}
 	ak := q.GetSignedData().GetEcdsaAttestationKey()
 	want := sha256.Sum256(append(bytes.Clone(ak), qerc.GetQeAuthData().GetData()...))
 	rd := qerc.GetQeReport().GetReportData()
 	if len(rd) != 64 || !bytes.Equal(rd[:32], want[:]) || !bytes.Equal(rd[32:], make([]byte, 32)) {
-		return fmt.Errorf("TDX QE report data does not commit to the quote's attestation key")
+		return nil, fmt.Errorf("TDX QE report data does not commit to the quote's attestation key")
 	}
 	akPub, err := ecdsa.ParseUncompressedPublicKey(elliptic.P256(), append([]byte{4}, ak...))
 	if err != nil {
-		return fmt.Errorf("TDX attestation key: %v", err)
+		return nil, fmt.Errorf("TDX attestation key: %v", err)
 	}
 	hdr, err := tabi.HeaderToAbiBytes(q.GetHeader())
 	if err != nil {
-		return fmt.Errorf("TDX quote header: %v", err)
+		return nil, fmt.Errorf("TDX quote header: %v", err)
 	}
 	body, err := tabi.TdQuoteBodyToAbiBytes(q.GetTdQuoteBody())
 	if err != nil {
-		return fmt.Errorf("TDX quote body: %v", err)
+		return nil, fmt.Errorf("TDX quote body: %v", err)
 	}
 	qsig, err := tabi.SignatureToDER(q.GetSignedData().GetSignature())
 	if err != nil {
-		return fmt.Errorf("TDX quote signature: %v", err)
+		return nil, fmt.Errorf("TDX quote signature: %v", err)
 	}
 	digest := sha256.Sum256(append(hdr, body...))
 	if !ecdsa.VerifyASN1(akPub, digest[:], qsig) {
-		return fmt.Errorf("TDX quote signature does not verify with the attestation key (header or body changed)")
+		return nil, fmt.Errorf("TDX quote signature does not verify with the attestation key (header or body changed)")
 	}
 	// Checked last, on signed data only: a tampered quote is reported as
 	// tampered, not as another enclave's.
-	return checkTDQE(q)
+	if err := checkTDQE(q); err != nil {
+		return nil, err
+	}
+	used := chains[0]
+	return used[len(used)-1], nil
 }
 
 func pckChain(data []byte) ([]*x509.Certificate, error) {
@@ -250,11 +255,13 @@ func verifyTDX(r *Result, raw []byte, o *VerifyOptions) []byte {
 	r.field("report_data", hex.EncodeToString(body.GetReportData()))
 	qe := q.GetSignedData().GetCertificationData().GetQeReportCertificationData().GetQeReport()
 	r.field("qe_isvsvn", fmt.Sprint(qe.GetIsvSvn()))
-	if err := verifyTDXChain(q, o); err != nil {
+	root, err := verifyTDXChain(q, o)
+	if err != nil {
 		r.add(ClaimEvidence, StatusContraindicated, FailEvidence, "%v", err)
 		return nil
 	}
-	r.add(ClaimEvidence, StatusAffirming, "", "TDX quote v4 signed by the attestation key of Intel's TD quoting enclave (MRSIGNER %s, ISVPRODID %d, not debug), QE report signed by the PCK, PCK chain to the Intel SGX Root CA", short(intelTDQEMRSigner), intelTDQEProdID)
+	r.add(ClaimEvidence, StatusAffirming, "", "TDX quote v4 signed by the attestation key of Intel's TD quoting enclave (MRSIGNER %s, ISVPRODID %d, not debug), QE report signed by the PCK, PCK chain to %s; %s",
+		short(intelTDQEMRSigner), intelTDQEProdID, anchorName(root, "the Intel SGX Root CA", o), revocationNotChecked)
 	rootsClaim(r, o)
 
 	attrs := body.GetTdAttributes()

@@ -453,3 +453,54 @@ func must(r *Result, err error) *Result {
 	}
 	return r
 }
+
+// TestEvidenceClaimNamesTheRootUsedAndUncheckedRevocation: the evidence
+// claim names the root the chain actually ended at and says that revocation
+// was not checked. Before, a chain to roots from --roots read "PCK chain to
+// the Intel SGX Root CA" or "chain to AMD ARK-Milan", as if cmcp's embedded
+// vendor root had been used, and nothing said that no CRL was consulted.
+func TestEvidenceClaimNamesTheRootUsedAndUncheckedRevocation(t *testing.T) {
+	bd := newBinding(t)
+	tdxQuote, tdxRootPEM := fakeTDXQuote(t, bd.rd, tdxFake{})
+	tdxRoots, err := ParseRoots(tdxRootPEM, "fake-intel-root.pem")
+	if err != nil {
+		t.Fatal(err)
+	}
+	snpQuote, snpRoots, _ := fakeSNPQuote(t, bd.rd, snpFake{})
+	intelPEM, err := rootFiles.ReadFile("roots/intel_sgx_root.pem")
+	if err != nil {
+		t.Fatal(err)
+	}
+	genuineAgain, err := ParseRoots(intelPEM, "intel-again.pem")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name    string
+		r       *Result
+		want    []string
+		mustNot string
+	}{
+		{"tdx, fake root", must(VerifyRaw(tdxQuote, nil, VerifyOptions{Roots: tdxRoots})),
+			[]string{`PCK chain to the root "Intel SGX Root CA" from fake-intel-root.pem (sha256:`, "which is not a root embedded in cmcp"}, "to the Intel SGX Root CA"},
+		{"sev-snp, fake roots", must(Verify(snpBundle(t, bd, snpQuote), VerifyOptions{Roots: snpRoots})),
+			[]string{`chain to the root "ARK-Milan" from test-roots.pem (sha256:`, "which is not a root embedded in cmcp"}, "AMD ARK-Milan"},
+		{"tdx, embedded root", must(VerifyRaw(testdata.RawQuote, nil, VerifyOptions{Now: sampleAt})),
+			[]string{"PCK chain to the Intel SGX Root CA embedded in cmcp"}, "from"},
+		{"tdx, the embedded root given as --roots", must(VerifyRaw(testdata.RawQuote, nil, VerifyOptions{Now: sampleAt, Roots: genuineAgain})),
+			[]string{`the root "Intel SGX Root CA" from intel-again.pem (sha256:44a0196b2b99f889…fab674d3), the same certificate as the Intel SGX Root CA embedded in cmcp`}, "not a root embedded"},
+	} {
+		cl := c.r.Claim(ClaimEvidence)
+		if cl == nil || cl.Status != StatusAffirming {
+			t.Fatalf("%s: %+v", c.name, c.r.Claims)
+		}
+		for _, w := range append(c.want, "; revocation not checked (offline, no CRL)") {
+			if !strings.Contains(cl.Reason, w) {
+				t.Errorf("%s: evidence claim %q lacks %q", c.name, cl.Reason, w)
+			}
+		}
+		if strings.Contains(cl.Reason, c.mustNot) {
+			t.Errorf("%s: evidence claim %q says %q", c.name, cl.Reason, c.mustNot)
+		}
+	}
+}
