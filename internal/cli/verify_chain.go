@@ -263,6 +263,8 @@ func runVerifyChain(p *ui.Printer, dir string, o *verifyChainOptions, keys []str
 	code := ui.ExitOK
 	if ve != nil {
 		code = failureCode(ve)
+	} else if w := ce.unmeasuredWarning(); w != "" {
+		rep.Warnings = append(rep.Warnings, w)
 	}
 	if p.JSONOut {
 		doc := verifyChainDoc{SchemaVersion: ui.SchemaVersion, Status: "verified", Dir: dir, Epochs: rep.Epochs, Records: rep.Records,

@@ -26,7 +26,7 @@ type chainEvidenceOptions struct {
 func (o *chainEvidenceOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Roots, "roots", "", "PEM roots replacing the embedded AMD and Intel roots for the genesis evidence")
 	fs.StringVar(&o.Reference, "reference", "", "reference values JSON for the genesis evidence (see 'cmcp attest verify')")
-	fs.BoolVar(&o.RequireAttested, "require-attested", false, "fail unless every epoch's key is bound to verified SEV-SNP or TDX evidence (software or missing evidence fails), and every record of an earlier epoch is signed by its key (--require-signed)")
+	fs.BoolVar(&o.RequireAttested, "require-attested", false, "fail unless every epoch's key is bound to verified SEV-SNP or TDX evidence (software or missing evidence fails), and every record of an earlier epoch is signed by its key (--require-signed); this proves genuine hardware, not the code: without a measurement in --reference any code in a genuine VM could hold the key (a warning says so)")
 }
 
 // genesisEvidence is what verify-chain established about one epoch's key.
@@ -129,12 +129,67 @@ func (c *chainEvidence) check(g *auditlog.Genesis) error {
 	ge.Verdict, ge.Binding, ge.Claims = string(res.Verdict), res.Binding, res.Claims
 	if !b.Attested {
 		ge.Note = "software evidence: the key is unattested (development only)"
+	} else if m := res.Claim(evidence.ClaimMeasurement); m != nil && m.Status == evidence.StatusWarning {
+		ge.Note = c.unmeasuredNote(b.Platform)
 	}
 	if err := res.Err(); err != nil {
 		if !b.Attested && c.require {
 			return fmt.Errorf("epoch %d: %v (--require-attested)", g.Epoch, err)
 		}
 		return fmt.Errorf("epoch %d: %v", g.Epoch, err)
+	}
+	return nil
+}
+
+// unmeasuredNote says what genuine hardware evidence without a checked
+// launch measurement proves: that the key lives in a genuine VM, not which
+// code runs there.
+func (c *chainEvidence) unmeasuredNote(platform string) string {
+	what := "launch measurement"
+	if platform == evidence.PlatformTDX {
+		what = "launch measurement (MRTD and RTMRs)"
+	}
+	how := "pass --reference with the expected values"
+	if c.opts.Reference != nil {
+		how = "the --reference values pin none"
+	}
+	return fmt.Sprintf("%s NOT checked against reference values, so any code in a genuine %s VM could hold this key: %s", what, platform, how)
+}
+
+// unmeasuredWarning is the one warning verify-chain gives when
+// --require-attested passed although some epoch's launch measurement was not
+// checked: the flag proves genuine hardware, not the gateway's code.
+func (c *chainEvidence) unmeasuredWarning() string {
+	if !c.require {
+		return ""
+	}
+	var epochs []string
+	for _, ge := range c.Results {
+		if ge.Attested {
+			if m := claimOf(ge.Claims, evidence.ClaimMeasurement); m != nil && m.Status == evidence.StatusWarning {
+				epochs = append(epochs, fmt.Sprint(ge.Epoch))
+			}
+		}
+	}
+	if len(epochs) == 0 {
+		return ""
+	}
+	how := "pass --reference with the expected measurements"
+	if c.opts.Reference != nil {
+		how = "the --reference values pin no launch measurement"
+	}
+	which := "the key of epoch " + epochs[0] + " is"
+	if len(epochs) > 1 {
+		which = "the keys of epochs " + strings.Join(epochs, ", ") + " are"
+	}
+	return fmt.Sprintf("--require-attested: %s bound to genuine hardware evidence, but the launch measurement was NOT checked against reference values, so any code in a genuine VM could hold the key (%s)", which, how)
+}
+
+func claimOf(claims []evidence.Claim, name string) *evidence.Claim {
+	for i := range claims {
+		if claims[i].Name == name {
+			return &claims[i]
+		}
 	}
 	return nil
 }
@@ -161,6 +216,9 @@ func (c *chainEvidence) print(p *ui.Printer) {
 			extra := ""
 			if len(warns) > 0 {
 				extra = " (warnings: " + strings.Join(warns, ", ") + "; see 'cmcp attest verify')"
+			}
+			if ge.Note != "" {
+				extra += "; " + ge.Note
 			}
 			p.Printf("  %s epoch %d: key and genesis statement bound by verified %s evidence, verdict %s%s\n", mark, ge.Epoch, ge.Platform, ge.Verdict, extra)
 		}

@@ -9,6 +9,7 @@ import (
 	"encoding/pem"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -119,9 +120,12 @@ func TestVerifyChainSoftwareGenesisEvidence(t *testing.T) {
 	}
 }
 
-// SEV-SNP genesis evidence from go-sev-guest's fake AMD secure processor,
-// produced inside auditlog.Open for the real statement and key.
-func TestVerifyChainSNPGenesisEvidence(t *testing.T) {
+// snpGenesisLog writes an audit log whose genesis evidence comes from
+// go-sev-guest's fake AMD secure processor, produced inside auditlog.Open for
+// the real statement and key (launch measurement 77...77), and returns it
+// with a file of the fake roots.
+func snpGenesisLog(t *testing.T) (dir, roots string) {
+	t.Helper()
 	var rootsPEM []byte
 	ev := func(stmt digest.Digest, pub ed25519.PublicKey) (json.RawMessage, error) {
 		nonce := []byte("boot-nonce")
@@ -157,9 +161,17 @@ func TestVerifyChainSNPGenesisEvidence(t *testing.T) {
 		}
 		return b.Marshal()
 	}
-	dir := evidenceLog(t, ev, evidence.PlatformSEVSNP)
-	roots := filepath.Join(t.TempDir(), "roots.pem")
-	os.WriteFile(roots, rootsPEM, 0o644)
+	dir = evidenceLog(t, ev, evidence.PlatformSEVSNP)
+	roots = filepath.Join(t.TempDir(), "roots.pem")
+	if err := os.WriteFile(roots, rootsPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir, roots
+}
+
+// SEV-SNP genesis evidence from go-sev-guest's fake AMD secure processor.
+func TestVerifyChainSNPGenesisEvidence(t *testing.T) {
+	dir, roots := snpGenesisLog(t)
 	code, out, errb := runCLI(t, "verify-chain", dir, "--roots", roots, "--require-attested")
 	if code != 0 || !strings.Contains(out, "epoch 1: key and genesis statement bound by verified sev-snp evidence") {
 		t.Fatalf("SNP genesis: %d\n%s\n%s", code, out, errb)
@@ -175,5 +187,51 @@ func TestVerifyChainSNPGenesisEvidence(t *testing.T) {
 	code, out, errb = runCLI(t, "verify-chain", dir, "--roots", roots, "--reference", ref)
 	if code != ui.ExitLogKey || !strings.Contains(out+errb, "launch measurement 7777") {
 		t.Fatalf("SNP genesis, other measurement: %d\n%s\n%s", code, out, errb)
+	}
+}
+
+// TestRequireAttestedWithoutReferenceSaysMeasurementUnchecked: genuine
+// hardware evidence whose launch measurement was not checked proves that the
+// key lives in a genuine VM, not which code holds it. verify-chain now says
+// so on the epoch's line and, with --require-attested, in one warning.
+// Before, the line read "bound by verified sev-snp evidence, verdict warning
+// (warnings: roots, measurement, ...)" and --require-attested passed silently.
+func TestRequireAttestedWithoutReferenceSaysMeasurementUnchecked(t *testing.T) {
+	dir, roots := snpGenesisLog(t)
+	const line = "epoch 1: key and genesis statement bound by verified sev-snp evidence"
+	const unchecked = "launch measurement NOT checked against reference values, so any code in a genuine sev-snp VM could hold this key: pass --reference with the expected values"
+	const warning = "--require-attested: the key of epoch 1 is bound to genuine hardware evidence, but the launch measurement was NOT checked against reference values, so any code in a genuine VM could hold the key (pass --reference with the expected measurements)"
+	code, out, errb := runCLI(t, "verify-chain", dir, "--roots", roots, "--require-attested")
+	if code != 0 || !strings.Contains(out, line) || !strings.Contains(out, unchecked) || strings.Count(out+errb, warning) != 1 {
+		t.Fatalf("--require-attested without --reference: %d\n%s\n%s", code, out, errb)
+	}
+	// Without --require-attested the epoch's line says it; no extra warning.
+	code, out, errb = runCLI(t, "verify-chain", dir, "--roots", roots)
+	if code != 0 || !strings.Contains(out, unchecked) || strings.Contains(out+errb, "--require-attested:") {
+		t.Fatalf("without --require-attested: %d\n%s\n%s", code, out, errb)
+	}
+	// JSON: in the warnings and in the epoch's note.
+	code, out, _ = runCLI(t, "-o", "json", "verify-chain", dir, "--roots", roots, "--require-attested")
+	var doc struct {
+		Warnings []string          `json:"warnings"`
+		Evidence []genesisEvidence `json:"evidence"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil || code != 0 || !slices.Contains(doc.Warnings, warning) ||
+		len(doc.Evidence) != 1 || doc.Evidence[0].Note != unchecked {
+		t.Fatalf("json: %d %v %s", code, err, out)
+	}
+	// Reference values that pin no measurement do not check it either.
+	tcbOnly := filepath.Join(t.TempDir(), "tcb-only.json")
+	os.WriteFile(tcbOnly, []byte(`{"sev-snp": {"minimum_tcb": {"bootloader": 0, "tee": 0, "snp": 0, "microcode": 0}}}`), 0o644)
+	code, out, errb = runCLI(t, "verify-chain", dir, "--roots", roots, "--require-attested", "--reference", tcbOnly)
+	if code != 0 || !strings.Contains(out, "could hold this key: the --reference values pin none") || !strings.Contains(out+errb, "(the --reference values pin no launch measurement)") {
+		t.Fatalf("--reference without measurements: %d\n%s\n%s", code, out, errb)
+	}
+	// With the measurement pinned, neither is said.
+	ref := filepath.Join(t.TempDir(), "ref.json")
+	os.WriteFile(ref, []byte(`{"sev-snp": {"measurements": ["`+strings.Repeat("77", 48)+`"]}}`), 0o644)
+	code, out, errb = runCLI(t, "verify-chain", dir, "--roots", roots, "--require-attested", "--reference", ref)
+	if code != 0 || !strings.Contains(out, line) || strings.Contains(out+errb, "NOT checked") {
+		t.Fatalf("measurement pinned: %d\n%s\n%s", code, out, errb)
 	}
 }
