@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"crypto/sha512"
 	"encoding/hex"
+	"strings"
 	"testing"
 
 	"github.com/confidential-mcp/cmcp/pkg/digest"
@@ -62,5 +63,33 @@ func TestReportDataSeparatesFields(t *testing.T) {
 	}
 	if _, err := ReportData(pub, make([]byte, MaxNonceSize+1), s1); err == nil {
 		t.Error("oversized nonce accepted")
+	}
+}
+
+// TestBindingClaimSaysWhenNoKeyWasExpected: a binding claim checked without
+// an expected key or statement says that it compared them with nothing.
+// Before, it read "report data binds key ..." exactly as when the auditor's
+// key had been checked.
+func TestBindingClaimSaysWhenNoKeyWasExpected(t *testing.T) {
+	bd := newBinding(t)
+	quote, roots, _ := fakeSNPQuote(t, bd.rd, snpFake{})
+	for _, c := range []struct {
+		name string
+		opts VerifyOptions
+		want string
+	}{
+		{"nothing expected", VerifyOptions{Roots: roots, ExpectNonce: bd.nonce}, "; no expected key or statement given: the bundle's own, not compared with the one you expect"},
+		{"key expected", VerifyOptions{Roots: roots, ExpectNonce: bd.nonce, ExpectKey: bd.pub}, "; no expected statement given"},
+		{"statement expected", VerifyOptions{Roots: roots, ExpectNonce: bd.nonce, ExpectStatement: bd.stmt}, "; no expected key given"},
+		{"both expected", VerifyOptions{Roots: roots, ExpectNonce: bd.nonce, ExpectKey: bd.pub, ExpectStatement: bd.stmt}, ""},
+	} {
+		r, _ := Verify(snpBundle(t, bd, quote), c.opts)
+		cl := r.Claim(ClaimBinding)
+		if cl == nil || cl.Status != StatusAffirming || r.Binding != BindingOurs {
+			t.Fatalf("%s: %+v", c.name, cl)
+		}
+		if c.want == "" && strings.Contains(cl.Reason, "no expected") || c.want != "" && !strings.Contains(cl.Reason, c.want) {
+			t.Errorf("%s: binding claim %q, want %q", c.name, cl.Reason, c.want)
+		}
 	}
 }

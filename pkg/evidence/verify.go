@@ -202,6 +202,18 @@ func checkBinding(r *Result, hwReportData []byte, b *Bundle, o *VerifyOptions) {
 			what += ", statement " + bd.Statement.String()
 		}
 		what += ", nonce " + short(bd.Nonce)
+		// The binding holds either way; but without an expected key the key
+		// is only the bundle's own, which whoever made the bundle chose.
+		var unchecked []string
+		if o.ExpectKey == nil {
+			unchecked = append(unchecked, "key")
+		}
+		if o.ExpectStatement.IsZero() && !bd.Statement.IsZero() {
+			unchecked = append(unchecked, "statement")
+		}
+		if len(unchecked) > 0 {
+			what += fmt.Sprintf("; no expected %s given: the bundle's own, not compared with the one you expect", strings.Join(unchecked, " or "))
+		}
 		r.add(ClaimBinding, StatusAffirming, "", "report data binds %s", what)
 	}
 	switch {
