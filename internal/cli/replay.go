@@ -121,8 +121,15 @@ A decision that depends on the call's arguments needs them: with --identity
 payload against its commitment in the log (a mismatch is tampering), and uses
 it. Without it those calls are listed as not replayable, never guessed.
 
-Exit status 30 when a decision differs, a payload was tampered with, or a
-record names a bundle without the decision's input.`,
+A call record that contradicts itself or the policy its epoch recorded is
+reported as inconsistent, with or without --policy: a deny forwarded in
+enforcing mode, a mode or bundle that no genesis or policy record of its
+epoch put in force, a call forwarded without a policy decision in an epoch
+that runs a policy.
+
+Exit status 30 when a decision differs, a payload was tampered with, a
+record names a bundle without the decision's input, or a call record is
+inconsistent.`,
 		Example: `  cmcp replay /var/lib/cmcp/audit
   cmcp replay /var/lib/cmcp/audit --policy policy/ --identity auditor.key
   cmcp replay /var/lib/cmcp/audit --what-if policy-next/ --agent alice`,
@@ -158,7 +165,7 @@ record names a bundle without the decision's input.`,
 			}
 			if rep.Findings() {
 				s := rep.Summary
-				return ui.Errorf(ui.ExitReplay, "replay found %d decision(s) that differ from the record, %d tampered payload(s), %d incomplete record(s)", s.Differs, s.Tampered, s.Incomplete)
+				return ui.Errorf(ui.ExitReplay, "replay found %d decision(s) that differ from the record, %d tampered payload(s), %d incomplete record(s), %d inconsistent call record(s)", s.Differs, s.Tampered, s.Incomplete, s.Inconsistent)
 			}
 			return nil
 		},
@@ -185,6 +192,9 @@ func printReplay(p *ui.Printer, rep *replay.Report, o *replayOptions) {
 			p.Table(head("SESSION", "AGENT", "FRONT", "CLIENT", "START", "END", "CALLS"), rows)
 		}
 	}
+	// With --policy the REPLAY column says inconsistent; without it a
+	// column of its own does, when there is one.
+	consistency := len(o.policies) == 0 && rep.Summary.Inconsistent > 0
 	var rows [][]string
 	for _, c := range rep.Calls {
 		if checking && !o.all && !finding(c) {
@@ -206,6 +216,12 @@ func printReplay(p *ui.Printer, rep *replay.Report, o *replayOptions) {
 		if o.whatIf != "" {
 			row = append(row, checkWord(p, c.WhatIf))
 		}
+		if consistency {
+			row = append(row, "")
+			if c.Inconsistent != "" {
+				row[len(row)-1] = p.Bad(replay.StatusInconsistent + ": " + c.Inconsistent)
+			}
+		}
 		rows = append(rows, mark(row))
 	}
 	h := []string{"RECORD", "TIME", "SESSION", "AGENT", "TOOL", "CLASS", "DECISION", "POLICIES", "MODE", "OUTCOME", "LATENCY"}
@@ -214,6 +230,9 @@ func printReplay(p *ui.Printer, rep *replay.Report, o *replayOptions) {
 	}
 	if o.whatIf != "" {
 		h = append(h, "WHAT-IF")
+	}
+	if consistency {
+		h = append(h, "RECORD CHECK")
 	}
 	if len(rows) > 0 {
 		p.Table(head(h...), rows)
@@ -229,6 +248,9 @@ func printReplay(p *ui.Printer, rep *replay.Report, o *replayOptions) {
 			line += fmt.Sprintf(", %d incomplete", s.Incomplete)
 		}
 	}
+	if s.Inconsistent > 0 {
+		line += fmt.Sprintf("; %d inconsistent call record(s)", s.Inconsistent)
+	}
 	if o.whatIf != "" {
 		line += fmt.Sprintf("; what-if %s: %d would change", rep.WhatIf, s.Changes)
 	}
@@ -239,6 +261,9 @@ func printReplay(p *ui.Printer, rep *replay.Report, o *replayOptions) {
 }
 
 func finding(c *replay.Call) bool {
+	if c.Inconsistent != "" {
+		return true
+	}
 	for _, ck := range []*replay.Check{c.Replay, c.WhatIf} {
 		if ck != nil && ck.Status != replay.StatusSame && ck.Status != replay.StatusUnchanged && ck.Status != replay.StatusNoDecision {
 			return true
@@ -268,7 +293,7 @@ func checkWord(p *ui.Printer, ck *replay.Check) string {
 	switch ck.Status {
 	case replay.StatusSame, replay.StatusUnchanged:
 		return p.OK(ck.Status)
-	case replay.StatusDiffers, replay.StatusTampered, replay.StatusIncomplete:
+	case replay.StatusDiffers, replay.StatusTampered, replay.StatusIncomplete, replay.StatusInconsistent:
 		return p.Bad(ck.Status + ": " + ck.Reason)
 	case replay.StatusChanges:
 		return p.Warn(ck.Status + " to " + ck.Decision + " (" + strings.Join(ck.PolicyIDs, ",") + ")")

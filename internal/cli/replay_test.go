@@ -24,6 +24,17 @@ import (
 // records the opposite decision for that call.
 func replayLog(t *testing.T, id *age.X25519Identity, flip int) string {
 	t.Helper()
+	return replayLogWith(t, id, func(i int, rec *auditlog.Call) {
+		if i == flip {
+			rec.Decision = "allow"
+		}
+	})
+}
+
+// replayLogWith writes replayLog's log, with mut rewriting call i's record
+// before it is appended (a result follows a forwarded call).
+func replayLogWith(t *testing.T, id *age.X25519Identity, mut func(i int, rec *auditlog.Call)) string {
+	t.Helper()
 	const bundleDir = "../../examples/policy/path-guard"
 	b, err := policy.Load(context.Background(), bundleDir, policy.LoadOptions{})
 	if err != nil {
@@ -49,14 +60,12 @@ func replayLog(t *testing.T, id *age.X25519Identity, flip int) string {
 		if o.Refuse {
 			rec.Outcome = auditlog.OutcomeRefused
 		}
-		if i == flip {
-			rec.Decision = "allow"
-		}
+		mut(i, rec)
 		rc, err := w.Append(ctx, rec)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !o.Refuse {
+		if rec.Outcome == auditlog.OutcomeForwarded {
 			w.Append(ctx, &auditlog.Result{Call: rc.Index, Session: "s1", Outcome: auditlog.ResultOK, LatencyMicros: 1500})
 		}
 	}
@@ -210,5 +219,26 @@ func TestReplayFilters(t *testing.T) {
 		if code != ui.ExitUsage || !strings.Contains(errs, flag) || !strings.Contains(errs, "RFC 3339") {
 			t.Fatalf("%s yesterday: code %d, %s", flag, code, errs)
 		}
+	}
+}
+
+// TestReplayCommandReportsAnInconsistentRecord: a denied call recorded as
+// forwarded in enforcing mode is shown as inconsistent and exits 30, in the
+// timeline (no bundle needed) and with --policy.
+func TestReplayCommandReportsAnInconsistentRecord(t *testing.T) {
+	id, _ := age.GenerateX25519Identity()
+	log := replayLogWith(t, id, func(i int, rec *auditlog.Call) {
+		if i == 1 {
+			rec.Outcome = auditlog.OutcomeForwarded
+		}
+	})
+	const why = "inconsistent: recorded deny in mode enforcing, yet forwarded"
+	out, errs, code := run("replay", log)
+	if code != ui.ExitReplay || !strings.Contains(out, "RECORD CHECK") || !strings.Contains(out, why) || !strings.Contains(out, "1 inconsistent call record(s)") || !strings.Contains(errs, "1 inconsistent call record(s)") {
+		t.Fatalf("timeline: code %d\n%s\n%s", code, out, errs)
+	}
+	out, errs, code = run("replay", log, "--policy", "../../examples/policy/path-guard")
+	if code != ui.ExitReplay || strings.Contains(out, "RECORD CHECK") || !strings.Contains(out, why) {
+		t.Fatalf("--policy: code %d\n%s\n%s", code, out, errs)
 	}
 }

@@ -78,6 +78,7 @@ const (
 	StatusNoBundle      = "no-bundle"      // the bundle the record names was not given
 	StatusNoDecision    = "no-decision"    // no policy decided this call (mode none, or refused before the decision)
 	StatusIncomplete    = "incomplete"     // the record names a bundle but not the decision's input
+	StatusInconsistent  = "inconsistent"   // the record contradicts itself or the policy its epoch recorded (Call.Inconsistent says how)
 	StatusUnchanged     = "unchanged"      // what-if: same allow/deny
 	StatusChanges       = "changes"        // what-if: the decision would change
 )
@@ -111,9 +112,14 @@ type Call struct {
 	Replay        *Check    `json:"replay,omitempty"`
 	WhatIf        *Check    `json:"what_if,omitempty"`
 	Unverified    bool      `json:"unverified,omitempty"`
+	// Inconsistent says how the record contradicts itself or the policy its
+	// epoch recorded (see inconsistency); it is found with or without
+	// --policy, and is a finding.
+	Inconsistent string `json:"inconsistent,omitempty"`
 
-	rec *auditlog.Call
-	ep  *epochState
+	rec  *auditlog.Call
+	ep   *epochState
+	npol int // len(ep.policies) when the record was read
 }
 
 // Session is one agent session of the timeline.
@@ -140,7 +146,11 @@ type Summary struct {
 	NoBundle      int   `json:"no_bundle,omitempty"`
 	NoDecision    int   `json:"no_decision,omitempty"`
 	Incomplete    int   `json:"incomplete,omitempty"`
-	Changes       int   `json:"what_if_changes,omitempty"`
+	// Inconsistent counts the calls whose record is inconsistent, with or
+	// without --policy; with it their replay status is inconsistent unless
+	// the replay found worse (differs, tampered, incomplete).
+	Inconsistent int `json:"inconsistent,omitempty"`
+	Changes      int `json:"what_if_changes,omitempty"`
 }
 
 // Report is the result of Run.
@@ -159,10 +169,11 @@ type Report struct {
 	Warnings []string `json:"warnings,omitempty"`
 }
 
-// Findings reports whether replay found a flipped decision or a tampered
-// payload, or (what-if) a decision that would change.
+// Findings reports whether replay found a flipped decision, a tampered
+// payload, an incomplete record or a call record that contradicts itself or
+// its epoch's policy.
 func (r *Report) Findings() bool {
-	return r.Summary.Differs > 0 || r.Summary.Tampered > 0 || r.Summary.Incomplete > 0
+	return r.Summary.Differs > 0 || r.Summary.Tampered > 0 || r.Summary.Incomplete > 0 || r.Summary.Inconsistent > 0
 }
 
 // epochState is what replay keeps about the epoch being read.
@@ -173,6 +184,15 @@ type epochState struct {
 	opener  *auditlog.Opener
 	openErr error
 	calls   map[int64]*Call // by record index, for result records
+	// policies are the bundles and modes the epoch's genesis and its policy
+	// records (loaded, reloaded) put in force, in log order.
+	policies []policyState
+}
+
+type policyState struct {
+	bundle digest.Digest
+	mode   string
+	at     int64 // record index of the genesis or policy record
 }
 
 // Run reads the log in dir, verifying it first, and replays it.
@@ -253,6 +273,11 @@ func Run(ctx context.Context, dir string, opts Options) (*Report, error) {
 		}
 	}
 	slices.Sort(rep.Warnings)
+	for _, c := range rep.Calls {
+		if c.Inconsistent = inconsistency(c); c.Inconsistent != "" {
+			rep.Summary.Inconsistent++
+		}
+	}
 	runChecks(checks, bundles, whatIf)
 	for _, c := range checks {
 		if c.Replay != nil {
@@ -304,6 +329,8 @@ func (s *Summary) count(status string) {
 	case StatusIncomplete:
 		s.Incomplete++
 	}
+	// StatusInconsistent: Inconsistent counts every inconsistent call, with
+	// or without a check.
 }
 
 func openVault(g *auditlog.Genesis, dir string, ids []age.Identity) (*auditlog.Opener, error) {
@@ -397,6 +424,69 @@ func replayCall(c *Call, b *policy.Bundle, memo *policy.Memo) *Check {
 	return ck
 }
 
+// hides reports whether a replay status would pass over an inconsistent
+// record: the record's own contradiction is then the call's status.
+func hides(status string) bool {
+	switch status {
+	case StatusSame, StatusNoBundle, StatusNoDecision, StatusNotReplayable:
+		return true
+	}
+	return false
+}
+
+// inconsistency returns how a call record contradicts itself or the policy
+// its epoch recorded, or "" if it does not. A replay against the bundle
+// cannot see these: a forwarded deny replays as the same deny, and a record
+// that names a bundle no one put in force, or no bundle at all, is not
+// replayed. The gateway never writes them (see gateway.Decision.Refuses and
+// relay), so each is a record altered after the decision, or a gateway
+// that did not do what it recorded.
+func inconsistency(c *Call) string {
+	rec, ep := c.rec, c.ep
+	if c.Outcome == auditlog.OutcomeForwarded && c.Decision != auditlog.DecisionAllow && c.Mode != string(policy.Advisory) && c.Mode != string(policy.Silent) {
+		return fmt.Sprintf("recorded %s in mode %s, yet forwarded: only the advisory and silent modes forward a denied call", c.Decision, c.Mode)
+	}
+	if len(ep.policies) == 0 {
+		if !rec.PolicyBundle.IsZero() {
+			return fmt.Sprintf("decided by bundle %s, but epoch %d runs no policy: neither its genesis nor a policy record of the epoch names a bundle", rec.PolicyBundle, c.Epoch)
+		}
+		return ""
+	}
+	// A call decided just before a reload can be written after the reload's
+	// record (it waits for its upstream in between), and one decided just
+	// after it before: a call may carry any state its epoch put in force up
+	// to the first one recorded after it.
+	known := ep.policies[:min(c.npol+1, len(ep.policies))]
+	inForce := known[max(c.npol, 1)-1] // the state in force when the call was written (or the first)
+	if rec.PolicyBundle.IsZero() || rec.PolicyInput == nil {
+		if c.Outcome == auditlog.OutcomeForwarded {
+			return fmt.Sprintf("forwarded without a policy decision (mode %s), but epoch %d runs bundle %s in mode %s (record %d): the gateway decides every call it forwards", orNone(c.Mode), c.Epoch, inForce.bundle, inForce.mode, inForce.at)
+		}
+		return "" // refused before the decision (unknown tool, kill switch, shutdown)
+	}
+	var modes []string
+	for _, p := range known {
+		if p.bundle.Equal(rec.PolicyBundle) {
+			if p.mode == c.Mode {
+				return ""
+			}
+			modes = append(modes, p.mode)
+		}
+	}
+	if len(modes) == 0 {
+		return fmt.Sprintf("decided by bundle %s, which neither epoch %d's genesis nor its policy records put in force (in force: %s, record %d)", rec.PolicyBundle, c.Epoch, inForce.bundle, inForce.at)
+	}
+	slices.Sort(modes)
+	return fmt.Sprintf("recorded mode %s, but epoch %d ran bundle %s in mode %s", orNone(c.Mode), c.Epoch, rec.PolicyBundle, strings.Join(slices.Compact(modes), " or "))
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return `""`
+	}
+	return s
+}
+
 func whatIfCall(c *Call, b *policy.Bundle, memo *policy.Memo) *Check {
 	rec := c.rec
 	if rec.PolicyInput == nil {
@@ -440,6 +530,9 @@ func runChecks(calls []*Call, bundles map[digest.Digest]*policy.Bundle, whatIf *
 				for _, c := range calls[i:min(i+256, len(calls))] {
 					if bundles != nil && len(bundles) > 0 {
 						c.Replay = replayCall(c, bundles[c.rec.PolicyBundle], memos[c.rec.PolicyBundle])
+						if c.Inconsistent != "" && hides(c.Replay.Status) {
+							c.Replay = &Check{Status: StatusInconsistent, Reason: c.Inconsistent}
+						}
 					}
 					if whatIf != nil {
 						c.WhatIf = whatIfCall(c, whatIf, whatIfMemo)
@@ -508,6 +601,7 @@ func (st *readState) add(e *auditlog.Entry) {
 		st.ep = ep
 		if !rec.PolicyDigest.IsZero() {
 			st.recorded[rec.PolicyDigest] = true
+			ep.policies = append(ep.policies, policyState{rec.PolicyDigest, rec.PolicyMode, pos.Index})
 		}
 		if len(opts.Identities) > 0 {
 			ep.opener, ep.openErr = openVault(rec, ep.dir, opts.Identities)
@@ -520,6 +614,10 @@ func (st *readState) add(e *auditlog.Entry) {
 	case *auditlog.Policy:
 		if !rec.Bundle.IsZero() {
 			st.recorded[rec.Bundle] = true
+			// A rejected reload names no bundle; the one in force stays.
+			if st.ep != nil && (rec.Event == "loaded" || rec.Event == "reloaded") {
+				st.ep.policies = append(st.ep.policies, policyState{rec.Bundle, rec.Mode, pos.Index})
+			}
 		}
 	case *auditlog.Session:
 		key := sessionKey{pos.Epoch, rec.ID}
@@ -541,16 +639,16 @@ func (st *readState) add(e *auditlog.Entry) {
 			st.failed = fmt.Errorf("%s: call record before any genesis record", pos)
 			return
 		}
-		if !rec.PolicyBundle.IsZero() {
-			st.recorded[rec.PolicyBundle] = true
-		}
+		// A call record's own bundle is not "recorded": only the genesis
+		// and policy records say which bundles the gateway put in force
+		// (inconsistency reports a call that names another).
 		key := sessionKey{pos.Epoch, rec.Session}
 		if rec.PolicyInput != nil {
 			st.facts[key] = append(st.facts[key], rec.PolicyInput.SessionCalls)
 		}
 		c := &Call{Epoch: pos.Epoch, Index: pos.Index, Time: e.Time, Session: rec.Session, Agent: rec.Agent, Tool: rec.Tool,
 			Upstream: rec.Upstream, EvidenceClass: rec.EvidenceClass, Decision: rec.Decision, PolicyIDs: rec.PolicyIDs,
-			Mode: rec.PolicyMode, Outcome: rec.Outcome, Reason: rec.Reason, rec: rec, ep: ep}
+			Mode: rec.PolicyMode, Outcome: rec.Outcome, Reason: rec.Reason, rec: rec, ep: ep, npol: len(ep.policies)}
 		if !rec.PolicyBundle.IsZero() {
 			if !rec.PolicyBundle.Equal(st.lastBundle) {
 				st.lastBundle, st.lastBundleStr = rec.PolicyBundle, rec.PolicyBundle.String()

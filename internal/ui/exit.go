@@ -25,7 +25,7 @@ const (
 	ExitEvidence = 20 // attestation evidence is malformed or its signatures do not verify
 	ExitRefValue = 21 // evidence verified but a reference value or policy did not match
 	ExitBinding  = 22 // evidence does not bind the expected key, nonce or statement
-	ExitReplay   = 30 // replay found a decision that differs from the recorded one, or a tampered payload
+	ExitReplay   = 30 // replay found a decision that differs from the recorded one, a tampered payload, or an inconsistent call record
 )
 
 // ExitCodes lists every exit code with its meaning, for the man pages.
@@ -48,7 +48,7 @@ var ExitCodes = []struct {
 	{ExitEvidence, "attestation evidence is malformed or does not verify"},
 	{ExitRefValue, "evidence does not match the reference values or policy"},
 	{ExitBinding, "evidence does not bind the expected key, nonce or statement"},
-	{ExitReplay, "replay found a decision that differs from the recorded one, or a tampered payload"},
+	{ExitReplay, "replay found a decision that differs from the recorded one, a tampered payload, or an inconsistent call record"},
 }
 
 // Error is an error that carries an exit code and hints for the person who
