@@ -251,6 +251,9 @@ func printReplay(p *ui.Printer, rep *replay.Report, o *replayOptions) {
 	if s.Inconsistent > 0 {
 		line += fmt.Sprintf("; %d inconsistent call record(s)", s.Inconsistent)
 	}
+	if s.NoResult > 0 {
+		line += fmt.Sprintf("; %d forwarded without a result record", s.NoResult)
+	}
 	if o.whatIf != "" {
 		line += fmt.Sprintf("; what-if %s: %d would change", rep.WhatIf, s.Changes)
 	}

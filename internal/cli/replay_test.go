@@ -24,16 +24,17 @@ import (
 // records the opposite decision for that call.
 func replayLog(t *testing.T, id *age.X25519Identity, flip int) string {
 	t.Helper()
-	return replayLogWith(t, id, func(i int, rec *auditlog.Call) {
+	return replayLogWith(t, id, func(i int, rec *auditlog.Call) bool {
 		if i == flip {
 			rec.Decision = "allow"
 		}
+		return rec.Outcome == auditlog.OutcomeForwarded
 	})
 }
 
 // replayLogWith writes replayLog's log, with mut rewriting call i's record
-// before it is appended (a result follows a forwarded call).
-func replayLogWith(t *testing.T, id *age.X25519Identity, mut func(i int, rec *auditlog.Call)) string {
+// before it is appended and saying whether a result follows.
+func replayLogWith(t *testing.T, id *age.X25519Identity, mut func(i int, rec *auditlog.Call) bool) string {
 	t.Helper()
 	const bundleDir = "../../examples/policy/path-guard"
 	b, err := policy.Load(context.Background(), bundleDir, policy.LoadOptions{})
@@ -60,12 +61,12 @@ func replayLogWith(t *testing.T, id *age.X25519Identity, mut func(i int, rec *au
 		if o.Refuse {
 			rec.Outcome = auditlog.OutcomeRefused
 		}
-		mut(i, rec)
+		withResult := mut(i, rec)
 		rc, err := w.Append(ctx, rec)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if rec.Outcome == auditlog.OutcomeForwarded {
+		if withResult {
 			w.Append(ctx, &auditlog.Result{Call: rc.Index, Session: "s1", Outcome: auditlog.ResultOK, LatencyMicros: 1500})
 		}
 	}
@@ -227,10 +228,11 @@ func TestReplayFilters(t *testing.T) {
 // timeline (no bundle needed) and with --policy.
 func TestReplayCommandReportsAnInconsistentRecord(t *testing.T) {
 	id, _ := age.GenerateX25519Identity()
-	log := replayLogWith(t, id, func(i int, rec *auditlog.Call) {
+	log := replayLogWith(t, id, func(i int, rec *auditlog.Call) bool {
 		if i == 1 {
 			rec.Outcome = auditlog.OutcomeForwarded
 		}
+		return rec.Outcome == auditlog.OutcomeForwarded
 	})
 	const why = "inconsistent: recorded deny in mode enforcing, yet forwarded"
 	out, errs, code := run("replay", log)
@@ -240,5 +242,18 @@ func TestReplayCommandReportsAnInconsistentRecord(t *testing.T) {
 	out, errs, code = run("replay", log, "--policy", "../../examples/policy/path-guard")
 	if code != ui.ExitReplay || strings.Contains(out, "RECORD CHECK") || !strings.Contains(out, why) {
 		t.Fatalf("--policy: code %d\n%s\n%s", code, out, errs)
+	}
+}
+
+// TestReplayCommandShowsAMissingResult: a forwarded call without a result
+// record reads forwarded/none, with a warning and a count, and exit 0.
+func TestReplayCommandShowsAMissingResult(t *testing.T) {
+	id, _ := age.GenerateX25519Identity()
+	log := replayLogWith(t, id, func(i int, rec *auditlog.Call) bool {
+		return rec.Outcome == auditlog.OutcomeForwarded && i != 0
+	})
+	out, errs, code := run("replay", log)
+	if code != 0 || !strings.Contains(out, "forwarded/none") || !strings.Contains(out, "1 forwarded without a result record") || !strings.Contains(errs, "forwarded calls without a result record: 1") {
+		t.Fatalf("code %d\n%s\n%s", code, out, errs)
 	}
 }

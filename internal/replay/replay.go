@@ -107,7 +107,7 @@ type Call struct {
 	Bundle        string    `json:"bundle,omitempty"`
 	Outcome       string    `json:"outcome"`
 	Reason        string    `json:"reason,omitempty"`
-	Result        string    `json:"result,omitempty"` // outcome of the result record, if any
+	Result        string    `json:"result,omitempty"` // outcome of the result record; ResultNone for a forwarded call without one
 	LatencyMicros int64     `json:"latency_us,omitempty"`
 	Replay        *Check    `json:"replay,omitempty"`
 	WhatIf        *Check    `json:"what_if,omitempty"`
@@ -117,10 +117,14 @@ type Call struct {
 	// --policy, and is a finding.
 	Inconsistent string `json:"inconsistent,omitempty"`
 
-	rec  *auditlog.Call
-	ep   *epochState
-	npol int // len(ep.policies) when the record was read
+	rec      *auditlog.Call
+	ep       *epochState
+	npol     int   // len(ep.policies) when the record was read
+	resultAt int64 // index of the result record, if any
 }
+
+// ResultNone is the Result of a forwarded call that has no result record.
+const ResultNone = "none"
 
 // Session is one agent session of the timeline.
 type Session struct {
@@ -150,7 +154,9 @@ type Summary struct {
 	// without --policy; with it their replay status is inconsistent unless
 	// the replay found worse (differs, tampered, incomplete).
 	Inconsistent int `json:"inconsistent,omitempty"`
-	Changes      int `json:"what_if_changes,omitempty"`
+	// NoResult counts the forwarded calls without a result record.
+	NoResult int `json:"no_result,omitempty"`
+	Changes  int `json:"what_if_changes,omitempty"`
 }
 
 // Report is the result of Run.
@@ -183,10 +189,27 @@ type epochState struct {
 	genesis *auditlog.Genesis
 	opener  *auditlog.Opener
 	openErr error
-	calls   map[int64]*Call // by record index, for result records
+	calls   map[int64]*Call // reported calls by record index, until their result
+	// isCall and answered are sets of record indices: every call record of
+	// the epoch (reported or not), and those a result record answered.
+	isCall, answered bitset
 	// policies are the bundles and modes the epoch's genesis and its policy
 	// records (loaded, reloaded) put in force, in log order.
 	policies []policyState
+}
+
+// bitset is a set of record indices.
+type bitset []uint64
+
+func (b *bitset) set(i int64) {
+	for int64(len(*b)) <= i/64 {
+		*b = append(*b, 0)
+	}
+	(*b)[i/64] |= 1 << (i % 64)
+}
+
+func (b bitset) has(i int64) bool {
+	return i >= 0 && i/64 < int64(len(b)) && b[i/64]&(1<<(i%64)) != 0
 }
 
 type policyState struct {
@@ -272,12 +295,30 @@ func Run(ctx context.Context, dir string, opts Options) (*Report, error) {
 			}
 		}
 	}
-	slices.Sort(rep.Warnings)
+	if st.strays > maxStrays {
+		rep.Warnings = append(rep.Warnings, fmt.Sprintf("result records that fit no call: %d more than the %d listed", st.strays-maxStrays, maxStrays))
+	}
+	var noResult []string
 	for _, c := range rep.Calls {
+		if c.Outcome == auditlog.OutcomeForwarded && c.Result == "" {
+			c.Result = ResultNone
+			if rep.Summary.NoResult++; len(noResult) < maxStrays {
+				noResult = append(noResult, fmt.Sprintf("%d:%d", c.Epoch, c.Index))
+			}
+		}
 		if c.Inconsistent = inconsistency(c); c.Inconsistent != "" {
 			rep.Summary.Inconsistent++
 		}
 	}
+	if n := rep.Summary.NoResult; n > 0 {
+		if n > len(noResult) {
+			noResult = append(noResult, "...")
+		}
+		// Not a finding: a gateway that stops before the upstream answers
+		// leaves a forwarded call without one, as does a call in progress.
+		rep.Warnings = append(rep.Warnings, fmt.Sprintf("forwarded calls without a result record: %d (epoch:record %s); the call was still in progress, the gateway stopped before it ended, or the result record was removed", n, strings.Join(noResult, ", ")))
+	}
+	slices.Sort(rep.Warnings)
 	runChecks(checks, bundles, whatIf)
 	for _, c := range checks {
 		if c.Replay != nil {
@@ -446,6 +487,9 @@ func inconsistency(c *Call) string {
 	if c.Outcome == auditlog.OutcomeForwarded && c.Decision != auditlog.DecisionAllow && c.Mode != string(policy.Advisory) && c.Mode != string(policy.Silent) {
 		return fmt.Sprintf("recorded %s in mode %s, yet forwarded: only the advisory and silent modes forward a denied call", c.Decision, c.Mode)
 	}
+	if c.Outcome == auditlog.OutcomeRefused && c.Result != "" {
+		return fmt.Sprintf("recorded refused, yet result record %d (%s) answers it: a refused call is never sent", c.resultAt, c.Result)
+	}
 	if len(ep.policies) == 0 {
 		if !rec.PolicyBundle.IsZero() {
 			return fmt.Sprintf("decided by bundle %s, but epoch %d runs no policy: neither its genesis nor a policy record of the epoch names a bundle", rec.PolicyBundle, c.Epoch)
@@ -560,6 +604,7 @@ type readState struct {
 	ep       *epochState
 	checks   []*Call
 	failed   error // the first record that cannot be replayed
+	strays   int   // result records that fit no call
 
 	lastBundle    digest.Digest // and its String, shared by the calls
 	lastBundleStr string
@@ -642,6 +687,7 @@ func (st *readState) add(e *auditlog.Entry) {
 		// A call record's own bundle is not "recorded": only the genesis
 		// and policy records say which bundles the gateway put in force
 		// (inconsistency reports a call that names another).
+		ep.isCall.set(pos.Index)
 		key := sessionKey{pos.Epoch, rec.Session}
 		if rec.PolicyInput != nil {
 			st.facts[key] = append(st.facts[key], rec.PolicyInput.SessionCalls)
@@ -667,13 +713,36 @@ func (st *readState) add(e *auditlog.Entry) {
 			st.checks = append(st.checks, c)
 		}
 	case *auditlog.Result:
-		if st.ep == nil {
+		ep := st.ep
+		if ep == nil {
 			return
 		}
-		if c := st.ep.calls[rec.Call]; c != nil {
-			c.Result, c.LatencyMicros = rec.Outcome, rec.LatencyMicros
-			delete(st.ep.calls, rec.Call)
+		// The gateway writes one result for each forwarded call, after it.
+		// A result that names no call, or a second one, is not shown as the
+		// call's (the first is kept); a crash cannot cause either, but they
+		// hide nothing that a call record says, so they are warnings.
+		switch {
+		case rec.Call >= pos.Index || !ep.isCall.has(rec.Call):
+			st.stray(fmt.Sprintf("epoch %d: result record %d (%s) names record %d, which is no call record before it: the result belongs to no call", pos.Epoch, pos.Index, rec.Outcome, rec.Call))
+		case ep.answered.has(rec.Call):
+			st.stray(fmt.Sprintf("epoch %d: result record %d (%s) is a second result for call %d: only the first is shown", pos.Epoch, pos.Index, rec.Outcome, rec.Call))
+		default:
+			ep.answered.set(rec.Call)
+			if c := ep.calls[rec.Call]; c != nil {
+				c.Result, c.LatencyMicros, c.resultAt = rec.Outcome, rec.LatencyMicros, pos.Index
+				delete(ep.calls, rec.Call)
+			}
 		}
+	}
+}
+
+// maxStrays bounds the warnings listed one by one for results that fit no
+// call, and the calls a warning names.
+const maxStrays = 20
+
+func (st *readState) stray(msg string) {
+	if st.strays++; st.strays <= maxStrays {
+		st.rep.Warnings = append(st.rep.Warnings, msg)
 	}
 }
 
