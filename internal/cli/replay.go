@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,6 +23,7 @@ type replayOptions struct {
 	whatIf      string
 	identities  []string
 	unverified  bool
+	requireSign bool
 	all         bool
 	session     string
 	agent       string
@@ -38,7 +40,8 @@ func (o *replayOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&o.keys, "key", nil, "trusted note verifier key (origin+hash+base64), or a file with one per line, as for verify-chain; repeatable")
 	fs.StringArrayVar(&o.checkpoints, "checkpoint", nil, "signed checkpoint `FILE` saved earlier, as for verify-chain; repeatable")
 	fs.BoolVar(&o.unverified, "unverified", false, "replay even if the log does not verify; every output line is then marked UNVERIFIED")
-	fs.BoolVar(&o.all, "all", false, "with --policy or --what-if, list every call, not only those with a finding")
+	fs.BoolVar(&o.requireSign, "require-signed", false, "fail (exit 11) when a reported call's record is not covered by a checkpoint signed by its epoch's key (the unsealed tail of the newest epoch, or the tail a crashed gateway left): its replay proves nothing")
+	fs.BoolVar(&o.all, "all", false, "with --policy or --what-if, list every call, not only those with a finding or an unsigned record")
 	fs.StringVar(&o.session, "session", "", "only calls of this session `ID`")
 	fs.StringVar(&o.agent, "agent", "", "only calls of this agent `IDENTITY`")
 	fs.StringVar(&o.tool, "tool", "", "only calls of this exposed tool `NAME`")
@@ -121,6 +124,14 @@ A decision that depends on the call's arguments needs them: with --identity
 payload against its commitment in the log (a mismatch is tampering), and uses
 it. Without it those calls are listed as not replayable, never guessed.
 
+What the verification could not establish is repeated as a warning
+("verification: ..."): a tail no signature covers, a torn last line, that
+truncation cannot be detected without --checkpoint. A call whose record comes
+after its epoch's last checkpoint is marked UNSIGNED: anyone able to write the
+log could have written it, so its replay proves nothing. That is the normal
+state of a running gateway's newest records, so it is a warning (exit 0)
+unless --require-signed.
+
 A call record that contradicts itself or the policy its epoch recorded is
 reported as inconsistent, with or without --policy: a deny forwarded in
 enforcing mode, a mode or bundle that no genesis or policy record of its
@@ -163,9 +174,13 @@ inconsistent.`,
 			} else {
 				printReplay(p, rep, o)
 			}
+			s := rep.Summary
 			if rep.Findings() {
-				s := rep.Summary
 				return ui.Errorf(ui.ExitReplay, "replay found %d decision(s) that differ from the record, %d tampered payload(s), %d incomplete record(s), %d inconsistent call record(s)", s.Differs, s.Tampered, s.Incomplete, s.Inconsistent)
+			}
+			if o.requireSign && s.Unsigned > 0 {
+				return ui.Errorf(ui.ExitLogSig, "%d of the calls are in records no checkpoint of their epoch's key signs (--require-signed)", s.Unsigned).
+					Hint("the newest epoch's tail is signed at its next checkpoint (or at shutdown); a crashed epoch's tail never is: whether to trust it depends on who could write the audit disk while the gateway was down")
 			}
 			return nil
 		},
@@ -175,18 +190,34 @@ inconsistent.`,
 }
 
 func printReplay(p *ui.Printer, rep *replay.Report, o *replayOptions) {
-	mark := func(row []string) []string {
-		if rep.Unverified != "" {
+	// Every line of an unverified log is marked; otherwise, if some
+	// records are unsigned, a column marks theirs.
+	unsigned := rep.Unverified == "" && (rep.Summary.Unsigned > 0 || slices.ContainsFunc(rep.Sessions, func(s *replay.Session) bool { return s.Unsigned }))
+	mark := func(row []string, u bool) []string {
+		switch {
+		case rep.Unverified != "":
 			return append([]string{"UNVERIFIED"}, row...)
+		case unsigned && u:
+			return append([]string{p.Warn("UNSIGNED")}, row...)
+		case unsigned:
+			return append([]string{""}, row...)
 		}
 		return row
 	}
-	head := func(h ...string) []string { return mark(h) }
+	head := func(h ...string) []string {
+		switch {
+		case rep.Unverified != "":
+			return append([]string{"UNVERIFIED"}, h...)
+		case unsigned:
+			return append([]string{"UNSIGNED"}, h...)
+		}
+		return h
+	}
 	checking := len(o.policies) > 0 || o.whatIf != ""
 	if !checking {
 		var rows [][]string
 		for _, s := range rep.Sessions {
-			rows = append(rows, mark([]string{s.ID, s.Agent, s.Front, s.Client, stamp(s.Start), stamp(s.End), fmt.Sprint(s.Calls)}))
+			rows = append(rows, mark([]string{s.ID, s.Agent, s.Front, s.Client, stamp(s.Start), stamp(s.End), fmt.Sprint(s.Calls)}, s.Unsigned))
 		}
 		if len(rows) > 0 {
 			p.Table(head("SESSION", "AGENT", "FRONT", "CLIENT", "START", "END", "CALLS"), rows)
@@ -197,7 +228,7 @@ func printReplay(p *ui.Printer, rep *replay.Report, o *replayOptions) {
 	consistency := len(o.policies) == 0 && rep.Summary.Inconsistent > 0
 	var rows [][]string
 	for _, c := range rep.Calls {
-		if checking && !o.all && !finding(c) {
+		if checking && !o.all && !finding(c) && !c.Unsigned {
 			continue
 		}
 		outcome := c.Outcome
@@ -222,7 +253,7 @@ func printReplay(p *ui.Printer, rep *replay.Report, o *replayOptions) {
 				row[len(row)-1] = p.Bad(replay.StatusInconsistent + ": " + c.Inconsistent)
 			}
 		}
-		rows = append(rows, mark(row))
+		rows = append(rows, mark(row, c.Unsigned))
 	}
 	h := []string{"RECORD", "TIME", "SESSION", "AGENT", "TOOL", "CLASS", "DECISION", "POLICIES", "MODE", "OUTCOME", "LATENCY"}
 	if len(o.policies) > 0 {
@@ -253,6 +284,9 @@ func printReplay(p *ui.Printer, rep *replay.Report, o *replayOptions) {
 	}
 	if s.NoResult > 0 {
 		line += fmt.Sprintf("; %d forwarded without a result record", s.NoResult)
+	}
+	if s.Unsigned > 0 {
+		line += fmt.Sprintf("; %d in UNSIGNED records (no proof)", s.Unsigned)
 	}
 	if o.whatIf != "" {
 		line += fmt.Sprintf("; what-if %s: %d would change", rep.WhatIf, s.Changes)

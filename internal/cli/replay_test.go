@@ -257,3 +257,56 @@ func TestReplayCommandShowsAMissingResult(t *testing.T) {
 		t.Fatalf("code %d\n%s\n%s", code, out, errs)
 	}
 }
+
+// TestReplayCommandMarksUnsignedCalls: a log whose seal and final
+// checkpoint were cut (at a record boundary) replays with the
+// verification's warnings on stderr, an UNSIGNED column and count, and every
+// unsigned call listed even with --policy; exit 0, or 11 with
+// --require-signed.
+func TestReplayCommandMarksUnsignedCalls(t *testing.T) {
+	id, _ := age.GenerateX25519Identity()
+	idFile := filepath.Join(t.TempDir(), "auditor.key")
+	if err := os.WriteFile(idFile, []byte(id.String()+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const bundle = "../../examples/policy/path-guard"
+	log := replayLog(t, id, -1)
+	if _, errs, code := run("replay", log, "--require-signed"); code != 0 || strings.Contains(errs, "UNSIGNED") || !strings.Contains(errs, "verification: truncation of the tail cannot be detected") {
+		t.Fatalf("sealed log: code %d\n%s", code, errs)
+	}
+	seg := filepath.Join(log, "epoch-000001", "seg-000001.jsonl")
+	data, _ := os.ReadFile(seg)
+	lines := strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
+	os.WriteFile(seg, []byte(strings.Join(lines[:len(lines)-2], "\n")+"\n"), 0o600) // seal, checkpoint
+
+	out, errs, code := run("replay", log, "--policy", bundle, "--identity", idFile)
+	if code != 0 || !strings.Contains(errs, "verification: unsealed tail") || !strings.Contains(errs, "UNSIGNED: 3 of the calls") ||
+		!strings.Contains(out, "UNSIGNED") || strings.Count(out, "fs__read_file") != 3 || !strings.Contains(out, "3 same") || !strings.Contains(out, "3 in UNSIGNED records (no proof)") {
+		t.Fatalf("cut log: code %d\n%s\n%s", code, out, errs)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, "fs__read_file") && !strings.Contains(line, "UNSIGNED") {
+			t.Fatalf("line not marked: %q", line)
+		}
+	}
+	_, errs, code = run("replay", log, "--require-signed")
+	if code != ui.ExitLogSig || !strings.Contains(errs, "3 of the calls are in records no checkpoint of their epoch's key signs") {
+		t.Fatalf("--require-signed: code %d\n%s", code, errs)
+	}
+	out, _, code = run("-o", "json", "replay", log)
+	var doc struct {
+		Calls []struct {
+			Unsigned bool `json:"unsigned"`
+		} `json:"calls"`
+		Sessions []struct {
+			Unsigned bool `json:"unsigned"`
+		} `json:"sessions"`
+		Summary struct {
+			Unsigned int `json:"unsigned"`
+		} `json:"summary"`
+		Warnings []string `json:"warnings"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &doc) != nil || doc.Summary.Unsigned != 3 || !doc.Calls[0].Unsigned || !doc.Sessions[0].Unsigned || !strings.HasPrefix(doc.Warnings[0], "verification: ") {
+		t.Fatalf("json: code %d\n%s", code, out)
+	}
+}

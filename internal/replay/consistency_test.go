@@ -17,6 +17,8 @@ import (
 // logSpec is how writeLogWith writes the calls() log.
 type logSpec struct {
 	mode policy.Mode // the engine's and the genesis's mode (enforcing if empty)
+	// checkpointEvery is the writer's checkpoint cadence (default 1000).
+	checkpointEvery int64
 	// mut, if set, rewrites call i's record before it is appended (a
 	// gateway whose memory was tampered with, or a log rewritten with the
 	// real key: the log verifies) and returns whether a result follows.
@@ -43,7 +45,7 @@ func writeLogWith(t *testing.T, id *age.X25519Identity, spec logSpec) (string, [
 	dir := t.TempDir()
 	key, _ := newKeys(t)
 	w, err := auditlog.Open(dir, auditlog.Options{Key: key, PolicyDigest: b.Digest(), PolicyMode: string(mode), Durability: auditlog.DurabilityGroup,
-		Recipients: []string{id.Recipient().String()}, Vault: true})
+		CheckpointEvery: spec.checkpointEvery, Recipients: []string{id.Recipient().String()}, Vault: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -112,6 +112,11 @@ type Call struct {
 	Replay        *Check    `json:"replay,omitempty"`
 	WhatIf        *Check    `json:"what_if,omitempty"`
 	Unverified    bool      `json:"unverified,omitempty"`
+	// Unsigned: the record comes after its epoch's last checkpoint, so no
+	// signature of the epoch's key covers it (the unsealed tail of the
+	// newest epoch, or the tail a crashed gateway left): anyone able to
+	// write the log could have written it, and its replay proves nothing.
+	Unsigned bool `json:"unsigned,omitempty"`
 	// Inconsistent says how the record contradicts itself or the policy its
 	// epoch recorded (see inconsistency); it is found with or without
 	// --policy, and is a finding.
@@ -137,6 +142,9 @@ type Session struct {
 	End        time.Time `json:"end,omitzero"`
 	Calls      int       `json:"calls"`
 	Unverified bool      `json:"unverified,omitempty"`
+	Unsigned   bool      `json:"unsigned,omitempty"` // a session record comes after its epoch's last checkpoint
+
+	last int64 // index of its last session record
 }
 
 // Summary counts the calls reported and the outcomes of the checks.
@@ -156,6 +164,9 @@ type Summary struct {
 	Inconsistent int `json:"inconsistent,omitempty"`
 	// NoResult counts the forwarded calls without a result record.
 	NoResult int `json:"no_result,omitempty"`
+	// Unsigned counts the calls whose record no signature covers
+	// (Call.Unsigned), whatever their check says.
+	Unsigned int `json:"unsigned,omitempty"`
 	Changes  int `json:"what_if_changes,omitempty"`
 }
 
@@ -171,9 +182,14 @@ type Report struct {
 	Calls      []*Call           `json:"calls"`
 	Summary    Summary           `json:"summary"`
 	// Warnings are inconsistencies that are not proof of tampering (a crash
-	// can cause them too).
+	// can cause them too), after the warnings of the log's verification
+	// (each starting with VerifyWarning): what it could not establish.
 	Warnings []string `json:"warnings,omitempty"`
 }
+
+// VerifyWarning starts each warning of Report.Warnings that comes from the
+// verification of the log (what verify-chain would warn of).
+const VerifyWarning = "verification: "
 
 // Findings reports whether replay found a flipped decision, a tampered
 // payload, an incomplete record or a call record that contradicts itself or
@@ -254,7 +270,8 @@ func Run(ctx context.Context, dir string, opts Options) (*Report, error) {
 		st.add(e)
 		return nil
 	}
-	if _, verr := auditlog.Verify(dir, vo); verr != nil {
+	vrep, verr := auditlog.Verify(dir, vo)
+	if verr != nil {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
@@ -276,6 +293,7 @@ func Run(ctx context.Context, dir string, opts Options) (*Report, error) {
 		return nil, st.failed
 	}
 	recorded, facts, checks := st.recorded, st.facts, st.checks
+	var verified []string
 	if rep.Unverified != "" {
 		for _, s := range rep.Sessions {
 			s.Unverified = true
@@ -283,6 +301,13 @@ func Run(ctx context.Context, dir string, opts Options) (*Report, error) {
 		for _, c := range rep.Calls {
 			c.Unverified = true
 		}
+	} else {
+		// What the verification could not establish holds for the replay
+		// too: a tail no signature covers, a log that may have been cut.
+		for _, w := range vrep.Warnings {
+			verified = append(verified, VerifyWarning+w)
+		}
+		unsigned(rep, vrep)
 	}
 	// The gateway counts a session's decided calls: whatever order the
 	// records landed in, their session_calls must be 0, 1, ..., n-1.
@@ -319,6 +344,7 @@ func Run(ctx context.Context, dir string, opts Options) (*Report, error) {
 		rep.Warnings = append(rep.Warnings, fmt.Sprintf("forwarded calls without a result record: %d (epoch:record %s); the call was still in progress, the gateway stopped before it ended, or the result record was removed", n, strings.Join(noResult, ", ")))
 	}
 	slices.Sort(rep.Warnings)
+	rep.Warnings = append(verified, rep.Warnings...)
 	runChecks(checks, bundles, whatIf)
 	for _, c := range checks {
 		if c.Replay != nil {
@@ -351,6 +377,34 @@ func Run(ctx context.Context, dir string, opts Options) (*Report, error) {
 		}
 	}
 	return rep, nil
+}
+
+// unsigned marks the calls and sessions whose records come after their
+// epoch's last checkpoint, and warns of the calls.
+func unsigned(rep *Report, vrep *auditlog.Report) {
+	signedTo := map[int]int64{} // epoch -> index of its last checkpoint
+	var tails []string
+	for _, e := range vrep.Epochs {
+		signedTo[e.Epoch] = e.LastCheckpointAt
+		if e.Records-1 > e.LastCheckpointAt {
+			tails = append(tails, fmt.Sprintf("epoch %d records %d-%d", e.Epoch, e.LastCheckpointAt+1, e.Records-1))
+		}
+	}
+	if len(tails) == 0 {
+		return
+	}
+	for _, s := range rep.Sessions {
+		s.Unsigned = s.last > signedTo[s.Epoch]
+	}
+	for _, c := range rep.Calls {
+		if c.Index > signedTo[c.Epoch] {
+			c.Unsigned = true
+			rep.Summary.Unsigned++
+		}
+	}
+	if n := rep.Summary.Unsigned; n > 0 {
+		rep.Warnings = append(rep.Warnings, fmt.Sprintf("UNSIGNED: %d of the calls are in records no checkpoint signed by their epoch's key covers (%s): anyone able to write the log could have written them, so their replay proves nothing (--require-signed fails on them)", n, strings.Join(tails, ", ")))
+	}
 }
 
 func (s *Summary) count(status string) {
@@ -678,6 +732,7 @@ func (st *readState) add(e *auditlog.Entry) {
 		case "end":
 			s.End = e.Time
 		}
+		s.last = pos.Index
 	case *auditlog.Call:
 		ep := st.ep
 		if ep == nil {

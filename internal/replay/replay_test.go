@@ -331,14 +331,14 @@ func TestReplayWarnsOnSessionFactGaps(t *testing.T) {
 	key, id := newKeys(t)
 	f := writeLog(t, key, id, -1)
 	rep, err := Run(context.Background(), f.dir, Options{})
-	if err != nil || len(rep.Warnings) != 0 {
+	if err != nil || len(ownWarnings(rep)) != 0 {
 		t.Fatalf("%v %v", rep.Warnings, err)
 	}
 	// A log whose session s1 lacks a decided call (the second one): the
 	// remaining calls' session_calls are 0, 2, 3.
 	f2 := writeLogSkipping(t, key, id, 1)
 	rep, err = Run(context.Background(), f2, Options{})
-	if err != nil || len(rep.Warnings) != 1 || !strings.Contains(rep.Warnings[0], "session s1") {
+	if w := ownWarnings(rep); err != nil || len(w) != 1 || !strings.Contains(w[0], "session s1") {
 		t.Fatalf("%v %v", rep.Warnings, err)
 	}
 }
@@ -397,7 +397,7 @@ func TestReplayWarnsOfATornVault(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := fmt.Sprintf("ends with an incomplete line of %d bytes", len(data)-20-last)
-	if len(rep.Warnings) != 1 || !strings.Contains(rep.Warnings[0], want) {
+	if w := ownWarnings(rep); len(w) != 1 || !strings.Contains(w[0], want) {
 		t.Fatalf("warnings %q, want one with %q", rep.Warnings, want)
 	}
 	if rep.Summary.Tampered != 0 || rep.Summary.Differs != 0 {
