@@ -47,7 +47,7 @@ const annotationPassthroughArgs = "cmcp.passthrough-args"
 // it names no file, and the error it would cause later ("stat : no such file
 // or directory") does not say what is wrong.
 func rejectEmptyArgs(cmd *cobra.Command, args []string) error {
-	if cmd.Annotations[annotationPassthroughArgs] != "" {
+	if cmd.Annotations[annotationPassthroughArgs] != "" || isCompletion(cmd) {
 		return nil
 	}
 	if i := slices.Index(args, ""); i >= 0 {
@@ -55,4 +55,11 @@ func rejectEmptyArgs(cmd *cobra.Command, args []string) error {
 			Hint("give a path, or leave the argument out (is a shell variable unset?)")
 	}
 	return nil
+}
+
+// isCompletion reports whether cmd is cobra's hidden completion request
+// (`cmcp __complete ARGS... ”`): shells pass the word being completed as
+// its last argument, empty at the start of a word.
+func isCompletion(cmd *cobra.Command) bool {
+	return cmd.Name() == cobra.ShellCompRequestCmd || cmd.Name() == cobra.ShellCompNoDescRequestCmd
 }

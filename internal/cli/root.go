@@ -113,6 +113,7 @@ servers itself and refuses to run code whose digest does not match its pin.` + "
 		return ui.WithCode(ui.ExitUsage, err)
 	})
 	e.out.AddFlags(root.PersistentFlags())
+	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"text", "json"}, cobra.ShellCompDirectiveNoFileComp))
 	root.AddCommand(
 		newServeCmd(e),
 		newVersionCmd(e),

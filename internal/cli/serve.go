@@ -60,7 +60,8 @@ SIGHUP re-reads the configuration and switches to the bundle its policy:
 section names, only if it validates and matches policy.expect; the switch,
 or the refusal and its reason, is recorded, and a refused bundle leaves the
 old one in force.`,
-		Example: `  cmcp serve -c examples/cmcp.yaml
+		Example: `  bash scripts/quickstart.sh       # pins the sample server into .quickstart/cmcp.yaml and serves it
+  cmcp serve -c .quickstart/cmcp.yaml
   cmcp serve -c cmcp.yaml --listen 127.0.0.1:9000
   cmcp serve -c cmcp.yaml --stdio      # in an MCP client's server command`,
 		Args: usageArgs(cobra.NoArgs),
@@ -76,6 +77,14 @@ old one in force.`,
 			logger := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
 			tuneGC(e)
 			gateway.TuneGC(e.environ)
+			// A gateway whose log reader went away (`cmcp serve 2>&1 |
+			// head`, a restarted log shipper) keeps serving: otherwise Go
+			// kills a process whose write to stderr meets a closed pipe,
+			// mid-call and with its audit epoch unsealed. With --stdio, a
+			// closed stdout is the agent leaving, seen as a write error.
+			// Notify, not Ignore: an ignored signal stays ignored in the
+			// children the gateway executes; a caught one does not.
+			signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
 			so := gateway.ServeOptions{Stdio: o.Stdio, Listen: o.Listen, AuditDir: o.AuditDir, Environ: e.environ, Logger: logger, Metrics: gateway.NewMetrics()}
@@ -86,6 +95,10 @@ old one in force.`,
 		},
 	}
 	o.AddFlags(cmd.Flags())
+	_ = cmd.RegisterFlagCompletionFunc("log-level", cobra.FixedCompletions([]string{"debug", "info", "warn", "error"}, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("config", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+		return []string{"yaml", "yml"}, cobra.ShellCompDirectiveFilterFileExt
+	})
 	return cmd
 }
 
