@@ -58,7 +58,7 @@ func rejectEmptyArgs(cmd *cobra.Command, args []string) error {
 }
 
 // isCompletion reports whether cmd is cobra's hidden completion request
-// (`cmcp __complete ARGS... ”`): shells pass the word being completed as
+// (cmcp __complete ARGS... WORD): shells pass the word being completed as
 // its last argument, empty at the start of a word.
 func isCompletion(cmd *cobra.Command) bool {
 	return cmd.Name() == cobra.ShellCompRequestCmd || cmd.Name() == cobra.ShellCompNoDescRequestCmd
