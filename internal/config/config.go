@@ -195,6 +195,12 @@ func parse(name, abs string, data []byte) (*Config, error) {
 		return nil, l.errs
 	}
 
+	// Anchors and aliases are refused before anything follows an alias:
+	// the walk below and yaml's own decoding would expand every one of
+	// them, which a small file can make quadratic.
+	if l.refuseAliases(root); len(l.errs) > 0 {
+		return nil, l.errs
+	}
 	l.check(root, reflect.TypeOf(Config{}), "")
 	if len(l.errs) > 0 {
 		return nil, l.errs
@@ -214,6 +220,24 @@ func parse(name, abs string, data []byte) (*Config, error) {
 		return nil, l.errs
 	}
 	return c, nil
+}
+
+// refuseAliases reports every YAML anchor (&name) and alias (*name) under n.
+// It never follows an alias, so it visits each node of the file once.
+func (l *loader) refuseAliases(n *yaml.Node) {
+	if n.Anchor != "" {
+		l.errorf(n, "", "write the values out in full", "YAML anchors (&%s) are not accepted", n.Anchor)
+	}
+	if n.Kind == yaml.AliasNode {
+		l.errorf(n, "", "write the values out in full", "YAML aliases (*%s) are not accepted", n.Value)
+		return
+	}
+	for _, c := range n.Content {
+		if len(l.errs) >= maxErrors {
+			return
+		}
+		l.refuseAliases(c)
+	}
 }
 
 // syntaxError turns a yaml parse error ("yaml: line 3: ...") into an *Error.

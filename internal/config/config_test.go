@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/confidential-mcp/cmcp/internal/ui"
 )
@@ -86,7 +87,9 @@ func TestLoadErrors(t *testing.T) {
 		{"unknown top-level key", "version: 1\nupstream: []\n", `c.yaml:2:1: unknown key "upstream" at the top level`, `did you mean "upstreams"`},
 		{"unknown nested key", up("  - name: a\n    stdio:\n      comand: x\n"), `c.yaml:5:7: unknown key "comand" in upstreams[0].stdio`, `did you mean "command"`},
 		{"duplicate key", up("  - name: a\n    name: b\n"), "c.yaml:4:5: upstreams[0].name: duplicate key (first at line 3)", ""},
-		{"merge key", "version: 1\nbase: &b {x: 1}\n", `c.yaml:2:1: unknown key "base"`, ""},
+		{"merge key", "version: 1\nserver:\n  <<: {tee: software}\n", "c.yaml:3:3: server: YAML merge keys (<<) are not accepted", "write the settings out"},
+		{"anchor", "version: 1\nbase: &b {x: 1}\n", "c.yaml:2:7: YAML anchors (&b) are not accepted", "write the values out in full"},
+		{"alias", "version: 1\nserver:\n  tee: &t software\n  stdio_identity: *t\n", "c.yaml:4:19: YAML aliases (*t) are not accepted", "write the values out in full"},
 		{"wrong type", "version: one\n", "c.yaml:1:10: version: cannot unmarshal !!str `one` into int", ""},
 		{"list instead of map", up("  - name: a\n    stdio: [x]\n"), "c.yaml:4:12: upstreams[0].stdio: want a mapping of settings, got a list", ""},
 		{"malformed digest", up("  - name: a\n    stdio: {command: x}\n    pin: {command: sha256:abc}\n"), `c.yaml:5:20: upstreams[0].pin.command: malformed digest "sha256:abc"`, ""},
@@ -184,6 +187,25 @@ func TestLoadPlaintextHTTP(t *testing.T) {
 		if _, err := LoadBytes("c.yaml", []byte("version: 1\nupstreams:\n  - name: a\n    http: "+h+"\n")); err != nil {
 			t.Errorf("%s: %v", h, err)
 		}
+	}
+}
+
+// TestLoadRefusesAliasesBeforeExpanding: a file that aliases one anchored
+// upstream thousands of times is refused at the anchor, in time linear in
+// its size; following each alias made loading it quadratic (a 27 KB file
+// took seconds, a 90 KB one minutes).
+func TestLoadRefusesAliasesBeforeExpanding(t *testing.T) {
+	const n = 3000
+	doc := "version: 1\nupstreams:\n  - &U\n    name: x\n    allow_unmeasured: true\n    stdio: {command: ls, args: [" +
+		strings.TrimSuffix(strings.Repeat("a,", n), ",") + "]}\n" + strings.Repeat("  - *U\n", n)
+	start := time.Now()
+	_, err := LoadBytes("alias.yaml", []byte(doc))
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("loading a %d-byte file of aliases took %v", len(doc), d)
+	}
+	if err == nil || !strings.HasPrefix(err.Error(), "20 problems") || !strings.Contains(err.Error(), "alias.yaml:3:5: YAML anchors (&U) are not accepted") ||
+		!strings.Contains(err.Error(), "alias.yaml:8:5: YAML aliases (*U) are not accepted") {
+		t.Fatalf("err = %v", err)
 	}
 }
 
