@@ -1,8 +1,10 @@
 // Package config loads cmcp.yaml: schema version 1, loaded strictly. Unknown
 // keys, duplicate keys, values of the wrong type and invalid settings are
-// errors that name the file, line and column and say what to do. Each
-// section lives in its own file of this package (upstreams.go, policy.go,
-// ...) and is one field of Config.
+// errors that name the file, line and column and say what to do. YAML
+// anchors, aliases and merge keys are refused, and so is a file over
+// MaxFileBytes (1 MiB) or one that is not a regular file. Each section
+// lives in its own file of this package (upstreams.go, policy.go, ...) and
+// is one field of Config.
 package config
 
 import (
@@ -16,6 +18,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"syscall"
 
 	"go.yaml.in/yaml/v3"
 
@@ -123,11 +126,17 @@ func (es Errors) Unwrap() []error {
 	return out
 }
 
-// Load reads and validates the configuration file at path.
+// MaxFileBytes bounds the size of a configuration file (1 MiB); a larger
+// file is refused before it is read whole. The example configuration is
+// under 2 KB.
+const MaxFileBytes = 1 << 20
+
+// Load reads and validates the configuration file at path. It must be a
+// regular file of at most MaxFileBytes.
 func Load(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := readFile(path)
 	if err != nil {
-		return nil, ui.Errorf(ui.ExitIO, "read config: %w", err).Hint("pass the path of a cmcp.yaml file")
+		return nil, err
 	}
 	abs, err := filepath.Abs(path)
 	if err != nil {
@@ -138,6 +147,52 @@ func Load(path string) (*Config, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// readFile reads the configuration file at path: a regular file (a FIFO,
+// device or directory is refused without blocking on it) of at most
+// MaxFileBytes, of which no more than one byte over the bound is read.
+func readFile(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, ui.Errorf(ui.ExitIO, "read config: %w", err).Hint("pass the path of a cmcp.yaml file")
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, ui.Errorf(ui.ExitIO, "read config: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		what := "a " + fi.Mode().Type().String() + " file"
+		switch t := fi.Mode().Type(); {
+		case t&os.ModeDir != 0:
+			what = "a directory"
+		case t&os.ModeNamedPipe != 0:
+			what = "a FIFO (named pipe)"
+		case t&os.ModeSocket != 0:
+			what = "a socket"
+		case t&os.ModeDevice != 0:
+			what = "a device"
+		}
+		return nil, ui.Errorf(ui.ExitIO, "read config: %s is %s, not a regular file", path, what).Hint("pass the path of a cmcp.yaml file")
+	}
+	if fi.Size() > MaxFileBytes {
+		return nil, tooLarge(path, fmt.Sprintf("%d bytes", fi.Size()))
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	if err != nil {
+		return nil, ui.Errorf(ui.ExitIO, "read config: %w", err)
+	}
+	if len(data) > MaxFileBytes { // it grew since the Stat
+		return nil, tooLarge(path, fmt.Sprintf("more than %d bytes", MaxFileBytes))
+	}
+	return data, nil
+}
+
+// tooLarge is the error for a file of size bytes (what: "N bytes").
+func tooLarge(name, what string) error {
+	return Errors{{File: name, Msg: fmt.Sprintf("the file is %s; a configuration is at most %d bytes (1 MiB)", what, MaxFileBytes),
+		Hint: "pass the path of a cmcp.yaml file; a configuration holds settings, not data"}}
 }
 
 // LoadBytes validates a configuration held in memory. name is used in
@@ -167,6 +222,9 @@ func (l *loader) errorf(n *yaml.Node, field, hint, format string, args ...any) {
 }
 
 func parse(name, abs string, data []byte) (*Config, error) {
+	if len(data) > MaxFileBytes {
+		return nil, tooLarge(name, fmt.Sprintf("%d bytes", len(data)))
+	}
 	l := &loader{file: name}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node

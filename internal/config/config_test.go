@@ -4,7 +4,9 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -262,6 +264,70 @@ func TestLoadURLQueryNotInErrors(t *testing.T) {
 		_, err := LoadBytes("c.yaml", []byte("version: 1\nupstreams:\n  - name: a\n    http: {url: '"+url+"'}\n"))
 		if err == nil || !strings.Contains(err.Error(), "c.yaml:4:") || strings.Contains(err.Error(), "SUPERSECRET") {
 			t.Errorf("%s: err = %v, want c.yaml:4: and no query", url, err)
+		}
+	}
+}
+
+// TestLoadFileBound: a configuration file over MaxFileBytes is refused
+// before it is read whole (a 100 MB file used to be read, then parsed,
+// taking 500 MB); one of exactly MaxFileBytes loads.
+func TestLoadFileBound(t *testing.T) {
+	dir := t.TempDir()
+	big := filepath.Join(dir, "big.yaml")
+	f, err := os.Create(big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(100 << 20); err != nil { // sparse: no disk used
+		t.Fatal(err)
+	}
+	f.Close()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err = Load(big)
+	runtime.ReadMemStats(&after)
+	if err == nil || !strings.Contains(err.Error(), "big.yaml: the file is 104857600 bytes; a configuration is at most 1048576 bytes (1 MiB)") || ui.CodeOf(err) != ui.ExitConfig {
+		t.Fatalf("100 MB file: %v (exit %d)", err, ui.CodeOf(err))
+	}
+	if d := after.TotalAlloc - before.TotalAlloc; d > 4<<20 {
+		t.Errorf("refusing a 100 MB file allocated %d bytes", d)
+	}
+
+	exact := []byte(goodConfig)
+	exact = append(exact, strings.Repeat("#"+strings.Repeat("x", 62)+"\n", (MaxFileBytes-len(exact))/64)...)
+	exact = append(exact, strings.Repeat("#", MaxFileBytes-len(exact))...)
+	p := filepath.Join(dir, "exact.yaml")
+	os.WriteFile(p, exact, 0o600)
+	if _, err := Load(p); err != nil {
+		t.Fatalf("a file of exactly %d bytes: %v", len(exact), err)
+	}
+	os.WriteFile(p, append(exact, '\n'), 0o600)
+	if _, err := Load(p); err == nil || !strings.Contains(err.Error(), "the file is 1048577 bytes") {
+		t.Fatalf("one byte over: %v", err)
+	}
+	if _, err := LoadBytes("mem.yaml", append(exact, '\n')); err == nil || !strings.Contains(err.Error(), "mem.yaml: the file is 1048577 bytes") {
+		t.Fatalf("LoadBytes one byte over: %v", err)
+	}
+}
+
+// TestLoadRefusesNonRegularFiles: a FIFO (which would block the read for
+// ever) or a directory where the configuration should be is refused at once.
+func TestLoadRefusesNonRegularFiles(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo.yaml")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skip(err)
+	}
+	for path, want := range map[string]string{fifo: "fifo.yaml is a FIFO (named pipe), not a regular file", dir: "is a directory, not a regular file", "/dev/null": "/dev/null is a device, not a regular file"} {
+		done := make(chan error, 1)
+		go func() { _, err := Load(path); done <- err }()
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(err.Error(), want) || ui.CodeOf(err) != ui.ExitIO {
+				t.Errorf("%s: %v (exit %d), want %q", path, err, ui.CodeOf(err), want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("Load(%s) blocks", path)
 		}
 	}
 }
