@@ -19,6 +19,7 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 
@@ -58,7 +59,7 @@ type Config struct {
 // Error is one problem in a configuration file, at a position.
 type Error struct {
 	File      string
-	Line, Col int    // 1-based; 0 when the problem has no single position
+	Line, Col int    // 1-based; 0 when unknown (Col alone may be)
 	Field     string // the setting, e.g. upstreams[0].pin.command
 	Msg       string
 	Hint      string // what to do, if there is something to say
@@ -68,7 +69,10 @@ func (e *Error) Error() string {
 	var b strings.Builder
 	b.WriteString(e.File)
 	if e.Line > 0 {
-		fmt.Fprintf(&b, ":%d:%d", e.Line, e.Col)
+		fmt.Fprintf(&b, ":%d", e.Line)
+		if e.Col > 0 {
+			fmt.Fprintf(&b, ":%d", e.Col)
+		}
 	}
 	b.WriteString(": ")
 	if e.Field != "" {
@@ -233,7 +237,7 @@ func parse(name, abs string, data []byte) (*Config, error) {
 			l.errorf(nil, "", "start the file with: version: 1", "the configuration is empty")
 			return nil, l.errs
 		}
-		l.syntaxError(err)
+		l.syntaxError(data, err)
 		return nil, l.errs
 	}
 	var extra yaml.Node
@@ -241,7 +245,7 @@ func parse(name, abs string, data []byte) (*Config, error) {
 		l.errorf(&extra, "", "keep one configuration per file", "a second YAML document (---) is not allowed")
 		return nil, l.errs
 	} else if !errors.Is(err, io.EOF) {
-		l.syntaxError(err)
+		l.syntaxError(data, err)
 		return nil, l.errs
 	}
 	root := &doc
@@ -298,18 +302,110 @@ func (l *loader) refuseAliases(n *yaml.Node) {
 	}
 }
 
-// syntaxError turns a yaml parse error ("yaml: line 3: ...") into an *Error.
-func (l *loader) syntaxError(err error) {
-	msg := strings.TrimPrefix(err.Error(), "yaml: ")
-	line := 0
-	if rest, ok := strings.CutPrefix(msg, "line "); ok {
-		if n, after, ok := strings.Cut(rest, ": "); ok {
-			if _, err := fmt.Sscanf(n, "%d", &line); err == nil {
-				msg = after
-			}
+// syntaxError turns a yaml parse error into an *Error at the position of
+// the problem. yaml.v3's own "line N" is not that position: for most
+// errors it is the line where the enclosing construct starts, counted from
+// 0 (a mis-indented line 4 in a list that starts on line 3 is "line 2"),
+// it is missing when that construct starts on the first line, and errors
+// about a byte (a NUL, invalid UTF-8) have none. So the line is found
+// here: the byte's own line and column, or else the first line at which
+// the file stops being YAML (the shortest run of leading lines that fails
+// with the same problem). No column is given then: yaml.v3 does not say.
+func (l *loader) syntaxError(data []byte, err error) {
+	msg := yamlProblem(err)
+	e := &Error{File: l.file, Msg: "invalid YAML: " + msg}
+	if line, col, what := badChar(data); line > 0 && isReaderProblem(msg) {
+		e.Line, e.Col = line, col
+		e.Msg += " (" + what + ")"
+	} else {
+		e.Line = syntaxLine(data, msg)
+	}
+	l.errs = append(l.errs, e)
+}
+
+// isReaderProblem reports whether msg is one of yaml.v3's errors about the
+// bytes of the file rather than its structure.
+func isReaderProblem(msg string) bool {
+	return msg == "control characters are not allowed" || strings.Contains(msg, "UTF-8") || msg == "invalid Unicode character"
+}
+
+// badChar finds the first character of a UTF-8 file that YAML does not
+// allow (yaml.v3's reader: tab, line breaks and printable characters only)
+// and returns its line and column (in characters, 1-based) and what it is.
+// A file starting with a UTF-16 byte order mark is not looked at.
+func badChar(data []byte) (line, col int, what string) {
+	if bytes.HasPrefix(data, []byte{0xFF, 0xFE}) || bytes.HasPrefix(data, []byte{0xFE, 0xFF}) {
+		return 0, 0, ""
+	}
+	line, col = 1, 1
+	for i := 0; i < len(data); {
+		r, w := utf8.DecodeRune(data[i:])
+		switch {
+		case r == utf8.RuneError && w <= 1:
+			return line, col, fmt.Sprintf("byte 0x%02x", data[i])
+		case r == '\n':
+			line, col = line+1, 1
+		case r == '\t' || r == '\r' || r >= 0x20 && r <= 0x7E || r == 0x85 || r >= 0xA0 && r <= 0xD7FF ||
+			r >= 0xE000 && r <= 0xFFFD || r >= 0x10000 && r <= 0x10FFFF:
+			col++
+		default:
+			return line, col, fmt.Sprintf("%U", r)
+		}
+		i += w
+	}
+	return 0, 0, ""
+}
+
+// syntaxLine returns the smallest n such that the first n lines of data
+// fail to parse with problem (data as a whole does). It parses O(log n)
+// prefixes.
+func syntaxLine(data []byte, problem string) int {
+	ends := []int{} // ends[k-1]: the end of line k, its newline included
+	for i, b := range data {
+		if b == '\n' {
+			ends = append(ends, i+1)
 		}
 	}
-	l.errs = append(l.errs, &Error{File: l.file, Line: line, Col: 1, Msg: "invalid YAML: " + msg})
+	if len(ends) == 0 || ends[len(ends)-1] != len(data) {
+		ends = append(ends, len(data))
+	}
+	lo, hi := 1, len(ends)
+	for lo < hi {
+		mid := (lo + hi) / 2
+		if syntaxProblem(data[:ends[mid-1]]) == problem {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo
+}
+
+// syntaxProblem is yaml.v3's message for the first syntax error in data,
+// without "yaml: " and "line N: ", or "".
+func syntaxProblem(data []byte) string {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	for {
+		var n yaml.Node
+		err := dec.Decode(&n)
+		if errors.Is(err, io.EOF) {
+			return ""
+		}
+		if err != nil {
+			return yamlProblem(err)
+		}
+	}
+}
+
+// yamlProblem is a yaml.v3 error's message without "yaml: " and "line N: ".
+func yamlProblem(err error) string {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	if rest, ok := strings.CutPrefix(msg, "line "); ok {
+		if n, after, ok := strings.Cut(rest, ": "); ok && n != "" && strings.Trim(n, "0123456789") == "" {
+			msg = after
+		}
+	}
+	return msg
 }
 
 // validator is implemented by every section.

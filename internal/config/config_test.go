@@ -81,7 +81,7 @@ func TestLoadErrors(t *testing.T) {
 		hint       string
 	}{
 		{"empty", "", "c.yaml: the configuration is empty", "version: 1"},
-		{"syntax", "version: 1\nupstreams: [\n", "c.yaml:2:1: invalid YAML", ""},
+		{"syntax", "version: 1\nupstreams: [\n", "c.yaml:2: invalid YAML", ""},
 		{"two documents", "version: 1\n---\nversion: 1\n", "c.yaml:2:1: a second YAML document", ""},
 		{"not a mapping", "- a\n", "c.yaml:1:1: the configuration must be a mapping", ""},
 		{"missing version", "upstreams: []\n", "c.yaml:1:1: version: missing", "version: 1"},
@@ -172,6 +172,30 @@ func TestLoadErrors(t *testing.T) {
 				t.Errorf("errors.As(*Error) failed for %T", err)
 			}
 		})
+	}
+}
+
+// TestLoadSyntaxErrorPositions: a YAML syntax error is reported at the line
+// where the file stops being YAML, with no made-up column (yaml.v3's own
+// "line N" is the enclosing list's, counted from 0, or missing); a byte YAML
+// does not allow is reported at its line and column.
+func TestLoadSyntaxErrorPositions(t *testing.T) {
+	for _, tt := range []struct{ yaml, want string }{
+		// The reviewer's badyaml.yaml: yaml.v3 says "line 2".
+		{"version: 1\nupstreams:\n  - name: x\n   stdio: {command: ls}\n", "c.yaml:4: invalid YAML: did not find expected '-' indicator"},
+		{"version: 1\nupstreams:\n  - name: a\n    stdio:\n      command: x\n     args: [a]\n", "c.yaml:6: invalid YAML: did not find expected key"},
+		{"version: 1\nserver:\n  listen: x\n  tee: a: b\n", "c.yaml:4: invalid YAML: mapping values are not allowed in this context"},
+		{"version: a: b\n", "c.yaml:1: invalid YAML: mapping values are not allowed in this context"}, // yaml.v3: no line
+		{"version: 1\nserver:\n\ttee: software\n", "c.yaml:3: invalid YAML: found character that cannot start any token"},
+		{"version: 1\n---\nx: [\n", "c.yaml:3: invalid YAML: did not find expected node content"},
+		{"version: 1\nserver: {tee: \"soft\x00ware\"}\n", "c.yaml:2:20: invalid YAML: control characters are not allowed (U+0000)"},
+		{"version: 1\n# é\nserver: {tee: \x1b}\n", "c.yaml:3:15: invalid YAML: control characters are not allowed (U+001B)"},
+		{"version: 1\nserver: {tee: \xff}\n", "c.yaml:2:15: invalid YAML: invalid leading UTF-8 octet (byte 0xff)"},
+	} {
+		_, err := LoadBytes("c.yaml", []byte(tt.yaml))
+		if err == nil || err.Error() != tt.want {
+			t.Errorf("%q:\n  got  %v\n  want %s", tt.yaml, err, tt.want)
+		}
 	}
 }
 
