@@ -55,7 +55,18 @@ func TestAdminApartFromAgents(t *testing.T) {
 			`admin.token_sha256: is the digest of server.tokens[1] (agent "alice"): that agent could reach the admin listener`, 10},
 		{"same address", "server:\n  listen: 127.0.0.1:9090\nadmin:\n  listen: 127.0.0.1:9090\n  token_sha256: " + tok + "\n",
 			"admin.listen: 127.0.0.1:9090 is also server.listen", 9},
-		{"default address", "admin:\n  listen: 127.0.0.1:8080\n  token_sha256: " + tok + "\n", "127.0.0.1:8080 is also server.listen", 7},
+		{"default address", "admin:\n  listen: 127.0.0.1:8080\n  token_sha256: " + tok + "\n", "127.0.0.1:8080 is also server.listen (127.0.0.1:8080, the default)", 7},
+		// Addresses, not strings: localhost is 127.0.0.1, and a wildcard
+		// address takes the port on every address.
+		{"localhost", "server:\n  listen: 127.0.0.1:9090\nadmin:\n  listen: LocalHost:9090\n  token_sha256: " + tok + "\n",
+			"admin.listen: LocalHost:9090 is also server.listen (127.0.0.1:9090)", 9},
+		{"wildcard", "server:\n  listen: 0.0.0.0:9090\n  tokens: [{identity: a, sha256: " + other + "}]\nadmin:\n  listen: 127.0.0.1:9090\n  token_sha256: " + tok + "\n",
+			"admin.listen: 127.0.0.1:9090 is also server.listen (0.0.0.0:9090)", 10},
+		{"empty host", "server:\n  listen: 127.0.0.1:9090\nadmin:\n  listen: ':9090'\n  token_sha256: " + tok + "\n", "admin.listen: :9090 is also server.listen", 9},
+		{"IPv6 wildcard", "admin:\n  listen: '[::]:8080'\n  token_sha256: " + tok + "\n", "admin.listen: [::]:8080 is also server.listen", 7},
+		{"another loopback address", "server:\n  listen: 127.0.0.1:9090\nadmin:\n  listen: 127.0.0.2:9090\n  token_sha256: " + tok + "\n", "", 0},
+		{"IPv6 loopback", "admin:\n  listen: '[::1]:8080'\n  token_sha256: " + tok + "\n", "", 0},
+		{"port 0", "server:\n  listen: 127.0.0.1:0\nadmin:\n  listen: 127.0.0.1:0\n  token_sha256: " + tok + "\n", "", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "cmcp.yaml")

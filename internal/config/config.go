@@ -54,6 +54,10 @@ type Config struct {
 	// without a name). Relative paths in the file are relative to its
 	// directory.
 	Path string `yaml:"-"`
+
+	// pos is where the settings that are checked after loading
+	// (CheckListeners) are in the file.
+	pos map[string]position
 }
 
 // Error is one problem in a configuration file, at a position.
@@ -276,6 +280,12 @@ func parse(name, abs string, data []byte) (*Config, error) {
 	c.Path = abs
 	if abs == "" {
 		c.Path = name
+	}
+	c.pos = map[string]position{}
+	for _, k := range [][2]string{{"server", "listen"}, {"admin", "listen"}} {
+		if n := valueNode(valueNode(root, k[0]), k[1]); n != nil {
+			c.pos[k[0]+"."+k[1]] = position{n.Line, n.Column}
+		}
 	}
 	l.validate(c, root, filepath.Dir(abs))
 	if len(l.errs) > 0 {
@@ -533,10 +543,21 @@ func (l *loader) validateAdminApart(c *Config, root *yaml.Node) {
 			}
 		}
 	}
-	if c.Admin.Listen != "" && c.Admin.Listen == c.Server.ListenOrDefault() {
-		l.errorf(keyNode(valueNode(root, "admin"), "listen"), "admin.listen", "give the admin listener its own port, e.g. 127.0.0.1:9090",
-			"%s is also server.listen: the admin listener needs its own address", c.Admin.Listen)
+	// CheckListeners compares the addresses as resolved, after --listen;
+	// here, without resolving names, localhost is 127.0.0.1 and a wildcard
+	// address takes its port on every address.
+	if c.Admin.Listen != "" && sameListenerLiteral(c.Admin.Listen, c.Server.ListenOrDefault()) {
+		l.errorf(valueNode(valueNode(root, "admin"), "listen"), "admin.listen", "give the admin listener its own port, e.g. 127.0.0.1:9090",
+			"%s is also server.listen (%s): the admin listener needs its own address", c.Admin.Listen, listenSource(c.Server))
 	}
+}
+
+// listenSource is server.listen, or the default address and that it is.
+func listenSource(s *Server) string {
+	if s == nil || s.Listen == "" {
+		return DefaultListen + ", the default"
+	}
+	return s.Listen
 }
 
 // keyNode returns the key node of name in the mapping m, or m.

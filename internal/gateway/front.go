@@ -18,6 +18,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/confidential-mcp/cmcp/internal/config"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
@@ -284,20 +285,18 @@ func authenticate(r *http.Request, o HTTPOptions) (string, error) {
 func CertIdentity(subject pkix.Name) string { return "cert:" + subject.String() }
 
 // CheckListen refuses to listen on a non-loopback address without any
-// authentication configured.
+// authentication configured. A host name counts as loopback only if it
+// resolves to a loopback address (as net.Listen resolves it); serve checks
+// the address it bound too.
 func CheckListen(addr string, authenticated bool) error {
 	if authenticated {
 		return nil
 	}
-	host, _, err := net.SplitHostPort(addr)
+	a, err := net.ResolveTCPAddr("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen address %q: %w", addr, err)
 	}
-	if host == "localhost" {
-		return nil
-	}
-	ip := net.ParseIP(host)
-	if ip == nil || !ip.IsLoopback() {
+	if !config.IsLoopbackListener(a) {
 		return fmt.Errorf("refusing to listen on %s without authentication: configure bearer tokens (or mutual TLS) for the MCP endpoint, or listen on a loopback address such as 127.0.0.1", addr)
 	}
 	return nil

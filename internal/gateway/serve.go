@@ -104,10 +104,13 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 		listen = srvCfg.ListenOrDefault()
 	}
 	hasAuth := len(srvCfg.Tokens) > 0 || (srvCfg.TLS != nil && srvCfg.TLS.ClientCA != "")
-	if !o.Stdio {
-		if err := CheckListen(listen, hasAuth); err != nil {
-			return ui.WithCode(ui.ExitConfig, err)
-		}
+	// The addresses, after --listen, before anything is opened or
+	// started: an unauthenticated MCP endpoint off loopback, or an admin
+	// listener on the MCP endpoint's address, is a configuration error
+	// that names its line (config.CheckListeners).
+	lc, err := cfg.CheckListeners(o.Listen, o.Stdio)
+	if err != nil {
+		return err
 	}
 
 	// Measure ourselves and the configuration.
@@ -271,9 +274,18 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 		return errors.Join(serr, shutdown())
 	}
 
-	ln, err := net.Listen("tcp", listen)
+	// Listen on the address that was checked, and check what was bound:
+	// without authentication, only a loopback address will do.
+	var ln net.Listener
+	ln, err = net.ListenTCP("tcp", lc.MCP)
 	if err != nil {
+		shutdown()
 		return ui.Errorf(ui.ExitRuntime, "listen on %s: %w", listen, err)
+	}
+	if err := CheckListen(ln.Addr().String(), hasAuth); err != nil {
+		ln.Close()
+		shutdown()
+		return ui.WithCode(ui.ExitConfig, fmt.Errorf("%s: %w", listen, err))
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", g.HTTPHandler(HTTPOptions{Tokens: tokens(srvCfg), ClientCerts: srvCfg.TLS != nil && srvCfg.TLS.ClientCA != "",

@@ -1,0 +1,60 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/confidential-mcp/cmcp/internal/config"
+	"github.com/confidential-mcp/cmcp/internal/ui"
+)
+
+// TestServeChecksListenersBeforeOpeningTheLog: an admin listener on the MCP
+// endpoint's address once --listen is applied (equal, or localhost for
+// 127.0.0.1), or an unauthenticated MCP endpoint off loopback, stops serve
+// with exit 4 and the configuration line, before an audit epoch is opened or
+// an upstream started. (--listen equal to admin.listen used to open an
+// epoch, spawn the upstreams and start the admin listener, then fail with
+// "bind: address already in use".)
+func TestServeChecksListenersBeforeOpeningTheLog(t *testing.T) {
+	exe, pin := selfDigest(t)
+	adminAddr := freePort(t)
+	_, port, _ := net.SplitHostPort(adminAddr)
+	for _, tc := range []struct{ name, server, flag, want string }{
+		{"--listen is admin.listen", "  listen: 127.0.0.1:0\n", adminAddr,
+			fmt.Sprintf("cmcp.yaml:8:11: admin.listen: %s is also the MCP endpoint's address (--listen %s)", adminAddr, adminAddr)},
+		{"--listen localhost is admin.listen", "", "localhost:" + port,
+			fmt.Sprintf("cmcp.yaml:7:11: admin.listen: %s is also the MCP endpoint's address (--listen localhost:%s)", adminAddr, port)},
+		{"server.listen off loopback without tokens", "  listen: 0.0.0.0:0\n", "",
+			"cmcp.yaml:3:11: server.listen: refusing to listen on 0.0.0.0:0 without authentication"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			yaml := fmt.Sprintf("version: 1\nserver:\n%s  tee: software\naudit:\n  dir: audit\nadmin:\n  listen: %s\n  token_sha256: %s\nupstreams:\n  - name: t\n    stdio:\n      command: %s\n      env: {%s: server}\n    pin:\n      command: %s\n",
+				tc.server, adminAddr, TokenDigest(testAdminToken), exe, childEnv, pin)
+			path := filepath.Join(dir, "cmcp.yaml")
+			if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := config.Load(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			err = Serve(ctx, cfg, ServeOptions{Listen: tc.flag, Environ: os.Environ(), Logger: slog.New(slog.DiscardHandler)})
+			if err == nil || !strings.Contains(err.Error(), tc.want) || ui.CodeOf(err) != ui.ExitConfig {
+				t.Fatalf("serve: %v (exit %d), want exit 4 and %q", err, ui.CodeOf(err), tc.want)
+			}
+			if _, err := os.Stat(filepath.Join(dir, "audit")); !os.IsNotExist(err) {
+				t.Errorf("the audit directory was created before the addresses were checked (%v)", err)
+			}
+		})
+	}
+}
