@@ -9,10 +9,14 @@ import (
 // position is where a value is in the configuration file.
 type position struct{ line, col int }
 
-// ListenCheck is what CheckListeners found: the resolved addresses.
+// ListenCheck is what CheckListeners found that is not an error: the
+// resolved addresses, and warnings for the operator.
 type ListenCheck struct {
 	// MCP is the resolved address of the MCP endpoint (nil with stdio).
 	MCP *net.TCPAddr
+	// Warnings name settings that send a credential over the network in
+	// cleartext.
+	Warnings []string
 }
 
 // CheckListeners checks the addresses `cmcp serve` is about to listen on,
@@ -49,9 +53,12 @@ func (c *Config) CheckListeners(flag string, stdio bool) (*ListenCheck, error) {
 		}
 		out.MCP = a
 		authenticated := len(s.Tokens) > 0 || (s.TLS != nil && s.TLS.ClientCA != "")
-		if !authenticated && !isLoopback(a) {
+		switch {
+		case !authenticated && !isLoopback(a):
 			report(mcpField, mcpPos, "configure bearer tokens (server.tokens) or mutual TLS (server.tls.client_ca), or listen on a loopback address such as "+DefaultListen,
 				"refusing to listen on %s without authentication: it is not a loopback address, and neither server.tokens nor server.tls.client_ca is set", describe(listen, a))
+		case len(s.Tokens) > 0 && s.TLS == nil && !isLoopback(a):
+			out.Warnings = append(out.Warnings, fmt.Sprintf("%s %s is not a loopback address and server.tls is not set: agents' bearer tokens cross the network in cleartext (configure server.tls)", mcpSource, describe(listen, a)))
 		}
 	}
 	if c.Admin != nil && c.Admin.Listen != "" {
@@ -63,6 +70,8 @@ func (c *Config) CheckListeners(flag string, stdio bool) (*ListenCheck, error) {
 		case out.MCP != nil && sameListener(a, out.MCP):
 			report("admin.listen", p, "give the admin listener its own port, e.g. 127.0.0.1:9090",
 				"%s is also the MCP endpoint's address (%s %s): the admin listener needs its own address", describe(c.Admin.Listen, a), mcpSource, listen)
+		case !isLoopback(a):
+			out.Warnings = append(out.Warnings, fmt.Sprintf("admin.listen %s is not a loopback address and the admin listener has no TLS: the admin token crosses the network in cleartext", describe(c.Admin.Listen, a)))
 		}
 	}
 	if len(errs) > 0 {

@@ -112,6 +112,9 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 	if err != nil {
 		return err
 	}
+	for _, w := range lc.Warnings {
+		logger.Warn(w)
+	}
 
 	// Measure ourselves and the configuration.
 	gwInfo := auditlog.GatewayInfo{Version: buildinfo.Get().Version, Commit: buildinfo.Get().Commit}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/confidential-mcp/cmcp/internal/config"
 	"github.com/confidential-mcp/cmcp/internal/ui"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 )
 
 // TestServeChecksListenersBeforeOpeningTheLog: an admin listener on the MCP
@@ -56,5 +57,42 @@ func TestServeChecksListenersBeforeOpeningTheLog(t *testing.T) {
 				t.Errorf("the audit directory was created before the addresses were checked (%v)", err)
 			}
 		})
+	}
+}
+
+// TestServeWarnsOfCleartextCredentials: bearer tokens without server.tls on
+// a non-loopback address, and an admin listener (which has no TLS) on one,
+// are logged as warnings at start.
+func TestServeWarnsOfCleartextCredentials(t *testing.T) {
+	exe, pin := selfDigest(t)
+	dir := t.TempDir()
+	yaml := fmt.Sprintf("version: 1\nserver:\n  listen: 0.0.0.0:0\n  tee: software\n  tokens: [{identity: a, sha256: %s}]\naudit:\n  dir: audit\nadmin:\n  listen: 0.0.0.0:0\n  token_sha256: %s\nupstreams:\n  - name: t\n    stdio:\n      command: %s\n      env: {%s: server}\n    pin:\n      command: %s\n",
+		TokenDigest(testAgentToken), TokenDigest(testAdminToken), exe, childEnv, pin)
+	path := filepath.Join(dir, "cmcp.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &lockedWriter{b: &strings.Builder{}}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	err = Serve(ctx, cfg, ServeOptions{Environ: os.Environ(), Logger: slog.New(slog.NewTextHandler(logs, nil)),
+		Started: func(string, *Gateway, *auditlog.Writer) { cancel() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs.mu.Lock()
+	got := logs.b.String()
+	logs.mu.Unlock()
+	for _, want := range []string{
+		"server.listen 0.0.0.0:0 is not a loopback address and server.tls is not set: agents' bearer tokens cross the network in cleartext",
+		"admin.listen 0.0.0.0:0 is not a loopback address and the admin listener has no TLS: the admin token crosses the network in cleartext",
+	} {
+		if !strings.Contains(got, "level=WARN msg=\""+want) {
+			t.Errorf("no warning %q in the log:\n%s", want, clip(got, 4000))
+		}
 	}
 }
