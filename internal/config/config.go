@@ -24,6 +24,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/confidential-mcp/cmcp/internal/ui"
+	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
 // Version is the only schema version this cmcp reads.
@@ -54,6 +55,9 @@ type Config struct {
 	// without a name). Relative paths in the file are relative to its
 	// directory.
 	Path string `yaml:"-"`
+	// Digest is the SHA-256 of the bytes the configuration was loaded
+	// from (what the audit log's genesis records).
+	Digest digest.Digest `yaml:"-"`
 
 	// pos is where the settings that are checked after loading
 	// (CheckListeners) are in the file.
@@ -281,6 +285,7 @@ func parse(name, abs string, data []byte) (*Config, error) {
 	if abs == "" {
 		c.Path = name
 	}
+	c.Digest = digest.Bytes(data)
 	c.pos = map[string]position{}
 	for _, k := range [][2]string{{"server", "listen"}, {"admin", "listen"}} {
 		if n := valueNode(valueNode(root, k[0]), k[1]); n != nil {

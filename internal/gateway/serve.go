@@ -124,10 +124,9 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 			gwInfo.Binary = d
 		}
 	}
-	var cfgDigest digest.Digest
-	if b, err := os.ReadFile(cfg.Path); err == nil {
-		cfgDigest = digest.Bytes(b)
-	}
+	// The digest of the bytes that were loaded and checked, not of the
+	// file as it is now.
+	cfgDigest := cfg.Digest
 	// server.tee unset: hardware if there is any, else the software
 	// provider, loudly. "auto" insists on hardware.
 	teeName := srvCfg.TEE

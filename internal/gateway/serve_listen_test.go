@@ -14,6 +14,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/config"
 	"github.com/confidential-mcp/cmcp/internal/ui"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
 // TestServeChecksListenersBeforeOpeningTheLog: an admin listener on the MCP
@@ -94,5 +95,36 @@ func TestServeWarnsOfCleartextCredentials(t *testing.T) {
 		if !strings.Contains(got, "level=WARN msg=\""+want) {
 			t.Errorf("no warning %q in the log:\n%s", want, clip(got, 4000))
 		}
+	}
+}
+
+// TestServeRecordsTheLoadedConfigDigest: the genesis records the digest of
+// the configuration bytes that were loaded and checked, even when the file
+// has changed since (serve used to read the file again, whole).
+func TestServeRecordsTheLoadedConfigDigest(t *testing.T) {
+	exe, pin := selfDigest(t)
+	dir := t.TempDir()
+	yaml := fmt.Sprintf("version: 1\nserver:\n  listen: 127.0.0.1:0\n  tee: software\naudit:\n  dir: audit\nupstreams:\n  - name: t\n    stdio:\n      command: %s\n      env: {%s: server}\n    pin:\n      command: %s\n", exe, childEnv, pin)
+	path := filepath.Join(dir, "cmcp.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(yaml+"# changed after loading\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	err = Serve(ctx, cfg, ServeOptions{Environ: os.Environ(), Logger: slog.New(slog.DiscardHandler),
+		Started: func(string, *Gateway, *auditlog.Writer) { cancel() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := kinds(readRecords(t, filepath.Join(dir, "audit")), "genesis")
+	if len(g) != 1 || g[0].Body["config_digest"] != digest.Bytes([]byte(yaml)).String() {
+		t.Fatalf("genesis config_digest %v, want %s (the loaded bytes)", g, digest.Bytes([]byte(yaml)))
 	}
 }
