@@ -169,10 +169,12 @@ func (a *Admin) auth(h http.HandlerFunc) http.Handler {
 }
 
 // authorized reports whether r carries the admin token, compared as a
-// digest in constant time.
+// digest in constant time. The scheme is matched case-insensitively (RFC
+// 7235), as the MCP front does.
 func (a *Admin) authorized(r *http.Request) bool {
-	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return ok && tok != "" && digest.Bytes([]byte(tok)).Equal(a.o.TokenDigest)
+	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	tok = strings.TrimSpace(tok)
+	return ok && strings.EqualFold(scheme, "bearer") && tok != "" && digest.Bytes([]byte(tok)).Equal(a.o.TokenDigest)
 }
 
 func (a *Admin) healthz(w http.ResponseWriter, _ *http.Request) {

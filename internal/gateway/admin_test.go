@@ -298,3 +298,56 @@ func FuzzAdminRequest(f *testing.F) {
 		}
 	})
 }
+
+// TestAdminBearerSchemeIsCaseInsensitive: the auth scheme is matched
+// case-insensitively (RFC 7235) on the admin listener, as on the MCP front;
+// only the token decides.
+func TestAdminBearerSchemeIsCaseInsensitive(t *testing.T) {
+	f := newAdminFixture(t)
+	get := func(base, path, auth string) int {
+		t.Helper()
+		req, err := http.NewRequest("GET", base+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", auth)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for auth, want := range map[string]int{
+		"Bearer " + testAdminToken:  200,
+		"bearer " + testAdminToken:  200,
+		"BEARER " + testAdminToken:  200,
+		"bEaReR " + testAdminToken:  200,
+		"bearer  " + testAdminToken: 200, // extra white space before the token, as the MCP front accepts
+		"bearer " + testAgentToken:  401,
+		"Basic " + testAdminToken:   401,
+		"bearer":                    401,
+		"bearer ":                   401,
+		testAdminToken:              401,
+	} {
+		if got := get(f.base, "/metrics", auth); got != want {
+			t.Errorf("admin /metrics with %q: %d, want %d", auth, got, want)
+		}
+	}
+	// The MCP front accepts the same lower-case scheme for an agent token.
+	const initReq = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`
+	req, _ := http.NewRequest("POST", f.h.url, strings.NewReader(initReq))
+	req.Header.Set("Authorization", "bearer "+testAgentToken)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("MCP front with a lower-case scheme: %d", resp.StatusCode)
+	}
+}
