@@ -227,7 +227,7 @@ func (s *session) recordUndecodableCall(req *jsonrpc.Request) {
 	_ = json.Unmarshal(req.Params, &named) // as much of the name as can be read
 	s.g.record(s.ctx, &auditlog.Call{Session: s.id, Agent: s.principal, Tool: named.Name, Decision: auditlog.DecisionDeny,
 		PolicyMode: ModeNone, Outcome: auditlog.OutcomeRefused, Reason: reason})
-	s.g.metricCall("", auditlog.DecisionDeny, OutcomeRefused, 0)
+	s.g.metricCall("", DecisionNone, OutcomeRefused, 0)
 	s.callsChanged()
 }
 

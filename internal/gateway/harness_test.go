@@ -83,6 +83,8 @@ type hconf struct {
 	// http serves the test upstream (newChildServer) over Streamable HTTP
 	// on 127.0.0.1 instead of spawning it.
 	http bool
+	// metrics, if set, is the gateway's Options.Metrics.
+	metrics *Metrics
 }
 
 type harness struct {
@@ -154,7 +156,7 @@ func newHarness(t testing.TB, c hconf) *harness {
 		uo.Upstream, uo.Transport, uo.Class = hu, "http", hu.Class()
 	}
 	g, err := New(Options{Version: "test", Log: w, Logger: logger, CallTimeout: c.callTimeout, ConnectTimeout: c.connTimeout, Decider: c.decider, Policy: c.policy, ListRecheck: c.listRecheck,
-		Upstreams: []UpstreamOptions{uo}})
+		Metrics: c.metrics, Upstreams: []UpstreamOptions{uo}})
 	if err != nil {
 		t.Fatal(err)
 	}

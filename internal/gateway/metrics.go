@@ -77,8 +77,15 @@ const (
 	OutcomeIsError       = "is_error"       // the upstream answered with isError: true
 	OutcomeUpstreamError = "upstream_error" // the upstream answered with a JSON-RPC error or died
 	OutcomeGatewayFault  = "gateway_fault"  // the gateway could not forward the call
-	OutcomeRefused       = "refused"        // not forwarded: policy, kill switch, drift, unknown tool
+	OutcomeRefused       = "refused"        // not forwarded: policy, drift, unknown tool, shutting down
+	OutcomeKillSwitch    = "kill_switch"    // not forwarded: the operator's kill switch is engaged
 )
+
+// DecisionNone is the decision label of cmcp_calls_total for a call refused
+// before the policy was asked (kill switch, unknown tool, invalid
+// arguments, shutting down): no policy denied it. The other values are the
+// policy's decisions, "allow" and "deny".
+const DecisionNone = "none"
 
 // CallDone counts one finished tools/call. latency is the time the gateway
 // spent on it (zero for a call that was refused before forwarding, which is
@@ -145,7 +152,7 @@ func (m *Metrics) WriteText(out io.Writer) error {
 	ups := metricKeys(m.up, strings.Compare)
 	lats := metricKeys(m.latency, strings.Compare)
 
-	header(w, "cmcp_calls_total", "counter", "tools/call requests handled, by upstream, policy decision and outcome.")
+	header(w, "cmcp_calls_total", "counter", "tools/call requests handled, by upstream, policy decision (none: refused before the policy was asked) and outcome.")
 	for _, k := range calls {
 		fmt.Fprintf(w, "cmcp_calls_total{upstream=%s,decision=%s,outcome=%s} %d\n", q(k[0]), q(k[1]), q(k[2]), m.calls[k])
 	}

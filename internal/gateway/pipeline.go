@@ -71,10 +71,21 @@ func (s *session) relay(ctx context.Context, params toolCall, after *func()) (js
 	rec := &auditlog.Call{Session: s.id, Agent: s.principal, Tool: params.Name, Decision: auditlog.DecisionDeny, PolicyMode: ModeNone}
 	rec.Args = g.log.Commit(args)
 
-	// refuse records the call as refused and returns the fault.
+	// refuse records the call as refused and returns the fault. In the
+	// metrics, a call refused before the policy was asked has decision
+	// "none" (no policy denied it), and one the kill switch stopped has
+	// outcome "kill_switch".
+	decided := false
 	refuse := func(err *jsonrpc.Error) (json.RawMessage, error) {
 		rec.Outcome, rec.Reason = auditlog.OutcomeRefused, err.Message
-		g.metricCall(rec.Upstream, rec.Decision, OutcomeRefused, 0)
+		decision, outcome := rec.Decision, OutcomeRefused
+		if !decided {
+			decision = DecisionNone
+		}
+		if err.Code == CodeKillSwitch {
+			outcome = OutcomeKillSwitch
+		}
+		g.metricCall(rec.Upstream, decision, outcome, 0)
 		s.callsChanged()
 		if aerr := g.record(ctx, rec); aerr != nil { // written even if ctx has ended
 			return nil, fault(CodeAuditUnavailable, "the audit log cannot record calls (%v): every call is refused until an operator fixes it", aerr)
@@ -102,6 +113,7 @@ func (s *session) relay(ctx context.Context, params toolCall, after *func()) (js
 	}
 	dec, err := g.decider.Decide(ctx, DecisionRequest{Principal: s.principal, Tool: params.Name, UpstreamTool: toolName, Upstream: st.name,
 		EvidenceClass: rec.EvidenceClass, Args: args, Session: s.info(), Annotations: annotations})
+	decided = true // from here on a refusal is counted under the decision (deny if the policy failed)
 	if err != nil {
 		return refuse(fault(CodeDenied, "the policy could not decide this call (%v): refused", err))
 	}
