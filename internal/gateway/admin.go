@@ -28,10 +28,11 @@ type AdminLog interface {
 // KillSwitcher is the gateway's kill switch (*Gateway implements it): while
 // engaged every tools/call is refused, and each change is recorded in the
 // audit log (engaging fails closed even when the record cannot be written;
-// clearing does not happen unrecorded).
+// clearing does not happen unrecorded). It survives a restart.
 type KillSwitcher interface {
 	SetKillSwitch(ctx context.Context, on bool, actor, reason string) error
 	KillSwitch() bool
+	KillStatus() KillStatus
 }
 
 // AdminCheckpoint is the action of the admin record of a forced checkpoint.
@@ -75,8 +76,7 @@ type Admin struct {
 	srv *http.Server
 	mux *http.ServeMux
 
-	killMu sync.Mutex // serialises kill switch changes and guards kill
-	kill   KillStatus
+	killMu sync.Mutex // serialises kill switch changes
 }
 
 // maxAdminBody bounds an admin request body (a reason string).
@@ -222,16 +222,7 @@ func (a *Admin) killStatus(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, a.status())
 }
 
-func (a *Admin) status() KillStatus {
-	a.killMu.Lock()
-	defer a.killMu.Unlock()
-	st := a.kill
-	st.Engaged = a.o.Kill.KillSwitch()
-	if !st.Engaged {
-		st = KillStatus{}
-	}
-	return st
-}
+func (a *Admin) status() KillStatus { return a.o.Kill.KillStatus() }
 
 // adminRequest is the optional JSON body of an admin POST.
 type adminRequest struct {
@@ -290,32 +281,25 @@ func (a *Admin) setKill(w http.ResponseWriter, r *http.Request, on bool) {
 	a.killMu.Lock()
 	defer a.killMu.Unlock()
 	if a.o.Kill.KillSwitch() == on {
-		st := a.kill
-		st.Engaged = on
-		writeJSON(w, http.StatusOK, map[string]any{"changed": false, "state": st})
+		writeJSON(w, http.StatusOK, map[string]any{"changed": false, "state": a.status()})
 		return
 	}
 	err := a.o.Kill.SetKillSwitch(r.Context(), on, actor, req.Reason)
-	engaged := a.o.Kill.KillSwitch()
-	if engaged && !a.kill.Engaged {
-		a.kill = KillStatus{Engaged: true, Since: time.Now().UTC(), Actor: actor, Reason: req.Reason}
-	} else if !engaged {
-		a.kill = KillStatus{}
-	}
+	st := a.status()
 	verb := map[bool]string{true: "engaged", false: "cleared"}[on]
 	if err != nil {
-		a.o.Logger.Error("kill switch change not recorded", "want", verb, "engaged", engaged, "err", err)
+		a.o.Logger.Error("kill switch change incomplete", "want", verb, "engaged", st.Engaged, "err", err)
 		code := http.StatusInternalServerError
-		msg := fmt.Sprintf("the kill switch is engaged, but its audit record could not be written: %v", err)
+		msg := fmt.Sprintf("the kill switch is engaged, but %v", strings.ReplaceAll(err.Error(), "\n", "; and "))
 		if !on {
 			code = http.StatusServiceUnavailable
-			msg = fmt.Sprintf("the kill switch stays engaged: clearing it could not be recorded in the audit log: %v", err)
+			msg = fmt.Sprintf("the kill switch stays engaged: %v", err)
 		}
-		writeJSON(w, code, map[string]any{"error": msg, "state": a.kill})
+		writeJSON(w, code, map[string]any{"error": msg, "state": st})
 		return
 	}
 	a.o.Logger.Warn("kill switch "+verb, "actor", actor, "reason", req.Reason)
-	writeJSON(w, http.StatusOK, map[string]any{"changed": true, "state": a.kill})
+	writeJSON(w, http.StatusOK, map[string]any{"changed": true, "state": st})
 }
 
 // checkpoint records the request, then forces a signed checkpoint that

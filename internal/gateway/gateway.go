@@ -82,6 +82,11 @@ type Options struct {
 	// what the policy lets it see (0: 30 seconds). Changes caused by a
 	// session's own calls are found within listRecheckDelay of the call.
 	ListRecheck time.Duration
+	// KillSwitchFile is where the engaged kill switch's state is kept
+	// (killswitch.go; Serve puts it in the audit directory). Start engages
+	// the switch if the file is there or cannot be read. "": the switch
+	// lives in memory only.
+	KillSwitchFile string
 }
 
 // Gateway is a running cmcp gateway.
@@ -104,6 +109,7 @@ type Gateway struct {
 
 	killed   atomic.Bool
 	killMu   sync.RWMutex // see SetKillSwitch
+	kill     KillStatus   // who engaged the kill switch, when, why (guarded by killMu)
 	closing  atomic.Bool
 	inflight counter      // tools/call requests in the pipeline
 	fastPath atomic.Int64 // tools/call requests a front answered itself (fastpath.go)
@@ -195,6 +201,7 @@ func New(opts Options) (*Gateway, error) {
 // again (re-measured). Per-session upstreams are stopped after this probe;
 // a shared one is kept.
 func (g *Gateway) Start(ctx context.Context) error {
+	g.restoreKillSwitch(ctx)
 	g.recordPolicyLoaded(ctx)
 	for _, name := range g.order {
 		st := g.ups[name]
@@ -323,25 +330,50 @@ func (g *Gateway) Catalog() *catalog.Catalog {
 func (g *Gateway) CatalogDigest() digest.Digest { return g.Catalog().Digest() }
 
 // SetKillSwitch engages or clears the kill switch: while it is on, every
-// tools/call is refused (and recorded). The change is recorded first; if it
-// cannot be recorded the switch is engaged anyway (fail closed) and the
-// error returned. No call record written after kill_switch_on in the log
-// says "forwarded": relay checks the switch and appends its forwarded call
-// record under killMu's read lock, and the switch changes under its write
-// lock. The record is written even if ctx ends meanwhile.
+// tools/call is refused (and recorded). Engaging saves the state file
+// (Options.KillSwitchFile, so that a restart keeps the switch engaged),
+// then records kill_switch_on; if either fails the switch is engaged anyway
+// (fail closed) and the error returned. Clearing records kill_switch_off
+// first and then removes the state file; if either fails the switch stays
+// engaged (a removal that fails after the record is followed by a new
+// kill_switch_on saying so). No call record written after kill_switch_on
+// in the log says "forwarded": relay checks the switch and appends its
+// forwarded call record under killMu's read lock, and the switch changes
+// under its write lock. The records are written even if ctx ends meanwhile.
 func (g *Gateway) SetKillSwitch(ctx context.Context, on bool, actor, reason string) error {
-	action := "kill_switch_off"
-	if on {
-		action = "kill_switch_on"
-	}
+	ctx = context.WithoutCancel(ctx)
 	g.killMu.Lock()
 	defer g.killMu.Unlock()
-	_, err := g.log.Append(context.WithoutCancel(ctx), &auditlog.Admin{Action: action, Actor: actor, Reason: reason})
-	if err != nil && !on {
-		return fmt.Errorf("record %s: %w", action, err)
+	if on {
+		st := KillStatus{Engaged: true, Since: time.Now().UTC(), Actor: actor, Reason: reason}
+		var errs []error
+		if path := g.opts.KillSwitchFile; path != "" {
+			if err := writeKillState(path, st); err != nil {
+				errs = append(errs, fmt.Errorf("its state could not be saved, so a restart would clear it (%s): %w", path, err))
+			}
+		}
+		if _, err := g.log.Append(ctx, &auditlog.Admin{Action: AdminKillSwitchOn, Actor: actor, Reason: reason}); err != nil {
+			errs = append(errs, fmt.Errorf("its audit record could not be written: %w", err))
+		}
+		g.killed.Store(true)
+		g.kill = st
+		return errors.Join(errs...)
 	}
-	g.killed.Store(on)
-	return err
+	if _, err := g.log.Append(ctx, &auditlog.Admin{Action: AdminKillSwitchOff, Actor: actor, Reason: reason}); err != nil {
+		return fmt.Errorf("clearing it could not be recorded in the audit log: record %s: %w", AdminKillSwitchOff, err)
+	}
+	if path := g.opts.KillSwitchFile; path != "" {
+		if err := removeKillState(path); err != nil {
+			// Recorded as cleared, but a restart would engage it again:
+			// it stays engaged, and the log says so.
+			why := fmt.Sprintf("clearing failed after it was recorded: the state file %s could not be removed (%v); the switch stays engaged", path, err)
+			g.record(ctx, &auditlog.Admin{Action: AdminKillSwitchOn, Actor: actor, Reason: why})
+			return errors.New(why)
+		}
+	}
+	g.killed.Store(false)
+	g.kill = KillStatus{}
+	return nil
 }
 
 // KillSwitch reports whether the kill switch is engaged.

@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sort"
 	"sync/atomic"
 	"time"
@@ -207,7 +208,8 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 		return err
 	}
 	g, err := New(Options{Version: gwInfo.Version, Upstreams: ups, Log: w, Decider: o.Decider, Filter: o.Filter, Policy: eng, Logger: logger,
-		CallTimeout: srvCfg.CallTimeout, ConnectTimeout: srvCfg.ConnectTimeout, Environ: o.Environ, Metrics: o.Metrics})
+		CallTimeout: srvCfg.CallTimeout, ConnectTimeout: srvCfg.ConnectTimeout, Environ: o.Environ, Metrics: o.Metrics,
+		KillSwitchFile: filepath.Join(auditDir, KillSwitchStateFile)})
 	if err != nil {
 		return ui.WithCode(ui.ExitConfig, err)
 	}
