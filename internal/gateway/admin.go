@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/confidential-mcp/cmcp/internal/config"
@@ -77,6 +78,8 @@ type Admin struct {
 	mux *http.ServeMux
 
 	killMu sync.Mutex // serialises kill switch changes
+
+	token atomic.Pointer[digest.Digest] // the admin token's digest in force (SetTokenDigest)
 }
 
 // maxAdminBody bounds an admin request body (a reason string).
@@ -95,6 +98,7 @@ func NewAdmin(o AdminOptions) (*Admin, error) {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	a := &Admin{o: o, mux: http.NewServeMux()}
+	a.token.Store(&o.TokenDigest)
 	a.mux.HandleFunc("GET /healthz", a.healthz)
 	a.mux.HandleFunc("GET /readyz", a.readyz)
 	a.mux.Handle("GET /metrics", a.auth(a.metrics))
@@ -174,7 +178,21 @@ func (a *Admin) auth(h http.HandlerFunc) http.Handler {
 func (a *Admin) authorized(r *http.Request) bool {
 	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 	tok = strings.TrimSpace(tok)
-	return ok && strings.EqualFold(scheme, "bearer") && tok != "" && digest.Bytes([]byte(tok)).Equal(a.o.TokenDigest)
+	return ok && strings.EqualFold(scheme, "bearer") && tok != "" && digest.Bytes([]byte(tok)).Equal(*a.token.Load())
+}
+
+// TokenDigest is the digest of the admin token in force.
+func (a *Admin) TokenDigest() digest.Digest { return *a.token.Load() }
+
+// SetTokenDigest puts another admin token in force for every request that
+// arrives from now on (SIGHUP re-reads admin.token_sha256). A zero digest
+// is refused: the admin endpoint never runs without its own credential.
+func (a *Admin) SetTokenDigest(d digest.Digest) error {
+	if d.IsZero() {
+		return errors.New("admin listener: no token: the admin endpoint never runs without its own credential")
+	}
+	a.token.Store(&d)
+	return nil
 }
 
 func (a *Admin) healthz(w http.ResponseWriter, _ *http.Request) {

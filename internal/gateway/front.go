@@ -12,7 +12,9 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode"
 
@@ -32,12 +34,38 @@ type Token struct {
 // TokenDigest is how a bearer token is stored in the configuration.
 func TokenDigest(token string) digest.Digest { return digest.Bytes([]byte(token)) }
 
+// TokenSet is the bearer tokens the HTTP front accepts. It is replaced as a
+// whole (SIGHUP re-reads server.tokens): every request is authenticated
+// against the set in force when it arrives.
+type TokenSet struct{ p atomic.Pointer[[]Token] }
+
+// NewTokenSet returns a set holding tokens.
+func NewTokenSet(tokens []Token) *TokenSet {
+	s := &TokenSet{}
+	s.Store(tokens)
+	return s
+}
+
+// Load returns the tokens in force (do not modify them).
+func (s *TokenSet) Load() []Token { return *s.p.Load() }
+
+// Store puts tokens in force for every request that arrives from now on.
+func (s *TokenSet) Store(tokens []Token) {
+	c := slices.Clone(tokens)
+	s.p.Store(&c)
+}
+
 // HTTPOptions configures the Streamable HTTP front end.
 type HTTPOptions struct {
-	// Tokens are the accepted bearer tokens. Empty (and no client
+	// Tokens are the accepted bearer tokens at start. Empty (and no client
 	// certificates): development mode, every request is AnonymousIdentity;
-	// CheckListen then allows loopback addresses only.
+	// CheckListen then allows loopback addresses only. They fix the mode
+	// for the handler's life: a TokenSet emptied later accepts no token,
+	// it does not switch to development mode.
 	Tokens []Token
+	// TokenSet, if set, holds the tokens in force (replaced on SIGHUP);
+	// nil: Tokens, for good.
+	TokenSet *TokenSet
 	// ClientCerts accepts a verified TLS client certificate (mutual TLS) as
 	// authentication; its subject is the identity.
 	ClientCerts bool
@@ -77,6 +105,9 @@ func (g *Gateway) HTTPHandler(o HTTPOptions) http.Handler {
 	bodyTimeout := o.BodyTimeout
 	if bodyTimeout <= 0 {
 		bodyTimeout = time.Minute
+	}
+	if o.TokenSet == nil {
+		o.TokenSet = NewTokenSet(o.Tokens)
 	}
 	probe := mcp.NewServer(&mcp.Implementation{Name: g.opts.Name, Version: g.opts.Version}, nil)
 	sdk := mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
@@ -245,7 +276,8 @@ func refuseBody(w http.ResponseWriter, status int, why string) {
 	fmt.Fprintf(w, `{"jsonrpc":"2.0","id":null,"error":{"code":%d,"message":%s}}`+"\n", -32600, b)
 }
 
-// authenticate returns the identity of the request's agent.
+// authenticate returns the identity of the request's agent, checking its
+// bearer token against the tokens in force (o.TokenSet, else o.Tokens).
 func authenticate(r *http.Request, o HTTPOptions) (string, error) {
 	if h := r.Header.Get("Authorization"); h != "" {
 		scheme, tok, ok := strings.Cut(h, " ")
@@ -254,9 +286,13 @@ func authenticate(r *http.Request, o HTTPOptions) (string, error) {
 		}
 		got := TokenDigest(strings.TrimSpace(tok))
 		who := ""
+		inForce := o.Tokens
+		if o.TokenSet != nil {
+			inForce = o.TokenSet.Load()
+		}
 		// Compare against every token, in constant time, without an early
 		// exit.
-		for _, t := range o.Tokens {
+		for _, t := range inForce {
 			if got.Equal(t.Digest) && who == "" {
 				who = t.Identity
 			}

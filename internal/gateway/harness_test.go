@@ -85,6 +85,8 @@ type hconf struct {
 	http bool
 	// metrics, if set, is the gateway's Options.Metrics.
 	metrics *Metrics
+	// tokenSet, if set, is the HTTP front's HTTPOptions.TokenSet.
+	tokenSet *TokenSet
 }
 
 type harness struct {
@@ -166,7 +168,7 @@ func newHarness(t testing.TB, c hconf) *harness {
 		}
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", g.HTTPHandler(HTTPOptions{Tokens: c.tokens, MaxRequestBytes: 1 << 20, SessionTimeout: c.idle, BodyTimeout: c.bodyTimeout}))
+	mux.Handle("/mcp", g.HTTPHandler(HTTPOptions{Tokens: c.tokens, TokenSet: c.tokenSet, MaxRequestBytes: 1 << 20, SessionTimeout: c.idle, BodyTimeout: c.bodyTimeout}))
 	srv := httptest.NewServer(mux)
 	h := &harness{t: t, dir: dir, w: w, g: g, srv: srv, url: srv.URL + "/mcp", exe: exe, logs: logs, key: key}
 	t.Cleanup(func() {

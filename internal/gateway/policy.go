@@ -170,25 +170,36 @@ func PolicyFromConfig(ctx context.Context, cfg *config.Config, logger *slog.Logg
 	return policy.NewEngine(b, mode, p.Groups), nil
 }
 
-// ReloadPolicyFromConfig is what SIGHUP does: it reads the configuration
-// file again and reloads the bundle its policy section names, with the pin,
-// mode and groups it gives now. Nothing else in the file is applied (the
-// genesis record names the configuration the gateway started with). A
-// refused reload is recorded and the old bundle stays in force.
+// ReloadPolicyFromConfig reads the configuration file again and reloads
+// the bundle its policy section names, with the pin, mode and groups it
+// gives now. Nothing else in the file is applied (SIGHUP does more:
+// reload.go). A refused reload is recorded and the old bundle stays in
+// force.
 func (g *Gateway) ReloadPolicyFromConfig(ctx context.Context, path string) error {
 	eng := g.opts.Policy
 	if eng == nil {
 		return fmt.Errorf("no policy is configured: a policy section can only be added with a restart (the genesis record names the policy)")
 	}
-	reject := func(err error) error {
-		g.record(ctx, &auditlog.Policy{Event: "rejected", Previous: eng.Bundle().Digest(), Mode: string(eng.Mode()), Reason: err.Error()})
-		g.logger.Error("policy reload refused; the old bundle stays in force", "bundle", eng.Bundle().Digest().String(), "err", err)
-		return err
-	}
 	cfg, err := config.Load(path)
 	if err != nil {
-		return reject(fmt.Errorf("reload refused: %w", err))
+		return g.rejectPolicyReload(ctx, fmt.Errorf("reload refused: %w", err))
 	}
+	return g.reloadPolicyFrom(ctx, cfg)
+}
+
+// rejectPolicyReload records and logs a refused policy reload.
+func (g *Gateway) rejectPolicyReload(ctx context.Context, err error) error {
+	eng := g.opts.Policy
+	g.record(ctx, &auditlog.Policy{Event: "rejected", Previous: eng.Bundle().Digest(), Mode: string(eng.Mode()), Reason: err.Error()})
+	g.logger.Error("policy reload refused; the old bundle stays in force", "bundle", eng.Bundle().Digest().String(), "err", err)
+	return err
+}
+
+// reloadPolicyFrom reloads the bundle the loaded configuration cfg names
+// (the gateway runs a policy).
+func (g *Gateway) reloadPolicyFrom(ctx context.Context, cfg *config.Config) error {
+	reject := func(err error) error { return g.rejectPolicyReload(ctx, err) }
+	path := cfg.Path
 	if cfg.Policy == nil {
 		return reject(fmt.Errorf("reload refused: %s has no policy section any more; a gateway drops its policy only with a restart", path))
 	}
@@ -199,10 +210,11 @@ func (g *Gateway) ReloadPolicyFromConfig(ctx context.Context, path string) error
 	return g.ReloadPolicy(ctx, cfg.Resolve(cfg.Policy.Dir), cfg.Policy.Expect, mode, cfg.Policy.Groups)
 }
 
-// reloadOnSIGHUP reloads the policy from the configuration file at path on
-// every SIGHUP until ctx ends or the returned stop is called. Without a
-// policy, SIGHUP is logged and ignored (it no longer stops the gateway).
-func reloadOnSIGHUP(ctx context.Context, g *Gateway, path string, logger *slog.Logger) (stop func()) {
+// reloadOnSIGHUP reloads the configuration file at path on every SIGHUP
+// (reload.go: the policy, the agents' tokens and the admin token; other
+// changes are named as needing a restart) until ctx ends or the returned
+// stop is called.
+func reloadOnSIGHUP(ctx context.Context, g *Gateway, path string, rt *reloadTargets, logger *slog.Logger) (stop func()) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	done := make(chan struct{})
@@ -214,12 +226,8 @@ func reloadOnSIGHUP(ctx context.Context, g *Gateway, path string, logger *slog.L
 			case <-done:
 				return
 			case <-hup:
-				if g.opts.Policy == nil {
-					logger.Warn("SIGHUP: no policy is configured; nothing to reload")
-					continue
-				}
-				logger.Info("SIGHUP: reloading the policy", "config", path)
-				g.ReloadPolicyFromConfig(ctx, path) // logs and records either outcome
+				logger.Info("SIGHUP: reloading the configuration", "config", path)
+				g.reloadConfig(ctx, path, rt) // logs and records every outcome
 			}
 		}
 	}()

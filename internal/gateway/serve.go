@@ -72,6 +72,9 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	// The file as it was read, before the overrides below: SIGHUP tells
+	// which of its settings changed (reload.go).
+	started := *cfg
 	srvCfg := cfg.Server
 	if srvCfg == nil {
 		srvCfg = &config.Server{}
@@ -223,7 +226,12 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 			logger.Error("upstream unavailable; its calls are refused until it can be started", "upstream", u.Name, "reason", u.Error)
 		}
 	}
-	stopHUP := reloadOnSIGHUP(ctx, g, cfg.Path, logger)
+	// SIGHUP re-reads the policy and the tokens (reload.go).
+	hup := &reloadTargets{started: &started, open: len(srvCfg.Tokens) == 0 && (srvCfg.TLS == nil || srvCfg.TLS.ClientCA == "")}
+	if !o.Stdio {
+		hup.tokens = NewTokenSet(tokens(srvCfg))
+	}
+	stopHUP := reloadOnSIGHUP(ctx, g, cfg.Path, hup, logger)
 	defer stopHUP()
 	grace := srvCfg.ShutdownGrace
 	if grace <= 0 {
@@ -241,6 +249,7 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 			shutdown()
 			return ui.WithCode(ui.ExitRuntime, err)
 		}
+		hup.admin.Store(adm)
 		defer func() {
 			actx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
@@ -292,7 +301,7 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 		return ui.WithCode(ui.ExitConfig, fmt.Errorf("%s: %w", listen, err))
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", g.HTTPHandler(HTTPOptions{Tokens: tokens(srvCfg), ClientCerts: srvCfg.TLS != nil && srvCfg.TLS.ClientCA != "",
+	mux.Handle("/mcp", g.HTTPHandler(HTTPOptions{Tokens: tokens(srvCfg), TokenSet: hup.tokens, ClientCerts: srvCfg.TLS != nil && srvCfg.TLS.ClientCA != "",
 		SessionTimeout: srvCfg.SessionTimeout, MaxRequestBytes: srvCfg.MaxRequestBytes}))
 	// Requests other than the long-lived GET streams are counted, so that
 	// shutdown waits for them (their responses included) and not for idle
