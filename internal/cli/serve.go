@@ -59,7 +59,15 @@ digest is pinned by policy.expect and recorded in the log's genesis record).
 SIGHUP re-reads the configuration and switches to the bundle its policy:
 section names, only if it validates and matches policy.expect; the switch,
 or the refusal and its reason, is recorded, and a refused bundle leaves the
-old one in force.`,
+old one in force. SIGHUP also puts server.tokens and admin.token_sha256 in
+force for every request from then on (recorded; the sessions of an identity
+left without a token end); other changed settings are named in a warning
+and take effect only after a restart, and a configuration that does not
+load changes nothing.
+
+The kill switch (admin: listener) is kept in AUDIT_DIR/kill-switch.json while
+it is engaged: a gateway restarted on that directory starts engaged, and
+records so, until an operator clears it.`,
 		Example: `  bash scripts/quickstart.sh       # pins the sample server into .quickstart/cmcp.yaml and serves it
   cmcp serve -c .quickstart/cmcp.yaml
   cmcp serve -c cmcp.yaml --listen 127.0.0.1:9000
