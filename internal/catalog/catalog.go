@@ -53,7 +53,11 @@ func SplitExposed(name string) (upstream, tool string, ok bool) {
 	return strings.Cut(name, Separator)
 }
 
-// pinned is the part of a tool definition that a pin covers.
+// pinned is what a pin covers: every field of a tool definition that
+// agents are shown (mcp.Tool has no other; the gateway exposes a copy of
+// it, renamed). _meta and icons are left out of the canonical form when
+// absent or empty, so the pins of tools without them are what they were
+// before they were covered.
 type pinned struct {
 	Name         string               `json:"name"`
 	Title        string               `json:"title,omitempty"`
@@ -61,13 +65,19 @@ type pinned struct {
 	InputSchema  any                  `json:"inputSchema,omitempty"`
 	OutputSchema any                  `json:"outputSchema,omitempty"`
 	Annotations  *mcp.ToolAnnotations `json:"annotations,omitempty"`
+	// Meta and Icons reach agents too: an upstream that changes a tool's
+	// _meta (an MCP Apps ui/resourceUri, say) or its icon URLs changes
+	// what the agent's client does with the tool.
+	Meta  map[string]any `json:"_meta,omitempty"`
+	Icons []mcp.Icon     `json:"icons,omitempty"`
 }
 
 // Pin returns the digest of the canonical JSON (RFC 8785) of the tool's name,
-// title, description, input and output schemas and annotations, as the
-// upstream defines it (its own name, not the exposed one).
+// title, description, input and output schemas, annotations, _meta and
+// icons, as the upstream defines it (its own name, not the exposed one).
 func Pin(t *mcp.Tool) (digest.Digest, error) {
-	b, err := json.Marshal(pinned{Name: t.Name, Title: t.Title, Description: t.Description, InputSchema: t.InputSchema, OutputSchema: t.OutputSchema, Annotations: t.Annotations})
+	b, err := json.Marshal(pinned{Name: t.Name, Title: t.Title, Description: t.Description, InputSchema: t.InputSchema, OutputSchema: t.OutputSchema,
+		Annotations: t.Annotations, Meta: t.Meta, Icons: t.Icons})
 	if err != nil {
 		return digest.Digest{}, fmt.Errorf("tool %q: encode definition: %w", t.Name, err)
 	}

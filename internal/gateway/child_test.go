@@ -23,7 +23,16 @@ import (
 
 const childEnv = "CMCP_TEST_CHILD"
 
+// childModes are more test upstreams, registered by the test files that
+// use them (in init, before TestMain runs): each serves on stdio and
+// returns when done.
+var childModes = map[string]func(){}
+
 func runChild(mode string) {
+	if run := childModes[mode]; run != nil {
+		run()
+		os.Exit(0)
+	}
 	switch mode {
 	case "exit":
 		fmt.Fprintln(os.Stderr, "child: exiting at start on purpose")
