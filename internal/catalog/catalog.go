@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -204,25 +205,49 @@ type Entry struct {
 type Catalog struct {
 	entries map[string]*Entry
 	order   []string
+	// contested are exposed names that tools of two upstreams map to
+	// (upstream "a" tool "_b" and upstream "a_" tool "b" are both
+	// "a___b"): exposed for neither.
+	contested map[string]claim
 }
 
+// claim is the upstream and tool that first claimed a contested name.
+type claim struct{ upstream, tool string }
+
 // New returns an empty catalog.
-func New() *Catalog { return &Catalog{entries: map[string]*Entry{}} }
+func New() *Catalog { return &Catalog{entries: map[string]*Entry{}, contested: map[string]claim{}} }
 
 // Add exposes upstream's accepted tools. A tool whose exposed name is invalid
-// or already taken is refused (never suffixed) and returned as a drift event
-// of kind "invalid".
+// is refused and returned as a drift event of kind "invalid". So is a tool
+// whose exposed name another upstream's tool also maps to, and that other
+// tool with it (never suffixed): a contested name is exposed for neither,
+// whichever upstream was added first. Which upstream a name means must not
+// depend on which one happened to be up when the catalog was built (an
+// upstream that starts late would take the name over from the other, under
+// agents and policies that use it).
 func (c *Catalog) Add(upstream string, namespaced bool, tools []*mcp.Tool, digests map[string]digest.Digest) []DriftEvent {
 	var refused []DriftEvent
+	collision := func(name, tool, otherUp, otherTool string) DriftEvent {
+		return DriftEvent{Upstream: upstream, Tool: tool, Kind: DriftInvalid,
+			Detail: fmt.Sprintf("exposed name %q is also that of tool %q of upstream %q, so it is exposed for neither; rename one of the upstreams", name, otherTool, otherUp)}
+	}
 	for _, t := range tools {
 		name, err := Exposed(upstream, t.Name, namespaced)
 		if err != nil {
 			refused = append(refused, DriftEvent{Upstream: upstream, Tool: t.Name, Kind: DriftInvalid, Detail: err.Error()})
 			continue
 		}
+		if first, ok := c.contested[name]; ok {
+			refused = append(refused, collision(name, t.Name, first.upstream, first.tool))
+			continue
+		}
 		if prev, dup := c.entries[name]; dup {
-			refused = append(refused, DriftEvent{Upstream: upstream, Tool: t.Name, Kind: DriftInvalid,
-				Detail: fmt.Sprintf("exposed name %q collides with tool %q of upstream %q; turn namespacing on or rename an upstream", name, prev.Name, prev.Upstream)})
+			refused = append(refused, collision(name, t.Name, prev.Upstream, prev.Name))
+			ev := collision(name, prev.Name, upstream, t.Name)
+			ev.Upstream = prev.Upstream
+			refused = append(refused, ev)
+			c.contested[name] = claim{prev.Upstream, prev.Name}
+			c.drop(name)
 			continue
 		}
 		exp := *t
@@ -231,6 +256,12 @@ func (c *Catalog) Add(upstream string, namespaced bool, tools []*mcp.Tool, diges
 		c.order = append(c.order, name)
 	}
 	return refused
+}
+
+// drop removes one exposed name.
+func (c *Catalog) drop(name string) {
+	delete(c.entries, name)
+	c.order = slices.DeleteFunc(c.order, func(n string) bool { return n == name })
 }
 
 // Remove drops every tool of upstream and returns their exposed names.

@@ -146,16 +146,47 @@ func TestPinsWithoutMetaOrIconsUnchanged(t *testing.T) {
 	}
 }
 
+// TestCollisionsRefused: two upstreams whose tools map to one exposed name
+// ("a" tool "_b", "a_" tool "b": "a___b") both lose it, whichever was added
+// first, so that a name never means one upstream's tool in one catalog and
+// the other's in the next (an upstream that starts late does not take a
+// name over).
 func TestCollisionsRefused(t *testing.T) {
+	for _, order := range [][]string{{"a", "a_"}, {"a_", "a"}} {
+		c := New()
+		var refused []DriftEvent
+		for _, up := range order {
+			tools := map[string][]*mcp.Tool{"a": {tool("_b", ""), tool("other", "")}, "a_": {tool("b", "")}}[up]
+			refused = append(refused, c.Add(up, true, tools, nil)...)
+		}
+		if e, ok := c.Lookup("a___b"); ok {
+			t.Errorf("order %v: the contested name a___b is exposed for upstream %q", order, e.Upstream)
+		}
+		if _, ok := c.Lookup("a__other"); !ok {
+			t.Errorf("order %v: an uncontested tool was dropped", order)
+		}
+		got := map[string]bool{}
+		for _, r := range refused {
+			if r.Kind != DriftInvalid || !strings.Contains(r.Detail, "exposed for neither; rename one of the upstreams") {
+				t.Errorf("order %v: refusal %+v", order, r)
+			}
+			got[r.Upstream+"/"+r.Tool] = true
+		}
+		if len(got) != 2 || !got["a/_b"] || !got["a_/b"] {
+			t.Errorf("order %v: refusals name %v, want both tools", order, got)
+		}
+		if n := len(c.Entries()); n != 1 {
+			t.Errorf("order %v: %d entries, want 1", order, n)
+		}
+	}
+	// A third claim to a contested name is refused too.
 	c := New()
-	if r := c.Add("a", false, []*mcp.Tool{tool("x", "")}, nil); len(r) != 0 {
-		t.Fatal(r)
+	c.Add("a", false, []*mcp.Tool{tool("x", "")}, nil)
+	c.Add("b", false, []*mcp.Tool{tool("x", "")}, nil)
+	if r := c.Add("c", false, []*mcp.Tool{tool("x", "")}, nil); len(r) != 1 {
+		t.Fatalf("third claim: %v", r)
 	}
-	r := c.Add("b", false, []*mcp.Tool{tool("x", "")}, nil)
-	if len(r) != 1 || !strings.Contains(r[0].Detail, "collides") {
-		t.Fatalf("collision not refused: %v", r)
-	}
-	if e, _ := c.Lookup("x"); e.Upstream != "a" {
-		t.Fatal("the first tool was replaced")
+	if _, ok := c.Lookup("x"); ok {
+		t.Fatal("a contested name came back")
 	}
 }

@@ -276,6 +276,9 @@ func (g *Gateway) rebuildCatalog() {
 		st.mu.Lock()
 		tools, baseline, init := st.tools, st.baseline, st.init
 		st.mu.Unlock()
+		// A name that tools of two upstreams map to is exposed for
+		// neither (Catalog.Add): neither this order nor which upstream
+		// came up first decides which tool a name means.
 		refused := cat.Add(name, st.opts.Namespaced, tools, baseline)
 		for _, d := range refused {
 			g.recordDrift(context.Background(), d, "refused", "")
