@@ -34,6 +34,9 @@ type live struct {
 	tokens  map[string]*pending
 	closed  bool
 	broken  error // a failure that makes the connection unusable
+	// relisting: a re-list after list_changed is running; relistAgain:
+	// another list_changed came meanwhile (see onToolsChanged).
+	relisting, relistAgain bool
 	// subs are a shared connection's resource subscriptions: the sessions
 	// subscribed to each URI. The upstream sees one client, so it is
 	// subscribed while any session is, and unsubscribed when the last one
@@ -112,21 +115,13 @@ func (st *upState) dial(ctx context.Context, s *session) (*live, error) {
 	}
 	lv.conn = conn
 	init := conn.Session.InitializeResult()
-	var tools []*mcp.Tool
 	// tools/list is part of starting: bounded like the handshake.
-	lctx, lcancel := context.WithTimeout(ctx, g.opts.ConnectTimeout)
-	defer lcancel()
-	for t, err := range conn.Session.Tools(lctx, nil) {
-		if err != nil {
-			conn.Close()
-			if lctx.Err() != nil && ctx.Err() == nil {
-				err = fmt.Errorf("did not answer within %s (connect_timeout): %w", g.opts.ConnectTimeout, err)
-			}
-			err = fmt.Errorf("upstream %q: tools/list: %w", st.name, err)
-			g.record(ctx, &auditlog.Upstream{Name: st.name, Transport: st.transport(), EvidenceClass: conn.Class, Session: sessID, Event: "failed", Reason: err.Error()})
-			return nil, err
-		}
-		tools = append(tools, t)
+	tools, err := listTools(ctx, conn.Session, g.opts.ConnectTimeout)
+	if err != nil {
+		conn.Close()
+		err = fmt.Errorf("upstream %q: %w", st.name, err)
+		g.record(ctx, &auditlog.Upstream{Name: st.name, Transport: st.transport(), EvidenceClass: conn.Class, Session: sessID, Event: "failed", Reason: err.Error()})
+		return nil, err
 	}
 	up := &auditlog.Upstream{Name: st.name, Transport: st.transport(), Endpoint: conn.Ref, EvidenceClass: conn.Class, Tools: int64(len(tools)), Session: sessID, Event: "connected"}
 	if init != nil && init.ServerInfo != nil {
@@ -139,6 +134,52 @@ func (st *upState) dial(ctx context.Context, s *session) (*live, error) {
 	lv.applyTools(ctx, tools, init, sessID)
 	close(lv.ready)
 	return lv, nil
+}
+
+// Bounds of one listing of an upstream's tools (tools/list and the pages
+// its nextCursor leads to). An upstream that pages for ever, repeats a
+// cursor or lists more tools than any agent could choose from is refused
+// rather than followed: following it would hold a goroutine and grow the
+// gateway's memory for as long as the upstream cares to.
+const (
+	maxToolPages = 100
+	maxTools     = 10000
+)
+
+// listTools lists an upstream's tools, following nextCursor, within d
+// (connect_timeout; 0: ctx alone bounds it), at most maxToolPages pages and
+// maxTools tools; a cursor the upstream already gave is an error (a loop).
+func listTools(ctx context.Context, cs *mcp.ClientSession, d time.Duration) ([]*mcp.Tool, error) {
+	lctx, cancel := ctx, context.CancelFunc(func() {})
+	if d > 0 {
+		lctx, cancel = context.WithTimeout(ctx, d)
+	}
+	defer cancel()
+	var tools []*mcp.Tool
+	seen := map[string]bool{}
+	params := &mcp.ListToolsParams{}
+	for page := 1; ; page++ {
+		res, err := cs.ListTools(lctx, params)
+		if err != nil {
+			if lctx.Err() != nil && ctx.Err() == nil {
+				err = fmt.Errorf("did not answer within %s (connect_timeout): %w", d, err)
+			}
+			return nil, fmt.Errorf("tools/list: %w", err)
+		}
+		tools = append(tools, res.Tools...)
+		switch {
+		case len(tools) > maxTools:
+			return nil, fmt.Errorf("tools/list: more than %d tools in %d pages: refused (the gateway exposes at most %d tools of an upstream)", maxTools, page, maxTools)
+		case res.NextCursor == "":
+			return tools, nil
+		case page == maxToolPages:
+			return nil, fmt.Errorf("tools/list: still a next page after %d pages (%d tools): refused (the gateway follows at most %d pages)", page, len(tools), maxToolPages)
+		case seen[res.NextCursor]:
+			return nil, fmt.Errorf("tools/list: page %d gave a nextCursor an earlier page gave: the listing would never end", page)
+		}
+		seen[res.NextCursor] = true
+		params = &mcp.ListToolsParams{Cursor: res.NextCursor}
+	}
 }
 
 // readyWait bounds how long a list_changed sent during the handshake waits
@@ -455,32 +496,76 @@ func (lv *live) onResourceUpdated(ctx context.Context, req *mcp.ResourceUpdatedN
 	lv.forEachSession(func(s *session) { _ = s.srv.ResourceUpdated(context.Background(), req.Params) })
 }
 
+// onToolsChanged re-lists the upstream's tools and checks them again. It
+// returns at once (it is called from the connection's read loop, which
+// must go on to read the answers). Notifications that arrive while a
+// re-list runs are coalesced into one more re-list after it: one
+// goroutine per connection, however often the upstream says its tools
+// changed.
 func (lv *live) onToolsChanged(ctx context.Context, _ *mcp.ToolListChangedRequest) {
+	lv.mu.Lock()
+	if lv.relisting {
+		lv.relistAgain = true
+		lv.mu.Unlock()
+		return
+	}
+	lv.relisting = true
+	lv.mu.Unlock()
 	go func() {
 		select {
 		case <-lv.ready:
 		case <-time.After(readyWait):
+			lv.mu.Lock()
+			lv.relisting, lv.relistAgain = false, false
+			lv.mu.Unlock()
 			return
 		}
-		var tools []*mcp.Tool
-		for t, err := range lv.conn.Session.Tools(context.Background(), nil) {
-			if err != nil {
-				lv.st.g.logger.Warn("re-list tools after list_changed", "upstream", lv.st.name, "err", err)
+		for {
+			lv.relist()
+			lv.mu.Lock()
+			again := lv.relistAgain && !lv.closed
+			lv.relistAgain = false
+			lv.relisting = again
+			lv.mu.Unlock()
+			if !again {
 				return
 			}
-			tools = append(tools, t)
-		}
-		sessID := ""
-		if lv.owner != nil {
-			sessID = lv.owner.id
-		}
-		lv.applyTools(context.Background(), tools, nil, sessID)
-		if lv.owner == nil {
-			lv.st.g.rebuildCatalog()
-		} else {
-			lv.owner.syncTools()
 		}
 	}()
+}
+
+// relist lists the tools again after list_changed (bounded like the
+// listing at start) and applies them. If that fails, what the upstream
+// now defines is unknown: the connection is marked broken, so that no
+// tool is called on it any more (fail closed; the next use connects anew,
+// and that listing is checked against the pins), and the failure is
+// recorded.
+func (lv *live) relist() {
+	st, g := lv.st, lv.st.g
+	sessID := ""
+	if lv.owner != nil {
+		sessID = lv.owner.id
+	}
+	tools, err := listTools(context.Background(), lv.conn.Session, g.opts.ConnectTimeout)
+	if err != nil {
+		lv.mu.Lock()
+		closed := lv.closed
+		lv.mu.Unlock()
+		if closed {
+			return // closed by the gateway: nothing will be called on it
+		}
+		err = fmt.Errorf("upstream %q: after notifications/tools/list_changed: %w; its tools are refused on this connection, the next use reconnects", st.name, err)
+		lv.markBroken(err)
+		g.logger.Warn("re-list tools after list_changed failed", "upstream", st.name, "session", sessID, "err", err)
+		g.record(context.Background(), &auditlog.Upstream{Name: st.name, Transport: st.transport(), EvidenceClass: lv.conn.Class, Session: sessID, Event: "failed", Reason: err.Error()})
+		return
+	}
+	lv.applyTools(context.Background(), tools, nil, sessID)
+	if lv.owner == nil {
+		g.rebuildCatalog()
+	} else {
+		lv.owner.syncTools()
+	}
 }
 
 // serverRequests forwards the upstream's requests to the agent verbatim:

@@ -42,12 +42,11 @@ func ProbeTools(ctx context.Context, spec upstream.StdioSpec, environ []string, 
 		return nil, err
 	}
 	defer conn.Close()
-	var tools []*mcp.Tool
-	for t, err := range conn.Session.Tools(ctx, nil) {
-		if err != nil {
-			return nil, fmt.Errorf("upstream %q: tools/list: %w", spec.Name, err)
-		}
-		tools = append(tools, t)
+	// Bounded like the gateway's own listing: what the gateway would
+	// refuse is not pinned.
+	tools, err := listTools(ctx, conn.Session, 0)
+	if err != nil {
+		return nil, fmt.Errorf("upstream %q: %w", spec.Name, err)
 	}
 	accepted, digests, drift := catalog.Check(spec.Name, tools, nil, false)
 	var out []ToolPin

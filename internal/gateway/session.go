@@ -311,10 +311,13 @@ func (st *upState) sharedLive(ctx context.Context) (*live, error) {
 		lv, err := st.connect(context.WithoutCancel(ctx), nil)
 		st.mu.Lock()
 		st.shared = lv // nil on error
-		first := !st.loaded && err == nil
 		st.loaded = st.loaded || err == nil
 		st.mu.Unlock()
-		if first {
+		if err == nil {
+			// The new connection's listing (checked against the pins)
+			// is what the upstream exposes now, also on a reconnect
+			// (after a connection failed, or a re-list after
+			// list_changed did).
 			st.g.rebuildCatalog()
 		}
 		if err == nil {

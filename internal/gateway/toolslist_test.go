@@ -1,0 +1,287 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+func init() {
+	childModes["pager"] = pagerChild
+	childModes["driftonrestart"] = func() {
+		// The first start is the usual test upstream; later ones (after
+		// its "crash" tool) have a drifted echo.
+		mode, mark := "server", os.Getenv("CMCP_TEST_MARK")
+		if _, err := os.Stat(mark); err == nil {
+			mode = "drift"
+		}
+		os.WriteFile(mark, nil, 0o600)
+		newChildServer(mode).Run(context.Background(), &mcp.StdioTransport{})
+	}
+}
+
+// pagerChild is a raw MCP server whose tools/list misbehaves as
+// CMCP_TEST_PAGING says, from the start (CMCP_TEST_PAGING_AT=start) or
+// after its "change" tool sent list_changed:
+//
+//	repeat   every page's nextCursor is "again"
+//	endless  every page has a new nextCursor
+//	many     2,000 tools a page, and a new nextCursor
+//	slow     endless, 200 ms a page
+//	error    tools/list answers a JSON-RPC error
+//
+// Its "burst" tool sends 50 list_changed at once and leaves the listing
+// honest. Each tools/list it answers appends a line to CMCP_TEST_COUNT;
+// "pid" answers its process id.
+func pagerChild() {
+	var mu sync.Mutex
+	out := bufio.NewWriter(os.Stdout)
+	send := func(v any) {
+		b, _ := json.Marshal(v)
+		mu.Lock()
+		out.Write(append(b, '\n'))
+		out.Flush()
+		mu.Unlock()
+	}
+	paging := os.Getenv("CMCP_TEST_PAGING")
+	bad := os.Getenv("CMCP_TEST_PAGING_AT") == "start"
+	obj := map[string]any{"type": "object"}
+	honest := []any{map[string]any{"name": "change", "inputSchema": obj}, map[string]any{"name": "burst", "inputSchema": obj}, map[string]any{"name": "pid", "inputSchema": obj}}
+	in := bufio.NewReader(os.Stdin)
+	for pages := 0; ; {
+		line, err := in.ReadBytes('\n')
+		if err != nil {
+			return
+		}
+		var r struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+			Params struct {
+				Name string `json:"name"`
+			} `json:"params"`
+		}
+		json.Unmarshal(line, &r)
+		if r.ID == nil {
+			continue
+		}
+		res := func(v any) { send(map[string]any{"jsonrpc": "2.0", "id": r.ID, "result": v}) }
+		switch r.Method {
+		case "initialize":
+			res(map[string]any{"protocolVersion": "2025-06-18", "capabilities": map[string]any{"tools": map[string]any{"listChanged": true}}, "serverInfo": map[string]any{"name": "pager", "version": "1"}})
+		case "tools/list":
+			if f := os.Getenv("CMCP_TEST_COUNT"); f != "" {
+				fh, _ := os.OpenFile(f, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+				fmt.Fprintln(fh, os.Getpid())
+				fh.Close()
+			}
+			if !bad {
+				res(map[string]any{"tools": honest})
+				continue
+			}
+			pages++
+			var page []any
+			n := 20
+			if paging == "many" {
+				n = 2000
+			}
+			for i := range n {
+				page = append(page, map[string]any{"name": fmt.Sprintf("f%d_%d", pages, i), "description": strings.Repeat("x", 100), "inputSchema": obj})
+			}
+			cursor := fmt.Sprintf("page-%d", pages)
+			switch paging {
+			case "repeat":
+				cursor = "again"
+			case "slow":
+				time.Sleep(200 * time.Millisecond)
+			case "error":
+				send(map[string]any{"jsonrpc": "2.0", "id": r.ID, "error": map[string]any{"code": -32603, "message": "tools are being rebuilt"}})
+				continue
+			}
+			res(map[string]any{"tools": page, "nextCursor": cursor})
+		case "tools/call":
+			switch r.Params.Name {
+			case "pid":
+				res(map[string]any{"content": []any{map[string]any{"type": "text", "text": fmt.Sprint(os.Getpid())}}})
+			case "burst":
+				res(map[string]any{"content": []any{map[string]any{"type": "text", "text": "burst"}}})
+				for range 50 {
+					send(map[string]any{"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+				}
+			default:
+				res(map[string]any{"content": []any{map[string]any{"type": "text", "text": "changed"}}})
+				bad = true
+				send(map[string]any{"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+			}
+		case "ping":
+			res(map[string]any{})
+		default:
+			send(map[string]any{"jsonrpc": "2.0", "id": r.ID, "error": map[string]any{"code": -32601, "message": "method not found"}})
+		}
+	}
+}
+
+// countLines is how many lines the file has (0 if it does not exist).
+func countLines(f string) int {
+	b, _ := os.ReadFile(f)
+	return strings.Count(string(b), "\n")
+}
+
+// upstreamFailures are the reasons of the "failed" upstream records.
+func upstreamFailures(h *harness) []string {
+	var out []string
+	for _, r := range kinds(h.records(), "upstream") {
+		if r.Body["event"] == "failed" {
+			out = append(out, fmt.Sprint(r.Body["reason"]))
+		}
+	}
+	return out
+}
+
+// TestToolsListIsBounded: an upstream whose tools/list never ends (a
+// repeated cursor, endless cursors, endless tools, slow pages) or fails is
+// not followed: after list_changed the re-list stops at the limit, the
+// failure is recorded (an upstream "failed" record) and the connection is
+// no longer used (the next call runs on a new one); at start the
+// upstream is unavailable, recorded the same way.
+func TestToolsListIsBounded(t *testing.T) {
+	for _, tc := range []struct {
+		paging, want string
+		maxLists     int // tools/list requests one listing may cost
+		shared       bool
+	}{
+		{"repeat", "gave a nextCursor an earlier page gave", 2, false},
+		{"endless", fmt.Sprintf("still a next page after %d pages", maxToolPages), maxToolPages, false},
+		{"many", fmt.Sprintf("more than %d tools", maxTools), maxTools/2000 + 1, false},
+		{"slow", "did not answer within 1s (connect_timeout)", 10, false},
+		{"error", "tools are being rebuilt", 1, false},
+		{"repeat", "gave a nextCursor an earlier page gave", 2, true},
+	} {
+		name := tc.paging + " after list_changed"
+		if tc.shared {
+			name += " (shared)"
+		}
+		t.Run(name, func(t *testing.T) {
+			count := filepath.Join(t.TempDir(), "lists")
+			// connect_timeout is long (the limit, not the deadline, ends
+			// the listing) except for the slow pages.
+			timeout := 30 * time.Second
+			if tc.paging == "slow" {
+				timeout = time.Second
+			}
+			h := newHarness(t, hconf{mode: "pager", shared: tc.shared, connTimeout: timeout, env: map[string]string{"CMCP_TEST_PAGING": tc.paging, "CMCP_TEST_COUNT": count}})
+			cs := h.connect("", nil)
+			pid := firstTextOf(t, cs, "t__pid")
+			before := countLines(count)
+			if _, err := call(t, cs, "t__change", nil); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, 10*time.Second, func() string {
+				for _, r := range upstreamFailures(h) {
+					if strings.Contains(r, "after notifications/tools/list_changed") && strings.Contains(r, tc.want) {
+						return ""
+					}
+				}
+				return fmt.Sprintf("no upstream failed record naming %q: %v", tc.want, upstreamFailures(h))
+			})
+			n := countLines(count) - before
+			time.Sleep(500 * time.Millisecond)
+			if later := countLines(count) - before; later != n || n > tc.maxLists {
+				t.Fatalf("the re-list sent %d tools/list requests (%d half a second later), want at most %d and then none", n, later, tc.maxLists)
+			}
+			// Fail closed: the connection whose tools are unknown is not
+			// called again; the call runs on a new one, checked anew.
+			if again := firstTextOf(t, cs, "t__pid"); again == pid {
+				t.Fatalf("a call after the failed re-list ran on the same connection (pid %s)", pid)
+			}
+		})
+	}
+	for _, tc := range []struct{ paging, want string }{
+		{"repeat", "gave a nextCursor an earlier page gave"},
+		{"many", fmt.Sprintf("more than %d tools", maxTools)},
+	} {
+		t.Run(tc.paging+" at start", func(t *testing.T) {
+			// connect_timeout is long: the limit, not the deadline, ends it.
+			h := newHarness(t, hconf{mode: "pager", connTimeout: 30 * time.Second, env: map[string]string{"CMCP_TEST_PAGING": tc.paging, "CMCP_TEST_PAGING_AT": "start"}})
+			st := h.g.Upstreams()[0]
+			if st.Available || !strings.Contains(st.Error, tc.want) {
+				t.Fatalf("status %+v: want unavailable, naming %q", st, tc.want)
+			}
+			if f := upstreamFailures(h); len(f) != 1 || !strings.Contains(f[0], tc.want) {
+				t.Fatalf("upstream failed records: %v", f)
+			}
+			cs := h.connect("", nil)
+			if _, err := call(t, cs, "t__pid", nil); wireCode(err) != CodeUpstreamUnavailable {
+				t.Fatalf("call: %v, want %d", err, CodeUpstreamUnavailable)
+			}
+		})
+	}
+}
+
+func firstTextOf(t *testing.T, cs *mcp.ClientSession, tool string) string {
+	t.Helper()
+	r, err := call(t, cs, tool, nil)
+	if err != nil {
+		t.Fatalf("%s: %v", tool, err)
+	}
+	return firstText(r)
+}
+
+// TestListChangedBurstIsCoalesced: 50 list_changed at once cost a re-list
+// or two, not 50 concurrent ones.
+func TestListChangedBurstIsCoalesced(t *testing.T) {
+	count := filepath.Join(t.TempDir(), "lists")
+	h := newHarness(t, hconf{mode: "pager", env: map[string]string{"CMCP_TEST_COUNT": count}})
+	cs := h.connect("", nil)
+	firstTextOf(t, cs, "t__pid")
+	before := countLines(count)
+	firstTextOf(t, cs, "t__burst")
+	eventually(t, 5*time.Second, func() string {
+		if countLines(count) == before {
+			return "no re-list after list_changed"
+		}
+		return ""
+	})
+	time.Sleep(500 * time.Millisecond)
+	if n := countLines(count) - before; n > 3 {
+		t.Fatalf("50 list_changed cost %d re-lists", n)
+	}
+}
+
+// TestSharedReconnectUpdatesCatalog: a shared upstream's new connection
+// (after the old one failed, as after a failed re-list) is checked
+// against the pins and the catalog follows it: a tool that drifted
+// meanwhile is withdrawn and the agent told, not left listed.
+func TestSharedReconnectUpdatesCatalog(t *testing.T) {
+	h0 := newHarness(t, hconf{})
+	pins := maps.Clone(h0.g.ups["t"].baseline)
+	mark := filepath.Join(t.TempDir(), "started")
+	h := newHarness(t, hconf{mode: "driftonrestart", shared: true, toolPins: pins, env: map[string]string{"CMCP_TEST_MARK": mark}})
+	var changed atomic.Int32
+	cs := h.connect("", &mcp.ClientOptions{ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { changed.Add(1) }})
+	if _, err := call(t, cs, "t__crash", nil); err == nil {
+		t.Fatal("t__crash answered")
+	}
+	if _, err := call(t, cs, "t__pid", nil); err != nil { // reconnects
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, func() string {
+		if _, ok := h.g.Catalog().Lookup("t__echo"); ok {
+			return "the drifted t__echo is still in the catalog"
+		}
+		if changed.Load() == 0 {
+			return "the agent was not sent tools/list_changed"
+		}
+		return ""
+	})
+}
