@@ -198,7 +198,11 @@ type Entry struct {
 	Upstream string        // upstream name
 	Name     string        // the upstream's own tool name
 	Pin      digest.Digest // digest of the upstream's definition
-	Tool     *mcp.Tool     // the definition as exposed (Name = Exposed)
+	// Definition is the digest of the definition as exposed (Pin of the
+	// upstream's tool): it differs from Pin when drift: warn let a changed
+	// tool through, so that a session can tell that what it shows changed.
+	Definition digest.Digest
+	Tool       *mcp.Tool // the definition as exposed (Name = Exposed)
 }
 
 // Catalog maps exposed names to entries.
@@ -250,9 +254,14 @@ func (c *Catalog) Add(upstream string, namespaced bool, tools []*mcp.Tool, diges
 			c.drop(name)
 			continue
 		}
+		def, err := Pin(t)
+		if err != nil {
+			refused = append(refused, DriftEvent{Upstream: upstream, Tool: t.Name, Kind: DriftInvalid, Detail: err.Error()})
+			continue
+		}
 		exp := *t
 		exp.Name = name
-		c.entries[name] = &Entry{Exposed: name, Upstream: upstream, Name: t.Name, Pin: digests[t.Name], Tool: &exp}
+		c.entries[name] = &Entry{Exposed: name, Upstream: upstream, Name: t.Name, Pin: digests[t.Name], Definition: def, Tool: &exp}
 		c.order = append(c.order, name)
 	}
 	return refused

@@ -190,3 +190,18 @@ func TestCollisionsRefused(t *testing.T) {
 		t.Fatal("a contested name came back")
 	}
 }
+
+// TestEntryDefinitionIsWhatIsExposed: an entry's Definition is the digest
+// of the definition shown, also when it is not the pinned one (drift:
+// warn).
+func TestEntryDefinitionIsWhatIsExposed(t *testing.T) {
+	pinned, _ := Pin(tool("echo", "Echo."))
+	changed := tool("echo", "Echo. changed")
+	want, _ := Pin(changed)
+	c := New()
+	c.Add("u", true, []*mcp.Tool{changed}, map[string]digest.Digest{"echo": pinned})
+	e, _ := c.Lookup("u__echo")
+	if !e.Pin.Equal(pinned) || !e.Definition.Equal(want) {
+		t.Fatalf("entry pin %s definition %s, want %s and %s", e.Pin, e.Definition, pinned, want)
+	}
+}

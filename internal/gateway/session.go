@@ -18,6 +18,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/rpcwire"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
 // session is one agent session and its own MCP server.
@@ -32,7 +33,7 @@ type session struct {
 
 	mu       sync.Mutex
 	lives    map[string]*live
-	visible  map[string]bool
+	visible  map[string]digest.Digest // registered tools: exposed name -> Definition
 	logLevel mcp.LoggingLevel
 	resOwner map[string]string // resource URI -> upstream, from lists
 	started  bool
@@ -63,7 +64,7 @@ type session struct {
 // newSession builds the MCP server for one agent session. Nothing is
 // spawned until the session uses an upstream.
 func (g *Gateway) newSession(principal, front string) *session {
-	s := &session{g: g, principal: principal, front: front, lives: map[string]*live{}, visible: map[string]bool{}, resOwner: map[string]string{}}
+	s := &session{g: g, principal: principal, front: front, lives: map[string]*live{}, visible: map[string]digest.Digest{}, resOwner: map[string]string{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.serverReqs.Prefix = serverReqPrefix
 	s.lastPost.Store(time.Now().UnixNano())
@@ -334,8 +335,11 @@ func (st *upState) sharedLive(ctx context.Context) (*live, error) {
 }
 
 // syncTools makes the session's registered tools match the catalog minus the
-// tools its own connections refused for drift. Adding or removing tools
-// makes the SDK send notifications/tools/list_changed to the agent.
+// tools its own connections refused for drift. Adding, removing or
+// replacing tools makes the SDK send notifications/tools/list_changed to
+// the agent. A tool whose definition changed (a shared upstream's tool
+// that drift: warn let through) is replaced: the agent is shown what the
+// policy decides on, and told that it changed.
 func (s *session) syncTools() {
 	cat := s.g.Catalog()
 	want := map[string]*catalog.Entry{}
@@ -361,15 +365,20 @@ func (s *session) syncTools() {
 		s.srv.RemoveTools(gone...)
 	}
 	for _, name := range sortedKeys(want) {
-		if s.visible[name] {
+		e := want[name]
+		if d, ok := s.visible[name]; ok && d.Equal(e.Definition) {
 			continue
 		}
-		e := want[name]
 		if err := addTool(s.srv, e.Tool, s.toolHandler); err != nil {
 			s.g.logger.Error("expose tool", "tool", name, "err", err)
+			if _, ok := s.visible[name]; ok {
+				// Not the old definition instead of the new one.
+				s.srv.RemoveTools(name)
+				delete(s.visible, name)
+			}
 			continue
 		}
-		s.visible[name] = true
+		s.visible[name] = e.Definition
 	}
 }
 
@@ -382,7 +391,7 @@ func (s *session) notifyToolsChanged() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, e := range cat.Entries() {
-		if !s.visible[e.Exposed] {
+		if _, ok := s.visible[e.Exposed]; !ok {
 			continue
 		}
 		if err := addTool(s.srv, e.Tool, s.toolHandler); err != nil {
