@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -474,6 +475,40 @@ func (l *loader) validate(c *Config, root *yaml.Node, dir string) {
 		}
 	}
 	l.validateAdminApart(c, root)
+	l.validateCatalogUpstreams(c, root)
+}
+
+// validateCatalogUpstreams refuses pins for an upstream that is not
+// configured: a misspelt name ("file" for "files") would leave the real
+// upstream unpinned, running on whatever definitions it shows first.
+func (l *loader) validateCatalogUpstreams(c *Config, root *yaml.Node) {
+	if c.Catalog == nil {
+		return
+	}
+	var names []string
+	for _, u := range c.Upstreams {
+		names = append(names, u.Name)
+	}
+	entries := valueNode(valueNode(root, "catalog"), "upstreams")
+	for _, name := range slices.Sorted(maps.Keys(c.Catalog.Upstreams)) {
+		if slices.Contains(names, name) {
+			continue
+		}
+		hint := "no upstream is configured: add it under upstreams, or remove its catalog entry"
+		if len(names) > 0 {
+			hint = "the configured upstreams are: " + strings.Join(names, ", ")
+			best, bestD := "", 3
+			for _, n := range names {
+				if d := editDistance(name, n); d < bestD {
+					best, bestD = n, d
+				}
+			}
+			if best != "" {
+				hint = fmt.Sprintf("did you mean %q? %s", best, hint)
+			}
+		}
+		l.errorf(keyNode(entries, name), "catalog.upstreams."+name, hint, "no upstream named %q is configured, so these pins would pin nothing", name)
+	}
 }
 
 // pathError is an error of a section's Validate about one value in it:

@@ -159,6 +159,9 @@ func (a *Audit) Validate() error {
 //	      drift: warn             # per upstream
 //	      tools:                  # from `cmcp spawn-digest --tools`
 //	        read_file: sha256:...
+//
+// Every name under upstreams must be a configured upstream's: Load refuses
+// any other (a misspelt name would leave the real upstream unpinned).
 type Catalog struct {
 	Drift     string                  `yaml:"drift" json:"drift,omitempty"`
 	Upstreams map[string]CatalogEntry `yaml:"upstreams" json:"upstreams,omitempty"`

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/confidential-mcp/cmcp/internal/ui"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
@@ -64,5 +65,39 @@ func TestGatewaySectionErrors(t *testing.T) {
 				t.Fatalf("error does not name the file and line: %v", err)
 			}
 		})
+	}
+}
+
+// TestCatalogPinsForUnknownUpstreamRefused: pins under a name that no
+// upstream has (a typo: "file" for "files") are refused at load, at the
+// entry's line, with a hint naming the configured upstreams; accepted,
+// they would leave the real upstream unpinned (first-seen definitions).
+func TestCatalogPinsForUnknownUpstreamRefused(t *testing.T) {
+	pin := digest.Bytes([]byte("t")).String()
+	for _, tc := range []struct{ name, yaml, want, hint string }{
+		{"typo", gwBase + "catalog:\n  upstreams:\n    file:\n      tools: {read_file: " + pin + "}\n",
+			`c.yaml:8:5: catalog.upstreams.file: no upstream named "file" is configured, so these pins would pin nothing`,
+			`did you mean "files"? the configured upstreams are: files`},
+		{"no upstreams", "version: 1\ncatalog:\n  upstreams:\n    files:\n      tools: {read_file: " + pin + "}\n",
+			`c.yaml:4:5: catalog.upstreams.files: no upstream named "files" is configured`,
+			"no upstream is configured"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := LoadBytes("c.yaml", []byte(tc.yaml))
+			if err == nil {
+				t.Fatal("loaded: pins for an upstream that is not configured were accepted")
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error:\n  %v\nwant it to contain:\n  %s", err, tc.want)
+			}
+			if ui.CodeOf(err) != ui.ExitConfig || !strings.Contains(strings.Join(ui.HintsOf(err), "\n"), tc.hint) {
+				t.Fatalf("exit code %d, hints %q: want %d and %q", ui.CodeOf(err), ui.HintsOf(err), ui.ExitConfig, tc.hint)
+			}
+		})
+	}
+	// The configured upstream's own entry loads.
+	c, err := LoadBytes("c.yaml", []byte(gwBase+"catalog:\n  upstreams:\n    files:\n      tools: {read_file: "+pin+"}\n"))
+	if err != nil || c.ToolPins("files")["read_file"].String() != pin {
+		t.Fatalf("%v", err)
 	}
 }
