@@ -180,14 +180,22 @@ func TestServerEverythingThroughCmcp(t *testing.T) {
 
 	// The audit log holds one measured spawn with the tree pin, and a call
 	// record plus a result record for each of the four calls.
+	// A result record is appended after the response is written: wait for
+	// the last one rather than read the log the moment the call returned.
 	cancel()
 	cs.Close()
-	counts := map[auditlog.Kind]int{}
+	var counts map[auditlog.Kind]int
 	var spawn *auditlog.Spawn
-	for _, rec := range readAuditRecords(t, auditDir) {
-		counts[rec.Kind()]++
-		if s, ok := rec.(*auditlog.Spawn); ok && spawn == nil {
-			spawn = s
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		counts, spawn = map[auditlog.Kind]int{}, nil
+		for _, rec := range readAuditRecords(t, auditDir) {
+			counts[rec.Kind()]++
+			if s, ok := rec.(*auditlog.Spawn); ok && spawn == nil {
+				spawn = s
+			}
+		}
+		if counts[auditlog.KindResult] >= 4 || time.Now().After(deadline) {
+			break
 		}
 	}
 	if counts[auditlog.KindCall] != 4 || counts[auditlog.KindResult] != 4 {
