@@ -130,21 +130,7 @@ func TestServeReplayEndToEnd(t *testing.T) {
 	}()
 
 	ctx := context.Background()
-	var cs *mcp.ClientSession
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		c := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "1"}, nil)
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		cs, err = c.Connect(cctx, &mcp.StreamableClientTransport{Endpoint: "http://" + addr + "/mcp", MaxRetries: -1}, nil)
-		cancel()
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("gateway did not serve: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	cs := connectWhenServing(t, addr, exited)
 	defer cs.Close()
 	callTool := func(name string, args map[string]any) (*mcp.CallToolResult, error) {
 		cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
@@ -273,5 +259,29 @@ func tamperVault(t *testing.T, path string, id *age.X25519Identity, from, to str
 	}
 	if err := os.WriteFile(path, out.Bytes(), 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// connectWhenServing connects an MCP client to a `cmcp serve` process on
+// addr once it serves (30 s at most), failing if it exits first.
+func connectWhenServing(t *testing.T, addr string, exited <-chan error) *mcp.ClientSession {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c := mcp.NewClient(&mcp.Implementation{Name: "cli-test", Version: "1"}, nil)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: "http://" + addr + "/mcp", MaxRetries: -1}, nil)
+		cancel()
+		if err == nil {
+			return cs
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gateway did not serve: %v", err)
+		}
+		select {
+		case err := <-exited:
+			t.Fatalf("gateway exited: %v", err)
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 }

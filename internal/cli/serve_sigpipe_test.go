@@ -69,25 +69,7 @@ func TestServeSurvivesAClosedStderr(t *testing.T) {
 	r.Close()
 
 	ctx := context.Background()
-	var cs *mcp.ClientSession
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		c := mcp.NewClient(&mcp.Implementation{Name: "sigpipe", Version: "1"}, nil)
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		cs, err = c.Connect(cctx, &mcp.StreamableClientTransport{Endpoint: "http://" + addr + "/mcp", MaxRetries: -1}, nil)
-		cancel()
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("gateway did not serve: %v", err)
-		}
-		select {
-		case err := <-exited:
-			t.Fatalf("gateway exited: %v", err)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	cs := connectWhenServing(t, addr, exited)
 	for i := range 3 {
 		cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		res, err := cs.CallTool(cctx, &mcp.CallToolParams{Name: "files__echo", Arguments: map[string]any{"text": "hi"}})

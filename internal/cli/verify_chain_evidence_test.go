@@ -1,23 +1,15 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/json"
-	"encoding/pem"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/google/go-sev-guest/abi"
-	labi "github.com/google/go-sev-guest/client/linuxabi"
-	spb "github.com/google/go-sev-guest/proto/sevsnp"
-	stest "github.com/google/go-sev-guest/testing"
 
 	"github.com/confidential-mcp/cmcp/internal/tee"
 	"github.com/confidential-mcp/cmcp/internal/ui"
@@ -126,47 +118,8 @@ func TestVerifyChainSoftwareGenesisEvidence(t *testing.T) {
 // with a file of the fake roots.
 func snpGenesisLog(t *testing.T) (dir, roots string) {
 	t.Helper()
-	var rootsPEM []byte
-	ev := func(stmt digest.Digest, pub ed25519.PublicKey) (json.RawMessage, error) {
-		nonce := []byte("boot-nonce")
-		rd, err := evidence.ReportData(pub, nonce, stmt)
-		if err != nil {
-			return nil, err
-		}
-		rep := &spb.Report{
-			Version: 3, Policy: abi.SnpPolicyToBytes(abi.SnpPolicy{SMT: true}), SignatureAlgo: abi.SignEcdsaP384Sha384,
-			ReportData: rd[:], Measurement: bytes.Repeat([]byte{0x77}, 48), HostData: make([]byte, 32), FamilyId: make([]byte, 16),
-			ImageId: make([]byte, 16), IdKeyDigest: make([]byte, 48), AuthorKeyDigest: make([]byte, 48), ReportId: make([]byte, 32),
-			ReportIdMa: make([]byte, 32), ChipId: make([]byte, 64), Signature: make([]byte, 512), Cpuid1EaxFms: 0x00a00f10,
-		}
-		raw, err := abi.ReportToAbiBytes(rep)
-		if err != nil {
-			return nil, err
-		}
-		var out [labi.SnpReportRespReportSize]byte
-		copy(out[:], raw)
-		qp, err := stest.TcQuoteProvider([]stest.TestCase{{Name: "genesis", Input: rd, Output: out}},
-			&stest.DeviceOptions{Now: time.Now(), Product: abi.SevProductFromCpuid1Eax(0x00a00f10)})
-		if err != nil {
-			return nil, err
-		}
-		var buf bytes.Buffer
-		for _, c := range [][]byte{qp.Device.Signer.Ark.Raw, qp.Device.Signer.Ask.Raw} {
-			pem.Encode(&buf, &pem.Block{Type: "CERTIFICATE", Bytes: c})
-		}
-		rootsPEM = buf.Bytes()
-		b, err := tee.NewSNP(qp, "test-device", nil).Attest(context.Background(), pub, nonce, stmt)
-		if err != nil {
-			return nil, err
-		}
-		return b.Marshal()
-	}
-	dir = evidenceLog(t, ev, evidence.PlatformSEVSNP)
-	roots = filepath.Join(t.TempDir(), "roots.pem")
-	if err := os.WriteFile(roots, rootsPEM, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return dir, roots
+	f := newSNPFake(t)
+	return evidenceLog(t, f.ev, evidence.PlatformSEVSNP), f.roots
 }
 
 // SEV-SNP genesis evidence from go-sev-guest's fake AMD secure processor.
