@@ -40,7 +40,7 @@ func (o *replayOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&o.keys, "key", nil, "trusted note verifier key (origin+hash+base64), or a file with one per line, as for verify-chain; repeatable")
 	fs.StringArrayVar(&o.checkpoints, "checkpoint", nil, "signed checkpoint `FILE` saved earlier, as for verify-chain; repeatable")
 	fs.BoolVar(&o.unverified, "unverified", false, "replay even if the log does not verify; every output line is then marked UNVERIFIED")
-	fs.BoolVar(&o.requireSign, "require-signed", false, "fail (exit 11) when a reported call's record is not covered by a checkpoint signed by its epoch's key (the unsealed tail of the newest epoch, or the tail a crashed gateway left): its replay proves nothing")
+	fs.BoolVar(&o.requireSign, "require-signed", false, "fail (exit 11) where verify-chain --require-signed does (an earlier epoch's records its key never signed), and also when a reported call's record or its result comes after its epoch's last checkpoint (the newest epoch's unsealed tail included): its replay proves nothing")
 	fs.BoolVar(&o.all, "all", false, "with --policy or --what-if, list every call, not only those with a finding or an unsigned record")
 	fs.StringVar(&o.session, "session", "", "only calls of this session `ID`")
 	fs.StringVar(&o.agent, "agent", "", "only calls of this agent `IDENTITY`")
@@ -77,6 +77,7 @@ func (o *replayOptions) options() (replay.Options, error) {
 		return opts, err
 	}
 	opts.Verify.Keys = keys
+	opts.Verify.RequireSigned = o.requireSign // as verify-chain --require-signed, before the calls' own check
 	for _, f := range o.checkpoints {
 		b, err := readInput(f)
 		if err != nil {

@@ -59,12 +59,16 @@ and every later checkpoint in the file authenticates them.
 
 Without a checkpoint kept outside the log, truncation of the tail cannot be
 detected; verify-chain says so every time, and reports how many records
-come after the last checkpoint (the unsealed tail).
+come after the last checkpoint (the unsealed tail): they are outside the
+result ("VERIFIED through record N"). The tail a crashed gateway left in an
+earlier epoch was never signed by that epoch's key: it is listed as
+UNSIGNED, and --require-signed (implied by --require-attested) fails on it.
 
 On failure it names the epoch, segment file, line, byte offset and record
 index, with the expected and computed values, and exits with a code for
 the class of failure:
-  10 integrity (hash, link, sequence, tree, canonical form)   11 bad signature
+  10 integrity (hash, link, sequence, tree, canonical form)
+  11 bad signature, or (--require-signed) records their key never signed
   12 untrusted key or rejected genesis evidence   13 truncation or rollback
   14 fork   2 usage   3 I/O`,
 		Example: `  cmcp verify-chain /var/lib/cmcp/audit --key "$(cat gateway.vkey)" --save-checkpoint seen.cp
@@ -203,6 +207,7 @@ type verifyChainDoc struct {
 	KeysTrusted   bool                      `json:"keys_trusted"`
 	Newest        *checkpointDoc            `json:"newest_checkpoint,omitempty"`
 	Unsealed      int64                     `json:"unsealed_tail"`
+	Unsigned      []auditlog.UnsignedRange  `json:"unsigned"` // records of earlier epochs their key never signed
 	External      []*auditlog.ExternalCheck `json:"external_checkpoints"`
 	Warnings      []string                  `json:"warnings"`
 	Evidence      []*genesisEvidence        `json:"evidence"`
@@ -268,7 +273,7 @@ func runVerifyChain(p *ui.Printer, dir string, o *verifyChainOptions, keys []str
 	}
 	if p.JSONOut {
 		doc := verifyChainDoc{SchemaVersion: ui.SchemaVersion, Status: "verified", Dir: dir, Epochs: rep.Epochs, Records: rep.Records,
-			Checkpoints: rep.Checkpoints, KeysTrusted: rep.KeysTrusted, Newest: cpDoc(rep.Newest), Unsealed: rep.Unsealed,
+			Checkpoints: rep.Checkpoints, KeysTrusted: rep.KeysTrusted, Newest: cpDoc(rep.Newest), Unsealed: rep.Unsealed, Unsigned: rep.Unsigned,
 			External: rep.External, Warnings: rep.Warnings, Evidence: ce.Results, Failure: ve, ExitCode: code}
 		if doc.Epochs == nil {
 			doc.Epochs = []*auditlog.EpochResult{}
@@ -278,6 +283,9 @@ func runVerifyChain(p *ui.Printer, dir string, o *verifyChainOptions, keys []str
 		}
 		if doc.Warnings == nil {
 			doc.Warnings = []string{}
+		}
+		if doc.Unsigned == nil {
+			doc.Unsigned = []auditlog.UnsignedRange{}
 		}
 		if !rep.First.IsZero() {
 			doc.First, doc.Last = &rep.First, &rep.Last

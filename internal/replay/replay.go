@@ -379,8 +379,8 @@ func Run(ctx context.Context, dir string, opts Options) (*Report, error) {
 	return rep, nil
 }
 
-// unsigned marks the calls and sessions whose records come after their
-// epoch's last checkpoint, and warns of the calls.
+// unsigned marks the calls and sessions whose records (a call's, or its
+// result's) come after their epoch's last checkpoint, and warns of the calls.
 func unsigned(rep *Report, vrep *auditlog.Report) {
 	signedTo := map[int]int64{} // epoch -> index of its last checkpoint
 	var tails []string
@@ -397,7 +397,9 @@ func unsigned(rep *Report, vrep *auditlog.Report) {
 		s.Unsigned = s.last > signedTo[s.Epoch]
 	}
 	for _, c := range rep.Calls {
-		if c.Index > signedTo[c.Epoch] {
+		// The call's outcome comes from its result record too: a forged
+		// result of a signed call is as unproven as a forged call.
+		if c.Index > signedTo[c.Epoch] || c.resultAt > signedTo[c.Epoch] {
 			c.Unsigned = true
 			rep.Summary.Unsigned++
 		}

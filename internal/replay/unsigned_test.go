@@ -61,7 +61,7 @@ func checkUnsigned(t *testing.T, rep *Report, last map[int]int64) {
 	t.Helper()
 	n := 0
 	for _, c := range rep.Calls {
-		if want := c.Index > last[c.Epoch]; c.Unsigned != want {
+		if want := c.Index > last[c.Epoch] || c.resultAt > last[c.Epoch]; c.Unsigned != want {
 			t.Fatalf("call %d:%d: unsigned %v, want %v (last checkpoint at %d)", c.Epoch, c.Index, c.Unsigned, want, last[c.Epoch])
 		}
 		if c.Unsigned {

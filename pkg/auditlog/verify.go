@@ -212,6 +212,10 @@ func Verify(dir string, opt VerifyOptions) (*Report, error) {
 		}
 		prev := rep.Epochs[i-1]
 		p := g.Predecessor
+		if prev.TornBytes > 0 {
+			return rep, &VerifyError{Class: ClassIntegrity, Pos: *prev.TornAt,
+				Msg: fmt.Sprintf("epoch %d ends with an incomplete line of %d bytes, but epoch %d follows it: the writer's recovery cuts such a line before it starts a new epoch, so it was added afterwards", prev.Epoch, prev.TornBytes, e)}
+		}
 		switch {
 		case e != epochs[i-1]+1:
 			return rep, &VerifyError{Class: ClassTruncation, Pos: gpos, Expected: epochName(e - 1), Computed: epochName(epochs[i-1]),
