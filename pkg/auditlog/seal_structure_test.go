@@ -67,6 +67,11 @@ func TestRecordsAfterSeal(t *testing.T) {
 	if !errors.As(err, &ve) || ve.Class != ClassIntegrity || !strings.Contains(err.Error(), "a call record after the epoch's seal") || ve.Pos.Index != n {
 		t.Fatalf("Verify = %v, want an integrity failure at record %d", err, n)
 	}
+	// The same file checked on its own (verify-chain --segment).
+	_, err = VerifySegment(seg, VerifyOptions{Keys: []string{rep.Epochs[0].Key}})
+	if !errors.As(err, &ve) || ve.Class != ClassIntegrity || !strings.Contains(err.Error(), "a call record after the epoch's seal") {
+		t.Fatalf("VerifySegment = %v, want an integrity failure", err)
+	}
 
 	// Signed by the key after the seal: refused.
 	signer, _, err := NewNoteKeys(rep.Epochs[0].Origin, w.opts.Key)

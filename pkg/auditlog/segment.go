@@ -68,6 +68,7 @@ func VerifySegment(path string, opt VerifyOptions) (*SegmentResult, error) {
 		off, no int64
 		seq     int64
 		lastCP  = int64(-1)
+		sealAt  = int64(-1)
 	)
 	for {
 		raw, err := br.ReadSlice('\n')
@@ -143,6 +144,14 @@ func VerifySegment(path string, opt VerifyOptions) (*SegmentResult, error) {
 		}
 		if no > 1 && (e.Kind == KindGenesis || e.Kind == KindSegment) {
 			return fail(ClassIntegrity, "", string(e.Kind), "a %s record in the middle of a segment", e.Kind)
+		}
+		// As in a whole epoch: after a seal the writer writes its final
+		// checkpoint and nothing else.
+		if sealAt >= 0 && (e.Kind != KindCheckpoint || seq > sealAt+1) {
+			return fail(ClassIntegrity, "", string(e.Kind), "a %s record after the epoch's seal (record %d) and its final checkpoint: the writer writes nothing after closing an epoch", e.Kind, sealAt)
+		}
+		if e.Kind == KindSeal {
+			sealAt = seq
 		}
 		if e.Kind == KindCheckpoint {
 			r, err := DecodeBody(KindCheckpoint, e.Body)
