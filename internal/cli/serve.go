@@ -60,8 +60,9 @@ SIGHUP re-reads the configuration and switches to the bundle its policy:
 section names, only if it validates and matches policy.expect; the switch,
 or the refusal and its reason, is recorded, and a refused bundle leaves the
 old one in force. SIGHUP also puts server.tokens and admin.token_sha256 in
-force for every request from then on (recorded; the sessions of an identity
-left without a token end); other changed settings are named in a warning
+force for every request from then on (recorded; an HTTP session opened with
+a token that no longer maps to its identity ends, GET stream included);
+other changed settings are named in a warning
 and take effect only after a restart, and a configuration that does not
 load changes nothing.
 

@@ -136,7 +136,7 @@ func (g *Gateway) HTTPHandler(o HTTPOptions) http.Handler {
 			http.Error(w, fmt.Sprintf("cmcp: forbidden: invalid Host header %q: a gateway listening on a loopback address answers only requests addressed to a loopback host (DNS-rebinding protection)", r.Host), http.StatusForbidden)
 			return
 		}
-		who, err := authenticate(r, o)
+		who, tok, err := authenticate(r, o)
 		if err != nil {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="cmcp"`)
 			http.Error(w, "cmcp: "+err.Error(), http.StatusUnauthorized)
@@ -180,6 +180,7 @@ func (g *Gateway) HTTPHandler(o HTTPOptions) http.Handler {
 				return
 			}
 			s := g.newSession(who, "http")
+			s.token = tok
 			r = r.WithContext(context.WithValue(r.Context(), sessCtxKey{}, s))
 		}
 		sdk.ServeHTTP(w, r)
@@ -277,12 +278,13 @@ func refuseBody(w http.ResponseWriter, status int, why string) {
 }
 
 // authenticate returns the identity of the request's agent, checking its
-// bearer token against the tokens in force (o.TokenSet, else o.Tokens).
-func authenticate(r *http.Request, o HTTPOptions) (string, error) {
+// bearer token against the tokens in force (o.TokenSet, else o.Tokens), and
+// the digest of that token (zero when no bearer token identified it).
+func authenticate(r *http.Request, o HTTPOptions) (string, digest.Digest, error) {
 	if h := r.Header.Get("Authorization"); h != "" {
 		scheme, tok, ok := strings.Cut(h, " ")
 		if !ok || !strings.EqualFold(scheme, "bearer") || tok == "" {
-			return "", errors.New("the Authorization header must be \"Bearer <token>\"")
+			return "", digest.Digest{}, errors.New("the Authorization header must be \"Bearer <token>\"")
 		}
 		got := TokenDigest(strings.TrimSpace(tok))
 		who := ""
@@ -298,23 +300,23 @@ func authenticate(r *http.Request, o HTTPOptions) (string, error) {
 			}
 		}
 		if who == "" {
-			return "", errors.New("the bearer token is not valid for this gateway")
+			return "", digest.Digest{}, errors.New("the bearer token is not valid for this gateway")
 		}
-		return who, nil
+		return who, got, nil
 	}
 	if o.ClientCerts && r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.VerifiedChains[0]) > 0 {
 		id := CertIdentity(r.TLS.VerifiedChains[0][0].Subject)
 		if strings.ContainsFunc(id, unicode.IsControl) {
 			// An identity is a name in the log, the policy and replay:
 			// one with control characters is refused, not escaped.
-			return "", errors.New("the client certificate's subject holds control characters; it cannot be an agent identity")
+			return "", digest.Digest{}, errors.New("the client certificate's subject holds control characters; it cannot be an agent identity")
 		}
-		return id, nil
+		return id, digest.Digest{}, nil
 	}
 	if len(o.Tokens) == 0 && !o.ClientCerts {
-		return AnonymousIdentity, nil
+		return AnonymousIdentity, digest.Digest{}, nil
 	}
-	return "", errors.New("authentication required: send \"Authorization: Bearer <token>\" or a client certificate")
+	return "", digest.Digest{}, errors.New("authentication required: send \"Authorization: Bearer <token>\" or a client certificate")
 }
 
 // CertIdentity is the identity of a client certificate subject.

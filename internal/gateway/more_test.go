@@ -455,11 +455,11 @@ func TestCertIdentityWithControlCharactersRefused(t *testing.T) {
 	r := httptest.NewRequest("POST", "https://127.0.0.1/mcp", nil)
 	cert := &x509.Certificate{Subject: pkix.Name{CommonName: "bob\x00ops"}}
 	r.TLS = &tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{cert}}}
-	if who, err := authenticate(r, HTTPOptions{ClientCerts: true}); err == nil || !strings.Contains(err.Error(), "control characters") {
+	if who, _, err := authenticate(r, HTTPOptions{ClientCerts: true}); err == nil || !strings.Contains(err.Error(), "control characters") {
 		t.Fatalf("identity %q, err %v", who, err)
 	}
 	cert.Subject.CommonName = "bob"
-	if who, err := authenticate(r, HTTPOptions{ClientCerts: true}); err != nil || who != "cert:CN=bob" {
+	if who, _, err := authenticate(r, HTTPOptions{ClientCerts: true}); err != nil || who != "cert:CN=bob" {
 		t.Fatalf("identity %q, err %v", who, err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/confidential-mcp/cmcp/internal/config"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
 // What SIGHUP changes. It re-reads the configuration file; a file that does
@@ -19,10 +20,13 @@ import (
 // policy (policy.go, validated and pinned as before), the agents' bearer
 // tokens (server.tokens) and the admin token (admin.token_sha256), each
 // set replaced as a whole for every request from then on and recorded
-// (tokens_reloaded). The sessions of an identity left without any token
-// are ended; every HTTP request is authenticated again anyway, so a
-// session whose token no longer maps to its identity is refused (401 or
-// 403) on its next request. Every other setting that differs from the
+// (tokens_reloaded). An HTTP session opened with a bearer token that no
+// longer maps to the identity it mapped to (withdrawn, rotated, or moved to
+// another identity) is ended, its open GET stream with it, and so are the
+// sessions of an identity left without any token; sessions a client
+// certificate identified are otherwise untouched. Every HTTP request is
+// authenticated again anyway, so a request with a token no longer in force
+// is refused (401, or 403 on another identity's session). Every other setting that differs from the
 // file the gateway started with takes effect only after a restart: SIGHUP
 // names those settings in a warning.
 
@@ -75,12 +79,14 @@ func (g *Gateway) reloadConfig(ctx context.Context, path string, rt *reloadTarge
 }
 
 // reloadTokens puts the configuration's agent tokens and admin token in
-// force, records the change and ends the sessions of identities left
+// force, records the change and ends the HTTP sessions opened with a token
+// that no longer maps to their identity and the sessions of identities left
 // without a token. A change it cannot apply without a restart is added to
 // restart.
 func (g *Gateway) reloadTokens(ctx context.Context, cfg *config.Config, rt *reloadTargets, restart *[]string) error {
 	var notes []string
 	var removed []string
+	var nowOf map[digest.Digest]string // token -> identity, once tokens changed
 	if rt.tokens != nil {
 		var next []Token
 		if cfg.Server != nil {
@@ -100,7 +106,20 @@ func (g *Gateway) reloadTokens(ctx context.Context, cfg *config.Config, rt *relo
 				}
 			}
 			slices.Sort(removed)
+			nowOf = map[digest.Digest]string{}
+			for _, t := range next {
+				nowOf[t.Digest] = t.Identity
+			}
+			withdrawn := 0
+			for _, t := range prev {
+				if nowOf[t.Digest] != t.Identity {
+					withdrawn++
+				}
+			}
 			note := fmt.Sprintf("server.tokens: %d tokens for %d identities in force (were %d for %d)", len(next), len(now), len(prev), len(was))
+			if withdrawn > 0 {
+				note += fmt.Sprintf("; %d tokens withdrawn or moved to another identity, the sessions they opened ended", withdrawn)
+			}
 			if len(removed) > 0 {
 				note += fmt.Sprintf("; identities left without a token, their sessions ended: %s", strings.Join(removed, ", "))
 			}
@@ -126,14 +145,18 @@ func (g *Gateway) reloadTokens(ctx context.Context, cfg *config.Config, rt *relo
 	if rerr := g.record(ctx, &auditlog.Admin{Action: AdminTokensReloaded, Actor: reloadActor, Reason: reason}); rerr != nil {
 		err = fmt.Errorf("the reloaded tokens are in force but their change could not be recorded: %w", rerr)
 	}
-	if len(removed) > 0 {
+	if nowOf != nil {
 		gone := map[string]bool{}
 		for _, id := range removed {
 			gone[id] = true
 		}
 		for _, s := range g.sessionList() {
-			if s.front == "http" && gone[s.principal] {
+			switch {
+			case s.front != "http":
+			case gone[s.principal]:
 				go s.end("the agent's identity no longer has a bearer token (server.tokens reloaded on SIGHUP)")
+			case !s.token.IsZero() && nowOf[s.token] != s.principal:
+				go s.end("the bearer token that opened the session no longer maps to its identity (server.tokens reloaded on SIGHUP)")
 			}
 		}
 	}

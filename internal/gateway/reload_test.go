@@ -193,7 +193,7 @@ upstreams:
 }
 
 // TestReloadTokensOnTheHTTPFront: in process, a session whose token is
-// moved to another identity is refused (403) on its next request, and a
+// moved to another identity is ended (its next request fails), and a
 // reload on a gateway that started without authentication (development
 // mode) applies no tokens and says a restart is needed.
 func TestReloadTokensOnTheHTTPFront(t *testing.T) {
@@ -212,8 +212,13 @@ func TestReloadTokensOnTheHTTPFront(t *testing.T) {
 	if err := h.g.reloadTokens(context.Background(), next, rt, &restart); err != nil || len(restart) != 0 {
 		t.Fatalf("reload: %v %v", err, restart)
 	}
-	if _, err := call(t, cs, "t__echo", map[string]any{"text": "x"}); err == nil || !strings.Contains(err.Error(), "Forbidden") {
-		t.Fatalf("a session whose token now maps to another identity: %v", err)
+	if _, err := call(t, cs, "t__echo", map[string]any{"text": "x"}); err == nil {
+		t.Fatal("a session whose token now maps to another identity still answers")
+	}
+	for stop := time.Now().Add(3 * time.Second); len(h.g.sessionList()) != 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(stop) {
+			t.Fatal("the session whose token moved to another identity was not ended")
+		}
 	}
 	if _, err := call(t, h.connect(tokB, nil), "t__echo", map[string]any{"text": "x"}); err != nil {
 		t.Fatalf("the identity's new token: %v", err)
@@ -227,5 +232,80 @@ func TestReloadTokensOnTheHTTPFront(t *testing.T) {
 	}
 	if len(open.Load()) != 0 || len(restart) != 1 || !strings.Contains(restart[0], "server.tokens") {
 		t.Fatalf("development mode: tokens %v, restart %v", open.Load(), restart)
+	}
+}
+
+// TestRotatedTokenEndsItsSessions: alice rotates her token (B added, then
+// A withdrawn on SIGHUP while she keeps B). The session opened with A is
+// ended, so the GET stream it opened before the reload stops delivering
+// the session's messages (list_changed here); the session opened with B
+// goes on receiving them.
+func TestRotatedTokenEndsItsSessions(t *testing.T) {
+	const tokA, tokB = "token-a-0123456789abcdef", "token-b-0123456789abcdef"
+	initial := []Token{{Digest: TokenDigest(tokA), Identity: "alice"}, {Digest: TokenDigest(tokB), Identity: "alice"}}
+	ts := NewTokenSet(initial)
+	h := newHarness(t, hconf{tokens: initial, tokenSet: ts})
+	gotA, gotB := make(chan struct{}, 10), make(chan struct{}, 10)
+	csA := h.connect(tokA, &mcp.ClientOptions{ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { gotA <- struct{}{} }})
+	csB := h.connect(tokB, &mcp.ClientOptions{ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { gotB <- struct{}{} }})
+	for _, cs := range []*mcp.ClientSession{csA, csB} {
+		if _, err := call(t, cs, "t__echo", map[string]any{"text": "x"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Both GET streams deliver before the rotation.
+	deadline := time.After(5 * time.Second)
+	for a, b := false, false; !a || !b; {
+		for _, s := range h.g.sessionList() {
+			s.notifyToolsChanged()
+		}
+		select {
+		case <-gotA:
+			a = true
+		case <-gotB:
+			b = true
+		case <-time.After(100 * time.Millisecond):
+		case <-deadline:
+			t.Fatalf("no list_changed before the rotation (A %v, B %v)", a, b)
+		}
+	}
+
+	started, _ := config.LoadBytes("cmcp.yaml", []byte("version: 1\n"))
+	rt := &reloadTargets{started: started, tokens: ts}
+	next := &config.Config{Server: &config.Server{Tokens: []config.Token{{Identity: "alice", SHA256: TokenDigest(tokB)}}}}
+	var restart []string
+	if err := h.g.reloadTokens(context.Background(), next, rt, &restart); err != nil || len(restart) != 0 {
+		t.Fatalf("reload: %v %v", err, restart)
+	}
+	for stop := time.Now().Add(3 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		ss := h.g.sessionList()
+		if len(ss) == 1 && ss[0].token.Equal(TokenDigest(tokB)) {
+			break
+		}
+		if time.Now().After(stop) {
+			t.Fatalf("after the rotation %d sessions are alive; want only the one opened with the new token", len(ss))
+		}
+	}
+	for len(gotA) > 0 {
+		<-gotA
+	}
+	for len(gotB) > 0 {
+		<-gotB
+	}
+	for _, s := range h.g.sessionList() {
+		s.notifyToolsChanged()
+	}
+	select {
+	case <-gotB:
+	case <-time.After(3 * time.Second):
+		t.Fatal("the session opened with the token still in force no longer receives its messages")
+	}
+	select {
+	case <-gotA:
+		t.Fatal("the withdrawn token's GET stream still receives messages after the rotation")
+	case <-time.After(500 * time.Millisecond):
+	}
+	if _, err := call(t, csB, "t__echo", map[string]any{"text": "x"}); err != nil {
+		t.Fatalf("the session opened with the token still in force: %v", err)
 	}
 }

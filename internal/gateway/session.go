@@ -26,8 +26,12 @@ type session struct {
 	g         *Gateway
 	principal string
 	front     string
-	srv       *mcp.Server
-	id        string // set when the session initialises
+	// token is the digest of the bearer token that opened an HTTP session
+	// (zero for one a client certificate or development mode identified):
+	// a SIGHUP that no longer maps it to principal ends the session.
+	token digest.Digest
+	srv   *mcp.Server
+	id    string // set when the session initialises
 
 	down atomic.Pointer[mcp.ServerSession]
 
