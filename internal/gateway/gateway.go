@@ -31,6 +31,9 @@ import (
 type AuditLog interface {
 	Append(ctx context.Context, rec auditlog.Record) (auditlog.Receipt, error)
 	Commit(payload []byte) auditlog.Commitment
+	// Checkpoint makes every record appended so far durable (and signs a
+	// checkpoint over them).
+	Checkpoint() error
 }
 
 // UpstreamOptions configures one upstream in the gateway.
@@ -337,9 +340,11 @@ func (g *Gateway) CatalogDigest() digest.Digest { return g.Catalog().Digest() }
 // (Options.KillSwitchFile, so that a restart keeps the switch engaged),
 // then records kill_switch_on; if either fails the switch is engaged anyway
 // (fail closed) and the error returned. Clearing records kill_switch_off
-// first and then removes the state file; if either fails the switch stays
-// engaged (a removal that fails after the record is followed by a new
-// kill_switch_on saying so). No call record written after kill_switch_on
+// first, makes it durable (with audit.durability: interval Append returns
+// before the record is synced, so a checkpoint syncs it) and only then
+// removes the state file: a power cut never leaves the file gone without
+// the record. If any step fails the switch stays engaged (a failure after
+// the record is followed by a new kill_switch_on saying so). No call record written after kill_switch_on
 // in the log says "forwarded": relay checks the switch and appends its
 // forwarded call record under killMu's read lock, and the switch changes
 // under its write lock. The records are written even if ctx ends meanwhile.
@@ -362,8 +367,16 @@ func (g *Gateway) SetKillSwitch(ctx context.Context, on bool, actor, reason stri
 		g.kill = st
 		return errors.Join(errs...)
 	}
-	if _, err := g.log.Append(ctx, &auditlog.Admin{Action: AdminKillSwitchOff, Actor: actor, Reason: reason}); err != nil {
+	rc, err := g.log.Append(ctx, &auditlog.Admin{Action: AdminKillSwitchOff, Actor: actor, Reason: reason})
+	if err != nil {
 		return fmt.Errorf("clearing it could not be recorded in the audit log: record %s: %w", AdminKillSwitchOff, err)
+	}
+	if !rc.Durable {
+		if err := g.log.Checkpoint(); err != nil {
+			why := fmt.Sprintf("clearing failed after it was recorded: the %s record could not be made durable (%v); the switch stays engaged", AdminKillSwitchOff, err)
+			g.record(ctx, &auditlog.Admin{Action: AdminKillSwitchOn, Actor: actor, Reason: why})
+			return errors.New(why)
+		}
 	}
 	if path := g.opts.KillSwitchFile; path != "" {
 		if err := removeKillState(path); err != nil {

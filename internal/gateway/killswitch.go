@@ -18,7 +18,8 @@ import (
 // The kill switch outlives the process: while it is engaged its state is a
 // small file in the audit directory (KillSwitchStateFile), written with
 // fsync and rename before the kill_switch_on record, and removed (and the
-// directory synced) only after the kill_switch_off record is durable. A
+// directory synced) only after the kill_switch_off record is durable (in
+// interval durability, only after a checkpoint has synced it). A
 // gateway that starts and finds the file starts engaged and records a
 // kill_switch_on that says it was carried over; one that finds a file it
 // cannot read starts engaged too (fail closed). Only the admin API clears

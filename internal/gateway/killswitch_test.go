@@ -282,3 +282,72 @@ func adminPost(t *testing.T, url, body string) (int, string) {
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
 }
+
+// syncSpy wraps the gateway's audit log and notes, in order, the kill
+// switch records appended (with whether Append reported them durable) and
+// each Checkpoint, with whether the kill switch's state file existed then.
+type syncSpy struct {
+	AuditLog
+	state   string
+	cpErr   error
+	events  []string
+	offSeen bool
+}
+
+func (s *syncSpy) Append(ctx context.Context, rec auditlog.Record) (auditlog.Receipt, error) {
+	rc, err := s.AuditLog.Append(ctx, rec)
+	if a, ok := rec.(*auditlog.Admin); ok && err == nil {
+		s.events = append(s.events, fmt.Sprintf("%s durable=%v", a.Action, rc.Durable))
+	}
+	return rc, err
+}
+
+func (s *syncSpy) Checkpoint() error {
+	_, err := os.Stat(s.state)
+	s.events = append(s.events, fmt.Sprintf("checkpoint file=%v", err == nil))
+	if s.cpErr != nil {
+		return s.cpErr
+	}
+	return s.AuditLog.Checkpoint()
+}
+
+// TestKillSwitchClearSyncsTheRecordBeforeRemovingTheFile: with
+// audit.durability: interval, Append returns the kill_switch_off record
+// before it is synced (Durable false), so clearing the switch checkpoints
+// the log (which syncs every record appended so far) while the state file
+// still exists, and removes the file only after that succeeded; when the
+// checkpoint fails, the file stays and the switch stays engaged. What it
+// proves is the order of the calls, not survival of a real power cut.
+func TestKillSwitchClearSyncsTheRecordBeforeRemovingTheFile(t *testing.T) {
+	h := newHarness(t, hconf{durability: auditlog.DurabilityInterval})
+	state := filepath.Join(t.TempDir(), KillSwitchStateFile)
+	h.g.opts.KillSwitchFile = state
+	spy := &syncSpy{AuditLog: h.g.log, state: state}
+	h.g.log = spy
+	ctx := context.Background()
+
+	for _, cpErr := range []error{errors.New("disk gone"), nil} {
+		spy.cpErr, spy.events = cpErr, nil
+		if err := h.g.SetKillSwitch(ctx, true, "op", "incident"); err != nil {
+			t.Fatal(err)
+		}
+		err := h.g.SetKillSwitch(ctx, false, "op", "resolved")
+		_, serr := os.Stat(state)
+		got := strings.Join(spy.events, ", ")
+		if cpErr != nil {
+			if err == nil || !strings.Contains(err.Error(), "stays engaged") || !h.g.KillSwitch() || serr != nil {
+				t.Fatalf("clear with a failing checkpoint: err %v, engaged %v, state file %v (events: %s)", err, h.g.KillSwitch(), serr, got)
+			}
+			if want := "kill_switch_on durable=false, kill_switch_off durable=false, checkpoint file=true, kill_switch_on durable=false"; got != want {
+				t.Fatalf("events:\n got %s\nwant %s", got, want)
+			}
+			continue
+		}
+		if err != nil || h.g.KillSwitch() || !errors.Is(serr, os.ErrNotExist) {
+			t.Fatalf("clear: err %v, engaged %v, state file %v (events: %s)", err, h.g.KillSwitch(), serr, got)
+		}
+		if want := "kill_switch_on durable=false, kill_switch_off durable=false, checkpoint file=true"; got != want {
+			t.Fatalf("events:\n got %s\nwant %s", got, want)
+		}
+	}
+}
