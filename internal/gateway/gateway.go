@@ -102,6 +102,8 @@ type Gateway struct {
 	ups   map[string]*upState
 	order []string
 
+	rebuildMu sync.Mutex // serialises rebuildCatalog
+
 	mu      sync.Mutex
 	catalog *catalog.Catalog
 	caps    *mcp.ServerCapabilities
@@ -269,8 +271,13 @@ func (st *upState) load(ctx context.Context) error {
 }
 
 // rebuildCatalog recomputes the exposed tools and the capabilities from the
-// loaded upstreams and updates every session's visible tools.
+// loaded upstreams and updates every session's visible tools. Rebuilds are
+// serialised (rebuildMu), reading the upstreams and storing the result as
+// one step: of two at once (a shared reconnect and a re-list), the one
+// that read the upstreams last stores last, so an older snapshot never
+// replaces a newer one.
 func (g *Gateway) rebuildCatalog() {
+	g.rebuildMu.Lock()
 	cat := catalog.New()
 	caps := &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}, Logging: &mcp.LoggingCapabilities{}}
 	var instructions []string
@@ -320,6 +327,7 @@ func (g *Gateway) rebuildCatalog() {
 		sessions = append(sessions, s)
 	}
 	g.mu.Unlock()
+	g.rebuildMu.Unlock()
 	for _, s := range sessions {
 		s.syncTools()
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -98,5 +99,47 @@ func TestUnchangedCatalogSendsNoListChanged(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	if n := changed.Load(); n != 0 {
 		t.Fatalf("%d tools/list_changed for an unchanged catalog", n)
+	}
+}
+
+// TestConcurrentCatalogRebuildsStoreTheNewestSnapshot: rebuilds that run at
+// once (a shared reconnect and a re-list) are serialised, so the catalog
+// state stored last is the one read last: after every round of concurrent
+// rebuilds, each following its own change of an upstream's state, the
+// gateway shows that upstream's final state (its instructions here). Run
+// with -race too.
+func TestConcurrentCatalogRebuildsStoreTheNewestSnapshot(t *testing.T) {
+	h := newHarness(t, hconf{shared: true})
+	st := h.g.ups["t"]
+	if st == nil {
+		t.Fatal("no upstream t")
+	}
+	var n int
+	for round := range 50 {
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				for range 5 {
+					st.mu.Lock()
+					n++
+					init := &mcp.InitializeResult{Instructions: fmt.Sprintf("version %d", n)}
+					if st.init != nil {
+						cp := *st.init
+						cp.Instructions = init.Instructions
+						init = &cp
+					}
+					st.init = init
+					st.mu.Unlock()
+					h.g.rebuildCatalog()
+				}
+			})
+		}
+		wg.Wait()
+		h.g.mu.Lock()
+		got := h.g.instructions
+		h.g.mu.Unlock()
+		if want := fmt.Sprintf("version %d", n); got != want {
+			t.Fatalf("round %d: after concurrent rebuilds the gateway shows %q, the upstream's state is %q: an older snapshot was stored last", round, got, want)
+		}
 	}
 }
