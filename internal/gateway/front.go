@@ -164,6 +164,9 @@ func (g *Gateway) HTTPHandler(o HTTPOptions) http.Handler {
 				http.Error(w, "cmcp: this session belongs to another identity; open your own session", http.StatusForbidden)
 				return
 			}
+			if s != nil && r.Method == http.MethodGet {
+				s.streamOpenedWith(tok)
+			}
 			if s != nil && r.Method == http.MethodPost {
 				s.posts.Add(1)
 				defer func() {

@@ -155,8 +155,8 @@ func (g *Gateway) reloadTokens(ctx context.Context, cfg *config.Config, rt *relo
 			case s.front != "http":
 			case gone[s.principal]:
 				go s.end("the agent's identity no longer has a bearer token (server.tokens reloaded on SIGHUP)")
-			case !s.token.IsZero() && nowOf[s.token] != s.principal:
-				go s.end("the bearer token that opened the session no longer maps to its identity (server.tokens reloaded on SIGHUP)")
+			case !s.tokensInForce(nowOf):
+				go s.end("a bearer token that opened the session or one of its streams no longer maps to its identity (server.tokens reloaded on SIGHUP)")
 			}
 		}
 	}

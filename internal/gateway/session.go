@@ -21,6 +21,35 @@ import (
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
+// streamOpenedWith notes the token a GET stream of the session was opened
+// with (a client rotating tokens uses a few: the list stays short).
+func (s *session) streamOpenedWith(tok digest.Digest) {
+	if tok.IsZero() {
+		return
+	}
+	s.streamMu.Lock()
+	defer s.streamMu.Unlock()
+	if !slices.ContainsFunc(s.streamTokens, tok.Equal) {
+		s.streamTokens = append(s.streamTokens, tok)
+	}
+}
+
+// tokensInForce reports whether every bearer token that opened the session
+// or one of its GET streams still maps to its identity in nowOf.
+func (s *session) tokensInForce(nowOf map[digest.Digest]string) bool {
+	if !s.token.IsZero() && nowOf[s.token] != s.principal {
+		return false
+	}
+	s.streamMu.Lock()
+	defer s.streamMu.Unlock()
+	for _, t := range s.streamTokens {
+		if nowOf[t] != s.principal {
+			return false
+		}
+	}
+	return true
+}
+
 // session is one agent session and its own MCP server.
 type session struct {
 	g         *Gateway
@@ -30,8 +59,15 @@ type session struct {
 	// (zero for one a client certificate or development mode identified):
 	// a SIGHUP that no longer maps it to principal ends the session.
 	token digest.Digest
-	srv   *mcp.Server
-	id    string // set when the session initialises
+	// streamTokens are the digests of the bearer tokens that opened the
+	// session's GET streams (streamMu): a stream lives on after its
+	// request was authenticated, so a SIGHUP that no longer maps one of
+	// them to principal ends the session too.
+	streamMu     sync.Mutex
+	streamTokens []digest.Digest
+	syncMu       sync.Mutex // one syncTools at a time
+	srv          *mcp.Server
+	id           string // set when the session initialises
 
 	down atomic.Pointer[mcp.ServerSession]
 
