@@ -381,6 +381,11 @@ func (st *upState) sharedLive(ctx context.Context) (*live, error) {
 // that drift: warn let through) is replaced: the agent is shown what the
 // policy decides on, and told that it changed.
 func (s *session) syncTools() {
+	// Serialised, with the catalog read inside: of two rebuilds syncing at
+	// once, the later sync reads the newest catalog, so an older list never
+	// lands last (found in review).
+	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
 	cat := s.g.Catalog()
 	want := map[string]*catalog.Entry{}
 	for _, e := range cat.Entries() {
