@@ -60,11 +60,11 @@ SIGHUP re-reads the configuration and switches to the bundle its policy:
 section names, only if it validates and matches policy.expect; the switch,
 or the refusal and its reason, is recorded, and a refused bundle leaves the
 old one in force. SIGHUP also puts server.tokens and admin.token_sha256 in
-force for every request from then on (recorded; an HTTP session opened with
-a token that no longer maps to its identity ends, GET stream included);
-other changed settings are named in a warning
-and take effect only after a restart, and a configuration that does not
-load changes nothing.
+force for every request from then on (recorded; an HTTP session opened,
+or with a GET stream opened, with a token that no longer maps to its
+identity ends); other changed settings are named in a warning and take
+effect only after a restart, and a configuration that does not load
+changes nothing.
 
 The kill switch (admin: listener) is kept in AUDIT_DIR/kill-switch.json while
 it is engaged: a gateway restarted on that directory starts engaged, and
