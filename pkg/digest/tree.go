@@ -185,7 +185,15 @@ func walkTree(ctx context.Context, root, rel string, emit func(*treeEntry)) erro
 		return context.Cause(ctx)
 	}
 	abs := filepath.Join(root, filepath.FromSlash(rel))
-	f, err := os.Open(abs)
+	// O_DIRECTORY and O_NONBLOCK: a directory swapped for a FIFO between
+	// its listing and this open is refused instead of blocking for ever;
+	// below the root, O_NOFOLLOW: one swapped for a symlink is refused too
+	// (the root itself may be a symlink the caller named).
+	flags := os.O_RDONLY | syscall.O_DIRECTORY | syscall.O_NONBLOCK
+	if rel != "" {
+		flags |= syscall.O_NOFOLLOW
+	}
+	f, err := os.OpenFile(abs, flags, 0)
 	if err != nil {
 		return fmt.Errorf("read directory %s: %w", displayRel(rel), unwrapPath(err))
 	}
