@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -161,7 +162,28 @@ func upstreamEntry(name string, r *measure.Result) config.Upstream {
 	if r.Target != nil {
 		u.Pin.Target, u.Pin.TargetDigest = r.Target.Path, r.Target.Digest
 	}
+	if relativeFileArg(r.Args) {
+		// A relative argument naming a file (node ./dist/index.js) would
+		// resolve against the gateway's working directory, not where the
+		// pins were taken: the target would be checked here and another
+		// file run there. The child is started where spawn-digest ran.
+		u.Stdio.Dir, _ = os.Getwd()
+	}
 	return u
+}
+
+// relativeFileArg reports whether an argument is a relative path to
+// something that exists (from the current directory).
+func relativeFileArg(args []string) bool {
+	for _, a := range args {
+		if a == "" || strings.HasPrefix(a, "-") || filepath.IsAbs(a) {
+			continue
+		}
+		if _, err := os.Lstat(a); err == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // entryYAML renders u as a list item to paste under "upstreams:", with
@@ -175,6 +197,9 @@ func entryYAML(u config.Upstream, r *measure.Result) string {
 			q[i] = yamlScalar(a)
 		}
 		fmt.Fprintf(&b, "      args: [%s]\n", strings.Join(q, ", "))
+	}
+	if u.Stdio.Dir != "" {
+		fmt.Fprintf(&b, "      dir: %s  # relative arguments resolve here, where the pins were taken\n", yamlScalar(u.Stdio.Dir))
 	}
 	fmt.Fprintf(&b, "    pin:\n      command: %s  # %s\n", u.Pin.Command, r.Resolved)
 	if t := r.Target; t != nil {
