@@ -363,3 +363,75 @@ func TestSharedUpstreamLogsAtTheAgentsLevel(t *testing.T) {
 		})
 	}
 }
+
+// TestCallsWithIDsMCPDoesNotAllowAreRefused: a tools/call whose id is not
+// a string or an integer within ±2^53 (1.5, 1e2, 2^53+1, null) is answered
+// with an invalid-request error that says why, and recorded as refused.
+// Before, 1.5 and 2^53+1 were read as 1 and 2^53 (two calls could share
+// an id and one get the other's answer), and a null id on stdio was taken
+// for a notification and never answered (found in review).
+func TestCallsWithIDsMCPDoesNotAllowAreRefused(t *testing.T) {
+	for _, front := range fronts {
+		t.Run(front, func(t *testing.T) {
+			seen := filepath.Join(t.TempDir(), "seen")
+			h := newHarness(t, hconf{env: map[string]string{"CMCP_TEST_SEEN": seen}})
+			send := rawSender(t, h, front)
+			for _, id := range []string{"1.5", "1e2", "9007199254740993", "null"} {
+				before := len(kinds(h.records(), "call"))
+				reply := send(`{"jsonrpc":"2.0","id":` + id + `,"method":"tools/call","params":{"name":"t__record","arguments":{"x":1}}}`)
+				var m struct {
+					Error *struct {
+						Code    float64 `json:"code"`
+						Message string  `json:"message"`
+					} `json:"error"`
+				}
+				if err := json.Unmarshal([]byte(reply), &m); err != nil || m.Error == nil || m.Error.Code != -32600 || !strings.Contains(m.Error.Message, "id") {
+					t.Fatalf("id %s: reply %s", id, clip(reply, 300))
+				}
+				eventually(t, 5*time.Second, func() string {
+					calls := kinds(h.records(), "call")
+					if n := len(calls) - before; n != 1 {
+						return fmt.Sprintf("id %s: %d call records, want 1", id, n)
+					}
+					if calls[len(calls)-1].Body["outcome"] != "refused" {
+						return fmt.Sprintf("id %s: call record %v", id, calls[len(calls)-1].Body)
+					}
+					return ""
+				})
+			}
+			if b, _ := os.ReadFile(seen); len(b) != 0 {
+				t.Fatalf("the upstream received %q", b)
+			}
+		})
+	}
+}
+
+// TestCallRecordHoldsTheRequestID: a call record carries the JSON-RPC id as
+// the agent sent it (FORMAT.md request_id), so that a record can be matched
+// to its request; none was ever written before (found in review).
+func TestCallRecordHoldsTheRequestID(t *testing.T) {
+	for _, front := range fronts {
+		t.Run(front, func(t *testing.T) {
+			h := newHarness(t, hconf{})
+			send := rawSender(t, h, front)
+			for _, id := range []string{`4242`, `"req-α"`} {
+				before := len(kinds(h.records(), "call"))
+				send(`{"jsonrpc":"2.0","id":` + id + `,"method":"tools/call","params":{"name":"t__echo","arguments":{"text":"x"}}}`)
+				eventually(t, 5*time.Second, func() string {
+					calls := kinds(h.records(), "call")
+					if len(calls) == before {
+						return "no call record"
+					}
+					got, _ := json.Marshal(calls[len(calls)-1].Body["request_id"])
+					var want any
+					json.Unmarshal([]byte(id), &want)
+					wantB, _ := json.Marshal(want)
+					if string(got) != string(wantB) {
+						return fmt.Sprintf("request_id %s, want %s", got, wantB)
+					}
+					return ""
+				})
+			}
+		})
+	}
+}

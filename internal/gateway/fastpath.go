@@ -171,6 +171,7 @@ func (s *session) stdioFast(c *agentConn) func(*jsonrpc.Request) (bool, func(fun
 			return false, nil
 		}
 		call, ok := decodeFastCall(req.Params)
+		call.ID = req.ID
 		if !ok {
 			return false, nil
 		}
@@ -220,11 +221,29 @@ func (s *session) recordUndecodableCall(req *jsonrpc.Request) {
 		return
 	}
 	// The decoder's error is left out: it may quote the params.
-	reason := "invalid params: tools/call params must be an object whose name is a string; the agent was answered with a JSON-RPC error"
+	s.recordRefusedCall(req.Params, "invalid params: tools/call params must be an object whose name is a string; the agent was answered with a JSON-RPC error")
+}
+
+// recordBadIDCall records a tools/call line refused for its id (see
+// rpcwire.BadID) before anything decoded it.
+func (s *session) recordBadIDCall(line []byte, why string) {
+	var m struct {
+		Method string          `json:"method"`
+		Params json.RawMessage `json:"params"`
+	}
+	if json.Unmarshal(line, &m) != nil || m.Method != "tools/call" {
+		return
+	}
+	s.recordRefusedCall(m.Params, "invalid request: "+why+"; the agent was answered with a JSON-RPC error")
+}
+
+// recordRefusedCall writes the call record of a tools/call refused before
+// the pipeline saw it.
+func (s *session) recordRefusedCall(params json.RawMessage, reason string) {
 	var named struct {
 		Name string `json:"name"`
 	}
-	_ = json.Unmarshal(req.Params, &named) // as much of the name as can be read
+	_ = json.Unmarshal(params, &named) // as much of the name as can be read
 	s.g.record(s.ctx, &auditlog.Call{Session: s.id, Agent: s.principal, Tool: named.Name, Decision: auditlog.DecisionDeny,
 		PolicyMode: ModeNone, Outcome: auditlog.OutcomeRefused, Reason: reason})
 	s.g.metricCall("", DecisionNone, OutcomeRefused, 0)
@@ -411,6 +430,11 @@ func (s *session) httpFast(w http.ResponseWriter, r *http.Request, maxBytes int6
 	}
 	msg, ok := rpcwire.DecodeFast(body)
 	if !ok {
+		if why := rpcwire.BadID(body); why != "" {
+			s.recordBadIDCall(body, why)
+			writeRPCError(w, http.StatusBadRequest, jsonrpc.ID{}, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "cmcp: " + why})
+			return true
+		}
 		if m, err := rpcwire.DecodeMessage(body); err == nil {
 			if req, ok := m.(*jsonrpc.Request); ok {
 				s.recordUndecodableCall(req)
@@ -430,10 +454,18 @@ func (s *session) httpFast(w http.ResponseWriter, r *http.Request, maxBytes int6
 			w.WriteHeader(http.StatusAccepted)
 			return true
 		}
+		if m.Method == "tools/call" && !m.IsCall() {
+			if why := rpcwire.BadID(body); why != "" { // "id": null
+				s.recordBadIDCall(body, why)
+				writeRPCError(w, http.StatusBadRequest, jsonrpc.ID{}, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "cmcp: " + why})
+				return true
+			}
+		}
 		if m.Method != "tools/call" || !m.IsCall() {
 			return false
 		}
 		call, ok := decodeFastCall(m.Params)
+		call.ID = m.ID
 		if !ok {
 			s.recordUndecodableCall(m)
 			return false

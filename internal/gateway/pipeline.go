@@ -26,6 +26,7 @@ type toolCall struct {
 	Args     json.RawMessage // the arguments object exactly as sent (empty: none)
 	Meta     mcp.Meta        // the agent's _meta, forwarded
 	Progress any             // the agent's progress token, or nil
+	ID       jsonrpc.ID      // the JSON-RPC id, when the front read it (the fast paths)
 }
 
 // rawResult is a tools/call result forwarded to the agent as the exact
@@ -70,6 +71,11 @@ func (s *session) relay(ctx context.Context, params toolCall, after *func()) (js
 	}
 	rec := &auditlog.Call{Session: s.id, Agent: s.principal, Tool: params.Name, Decision: auditlog.DecisionDeny, PolicyMode: ModeNone}
 	rec.Args = g.log.Commit(args)
+	if params.ID.IsValid() {
+		// The id as sent (a string, or an integer: rpcwire refuses others),
+		// so that a record is matched to the agent's request.
+		rec.RequestID, _ = json.Marshal(params.ID.Raw())
+	}
 
 	// refuse records the call as refused and returns the fault. In the
 	// metrics, a call refused before the policy was asked has decision

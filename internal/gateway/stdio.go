@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"time"
 
@@ -39,6 +40,8 @@ type agentStdio struct {
 	// passed, if set, sees every request the fast path did not take, just
 	// before go-sdk gets it.
 	passed func(*jsonrpc.Request)
+	// badID, if set, sees every line refused for its id (rpcwire.BadID).
+	badID func(line []byte, why string)
 }
 
 func (t *agentStdio) Connect(context.Context) (mcp.Connection, error) {
@@ -86,6 +89,11 @@ func (c *agentConn) read(br *bufio.Reader, n int) {
 			continue
 		}
 		msg, strict, code, why := decodeAgentLine(trimmed)
+		if msg == nil && code == jsonrpc.CodeInvalidRequest && c.t.badID != nil {
+			if bad := rpcwire.BadID(trimmed); bad != "" {
+				c.t.badID(trimmed, bad)
+			}
+		}
 		if msg == nil {
 			c.reject(idOf(trimmed), code, fmt.Sprintf("cmcp: line %d: %s; send one JSON-RPC 2.0 object per line", n, why))
 			continue
@@ -148,7 +156,17 @@ func readLine(br *bufio.Reader, max int) (line []byte, tooLong bool, err error) 
 // Otherwise msg is nil with a JSON-RPC error code and the reason.
 func decodeAgentLine(b []byte) (msg jsonrpc.Message, strict bool, code int64, why string) {
 	if msg, ok := rpcwire.DecodeFast(b); ok { // one valid JSON object: no need to scan it twice
+		if req, isReq := msg.(*jsonrpc.Request); isReq && !req.ID.IsValid() && !strings.HasPrefix(req.Method, "notifications/") {
+			// An explicit null id: a request go-sdk would take for a
+			// notification and answer never.
+			if why := rpcwire.BadID(b); why != "" {
+				return nil, false, jsonrpc.CodeInvalidRequest, why
+			}
+		}
 		return msg, true, 0, ""
+	}
+	if why := rpcwire.BadID(b); why != "" && json.Valid(b) && b[0] == '{' {
+		return nil, false, jsonrpc.CodeInvalidRequest, why
 	}
 	switch {
 	case !json.Valid(b):

@@ -15,6 +15,7 @@ package rpcwire
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"strconv"
 
 	jsonv2 "github.com/go-json-experiment/json"
@@ -93,11 +94,15 @@ func DecodeFast(b []byte) (msg jsonrpc.Message, ok bool) {
 		}
 		id, _ = jsonrpc.MakeID(s)
 	case w.ID[0] == '-' || (w.ID[0] >= '0' && w.ID[0] <= '9'):
-		f, err := strconv.ParseFloat(string(w.ID), 64)
-		if err != nil {
+		// An integer that a float64 holds exactly: 1.5, 1e3 and 2^53+1
+		// would be read as another id (go-sdk truncates), so two calls
+		// could share one and an answer reach the wrong caller. BadID
+		// says why such a line is refused.
+		n, err := strconv.ParseInt(string(w.ID), 10, 64)
+		if err != nil || n > maxExactID || n < -maxExactID {
 			return nil, false
 		}
-		id, _ = jsonrpc.MakeID(f)
+		id, _ = jsonrpc.MakeID(float64(n))
 	default:
 		return nil, false
 	}
@@ -163,4 +168,34 @@ func tooDeep(b []byte) bool {
 		}
 	}
 	return false
+}
+
+// maxExactID is the largest integer a float64 (JSON-RPC ids in go-sdk)
+// holds exactly.
+const maxExactID = 1 << 53
+
+// BadID returns why the "id" member of the JSON object b is not an id MCP
+// allows (a string, or an integer within ±2^53), or "" if it is one or
+// there is none. A null id is refused too: MCP requests never have one.
+func BadID(b []byte) string {
+	var id []byte
+	if !EachMember(b, func(n, v []byte) {
+		if string(n) == "id" {
+			id = v
+		}
+	}) || id == nil {
+		return ""
+	}
+	switch {
+	case string(id) == "null":
+		return "the id is null: MCP requests have a string or integer id"
+	case id[0] == '"':
+		return ""
+	case id[0] == '-' || (id[0] >= '0' && id[0] <= '9'):
+		if n, err := strconv.ParseInt(string(id), 10, 64); err != nil || n > maxExactID || n < -maxExactID {
+			return fmt.Sprintf("the id %.40s is not an integer within ±2^53: MCP ids are strings or integers, and this one would be read as another", id)
+		}
+		return ""
+	}
+	return "the id must be a string or an integer"
 }

@@ -125,3 +125,28 @@ func BenchmarkDecode(b *testing.B) {
 		}
 	})
 }
+
+// TestIDsThatWouldBeReadAsOthers: DecodeFast takes only ids a float64
+// holds exactly (strings, integers within ±2^53); BadID says why another
+// is refused.
+func TestIDsThatWouldBeReadAsOthers(t *testing.T) {
+	for id, bad := range map[string]bool{
+		`1`: false, `-7`: false, `"x"`: false, `9007199254740992`: false,
+		`1.5`: true, `1e2`: true, `1.0`: true, `9007199254740993`: true, `123456789012345678901234567890`: true, `null`: true,
+	} {
+		line := []byte(`{"jsonrpc":"2.0","id":` + id + `,"method":"tools/call","params":{}}`)
+		why := BadID(line)
+		if (why != "") != bad {
+			t.Errorf("BadID(id %s) = %q", id, why)
+		}
+		if id == "null" {
+			continue // a request without an id decodes (as go-sdk's notification)
+		}
+		if _, ok := DecodeFast(line); ok == bad {
+			t.Errorf("DecodeFast(id %s) ok = %v", id, ok)
+		}
+	}
+	if why := BadID([]byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)); why != "" {
+		t.Errorf("no id: %q", why)
+	}
+}
