@@ -18,6 +18,9 @@ type Pending struct {
 	next uint64
 	m    map[string]chan *jsonrpc.Response
 	err  error // the connection failed: every request fails with this
+	// Dropped, if set, is told of an answer whose request no longer
+	// waits (it ended, was cancelled, or was never sent): it is dropped.
+	Dropped func(id string)
 }
 
 // Register returns a fresh request id and the channel its response arrives
@@ -59,6 +62,8 @@ func (p *Pending) Deliver(resp *jsonrpc.Response) bool {
 	p.mu.Unlock()
 	if ch != nil {
 		ch <- resp
+	} else if p.Dropped != nil {
+		p.Dropped(id)
 	}
 	return true
 }

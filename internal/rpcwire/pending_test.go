@@ -38,3 +38,25 @@ func TestPending(t *testing.T) {
 		t.Fatalf("after Fail: %v", err)
 	}
 }
+
+// TestPendingSaysWhatItDrops: an answer to an id that no longer waits (a
+// second answer, or one never asked for) is dropped, and Dropped is told.
+func TestPendingSaysWhatItDrops(t *testing.T) {
+	var dropped []string
+	p := &Pending{Prefix: "x-", Dropped: func(id string) { dropped = append(dropped, id) }}
+	id, ch, err := p.Register()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rid, _ := jsonrpc.MakeID(id)
+	if !p.Deliver(&jsonrpc.Response{ID: rid}) {
+		t.Fatal("the answer was not taken")
+	}
+	<-ch
+	p.Deliver(&jsonrpc.Response{ID: rid})
+	never, _ := jsonrpc.MakeID("x-999")
+	p.Deliver(&jsonrpc.Response{ID: never})
+	if len(dropped) != 2 || dropped[0] != id || dropped[1] != "x-999" {
+		t.Fatalf("dropped %q", dropped)
+	}
+}

@@ -30,6 +30,14 @@ type childTransport struct {
 
 func (t *childTransport) Connect(ctx context.Context) (mcp.Connection, error) {
 	c := &childConn{child: t.child, Inbox: rpcwire.NewInbox(), intercept: t.intercept, raw: rpcwire.Pending{Prefix: rawIDPrefix}}
+	if l := t.child.hooks.Log; l != nil {
+		// A late answer (its call was cancelled or timed out) is normal;
+		// one to an id never sent, or a second one, is the child's fault.
+		// Either way it is dropped, and said so.
+		c.raw.Dropped = func(id string) {
+			l.Warn("upstream answered a request that no longer waits (it ended, was cancelled, was answered already, or was never sent); the answer was dropped", "upstream", t.child.name, "id", id)
+		}
+	}
 	t.conn = c
 	go c.readLoop()
 	return c, nil
