@@ -56,15 +56,7 @@ when { context.arguments has path && !(context.arguments.path like "public/*") }
 // replays its log.
 func TestServeReplayEndToEnd(t *testing.T) {
 	tmp := t.TempDir()
-	server := filepath.Join(tmp, "sample-server")
-	if out, err := exec.Command("go", "build", "-o", server, "../../examples/sample-server").CombinedOutput(); err != nil {
-		t.Fatalf("build the sample server: %v\n%s", err, out)
-	}
-	f, pin, err := digest.OpenFile(server)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
+	server, pin := buildSampleServer(t, tmp)
 	data := filepath.Join(tmp, "data")
 	os.MkdirAll(filepath.Join(data, "public"), 0o755)
 	os.WriteFile(filepath.Join(data, "public", "a.txt"), []byte("public text"), 0o644)
@@ -284,4 +276,20 @@ func connectWhenServing(t *testing.T, addr string, exited <-chan error) *mcp.Cli
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// buildSampleServer builds examples/sample-server into dir and returns its
+// path and code pin.
+func buildSampleServer(t *testing.T, dir string) (string, digest.Digest) {
+	t.Helper()
+	server := filepath.Join(dir, "sample-server")
+	if out, err := exec.Command("go", "build", "-o", server, "../../examples/sample-server").CombinedOutput(); err != nil {
+		t.Fatalf("build the sample server: %v\n%s", err, out)
+	}
+	f, pin, err := digest.OpenFile(server)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	return server, pin
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
-	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
 // TestServeSurvivesAClosedStderr: a gateway whose log reader goes away
@@ -23,15 +22,7 @@ import (
 // the next log line killed the gateway mid-call, its epoch unsealed.
 func TestServeSurvivesAClosedStderr(t *testing.T) {
 	tmp := t.TempDir()
-	server := filepath.Join(tmp, "sample-server")
-	if out, err := exec.Command("go", "build", "-o", server, "../../examples/sample-server").CombinedOutput(); err != nil {
-		t.Fatalf("build the sample server: %v\n%s", err, out)
-	}
-	f, pin, err := digest.OpenFile(server)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
+	server, pin := buildSampleServer(t, tmp)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
