@@ -435,3 +435,22 @@ func TestCallRecordHoldsTheRequestID(t *testing.T) {
 		})
 	}
 }
+
+// TestResponsesKeepTheirIDs: the id checks are for requests. An agent's
+// answer to the gateway's own request (elicitation, sampling, ping) whose id
+// is spelled 7.0 is taken as before, on both fronts, and never answered
+// with an error (found in review of the id checks).
+func TestResponsesKeepTheirIDs(t *testing.T) {
+	for _, l := range []string{`{"jsonrpc":"2.0","id":7.0,"result":{}}`, `{"jsonrpc":"2.0","id":1e0,"result":{}}`} {
+		if msg, _, code, why := decodeAgentLine([]byte(l)); msg == nil {
+			t.Errorf("stdio: %s refused (%d %s)", l, code, why)
+		}
+	}
+	h := newHarness(t, hconf{})
+	resp, _ := rawPostResp(t, h.url, "", []byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`))
+	session := resp.Header.Get("Mcp-Session-Id")
+	rawPostResp(t, h.url, session, []byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`))
+	if r, b := rawPostResp(t, h.url, session, []byte(`{"jsonrpc":"2.0","id":7.0,"result":{}}`)); r.StatusCode != http.StatusAccepted {
+		t.Errorf("http: a response with id 7.0: %d %s", r.StatusCode, b)
+	}
+}

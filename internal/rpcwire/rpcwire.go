@@ -174,16 +174,22 @@ func tooDeep(b []byte) bool {
 // holds exactly.
 const maxExactID = 1 << 53
 
-// BadID returns why the "id" member of the JSON object b is not an id MCP
-// allows (a string, or an integer within ±2^53), or "" if it is one or
-// there is none. A null id is refused too: MCP requests never have one.
+// BadID returns why the "id" member of the request b (a JSON object with a
+// "method") is not an id MCP allows (a string, or an integer within ±2^53),
+// or "" if it is one, there is none, or b is not a request. A null id is
+// refused too: MCP requests never have one. A response's id is the one the
+// gateway chose, so whatever its spelling (7.0) it is not refused here.
 func BadID(b []byte) string {
 	var id []byte
+	method := false
 	if !EachMember(b, func(n, v []byte) {
-		if string(n) == "id" {
+		switch string(n) {
+		case "id":
 			id = v
+		case "method":
+			method = true
 		}
-	}) || id == nil {
+	}) || id == nil || !method {
 		return ""
 	}
 	switch {

@@ -149,4 +149,8 @@ func TestIDsThatWouldBeReadAsOthers(t *testing.T) {
 	if why := BadID([]byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)); why != "" {
 		t.Errorf("no id: %q", why)
 	}
+	// A response to the gateway's own request: its id is the gateway's.
+	if why := BadID([]byte(`{"jsonrpc":"2.0","id":7.0,"result":{}}`)); why != "" {
+		t.Errorf("a response: %q", why)
+	}
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync/atomic"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -34,8 +36,16 @@ func (t *childTransport) Connect(ctx context.Context) (mcp.Connection, error) {
 		// A late answer (its call was cancelled or timed out) is normal;
 		// one to an id never sent, or a second one, is the child's fault.
 		// Either way it is dropped, and said so.
+		var last atomic.Int64 // unix nanoseconds of the last warning: one a second at most
+		var quiet atomic.Int64
 		c.raw.Dropped = func(id string) {
-			l.Warn("upstream answered a request that no longer waits (it ended, was cancelled, was answered already, or was never sent); the answer was dropped", "upstream", t.child.name, "id", id)
+			now := time.Now().UnixNano()
+			if l0 := last.Load(); now-l0 < int64(time.Second) || !last.CompareAndSwap(l0, now) {
+				quiet.Add(1)
+				return
+			}
+			l.Warn("upstream answered a request that no longer waits (it ended, was cancelled, was answered already, or was never sent); the answer was dropped",
+				"upstream", t.child.name, "id", framing.Excerpt([]byte(id)), "dropped_since_last_warning", quiet.Swap(0))
 		}
 	}
 	t.conn = c
