@@ -157,15 +157,7 @@ func TestServeReplayEndToEnd(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	cs.Close()
-	gw.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Fatalf("gateway exit: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("gateway did not stop")
-	}
+	stopServe(t, gw, exited)
 	if !strings.Contains(stderr.String(), "policy reloaded") {
 		t.Fatalf("no reload in the gateway log")
 	}
@@ -292,4 +284,19 @@ func buildSampleServer(t *testing.T, dir string) (string, digest.Digest) {
 	}
 	f.Close()
 	return server, pin
+}
+
+// stopServe sends SIGTERM to a `cmcp serve` process and waits (30 s at
+// most) for it to exit cleanly.
+func stopServe(t *testing.T, gw *exec.Cmd, exited <-chan error) {
+	t.Helper()
+	gw.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("gateway exit: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("gateway did not stop")
+	}
 }

@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -70,15 +69,7 @@ func TestServeSurvivesAClosedStderr(t *testing.T) {
 		}
 	}
 	cs.Close()
-	gw.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Fatalf("gateway exit: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("gateway did not stop")
-	}
+	stopServe(t, gw, exited)
 	rep, err := auditlog.Verify(filepath.Join(tmp, "audit"), auditlog.VerifyOptions{})
 	if err != nil || !rep.Epochs[len(rep.Epochs)-1].Sealed {
 		t.Fatalf("the log after the run: %v (sealed: %v)", err, err == nil && rep.Epochs[len(rep.Epochs)-1].Sealed)

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/confidential-mcp/cmcp/internal/config"
 	"github.com/confidential-mcp/cmcp/internal/ui"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
@@ -40,17 +39,10 @@ func TestServeChecksListenersBeforeOpeningTheLog(t *testing.T) {
 			dir := t.TempDir()
 			yaml := fmt.Sprintf("version: 1\nserver:\n%s  tee: software\naudit:\n  dir: audit\nadmin:\n  listen: %s\n  token_sha256: %s\nupstreams:\n  - name: t\n    stdio:\n      command: %s\n      env: {%s: server}\n    pin:\n      command: %s\n",
 				tc.server, adminAddr, TokenDigest(testAdminToken), exe, childEnv, pin)
-			path := filepath.Join(dir, "cmcp.yaml")
-			if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			cfg, err := config.Load(path)
-			if err != nil {
-				t.Fatal(err)
-			}
+			cfg, _ := loadConfigFile(t, dir, yaml)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			err = Serve(ctx, cfg, ServeOptions{Listen: tc.flag, Environ: os.Environ(), Logger: slog.New(slog.DiscardHandler)})
+			err := Serve(ctx, cfg, ServeOptions{Listen: tc.flag, Environ: os.Environ(), Logger: slog.New(slog.DiscardHandler)})
 			if err == nil || !strings.Contains(err.Error(), tc.want) || ui.CodeOf(err) != ui.ExitConfig {
 				t.Fatalf("serve: %v (exit %d), want exit 4 and %q", err, ui.CodeOf(err), tc.want)
 			}
@@ -69,18 +61,11 @@ func TestServeWarnsOfCleartextCredentials(t *testing.T) {
 	dir := t.TempDir()
 	yaml := fmt.Sprintf("version: 1\nserver:\n  listen: 0.0.0.0:0\n  tee: software\n  tokens: [{identity: a, sha256: %s}]\naudit:\n  dir: audit\nadmin:\n  listen: 0.0.0.0:0\n  token_sha256: %s\nupstreams:\n  - name: t\n    stdio:\n      command: %s\n      env: {%s: server}\n    pin:\n      command: %s\n",
 		TokenDigest(testAgentToken), TokenDigest(testAdminToken), exe, childEnv, pin)
-	path := filepath.Join(dir, "cmcp.yaml")
-	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, _ := loadConfigFile(t, dir, yaml)
 	logs := &lockedWriter{b: &strings.Builder{}}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	err = Serve(ctx, cfg, ServeOptions{Environ: os.Environ(), Logger: slog.New(slog.NewTextHandler(logs, nil)),
+	err := Serve(ctx, cfg, ServeOptions{Environ: os.Environ(), Logger: slog.New(slog.NewTextHandler(logs, nil)),
 		Started: func(string, *Gateway, *auditlog.Writer) { cancel() }})
 	if err != nil {
 		t.Fatal(err)
@@ -105,20 +90,13 @@ func TestServeRecordsTheLoadedConfigDigest(t *testing.T) {
 	exe, pin := selfDigest(t)
 	dir := t.TempDir()
 	yaml := fmt.Sprintf("version: 1\nserver:\n  listen: 127.0.0.1:0\n  tee: software\naudit:\n  dir: audit\nupstreams:\n  - name: t\n    stdio:\n      command: %s\n      env: {%s: server}\n    pin:\n      command: %s\n", exe, childEnv, pin)
-	path := filepath.Join(dir, "cmcp.yaml")
-	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, path := loadConfigFile(t, dir, yaml)
 	if err := os.WriteFile(path, []byte(yaml+"# changed after loading\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	err = Serve(ctx, cfg, ServeOptions{Environ: os.Environ(), Logger: slog.New(slog.DiscardHandler),
+	err := Serve(ctx, cfg, ServeOptions{Environ: os.Environ(), Logger: slog.New(slog.DiscardHandler),
 		Started: func(string, *Gateway, *auditlog.Writer) { cancel() }})
 	if err != nil {
 		t.Fatal(err)

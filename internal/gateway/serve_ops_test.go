@@ -47,14 +47,7 @@ func serveYAML(t *testing.T, dir, yaml string, environ []string) (string, string
 // them); the log, metrics and start hook are the test's.
 func serveYAMLWith(t *testing.T, dir, yaml string, o ServeOptions) (string, string) {
 	t.Helper()
-	path := filepath.Join(dir, "cmcp.yaml")
-	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, _ := loadConfigFile(t, dir, yaml)
 	ctx, cancel := context.WithCancel(context.Background())
 	started := make(chan string, 1)
 	done := make(chan error, 1)
@@ -670,4 +663,18 @@ func TestServeSealedUpstream(t *testing.T) {
 	if err != nil || !strings.HasPrefix(exe, "/memfd:cmcp:") {
 		t.Fatalf("child %d runs %q (%v), want a sealed memfd", pid, exe, err)
 	}
+}
+
+// loadConfigFile writes yaml to dir/cmcp.yaml and loads it.
+func loadConfigFile(t *testing.T, dir, yaml string) (*config.Config, string) {
+	t.Helper()
+	path := filepath.Join(dir, "cmcp.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, path
 }
