@@ -18,6 +18,9 @@ const (
 	CodeUpstreamTimeout     = -32066 // the upstream did not answer within the per-call timeout
 	CodeUpstreamFailed      = -32067 // the upstream died or broke the protocol during the call
 	CodeShuttingDown        = -32068 // the gateway is shutting down
+	// CodeResourceNotFound answers resources/read when no upstream has the
+	// resource (MCP's resource-not-found code).
+	CodeResourceNotFound = -32002
 )
 
 func fault(code int, format string, args ...any) *jsonrpc.Error {

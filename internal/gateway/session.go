@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/yosida95/uritemplate/v3"
 
 	"github.com/confidential-mcp/cmcp/internal/catalog"
 	"github.com/confidential-mcp/cmcp/internal/rpcwire"
@@ -75,7 +77,12 @@ type session struct {
 	lives    map[string]*live
 	visible  map[string]digest.Digest // registered tools: exposed name -> Definition
 	logLevel mcp.LoggingLevel
-	resOwner map[string]string // resource URI -> upstream, from lists
+	// resOwner maps a resource URI to the upstream that serves it: the
+	// first to list it (resources/list), or the one that answered a read
+	// of it or took a subscription to it. tmpls are the resource templates
+	// each upstream listed (resources/templates/list). See resourceRoute.
+	resOwner map[string]string
+	tmpls    map[string][]ownedTemplate
 	started  bool
 	ended    bool // no new upstream connections
 
@@ -104,7 +111,7 @@ type session struct {
 // newSession builds the MCP server for one agent session. Nothing is
 // spawned until the session uses an upstream.
 func (g *Gateway) newSession(principal, front string) *session {
-	s := &session{g: g, principal: principal, front: front, lives: map[string]*live{}, visible: map[string]digest.Digest{}, resOwner: map[string]string{}}
+	s := &session{g: g, principal: principal, front: front, lives: map[string]*live{}, visible: map[string]digest.Digest{}, resOwner: map[string]string{}, tmpls: map[string][]ownedTemplate{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.serverReqs.Prefix = serverReqPrefix
 	s.lastPost.Store(time.Now().UnixNano())
@@ -754,7 +761,11 @@ func (s *session) listTemplates(ctx context.Context, req *mcp.ListResourceTempla
 	ups := s.upstreamsWith(hasResources)
 	if name, ok := s.single(ups); ok {
 		return forward(s, ctx, name, nil, func(ctx context.Context, lv *live, _ any) (*mcp.ListResourceTemplatesResult, error) {
-			return lv.conn.Session.ListResourceTemplates(ctx, req.Params)
+			r, err := lv.conn.Session.ListResourceTemplates(ctx, req.Params)
+			if err == nil {
+				s.noteTemplates(name, r.ResourceTemplates)
+			}
+			return r, err
 		})
 	}
 	out := &mcp.ListResourceTemplatesResult{ResourceTemplates: []*mcp.ResourceTemplate{}}
@@ -772,9 +783,81 @@ func (s *session) listTemplates(ctx context.Context, req *mcp.ListResourceTempla
 		if err != nil {
 			return nil, err
 		}
+		s.noteTemplates(name, ts)
 		out.ResourceTemplates = append(out.ResourceTemplates, ts...)
 	}
 	return out, nil
+}
+
+// ownedTemplate is a resource template an upstream listed.
+type ownedTemplate struct {
+	raw string
+	re  *regexp.Regexp // nil if it does not parse: then it matches only itself
+}
+
+// noteTemplates remembers the resource templates upstream name listed.
+func (s *session) noteTemplates(name string, ts []*mcp.ResourceTemplate) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range ts {
+		if slices.ContainsFunc(s.tmpls[name], func(o ownedTemplate) bool { return o.raw == t.URITemplate }) {
+			continue
+		}
+		o := ownedTemplate{raw: t.URITemplate}
+		// RFC 6570 matching as go-sdk's servers do it (the same library).
+		if ut, err := uritemplate.New(t.URITemplate); err == nil {
+			o.re = ut.Regexp()
+		}
+		s.tmpls[name] = append(s.tmpls[name], o)
+	}
+}
+
+// maxLearnedOwners bounds what reads and subscriptions add to a session's
+// owners (resources/list adds what the upstreams list, counted too): past
+// it, reads still work, asking as if the owner were unknown.
+const maxLearnedOwners = 10000
+
+// noteOwner remembers that upstream name answered a read of uri or took a
+// subscription to it.
+func (s *session) noteOwner(uri, name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.resOwner[uri]; !ok && len(s.resOwner) < maxLearnedOwners {
+		s.resOwner[uri] = name
+	}
+}
+
+// resourceRoute returns the upstreams that may serve uri (a resource URI,
+// or a URI template for completion/complete), in the order to ask them,
+// and whether the session knows them to serve it:
+//
+//   - the upstream that owns uri (see resOwner), alone;
+//   - else the upstreams that listed uri as a template, or a template
+//     that matches it, in configuration order;
+//   - else (known false) every upstream with resources.
+//
+// A template that matches makes its upstream the one asked even when
+// another upstream might also have the URI: the session was told whose it
+// is, and an unlisted resource of another upstream is reached by listing
+// resources first.
+func (s *session) resourceRoute(uri string) (names []string, known bool) {
+	ups := s.upstreamsWith(hasResources)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if owner, ok := s.resOwner[uri]; ok && slices.Contains(ups, owner) {
+		return []string{owner}, true
+	}
+	for _, name := range ups {
+		if slices.ContainsFunc(s.tmpls[name], func(t ownedTemplate) bool {
+			return t.raw == uri || t.re != nil && t.re.MatchString(uri)
+		}) {
+			names = append(names, name)
+		}
+	}
+	if len(names) > 0 {
+		return names, true
+	}
+	return ups, false
 }
 
 // resourceUpstreams lists the upstreams to ask about uri: its known owner
@@ -796,32 +879,76 @@ func (s *session) resourceUpstreams(uri string) []string {
 	return out
 }
 
+// readResource asks the upstreams resourceRoute names for uri.
+//
+// One upstream asked (the owner, the only upstream whose template
+// matches, the only upstream with resources): its answer, error or not,
+// reaches the agent as it sent it.
+//
+// Several asked, in order, until one has the resource: an answer of
+// -32002 (MCP's resource-not-found code before SEP-2164) or -32602 (the
+// code since, and go-sdk's since v1.7; also "invalid params", which an
+// upstream may well say of a URI in another's scheme) means "not mine",
+// and the next is asked. Any other error is that upstream's answer and
+// ends the search: it is the agent's, as sent. An upstream that cannot be
+// reached or fails (-32062, -32067) is skipped too, but if none has the
+// resource that failure is the answer (the resource may be its). If every
+// upstream said "not mine", the answer is the gateway's -32002 fault,
+// which quotes each answer: an upstream's -32602 about bad params is not
+// lost.
 func (s *session) readResource(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
-	var lastErr error = fault(jsonrpcResourceNotFound, "resource %q not found in any upstream", req.Params.URI)
-	for _, name := range s.resourceUpstreams(req.Params.URI) {
-		r, err := forward(s, ctx, name, req.Params.GetProgressToken(), func(ctx context.Context, lv *live, tok any) (*mcp.ReadResourceResult, error) {
+	uri := req.Params.URI
+	read := func(name string) (*mcp.ReadResourceResult, error) {
+		return forward(s, ctx, name, req.Params.GetProgressToken(), func(ctx context.Context, lv *live, tok any) (*mcp.ReadResourceResult, error) {
 			p := *req.Params
 			p.Meta = withMeta(p.Meta, tok)
 			return lv.conn.Session.ReadResource(ctx, &p)
 		})
+	}
+	names, known := s.resourceRoute(uri)
+	switch len(names) {
+	case 0:
+		return nil, fault(CodeResourceNotFound, "resource %q not found: no upstream serves resources", uri)
+	case 1:
+		r, err := read(names[0])
+		if err == nil && !known {
+			s.noteOwner(uri, names[0])
+		}
+		return r, err
+	}
+	var failed error
+	var answers []string
+	for _, name := range names {
+		r, err := read(name)
 		if err == nil {
+			s.noteOwner(uri, name)
 			return r, nil
 		}
-		lastErr = err
 		var we *jsonrpc.Error
-		if errors.As(err, &we) && we.Code != jsonrpcResourceNotFound && we.Code != CodeUpstreamUnavailable {
+		if !errors.As(err, &we) {
+			return nil, err
+		}
+		switch we.Code {
+		case CodeResourceNotFound, jsonrpc.CodeInvalidParams:
+			answers = append(answers, fmt.Sprintf("%s: %d %s", name, we.Code, we.Message))
+		case CodeUpstreamUnavailable, CodeUpstreamFailed:
+			if failed == nil {
+				failed = err
+			}
+		default:
 			return nil, err
 		}
 	}
-	return nil, lastErr
+	if failed != nil {
+		return nil, failed
+	}
+	return nil, fault(CodeResourceNotFound, "resource %q not found in any upstream (%s)", uri, strings.Join(answers, "; "))
 }
-
-const jsonrpcResourceNotFound = -32002
 
 func (s *session) subscribe(ctx context.Context, req *mcp.SubscribeRequest) error {
 	ups := s.resourceUpstreams(req.Params.URI)
 	if len(ups) == 0 {
-		return fault(jsonrpcResourceNotFound, "resource %q not found in any upstream", req.Params.URI)
+		return fault(CodeResourceNotFound, "resource %q not found in any upstream", req.Params.URI)
 	}
 	_, err := forward(s, ctx, ups[0], nil, func(ctx context.Context, lv *live, _ any) (struct{}, error) {
 		if lv.owner == nil && !lv.subscribe(s, req.Params.URI) {
@@ -839,7 +966,7 @@ func (s *session) subscribe(ctx context.Context, req *mcp.SubscribeRequest) erro
 func (s *session) unsubscribe(ctx context.Context, req *mcp.UnsubscribeRequest) error {
 	ups := s.resourceUpstreams(req.Params.URI)
 	if len(ups) == 0 {
-		return fault(jsonrpcResourceNotFound, "resource %q not found in any upstream", req.Params.URI)
+		return fault(CodeResourceNotFound, "resource %q not found in any upstream", req.Params.URI)
 	}
 	_, err := forward(s, ctx, ups[0], nil, func(ctx context.Context, lv *live, _ any) (struct{}, error) {
 		if lv.owner == nil && len(lv.unsubscribe(s, req.Params.URI)) == 0 {
@@ -922,7 +1049,7 @@ func (s *session) complete(ctx context.Context, req *mcp.CompleteRequest) (*mcp.
 	} else if p.Ref != nil {
 		ups := s.resourceUpstreams(p.Ref.URI)
 		if len(ups) == 0 {
-			return nil, fault(jsonrpcResourceNotFound, "resource %q not found in any upstream", p.Ref.URI)
+			return nil, fault(CodeResourceNotFound, "resource %q not found in any upstream", p.Ref.URI)
 		}
 		up = ups[0]
 	} else {

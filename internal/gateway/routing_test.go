@@ -1,0 +1,292 @@
+package gateway
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/confidential-mcp/cmcp/internal/upstream"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+)
+
+func init() {
+	childModes["res"] = func() {
+		s := newResServer(os.Getenv("CMCP_TEST_ID"), os.Getenv("CMCP_TEST_SEEN"), os.Getenv("CMCP_TEST_WITHOUT"))
+		_ = s.Run(context.Background(), &mcp.StdioTransport{})
+	}
+}
+
+// newResServer is an upstream named id with resources under its own
+// scheme: id://static/1 (listed), the template id://tmpl/{n}, and
+// id://bad/{n}, whose reads fail with -32602 "bad n". It has a prompt,
+// completion (unless without names "complete") and subscriptions (unless
+// without names "subscribe"), and its tool "roots" asks for the agent's
+// roots. It appends what it was asked to the file seen, a line each:
+// "<id> <method> <uri>".
+func newResServer(id, seen, without string) *mcp.Server {
+	note := func(line string) {
+		f, err := os.OpenFile(seen, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		if err != nil {
+			return
+		}
+		defer f.Close()
+		fmt.Fprintf(f, "%s %s\n", id, line)
+	}
+	opts := &mcp.ServerOptions{
+		RootsListChangedHandler: func(context.Context, *mcp.RootsListChangedRequest) { note("notifications/roots/list_changed") },
+	}
+	if !strings.Contains(without, "complete") {
+		opts.CompletionHandler = func(_ context.Context, req *mcp.CompleteRequest) (*mcp.CompleteResult, error) {
+			return &mcp.CompleteResult{Completion: mcp.CompletionResultDetails{Values: []string{id + ":" + req.Params.Argument.Value}}}, nil
+		}
+	}
+	if !strings.Contains(without, "subscribe") {
+		opts.SubscribeHandler = func(context.Context, *mcp.SubscribeRequest) error { return nil }
+		opts.UnsubscribeHandler = func(context.Context, *mcp.UnsubscribeRequest) error { return nil }
+	}
+	s := mcp.NewServer(&mcp.Implementation{Name: "res-" + id, Version: "1"}, opts)
+	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			switch p := req.GetParams().(type) {
+			case *mcp.ReadResourceParams:
+				note(method + " " + p.URI)
+			case *mcp.SubscribeParams:
+				note(method + " " + p.URI)
+			case *mcp.UnsubscribeParams:
+				note(method + " " + p.URI)
+			case *mcp.CompleteParams:
+				note(method + " " + p.Ref.URI + p.Ref.Name)
+			}
+			return next(ctx, method, req)
+		}
+	})
+	text := func(uri, t string) *mcp.ReadResourceResult {
+		return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: uri, Text: t}}}
+	}
+	s.AddResource(&mcp.Resource{URI: id + "://static/1", Name: "static"}, func(_ context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+		return text(req.Params.URI, id+" static"), nil
+	})
+	s.AddResourceTemplate(&mcp.ResourceTemplate{URITemplate: id + "://tmpl/{n}", Name: "tmpl"}, func(_ context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+		return text(req.Params.URI, id+" template "+req.Params.URI), nil
+	})
+	s.AddResourceTemplate(&mcp.ResourceTemplate{URITemplate: id + "://bad/{n}", Name: "bad"}, func(_ context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "bad n"}
+	})
+	s.AddPrompt(&mcp.Prompt{Name: "hello"}, func(context.Context, *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+		return &mcp.GetPromptResult{Messages: []*mcp.PromptMessage{{Role: "user", Content: &mcp.TextContent{Text: "hello from " + id}}}}, nil
+	})
+	s.AddTool(&mcp.Tool{Name: "roots", InputSchema: json.RawMessage(`{"type":"object"}`)}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		r, err := req.Session.ListRoots(ctx, nil)
+		if err != nil {
+			return nil, err
+		}
+		var uris []string
+		for _, root := range r.Roots {
+			uris = append(uris, root.URI)
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: strings.Join(uris, ",")}}}, nil
+	})
+	return s
+}
+
+// resUp is one upstream of newResGateway: a "res" child on stdio, or with
+// http newResServer over Streamable HTTP on 127.0.0.1.
+type resUp struct {
+	name    string
+	http    bool
+	shared  bool
+	without string // capabilities the upstream lacks: "complete", "subscribe"
+}
+
+// resGateway is a gateway over several resUp upstreams (namespaced).
+type resGateway struct {
+	*harness
+	seen string
+	// https are the HTTP upstreams' servers, to take down and bring back.
+	https map[string]*resHTTP
+}
+
+// resHTTP serves an HTTP upstream; down closes its listener and
+// connections, up listens on the same address again with a new server (the
+// old MCP sessions are unknown to it).
+type resHTTP struct {
+	t    *testing.T
+	srv  *httptest.Server
+	h    atomic.Pointer[http.Handler]
+	mk   func() http.Handler
+	addr string
+}
+
+func (r *resHTTP) down() {
+	r.srv.Listener.Close()
+	r.srv.CloseClientConnections()
+}
+
+func (r *resHTTP) up() {
+	r.t.Helper()
+	h := r.mk()
+	r.h.Store(&h)
+	ln, err := net.Listen("tcp", r.addr)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	hs := &http.Server{Handler: r.srv.Config.Handler}
+	go hs.Serve(ln)
+	r.t.Cleanup(func() { hs.Close() })
+}
+
+func newResGateway(t *testing.T, ups ...resUp) *resGateway {
+	t.Helper()
+	exe, pin := selfDigest(t)
+	dir := t.TempDir()
+	seen := filepath.Join(dir, "seen")
+	_, key, _ := ed25519.GenerateKey(rand.Reader)
+	w, err := auditlog.Open(filepath.Join(dir, "audit"), auditlog.Options{Key: key, Durability: auditlog.DurabilityGroup, Gateway: auditlog.GatewayInfo{Version: "test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &lockedWriter{b: &strings.Builder{}}
+	logger := slog.New(slog.NewTextHandler(logs, nil))
+	rg := &resGateway{seen: seen, https: map[string]*resHTTP{}}
+	var uos []UpstreamOptions
+	for _, u := range ups {
+		uo := UpstreamOptions{Namespaced: true, Shared: u.shared}
+		if u.http {
+			rh := &resHTTP{t: t, mk: func() http.Handler {
+				s := newResServer(u.name, seen, u.without)
+				return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil)
+			}}
+			h := rh.mk()
+			rh.h.Store(&h)
+			rh.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*rh.h.Load()).ServeHTTP(w, r) }))
+			rh.addr = rh.srv.Listener.Addr().String()
+			t.Cleanup(rh.srv.Close)
+			rg.https[u.name] = rh
+			hu, err := upstream.NewHTTP(upstream.HTTPOptions{Name: u.name, URL: rh.srv.URL})
+			if err != nil {
+				t.Fatal(err)
+			}
+			uo.Upstream, uo.Transport, uo.Class = hu, "http", hu.Class()
+		} else {
+			share := "per-session"
+			if u.shared {
+				share = "shared"
+			}
+			env := map[string]string{childEnv: "res", "CMCP_TEST_ID": u.name, "CMCP_TEST_SEEN": seen, "CMCP_TEST_WITHOUT": u.without}
+			spec := upstream.StdioSpec{Name: u.name, Command: exe, Pin: pin, Env: env}
+			uo.Upstream, uo.Class = &upstream.Stdio{Spec: spec, Environ: os.Environ(), Hooks: StdioHooks(w, logger, nil), Share: share}, upstream.ClassSpawnMeasured
+		}
+		uos = append(uos, uo)
+	}
+	g, err := New(Options{Version: "test", Log: w, Logger: logger, Upstreams: uos})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", g.HTTPHandler(HTTPOptions{MaxRequestBytes: 1 << 20}))
+	srv := httptest.NewServer(mux)
+	rg.harness = &harness{t: t, dir: filepath.Join(dir, "audit"), w: w, g: g, srv: srv, url: srv.URL + "/mcp", logs: logs}
+	t.Cleanup(func() {
+		srv.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		g.Shutdown(ctx)
+		w.Close()
+		if t.Failed() {
+			t.Logf("gateway log:\n%s", clip(logs.String(), 4000))
+			b, _ := os.ReadFile(seen)
+			t.Logf("the upstreams were asked:\n%s", b)
+		}
+	})
+	return rg
+}
+
+// asked returns what upstream name was asked, as "<method> <uri>" lines.
+func (rg *resGateway) asked(name string) []string {
+	b, _ := os.ReadFile(rg.seen)
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(l, name+" "); ok {
+			out = append(out, rest)
+		}
+	}
+	return out
+}
+
+// TestResourceReadRoutesToItsOwner: resources/read goes to the upstream
+// that serves the URI: the one that listed it, or whose listed template
+// matches it. A URI the session knows nothing of (read from a
+// resource_link, a template filled in, a fresh session) is asked of every
+// upstream with resources until one has it: go-sdk's "Resource not found"
+// (-32602 since v1.7) from another upstream does not end the search. If
+// none has it, the agent gets the gateway's -32002 quoting each answer;
+// the owner's own errors reach the agent as it sent them.
+func TestResourceReadRoutesToItsOwner(t *testing.T) {
+	for _, front := range fronts {
+		t.Run(front, func(t *testing.T) {
+			rg := newResGateway(t, resUp{name: "a"}, resUp{name: "b"})
+			cs := rg.connectVia(front, nil)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			read := func(uri string) (string, error) {
+				t.Helper()
+				r, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: uri})
+				if err != nil {
+					return "", err
+				}
+				return r.Contents[0].Text, nil
+			}
+			// Nothing listed: a says "Resource not found", b has them.
+			for uri, want := range map[string]string{"b://static/1": "b static", "b://tmpl/7": "b template b://tmpl/7"} {
+				if got, err := read(uri); err != nil || got != want {
+					t.Fatalf("read %s in a fresh session: %q, %v; want %q", uri, got, err, want)
+				}
+			}
+			_, err := read("c://nowhere")
+			if wireCode(err) != CodeResourceNotFound || !strings.Contains(err.Error(), "a: -32602 Resource not found") || !strings.Contains(err.Error(), "b: -32602 Resource not found") {
+				t.Fatalf("read of a URI no upstream has: %v; want %d quoting both answers", err, CodeResourceNotFound)
+			}
+			// Nothing listed, b's answer is an error of its own: it is
+			// quoted, not lost.
+			if _, err := read("b://bad/1"); wireCode(err) != CodeResourceNotFound || !strings.Contains(err.Error(), "b: -32602 bad n") {
+				t.Fatalf("read of b://bad/1 in a fresh session: %v; want %d quoting b's \"bad n\"", err, CodeResourceNotFound)
+			}
+			// Once the templates are listed, b's template URIs go to b
+			// alone, and b's error reaches the agent as b sent it.
+			if _, err := cs.ListResourceTemplates(ctx, nil); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := read("b://tmpl/8"); err != nil || got != "b template b://tmpl/8" {
+				t.Fatalf("read b://tmpl/8: %q, %v", got, err)
+			}
+			var we *jsonrpc.Error
+			if _, err := read("b://bad/2"); !errors.As(err, &we) || we.Code != jsonrpc.CodeInvalidParams || we.Message != "bad n" {
+				t.Fatalf("read b://bad/2 after the templates were listed: %v; want b's -32602 \"bad n\" as sent", err)
+			}
+			for _, l := range rg.asked("a") {
+				if strings.HasSuffix(l, "b://tmpl/8") || strings.HasSuffix(l, "b://bad/2") {
+					t.Fatalf("upstream a was asked %q, a URI of b's listed template", l)
+				}
+			}
+		})
+	}
+}
