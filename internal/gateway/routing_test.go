@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -286,6 +287,87 @@ func TestResourceReadRoutesToItsOwner(t *testing.T) {
 				if strings.HasSuffix(l, "b://tmpl/8") || strings.HasSuffix(l, "b://bad/2") {
 					t.Fatalf("upstream a was asked %q, a URI of b's listed template", l)
 				}
+			}
+		})
+	}
+}
+
+// TestResourceRequestsGoToTheOwner: completion/complete for a resource
+// template, resources/subscribe and unsubscribe go to the upstream that
+// serves the template or URI, and only if it offers them (else -32602
+// saying so: go-sdk rewrites the message of any -32601). While the session
+// does not know which upstream that is, the gateway refuses (-32602, saying
+// how it can learn) instead of picking the first upstream with resources.
+func TestResourceRequestsGoToTheOwner(t *testing.T) {
+	for _, front := range fronts {
+		t.Run(front, func(t *testing.T) {
+			rg := newResGateway(t, resUp{name: "a"}, resUp{name: "b"}, resUp{name: "c", without: "complete,subscribe"})
+			cs := rg.connectVia(front, nil)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			complete := func(ref *mcp.CompleteReference) ([]string, error) {
+				r, err := cs.Complete(ctx, &mcp.CompleteParams{Ref: ref, Argument: mcp.CompleteParamsArgument{Name: "n", Value: "4"}})
+				if err != nil {
+					return nil, err
+				}
+				return r.Completion.Values, nil
+			}
+			tmpl := &mcp.CompleteReference{Type: "ref/resource", URI: "b://tmpl/{n}"}
+
+			// Nothing learned yet.
+			if v, err := complete(tmpl); wireCode(err) != jsonrpc.CodeInvalidParams || !strings.Contains(err.Error(), "resources/templates/list") {
+				t.Fatalf("complete b://tmpl/{n} before the templates were listed: %v, %v; want -32602 saying to list them", v, err)
+			}
+			if err := cs.Subscribe(ctx, &mcp.SubscribeParams{URI: "b://static/1"}); wireCode(err) != jsonrpc.CodeInvalidParams {
+				t.Fatalf("subscribe b://static/1 before it was listed or read: %v; want -32602", err)
+			}
+			for _, name := range []string{"a", "b", "c"} {
+				if asked := rg.asked(name); len(asked) != 0 {
+					t.Fatalf("upstream %s was asked %q although the gateway did not know whose the URI is", name, asked)
+				}
+			}
+			// A read teaches the gateway whose a URI is.
+			if _, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "b://static/1"}); err != nil {
+				t.Fatal(err)
+			}
+			if err := cs.Subscribe(ctx, &mcp.SubscribeParams{URI: "b://static/1"}); err != nil {
+				t.Fatalf("subscribe b://static/1 after reading it: %v", err)
+			}
+			// Listing the templates teaches it whose a template is.
+			if _, err := cs.ListResourceTemplates(ctx, nil); err != nil {
+				t.Fatal(err)
+			}
+			if v, err := complete(tmpl); err != nil || len(v) != 1 || v[0] != "b:4" {
+				t.Fatalf("complete b://tmpl/{n}: %v, %v; want b's [b:4]", v, err)
+			}
+			if err := cs.Subscribe(ctx, &mcp.SubscribeParams{URI: "b://tmpl/5"}); err != nil {
+				t.Fatal(err)
+			}
+			if err := cs.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: "b://tmpl/5"}); err != nil {
+				t.Fatal(err)
+			}
+			// c serves c://tmpl/{n} and its prompt but offers neither
+			// completion nor subscriptions.
+			_, errTmpl := complete(&mcp.CompleteReference{Type: "ref/resource", URI: "c://tmpl/{n}"})
+			_, errPrompt := complete(&mcp.CompleteReference{Type: "ref/prompt", Name: "c__hello"})
+			for what, err := range map[string]error{
+				"complete c://tmpl/{n}": errTmpl,
+				"complete c__hello":     errPrompt,
+				"subscribe c://tmpl/1":  cs.Subscribe(ctx, &mcp.SubscribeParams{URI: "c://tmpl/1"}),
+			} {
+				if wireCode(err) != jsonrpc.CodeInvalidParams || !strings.Contains(err.Error(), `upstream "c"`) || !strings.Contains(err.Error(), "does not support it") {
+					t.Fatalf("%s: %v; want -32602 saying upstream \"c\" does not support it", what, err)
+				}
+			}
+			want := []string{"resources/read b://static/1", "resources/subscribe b://static/1", "completion/complete b://tmpl/{n}", "resources/subscribe b://tmpl/5", "resources/unsubscribe b://tmpl/5"}
+			if got := rg.asked("b"); !slices.Equal(got, want) {
+				t.Fatalf("upstream b was asked %q, want %q", got, want)
+			}
+			if got := rg.asked("a"); !slices.Equal(got, []string{"resources/read b://static/1"}) {
+				t.Fatalf("upstream a was asked %q, want only the read that found b://static/1 was not a's", got)
+			}
+			if got := rg.asked("c"); len(got) != 0 {
+				t.Fatalf("upstream c was asked %q", got)
 			}
 		})
 	}

@@ -592,19 +592,30 @@ func (g *Gateway) applySharedLevel(ctx context.Context, lv *live) {
 func (s *session) upstreamsWith(has func(*mcp.ServerCapabilities) bool) []string {
 	var out []string
 	for _, name := range s.g.order {
-		st := s.g.ups[name]
-		st.mu.Lock()
-		init := st.init
-		st.mu.Unlock()
-		if init != nil && init.Capabilities != nil && has(init.Capabilities) {
+		if s.upstreamHas(name, has) {
 			out = append(out, name)
 		}
 	}
 	return out
 }
 
-func hasResources(c *mcp.ServerCapabilities) bool { return c.Resources != nil }
-func hasPrompts(c *mcp.ServerCapabilities) bool   { return c.Prompts != nil }
+// upstreamHas reports whether upstream name's capabilities include what
+// has().
+func (s *session) upstreamHas(name string, has func(*mcp.ServerCapabilities) bool) bool {
+	st := s.g.ups[name]
+	if st == nil {
+		return false
+	}
+	st.mu.Lock()
+	init := st.init
+	st.mu.Unlock()
+	return init != nil && init.Capabilities != nil && has(init.Capabilities)
+}
+
+func hasResources(c *mcp.ServerCapabilities) bool   { return c.Resources != nil }
+func hasPrompts(c *mcp.ServerCapabilities) bool     { return c.Prompts != nil }
+func hasSubscribe(c *mcp.ServerCapabilities) bool   { return c.Resources != nil && c.Resources.Subscribe }
+func hasCompletions(c *mcp.ServerCapabilities) bool { return c.Completions != nil }
 
 // single reports the only upstream when there is exactly one, so that list
 // requests (and their cursors) pass through unchanged.
@@ -860,23 +871,26 @@ func (s *session) resourceRoute(uri string) (names []string, known bool) {
 	return ups, false
 }
 
-// resourceUpstreams lists the upstreams to ask about uri: its known owner
-// first, then every other upstream with resources.
-func (s *session) resourceUpstreams(uri string) []string {
-	ups := s.upstreamsWith(hasResources)
-	s.mu.Lock()
-	owner, ok := s.resOwner[uri]
-	s.mu.Unlock()
-	if !ok {
-		return ups
+// resourceOwner picks the one upstream a request about uri (method:
+// completion/complete, resources/subscribe or unsubscribe) goes to: the one
+// resourceRoute knows to serve it, or the only upstream with resources. It
+// never guesses among several (a subscription or a completion sent to the
+// wrong upstream tells it another's URI and answers wrongly); the agent is
+// told how the gateway can learn. The upstream must offer the method (has).
+func (s *session) resourceOwner(method, uri string, has func(*mcp.ServerCapabilities) bool) (string, error) {
+	names, known := s.resourceRoute(uri)
+	switch {
+	case len(names) == 0:
+		return "", fault(CodeResourceNotFound, "resource %q not found: no upstream serves resources", uri)
+	case len(names) > 1 && known:
+		return "", fault(jsonrpc.CodeInvalidParams, "%s: the resource templates of upstreams %s all match %q; read the resource first (resources/read), so the gateway learns which upstream serves it", method, strings.Join(names, ", "), uri)
+	case len(names) > 1:
+		return "", fault(jsonrpc.CodeInvalidParams, "%s: no upstream is known to serve %q; list the resources (resources/list) or resource templates (resources/templates/list), or read the resource (resources/read), first, so the gateway learns which upstream serves it", method, uri)
 	}
-	out := []string{owner}
-	for _, u := range ups {
-		if u != owner {
-			out = append(out, u)
-		}
+	if !s.upstreamHas(names[0], has) {
+		return "", fault(jsonrpc.CodeInvalidParams, "%s: upstream %q, which serves %q, does not support it", method, names[0], uri)
 	}
-	return out
+	return names[0], nil
 }
 
 // readResource asks the upstreams resourceRoute names for uri.
@@ -946,11 +960,11 @@ func (s *session) readResource(ctx context.Context, req *mcp.ReadResourceRequest
 }
 
 func (s *session) subscribe(ctx context.Context, req *mcp.SubscribeRequest) error {
-	ups := s.resourceUpstreams(req.Params.URI)
-	if len(ups) == 0 {
-		return fault(CodeResourceNotFound, "resource %q not found in any upstream", req.Params.URI)
+	up, err := s.resourceOwner("resources/subscribe", req.Params.URI, hasSubscribe)
+	if err != nil {
+		return err
 	}
-	_, err := forward(s, ctx, ups[0], nil, func(ctx context.Context, lv *live, _ any) (struct{}, error) {
+	_, err = forward(s, ctx, up, nil, func(ctx context.Context, lv *live, _ any) (struct{}, error) {
 		if lv.owner == nil && !lv.subscribe(s, req.Params.URI) {
 			return struct{}{}, nil // a shared upstream already subscribed for another session
 		}
@@ -960,15 +974,18 @@ func (s *session) subscribe(ctx context.Context, req *mcp.SubscribeRequest) erro
 		}
 		return struct{}{}, err
 	})
+	if err == nil {
+		s.noteOwner(req.Params.URI, up) // unsubscribe goes there too
+	}
 	return err
 }
 
 func (s *session) unsubscribe(ctx context.Context, req *mcp.UnsubscribeRequest) error {
-	ups := s.resourceUpstreams(req.Params.URI)
-	if len(ups) == 0 {
-		return fault(CodeResourceNotFound, "resource %q not found in any upstream", req.Params.URI)
+	up, err := s.resourceOwner("resources/unsubscribe", req.Params.URI, hasSubscribe)
+	if err != nil {
+		return err
 	}
-	_, err := forward(s, ctx, ups[0], nil, func(ctx context.Context, lv *live, _ any) (struct{}, error) {
+	_, err = forward(s, ctx, up, nil, func(ctx context.Context, lv *live, _ any) (struct{}, error) {
 		if lv.owner == nil && len(lv.unsubscribe(s, req.Params.URI)) == 0 {
 			return struct{}{}, nil // other sessions are still subscribed
 		}
@@ -1043,15 +1060,18 @@ func (s *session) complete(ctx context.Context, req *mcp.CompleteRequest) (*mcp.
 		if err != nil {
 			return nil, err
 		}
+		if !s.upstreamHas(u, hasCompletions) {
+			return nil, fault(jsonrpc.CodeInvalidParams, "completion/complete: upstream %q, whose prompt %q it is, does not support it", u, p.Ref.Name)
+		}
 		ref := *p.Ref
 		ref.Name = prompt
 		p.Ref, up = &ref, u
 	} else if p.Ref != nil {
-		ups := s.resourceUpstreams(p.Ref.URI)
-		if len(ups) == 0 {
-			return nil, fault(CodeResourceNotFound, "resource %q not found in any upstream", p.Ref.URI)
+		u, err := s.resourceOwner("completion/complete", p.Ref.URI, hasCompletions)
+		if err != nil {
+			return nil, err
 		}
-		up = ups[0]
+		up = u
 	} else {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "cmcp: completion/complete needs a ref"}
 	}
