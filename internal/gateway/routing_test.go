@@ -372,3 +372,108 @@ func TestResourceRequestsGoToTheOwner(t *testing.T) {
 		})
 	}
 }
+
+// TestUpstreamTransportFailureIsAGatewayFault: an HTTP upstream that goes
+// away is reported on every request go-sdk carries (resources, prompts,
+// completion, subscriptions, lists) as the gateway's -32067 naming the
+// upstream, never as go-sdk's own -32005 "rejected by transport", and the
+// connection is dropped: while the upstream is down the next request says
+// it cannot be reached (-32062), and once it is back the next request
+// reconnects and works. The upstream's own JSON-RPC errors still reach the
+// agent as it sent them.
+func TestUpstreamTransportFailureIsAGatewayFault(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var subs atomic.Int32
+	requests := []struct {
+		name string
+		do   func(cs *mcp.ClientSession) error
+	}{
+		{"resources/read", func(cs *mcp.ClientSession) error {
+			_, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "b://static/1"})
+			return err
+		}},
+		{"resources/list", func(cs *mcp.ClientSession) error { _, err := cs.ListResources(ctx, nil); return err }},
+		{"resources/templates/list", func(cs *mcp.ClientSession) error { _, err := cs.ListResourceTemplates(ctx, nil); return err }},
+		{"prompts/list", func(cs *mcp.ClientSession) error { _, err := cs.ListPrompts(ctx, nil); return err }},
+		{"prompts/get", func(cs *mcp.ClientSession) error {
+			_, err := cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: "b__hello"})
+			return err
+		}},
+		{"completion/complete", func(cs *mcp.ClientSession) error {
+			_, err := cs.Complete(ctx, &mcp.CompleteParams{Ref: &mcp.CompleteReference{Type: "ref/prompt", Name: "b__hello"}, Argument: mcp.CompleteParamsArgument{Name: "x", Value: "1"}})
+			return err
+		}},
+		{"resources/subscribe", func(cs *mcp.ClientSession) error {
+			// A URI of its own each time: on a shared connection a
+			// session's second subscription to a URI stays in the gateway.
+			return cs.Subscribe(ctx, &mcp.SubscribeParams{URI: fmt.Sprintf("b://tmpl/%d", subs.Add(1))})
+		}},
+	}
+	for _, shared := range []bool{false, true} {
+		for _, rq := range requests {
+			t.Run(fmt.Sprintf("%s/shared=%v", rq.name, shared), func(t *testing.T) {
+				rg := newResGateway(t, resUp{name: "a"}, resUp{name: "b", http: true, shared: shared})
+				cs := rg.connect("", nil)
+				// b's connection is up; b://static/1 and b://tmpl/{n} are b's.
+				if _, err := cs.ListResources(ctx, nil); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := cs.ListResourceTemplates(ctx, nil); err != nil {
+					t.Fatal(err)
+				}
+				if err := rq.do(cs); err != nil {
+					t.Fatalf("with b up: %v", err)
+				}
+				rg.https["b"].down()
+				err := rq.do(cs)
+				if wireCode(err) != CodeUpstreamFailed || !strings.Contains(err.Error(), `upstream "b"`) {
+					t.Fatalf("with b gone: %v (code %d); want %d naming upstream \"b\"", err, wireCode(err), CodeUpstreamFailed)
+				}
+				err = rq.do(cs)
+				if wireCode(err) != CodeUpstreamUnavailable || !strings.Contains(err.Error(), `upstream "b"`) {
+					t.Fatalf("again with b gone: %v (code %d); want %d naming upstream \"b\": the broken connection was not dropped", err, wireCode(err), CodeUpstreamUnavailable)
+				}
+				rg.https["b"].up()
+				if err := rq.do(cs); err != nil {
+					t.Fatalf("with b back: %v", err)
+				}
+			})
+		}
+	}
+	t.Run("upstream errors pass through", func(t *testing.T) {
+		rg := newResGateway(t, resUp{name: "b", http: true})
+		cs := rg.connect("", nil)
+		_, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "b://bad/1"})
+		var we *jsonrpc.Error
+		if !errors.As(err, &we) || we.Code != jsonrpc.CodeInvalidParams || we.Message != "bad n" {
+			t.Fatalf("b's own error: %v, want -32602 \"bad n\" as b sent it", err)
+		}
+	})
+}
+
+// TestUpstreamAnswerIsOnlyWhatTheUpstreamSent: of the errors go-sdk's
+// client returns (wrapped as it wraps them, mcp/transport.go and
+// mcp/streamable.go), only a JSON-RPC error response from the upstream is
+// passed on as the upstream's answer; its transport's ErrRejected is not.
+func TestUpstreamAnswerIsOnlyWhatTheUpstreamSent(t *testing.T) {
+	rejected := &jsonrpc.Error{Code: -32005, Message: "rejected by transport"} // go-sdk's jsonrpc2.ErrRejected
+	answer := &jsonrpc.Error{Code: 4242, Message: "custom upstream error"}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want *jsonrpc.Error
+	}{
+		{"an error response", fmt.Errorf("calling %q: %w", "resources/read", answer), answer},
+		{"an error response in a non-2xx HTTP body", fmt.Errorf("calling %q: %w", "resources/read", fmt.Errorf("%s: %w: %w: %v", "POST", answer, rejected, "Bad Request")), answer},
+		{"a request that failed", fmt.Errorf("calling %q: %w", "resources/read", fmt.Errorf("sending %q: %w", "resources/read", fmt.Errorf("%w: %v", rejected, "dial tcp: connection refused"))), nil},
+		{"a transient HTTP status", fmt.Errorf("calling %q: %w", "resources/read", fmt.Errorf("%w: %s: %v", rejected, "POST", "Service Unavailable")), nil},
+		{"a closed connection", fmt.Errorf("%w: calling %q: %v", mcp.ErrConnectionClosed, "resources/read", "client is closing"), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := upstreamAnswer(tc.err); got != tc.want {
+				t.Fatalf("upstreamAnswer(%v) = %v, want %v", tc.err, got, tc.want)
+			}
+		})
+	}
+}

@@ -680,8 +680,7 @@ func (s *session) withSession(ctx context.Context) (context.Context, context.Can
 // sees: the upstream's own JSON-RPC error as sent, or a gateway fault that
 // says why the upstream failed.
 func (s *session) upstreamError(lv *live, err error) error {
-	var we *jsonrpc.Error
-	if errors.As(err, &we) {
+	if we := upstreamAnswer(err); we != nil {
 		return we
 	}
 	if f := lv.dead(); f != nil {
@@ -694,10 +693,35 @@ func (s *session) upstreamError(lv *live, err error) error {
 	// Anything else (a transport failure, an unknown HTTP session) means
 	// this connection cannot be trusted to work again: the next use
 	// connects anew.
-	lv.markBroken(fmt.Errorf("upstream %q: %w", lv.st.name, err))
+	if prefix := fmt.Sprintf("upstream %q: ", lv.st.name); !strings.HasPrefix(err.Error(), prefix) {
+		err = fmt.Errorf("%s%w", prefix, err)
+	}
+	lv.markBroken(err)
 	s.drop(lv)
-	return fault(CodeUpstreamFailed, "upstream %q: %v; the next call reconnects", lv.st.name, err)
+	return fault(CodeUpstreamFailed, "%v; the next call reconnects", err)
 }
+
+// upstreamAnswer returns the JSON-RPC error response the upstream answered
+// with, if err is one, and nil for any other failure.
+//
+// go-sdk's client reports some failures of its own transport as a
+// *jsonrpc.Error too: its ErrRejected (-32005 "rejected by transport";
+// an HTTP request that failed, or got 429 or a 5xx) is one, and it marks
+// the failure as the caller's to handle, not the connection's. It is not
+// the upstream's answer, so it is not passed on as one. A non-2xx HTTP
+// response whose body is a JSON-RPC error comes as that error wrapped
+// before ErrRejected: errors.As finds the upstream's error first.
+func upstreamAnswer(err error) *jsonrpc.Error {
+	var we *jsonrpc.Error
+	if !errors.As(err, &we) || we.Code == codeRejectedByTransport && we.Message == "rejected by transport" {
+		return nil
+	}
+	return we
+}
+
+// codeRejectedByTransport is the code of go-sdk's ErrRejected
+// (internal/jsonrpc2/wire.go).
+const codeRejectedByTransport = -32005
 
 // drop forgets a dead connection so the next use respawns it.
 func (s *session) drop(lv *live) {
