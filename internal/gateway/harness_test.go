@@ -234,11 +234,14 @@ func (h *harness) connect(token string, opts *mcp.ClientOptions) *mcp.ClientSess
 }
 
 func (h *harness) tryConnect(token string, opts *mcp.ClientOptions) (*mcp.ClientSession, error) {
+	return h.tryConnectClient(token, mcp.NewClient(&mcp.Implementation{Name: "test-agent", Version: "1"}, opts))
+}
+
+func (h *harness) tryConnectClient(token string, c *mcp.Client) (*mcp.ClientSession, error) {
 	hc := &http.Client{Transport: http.DefaultTransport}
 	if token != "" {
 		hc.Transport = bearer{tok: token, base: http.DefaultTransport}
 	}
-	c := mcp.NewClient(&mcp.Implementation{Name: "test-agent", Version: "1"}, opts)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	return c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: h.url, HTTPClient: hc, MaxRetries: -1}, nil)
@@ -252,14 +255,25 @@ var fronts = []string{"http", "stdio"}
 // test does).
 func (h *harness) connectVia(front string, opts *mcp.ClientOptions) *mcp.ClientSession {
 	h.t.Helper()
+	return h.connectClientVia(front, mcp.NewClient(&mcp.Implementation{Name: "test-agent", Version: "1"}, opts))
+}
+
+// connectClientVia is connectVia with the agent's client c (whose roots a
+// test can change, say).
+func (h *harness) connectClientVia(front string, c *mcp.Client) *mcp.ClientSession {
+	h.t.Helper()
 	if front == "http" {
-		return h.connect("", opts)
+		cs, err := h.tryConnectClient("", c)
+		if err != nil {
+			h.t.Fatalf("connect: %v", err)
+		}
+		h.t.Cleanup(func() { cs.Close() })
+		return cs
 	}
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	done := make(chan error, 1)
 	go func() { done <- h.g.ServeStdio(context.Background(), inR, outW, "local-user") }()
-	c := mcp.NewClient(&mcp.Implementation{Name: "test-agent", Version: "1"}, opts)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	cs, err := c.Connect(ctx, &mcp.IOTransport{Reader: outR, Writer: inW}, nil)

@@ -21,9 +21,10 @@ import (
 // live is one connected upstream session: a per-session child (owner set)
 // or the shared connection of an upstream (owner nil).
 type live struct {
-	st    *upState
-	owner *session
-	conn  *upstream.Conn
+	st     *upState
+	owner  *session
+	conn   *upstream.Conn
+	client *mcp.Client // conn's client, for notifyRootsChanged
 	// ready is closed once conn is set and the first tool list applied:
 	// a list_changed the upstream sends during the handshake waits for it.
 	ready chan struct{}
@@ -113,7 +114,7 @@ func (st *upState) dial(ctx context.Context, s *session) (*live, error) {
 		g.record(ctx, &auditlog.Upstream{Name: st.name, Transport: st.transport(), EvidenceClass: st.expectedClass(), Session: sessID, Event: "failed", Reason: err.Error()})
 		return nil, err
 	}
-	lv.conn = conn
+	lv.conn, lv.client = conn, client
 	init := conn.Session.InitializeResult()
 	// tools/list is part of starting: bounded like the handshake.
 	tools, err := listTools(ctx, conn.Session, g.opts.ConnectTimeout)
@@ -413,6 +414,19 @@ func (lv *live) clientCaps() *mcp.ClientCapabilities {
 		}
 	}
 	return &mcp.ClientCapabilities{Sampling: &mcp.SamplingCapabilities{}, Elicitation: &mcp.ElicitationCapabilities{}}
+}
+
+// rootsChangedMarker is the one root the connection's own client holds:
+// see notifyRootsChanged.
+const rootsChangedMarker = "cmcp-internal:///roots-changed"
+
+// notifyRootsChanged sends the upstream notifications/roots/list_changed,
+// if the connection declared roots.listChanged (clientCaps: the agent's
+// own capabilities). go-sdk's client sends it when the client's roots
+// change; those roots are never what the upstream is told (serverRequests
+// forwards roots/list to the agent), so one marker root is set again.
+func (lv *live) notifyRootsChanged() {
+	lv.client.AddRoots(&mcp.Root{URI: rootsChangedMarker, Name: "cmcp: the agent's roots changed"})
 }
 
 // intercept forwards progress and logging notifications in wire order,

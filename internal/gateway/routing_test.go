@@ -477,3 +477,52 @@ func TestUpstreamAnswerIsOnlyWhatTheUpstreamSent(t *testing.T) {
 		})
 	}
 }
+
+// TestRootsListChangedReachesUpstreams: the agent's
+// notifications/roots/list_changed reaches the session's upstream
+// connections, on stdio and over HTTP, and the roots they ask for next are
+// the new ones. A shared upstream, whose connection declares no roots
+// capability (it is not one agent's), is not sent it.
+func TestRootsListChangedReachesUpstreams(t *testing.T) {
+	for _, front := range fronts {
+		t.Run(front, func(t *testing.T) {
+			rg := newResGateway(t, resUp{name: "a"}, resUp{name: "b", http: true}, resUp{name: "c", shared: true})
+			agent := mcp.NewClient(&mcp.Implementation{Name: "test-agent", Version: "1"}, nil)
+			agent.AddRoots(&mcp.Root{URI: "file:///one"})
+			cs := rg.connectClientVia(front, agent)
+			if _, err := cs.ListResources(context.Background(), nil); err != nil { // every upstream's connection is up
+				t.Fatal(err)
+			}
+			roots := func(up string) string {
+				t.Helper()
+				r, err := call(t, cs, up+"__roots", nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return firstText(r)
+			}
+			for _, up := range []string{"a", "b"} {
+				if got := roots(up); got != "file:///one" {
+					t.Fatalf("upstream %s sees the roots %q, want file:///one", up, got)
+				}
+			}
+			agent.AddRoots(&mcp.Root{URI: "file:///two"})
+			eventually(t, 10*time.Second, func() string {
+				for _, up := range []string{"a", "b"} {
+					if !slices.Contains(rg.asked(up), "notifications/roots/list_changed") {
+						return fmt.Sprintf("upstream %s was not sent notifications/roots/list_changed", up)
+					}
+				}
+				return ""
+			})
+			for _, up := range []string{"a", "b"} {
+				if got := roots(up); got != "file:///one,file:///two" {
+					t.Fatalf("upstream %s sees the roots %q after they changed, want file:///one,file:///two", up, got)
+				}
+			}
+			if slices.Contains(rg.asked("c"), "notifications/roots/list_changed") {
+				t.Fatal("the shared upstream c, which declared no roots capability, was sent notifications/roots/list_changed")
+			}
+		})
+	}
+}

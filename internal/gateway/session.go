@@ -125,6 +125,7 @@ func (g *Gateway) newSession(principal, front string) *session {
 		// Sessions are stateful: the sessionless 2026-07-28 protocol is not
 		// offered, so modern clients fall back to initialize.
 		SupportedProtocolVersions: slices.Clone(frontVersions()),
+		RootsListChangedHandler:   s.rootsChanged,
 	}
 	if caps.Completions != nil {
 		opts.CompletionHandler = s.complete
@@ -140,6 +141,28 @@ func (g *Gateway) newSession(principal, front string) *session {
 }
 
 func (s *session) downSession() *mcp.ServerSession { return s.down.Load() }
+
+// rootsChanged passes the agent's notifications/roots/list_changed on to
+// the session's own upstream connections, so that an upstream that keeps
+// the roots asks for them again (its roots/list reaches this agent).
+// Connections started later ask afresh anyway. A shared connection is not
+// told: it serves several agents, so it declares no roots capability (its
+// capabilities are not one agent's, see clientCaps), and a notification
+// for a capability it did not declare would break the protocol; a shared
+// upstream that asked for roots all the same would get those of whichever
+// agent its request was routed to, and this agent's change says nothing
+// about that.
+func (s *session) rootsChanged(context.Context, *mcp.RootsListChangedRequest) {
+	s.mu.Lock()
+	lives := make([]*live, 0, len(s.lives))
+	for _, lv := range s.lives {
+		lives = append(lives, lv)
+	}
+	s.mu.Unlock()
+	for _, lv := range lives {
+		go lv.notifyRootsChanged() // an upstream slow to read holds up nothing
+	}
+}
 
 func (s *session) info() SessionInfo {
 	si := SessionInfo{ID: s.id, Front: s.front}
