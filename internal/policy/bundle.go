@@ -39,6 +39,9 @@ type Bundle struct {
 	// argScopes holds, for every policy that reads context.arguments, a
 	// permit with the same scope and no conditions (see DependsOnArguments).
 	argScopes *cedar.PolicySet
+	// uriScopes is the same for the policies that read context.uri (see
+	// DependsOnURI).
+	uriScopes *cedar.PolicySet
 	// contextReads are the context attributes some policy reads;
 	// readsAllContext is set when a policy uses the context record whole.
 	contextReads    map[string]bool
@@ -292,6 +295,7 @@ func compile(dir string, snap *snapshot) (*Bundle, error) {
 		position:     map[cedar.PolicyID]string{},
 		index:        map[string]int{},
 		argScopes:    cedar.NewPolicySet(),
+		uriScopes:    cedar.NewPolicySet(),
 		contextReads: map[string]bool{},
 	}
 	for _, f := range snap.policies {
@@ -333,14 +337,18 @@ func compile(dir string, snap *snapshot) (*Bundle, error) {
 			b.forbids[pid] = p.Effect() == cedar.Forbid
 			js, jerr := p.MarshalJSON()
 			b.noteContextReads(js, jerr)
+			a := (*xast.Policy)(p.AST())
+			scope := &xast.Policy{Effect: xast.EffectPermit, Principal: a.Principal, Action: a.Action, Resource: a.Resource, Position: a.Position}
 			if jerr != nil || bytes.Contains(js, []byte(`"arguments"`)) {
-				a := (*xast.Policy)(p.AST())
-				scope := &xast.Policy{Effect: xast.EffectPermit, Principal: a.Principal, Action: a.Action, Resource: a.Resource, Position: a.Position}
 				b.argScopes.Add(pid, cedar.NewPolicyFromAST((*cedarast.Policy)(scope)))
+			}
+			if jerr != nil || bytes.Contains(js, []byte(`"uri"`)) {
+				b.uriScopes.Add(pid, cedar.NewPolicyFromAST((*cedarast.Policy)(scope)))
 			}
 		}
 	}
-	b.use = &contextUse{session: b.readsContext("session"), now: b.readsContext("now"), arguments: b.readsContext("arguments")}
+	b.use = &contextUse{session: b.readsContext("session"), now: b.readsContext("now"), arguments: b.readsContext("arguments"),
+		uri: b.readsContext("uri"), prompt: b.readsContext("prompt")}
 	return b, nil
 }
 
@@ -396,3 +404,11 @@ func (b *Bundle) noteContextReads(js []byte, err error) {
 
 // readsContext reports whether some policy may read the context attribute.
 func (b *Bundle) readsContext(attr string) bool { return b.readsAllContext || b.contextReads[attr] }
+
+// ReadsURI reports whether some policy may read context.uri: when it is
+// false, every read_resource decision on an upstream is the same whatever
+// the URI (the gateway then filters resources/list per upstream).
+func (b *Bundle) ReadsURI() bool { return b.readsContext("uri") }
+
+// ReadsPrompt reports whether some policy may read context.prompt.
+func (b *Bundle) ReadsPrompt() bool { return b.readsContext("prompt") }

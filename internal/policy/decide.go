@@ -125,3 +125,21 @@ func (b *Bundle) DependsOnArguments(r *Request) bool {
 	dec, _ := cedar.Authorize(b.argScopes, ents, req)
 	return dec == cedar.Allow
 }
+
+// DependsOnURI reports whether the decision for r (a read_resource) may
+// depend on its URI: some policy that reads context.uri (or merely names
+// "uri") has a scope that matches r's principal, action and resource. When
+// it is false, Decide gives the same answer whatever the URI. Replay uses it
+// to tell the resource reads it can check without the payload vault (the
+// log holds only a commitment to the URI) from those it cannot.
+func (b *Bundle) DependsOnURI(r *Request) bool {
+	if r.Action != ActionReadResource || len(b.uriScopes.Map()) == 0 {
+		return false
+	}
+	req, ents, err := buildScope(r)
+	if err != nil {
+		return true
+	}
+	dec, _ := cedar.Authorize(b.uriScopes, ents, req)
+	return dec == cedar.Allow
+}

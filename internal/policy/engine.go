@@ -145,6 +145,58 @@ func (e *Engine) Visible(agent, session string, t Call) bool {
 	return st.decide(&r).Allow
 }
 
+// Access is one read_resource or get_prompt request as the gateway sees it.
+type Access struct {
+	Action        Action // ActionReadResource or ActionGetPrompt
+	Agent         string
+	Session       string
+	Upstream      string
+	EvidenceClass string
+	URI           string // read_resource
+	Prompt        string // get_prompt: the name at the upstream
+}
+
+func (e *Engine) accessRequest(st *engineState, a Access) Request {
+	f := e.facts(a.Session)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return Request{
+		Action: a.Action, Agent: a.Agent, Groups: st.groups[a.Agent],
+		Upstream: a.Upstream, EvidenceClass: a.EvidenceClass, URI: a.URI, Prompt: a.Prompt,
+		Session: Session{ID: a.Session, Calls: f.calls, ToolsUsed: f.used},
+		Time:    e.now().UTC().Truncate(time.Millisecond),
+	}
+}
+
+// DecideAccess decides one read_resource or get_prompt request. It sees the
+// session's facts but does not change them: calls and tools_used count
+// tools/call requests only. The Outcome's Request keeps the URI and the
+// prompt (the access record holds the prompt in clear and a commitment to
+// the URI).
+func (e *Engine) DecideAccess(a Access) Outcome {
+	st := e.cur.Load()
+	r := e.accessRequest(st, a)
+	d := st.decide(&r)
+	r.Groups = slices.Clone(r.Groups)
+	return Outcome{Decision: d, Mode: st.mode, Bundle: st.bundle.Digest(), Refuse: !d.Allow && st.mode == Enforcing, Request: r}
+}
+
+// AccessVisible reports whether an entry of resources/list,
+// resources/templates/list or prompts/list may be shown to the agent: the
+// read_resource or get_prompt decision permits it (whatever the mode, as
+// for list_tools).
+func (e *Engine) AccessVisible(a Access) bool {
+	st := e.cur.Load()
+	r := e.accessRequest(st, a)
+	return st.decide(&r).Allow
+}
+
+// ReadsURI reports whether the bundle in force may read context.uri.
+func (e *Engine) ReadsURI() bool { return e.cur.Load().bundle.ReadsURI() }
+
+// ReadsPrompt reports whether the bundle in force may read context.prompt.
+func (e *Engine) ReadsPrompt() bool { return e.cur.Load().bundle.ReadsPrompt() }
+
 // EndSession forgets a session's facts.
 func (e *Engine) EndSession(id string) { e.sessions.Delete(id) }
 
@@ -188,6 +240,14 @@ func (o *Outcome) Input() *auditlog.PolicyInput {
 		Hints:        auditlog.ToolHints{ReadOnly: a.ReadOnly, Destructive: a.Destructive, Idempotent: a.Idempotent, OpenWorld: a.OpenWorld},
 		SessionCalls: r.Session.Calls, ToolsUsed: r.Session.ToolsUsed, Time: r.Time, Errors: o.Errors,
 	}
+}
+
+// AccessInput is what the access record must carry beyond its own fields
+// for replay to rebuild the request (pkg/auditlog.AccessInput).
+func (o *Outcome) AccessInput() *auditlog.AccessInput {
+	r := &o.Request
+	return &auditlog.AccessInput{Groups: r.Groups, EvidenceClass: r.EvidenceClass,
+		SessionCalls: r.Session.Calls, ToolsUsed: r.Session.ToolsUsed, Time: r.Time, Errors: o.Errors}
 }
 
 // Effect is "allow" or "deny", as the call record spells it.

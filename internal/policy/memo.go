@@ -11,9 +11,10 @@ import (
 // the same request recurs many times; a running engine uses one for the
 // bundle in force (NewLiveMemo). Two requests share a decision when they
 // agree on every input the bundle can read: the principal and its groups,
-// the action, the tool and its attributes always; the arguments whenever
-// they are given (their form alone can deny); the session facts and the
-// time only when some policy reads them. The key is those inputs
+// the action, the tool (or the upstream) and its attributes always; the
+// arguments whenever they are given (their form alone can deny); the
+// session facts, the time, the URI and the prompt name only when some
+// policy reads them. The key is those inputs
 // themselves, not a hash of them, so two requests share a decision only if
 // Cedar could not tell them apart. Decisions handed out share their slices:
 // callers must not modify them. It is safe for concurrent use.
@@ -25,6 +26,8 @@ type Memo struct {
 	nDeps   atomic.Int64
 	session bool
 	now     bool
+	uri     bool
+	prompt  bool
 	// max bounds the entries (when full, the cache starts again empty);
 	// keys longer than maxKey bytes are never cached (0: no limit).
 	max, maxKey int
@@ -43,7 +46,8 @@ const (
 
 // NewMemo returns an empty Memo for b.
 func (b *Bundle) NewMemo() *Memo {
-	return &Memo{b: b, session: b.readsContext("session"), now: b.readsContext("now"), max: maxMemo}
+	return &Memo{b: b, session: b.readsContext("session"), now: b.readsContext("now"),
+		uri: b.readsContext("uri"), prompt: b.readsContext("prompt"), max: maxMemo}
 }
 
 // NewLiveMemo returns a bounded Memo for a running engine, or nil when no
@@ -81,6 +85,23 @@ func (m *Memo) Decide(r *Request) Decision {
 		m.n.Store(1)
 	}
 	m.m.Store(k, d)
+	return d
+}
+
+// DependsOnURI is b.DependsOnURI(r), cached as DependsOnArguments is.
+func (m *Memo) DependsOnURI(r *Request) bool {
+	var k strings.Builder
+	k.Grow(128)
+	k.WriteByte('u')
+	scopeKey(&k, r)
+	key := k.String()
+	if v, ok := m.deps.Load(key); ok {
+		return v.(bool)
+	}
+	d := m.b.DependsOnURI(r)
+	if m.nDeps.Add(1) <= maxMemo {
+		m.deps.Store(key, d)
+	}
 	return d
 }
 
@@ -147,6 +168,14 @@ func (m *Memo) key(r *Request) string {
 	if m.now {
 		k.WriteByte('t')
 		k.WriteString(strconv.FormatInt(r.Time.UnixMilli(), 10))
+	}
+	if m.uri && r.Action == ActionReadResource {
+		k.WriteByte('u')
+		field(r.URI)
+	}
+	if m.prompt && r.Action == ActionGetPrompt {
+		k.WriteByte('p')
+		field(r.Prompt)
 	}
 	return k.String()
 }

@@ -19,11 +19,24 @@ import (
 // Action is what the agent asks to do.
 type Action string
 
-// The two actions of the entity model.
+// The actions of the entity model.
 const (
 	ActionCallTool  Action = "call_tool"  // tools/call
 	ActionListTools Action = "list_tools" // a tool's entry in tools/list
+	// ActionReadResource is resources/read, resources/subscribe and
+	// completion/complete on a ref/resource; it also decides which entries
+	// of resources/list and resources/templates/list an agent sees. Its
+	// resource is the Upstream; its context has the URI.
+	ActionReadResource Action = "read_resource"
+	// ActionGetPrompt is prompts/get and completion/complete on a
+	// ref/prompt; it also decides which entries of prompts/list an agent
+	// sees. Its resource is the Upstream; its context has the prompt's name.
+	ActionGetPrompt Action = "get_prompt"
 )
+
+// OnUpstream reports whether the action's resource is the Upstream itself
+// (read_resource, get_prompt) rather than a Tool.
+func (a Action) OnUpstream() bool { return a == ActionReadResource || a == ActionGetPrompt }
 
 // Annotations are the MCP tool annotations the policy sees, with the MCP
 // defaults applied to hints the tool does not declare (readOnlyHint false,
@@ -56,15 +69,20 @@ type Request struct {
 	Action        Action
 	Agent         string   // authenticated identity: Agent::"<Agent>"
 	Groups        []string // the agent's groups from the config: Group::"<g>" parents
-	Tool          string   // exposed name: Tool::"<Tool>" (normally "<upstream>__<tool>")
+	Tool          string   // exposed name: Tool::"<Tool>" (normally "<upstream>__<tool>"); empty for read_resource and get_prompt
 	ToolName      string   // the tool's name at its upstream
-	Upstream      string   // Upstream::"<Upstream>", the tool's parent
+	Upstream      string   // Upstream::"<Upstream>", the tool's parent (the resource itself for read_resource and get_prompt)
 	EvidenceClass string   // the upstream's evidence class (pkg/evidence)
 	Annotations   Annotations
 	// Arguments are the exact bytes of params.arguments (a JSON object, or
 	// empty). Only call_tool uses them.
 	Arguments []byte
-	Session   Session
+	// URI is the resource's URI (read_resource only; a resource template's
+	// URI template when the request is about a template).
+	URI string
+	// Prompt is the prompt's name at its upstream (get_prompt only).
+	Prompt  string
+	Session Session
 	// Time is the decision time; Cedar sees it with millisecond precision.
 	Time time.Time
 }
@@ -89,13 +107,15 @@ var (
 	typUpstream = cedar.EntityType("Upstream")
 	typAction   = cedar.EntityType("Action")
 
-	uidCallTool  = cedar.NewEntityUID(typAction, "call_tool")
-	uidListTools = cedar.NewEntityUID(typAction, "list_tools")
+	uidCallTool     = cedar.NewEntityUID(typAction, "call_tool")
+	uidListTools    = cedar.NewEntityUID(typAction, "list_tools")
+	uidReadResource = cedar.NewEntityUID(typAction, "read_resource")
+	uidGetPrompt    = cedar.NewEntityUID(typAction, "get_prompt")
 )
 
 // entities is the entity store of one request: the agent and its groups, the
-// tool and its upstream, the two actions. It is built per request without a
-// map.
+// tool and its upstream (only the upstream for read_resource and
+// get_prompt), the actions. It is built per request without a map.
 type entities struct {
 	agent    cedar.Entity
 	groups   []cedar.EntityUID
@@ -124,7 +144,7 @@ func (e *entities) Get(uid cedar.EntityUID) (cedar.Entity, bool) {
 			return e.upstream, true
 		}
 	case typAction:
-		if uid == uidCallTool || uid == uidListTools {
+		if uid == uidCallTool || uid == uidListTools || uid == uidReadResource || uid == uidGetPrompt {
 			return cedar.Entity{UID: uid}, true
 		}
 	}
@@ -223,15 +243,21 @@ func toolEntities(r *Request) (cedar.Entity, cedar.Entity) {
 	return t.tool, t.upstream
 }
 
+// upstreamEntity is the Upstream entity of read_resource and get_prompt.
+func upstreamEntity(name, class string) cedar.Entity {
+	return cedar.Entity{UID: cedar.NewEntityUID(typUpstream, cedar.String(name)),
+		Attributes: cedar.NewRecord(cedar.RecordMap{"evidence_class": cedar.String(class)})}
+}
+
 // build turns a Request into a Cedar request and its entities.
 func build(r *Request) (cedar.Request, *entities, error) {
 	return buildFor(r, allContext)
 }
 
 // contextUse says which context attributes a bundle's policies may read.
-type contextUse struct{ session, now, arguments bool }
+type contextUse struct{ session, now, arguments, uri, prompt bool }
 
-var allContext = contextUse{true, true, true}
+var allContext = contextUse{true, true, true, true, true}
 
 // buildFor builds the request with the context attributes in use; the
 // others are left out, since no policy could tell. The arguments are checked
@@ -269,6 +295,12 @@ func buildFor(r *Request, use contextUse) (cedar.Request, *entities, error) {
 			ctx["arguments"] = args
 		}
 	}
+	if r.Action == ActionReadResource && use.uri {
+		ctx["uri"] = cedar.String(r.URI)
+	}
+	if r.Action == ActionGetPrompt && use.prompt {
+		ctx["prompt"] = cedar.String(r.Prompt)
+	}
 	req.Context = cedar.NewRecord(ctx)
 	return req, e, nil
 }
@@ -282,11 +314,20 @@ func buildScope(r *Request) (cedar.Request, *entities, error) {
 		act = uidCallTool
 	case ActionListTools:
 		act = uidListTools
+	case ActionReadResource:
+		act = uidReadResource
+	case ActionGetPrompt:
+		act = uidGetPrompt
 	default:
 		return cedar.Request{}, nil, fmt.Errorf("unknown action %q", r.Action)
 	}
 	e := &entities{}
 	e.agent, e.groups = agentEntity(r.Agent, r.Groups)
+	if r.Action.OnUpstream() {
+		// The resource is the upstream; there is no tool.
+		e.upstream = upstreamEntity(r.Upstream, r.EvidenceClass)
+		return cedar.Request{Principal: e.agent.UID, Action: act, Resource: e.upstream.UID}, e, nil
+	}
 	e.tool, e.upstream = toolEntities(r)
 	return cedar.Request{Principal: e.agent.UID, Action: act, Resource: e.tool.UID}, e, nil
 }

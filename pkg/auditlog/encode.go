@@ -203,6 +203,8 @@ func kindOf(b []byte) (Kind, bool) {
 		return KindSession, true
 	case "call":
 		return KindCall, true
+	case "access":
+		return KindAccess, true
 	case "result":
 		return KindResult, true
 	case "stderr":

@@ -26,6 +26,7 @@ const (
 	KindDrift      Kind = "drift"      // a tool definition differs from its pin
 	KindSession    Kind = "session"    // an agent session started or ended
 	KindCall       Kind = "call"       // one tools/call request and its policy decision
+	KindAccess     Kind = "access"     // one resources/read, resources/subscribe, prompts/get or completion/complete request and its policy decision
 	KindResult     Kind = "result"     // the outcome of a forwarded call
 	KindStderr     Kind = "stderr"     // byte counts of an upstream's stderr (never the bytes)
 	KindPolicy     Kind = "policy"     // a policy bundle was loaded, reloaded or rejected
@@ -39,7 +40,7 @@ var writerKinds = map[Kind]bool{KindGenesis: true, KindSegment: true, KindCheckp
 var knownKinds = map[Kind]bool{
 	KindGenesis: true, KindSegment: true, KindCheckpoint: true, KindRecovery: true, KindSeal: true,
 	KindSpawn: true, KindUpstream: true, KindDrift: true, KindSession: true, KindCall: true,
-	KindResult: true, KindStderr: true, KindPolicy: true, KindAdmin: true,
+	KindAccess: true, KindResult: true, KindStderr: true, KindPolicy: true, KindAdmin: true,
 }
 
 // Record is one typed record body. Every type below implements it.
@@ -277,6 +278,43 @@ type ToolHints struct {
 	OpenWorld   bool `json:"openWorldHint"`
 }
 
+// Access records one request that reads an upstream's resources or prompts
+// (policy actions read_resource and get_prompt): resources/read,
+// resources/subscribe, prompts/get, completion/complete. Like a call record
+// it is durable before the request is forwarded, and a refused request is
+// recorded too. No result record follows it.
+type Access struct {
+	Session       string        `json:"session"`
+	Agent         string        `json:"agent"`
+	Method        string        `json:"method"` // the MCP method
+	Action        string        `json:"action"` // read_resource, get_prompt
+	Upstream      string        `json:"upstream"`
+	EvidenceClass string        `json:"evidence_class"`
+	URI           Commitment    `json:"uri,omitzero"`    // read_resource: commitment to the URI (a payload: it may name a file)
+	Prompt        string        `json:"prompt,omitzero"` // get_prompt: the prompt's name at its upstream
+	Args          Commitment    `json:"args,omitzero"`   // commitment to the prompt's arguments, or to the completion's argument and context
+	Decision      string        `json:"decision"`        // allow, deny
+	PolicyIDs     []string      `json:"policy_ids,omitzero"`
+	PolicyMode    string        `json:"policy_mode"` // none, enforcing, advisory, silent
+	PolicyBundle  digest.Digest `json:"policy_bundle,omitzero"`
+	Outcome       string        `json:"outcome"` // forwarded, refused
+	Reason        string        `json:"reason,omitzero"`
+	// PolicyInput is what the decision used beyond the fields above (absent
+	// when no policy decided the request).
+	PolicyInput *AccessInput `json:"policy_input,omitzero"`
+}
+
+// AccessInput is the part of a read_resource or get_prompt Cedar request
+// that an access record does not otherwise hold.
+type AccessInput struct {
+	Groups        []string  `json:"groups,omitzero"`      // the agent's groups (Group parents)
+	EvidenceClass string    `json:"evidence_class"`       // the upstream's class the decision saw
+	SessionCalls  int64     `json:"session_calls,string"` // tools/call requests of the session decided before this one
+	ToolsUsed     []string  `json:"tools_used,omitzero"`  // tools the session's earlier calls were let through to
+	Time          time.Time `json:"time"`                 // decision time (milliseconds)
+	Errors        []string  `json:"errors,omitzero"`      // evaluation errors
+}
+
 // Result records the outcome of a forwarded call.
 type Result struct {
 	Call          int64      `json:"call,string"` // index of the call record
@@ -325,6 +363,7 @@ func (*Upstream) Kind() Kind         { return KindUpstream }
 func (*Drift) Kind() Kind            { return KindDrift }
 func (*Session) Kind() Kind          { return KindSession }
 func (*Call) Kind() Kind             { return KindCall }
+func (*Access) Kind() Kind           { return KindAccess }
 func (*Result) Kind() Kind           { return KindResult }
 func (*Stderr) Kind() Kind           { return KindStderr }
 func (*Policy) Kind() Kind           { return KindPolicy }
@@ -353,6 +392,8 @@ func newRecord(k Kind) (Record, error) {
 		return new(Session), nil
 	case KindCall:
 		return new(Call), nil
+	case KindAccess:
+		return new(Access), nil
 	case KindResult:
 		return new(Result), nil
 	case KindStderr:
