@@ -240,7 +240,13 @@ func printReplay(p *ui.Printer, rep *replay.Report, o *replayOptions) {
 		if c.LatencyMicros > 0 {
 			latency = (time.Duration(c.LatencyMicros) * time.Microsecond).String()
 		}
-		row := []string{fmt.Sprintf("%d:%d", c.Epoch, c.Index), stamp(c.Time), c.Session, c.Agent, c.Tool, c.EvidenceClass,
+		tool := c.Tool
+		if c.Action != "" {
+			// An access: its method, and the prompt's name (a URI is
+			// only committed to).
+			tool = strings.TrimSpace(c.Method + " " + c.Prompt)
+		}
+		row := []string{fmt.Sprintf("%d:%d", c.Epoch, c.Index), stamp(c.Time), c.Session, c.Agent, tool, c.EvidenceClass,
 			decisionWord(p, c.Decision), strings.Join(c.PolicyIDs, ","), c.Mode, outcome, latency}
 		if len(o.policies) > 0 {
 			row = append(row, checkWord(p, c.Replay))
@@ -271,6 +277,9 @@ func printReplay(p *ui.Printer, rep *replay.Report, o *replayOptions) {
 	}
 	s := rep.Summary
 	line := fmt.Sprintf("%d records, %d calls", s.Records, s.Calls)
+	if s.Accesses > 0 {
+		line += fmt.Sprintf(", %d resource or prompt accesses", s.Accesses)
+	}
 	if len(o.policies) > 0 {
 		line += fmt.Sprintf("; replay: %d same, %d differ, %d not replayable, %d tampered, %d without a decision", s.Same, s.Differs, s.NotReplayable, s.Tampered, s.NoDecision)
 		if s.NoBundle > 0 {

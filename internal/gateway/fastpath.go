@@ -589,19 +589,24 @@ type stdioKey struct{}
 // nothing). It is an MCP logging message at level warning, sent unless the
 // agent asked only for more severe ones.
 func (s *session) advise(ctx context.Context, tool string, d Decision) {
+	s.warnAgent(ctx, fmt.Sprintf("policy denies tool %q for %q; the call is forwarded because the policy is in advisory mode", tool, s.principal), d,
+		map[string]any{"tool": tool})
+}
+
+// warnAgent sends the agent an advisory-mode warning on the request's own
+// stream: msg, the decision's reason, and data's members.
+func (s *session) warnAgent(ctx context.Context, msg string, d Decision, data map[string]any) {
 	s.mu.Lock()
 	level := s.logLevel
 	s.mu.Unlock()
 	if l, ok := logLevels[level]; ok && l > logLevels["warning"] {
 		return
 	}
-	msg := fmt.Sprintf("policy denies tool %q for %q; the call is forwarded because the policy is in advisory mode", tool, s.principal)
 	if d.Reason != "" {
 		msg += ": " + d.Reason
 	}
-	p := &mcp.LoggingMessageParams{Level: "warning", Logger: "cmcp.policy", Data: map[string]any{
-		"message": msg, "tool": tool, "decision": d.Effect, "mode": d.Mode, "policy_ids": d.PolicyIDs,
-	}}
+	data["message"], data["decision"], data["mode"], data["policy_ids"] = msg, d.Effect, d.Mode, d.PolicyIDs
+	p := &mcp.LoggingMessageParams{Level: "warning", Logger: "cmcp.policy", Data: data}
 	switch {
 	case sinkFrom(ctx) != nil:
 		_ = sinkFrom(ctx).notify("notifications/message", p)

@@ -87,7 +87,12 @@ func (p *policyDecider) FilterTools(ctx context.Context, principal string, s Ses
 // deniedFault is the JSON-RPC error of a call refused by the policy: its
 // message and its data name the determining policies.
 func deniedFault(tool, principal string, d Decision) *jsonrpc.Error {
-	msg := fmt.Sprintf("denied by policy: tool %q for %q", tool, principal)
+	return deniedFaultFor(fmt.Sprintf("tool %q", tool), principal, d)
+}
+
+// deniedFaultFor is deniedFault for any request: what names it.
+func deniedFaultFor(what, principal string, d Decision) *jsonrpc.Error {
+	msg := fmt.Sprintf("denied by policy: %s for %q", what, principal)
 	if d.Reason != "" {
 		msg += ": " + d.Reason
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/yosida95/uritemplate/v3"
 
 	"github.com/confidential-mcp/cmcp/internal/catalog"
+	"github.com/confidential-mcp/cmcp/internal/policy"
 	"github.com/confidential-mcp/cmcp/internal/rpcwire"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
@@ -555,11 +556,15 @@ func (s *session) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 		case "resources/templates/list":
 			return s.listTemplates(ctx, req.(*mcp.ListResourceTemplatesRequest))
 		case "resources/read":
+			s.bindLazily(req)
 			return s.readResource(ctx, req.(*mcp.ReadResourceRequest))
 		case "prompts/list":
 			return s.listPrompts(ctx, req.(*mcp.ListPromptsRequest))
 		case "prompts/get":
+			s.bindLazily(req)
 			return s.getPrompt(ctx, req.(*mcp.GetPromptRequest))
+		case "resources/subscribe", "completion/complete":
+			s.bindLazily(req) // decided and recorded under the session's id
 		}
 		return next(ctx, method, req)
 	}
@@ -780,6 +785,7 @@ func (s *session) listResources(ctx context.Context, req *mcp.ListResourcesReque
 			r, err := lv.conn.Session.ListResources(ctx, req.Params)
 			if err == nil {
 				s.noteOwners(name, r.Resources)
+				r.Resources = accessVisible(s, policy.ActionReadResource, name, r.Resources, resourceURI)
 			}
 			return r, err
 		})
@@ -800,7 +806,7 @@ func (s *session) listResources(ctx context.Context, req *mcp.ListResourcesReque
 			return nil, err
 		}
 		s.noteOwners(name, rs)
-		out.Resources = append(out.Resources, rs...)
+		out.Resources = append(out.Resources, accessVisible(s, policy.ActionReadResource, name, rs, resourceURI)...)
 	}
 	return out, nil
 }
@@ -822,6 +828,7 @@ func (s *session) listTemplates(ctx context.Context, req *mcp.ListResourceTempla
 			r, err := lv.conn.Session.ListResourceTemplates(ctx, req.Params)
 			if err == nil {
 				s.noteTemplates(name, r.ResourceTemplates)
+				r.ResourceTemplates = accessVisible(s, policy.ActionReadResource, name, r.ResourceTemplates, templateURI)
 			}
 			return r, err
 		})
@@ -842,7 +849,7 @@ func (s *session) listTemplates(ctx context.Context, req *mcp.ListResourceTempla
 			return nil, err
 		}
 		s.noteTemplates(name, ts)
-		out.ResourceTemplates = append(out.ResourceTemplates, ts...)
+		out.ResourceTemplates = append(out.ResourceTemplates, accessVisible(s, policy.ActionReadResource, name, ts, templateURI)...)
 	}
 	return out, nil
 }
@@ -967,9 +974,16 @@ func (s *session) readResource(ctx context.Context, req *mcp.ReadResourceRequest
 		})
 	}
 	names, known := s.resourceRoute(uri)
-	switch len(names) {
-	case 0:
+	if len(names) == 0 {
 		return nil, fault(CodeResourceNotFound, "resource %q not found: no upstream serves resources", uri)
+	}
+	// Every upstream that may be asked is decided (and recorded) first:
+	// those the policy refuses are not asked.
+	names, err := s.gateAccess(ctx, resourceAccess("resources/read", uri), names)
+	if err != nil {
+		return nil, err
+	}
+	switch len(names) {
 	case 1:
 		r, err := read(names[0])
 		if err == nil && !known {
@@ -1011,6 +1025,9 @@ func (s *session) subscribe(ctx context.Context, req *mcp.SubscribeRequest) erro
 	if err != nil {
 		return err
 	}
+	if _, err := s.gateAccess(ctx, resourceAccess("resources/subscribe", req.Params.URI), []string{up}); err != nil {
+		return err
+	}
 	_, err = forward(s, ctx, up, nil, func(ctx context.Context, lv *live, _ any) (struct{}, error) {
 		if lv.owner == nil && !lv.subscribe(s, req.Params.URI) {
 			return struct{}{}, nil // a shared upstream already subscribed for another session
@@ -1045,7 +1062,11 @@ func (s *session) listPrompts(ctx context.Context, req *mcp.ListPromptsRequest) 
 	ups := s.upstreamsWith(hasPrompts)
 	if name, ok := s.single(ups); ok && !s.g.ups[name].opts.Namespaced {
 		return forward(s, ctx, name, nil, func(ctx context.Context, lv *live, _ any) (*mcp.ListPromptsResult, error) {
-			return lv.conn.Session.ListPrompts(ctx, req.Params)
+			r, err := lv.conn.Session.ListPrompts(ctx, req.Params)
+			if err == nil {
+				r.Prompts = accessVisible(s, policy.ActionGetPrompt, name, r.Prompts, promptName)
+			}
+			return r, err
 		})
 	}
 	out := &mcp.ListPromptsResult{Prompts: []*mcp.Prompt{}}
@@ -1063,7 +1084,7 @@ func (s *session) listPrompts(ctx context.Context, req *mcp.ListPromptsRequest) 
 		if err != nil {
 			return nil, err
 		}
-		for _, p := range ps {
+		for _, p := range accessVisible(s, policy.ActionGetPrompt, name, ps, promptName) {
 			cp := *p
 			if s.g.ups[name].opts.Namespaced {
 				cp.Name = name + catalog.Separator + p.Name
@@ -1091,6 +1112,11 @@ func (s *session) getPrompt(ctx context.Context, req *mcp.GetPromptRequest) (*mc
 	if err != nil {
 		return nil, err
 	}
+	a := promptAccess("prompts/get", req.Params.Name, prompt)
+	a.args = promptArgs(req.Params.Arguments)
+	if _, err := s.gateAccess(ctx, a, []string{up}); err != nil {
+		return nil, err
+	}
 	return forward(s, ctx, up, req.Params.GetProgressToken(), func(ctx context.Context, lv *live, tok any) (*mcp.GetPromptResult, error) {
 		p := *req.Params
 		p.Name = prompt
@@ -1102,6 +1128,7 @@ func (s *session) getPrompt(ctx context.Context, req *mcp.GetPromptRequest) (*mc
 func (s *session) complete(ctx context.Context, req *mcp.CompleteRequest) (*mcp.CompleteResult, error) {
 	p := *req.Params
 	var up string
+	var a access
 	if p.Ref != nil && p.Ref.Type == "ref/prompt" {
 		u, prompt, err := s.promptUpstream(p.Ref.Name)
 		if err != nil {
@@ -1110,6 +1137,7 @@ func (s *session) complete(ctx context.Context, req *mcp.CompleteRequest) (*mcp.
 		if !s.upstreamHas(u, hasCompletions) {
 			return nil, fault(jsonrpc.CodeInvalidParams, "completion/complete: upstream %q, whose prompt %q it is, does not support it", u, p.Ref.Name)
 		}
+		a = promptAccess("completion/complete", p.Ref.Name, prompt)
 		ref := *p.Ref
 		ref.Name = prompt
 		p.Ref, up = &ref, u
@@ -1119,8 +1147,13 @@ func (s *session) complete(ctx context.Context, req *mcp.CompleteRequest) (*mcp.
 			return nil, err
 		}
 		up = u
+		a = resourceAccess("completion/complete", p.Ref.URI)
 	} else {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "cmcp: completion/complete needs a ref"}
+	}
+	a.args = completionArgs(&p)
+	if _, err := s.gateAccess(ctx, a, []string{up}); err != nil {
+		return nil, err
 	}
 	return forward(s, ctx, up, nil, func(ctx context.Context, lv *live, _ any) (*mcp.CompleteResult, error) {
 		return lv.conn.Session.Complete(ctx, &p)

@@ -91,27 +91,38 @@ type Check struct {
 	Reason    string   `json:"reason,omitempty"`
 }
 
-// Call is one tools/call of the timeline.
+// Call is one tools/call of the timeline, or one access: a request that
+// read an upstream's resources or prompts (resources/read,
+// resources/subscribe, prompts/get, completion/complete), recorded in an
+// access record and decided as action read_resource or get_prompt. An
+// access has Action and Method set, no Tool and never a result record.
 type Call struct {
-	Epoch         int       `json:"epoch"`
-	Index         int64     `json:"index"`
-	Time          time.Time `json:"time"`
-	Session       string    `json:"session"`
-	Agent         string    `json:"agent"`
-	Tool          string    `json:"tool"`
-	Upstream      string    `json:"upstream,omitempty"`
-	EvidenceClass string    `json:"evidence_class,omitempty"`
-	Decision      string    `json:"decision"`
-	PolicyIDs     []string  `json:"policy_ids,omitempty"`
-	Mode          string    `json:"mode"`
-	Bundle        string    `json:"bundle,omitempty"`
-	Outcome       string    `json:"outcome"`
-	Reason        string    `json:"reason,omitempty"`
-	Result        string    `json:"result,omitempty"` // outcome of the result record; ResultNone for a forwarded call without one
-	LatencyMicros int64     `json:"latency_us,omitempty"`
-	Replay        *Check    `json:"replay,omitempty"`
-	WhatIf        *Check    `json:"what_if,omitempty"`
-	Unverified    bool      `json:"unverified,omitempty"`
+	Epoch   int       `json:"epoch"`
+	Index   int64     `json:"index"`
+	Time    time.Time `json:"time"`
+	Session string    `json:"session"`
+	Agent   string    `json:"agent"`
+	Tool    string    `json:"tool"`
+	// Action is read_resource or get_prompt for an access (empty for a
+	// tools/call); Method its MCP method; Prompt the prompt's name at its
+	// upstream (get_prompt). A read's URI is in the log only as a
+	// commitment.
+	Action        string   `json:"action,omitempty"`
+	Method        string   `json:"method,omitempty"`
+	Prompt        string   `json:"prompt,omitempty"`
+	Upstream      string   `json:"upstream,omitempty"`
+	EvidenceClass string   `json:"evidence_class,omitempty"`
+	Decision      string   `json:"decision"`
+	PolicyIDs     []string `json:"policy_ids,omitempty"`
+	Mode          string   `json:"mode"`
+	Bundle        string   `json:"bundle,omitempty"`
+	Outcome       string   `json:"outcome"`
+	Reason        string   `json:"reason,omitempty"`
+	Result        string   `json:"result,omitempty"` // outcome of the result record; ResultNone for a forwarded call without one
+	LatencyMicros int64    `json:"latency_us,omitempty"`
+	Replay        *Check   `json:"replay,omitempty"`
+	WhatIf        *Check   `json:"what_if,omitempty"`
+	Unverified    bool     `json:"unverified,omitempty"`
 	// Unsigned: the record comes after its epoch's last checkpoint, so no
 	// signature of the epoch's key covers it (the unsealed tail of the
 	// newest epoch, or the tail a crashed gateway left): anyone able to
@@ -122,7 +133,8 @@ type Call struct {
 	// --policy, and is a finding.
 	Inconsistent string `json:"inconsistent,omitempty"`
 
-	rec      *auditlog.Call
+	rec      *auditlog.Call   // for an access: its decision's fields, Args the URI's commitment
+	acc      *auditlog.Access // the access record, or nil
 	ep       *epochState
 	npol     int   // len(ep.policies) when the record was read
 	resultAt int64 // index of the result record, if any
@@ -147,10 +159,12 @@ type Session struct {
 	last int64 // index of its last session record
 }
 
-// Summary counts the calls reported and the outcomes of the checks.
+// Summary counts the calls and accesses reported and the outcomes of the
+// checks (of both).
 type Summary struct {
 	Records       int64 `json:"records"`
 	Calls         int   `json:"calls"`
+	Accesses      int   `json:"accesses,omitempty"` // access records (resources/read, prompts/get, ...) listed among Calls
 	Same          int   `json:"same,omitempty"`
 	Differs       int   `json:"differs,omitempty"`
 	NotReplayable int   `json:"not_replayable,omitempty"`
@@ -325,7 +339,7 @@ func Run(ctx context.Context, dir string, opts Options) (*Report, error) {
 	}
 	var noResult []string
 	for _, c := range rep.Calls {
-		if c.Outcome == auditlog.OutcomeForwarded && c.Result == "" {
+		if c.acc == nil && c.Outcome == auditlog.OutcomeForwarded && c.Result == "" {
 			c.Result = ResultNone
 			if rep.Summary.NoResult++; len(noResult) < maxStrays {
 				noResult = append(noResult, fmt.Sprintf("%d:%d", c.Epoch, c.Index))
@@ -359,9 +373,12 @@ func Run(ctx context.Context, dir string, opts Options) (*Report, error) {
 		}
 	}
 	for _, c := range rep.Calls {
-		c.rec, c.ep = nil, nil
+		if c.acc != nil {
+			rep.Summary.Accesses++
+		}
+		c.rec, c.acc, c.ep = nil, nil, nil
 	}
-	rep.Summary.Calls = len(rep.Calls)
+	rep.Summary.Calls = len(rep.Calls) - rep.Summary.Accesses
 	for d, b := range bundles {
 		if !recorded[d] {
 			var have []string
@@ -444,8 +461,19 @@ func openVault(g *auditlog.Genesis, dir string, ids []age.Identity) (*auditlog.O
 	return o, nil
 }
 
-// request rebuilds the Cedar request of a call record.
-func request(rec *auditlog.Call) *policy.Request {
+// request rebuilds the Cedar request of a call or access record (without
+// the arguments or the URI).
+func request(c *Call) *policy.Request {
+	rec := c.rec
+	if a := c.acc; a != nil {
+		in := a.PolicyInput
+		return &policy.Request{
+			Action: policy.Action(a.Action), Agent: a.Agent, Groups: in.Groups,
+			Upstream: a.Upstream, EvidenceClass: in.EvidenceClass, Prompt: a.Prompt,
+			Session: policy.Session{ID: a.Session, Calls: in.SessionCalls, ToolsUsed: in.ToolsUsed},
+			Time:    in.Time,
+		}
+	}
 	in := rec.PolicyInput
 	return &policy.Request{
 		Action: policy.ActionCallTool, Agent: rec.Agent, Groups: in.Groups,
@@ -456,9 +484,13 @@ func request(rec *auditlog.Call) *policy.Request {
 	}
 }
 
-// arguments supplies the call's arguments when the decision needs them. It
-// returns a non-nil Check when the call cannot be evaluated.
+// arguments supplies the call's arguments (an access's URI) when the
+// decision needs them. It returns a non-nil Check when the call cannot be
+// evaluated.
 func arguments(c *Call, memo *policy.Memo, req *policy.Request) *Check {
+	if c.acc != nil {
+		return accessURI(c, memo, req)
+	}
 	rec, ep := c.rec, c.ep
 	need := memo.DependsOnArguments(req)
 	for _, e := range rec.PolicyInput.Errors {
@@ -489,6 +521,37 @@ func arguments(c *Call, memo *policy.Memo, req *policy.Request) *Check {
 	return nil
 }
 
+// accessURI supplies an access's URI from the vault when the decision
+// needs it (the log holds only its commitment), as arguments does a call's
+// arguments.
+func accessURI(c *Call, memo *policy.Memo, req *policy.Request) *Check {
+	a, ep := c.acc, c.ep
+	if req.Action != policy.ActionReadResource || !memo.DependsOnURI(req) {
+		return nil
+	}
+	if a.URI.IsZero() {
+		return &Check{Status: StatusIncomplete, Reason: "a read_resource record without the commitment to its URI: it cannot come from the gateway"}
+	}
+	if ep.opener == nil {
+		why := "its decision depends on the resource URI; pass --identity to open the payload vault"
+		if ep.openErr != nil {
+			why = "its decision depends on the resource URI, and the vault cannot be opened: " + ep.openErr.Error()
+		}
+		return &Check{Status: StatusNotReplayable, Reason: why}
+	}
+	p, err := ep.opener.Payload(a.URI)
+	switch {
+	case errors.Is(err, auditlog.ErrNoPayload):
+		return &Check{Status: StatusNotReplayable, Reason: fmt.Sprintf("its decision depends on the resource URI, and the vault has no payload for commitment %d", a.URI.ID)}
+	case errors.Is(err, auditlog.ErrPayloadMismatch):
+		return &Check{Status: StatusTampered, Reason: fmt.Sprintf("the vault's URI does not match the commitment in the log (commitment %d, %d bytes): the vault was altered", a.URI.ID, a.URI.Size)}
+	case err != nil:
+		return &Check{Status: StatusNotReplayable, Reason: "its decision depends on the resource URI, and the vault's payload cannot be opened: " + err.Error()}
+	}
+	req.URI = string(p)
+	return nil
+}
+
 func effect(d policy.Decision) string {
 	if d.Allow {
 		return auditlog.DecisionAllow
@@ -506,7 +569,7 @@ func replayCall(c *Call, b *policy.Bundle, memo *policy.Memo) *Check {
 	case b == nil:
 		return &Check{Status: StatusNoBundle, Reason: "decided by bundle " + rec.PolicyBundle.String() + ", which was not given with --policy"}
 	}
-	req := request(rec)
+	req := request(c)
 	if ck := arguments(c, memo, req); ck != nil {
 		return ck
 	}
@@ -540,6 +603,11 @@ func hides(status string) bool {
 // that did not do what it recorded.
 func inconsistency(c *Call) string {
 	rec, ep := c.rec, c.ep
+	if c.acc != nil {
+		if why := accessShape(c); why != "" {
+			return why
+		}
+	}
 	if c.Outcome == auditlog.OutcomeForwarded && c.Decision != auditlog.DecisionAllow && c.Mode != string(policy.Advisory) && c.Mode != string(policy.Silent) {
 		return fmt.Sprintf("recorded %s in mode %s, yet forwarded: only the advisory and silent modes forward a denied call", c.Decision, c.Mode)
 	}
@@ -580,6 +648,20 @@ func inconsistency(c *Call) string {
 	return fmt.Sprintf("recorded mode %s, but epoch %d ran bundle %s in mode %s", orNone(c.Mode), c.Epoch, rec.PolicyBundle, strings.Join(slices.Compact(modes), " or "))
 }
 
+// accessShape returns how an access record's method and action disagree,
+// or "": the gateway decides resources/read and resources/subscribe as
+// read_resource, prompts/get as get_prompt, completion/complete as either.
+func accessShape(c *Call) string {
+	want := map[string][]string{
+		"resources/read": {"read_resource"}, "resources/subscribe": {"read_resource"},
+		"prompts/get": {"get_prompt"}, "completion/complete": {"read_resource", "get_prompt"},
+	}[c.Method]
+	if !slices.Contains(want, c.Action) {
+		return fmt.Sprintf("an access record with method %q and action %q: the gateway never writes that pair", c.Method, c.Action)
+	}
+	return ""
+}
+
 func orNone(s string) string {
 	if s == "" {
 		return `""`
@@ -592,7 +674,7 @@ func whatIfCall(c *Call, b *policy.Bundle, memo *policy.Memo) *Check {
 	if rec.PolicyInput == nil {
 		return &Check{Status: StatusNoDecision, Reason: "the record holds no policy input (no policy decided this call)"}
 	}
-	req := request(rec)
+	req := request(c)
 	if ck := arguments(c, memo, req); ck != nil {
 		return ck
 	}
@@ -674,7 +756,7 @@ func newReadState(rep *Report, opts *Options) *readState {
 // replayed reports whether replay reads the records of kind k.
 func replayed(k auditlog.Kind) bool {
 	switch k {
-	case auditlog.KindGenesis, auditlog.KindSession, auditlog.KindCall, auditlog.KindResult, auditlog.KindPolicy:
+	case auditlog.KindGenesis, auditlog.KindSession, auditlog.KindCall, auditlog.KindAccess, auditlog.KindResult, auditlog.KindPolicy:
 		return true
 	}
 	return false
@@ -765,6 +847,40 @@ func (st *readState) add(e *auditlog.Entry) {
 			return
 		}
 		ep.calls[pos.Index] = c
+		rep.Calls = append(rep.Calls, c)
+		if st.checking {
+			st.checks = append(st.checks, c)
+		}
+	case *auditlog.Access:
+		ep := st.ep
+		if ep == nil {
+			st.failed = fmt.Errorf("%s: access record before any genesis record", pos)
+			return
+		}
+		// The decision's fields in the shape of a call record, so that the
+		// checks and the consistency rules of calls apply as they are; Args
+		// is the URI's commitment. Accesses do not count in the session's
+		// calls (session_calls counts tools/call only).
+		crec := &auditlog.Call{Session: rec.Session, Agent: rec.Agent, Upstream: rec.Upstream, EvidenceClass: rec.EvidenceClass,
+			Args: rec.URI, Decision: rec.Decision, PolicyIDs: rec.PolicyIDs, PolicyMode: rec.PolicyMode, PolicyBundle: rec.PolicyBundle,
+			Outcome: rec.Outcome, Reason: rec.Reason}
+		if in := rec.PolicyInput; in != nil {
+			crec.PolicyInput = &auditlog.PolicyInput{Groups: in.Groups, EvidenceClass: in.EvidenceClass, SessionCalls: in.SessionCalls,
+				ToolsUsed: in.ToolsUsed, Time: in.Time, Errors: in.Errors}
+		}
+		c := &Call{Epoch: pos.Epoch, Index: pos.Index, Time: e.Time, Session: rec.Session, Agent: rec.Agent,
+			Action: rec.Action, Method: rec.Method, Prompt: rec.Prompt,
+			Upstream: rec.Upstream, EvidenceClass: rec.EvidenceClass, Decision: rec.Decision, PolicyIDs: rec.PolicyIDs,
+			Mode: rec.PolicyMode, Outcome: rec.Outcome, Reason: rec.Reason, rec: crec, acc: rec, ep: ep, npol: len(ep.policies)}
+		if !rec.PolicyBundle.IsZero() {
+			if !rec.PolicyBundle.Equal(st.lastBundle) {
+				st.lastBundle, st.lastBundleStr = rec.PolicyBundle, rec.PolicyBundle.String()
+			}
+			c.Bundle = st.lastBundleStr
+		}
+		if !opts.Filter.match(c) {
+			return
+		}
 		rep.Calls = append(rep.Calls, c)
 		if st.checking {
 			st.checks = append(st.checks, c)
