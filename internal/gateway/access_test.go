@@ -269,3 +269,44 @@ permit (principal, action in [Action::"read_resource", Action::"get_prompt"], re
 		t.Fatalf("what-if on the uri with the vault: %+v", rep.Summary)
 	}
 }
+
+// TestAccessReloadNotifies: a policy reload may change what the resource
+// and prompt lists show: every agent is told to list them again.
+func TestAccessReloadNotifies(t *testing.T) {
+	dir := policyBundle(t, toolsOnly)
+	h := newHarness(t, hconf{policy: engine(t, dir, policy.Enforcing)})
+	prompts, resources := make(chan struct{}, 8), make(chan struct{}, 8)
+	cs := h.connect("", &mcp.ClientOptions{
+		PromptListChangedHandler:   func(context.Context, *mcp.PromptListChangedRequest) { prompts <- struct{}{} },
+		ResourceListChangedHandler: func(context.Context, *mcp.ResourceListChangedRequest) { resources <- struct{}{} },
+	})
+	ctx := accessCtx(t)
+	if lp, err := cs.ListPrompts(ctx, nil); err != nil || len(lp.Prompts) != 0 {
+		t.Fatalf("prompts before: %v %v", lp, err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	for len(prompts) > 0 {
+		<-prompts
+	}
+	for len(resources) > 0 {
+		<-resources
+	}
+	if err := os.WriteFile(filepath.Join(dir, "policy.cedar"), []byte(toolsOnly+`
+@id("reads") permit (principal, action in [Action::"read_resource", Action::"get_prompt"], resource);
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.g.ReloadPolicy(context.Background(), dir, digest.Digest{}, policy.Enforcing, nil); err != nil {
+		t.Fatal(err)
+	}
+	for name, ch := range map[string]chan struct{}{"prompts": prompts, "resources": resources} {
+		select {
+		case <-ch:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no notifications/%s/list_changed after the reload", name)
+		}
+	}
+	if lp, err := cs.ListPrompts(ctx, nil); err != nil || len(lp.Prompts) == 0 {
+		t.Fatalf("prompts after: %v %v", lp, err)
+	}
+}

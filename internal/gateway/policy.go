@@ -143,11 +143,21 @@ func (g *Gateway) ReloadPolicy(ctx context.Context, dir string, expect digest.Di
 		return fmt.Errorf("policy bundle %s is in force but its switch could not be recorded: %w", sw.New, rerr)
 	}
 	g.logger.Info("policy reloaded", "from", sw.Old.String(), "to", sw.New.String(), "mode", string(sw.Mode), "policies", sw.Policies)
-	// The new bundle may show each agent another list (list_tools): tell
-	// every connected agent to list its tools again.
+	// The new bundle may show each agent other lists (list_tools,
+	// read_resource, get_prompt): tell every connected agent to list its
+	// tools, resources and prompts again.
+	g.mu.Lock()
+	caps := g.caps
+	g.mu.Unlock()
 	sessions := g.sessionList()
 	for _, s := range sessions {
 		s.notifyToolsChanged()
+		if caps != nil && caps.Resources != nil && caps.Resources.ListChanged {
+			s.notifyListChanged("resources")
+		}
+		if caps != nil && caps.Prompts != nil && caps.Prompts.ListChanged {
+			s.notifyListChanged("prompts")
+		}
 	}
 	return nil
 }
