@@ -112,7 +112,10 @@ func newReplayCmd(e *env) *cobra.Command {
 		Short: "Rebuild sessions and calls from an audit log and re-check every policy decision",
 		Long: `replay verifies an audit log (as verify-chain does), then prints its
 timeline: sessions, agents, calls, upstreams and their evidence classes,
-decisions, latencies and outcomes.
+decisions, latencies and outcomes. Reads of resources and prompts
+(resources/read, resources/subscribe, prompts/get, completion/complete) are
+listed with the calls under their method, counted apart, and checked the
+same way.
 
 With --policy DIR it re-evaluates every recorded call against the bundle the
 log recorded (a bundle with another digest is refused) and reports every call
@@ -120,7 +123,7 @@ whose recorded decision differs: proof that no decision was flipped. With
 --what-if DIR it evaluates every call against another bundle and lists the
 calls whose decision would change.
 
-A decision that depends on the call's arguments needs them: with --identity
+A decision that depends on the call's arguments (or a read's URI) needs them: with --identity
 (an auditor's age identity) replay opens the sealed payload vault, checks each
 payload against its commitment in the log (a mismatch is tampering), and uses
 it. Without it those calls are listed as not replayable, never guessed.

@@ -1,4 +1,5 @@
-// Package policy decides tool calls with Cedar (github.com/cedar-policy/cedar-go).
+// Package policy decides tool calls, and reads of resources and prompts,
+// with Cedar (github.com/cedar-policy/cedar-go).
 //
 // # Bundles
 //
@@ -14,7 +15,7 @@
 //     x/exp/schema/validate, strict mode: unknown entity types, attributes
 //     or actions, optional attributes read without `has`, type errors);
 //   - the schema does not describe the entity model below (a sample of every
-//     entity and of both requests is validated against it), so a policy can
+//     entity and of a request of every action is validated against it), so a policy can
 //     never validate against a model the gateway does not build;
 //   - two policies share an id;
 //   - the digest does not match the pin.
@@ -26,17 +27,38 @@
 //	principal  Agent::"<identity>"          parents: Group::"<g>" for each group of policy.groups that lists the agent
 //	action     Action::"call_tool"          a tools/call request
 //	           Action::"list_tools"         one tool's entry in a tools/list response
-//	resource   Tool::"<upstream>__<tool>"   parent: Upstream::"<upstream>"
+//	           Action::"read_resource"      resources/read, resources/subscribe, completion/complete
+//	                                        on a ref/resource; one entry of resources/list or
+//	                                        resources/templates/list
+//	           Action::"get_prompt"         prompts/get, completion/complete on a ref/prompt; one
+//	                                        entry of prompts/list
+//	resource   Tool::"<upstream>__<tool>"   call_tool, list_tools; parent: Upstream::"<upstream>"
 //	             .name            String    the tool's name at its upstream
 //	             .upstream        String
 //	             .evidence_class  String    spawn-measured, spawn-unmeasured, tls-pinned, tls-ca, plaintext
 //	             .annotations     { readOnlyHint, destructiveHint, idempotentHint, openWorldHint: Bool }
 //	                                        MCP defaults for undeclared hints: false, true, false, true
-//	           Upstream::"<name>"
+//	           Upstream::"<name>"           read_resource, get_prompt (the resource itself)
 //	             .evidence_class  String
 //	context    .arguments   record          call_tool only: params.arguments (see ArgumentsRecord)
+//	           .uri         String          read_resource only: the resource's URI (for a template,
+//	                                        its URI template; for a completion, the ref's URI)
+//	           .prompt      String          get_prompt only: the prompt's name at its upstream
 //	           .session     { id: String, calls: Long, tools_used: Set<String> }
+//	                                        calls and tools_used count tools/call requests only
 //	           .now         datetime        decision time, millisecond precision
+//
+// A policy whose action is not scoped applies to every action, and
+// validates only if it reads what every action has: `resource in
+// Upstream::"x"`, `resource.evidence_class`, `context.session`,
+// `context.now`. A policy that reads a tool's attributes (annotations,
+// name) or context.arguments must scope its action (`action in
+// [Action::"call_tool", Action::"list_tools"]`), and one that reads
+// context.uri or context.prompt to read_resource or get_prompt. So
+// `permit (principal == Agent::"alice", action, resource in
+// Upstream::"git")` lets alice call, list, read and get everything of git,
+// and a bundle without a permit for read_resource denies every read.
+// resources/unsubscribe is not decided (it only stops data).
 //
 // The schema every bundle starts from is examples/policy/schema.cedarschema;
 // a bundle declares in its CallArgs type the arguments its policies read.
@@ -51,11 +73,15 @@
 //	forbid (principal, action == Action::"call_tool", resource in Upstream::"fs")
 //	when { context.arguments has path && !(context.arguments.path like "/srv/data/*") };
 //
-//	// no code the gateway did not measure
+//	// no code the gateway did not measure: its tools, resources and prompts
 //	forbid (principal, action, resource) when { resource.evidence_class == "spawn-unmeasured" };
 //
+//	// resources of fs only under /srv/data
+//	forbid (principal, action == Action::"read_resource", resource in Upstream::"fs")
+//	unless { context.uri like "file:///srv/data/*" && !(context.uri like "*..*") };
+//
 //	// a read-only agent
-//	permit (principal == Agent::"reporter", action, resource)
+//	permit (principal == Agent::"reporter", action in [Action::"call_tool", Action::"list_tools"], resource)
 //	when { resource.annotations.readOnlyHint && !resource.annotations.destructiveHint };
 //
 // # Decisions
@@ -68,7 +94,8 @@
 // MaxArgumentDepth or MaxArgumentValues, or that are not a JSON object, deny
 // the call with an error naming the limit. A Request fully determines its
 // Decision: replay rebuilds the Request from the audit log and must get the
-// recorded decision.
+// recorded decision (for a read_resource that reads context.uri, with the
+// URI from the payload vault: the log holds only its commitment).
 //
 // Modes (enforcing, advisory, silent) say what the gateway does with a deny;
 // they do not change the decision.

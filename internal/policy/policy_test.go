@@ -154,6 +154,19 @@ func TestExamples(t *testing.T) {
 		edit(&r)
 		return r
 	}
+	// read and prompt are read_resource and get_prompt on the same upstream.
+	read := func(uri string, edit func(r *Request)) Request {
+		return mk(func(r *Request) {
+			r.Action, r.Tool, r.ToolName, r.Annotations, r.URI = ActionReadResource, "", "", Annotations{}, uri
+			edit(r)
+		})
+	}
+	prompt := func(name string, edit func(r *Request)) Request {
+		return mk(func(r *Request) {
+			r.Action, r.Tool, r.ToolName, r.Annotations, r.Prompt = ActionGetPrompt, "", "", Annotations{}, name
+			edit(r)
+		})
+	}
 	examples := map[string][]call{
 		"allow-list": {
 			{"alice on git", mk(func(r *Request) {}), true, []string{"alice-git"}},
@@ -163,6 +176,11 @@ func TestExamples(t *testing.T) {
 			{"bob on git", mk(func(r *Request) { r.Agent = "bob" }), false, nil},
 			{"carol in ops", mk(func(r *Request) { r.Agent, r.Groups = "carol", []string{"ops"} }), true, []string{"ops-everything"}},
 			{"carol alone", mk(func(r *Request) { r.Agent = "carol" }), false, nil},
+			{"alice reads git", read("git://x", func(r *Request) {}), true, []string{"alice-git"}},
+			{"alice gets a git prompt", prompt("review", func(r *Request) {}), true, []string{"alice-git"}},
+			{"alice reads web", read("https://x", func(r *Request) { r.Upstream = "web" }), false, nil},
+			{"bob reads web: a tool permit is not the upstream", read("https://x", func(r *Request) { r.Agent, r.Upstream = "bob", "web" }), false, nil},
+			{"carol in ops reads", read("git://x", func(r *Request) { r.Agent, r.Groups = "carol", []string{"ops"} }), true, []string{"ops-everything"}},
 		},
 		"path-guard": {
 			{"inside", mk(func(r *Request) {
@@ -177,18 +195,27 @@ func TestExamples(t *testing.T) {
 			{"no path argument", mk(func(r *Request) { r.Upstream, r.Tool, r.Arguments = "fs", "fs__list_roots", []byte(`{}`) }), true, []string{"fs-allowed"}},
 			{"listing is not refused by the argument rules", mk(func(r *Request) { r.Upstream, r.Tool, r.Action = "fs", "fs__read_file", ActionListTools }), true, []string{"fs-allowed"}},
 			{"other upstream", mk(func(r *Request) {}), false, nil},
+			{"resource inside", read("file:///srv/data/a.txt", func(r *Request) { r.Upstream = "fs" }), true, []string{"fs-allowed"}},
+			{"resource outside", read("file:///etc/shadow", func(r *Request) { r.Upstream = "fs" }), false, []string{"fs-uri-outside-data"}},
+			{"resource dotdot", read("file:///srv/data/../../etc/shadow", func(r *Request) { r.Upstream = "fs" }), false, []string{"fs-uri-outside-data"}},
+			{"prompt of fs", prompt("p", func(r *Request) { r.Upstream = "fs" }), true, []string{"fs-allowed"}},
 		},
 		"measured-only": {
 			{"measured", mk(func(r *Request) {}), true, []string{"allow-all"}},
 			{"pinned tls", mk(func(r *Request) { r.EvidenceClass = "tls-pinned" }), true, []string{"allow-all"}},
 			{"unmeasured call", mk(func(r *Request) { r.EvidenceClass = "spawn-unmeasured" }), false, []string{"no-unmeasured-code"}},
 			{"unmeasured list", mk(func(r *Request) { r.EvidenceClass, r.Action = "spawn-unmeasured", ActionListTools }), false, []string{"no-unmeasured-code"}},
+			{"measured resource", read("x://a", func(r *Request) {}), true, []string{"allow-all"}},
+			{"unmeasured resource", read("x://a", func(r *Request) { r.EvidenceClass = "spawn-unmeasured" }), false, []string{"no-unmeasured-code"}},
+			{"unmeasured prompt", prompt("p", func(r *Request) { r.EvidenceClass = "spawn-unmeasured" }), false, []string{"no-unmeasured-code"}},
 		},
 		"read-only": {
 			{"reporter read-only tool", mk(func(r *Request) { r.Agent, r.Annotations = "reporter", Annotations{ReadOnly: true} }), true, []string{"reporter-read-only"}},
 			{"reporter default hints", mk(func(r *Request) { r.Agent = "reporter" }), false, nil},
 			{"reporter read-only but destructive", mk(func(r *Request) { r.Agent, r.Annotations = "reporter", Annotations{ReadOnly: true, Destructive: true} }), false, nil},
 			{"others anything", mk(func(r *Request) {}), true, []string{"everyone-else"}},
+			{"reporter reads", read("x://a", func(r *Request) { r.Agent = "reporter" }), true, []string{"reporter-reads"}},
+			{"reporter gets a prompt", prompt("p", func(r *Request) { r.Agent = "reporter" }), true, []string{"reporter-reads"}},
 		},
 		"session-limits": {
 			{"fresh session", mk(func(r *Request) {}), true, []string{"allow-all"}},
@@ -197,6 +224,7 @@ func TestExamples(t *testing.T) {
 			{"post without read", mk(func(r *Request) { r.Tool, r.Session.ToolsUsed = "web__post", []string{"git__log"} }), true, []string{"allow-all"}},
 			{"contractor at noon", mk(func(r *Request) { r.Groups = []string{"contractors"} }), true, []string{"allow-all"}},
 			{"contractor at night", mk(func(r *Request) { r.Groups, r.Time = []string{"contractors"}, noon.Add(10*time.Hour) }), false, []string{"contractor-hours"}},
+			{"reads after the budget", read("x://a", func(r *Request) { r.Session.Calls = 100 }), true, []string{"allow-all"}},
 		},
 	}
 	for name, calls := range examples {
