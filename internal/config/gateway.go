@@ -24,6 +24,7 @@ import (
 //	    cert: tls/server.crt
 //	    key: tls/server.key
 //	    client_ca: tls/agents.pem   # a verified client certificate's subject is the identity
+//	                                # (one with an empty subject, SAN-only, is refused)
 //	  stdio_identity: local         # identity of the agent of `cmcp serve --stdio`
 //	  session_timeout: 10m          # idle agent sessions end (and their children stop)
 //	  call_timeout: 5m              # one forwarded tools/call

@@ -3,6 +3,7 @@ package gateway
 import (
 	"bufio"
 	"context"
+	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/json"
 	"errors"
@@ -67,7 +68,8 @@ type HTTPOptions struct {
 	// nil: Tokens, for good.
 	TokenSet *TokenSet
 	// ClientCerts accepts a verified TLS client certificate (mutual TLS) as
-	// authentication; its subject is the identity.
+	// authentication; its subject is the identity, and one with an empty
+	// subject (SAN-only) is refused.
 	ClientCerts bool
 	// SessionTimeout ends sessions idle for this long, stopping their
 	// children (0: 10 minutes; negative: never).
@@ -129,6 +131,7 @@ func (g *Gateway) HTTPHandler(o HTTPOptions) http.Handler {
 	if timeout > 0 {
 		go g.reapIdle(timeout)
 	}
+	var certWarn everySecond
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// DNS-rebinding protection, go-sdk's rule, checked here for every
 		// request because the fast path never reaches go-sdk.
@@ -138,6 +141,12 @@ func (g *Gateway) HTTPHandler(o HTTPOptions) http.Handler {
 		}
 		who, tok, err := authenticate(r, o)
 		if err != nil {
+			var ce *certRefusedError
+			if errors.As(err, &ce) {
+				if ok, quiet := certWarn.allow(); ok {
+					g.logger.Warn("refused a verified client certificate (401)", append(ce.logAttrs(), "refused_since_last_warning", quiet)...)
+				}
+			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="cmcp"`)
 			http.Error(w, "cmcp: "+err.Error(), http.StatusUnauthorized)
 			return
@@ -308,11 +317,18 @@ func authenticate(r *http.Request, o HTTPOptions) (string, digest.Digest, error)
 		return who, got, nil
 	}
 	if o.ClientCerts && r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.VerifiedChains[0]) > 0 {
-		id := CertIdentity(r.TLS.VerifiedChains[0][0].Subject)
+		leaf := r.TLS.VerifiedChains[0][0]
+		if emptySubject(leaf.Subject) {
+			// The subject is the identity: every certificate without one
+			// (SAN-only, as SPIFFE and service meshes issue them) would be
+			// the same agent, sharing sessions, policy and audit name.
+			return "", digest.Digest{}, &certRefusedError{leaf: leaf, why: "the client certificate's subject is empty (a SAN-only certificate, such as a SPIFFE SVID): cmcp takes the subject DN as the agent identity, and certificates without one cannot be told apart; give the agent a certificate whose subject names it (e.g. CN=agent-7), or a bearer token"}
+		}
+		id := CertIdentity(leaf.Subject)
 		if strings.ContainsFunc(id, unicode.IsControl) {
 			// An identity is a name in the log, the policy and replay:
 			// one with control characters is refused, not escaped.
-			return "", digest.Digest{}, errors.New("the client certificate's subject holds control characters; it cannot be an agent identity")
+			return "", digest.Digest{}, &certRefusedError{leaf: leaf, why: "the client certificate's subject holds control characters; it cannot be an agent identity"}
 		}
 		return id, digest.Digest{}, nil
 	}
@@ -324,6 +340,62 @@ func authenticate(r *http.Request, o HTTPOptions) (string, digest.Digest, error)
 
 // CertIdentity is the identity of a client certificate subject.
 func CertIdentity(subject pkix.Name) string { return "cert:" + subject.String() }
+
+// emptySubject reports a subject with no attribute, or only attributes
+// with empty values ("CN="): it names no one.
+func emptySubject(n pkix.Name) bool {
+	atvs := slices.Clone(n.Names)
+	for _, rdn := range n.ToRDNSequence() {
+		atvs = append(atvs, rdn...)
+	}
+	for _, a := range atvs {
+		if s, ok := a.Value.(string); !ok || s != "" {
+			return false
+		}
+	}
+	return true
+}
+
+// certRefusedError is a verified client certificate that cannot be an
+// agent identity. Unlike a missing or wrong credential it is logged: the
+// operator's PKI issued it, and the agent holding it cannot get in until
+// the PKI or the gateway changes.
+type certRefusedError struct {
+	leaf *x509.Certificate
+	why  string
+}
+
+func (e *certRefusedError) Error() string { return e.why }
+
+// logAttrs describe the certificate to the operator: who issued it and the
+// names it does carry.
+func (e *certRefusedError) logAttrs() []any {
+	uris := make([]string, 0, len(e.leaf.URIs))
+	for _, u := range e.leaf.URIs {
+		uris = append(uris, u.String())
+	}
+	serial := ""
+	if e.leaf.SerialNumber != nil {
+		serial = e.leaf.SerialNumber.Text(16)
+	}
+	return []any{"reason", e.why, "subject", e.leaf.Subject.String(), "issuer", e.leaf.Issuer.String(), "serial", serial,
+		"uri_sans", uris, "dns_sans", e.leaf.DNSNames, "email_sans", e.leaf.EmailAddresses}
+}
+
+// everySecond lets a warning through at most once a second and counts the
+// ones it held back, so that a client cannot flood the gateway log.
+type everySecond struct{ last, quiet atomic.Int64 }
+
+// allow reports whether to log now and how many were held back since the
+// last one logged.
+func (l *everySecond) allow() (bool, int64) {
+	now := time.Now().UnixNano()
+	if l0 := l.last.Load(); now-l0 < int64(time.Second) || !l.last.CompareAndSwap(l0, now) {
+		l.quiet.Add(1)
+		return false, 0
+	}
+	return true, l.quiet.Swap(0)
+}
 
 // CheckListen refuses to listen on a non-loopback address without any
 // authentication configured. A host name counts as loopback only if it

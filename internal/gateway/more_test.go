@@ -18,6 +18,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -462,4 +463,121 @@ func TestCertIdentityWithControlCharactersRefused(t *testing.T) {
 	if who, _, err := authenticate(r, HTTPOptions{ClientCerts: true}); err != nil || who != "cert:CN=bob" {
 		t.Fatalf("identity %q, err %v", who, err)
 	}
+}
+
+// TestSANOnlyClientCertificatesRefused: the subject DN is the identity, so
+// verified client certificates with an empty subject (SAN-only, as SPIFFE
+// and service meshes issue them) are refused 401 with the reason, and the
+// operator is told which certificate it was; before, every one of them
+// was the identity "cert:", and mallory's certificate used alice's session.
+func TestSANOnlyClientCertificatesRefused(t *testing.T) {
+	h := newHarness(t, hconf{})
+	_, serverCert, _, _ := certs(t)
+	ca := newClientCA(t)
+	srv := httptest.NewUnstartedServer(h.g.HTTPHandler(HTTPOptions{ClientCerts: true}))
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{serverCert}, ClientCAs: ca.pool, ClientAuth: tls.VerifyClientCertIfGiven}
+	srv.StartTLS()
+	defer srv.Close()
+	post := func(c tls.Certificate, sid, body string) (*http.Response, string) {
+		t.Helper()
+		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{c}}}}
+		req, _ := http.NewRequest("POST", srv.URL, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if sid != "" {
+			req.Header.Set("Mcp-Session-Id", sid)
+			req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	const initReq = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"a","version":"1"}}}`
+	named := ca.leaf(t, pkix.Name{CommonName: "alice"}, "spiffe://example.org/agent/alice")
+	resp, _ := post(named, "", initReq)
+	sid := resp.Header.Get("Mcp-Session-Id")
+	if resp.StatusCode != http.StatusOK || sid == "" {
+		t.Fatalf("a certificate with a subject: %s, session %q", resp.Status, sid)
+	}
+	for _, tc := range []struct {
+		name    string
+		subject pkix.Name
+	}{
+		{"no subject", pkix.Name{}},
+		{"empty CN", pkix.Name{CommonName: ""}},
+		{"only empty values", pkix.Name{ExtraNames: []pkix.AttributeTypeAndValue{{Type: []int{2, 5, 4, 3}, Value: ""}}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, who := range []string{"alice", "mallory"} {
+				c := ca.leaf(t, tc.subject, "spiffe://example.org/agent/"+who)
+				for _, try := range []struct{ sid, body string }{
+					{"", initReq},
+					{sid, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"t__echo","arguments":{"text":"from ` + who + `"}}}`},
+				} {
+					resp, body := post(c, try.sid, try.body)
+					if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(body, "subject is empty") || !strings.Contains(body, "SAN-only") {
+						t.Fatalf("%s's SAN-only certificate (session %q): %s %s, want 401 saying the subject is empty", who, try.sid, resp.Status, body)
+					}
+				}
+			}
+		})
+	}
+	if calls := kinds(h.records(), "call"); len(calls) != 0 {
+		t.Fatalf("a SAN-only certificate made a call: %v", calls)
+	}
+	if logs := h.logs.String(); !strings.Contains(logs, "refused a verified client certificate") || !strings.Contains(logs, "spiffe://example.org/agent/alice") {
+		t.Fatalf("the refusal is not logged with the certificate's names:\n%s", clip(logs, 2000))
+	}
+}
+
+type clientCA struct {
+	pool *x509.CertPool
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+}
+
+// newClientCA makes a CA that issues client certificates with any subject
+// and URI SANs.
+func newClientCA(t *testing.T) *clientCA {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "client CA"}, NotBefore: time.Now().Add(-time.Hour),
+		NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := x509.ParseCertificate(der)
+	p := x509.NewCertPool()
+	p.AddCert(c)
+	return &clientCA{pool: p, cert: c, key: k}
+}
+
+func (ca *clientCA) leaf(t *testing.T, subject pkix.Name, uris ...string) tls.Certificate {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: subject, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, KeyUsage: x509.KeyUsageDigitalSignature}
+	for _, s := range uris {
+		u, err := url.Parse(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmpl.URIs = append(tmpl.URIs, u)
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &k.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: k}
 }
