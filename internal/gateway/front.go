@@ -133,10 +133,23 @@ func (g *Gateway) HTTPHandler(o HTTPOptions) http.Handler {
 	}
 	var certWarn everySecond
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The body is bounded before anything else, refused requests
+		// included: the limit counts the whole body, the white space
+		// refuseBatch skips included (go-sdk's limit and the fast path's
+		// count only what is left after it). And it must arrive in time,
+		// or an endless one would hold the connection (a client without
+		// credentials included), the session busy (never reaped) and
+		// shutdown waiting. Once the body is read to its end the server
+		// clears the deadline, so a long call is not cut off; GET
+		// streams have no body and no deadline.
+		if r.ContentLength != 0 {
+			r.Body = http.MaxBytesReader(w, r.Body, maxBytes)
+			_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(bodyTimeout))
+		}
 		// DNS-rebinding protection, go-sdk's rule, checked here for every
 		// request because the fast path never reaches go-sdk.
 		if rebound(r) {
-			http.Error(w, fmt.Sprintf("cmcp: forbidden: invalid Host header %q: a gateway listening on a loopback address answers only requests addressed to a loopback host (DNS-rebinding protection)", r.Host), http.StatusForbidden)
+			refuseUnread(w, r, http.StatusForbidden, fmt.Sprintf("cmcp: forbidden: invalid Host header %q: a gateway listening on a loopback address answers only requests addressed to a loopback host (DNS-rebinding protection)", r.Host))
 			return
 		}
 		who, tok, err := authenticate(r, o)
@@ -148,29 +161,16 @@ func (g *Gateway) HTTPHandler(o HTTPOptions) http.Handler {
 				}
 			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="cmcp"`)
-			http.Error(w, "cmcp: "+err.Error(), http.StatusUnauthorized)
+			refuseUnread(w, r, http.StatusUnauthorized, "cmcp: "+err.Error())
 			return
 		}
-		if r.Method == http.MethodPost {
-			// The limit counts the whole body, the white space refuseBatch
-			// skips included: go-sdk's limit and the fast path's count
-			// only what is left after it. And the body must arrive in
-			// time, or an endless one would hold the session busy (never
-			// reaped) and shutdown waiting. Once the body is read to its
-			// end the server clears the deadline, so a long call is not
-			// cut off; GET streams have no body and no deadline.
-			r.Body = http.MaxBytesReader(w, r.Body, maxBytes)
-			if r.ContentLength != 0 {
-				_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(bodyTimeout))
-			}
-			if refuseBatch(w, r) {
-				return
-			}
+		if r.Method == http.MethodPost && refuseBatch(w, r) {
+			return
 		}
 		if id := r.Header.Get("Mcp-Session-Id"); id != "" {
 			s := g.sessionByID(id)
 			if s != nil && s.principal != who {
-				http.Error(w, "cmcp: this session belongs to another identity; open your own session", http.StatusForbidden)
+				refuseUnread(w, r, http.StatusForbidden, "cmcp: this session belongs to another identity; open your own session")
 				return
 			}
 			if s != nil && r.Method == http.MethodGet {
@@ -188,7 +188,7 @@ func (g *Gateway) HTTPHandler(o HTTPOptions) http.Handler {
 			}
 		} else if r.Method == http.MethodPost {
 			if g.closing.Load() {
-				http.Error(w, "cmcp: the gateway is shutting down", http.StatusServiceUnavailable)
+				refuseUnread(w, r, http.StatusServiceUnavailable, "cmcp: the gateway is shutting down")
 				return
 			}
 			s := g.newSession(who, "http")
@@ -255,10 +255,10 @@ func refuseBatch(w http.ResponseWriter, r *http.Request) bool {
 			var mbe *http.MaxBytesError
 			switch {
 			case errors.As(err, &mbe):
-				refuseBody(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("cmcp: the request body exceeds %d bytes (server.max_request_bytes)", mbe.Limit))
+				refuseBody(w, r, http.StatusRequestEntityTooLarge, fmt.Sprintf("cmcp: the request body exceeds %d bytes (server.max_request_bytes)", mbe.Limit))
 				return true
 			case errors.Is(err, os.ErrDeadlineExceeded):
-				refuseBody(w, http.StatusRequestTimeout, "cmcp: the request body did not arrive in time")
+				refuseBody(w, r, http.StatusRequestTimeout, "cmcp: the request body did not arrive in time")
 				return true
 			}
 			break
@@ -267,7 +267,7 @@ func refuseBatch(w http.ResponseWriter, r *http.Request) bool {
 		case ' ', '\t', '\r', '\n':
 			continue
 		case '[':
-			refuseBody(w, http.StatusBadRequest, "cmcp: JSON-RPC batches are refused: send one request per POST (MCP 2025-06-18 and later have no batches)")
+			refuseBody(w, r, http.StatusBadRequest, "cmcp: JSON-RPC batches are refused: send one request per POST (MCP 2025-06-18 and later have no batches)")
 			return true
 		}
 		_ = br.UnreadByte()
@@ -280,13 +280,36 @@ func refuseBatch(w http.ResponseWriter, r *http.Request) bool {
 	return false
 }
 
+// refuseUnread answers, in plain text, a request the gateway refuses
+// without reading its body.
+func refuseUnread(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	dropBody(w, r)
+	http.Error(w, msg, status)
+}
+
 // refuseBody answers a POST whose body is refused with status and a
 // JSON-RPC error (Invalid Request) saying why.
-func refuseBody(w http.ResponseWriter, status int, why string) {
+func refuseBody(w http.ResponseWriter, r *http.Request, status int, why string) {
+	dropBody(w, r)
 	b, _ := json.Marshal(why)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	fmt.Fprintf(w, `{"jsonrpc":"2.0","id":null,"error":{"code":%d,"message":%s}}`+"\n", -32600, b)
+}
+
+// dropBody gives up the rest of a refused request's body. Left unread,
+// net/http would read it to its end (up to 256 KiB) before the answer is
+// even written, at whatever pace the client sends it: instead the
+// connection is closed after the answer (HTTP/1; HTTP/2 reads nothing) and
+// reads on it end now. Call it before the answer is written.
+func dropBody(w http.ResponseWriter, r *http.Request) {
+	if r.ContentLength == 0 {
+		return
+	}
+	if r.ProtoMajor == 1 {
+		w.Header().Set("Connection", "close")
+	}
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now())
 }
 
 // authenticate returns the identity of the request's agent, checking its

@@ -403,7 +403,9 @@ upstreams:
 // TestIdleConnectionsClosed: a keep-alive connection to the MCP listener
 // that carries no request is closed after the idle timeout, so clients
 // (here one that was refused 401) cannot hold connections, and with them
-// file descriptors, open for ever.
+// file descriptors, open for ever. (The request has no body: one refused
+// with a body gets its connection closed at once, see
+// TestRefusedSlowBodyIsAnsweredAndClosed.)
 func TestIdleConnectionsClosed(t *testing.T) {
 	exe, pin := selfDigest(t)
 	dir := t.TempDir()
@@ -429,7 +431,7 @@ upstreams:
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	fmt.Fprintf(conn, "POST /mcp HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}", host)
+	fmt.Fprintf(conn, "POST /mcp HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: 0\r\n\r\n", host)
 	br := bufio.NewReader(conn)
 	resp, err := http.ReadResponse(br, nil)
 	if err != nil {
@@ -447,6 +449,99 @@ upstreams:
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("idle connection closed after %v, want about the 300 ms idle timeout", d)
+	}
+}
+
+// TestRefusedSlowBodyIsAnsweredAndClosed: a request refused before its
+// body is read (no or a wrong credential: 401; a rebinding Host: 403;
+// another identity's session: 403) is answered at once with Connection:
+// close, and the connection closed, however slowly its body trickles in.
+// Before, net/http read the unread body before writing the refusal, with no
+// deadline (it was set only after authentication): a client without
+// credentials sending a byte every few seconds held the connection, and
+// its file descriptor, for ever; 300 of them locked alice out.
+func TestRefusedSlowBodyIsAnsweredAndClosed(t *testing.T) {
+	exe, pin := selfDigest(t)
+	dir := t.TempDir()
+	yaml := fmt.Sprintf(`version: 1
+server:
+  listen: 127.0.0.1:0
+  tee: software
+  tokens: [{identity: alice, sha256: %q}, {identity: bob, sha256: %q}]
+audit:
+  dir: audit
+upstreams:
+  - name: t
+    stdio:
+      command: %s
+      env: {%s: server}
+    pin:
+      command: %s
+`, TokenDigest("alice-token").String(), TokenDigest("bob-token").String(), exe, childEnv, pin)
+	endpoint, _ := serveYAMLWith(t, dir, yaml, ServeOptions{Environ: os.Environ(), IdleConnTimeout: 300 * time.Millisecond})
+	host := strings.TrimSuffix(strings.TrimPrefix(endpoint, "http://"), "/mcp")
+	alice, err := connectWith(endpoint, "alice-token")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer alice.Close()
+	for _, tc := range []struct {
+		name, header string
+		status       int
+	}{
+		{"no credential", "Host: " + host, http.StatusUnauthorized},
+		{"wrong token", "Host: " + host + "\r\nAuthorization: Bearer nope", http.StatusUnauthorized},
+		{"rebinding host", "Host: evil.example\r\nAuthorization: Bearer alice-token", http.StatusForbidden},
+		{"another identity's session", "Host: " + host + "\r\nAuthorization: Bearer bob-token\r\nMcp-Session-Id: " + alice.ID(), http.StatusForbidden},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", host)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			fmt.Fprintf(conn, "POST /mcp HTTP/1.1\r\n%s\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: 100000\r\n\r\n{", tc.header)
+			type answer struct {
+				resp *http.Response
+				err  error
+				eof  error // reading on after the answer
+			}
+			got := make(chan answer, 1)
+			go func() {
+				br := bufio.NewReader(conn)
+				resp, err := http.ReadResponse(br, nil)
+				a := answer{resp: resp, err: err}
+				if err == nil {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					_, a.eof = br.ReadByte()
+				}
+				got <- a
+			}()
+			start := time.Now()
+			tick := time.NewTicker(100 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case a := <-got:
+					if a.err != nil {
+						t.Fatalf("no answer: %v", a.err)
+					}
+					if a.resp.StatusCode != tc.status || !a.resp.Close || !errors.Is(a.eof, io.EOF) {
+						t.Fatalf("status %d, Connection: close %v, then %v; want %d, close and EOF", a.resp.StatusCode, a.resp.Close, a.eof, tc.status)
+					}
+					if d := time.Since(start); d > 3*time.Second {
+						t.Fatalf("answered and closed after %v, want at once", d)
+					}
+					return
+				case <-tick.C:
+					if time.Since(start) > 10*time.Second {
+						t.Fatal("a refused request trickling its body got no answer after 10 s (the body timeout is a minute; before, there was none): the connection can be held for ever")
+					}
+					conn.Write([]byte(" ")) // an error once the gateway closed: the answer is still read
+				}
+			}
+		})
 	}
 }
 
