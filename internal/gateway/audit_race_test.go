@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
@@ -452,5 +453,69 @@ func TestResponsesKeepTheirIDs(t *testing.T) {
 	rawPostResp(t, h.url, session, []byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`))
 	if r, b := rawPostResp(t, h.url, session, []byte(`{"jsonrpc":"2.0","id":7.0,"result":{}}`)); r.StatusCode != http.StatusAccepted {
 		t.Errorf("http: a response with id 7.0: %d %s", r.StatusCode, b)
+	}
+}
+
+// TestRepeatedMemberNamesInACallAreRefused: a tools/call that repeats a
+// member name ("name" twice, a repeated argument, the id twice) is refused
+// on both fronts, recorded as refused with its request_id (none when the id
+// is what repeats), and nothing is forwarded; before, it skipped the fast
+// path and go-sdk forwarded the last "name" with no request_id in its
+// record. A call go-sdk refuses as undecodable is recorded with its
+// request_id too.
+func TestRepeatedMemberNamesInACallAreRefused(t *testing.T) {
+	for _, front := range fronts {
+		t.Run(front, func(t *testing.T) {
+			h := newHarness(t, hconf{})
+			send := rawSender(t, h, front)
+			for _, tc := range []struct {
+				name, line string
+				code       int64
+				id         any // in the answer and the record; nil: none
+				tool       string
+				says       string
+			}{
+				{"name twice", `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"t__echo","arguments":{"text":"a"},"name":"t__pid"}}`,
+					jsonrpc.CodeInvalidParams, float64(7), "", `the member "name" appears twice`},
+				{"argument twice", `{"jsonrpc":"2.0","id":"x8","method":"tools/call","params":{"name":"t__echo","arguments":{"text":"a","text":"b"}}}`,
+					jsonrpc.CodeInvalidParams, "x8", "t__echo", `the member "text" appears twice`},
+				{"id twice", `{"jsonrpc":"2.0","id":9,"method":"tools/call","id":10,"params":{"name":"t__echo","arguments":{"text":"a"}}}`,
+					jsonrpc.CodeInvalidRequest, nil, "t__echo", `the member "id" appears twice`},
+				{"undecodable", `{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":5}}`,
+					jsonrpc.CodeInvalidParams, float64(11), "", ""},
+			} {
+				t.Run(tc.name, func(t *testing.T) {
+					before := len(kinds(h.records(), "call"))
+					var reply struct {
+						ID    any            `json:"id"`
+						Error *jsonrpc.Error `json:"error"`
+					}
+					got := send(tc.line)
+					if err := json.Unmarshal([]byte(got), &reply); err != nil || reply.Error == nil || reply.Error.Code != tc.code ||
+						reply.ID != tc.id || !strings.Contains(reply.Error.Message, tc.says) {
+						t.Fatalf("answer %s; want error %d saying %q, id %v", got, tc.code, tc.says, tc.id)
+					}
+					var call rec
+					eventually(t, 5*time.Second, func() string {
+						calls := kinds(h.records(), "call")
+						if len(calls) != before+1 {
+							return fmt.Sprintf("%d call records, want %d", len(calls)-before, 1)
+						}
+						call = calls[len(calls)-1]
+						return ""
+					})
+					if call.Body["outcome"] != "refused" || call.Body["request_id"] != tc.id || (call.Body["tool"] != nil && call.Body["tool"] != tc.tool) ||
+						(tc.tool != "" && call.Body["tool"] != tc.tool) {
+						t.Fatalf("call record %v; want refused, request_id %v, tool %q", call.Body, tc.id, tc.tool)
+					}
+				})
+			}
+			if n := len(kinds(h.records(), "result")); n != 0 {
+				t.Fatalf("%d result records: a refused call was forwarded", n)
+			}
+			if got := send(`{"jsonrpc":"2.0","id":12,"method":"tools/call","params":{"name":"t__echo","arguments":{"text":"still here"}}}`); !strings.Contains(got, "still here") {
+				t.Fatalf("a call after the refusals: %s", got)
+			}
+		})
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"sync"
 
 	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	segjson "github.com/segmentio/encoding/json"
@@ -22,6 +23,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/rpcwire"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/framing"
 )
 
 // The fast path: a front end that owns its wire (the stdio front, the
@@ -221,7 +223,41 @@ func (s *session) recordUndecodableCall(req *jsonrpc.Request) {
 		return
 	}
 	// The decoder's error is left out: it may quote the params.
-	s.recordRefusedCall(req.Params, "invalid params: tools/call params must be an object whose name is a string; the agent was answered with a JSON-RPC error")
+	s.recordRefusedCall(req.ID, toolNameOf(req.Params), "invalid params: tools/call params must be an object whose name is a string; the agent was answered with a JSON-RPC error")
+}
+
+// refuseAmbiguousCall refuses a tools/call (as go-sdk reads req) whose
+// message, line, repeats a member name: go-sdk takes the last of them,
+// other readers the first, so the call decided and recorded need not be
+// the call forwarded ("name" twice went upstream as the second tool,
+// skipping the fast path and its request_id). It records the call as
+// refused and returns the error to answer with and the id to answer (none
+// when the id is what is repeated); ok is false when no name is repeated.
+// Only a message the strict decoder (rpcwire.DecodeFast) refused can
+// repeat one.
+func (s *session) refuseAmbiguousCall(req *jsonrpc.Request, line []byte) (id jsonrpc.ID, e *jsonrpc.Error, ok bool) {
+	if req.Method != "tools/call" || !req.IsCall() {
+		return jsonrpc.ID{}, nil, false
+	}
+	where, dup := rpcwire.DuplicateName(line)
+	if !dup {
+		return jsonrpc.ID{}, nil, false
+	}
+	id, code, kind := req.ID, int64(jsonrpc.CodeInvalidParams), "invalid params"
+	if !strings.HasPrefix(where, "/params/") {
+		code, kind = jsonrpc.CodeInvalidRequest, "invalid request"
+	}
+	if where == "/id" {
+		id = jsonrpc.ID{}
+	}
+	tool := toolNameOf(req.Params)
+	if where == "/params" || where == "/params/name" {
+		tool = "" // which one would have been called is the question
+	}
+	why := fmt.Sprintf("the member %s appears twice in the tools/call message (JSON Pointer %s): JSON readers disagree on which one counts, so nothing was forwarded; send each member once",
+		framing.Excerpt([]byte(jsontext.Pointer(where).LastToken())), framing.Excerpt([]byte(where)))
+	s.recordRefusedCall(id, tool, kind+": "+why+"; the agent was answered with a JSON-RPC error")
+	return id, &jsonrpc.Error{Code: code, Message: "cmcp: " + why}, true
 }
 
 // recordBadIDCall records a tools/call line refused for its id (see
@@ -234,18 +270,27 @@ func (s *session) recordBadIDCall(line []byte, why string) {
 	if json.Unmarshal(line, &m) != nil || m.Method != "tools/call" {
 		return
 	}
-	s.recordRefusedCall(m.Params, "invalid request: "+why+"; the agent was answered with a JSON-RPC error")
+	s.recordRefusedCall(jsonrpc.ID{}, toolNameOf(m.Params), "invalid request: "+why+"; the agent was answered with a JSON-RPC error")
 }
 
-// recordRefusedCall writes the call record of a tools/call refused before
-// the pipeline saw it.
-func (s *session) recordRefusedCall(params json.RawMessage, reason string) {
+// toolNameOf is as much of a tools/call's tool name as can be read.
+func toolNameOf(params json.RawMessage) string {
 	var named struct {
 		Name string `json:"name"`
 	}
-	_ = json.Unmarshal(params, &named) // as much of the name as can be read
-	s.g.record(s.ctx, &auditlog.Call{Session: s.id, Agent: s.principal, Tool: named.Name, Decision: auditlog.DecisionDeny,
-		PolicyMode: ModeNone, Outcome: auditlog.OutcomeRefused, Reason: reason})
+	_ = json.Unmarshal(params, &named)
+	return named.Name
+}
+
+// recordRefusedCall writes the call record of a tools/call refused before
+// the pipeline saw it, with its JSON-RPC id when it has a valid one.
+func (s *session) recordRefusedCall(id jsonrpc.ID, tool, reason string) {
+	rec := &auditlog.Call{Session: s.id, Agent: s.principal, Tool: tool, Decision: auditlog.DecisionDeny,
+		PolicyMode: ModeNone, Outcome: auditlog.OutcomeRefused, Reason: reason}
+	if id.IsValid() {
+		rec.RequestID, _ = json.Marshal(id.Raw())
+	}
+	s.g.record(s.ctx, rec)
 	s.g.metricCall("", DecisionNone, OutcomeRefused, 0)
 	s.callsChanged()
 }
@@ -437,6 +482,14 @@ func (s *session) httpFast(w http.ResponseWriter, r *http.Request, maxBytes int6
 		}
 		if m, err := rpcwire.DecodeMessage(body); err == nil {
 			if req, ok := m.(*jsonrpc.Request); ok {
+				if id, e, refused := s.refuseAmbiguousCall(req, body); refused {
+					status := http.StatusOK
+					if !id.IsValid() {
+						status = http.StatusBadRequest
+					}
+					writeRPCError(w, status, id, e)
+					return true
+				}
 				s.recordUndecodableCall(req)
 			}
 		}

@@ -452,7 +452,8 @@ func (g *Gateway) ServeStdio(ctx context.Context, in io.ReadCloser, out io.Write
 		identity = AnonymousIdentity
 	}
 	s := g.newSession(identity, "stdio")
-	err := s.srv.Run(ctx, &agentStdio{in: in, out: out, fast: s.stdioFast, passed: s.recordUndecodableCall, badID: s.recordBadIDCall})
+	err := s.srv.Run(ctx, &agentStdio{in: in, out: out, fast: s.stdioFast, passed: s.recordUndecodableCall, badID: s.recordBadIDCall,
+		ambiguous: s.refuseAmbiguousCall})
 	s.end("agent closed the stdio connection")
 	if err != nil && (errors.Is(err, io.EOF) || errors.Is(err, context.Canceled)) {
 		return nil

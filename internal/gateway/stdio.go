@@ -42,6 +42,10 @@ type agentStdio struct {
 	passed func(*jsonrpc.Request)
 	// badID, if set, sees every line refused for its id (rpcwire.BadID).
 	badID func(line []byte, why string)
+	// ambiguous, if set, sees every request the strict decoder did not
+	// take, with its line, before passed: when it refuses the request it
+	// returns the error to answer it with (and the id to answer).
+	ambiguous func(req *jsonrpc.Request, line []byte) (jsonrpc.ID, *jsonrpc.Error, bool)
 }
 
 func (t *agentStdio) Connect(context.Context) (mcp.Connection, error) {
@@ -116,6 +120,13 @@ func (c *agentConn) read(br *bufio.Reader, n int) {
 						resume()
 						return
 					}
+					continue
+				}
+			}
+			if !strict && c.t.ambiguous != nil {
+				if id, e, refused := c.t.ambiguous(req, trimmed); refused {
+					b, _ := jsonrpc.EncodeMessage(&jsonrpc.Response{ID: id, Error: e})
+					c.writeLine(b)
 					continue
 				}
 			}

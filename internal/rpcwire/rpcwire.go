@@ -15,6 +15,7 @@ package rpcwire
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -204,4 +205,38 @@ func BadID(b []byte) string {
 		return ""
 	}
 	return "the id must be a string or an integer"
+}
+
+// DuplicateName returns the JSON Pointer (RFC 6901) of a member of the JSON
+// value b whose name repeats an earlier one in the same object, and whether
+// there is one: a duplicate among b's own members first (names compared
+// unescaped), else the first one at any depth. Readers disagree on such a
+// value (the first member wins in one, the last in another), so what one
+// part of the gateway reads another may not. A value that turns invalid
+// (invalid UTF-8 aside) before a duplicate reports none.
+func DuplicateName(b []byte) (string, bool) {
+	dec := jsontext.NewDecoder(bytes.NewReader(b), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	if tok, err := dec.ReadToken(); err == nil && tok.Kind() == '{' {
+		seen := map[string]bool{}
+		for dec.PeekKind() == '"' {
+			tok, err := dec.ReadToken()
+			if err != nil {
+				break
+			}
+			name := tok.String()
+			if seen[name] {
+				return string(jsontext.Pointer("").AppendToken(name)), true
+			}
+			seen[name] = true
+			if dec.SkipValue() != nil {
+				break
+			}
+		}
+	}
+	dec = jsontext.NewDecoder(bytes.NewReader(b), jsontext.AllowInvalidUTF8(true))
+	var se *jsontext.SyntacticError
+	if err := dec.SkipValue(); errors.As(err, &se) && errors.Is(se.Err, jsontext.ErrDuplicateName) {
+		return string(se.JSONPointer), true
+	}
+	return "", false
 }

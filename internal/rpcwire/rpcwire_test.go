@@ -154,3 +154,30 @@ func TestIDsThatWouldBeReadAsOthers(t *testing.T) {
 		t.Errorf("a response: %q", why)
 	}
 }
+
+// TestDuplicateName: a repeated member name is found, at the top level
+// first (escaped spellings included), else at any depth, with its JSON
+// Pointer; values without one, or invalid for another reason, report none.
+func TestDuplicateName(t *testing.T) {
+	for _, tc := range []struct {
+		name, in, want string
+	}{
+		{"params name", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","arguments":{},"name":"b"}}`, "/params/name"},
+		{"in arguments", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","arguments":{"p":{"x":1,"x":2}}}}`, "/params/arguments/p/x"},
+		{"top level first", `{"jsonrpc":"2.0","params":{"name":"a","name":"b"},"id":1,"method":"tools/call","id":2}`, "/id"},
+		{"escaped top-level name", `{"jsonrpc":"2.0","id":1,"\u0069d":2,"method":"tools/call"}`, "/id"},
+		{"slash in a name", `{"params":{"a/b":1,"a/b":2}}`, "/params/a~1b"},
+		{"with invalid UTF-8", "{\"params\":{\"t\":\"\xff\",\"t\":1}}", "/params/t"},
+		{"none", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","arguments":{"name":"a"}}}`, ""},
+		{"same name in sibling objects", `{"a":{"x":1},"b":{"x":1},"c":[{"x":1},{"x":2}]}`, ""},
+		{"not JSON", `{"a":1,"b"`, ""},
+		{"not an object", `[{"a":1,"a":2}]`, "/0/a"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := DuplicateName([]byte(tc.in))
+			if got != tc.want || ok != (tc.want != "") {
+				t.Fatalf("DuplicateName(%s) = %q, %v; want %q", tc.in, got, ok, tc.want)
+			}
+		})
+	}
+}
