@@ -30,6 +30,8 @@ import (
 //	  call_timeout: 5m              # one forwarded tools/call
 //	  connect_timeout: 1m           # starting an upstream and its MCP handshake
 //	  max_request_bytes: 4194304    # larger requests get 413
+//	  max_sessions: 256             # open HTTP sessions in all; past it a new one gets 503
+//	  max_sessions_per_agent: 64    # open HTTP sessions of one identity; past it 429
 //	  shutdown_grace: 10s           # drain in-flight calls on SIGTERM
 //	  child_stop_grace: 5s          # SIGTERM to a child's group, then SIGKILL
 //	  tee: auto                     # auto (hardware required), sev-snp, tdx or software (development:
@@ -43,9 +45,14 @@ type Server struct {
 	CallTimeout     time.Duration `yaml:"call_timeout" json:"call_timeout,omitempty"`
 	ConnectTimeout  time.Duration `yaml:"connect_timeout" json:"connect_timeout,omitempty"`
 	MaxRequestBytes int64         `yaml:"max_request_bytes" json:"max_request_bytes,omitempty"`
-	ShutdownGrace   time.Duration `yaml:"shutdown_grace" json:"shutdown_grace,omitempty"`
-	ChildStopGrace  time.Duration `yaml:"child_stop_grace" json:"child_stop_grace,omitempty"`
-	TEE             string        `yaml:"tee" json:"tee,omitempty"`
+	// MaxSessions and MaxSessionsPerAgent bound the open HTTP sessions, in
+	// all and of one identity (0: DefaultMaxSessions,
+	// DefaultMaxSessionsPerAgent). `serve --stdio` has one session.
+	MaxSessions         int           `yaml:"max_sessions" json:"max_sessions,omitempty"`
+	MaxSessionsPerAgent int           `yaml:"max_sessions_per_agent" json:"max_sessions_per_agent,omitempty"`
+	ShutdownGrace       time.Duration `yaml:"shutdown_grace" json:"shutdown_grace,omitempty"`
+	ChildStopGrace      time.Duration `yaml:"child_stop_grace" json:"child_stop_grace,omitempty"`
+	TEE                 string        `yaml:"tee" json:"tee,omitempty"`
 }
 
 // Token is one accepted bearer token: the digest of the token and the agent
@@ -65,6 +72,32 @@ type TLS struct {
 
 // DefaultListen is where serve listens when server.listen is not set.
 const DefaultListen = "127.0.0.1:8080"
+
+// The bounds on open HTTP sessions when server.max_sessions and
+// server.max_sessions_per_agent are not set. Every session of a
+// per-session upstream holds a child (about 10 MiB and 4 file descriptors
+// each for a small server) until it ends, so the bound in all keeps a busy
+// gateway within a few GiB and a few thousand descriptors per such
+// upstream; one agent may hold a quarter of it, generous for clients that
+// open a session per window or task and leave idle ones to the session
+// timeout, and still leaving the rest to the others.
+const (
+	DefaultMaxSessions         = 256
+	DefaultMaxSessionsPerAgent = 64
+)
+
+// SessionBounds returns server.max_sessions and
+// server.max_sessions_per_agent, or their defaults.
+func (s *Server) SessionBounds() (total, perAgent int) {
+	total, perAgent = DefaultMaxSessions, DefaultMaxSessionsPerAgent
+	if s != nil && s.MaxSessions > 0 {
+		total = s.MaxSessions
+	}
+	if s != nil && s.MaxSessionsPerAgent > 0 {
+		perAgent = s.MaxSessionsPerAgent
+	}
+	return total, perAgent
+}
 
 // Validate checks the server section.
 func (s *Server) Validate() error {
@@ -105,6 +138,19 @@ func (s *Server) Validate() error {
 	}
 	if s.MaxRequestBytes < 0 {
 		return valueAt("max_request_bytes").errorf("server.max_request_bytes: negative")
+	}
+	if s.MaxSessions < 0 {
+		return valueAt("max_sessions").errorf("server.max_sessions %d: want a positive number of sessions (unset: %d)", s.MaxSessions, DefaultMaxSessions)
+	}
+	if s.MaxSessionsPerAgent < 0 {
+		return valueAt("max_sessions_per_agent").errorf("server.max_sessions_per_agent %d: want a positive number of sessions (unset: %d)", s.MaxSessionsPerAgent, DefaultMaxSessionsPerAgent)
+	}
+	if total, per := s.SessionBounds(); per > total {
+		what := fmt.Sprintf("server.max_sessions (%d)", total)
+		if s.MaxSessions == 0 {
+			what = fmt.Sprintf("server.max_sessions (unset: %d)", total)
+		}
+		return valueAt("max_sessions_per_agent").errorf("server.max_sessions_per_agent %d is more than %s, so no agent could open that many sessions: raise server.max_sessions too, or lower this", per, what)
 	}
 	switch s.TEE {
 	case "", "auto", "sev-snp", "tdx", "software":

@@ -39,6 +39,16 @@ catalog:
 	if (*Server)(nil).ListenOrDefault() != DefaultListen {
 		t.Fatal("default listen")
 	}
+	if total, per := c.Server.SessionBounds(); total != DefaultMaxSessions || per != DefaultMaxSessionsPerAgent {
+		t.Fatalf("session bounds unset: %d, %d", total, per)
+	}
+	c, err = LoadBytes("c.yaml", []byte(gwBase+"server: {max_sessions: 1000, max_sessions_per_agent: 500}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if total, per := c.Server.SessionBounds(); total != 1000 || per != 500 {
+		t.Fatalf("session bounds: %d, %d", total, per)
+	}
 }
 
 func TestGatewaySectionErrors(t *testing.T) {
@@ -50,6 +60,11 @@ func TestGatewaySectionErrors(t *testing.T) {
 		{"bad digest", "server: {tokens: [{identity: a, sha256: abc}]}", "malformed digest"},
 		{"tls half", "server: {tls: {cert: a.crt}}", "cert and key are both required"},
 		{"tee", "server: {tee: sgx}", `server.tee "sgx"`},
+		{"max sessions negative", "server: {max_sessions: -1}", "server.max_sessions -1: want a positive number"},
+		{"max sessions per agent negative", "server: {max_sessions_per_agent: -5}", "server.max_sessions_per_agent -5: want a positive number"},
+		{"max sessions not a number", "server: {max_sessions: many}", "max_sessions"},
+		{"per agent over the default total", "server: {max_sessions_per_agent: 300}", "server.max_sessions_per_agent 300 is more than server.max_sessions (unset: 256)"},
+		{"per agent over the total", "server: {max_sessions: 10, max_sessions_per_agent: 11}", "server.max_sessions_per_agent 11 is more than server.max_sessions (10)"},
 		{"audit dir", "audit: {durability: group}", "audit.dir is required"},
 		{"durability", "audit: {dir: a, durability: sometimes}", `audit.durability "sometimes"`},
 		{"vault", "audit: {dir: a, vault: true}", "needs audit.recipients"},

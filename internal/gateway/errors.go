@@ -18,6 +18,7 @@ const (
 	CodeUpstreamTimeout     = -32066 // the upstream did not answer within the per-call timeout
 	CodeUpstreamFailed      = -32067 // the upstream died or broke the protocol during the call
 	CodeShuttingDown        = -32068 // the gateway is shutting down
+	CodeTooManySessions     = -32069 // a session bound is reached (HTTP 429 for the agent's own, 503 for the gateway's)
 	// CodeResourceNotFound answers resources/read when no upstream has the
 	// resource (MCP's resource-not-found code).
 	CodeResourceNotFound = -32002

@@ -80,6 +80,13 @@ type HTTPOptions struct {
 	// slower one gets 408 (0: 1 minute). The long-lived GET streams have
 	// no body and are not affected.
 	BodyTimeout time.Duration
+	// MaxSessions bounds the open sessions; past it a request that would
+	// open one gets 503 (0: config.DefaultMaxSessions).
+	MaxSessions int
+	// MaxSessionsPerAgent bounds one identity's open sessions; past it a
+	// request of that identity that would open one gets 429 (0:
+	// config.DefaultMaxSessionsPerAgent).
+	MaxSessionsPerAgent int
 }
 
 // AnonymousIdentity is the identity of every agent when no authentication
@@ -111,6 +118,12 @@ func (g *Gateway) HTTPHandler(o HTTPOptions) http.Handler {
 	if o.TokenSet == nil {
 		o.TokenSet = NewTokenSet(o.Tokens)
 	}
+	maxSessions, maxPerAgent := (&config.Server{MaxSessions: o.MaxSessions, MaxSessionsPerAgent: o.MaxSessionsPerAgent}).SessionBounds()
+	idleEnd := fmt.Sprintf("idle ones end after %s, server.session_timeout", timeout)
+	if timeout == 0 {
+		idleEnd = "idle ones do not end: server.session_timeout is off"
+	}
+	var sessionWarn everySecond
 	probe := mcp.NewServer(&mcp.Implementation{Name: g.opts.Name, Version: g.opts.Version}, nil)
 	sdk := mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
 		if s, ok := r.Context().Value(sessCtxKey{}).(*session); ok {
@@ -191,9 +204,22 @@ func (g *Gateway) HTTPHandler(o HTTPOptions) http.Handler {
 				refuseUnread(w, r, http.StatusServiceUnavailable, "cmcp: the gateway is shutting down")
 				return
 			}
+			release, limit, open := g.slots.take(who, maxSessions, maxPerAgent)
+			if release == nil {
+				g.refuseSession(w, r, who, limit, open, idleEnd, &sessionWarn)
+				return
+			}
 			s := g.newSession(who, "http")
-			s.token = tok
+			s.token, s.releaseSlot = tok, release
 			r = r.WithContext(context.WithValue(r.Context(), sessCtxKey{}, s))
+			// A request that opened no session (not an initialize, or
+			// one that failed) gives its slot back; a session gives it
+			// back when it ends.
+			defer func() {
+				if s.downSession() == nil {
+					release()
+				}
+			}()
 		}
 		sdk.ServeHTTP(w, r)
 	})

@@ -111,6 +111,7 @@ type Gateway struct {
 	instructions string
 	sessions     map[*session]struct{}
 	byID         map[string]*session
+	slots        sessionSlots // the HTTP front's open sessions, against its bounds
 
 	killed   atomic.Bool
 	killMu   sync.RWMutex // see SetKillSwitch

@@ -87,6 +87,9 @@ type hconf struct {
 	metrics *Metrics
 	// tokenSet, if set, is the HTTP front's HTTPOptions.TokenSet.
 	tokenSet *TokenSet
+	// maxSessions and maxPerAgent are the HTTP front's session bounds
+	// (0: the defaults).
+	maxSessions, maxPerAgent int
 }
 
 type harness struct {
@@ -168,7 +171,8 @@ func newHarness(t testing.TB, c hconf) *harness {
 		}
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", g.HTTPHandler(HTTPOptions{Tokens: c.tokens, TokenSet: c.tokenSet, MaxRequestBytes: 1 << 20, SessionTimeout: c.idle, BodyTimeout: c.bodyTimeout}))
+	mux.Handle("/mcp", g.HTTPHandler(HTTPOptions{Tokens: c.tokens, TokenSet: c.tokenSet, MaxRequestBytes: 1 << 20, SessionTimeout: c.idle, BodyTimeout: c.bodyTimeout,
+		MaxSessions: c.maxSessions, MaxSessionsPerAgent: c.maxPerAgent}))
 	srv := httptest.NewServer(mux)
 	h := &harness{t: t, dir: dir, w: w, g: g, srv: srv, url: srv.URL + "/mcp", exe: exe, logs: logs, key: key}
 	t.Cleanup(func() {

@@ -34,6 +34,7 @@ type Metrics struct {
 	latency   map[string]*histogram
 	up        map[string]bool
 	spawns    map[[2]string]uint64 // upstream, result
+	refused   map[string]uint64    // new sessions refused, by the bound reached
 	gauges    []gaugeFunc
 }
 
@@ -68,6 +69,7 @@ func NewMetrics() *Metrics {
 		latency:   map[string]*histogram{},
 		up:        map[string]bool{},
 		spawns:    map[[2]string]uint64{},
+		refused:   map[string]uint64{},
 	}
 }
 
@@ -126,6 +128,15 @@ func (m *Metrics) Spawn(upstream, result string) {
 	m.mu.Unlock()
 }
 
+// SessionRefused counts one new session refused because a bound was
+// reached: limit is "per_agent" (server.max_sessions_per_agent, HTTP 429)
+// or "total" (server.max_sessions, 503).
+func (m *Metrics) SessionRefused(limit string) {
+	m.mu.Lock()
+	m.refused[limit]++
+	m.mu.Unlock()
+}
+
 // GaugeFunc registers a gauge read when /metrics is scraped, for example
 // cmcp_audit_queue_depth from the audit log writer. name must be a valid
 // metric name and not registered before.
@@ -150,6 +161,7 @@ func (m *Metrics) WriteText(out io.Writer) error {
 	decisions := metricKeys(m.decisions, func(a, b [2]string) int { return strings.Compare(a[0]+"\x00"+a[1], b[0]+"\x00"+b[1]) })
 	spawns := metricKeys(m.spawns, func(a, b [2]string) int { return strings.Compare(a[0]+"\x00"+a[1], b[0]+"\x00"+b[1]) })
 	ups := metricKeys(m.up, strings.Compare)
+	refused := metricKeys(m.refused, strings.Compare)
 	lats := metricKeys(m.latency, strings.Compare)
 
 	header(w, "cmcp_calls_total", "counter", "tools/call requests handled, by upstream, policy decision (none: refused before the policy was asked) and outcome.")
@@ -184,6 +196,10 @@ func (m *Metrics) WriteText(out io.Writer) error {
 	header(w, "cmcp_upstream_spawns_total", "counter", "Spawn attempts of stdio upstreams, by result.")
 	for _, k := range spawns {
 		fmt.Fprintf(w, "cmcp_upstream_spawns_total{upstream=%s,result=%s} %d\n", q(k[0]), q(k[1]), m.spawns[k])
+	}
+	header(w, "cmcp_sessions_refused_total", "counter", "New agent sessions refused because a bound was reached: per_agent (server.max_sessions_per_agent) or total (server.max_sessions).")
+	for _, k := range refused {
+		fmt.Fprintf(w, "cmcp_sessions_refused_total{limit=%s} %d\n", q(k), m.refused[k])
 	}
 	gauges := slices.Clone(m.gauges)
 	m.mu.Unlock()

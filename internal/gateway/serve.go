@@ -302,7 +302,9 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", g.HTTPHandler(HTTPOptions{Tokens: tokens(srvCfg), TokenSet: hup.tokens, ClientCerts: srvCfg.TLS != nil && srvCfg.TLS.ClientCA != "",
-		SessionTimeout: srvCfg.SessionTimeout, MaxRequestBytes: srvCfg.MaxRequestBytes}))
+		SessionTimeout: srvCfg.SessionTimeout, MaxRequestBytes: srvCfg.MaxRequestBytes, MaxSessions: srvCfg.MaxSessions, MaxSessionsPerAgent: srvCfg.MaxSessionsPerAgent}))
+	maxSessions, _ := srvCfg.SessionBounds()
+	WarnFileLimit(logger, maxSessions, perSessionStdio(cfg))
 	// Requests other than the long-lived GET streams are counted, so that
 	// shutdown waits for them (their responses included) and not for idle
 	// notification streams.

@@ -332,8 +332,9 @@ func readAuditRecords(t *testing.T, dir string) []auditlog.Record {
 
 // TestServeConfigLimits: the server section's limits, read from a real
 // configuration file by Serve, are enforced: max_request_bytes (413),
-// call_timeout (the upstream timeout code, the upstream told to cancel) and
-// session_timeout (an idle session ends, recorded).
+// call_timeout (the upstream timeout code, the upstream told to cancel),
+// max_sessions_per_agent (429) and session_timeout (an idle session ends,
+// recorded, and frees its place).
 func TestServeConfigLimits(t *testing.T) {
 	exe, pin := selfDigest(t)
 	dir := t.TempDir()
@@ -345,6 +346,7 @@ server:
   max_request_bytes: 4096
   call_timeout: 1s
   session_timeout: 2s
+  max_sessions_per_agent: 1
 audit:
   dir: audit
 upstreams:
@@ -363,6 +365,9 @@ upstreams:
 	defer cs.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	if _, err := connectWith(endpoint, ""); err == nil || !strings.Contains(err.Error(), "Too Many Requests") {
+		t.Fatalf("a second session with max_sessions_per_agent 1: %v, want 429", err)
+	}
 
 	big := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"t__echo","arguments":{"text":"` + strings.Repeat("a", 8192) + `"}}}`
 	if code, body := rawPost(t, endpoint, cs.ID(), []byte(big)); code != http.StatusRequestEntityTooLarge {
@@ -398,6 +403,11 @@ upstreams:
 		}
 		return "no session end record for the idle session"
 	})
+	second, err := connectWith(endpoint, "")
+	if err != nil {
+		t.Fatalf("a session after the idle one ended: %v", err)
+	}
+	second.Close()
 }
 
 // TestIdleConnectionsClosed: a keep-alive connection to the MCP listener

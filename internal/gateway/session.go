@@ -107,6 +107,9 @@ type session struct {
 	// nanoseconds), for the idle timeout.
 	posts    atomic.Int32
 	lastPost atomic.Int64
+	// releaseSlot gives back the HTTP session's place under the session
+	// bounds (sessionlimit.go) when it ends; nil for stdio.
+	releaseSlot func()
 }
 
 // newSession builds the MCP server for one agent session. Nothing is
@@ -233,6 +236,9 @@ var frontVersions = sync.OnceValue(func() []string {
 // end stops the session's children and records the end.
 func (s *session) end(reason string) {
 	s.endOnce.Do(func() {
+		if s.releaseSlot != nil {
+			defer s.releaseSlot()
+		}
 		s.cancel()
 		s.serverReqs.Fail(errors.New("the agent session ended"))
 		s.g.mu.Lock()

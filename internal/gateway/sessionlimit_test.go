@@ -1,0 +1,208 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/confidential-mcp/cmcp/internal/config"
+)
+
+// initAs sends an initialize with token and no session, as a new agent
+// session's first request, and returns the answer and the session id.
+func (h *harness) initAs(token string) (resp *http.Response, body, sid string) {
+	h.t.Helper()
+	req, _ := http.NewRequest("POST", h.url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b), resp.Header.Get("Mcp-Session-Id")
+}
+
+// deleteSession ends a session the way an agent does: DELETE with its id.
+func (h *harness) deleteSession(token, sid string) {
+	h.t.Helper()
+	req, _ := http.NewRequest("DELETE", h.url, nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Mcp-Session-Id", sid)
+	req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		h.t.Fatalf("DELETE session: %s", resp.Status)
+	}
+}
+
+// refusedSession checks that an answer is a session bound's refusal:
+// status, a JSON-RPC error with CodeTooManySessions, and a message naming
+// the setting and what to do.
+func refusedSession(t *testing.T, resp *http.Response, body string, status int, says ...string) {
+	t.Helper()
+	var m struct {
+		ID    any `json:"id"`
+		Error struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if resp.StatusCode != status || json.Unmarshal([]byte(body), &m) != nil || m.Error.Code != CodeTooManySessions || resp.Header.Get("Mcp-Session-Id") != "" {
+		t.Fatalf("answer %s %s; want %d with a JSON-RPC error %d and no session", resp.Status, clip(body, 300), status, CodeTooManySessions)
+	}
+	for _, s := range says {
+		if !strings.Contains(m.Error.Message, s) {
+			t.Fatalf("message %q does not say %q", m.Error.Message, s)
+		}
+	}
+}
+
+// TestSessionBounds: an agent past server.max_sessions_per_agent gets 429,
+// anyone past server.max_sessions 503, each with a JSON-RPC error saying
+// what to do, logged and counted; the sessions already open go on, a
+// request that opens no session takes no place, a stdio session is not
+// counted, and ending a session (DELETE) frees its place. Before, one
+// agent could open sessions, each with its children, until the gateway ran
+// out of file descriptors and other agents' calls failed.
+func TestSessionBounds(t *testing.T) {
+	const alice, bob, carol = "alice-token-0123456789", "bob-token-0123456789", "carol-token-0123456789"
+	m := NewMetrics()
+	h := newHarness(t, hconf{metrics: m, maxSessions: 4, maxPerAgent: 2, tokens: []Token{
+		{Digest: TokenDigest(alice), Identity: "alice"}, {Digest: TokenDigest(bob), Identity: "bob"}, {Digest: TokenDigest(carol), Identity: "carol"}}})
+
+	// Requests that open no session give their place back.
+	for range 5 {
+		req, _ := http.NewRequest("POST", h.url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Authorization", "Bearer "+carol)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	a1 := h.connect(alice, nil)
+	h.connect(alice, nil)
+	resp, body, _ := h.initAs(alice)
+	refusedSession(t, resp, body, http.StatusTooManyRequests, `agent "alice" already has as many open sessions as server.max_sessions_per_agent allows (2)`, "DELETE", "server.session_timeout")
+
+	// Another agent still gets its own, up to the gateway's bound.
+	h.connect(bob, nil)
+	_, _, bobSID := h.initAs(bob)
+	if bobSID == "" {
+		t.Fatal("bob could not open a session while alice was at her bound")
+	}
+	resp, body, _ = h.initAs(carol)
+	refusedSession(t, resp, body, http.StatusServiceUnavailable, "the gateway already has as many open sessions as server.max_sessions allows (4)")
+
+	// The open sessions go on; a stdio session is not counted.
+	if _, err := call(t, a1, "t__echo", map[string]any{"text": "still served"}); err != nil {
+		t.Fatalf("an open session at the bound: %v", err)
+	}
+	if _, err := call(t, h.connectVia("stdio", nil), "t__echo", map[string]any{"text": "stdio"}); err != nil {
+		t.Fatalf("a stdio session with the HTTP front full: %v", err)
+	}
+
+	// Ending sessions frees their places: a go-sdk client's Close and a
+	// raw DELETE both send DELETE.
+	a1.Close()
+	h.deleteSession(bob, bobSID)
+	for who, tok := range map[string]string{"alice": alice, "carol": carol} {
+		eventually(t, 5*time.Second, func() string { // the place is given back once the session has ended
+			if resp, body, sid := h.initAs(tok); sid == "" {
+				return who + " after a session ended: " + resp.Status + " " + clip(body, 200)
+			}
+			return ""
+		})
+	}
+
+	var text bytes.Buffer
+	m.WriteText(&text)
+	s := parseExposition(t, text.String())
+	if s[`cmcp_sessions_refused_total{limit="per_agent"}`] < 1 || s[`cmcp_sessions_refused_total{limit="total"}`] < 1 {
+		t.Fatalf("refused sessions in the metrics: per_agent %v, total %v; want each counted", s[`cmcp_sessions_refused_total{limit="per_agent"}`], s[`cmcp_sessions_refused_total{limit="total"}`])
+	}
+	if logs := h.logs.String(); !strings.Contains(logs, "refused a new session: per_agent session bound reached") || !strings.Contains(logs, "agent=alice") {
+		t.Fatalf("the refusal is not logged:\n%s", clip(logs, 3000))
+	}
+}
+
+// TestSessionBoundsFreedWhenSessionsEnd: a session ended by the idle
+// timeout, or by a SIGHUP that withdrew the token it was opened with,
+// gives its place back.
+func TestSessionBoundsFreedWhenSessionsEnd(t *testing.T) {
+	t.Run("idle timeout", func(t *testing.T) {
+		const tok = "alice-token-0123456789"
+		h := newHarness(t, hconf{maxPerAgent: 1, idle: 300 * time.Millisecond, tokens: []Token{{Digest: TokenDigest(tok), Identity: "alice"}}})
+		if _, _, sid := h.initAs(tok); sid == "" {
+			t.Fatal("no session")
+		}
+		resp, body, _ := h.initAs(tok)
+		refusedSession(t, resp, body, http.StatusTooManyRequests, "idle ones end after 300ms")
+		eventually(t, 5*time.Second, func() string {
+			if _, _, sid := h.initAs(tok); sid == "" {
+				return "no place after the idle session ended"
+			}
+			return ""
+		})
+	})
+	t.Run("token withdrawn", func(t *testing.T) {
+		const old, next = "alice-old-0123456789", "alice-new-0123456789"
+		initial := []Token{{Digest: TokenDigest(old), Identity: "alice"}}
+		ts := NewTokenSet(initial)
+		h := newHarness(t, hconf{maxPerAgent: 1, tokens: initial, tokenSet: ts})
+		if _, _, sid := h.initAs(old); sid == "" {
+			t.Fatal("no session")
+		}
+		started, _ := config.LoadBytes("cmcp.yaml", []byte("version: 1\n"))
+		rotated := &config.Config{Server: &config.Server{Tokens: []config.Token{{Identity: "alice", SHA256: TokenDigest(next)}}}}
+		var restart []string
+		if err := h.g.reloadTokens(context.Background(), rotated, &reloadTargets{started: started, tokens: ts}, &restart); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 5*time.Second, func() string {
+			if resp, body, sid := h.initAs(next); sid == "" {
+				return "no place after the rotation ended alice's session: " + resp.Status + " " + clip(body, 200)
+			}
+			return ""
+		})
+	})
+}
+
+// TestWarnFileLimit: serve warns at start when the sessions it allows could
+// need more file descriptors than the process may open, naming the setting
+// and the remedy; without per-session stdio upstreams it says nothing.
+func TestWarnFileLimit(t *testing.T) {
+	for _, tc := range []struct {
+		name                  string
+		maxSessions, upstream int
+		warns                 bool
+	}{
+		{"more than any limit", 1 << 40, 1, true},
+		{"no per-session children", 1 << 40, 0, false},
+		{"few sessions", 1, 1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			logs := &lockedWriter{b: &strings.Builder{}}
+			WarnFileLimit(slog.New(slog.NewTextHandler(logs, nil)), tc.maxSessions, tc.upstream)
+			got := logs.String()
+			if warned := strings.Contains(got, "server.max_sessions") && strings.Contains(got, "ulimit -n"); warned != tc.warns {
+				t.Fatalf("warned %v, want %v: %q", warned, tc.warns, got)
+			}
+		})
+	}
+}
