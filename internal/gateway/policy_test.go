@@ -738,3 +738,85 @@ when { context.now.toTime() < duration("%dms") };
 		}
 	}
 }
+
+// TestArgumentOfAnotherTypeIsDenied: an argument sent with another JSON
+// type than the bundle's schema declares ({"count":1e3} for a Long, which
+// the upstream reads as 1000, so a forbid on count == 1000 would not see
+// it) is denied, the same way in every mode as arguments past the limits:
+// enforcing refuses it and tells the agent what to send, advisory records
+// the deny and forwards. The call record holds the deny and its reason, not
+// the value, and replay re-decides it to the same deny.
+func TestArgumentOfAnotherTypeIsDenied(t *testing.T) {
+	const pol = `@id("all") permit (principal, action, resource);
+@id("no-1000") forbid (principal, action == Action::"call_tool", resource) when { context.arguments has count && context.arguments.count == 1000 };
+`
+	dir := policyBundle(t, pol)
+	sch, err := os.ReadFile(filepath.Join(dir, "schema.cedarschema"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "schema.cedarschema"), []byte(strings.Replace(string(sch), "  text?: String,", "  text?: String,\n  count?: Long,", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const want = `arguments: \"count\" must be a Long (the bundle's schema declares it); got a number written with a fraction or exponent: send it as an integer`
+	for _, mode := range []policy.Mode{policy.Enforcing, policy.Advisory} {
+		t.Run(string(mode), func(t *testing.T) {
+			id, _ := age.GenerateX25519Identity()
+			seen := filepath.Join(t.TempDir(), "seen")
+			h := newHarness(t, hconf{policy: engine(t, dir, mode), recipients: []string{id.Recipient().String()}, env: map[string]string{"CMCP_TEST_SEEN": seen}})
+			send := rawSender(t, h, "http") // the response, not the advisory warning before it
+			for i, args := range []string{`{"text":"a","count":5}`, `{"text":"b","count":1000}`, `{"text":"c","count":1e3}`, `{"text":"d","count":1000.0}`} {
+				resp := send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"t__record","arguments":%s}}`, 10+i, args))
+				refused := strings.Contains(resp, `"error"`)
+				if refused != (mode == policy.Enforcing && i > 0) {
+					t.Fatalf("%s: %s", args, resp)
+				}
+				if refused && i > 1 && !strings.Contains(resp, want) {
+					t.Fatalf("%s: the agent is not told what to send: %s", args, resp)
+				}
+			}
+			wantSeen := "a\n"
+			if mode == policy.Advisory {
+				wantSeen = "a\nb\nc\nd\n"
+			}
+			eventually(t, 5*time.Second, func() string {
+				if b, _ := os.ReadFile(seen); string(b) != wantSeen {
+					return fmt.Sprintf("the upstream received %q, want %q", b, wantSeen)
+				}
+				return ""
+			})
+			calls := kinds(h.records(), "call")
+			if len(calls) != 4 {
+				t.Fatalf("%d call records", len(calls))
+			}
+			for _, c := range calls[2:] {
+				b := c.Body
+				in, _ := b["policy_input"].(map[string]any)
+				errs := toStrings(in["errors"])
+				if b["decision"] != "deny" || b["policy_mode"] != string(mode) || len(toStrings(b["policy_ids"])) != 0 || len(errs) != 1 || errs[0] != strings.ReplaceAll(want, `\"`, `"`) {
+					t.Fatalf("call record %v", b)
+				}
+				if mode == policy.Enforcing && (b["outcome"] != "refused" || !strings.Contains(fmt.Sprint(b["reason"]), errs[0])) {
+					t.Fatalf("call record %v", b)
+				}
+				if mode == policy.Advisory && b["outcome"] != "forwarded" {
+					t.Fatalf("call record %v", b)
+				}
+			}
+			h.g.Shutdown(context.Background())
+			h.w.Close()
+			rep, err := replay.Run(context.Background(), h.dir, replay.Options{Policies: []string{dir}, Identities: []age.Identity{id}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Summary.Calls != 4 || rep.Summary.Same != 4 || rep.Findings() {
+				t.Fatalf("replay: %+v", rep.Summary)
+			}
+			for _, c := range rep.Calls[2:] {
+				if c.Replay.Decision != "deny" || !strings.Contains(c.Replay.Reason, "must be a Long") {
+					t.Fatalf("replay of record %d: %+v", c.Index, c.Replay)
+				}
+			}
+		})
+	}
+}

@@ -48,7 +48,11 @@ type Bundle struct {
 	readsAllContext bool
 	// use is what Decide puts in the context: the attributes some policy
 	// may read (nil: all of them).
-	use      *contextUse
+	use *contextUse
+	// argTypes are the argument types the schema declares, checked at
+	// every call when some policy reads context.arguments (nil: none; see
+	// argtypes.go).
+	argTypes *argType
 	position map[cedar.PolicyID]string
 }
 
@@ -286,6 +290,11 @@ func compile(dir string, snap *snapshot) (*Bundle, error) {
 		return nil, &LoadError{File: schemaPath, Reason: "the schema does not describe the gateway's entity model: " + err.Error(),
 			Hint: "start from examples/policy/schema.cedarschema; see internal/policy's documentation for the entity model"}
 	}
+	argTypes, err := callArgsType(resolved)
+	if err != nil {
+		return nil, &LoadError{File: schemaPath, Reason: "context.arguments: " + err.Error(),
+			Hint: "declare it a String (or a Long, Bool, decimal, set or record), the types a JSON argument converts to; see examples/policy/README.md"}
+	}
 
 	b := &Bundle{
 		dir:          dir,
@@ -349,6 +358,12 @@ func compile(dir string, snap *snapshot) (*Bundle, error) {
 	}
 	b.use = &contextUse{session: b.readsContext("session"), now: b.readsContext("now"), arguments: b.readsContext("arguments"),
 		uri: b.readsContext("uri"), prompt: b.readsContext("prompt")}
+	if b.readsContext("arguments") {
+		// Types matter only to a policy that reads the arguments: a bundle
+		// that reads none (its schema may still declare the template's
+		// path) takes any argument of any type, as it always did.
+		b.argTypes = argTypes
+	}
 	return b, nil
 }
 

@@ -60,6 +60,7 @@ func (b *Bundle) Decide(r *Request) Decision {
 	if b.use != nil {
 		use = *b.use
 	}
+	use.types = b.argTypes
 	req, ents, err := buildFor(r, use)
 	if err != nil {
 		return Decision{Errors: []string{err.Error()}, Reason: "denied: " + err.Error()}
@@ -111,7 +112,9 @@ func (b *Bundle) sortIDs(ids []string) []string {
 // arguments: some policy that reads context.arguments (or merely names
 // "arguments") has a scope that matches r's principal, action and resource.
 // When it is false, Decide gives the same answer whatever the arguments
-// (other than arguments past the limits, which deny). Replay uses it to tell
+// (other than arguments past the limits, or declared arguments of another
+// type than the schema's, which deny with an "arguments: " error: replay
+// reads the payload of a call recorded with one). Replay uses it to tell
 // the calls it can check without the payloads from those it cannot.
 func (b *Bundle) DependsOnArguments(r *Request) bool {
 	if r.Action != ActionCallTool || len(b.argScopes.Map()) == 0 {

@@ -17,6 +17,9 @@
 //   - the schema does not describe the entity model below (a sample of every
 //     entity and of a request of every action is validated against it), so a policy can
 //     never validate against a model the gateway does not build;
+//   - the schema declares an argument of a type no JSON argument converts
+//     to (ipaddr, datetime, duration, an entity type), which no call could
+//     send;
 //   - two policies share an id;
 //   - the digest does not match the pin.
 //
@@ -92,10 +95,13 @@
 // matching (Cedar alone would skip it, and a malformed argument would then
 // slip past the rule meant to stop it). Arguments past MaxArgumentBytes,
 // MaxArgumentDepth or MaxArgumentValues, or that are not a JSON object, deny
-// the call with an error naming the limit. A Request fully determines its
-// Decision: replay rebuilds the Request from the audit log and must get the
-// recorded decision (for a read_resource that reads context.uri, with the
-// URI from the payload vault: the log holds only its commitment).
+// the call with an error naming the limit; so does an argument the schema
+// declares, sent with another JSON type than converts to the declared type,
+// when some policy reads the arguments (see argtypes.go). A Request fully
+// determines its Decision: replay rebuilds the Request from the audit log
+// and must get the recorded decision (for a read_resource that reads
+// context.uri, with the URI from the payload vault: the log holds only its
+// commitment).
 //
 // Modes (enforcing, advisory, silent) say what the gateway does with a deny;
 // they do not change the decision.

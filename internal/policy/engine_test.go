@@ -310,7 +310,7 @@ func TestContextLeftOut(t *testing.T) {
 	}
 	args := []string{``, `null`, `{}`, `{"path":"/srv/data/x"}`, `{"path":"/etc/passwd","n":1.5}`, `{"a":1,"a":2}`, `[1]`, `{"a":`, `{} x`,
 		`{"d":` + strings.Repeat(`[`, MaxArgumentDepth+1) + strings.Repeat(`]`, MaxArgumentDepth+1) + `}`, `{"big":"` + strings.Repeat("x", MaxArgumentBytes) + `"}`,
-		`{"s":"\xff"}`, `{"n":1e999,"m":-0.00001,"k":[null,{"x":null}]}`}
+		`{"s":"\xff"}`, `{"n":1e999,"m":-0.00001,"k":[null,{"x":null}]}`, `{"path":["/etc/passwd"]}`, `{"path":1e3}`}
 	for _, b := range bundles {
 		full := *b
 		full.use = nil

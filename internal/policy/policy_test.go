@@ -88,20 +88,134 @@ func TestEveryAttribute(t *testing.T) {
 func ptr[T any](v T) *T { return &v }
 
 func TestForbidThatErrorsDenies(t *testing.T) {
-	b := load(t, "testdata/attributes")
-	r := base()
-	// count is declared Long; a string makes `count > 100` an error. Cedar
+	sch, err := os.ReadFile("testdata/attributes/schema.cedarschema")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := load(t, bundle(t, map[string]string{"schema.cedarschema": string(sch), "p.cedar": `@id("all") permit (principal, action, resource);
+@id("doubled") forbid (principal, action == Action::"call_tool", resource) when { context.arguments has count && context.arguments.count * 2 > 100 };
+`}))
+	// count * 2 overflows for a count of 2^62: an evaluation error. Cedar
 	// would skip the forbid; we count it as matching.
-	r.Arguments = []byte(`{"count":"999"}`)
+	r := base()
+	r.Arguments = []byte(`{"count":4611686018427387904}`)
 	d := b.Decide(&r)
-	if d.Allow || !slices.Equal(d.PolicyIDs, []string{"arg-long"}) || len(d.Errors) != 1 || !strings.HasPrefix(d.Errors[0], "arg-long: ") {
+	if d.Allow || !slices.Equal(d.PolicyIDs, []string{"doubled"}) || len(d.Errors) != 1 || !strings.HasPrefix(d.Errors[0], "doubled: ") {
 		t.Fatalf("got %+v", d)
 	}
-	// A float with more than four decimals is not a Cedar decimal: it is
-	// given as a string, and the decimal comparison errors.
-	r.Arguments = []byte(`{"ratio":0.123456}`)
-	if d := b.Decide(&r); d.Allow || !slices.Equal(d.PolicyIDs, []string{"arg-decimal"}) {
-		t.Fatalf("got %+v", d)
+}
+
+// rev65Policies forbid, with == and contains(), values of every
+// type the converter makes; an argument sent with another JSON type than
+// the schema declares (which the upstream may still read as the forbidden
+// value) made each comparison false without an error.
+const rev65Policies = `@id("allow") permit (principal, action, resource);
+@id("no-1000") forbid (principal, action == Action::"call_tool", resource) when { context.arguments has count && context.arguments.count == 1000 };
+@id("no-1001") forbid (principal, action == Action::"call_tool", resource) when { context.arguments has count && [1001, 1002].contains(context.arguments.count) };
+@id("no-force") forbid (principal, action == Action::"call_tool", resource) when { context.arguments has force && context.arguments.force == true };
+@id("no-passwd") forbid (principal, action == Action::"call_tool", resource) when { context.arguments has path && context.arguments.path == "/etc/passwd" };
+@id("no-half") forbid (principal, action == Action::"call_tool", resource) when { context.arguments has ratio && context.arguments.ratio == decimal("0.5") };
+@id("no-prod") forbid (principal, action == Action::"call_tool", resource) when { context.arguments has tags && context.arguments.tags.contains("prod") };
+@id("no-rw") forbid (principal, action == Action::"call_tool", resource) when { context.arguments has opts && context.arguments.opts has mode && context.arguments.opts.mode == "rw" };
+`
+
+// TestArgumentOfAnotherTypeDenies: an argument the schema declares, sent
+// with another JSON type, denies the call whatever the policies compare,
+// with a reason that names the declared attribute and the kinds and says
+// what to send, and never repeats the value. Cached decisions agree.
+func TestArgumentOfAnotherTypeDenies(t *testing.T) {
+	sch, err := os.ReadFile("testdata/attributes/schema.cedarschema")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := load(t, bundle(t, map[string]string{"schema.cedarschema": string(sch), "p.cedar": rev65Policies}))
+	for _, tc := range []struct{ args, forbid string }{
+		{`{"count":1000}`, "no-1000"},
+		{`{"count":1001}`, "no-1001"},
+		{`{"force":true}`, "no-force"},
+		{`{"path":"/etc/passwd"}`, "no-passwd"},
+		{`{"ratio":0.5}`, "no-half"},
+		{`{"tags":["dev","prod"]}`, "no-prod"},
+		{`{"opts":{"mode":"rw"}}`, "no-rw"},
+	} {
+		r := base()
+		r.Arguments = []byte(tc.args)
+		if d := b.Decide(&r); d.Allow || !slices.Equal(d.PolicyIDs, []string{tc.forbid}) {
+			t.Fatalf("%s: got %+v, want deny by %s", tc.args, d, tc.forbid)
+		}
+	}
+	cases := []struct{ args, want string }{
+		{`{"count":1e3}`, `"count" must be a Long (the bundle's schema declares it); got a number written with a fraction or exponent: send it as an integer`},
+		{`{"count":1001.0}`, `"count" must be a Long (the bundle's schema declares it); got a number written with a fraction or exponent: send it as an integer`},
+		{`{"count":"1000"}`, `"count" must be a Long (the bundle's schema declares it); got a string: send a JSON integer`},
+		{`{"count":[1000]}`, `"count" must be a Long (the bundle's schema declares it); got an array: send a JSON integer`},
+		{`{"count":18446744073709552616}`, `"count" must be a Long (the bundle's schema declares it); got an integer outside the Long range: send an integer from -9223372036854775808 to 9223372036854775807`},
+		{`{"force":"true"}`, `"force" must be a Bool (the bundle's schema declares it); got a string: send true or false`},
+		{`{"force":1}`, `"force" must be a Bool (the bundle's schema declares it); got a number: send true or false`},
+		{`{"path":["/etc/passwd"]}`, `"path" must be a String (the bundle's schema declares it); got an array: send a JSON string`},
+		{`{"path":{"p":"/etc/passwd"}}`, `"path" must be a String (the bundle's schema declares it); got an object: send a JSON string`},
+		{`{"path":1e3}`, `"path" must be a String (the bundle's schema declares it); got a number: send a JSON string`},
+		{`{"ratio":"0.5"}`, `"ratio" must be a decimal (the bundle's schema declares it); got a string: send a JSON number with a decimal point and at most four digits after it, such as 1.5`},
+		{`{"ratio":5e-1}`, `"ratio" must be a decimal (the bundle's schema declares it); got a number written with an exponent: send a JSON number`},
+		{`{"ratio":0.50000}`, `"ratio" must be a decimal (the bundle's schema declares it); got a number with more than four digits after the point: send`},
+		{`{"ratio":1}`, `"ratio" must be a decimal (the bundle's schema declares it); got an integer: send`},
+		{`{"ratio":922337203685478.5}`, `"ratio" must be a decimal (the bundle's schema declares it); got a number outside the decimal range: send`},
+		{`{"tags":"prod"}`, `"tags" must be a Set<String> (the bundle's schema declares it); got a string: send a JSON array`},
+		{`{"tags":["dev",["prod"]]}`, `"tags[]" must be a String (the bundle's schema declares it); got an array: send a JSON string`},
+		{`{"tags":[1,"prod"]}`, `"tags[]" must be a String (the bundle's schema declares it); got a number: send a JSON string`},
+		{`{"opts":"rw"}`, `"opts" must be a record (the bundle's schema declares it); got a string: send a JSON object`},
+		{`{"opts":{"mode":["rw"]}}`, `"opts.mode" must be a String (the bundle's schema declares it); got an array: send a JSON string`},
+		{`{"items":[{"name":["big"]}]}`, `"items[].name" must be a String (the bundle's schema declares it); got an array: send a JSON string`},
+		{`{"items":[{"size":1}]}`, `"items[].name" must be a String (the bundle's schema declares it, not optional); it is missing or null: send it`},
+		{`{"items":[{"name":null}]}`, `"items[].name" must be a String (the bundle's schema declares it, not optional); it is missing or null: send it`},
+		{`{"items":[{"name":"big","size":"1"}]}`, `"items[].size" must be a Long (the bundle's schema declares it); got a string: send a JSON integer`},
+	}
+	memo := b.NewLiveMemo()
+	for _, tc := range cases {
+		t.Run(tc.args, func(t *testing.T) {
+			r := base()
+			r.Arguments = []byte(tc.args)
+			for _, d := range []Decision{b.Decide(&r), memo.Decide(&r), memo.Decide(&r)} {
+				if d.Allow || len(d.PolicyIDs) != 0 || len(d.Errors) != 1 || !strings.HasPrefix(d.Errors[0], "arguments: "+tc.want) || d.Reason != "denied: "+d.Errors[0] {
+					t.Fatalf("got %+v, want a deny: arguments: %s", d, tc.want)
+				}
+				for _, v := range []string{"1000", "1001", "1e3", "passwd", "prod", "rw", "big", "0.5", "5e-1", "922337203685478"} {
+					if strings.Contains(d.Reason, v) {
+						t.Fatalf("the reason repeats the value %q: %s", v, d.Reason)
+					}
+				}
+			}
+		})
+	}
+	// Every declared type, well formed, and whatever is not declared.
+	for _, args := range []string{
+		`{"count":-0,"force":false,"path":"","ratio":-922337203685477.5808,"tags":[],"opts":{},"items":[{"name":"x"}]}`,
+		`{"count":null,"force":null,"path":null,"ratio":null,"tags":null,"opts":null,"items":null}`,
+		`{"tags":[null,"dev"],"opts":{"mode":null,"extra":[1e3,{"x":"y"}]},"items":[{"name":"x","size":null,"extra":true},null]}`,
+		`{"undeclared":1e3,"other":["prod",1000.0,{"a":[]}],"x":"1000"}`,
+		`{"count":9223372036854775807,"ratio":1.0,"opts":{"mode":"ro"}}`,
+	} {
+		r := base()
+		r.Arguments = []byte(args)
+		if d := b.Decide(&r); !d.Allow || len(d.Errors) != 0 {
+			t.Errorf("%s: got %+v, want allowed", args, d)
+		}
+	}
+}
+
+// TestArgumentTypesCheckedOnlyWhenRead: a bundle whose policies read no
+// argument takes arguments of any type, even those its schema declares
+// (the examples keep the template's path).
+func TestArgumentTypesCheckedOnlyWhenRead(t *testing.T) {
+	b := load(t, "../../examples/policy/allow-list")
+	r := Request{Action: ActionCallTool, Agent: "alice", Tool: "git__log", Upstream: "git", Time: noon, Arguments: []byte(`{"path":["a","b"]}`)}
+	if d := b.Decide(&r); !d.Allow {
+		t.Fatalf("allow-list reads no argument: got %+v", d)
+	}
+	pg := load(t, "../../examples/policy/path-guard")
+	r = Request{Action: ActionCallTool, Agent: "a", Tool: "fs__read", Upstream: "fs", Time: noon, Arguments: []byte(`{"path":["/srv/data/a","/etc/passwd"]}`)}
+	if d := pg.Decide(&r); d.Allow || !strings.Contains(d.Reason, `"path" must be a String`) {
+		t.Fatalf("path-guard reads path: got %+v", d)
 	}
 }
 
@@ -291,6 +405,18 @@ func TestLoadErrors(t *testing.T) {
 		{"schema not the entity model", map[string]string{
 			"schema.cedarschema": strings.Replace(sch, "  name: String,", "  name: Long,", 1), "a.cedar": "permit (principal, action, resource);"},
 			"schema.cedarschema", 0, "does not describe the gateway's entity model", ui.ExitConfig},
+		{"ipaddr argument", map[string]string{
+			"schema.cedarschema": strings.Replace(sch, "  path?: String,", "  path?: String,\n  host?: ipaddr,", 1), "a.cedar": "permit (principal, action, resource);"},
+			"schema.cedarschema", 0, `context.arguments: "host" is declared ipaddr, but no JSON argument converts to an ipaddr`, ui.ExitConfig},
+		{"datetime in a set", map[string]string{
+			"schema.cedarschema": strings.Replace(sch, "  path?: String,", "  path?: String,\n  when?: Set<datetime>,", 1), "a.cedar": "permit (principal, action, resource);"},
+			"schema.cedarschema", 0, `"when[]" is declared datetime`, ui.ExitConfig},
+		{"duration in a record", map[string]string{
+			"schema.cedarschema": strings.Replace(sch, "  path?: String,", "  path?: String,\n  opts?: { ttl?: duration },", 1), "a.cedar": "permit (principal, action, resource);"},
+			"schema.cedarschema", 0, `"opts.ttl" is declared duration`, ui.ExitConfig},
+		{"entity argument", map[string]string{
+			"schema.cedarschema": strings.Replace(sch, "  path?: String,", "  path?: String,\n  owner?: Agent,", 1), "a.cedar": "permit (principal, action, resource);"},
+			"schema.cedarschema", 0, `"owner" is declared as the entity type Agent, but no JSON argument converts to an entity`, ui.ExitConfig},
 		{"schema missing an action", map[string]string{
 			"schema.cedarschema": sch[:strings.Index(sch, "action list_tools")], "a.cedar": "permit (principal, action, resource);"},
 			"schema.cedarschema", 0, "list_tools", ui.ExitConfig},

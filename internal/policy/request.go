@@ -254,18 +254,24 @@ func build(r *Request) (cedar.Request, *entities, error) {
 	return buildFor(r, allContext)
 }
 
-// contextUse says which context attributes a bundle's policies may read.
-type contextUse struct{ session, now, arguments, uri, prompt bool }
+// contextUse says which context attributes a bundle's policies may read,
+// and the declared types the arguments are checked against (nil: none).
+type contextUse struct {
+	session, now, arguments, uri, prompt bool
+	types                                *argType
+}
 
-var allContext = contextUse{true, true, true, true, true}
+var allContext = contextUse{session: true, now: true, arguments: true, uri: true, prompt: true}
 
 // buildFor builds the request with the context attributes in use; the
 // others are left out, since no policy could tell. The arguments are checked
 // against the limits either way (arguments past them deny, read or not),
-// and converted only when read. Were a read ever missed (Bundle.use is
-// derived from the policies' JSON form, conservatively), the policy would
-// meet a missing attribute: an evaluation error, which denies (a forbid
-// that errors counts as matching, a permit that errors does not permit).
+// and converted only when read; then they are also checked against the
+// types the schema declares (use.types, see argtypes.go). Were a read ever
+// missed (Bundle.use is derived from the policies' JSON form,
+// conservatively), the policy would meet a missing attribute: an
+// evaluation error, which denies (a forbid that errors counts as matching,
+// a permit that errors does not permit).
 func buildFor(r *Request, use contextUse) (cedar.Request, *entities, error) {
 	req, e, err := buildScope(r)
 	if err != nil {
@@ -287,7 +293,7 @@ func buildFor(r *Request, use contextUse) (cedar.Request, *entities, error) {
 		ctx["now"] = cedar.NewDatetimeFromMillis(r.Time.UnixMilli())
 	}
 	if r.Action == ActionCallTool {
-		args, err := convertArguments(r.Arguments, !use.arguments)
+		args, err := convertArguments(r.Arguments, !use.arguments, use.types)
 		if err != nil {
 			return cedar.Request{}, nil, err
 		}
@@ -348,13 +354,17 @@ func buildScope(r *Request) (cedar.Request, *entities, error) {
 // Arguments that are not an object, are not valid JSON, repeat a member name
 // or exceed MaxArgumentBytes, MaxArgumentDepth or MaxArgumentValues are an
 // *ArgumentsError.
+//
+// ArgumentsRecord does not check the types a bundle's schema declares;
+// Bundle.Decide does (see argtypes.go).
 func ArgumentsRecord(raw []byte) (cedar.Record, error) {
-	return convertArguments(raw, false)
+	return convertArguments(raw, false, nil)
 }
 
-// convertArguments is ArgumentsRecord; with check set it only checks the
+// convertArguments is ArgumentsRecord, checking the arguments against the
+// declared type want (nil: none); with check set it only checks the
 // arguments, with the same errors, and returns an empty record.
-func convertArguments(raw []byte, check bool) (cedar.Record, error) {
+func convertArguments(raw []byte, check bool, want *argType) (cedar.Record, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
 		return cedar.NewRecord(nil), nil
@@ -366,7 +376,7 @@ func convertArguments(raw []byte, check bool) (cedar.Record, error) {
 		return cedar.Record{}, &ArgumentsError{Reason: "not a JSON object"}
 	}
 	c := converter{dec: jsontext.NewDecoder(bytes.NewReader(raw)), check: check}
-	v, err := c.value(1)
+	v, err := c.value(1, want)
 	if err != nil {
 		return cedar.Record{}, err
 	}
@@ -382,10 +392,13 @@ func convertArguments(raw []byte, check bool) (cedar.Record, error) {
 type converter struct {
 	dec    *jsontext.Decoder
 	values int
-	check  bool // read and check every token, build no value
+	check  bool     // read and check every token, build no value
+	path   []string // of the declared argument being read (argPath)
 }
 
-func (c *converter) value(depth int) (cedar.Value, error) {
+// value reads one JSON value and converts it; want is its declared type
+// (nil: undeclared, not checked).
+func (c *converter) value(depth int, want *argType) (cedar.Value, error) {
 	if c.values++; c.values > MaxArgumentValues {
 		return nil, &ArgumentsError{Reason: fmt.Sprintf("more than %d values, the policy limit", MaxArgumentValues)}
 	}
@@ -398,6 +411,9 @@ func (c *converter) value(depth int) (cedar.Value, error) {
 		if depth > MaxArgumentDepth {
 			return nil, &ArgumentsError{Reason: fmt.Sprintf("nested deeper than %d levels, the policy limit (at %s)", MaxArgumentDepth, c.dec.StackPointer())}
 		}
+	}
+	if want != nil && tok.Kind() != 'n' && !want.matches(tok) {
+		return nil, mismatch(want, c.path, tok)
 	}
 	if c.check {
 		switch tok.Kind() {
@@ -417,18 +433,38 @@ func (c *converter) value(depth int) (cedar.Value, error) {
 		return number(tok.String()), nil
 	case '{':
 		m := cedar.RecordMap{}
+		var present []bool // want's required attributes, by index
+		if want != nil && len(want.required) > 0 {
+			present = make([]bool, len(want.required))
+		}
 		for c.dec.PeekKind() != '}' {
 			k, err := c.dec.ReadToken()
 			if err != nil {
 				return nil, &ArgumentsError{Reason: "invalid JSON: " + err.Error()}
 			}
 			var name cedar.String
-			if !c.check {
+			if !c.check || want != nil {
 				name = cedar.String(k.String()) // valid until the next read
 			}
-			v, err := c.value(depth + 1)
+			var attr argAttr
+			if want != nil {
+				attr = want.attrs[string(name)]
+			}
+			if attr.t != nil {
+				c.path = append(c.path, string(name))
+				if attr.index >= 0 {
+					if c.dec.PeekKind() == 'n' {
+						return nil, missing(attr.t, c.path)
+					}
+					present[attr.index] = true
+				}
+			}
+			v, err := c.value(depth+1, attr.t)
 			if err != nil {
 				return nil, err
+			}
+			if attr.t != nil {
+				c.path = c.path[:len(c.path)-1]
 			}
 			if v != nil {
 				m[name] = v
@@ -437,20 +473,34 @@ func (c *converter) value(depth int) (cedar.Value, error) {
 		if _, err := c.dec.ReadToken(); err != nil {
 			return nil, &ArgumentsError{Reason: "invalid JSON: " + err.Error()}
 		}
+		for i, ok := range present {
+			if !ok {
+				name := want.required[i]
+				return nil, missing(want.attrs[name].t, append(c.path, name))
+			}
+		}
 		if c.check {
 			return nil, nil
 		}
 		return cedar.NewRecord(m), nil
 	case '[':
 		var s []cedar.Value
+		var elem *argType
+		if want != nil {
+			elem = want.elem
+			c.path = append(c.path, "[]")
+		}
 		for c.dec.PeekKind() != ']' {
-			v, err := c.value(depth + 1)
+			v, err := c.value(depth+1, elem)
 			if err != nil {
 				return nil, err
 			}
 			if v != nil {
 				s = append(s, v)
 			}
+		}
+		if want != nil {
+			c.path = c.path[:len(c.path)-1]
 		}
 		if _, err := c.dec.ReadToken(); err != nil {
 			return nil, &ArgumentsError{Reason: "invalid JSON: " + err.Error()}
