@@ -820,3 +820,56 @@ func TestArgumentOfAnotherTypeIsDenied(t *testing.T) {
 		})
 	}
 }
+
+// TestRefusedArgumentsLeaveNoNameInTheLog: arguments refused for their
+// form (a repeated member name, nesting too deep, invalid UTF-8) are
+// recorded with a reason and errors that hold nothing of the payload: a
+// member name that is a secret appears in no file of the audit log, where
+// the arguments are only a commitment (and sealed in the vault).
+func TestRefusedArgumentsLeaveNoNameInTheLog(t *testing.T) {
+	id, _ := age.GenerateX25519Identity()
+	dir := policyBundle(t, testPolicy+"\n@id(\"all\") permit (principal, action, resource);\n")
+	h := newHarness(t, hconf{policy: engine(t, dir, policy.Enforcing), recipients: []string{id.Recipient().String()}})
+	send := rawSender(t, h, "http")
+	deep := strings.Repeat(`{"sk-live-SECRET-NAME":`, policy.MaxArgumentDepth+1) + "1" + strings.Repeat("}", policy.MaxArgumentDepth+1)
+	refused := []string{
+		`{"text":"a","sk-live-SECRET-NAME":1,"sk-live-SECRET-NAME":2}`,
+		`{"text":"a","x":{"sk-live-SECRET-NAME":1,"sk-live-SECRET-NAME":2}}`,
+		deep,
+		"{\"text\":\"a\",\"sk-live-SECRET-NAME\":\"\xff\"}",
+	}
+	for i, args := range refused {
+		resp := send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"t__echo","arguments":%s}}`, 10+i, args))
+		if !strings.Contains(resp, `"error"`) || !strings.Contains(resp, "arguments: ") || strings.Contains(resp, "SECRET") {
+			t.Fatalf("%.60s: %s", args, resp)
+		}
+	}
+	calls := kinds(h.records(), "call")
+	if len(calls) != len(refused) {
+		t.Fatalf("%d call records, want %d", len(calls), len(refused))
+	}
+	for _, c := range calls {
+		in, _ := c.Body["policy_input"].(map[string]any)
+		if c.Body["decision"] != "deny" || c.Body["outcome"] != "refused" || len(toStrings(in["errors"])) != 1 || !strings.Contains(fmt.Sprint(c.Body["reason"]), "arguments: ") {
+			t.Fatalf("call record %v", c.Body)
+		}
+	}
+	h.g.Shutdown(context.Background())
+	h.w.Close()
+	err := filepath.WalkDir(h.dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		if i := bytes.Index(b, []byte("SECRET")); i >= 0 {
+			t.Errorf("%s holds the member name in clear: %q", p, b[max(0, i-80):min(len(b), i+40)])
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

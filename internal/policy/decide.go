@@ -69,7 +69,7 @@ func (b *Bundle) Decide(r *Request) Decision {
 	var d Decision
 	var errForbids []string
 	for _, e := range diag.Errors {
-		d.Errors = append(d.Errors, string(e.PolicyID)+": "+e.Message)
+		d.Errors = append(d.Errors, string(e.PolicyID)+": "+evalError(e.Message))
 		if b.forbids[e.PolicyID] {
 			errForbids = append(errForbids, string(e.PolicyID))
 		}
@@ -98,6 +98,22 @@ func (b *Bundle) Decide(r *Request) Decision {
 		d.Reason = "denied: no policy permits it (default deny)"
 	}
 	return d
+}
+
+// evalError is the text of a Cedar evaluation error as the decision (and
+// so the call record) holds it. Cedar's messages name the policy's own
+// attributes and types and the request's entities, except its integer
+// overflows, which quote their operands ("integer overflow while
+// attempting to multiply" and the two numbers): those may be argument
+// values, which the call record holds only as a commitment, so the
+// operands are cut.
+func evalError(msg string) string {
+	if strings.HasPrefix(msg, "integer overflow") {
+		if i := strings.IndexByte(msg, '`'); i >= 0 {
+			return strings.TrimSpace(msg[:i])
+		}
+	}
+	return msg
 }
 
 func (b *Bundle) sortIDs(ids []string) []string {

@@ -233,8 +233,8 @@ func TestArgumentLimits(t *testing.T) {
 		{"too many values", many, "more than 10000 values"},
 		{"too many bytes", big, "more than the policy limit of 1048576"},
 		{"not an object", `[1]`, "not a JSON object"},
-		{"duplicate member", `{"path":"/srv/x","path":"/etc/passwd"}`, "duplicate"},
-		{"bad json", `{"a":}`, "invalid JSON"},
+		{"duplicate member", `{"path":"/srv/x","path":"/etc/passwd"}`, "a member name is repeated (in an object at depth 1)"},
+		{"bad json", `{"a":}`, "not valid JSON (at byte 5)"},
 		{"trailing data", `{} {}`, "trailing data"},
 	}
 	for _, tc := range cases {
@@ -252,6 +252,50 @@ func TestArgumentLimits(t *testing.T) {
 				t.Fatalf("got %+v, want deny mentioning %q", d, tc.want)
 			}
 		})
+	}
+}
+
+// TestArgumentErrorsNameNothingOfThePayload: the errors and the reason of
+// a decision go into the call record in clear, where the arguments are
+// only a commitment, so an argument object refused for its form is named
+// by fixed texts: no member name (a key can be a secret), no JSON pointer,
+// no value; nor are the operands of an integer overflow, which may be
+// argument values. So whether or not the bundle reads the arguments.
+func TestArgumentErrorsNameNothingOfThePayload(t *testing.T) {
+	sch, err := os.ReadFile("testdata/attributes/schema.cedarschema")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reads := load(t, bundle(t, map[string]string{"schema.cedarschema": string(sch), "p.cedar": `@id("all") permit (principal, action, resource);
+@id("doubled") forbid (principal, action == Action::"call_tool", resource) when { context.arguments has count && context.arguments.count * 2 > 100 };
+`}))
+	readsNone := load(t, bundle(t, map[string]string{"schema.cedarschema": string(sch), "p.cedar": `@id("all") permit (principal, action, resource);`}))
+	deep := strings.Repeat(`{"sk-live-SECRET":`, MaxArgumentDepth+1) + "1" + strings.Repeat("}", MaxArgumentDepth+1)
+	cases := []struct{ args, want string }{
+		{`{"sk-live-SECRET":1,"sk-live-SECRET":2}`, "arguments: a member name is repeated (in an object at depth 1)"},
+		{`{"a":[{"b":{"sk-live-SECRET":1,"sk-live-SECRET":2}}]}`, "arguments: a member name is repeated (in an object at depth 4)"},
+		{"{\"sk-live-SECRET\":\"\xff\"}", "arguments: not valid UTF-8"},
+		{"{\"sk-live-SECRET\xff\":1}", "arguments: not valid UTF-8"},
+		{`{"sk-live-SECRET":}`, "arguments: not valid JSON (at byte 18)"},
+		{`{"sk-live-SECRET":1`, "arguments: not valid JSON (at byte 19)"},
+		{`{"sk-live-SECRET":[1,]}`, "arguments: not valid JSON (at byte 20)"},
+		{deep, "arguments: nested deeper than 32 levels, the policy limit"},
+	}
+	for _, b := range []*Bundle{reads, readsNone} {
+		for _, tc := range cases {
+			r := base()
+			r.Arguments = []byte(tc.args)
+			d := b.Decide(&r)
+			if d.Allow || !slices.Equal(d.Errors, []string{tc.want}) || d.Reason != "denied: "+tc.want {
+				t.Errorf("%.60q: got %+v, want a deny: %s", tc.args, d, tc.want)
+			}
+		}
+	}
+	r := base()
+	r.Arguments = []byte(`{"count":4611686018427387904}`)
+	d := reads.Decide(&r)
+	if d.Allow || !slices.Equal(d.Errors, []string{"doubled: integer overflow while attempting to multiply"}) {
+		t.Errorf("overflow: got %+v", d)
 	}
 }
 

@@ -2,7 +2,7 @@ package policy
 
 import (
 	"bytes"
-
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/cedar-policy/cedar-go"
 	"github.com/cedar-policy/cedar-go/types"
@@ -95,7 +96,11 @@ const (
 	MaxArgumentValues = 10000   // values (scalars, objects, arrays)
 )
 
-// ArgumentsError is an argument object that cannot be given to Cedar.
+// ArgumentsError is an argument object that cannot be given to Cedar. Its
+// Reason goes into the call record in clear: it never holds anything of
+// the payload (no value, no member name, no JSON pointer), only the limit
+// passed or the kind of fault, and the attribute names the bundle's schema
+// declares.
 type ArgumentsError struct{ Reason string }
 
 func (e *ArgumentsError) Error() string { return "arguments: " + e.Reason }
@@ -375,7 +380,7 @@ func convertArguments(raw []byte, check bool, want *argType) (cedar.Record, erro
 	if raw[0] != '{' {
 		return cedar.Record{}, &ArgumentsError{Reason: "not a JSON object"}
 	}
-	c := converter{dec: jsontext.NewDecoder(bytes.NewReader(raw)), check: check}
+	c := converter{raw: raw, dec: jsontext.NewDecoder(bytes.NewReader(raw)), check: check}
 	v, err := c.value(1, want)
 	if err != nil {
 		return cedar.Record{}, err
@@ -390,6 +395,7 @@ func convertArguments(raw []byte, check bool, want *argType) (cedar.Record, erro
 }
 
 type converter struct {
+	raw    []byte
 	dec    *jsontext.Decoder
 	values int
 	check  bool     // read and check every token, build no value
@@ -404,12 +410,12 @@ func (c *converter) value(depth int, want *argType) (cedar.Value, error) {
 	}
 	tok, err := c.dec.ReadToken()
 	if err != nil {
-		return nil, &ArgumentsError{Reason: "invalid JSON: " + err.Error()}
+		return nil, c.syntaxError(err, depth-1)
 	}
 	switch tok.Kind() {
 	case '{', '[':
 		if depth > MaxArgumentDepth {
-			return nil, &ArgumentsError{Reason: fmt.Sprintf("nested deeper than %d levels, the policy limit (at %s)", MaxArgumentDepth, c.dec.StackPointer())}
+			return nil, &ArgumentsError{Reason: fmt.Sprintf("nested deeper than %d levels, the policy limit", MaxArgumentDepth)}
 		}
 	}
 	if want != nil && tok.Kind() != 'n' && !want.matches(tok) {
@@ -440,7 +446,7 @@ func (c *converter) value(depth int, want *argType) (cedar.Value, error) {
 		for c.dec.PeekKind() != '}' {
 			k, err := c.dec.ReadToken()
 			if err != nil {
-				return nil, &ArgumentsError{Reason: "invalid JSON: " + err.Error()}
+				return nil, c.syntaxError(err, depth)
 			}
 			var name cedar.String
 			if !c.check || want != nil {
@@ -471,7 +477,7 @@ func (c *converter) value(depth int, want *argType) (cedar.Value, error) {
 			}
 		}
 		if _, err := c.dec.ReadToken(); err != nil {
-			return nil, &ArgumentsError{Reason: "invalid JSON: " + err.Error()}
+			return nil, c.syntaxError(err, depth)
 		}
 		for i, ok := range present {
 			if !ok {
@@ -503,7 +509,7 @@ func (c *converter) value(depth int, want *argType) (cedar.Value, error) {
 			c.path = c.path[:len(c.path)-1]
 		}
 		if _, err := c.dec.ReadToken(); err != nil {
-			return nil, &ArgumentsError{Reason: "invalid JSON: " + err.Error()}
+			return nil, c.syntaxError(err, depth)
 		}
 		if c.check {
 			return nil, nil
@@ -511,6 +517,25 @@ func (c *converter) value(depth int, want *argType) (cedar.Value, error) {
 		return cedar.NewSet(s...), nil
 	}
 	return nil, &ArgumentsError{Reason: fmt.Sprintf("unexpected JSON token %v", tok.Kind())}
+}
+
+// syntaxError is the error of arguments the decoder refuses, at depth (the
+// nesting of the object or array being read; 0 outside the arguments
+// object). Its text is fixed: the decoder's own names member names and
+// JSON pointers, which come from the payload (a key can be a secret), and
+// the error reaches the call record in clear, where the arguments are only
+// a commitment.
+func (c *converter) syntaxError(err error, depth int) error {
+	var se *jsontext.SyntacticError
+	switch {
+	case errors.Is(err, jsontext.ErrDuplicateName):
+		return &ArgumentsError{Reason: fmt.Sprintf("a member name is repeated (in an object at depth %d)", depth)}
+	case !utf8.Valid(c.raw):
+		return &ArgumentsError{Reason: "not valid UTF-8"}
+	case errors.As(err, &se):
+		return &ArgumentsError{Reason: fmt.Sprintf("not valid JSON (at byte %d)", se.ByteOffset)}
+	}
+	return &ArgumentsError{Reason: "not valid JSON"}
 }
 
 func number(lit string) cedar.Value {
