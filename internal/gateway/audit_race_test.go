@@ -478,7 +478,7 @@ func TestRepeatedMemberNamesInACallAreRefused(t *testing.T) {
 				{"name twice", `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"t__echo","arguments":{"text":"a"},"name":"t__pid"}}`,
 					jsonrpc.CodeInvalidParams, float64(7), "", `the member "name" appears twice`},
 				{"argument twice", `{"jsonrpc":"2.0","id":"x8","method":"tools/call","params":{"name":"t__echo","arguments":{"text":"a","text":"b"}}}`,
-					jsonrpc.CodeInvalidParams, "x8", "t__echo", `the member "text" appears twice`},
+					jsonrpc.CodeInvalidParams, "x8", "t__echo", `arguments: a member name is repeated (in an object at depth 1 of the arguments)`},
 				{"id twice", `{"jsonrpc":"2.0","id":9,"method":"tools/call","id":10,"params":{"name":"t__echo","arguments":{"text":"a"}}}`,
 					jsonrpc.CodeInvalidRequest, nil, "t__echo", `the member "id" appears twice`},
 				{"undecodable", `{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":5}}`,

@@ -23,7 +23,6 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/rpcwire"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
-	"github.com/confidential-mcp/cmcp/pkg/framing"
 )
 
 // The fast path: a front end that owns its wire (the stdio front, the
@@ -254,10 +253,25 @@ func (s *session) refuseAmbiguousCall(req *jsonrpc.Request, line []byte) (id jso
 	if where == "/params" || where == "/params/name" {
 		tool = "" // which one would have been called is the question
 	}
-	why := fmt.Sprintf("the member %s appears twice in the tools/call message (JSON Pointer %s): JSON readers disagree on which one counts, so nothing was forwarded; send each member once",
-		framing.Excerpt([]byte(jsontext.Pointer(where).LastToken())), framing.Excerpt([]byte(where)))
+	why := repeatedMember(where) + ": JSON readers disagree on which one counts, so nothing was forwarded; send each member once"
 	s.recordRefusedCall(id, tool, kind+": "+why+"; the agent was answered with a JSON-RPC error")
 	return id, &jsonrpc.Error{Code: code, Message: "cmcp: " + why}, true
+}
+
+// repeatedMember says which member of a tools/call message is repeated
+// (where, a JSON Pointer) without quoting the payload: the message is the
+// call record's reason, and a member name inside the arguments or _meta may
+// be a secret (the arguments are only a commitment in the log). Only the
+// protocol's own members are named.
+func repeatedMember(where string) string {
+	switch where {
+	case "/id", "/method", "/jsonrpc", "/params", "/params/name", "/params/arguments", "/params/_meta":
+		return fmt.Sprintf("the member %q appears twice in the tools/call message", jsontext.Pointer(where).LastToken())
+	}
+	if rest, ok := strings.CutPrefix(where, "/params/arguments/"); ok {
+		return fmt.Sprintf("arguments: a member name is repeated (in an object at depth %d of the arguments)", strings.Count(rest, "/")+1)
+	}
+	return "a member name is repeated in the tools/call message"
 }
 
 // recordBadIDCall records a tools/call line refused for its id (see
