@@ -5,9 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -139,24 +138,11 @@ func Load(ctx context.Context, dir string, opts LoadOptions) (*Bundle, error) {
 		return nil, &LoadError{File: dir, Reason: "not a directory",
 			Hint: "policy.dir must name a directory of .cedar files and one .cedarschema"}
 	}
-	snap, err := readBundle(dir)
+	// The bundle is read once: the files parsed are the files whose digest
+	// is compared with the pin, even if the directory changes meanwhile.
+	snap, d, err := readBundle(ctx, dir, opts.Progress)
 	if err != nil {
 		return nil, err
-	}
-	d, err := digest.Tree(ctx, dir, digest.TreeOptions{Progress: opts.Progress})
-	if err != nil {
-		return nil, &LoadError{File: dir, Reason: fmt.Sprintf("digest: %v", err), code: ui.ExitIO}
-	}
-	// The files parsed must be the files digested: read them again and
-	// compare with what was parsed, so a bundle edited during the load is
-	// refused instead of being recorded under the wrong digest.
-	again, err := readBundle(dir)
-	if err != nil {
-		return nil, err
-	}
-	if !snap.equal(again) {
-		return nil, &LoadError{File: dir, Reason: "the bundle changed while it was being loaded",
-			Hint: "finish editing the bundle, then start or reload the gateway again"}
 	}
 	// Compile before the pin check: a bundle that does not parse or validate
 	// is reported at its file and line, and the hint below never offers the
@@ -184,90 +170,63 @@ type snapshot struct {
 	policies []bundleFile
 }
 
-func (s *snapshot) equal(o *snapshot) bool {
-	if s.schema.rel != o.schema.rel || !bytes.Equal(s.schema.data, o.schema.data) || len(s.policies) != len(o.policies) {
-		return false
-	}
-	for i := range s.policies {
-		if s.policies[i].rel != o.policies[i].rel || !bytes.Equal(s.policies[i].data, o.policies[i].data) {
-			return false
-		}
-	}
-	return true
+// isBundleFile reports whether the file at rel is read as a policy or the
+// schema.
+func isBundleFile(rel string) bool {
+	ext := path.Ext(rel)
+	return ext == ".cedar" || ext == ".cedarschema"
 }
 
-// readBundle reads every .cedar file under dir (recursively, sorted by path)
-// and the single .cedarschema at its top level.
-func readBundle(dir string) (*snapshot, error) {
-	var s snapshot
-	var schemas []string
-	n := 0
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return &LoadError{File: path, Reason: fmt.Sprintf("cannot read: %v", err), code: ui.ExitIO}
-		}
-		if n++; n > maxBundleFiles {
-			return &LoadError{File: dir, Reason: fmt.Sprintf("more than %d files", maxBundleFiles)}
-		}
-		rel, _ := filepath.Rel(dir, path)
-		rel = filepath.ToSlash(rel)
-		ext := filepath.Ext(path)
-		if ext != ".cedar" && ext != ".cedarschema" {
-			return nil
-		}
-		if !d.Type().IsRegular() {
-			return &LoadError{File: path, Reason: "not a regular file (symlinks and devices are not allowed in a bundle)"}
-		}
-		if ext == ".cedarschema" && strings.Contains(rel, "/") {
-			return &LoadError{File: path, Reason: "a .cedarschema must sit at the top of the bundle directory"}
-		}
-		data, err := readLimited(path)
-		if err != nil {
-			return err
-		}
-		if ext == ".cedarschema" {
-			schemas = append(schemas, rel)
-			s.schema = bundleFile{rel: rel, data: data}
-		} else {
-			s.policies = append(s.policies, bundleFile{rel: rel, data: data})
-		}
-		return nil
+// readBundle reads the directory tree once (digest.ReadTree, bounded) and
+// returns every .cedar file under dir (sorted by path) and the single
+// .cedarschema at its top level, with the tree digest of what was read:
+// every file counts, and the policies and schema counted are the bytes
+// returned.
+func readBundle(ctx context.Context, dir string, progress func(files, bytes int64)) (*snapshot, digest.Digest, error) {
+	tree, err := digest.ReadTree(ctx, dir, digest.ReadTreeOptions{
+		TreeOptions:  digest.TreeOptions{Progress: progress},
+		Keep:         isBundleFile,
+		MaxEntries:   maxBundleFiles,
+		MaxKeptBytes: maxFileBytes,
 	})
 	if err != nil {
-		var le *LoadError
-		if errors.As(err, &le) {
-			return nil, le
+		if errors.Is(err, digest.ErrTreeLimit) {
+			return nil, digest.Digest{}, &LoadError{File: dir, Reason: strings.TrimPrefix(err.Error(), "tree "+dir+": "),
+				Hint: fmt.Sprintf("a bundle holds at most %d files and directories, and each policy or schema at most %d bytes", maxBundleFiles, maxFileBytes)}
 		}
-		return nil, &LoadError{File: dir, Reason: err.Error(), code: ui.ExitIO}
+		return nil, digest.Digest{}, &LoadError{File: dir, Reason: fmt.Sprintf("cannot read: %v", strings.TrimPrefix(err.Error(), "tree "+dir+": ")), code: ui.ExitIO}
+	}
+	var s snapshot
+	var schemas []string
+	for _, e := range tree.Entries {
+		if !isBundleFile(e.Path) {
+			continue
+		}
+		p := filepath.Join(dir, filepath.FromSlash(e.Path))
+		if e.Type != 0 {
+			return nil, digest.Digest{}, &LoadError{File: p, Reason: "not a regular file (symlinks and devices are not allowed in a bundle)"}
+		}
+		if path.Ext(e.Path) == ".cedarschema" {
+			if strings.Contains(e.Path, "/") {
+				return nil, digest.Digest{}, &LoadError{File: p, Reason: "a .cedarschema must sit at the top of the bundle directory"}
+			}
+			schemas = append(schemas, e.Path)
+			s.schema = bundleFile{rel: e.Path, data: e.Data}
+		} else {
+			s.policies = append(s.policies, bundleFile{rel: e.Path, data: e.Data})
+		}
 	}
 	switch {
 	case len(schemas) == 0:
-		return nil, &LoadError{File: dir, Reason: "no .cedarschema file",
+		return nil, digest.Digest{}, &LoadError{File: dir, Reason: "no .cedarschema file",
 			Hint: "a bundle needs its schema: copy examples/policy/schema.cedarschema and extend CallArgs"}
 	case len(schemas) > 1:
-		return nil, &LoadError{File: dir, Reason: fmt.Sprintf("more than one .cedarschema (%s)", strings.Join(schemas, ", "))}
+		return nil, digest.Digest{}, &LoadError{File: dir, Reason: fmt.Sprintf("more than one .cedarschema (%s)", strings.Join(schemas, ", "))}
 	case len(s.policies) == 0:
-		return nil, &LoadError{File: dir, Reason: "no .cedar policy files",
+		return nil, digest.Digest{}, &LoadError{File: dir, Reason: "no .cedar policy files",
 			Hint: "a bundle without policies denies every call; add at least one .cedar file"}
 	}
-	slices.SortFunc(s.policies, func(a, b bundleFile) int { return strings.Compare(a.rel, b.rel) })
-	return &s, nil
-}
-
-func readLimited(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, &LoadError{File: path, Reason: fmt.Sprintf("cannot read: %v", errors.Unwrap(err)), code: ui.ExitIO}
-	}
-	defer f.Close()
-	var buf bytes.Buffer
-	if _, err := buf.ReadFrom(io.LimitReader(f, maxFileBytes+1)); err != nil {
-		return nil, &LoadError{File: path, Reason: fmt.Sprintf("cannot read: %v", err), code: ui.ExitIO}
-	}
-	if buf.Len() > maxFileBytes {
-		return nil, &LoadError{File: path, Reason: fmt.Sprintf("larger than %d bytes", maxFileBytes)}
-	}
-	return buf.Bytes(), nil
+	return &s, tree.Digest, nil
 }
 
 var parsePos = regexp.MustCompile(`^(?:parser error: )?parse error at <input>:(\d+):(\d+) (.*)$`)
