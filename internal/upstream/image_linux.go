@@ -51,6 +51,10 @@ type image struct {
 // memfdCreate is unix.MemfdCreate; tests replace it to see a refusal.
 var memfdCreate = unix.MemfdCreate
 
+// testHookBeforeSealedCopy, if set, runs after the file is measured and
+// before it is copied into the memfd.
+var testHookBeforeSealedCopy func(path string)
+
 // hint says what an operator can do about a sealError.
 func (e *sealError) hint() string {
 	h := "sealed: true runs a stdio server from a sealed in-memory copy of the measured file (memfd_create with sealing, Linux 3.17 or later)"
@@ -79,6 +83,9 @@ func sealedImage(path string) (f *os.File, d digest.Digest, err error) {
 	defer disk.Close()
 	if f, ok := images.get(path, dd); ok {
 		return f, dd, nil
+	}
+	if testHookBeforeSealedCopy != nil {
+		testHookBeforeSealedCopy(path)
 	}
 	m, err := sealedCopy(disk, filepath.Base(path))
 	if err != nil {
