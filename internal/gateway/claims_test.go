@@ -99,6 +99,7 @@ func TestTokensComparedInConstantTime(t *testing.T) {
 		if !usesEqual {
 			t.Errorf("%s: %s does not compare with digest.Digest.Equal", c.file, c.fn)
 		}
+		checkEqualRunsEveryIteration(t, fset, c.fn, body, c.fn == "authenticate")
 	}
 }
 
