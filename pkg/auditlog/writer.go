@@ -190,6 +190,7 @@ type Writer struct {
 	vaultMu    sync.Mutex
 	vaultBuf   []byte
 	vaultF     *os.File
+	vaultBytes int64 // size of the vault file (guarded by cmu)
 
 	latestMu sync.Mutex
 	latest   []byte
@@ -493,11 +494,18 @@ func (w *Writer) addCheckpoint() error {
 }
 
 // flush writes the pending buffer (and the vault before it) in one write
-// and, if sync, fdatasyncs both.
-func (w *Writer) flush(sync bool) error {
+// and, if sync, fdatasyncs both. If that fails, what it wrote is cut off
+// again (cutBatch).
+func (w *Writer) flush(sync bool) (err error) {
 	// A checkpoint is published (OnCheckpoint, LatestCheckpoint) only once
 	// durable, whatever the mode.
 	sync = sync || len(w.cpNotes) > 0
+	segStart, vaultStart := w.segBytes, w.vaultBytes
+	defer func() {
+		if err != nil {
+			err = w.cutBatch(segStart, vaultStart, err)
+		}
+	}()
 	if err := w.flushVault(sync); err != nil {
 		return err
 	}
@@ -529,7 +537,9 @@ func (w *Writer) flushVault(sync bool) error {
 	w.vaultBuf = nil
 	w.vaultMu.Unlock()
 	if len(b) > 0 {
-		if _, err := w.vaultF.Write(b); err != nil {
+		n, err := w.vaultF.Write(b)
+		w.vaultBytes += int64(n)
+		if err != nil {
 			return fmt.Errorf("write payload vault: %w", err)
 		}
 		if sync {
