@@ -44,3 +44,18 @@ func cutFile(f *os.File, size int64) error {
 	}
 	return f.Sync()
 }
+
+// removeEpoch removes the epoch directory of an Open that failed before its
+// genesis record was durable (a full disk, typically): nothing in it was
+// ever acknowledged, and the log is left as it was before the attempt, so
+// that verify-chain does not meet an epoch without a record. Best effort:
+// what cannot be removed, the next start's recovery moves aside as an
+// aborted epoch.
+func (w *Writer) removeEpoch() {
+	for _, name := range []string{segmentName(1), VaultFile} {
+		os.Remove(filepath.Join(w.epochDir, name))
+	}
+	if os.Remove(w.epochDir) == nil {
+		syncDir(w.dir)
+	}
+}

@@ -193,3 +193,78 @@ func TestFailedSyncCutFailureIsReported(t *testing.T) {
 		t.Fatalf("close: %v", err)
 	}
 }
+
+// TestFailedStartLeavesNoEpoch: an Open whose genesis record cannot be
+// written (the disk is full) fails and removes the epoch directory it
+// created, segment and vault included, so the log is as it was before the
+// attempt: it verifies, and the next start continues the chain without an
+// aborted epoch to move aside.
+func TestFailedStartLeavesNoEpoch(t *testing.T) {
+	id, err := age.GenerateX25519Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		before int // epochs written before the failed start
+		vault  bool
+	}{
+		{"first start", 0, false},
+		{"after a sealed epoch", 1, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if tc.before > 0 {
+				writeLog(t, dir, Options{}, 10, 1)
+			}
+			opts := Options{Key: testKey(t)}
+			if tc.vault {
+				opts.Recipients, opts.Vault = []string{id.Recipient().String()}, true
+			}
+			var openErr error
+			withFileSizeLimit(t, 100, func() {
+				var w *Writer
+				if w, openErr = Open(dir, opts); openErr == nil {
+					w.Close()
+				}
+			})
+			if !errors.Is(openErr, syscall.EFBIG) {
+				t.Fatalf("open on a full disk: %v", openErr)
+			}
+			ents, err := os.ReadDir(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, e := range ents {
+				if e.Name() != ".lock" {
+					names = append(names, e.Name())
+				}
+			}
+			if want := tc.before; len(names) != want {
+				t.Fatalf("audit directory holds %v after the failed start, want %d epoch(s)", names, want)
+			}
+			if tc.before > 0 {
+				if _, err := Verify(dir, VerifyOptions{}); err != nil {
+					t.Fatalf("verify after the failed start: %v", err)
+				}
+			}
+			w, err := Open(dir, Options{Key: testKey(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e, _ := w.Epoch(); e != tc.before+1 || w.Recovery() != nil {
+				t.Fatalf("next start: epoch %d (want %d), recovery %+v", e, tc.before+1, w.Recovery())
+			}
+			if err := w.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if m, _ := filepath.Glob(filepath.Join(dir, "aborted-*")); len(m) != 0 {
+				t.Fatalf("aborted epochs %v", m)
+			}
+			if _, err := Verify(dir, VerifyOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

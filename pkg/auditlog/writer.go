@@ -297,10 +297,13 @@ func Open(dir string, opts Options) (*Writer, error) {
 		return nil, err
 	}
 	w := &Writer{dir: dir, opts: opts, lock: lock, now: time.Now, recips: recips}
-	ok := false
+	ok, created := false, false
 	defer func() {
 		if !ok {
 			w.closeFiles()
+			if created {
+				w.removeEpoch()
+			}
 			lock.Close()
 		}
 	}()
@@ -391,6 +394,7 @@ func Open(dir string, opts Options) (*Writer, error) {
 	if err := os.Mkdir(w.epochDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create epoch directory: %w", err)
 	}
+	created = true
 	if err := syncDir(dir); err != nil {
 		return nil, err
 	}
