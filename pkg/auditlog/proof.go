@@ -170,7 +170,8 @@ func Prove(dir string, epoch int, index int64, opt VerifyOptions) (*Proof, error
 	if len(epochs) == 0 {
 		return nil, &VerifyError{Class: ClassNotLog, Msg: fmt.Sprintf("%s is not an audit log: it holds no epoch-NNNNNN directories", dir)}
 	}
-	if epoch == 0 {
+	newest := epoch == 0
+	if newest {
 		epoch = epochs[len(epochs)-1]
 	} else if !slices.Contains(epochs, epoch) {
 		return nil, &VerifyError{Class: ClassUsage, Msg: fmt.Sprintf("%s has epochs %d-%d; there is no epoch %d", dir, epochs[0], epochs[len(epochs)-1], epoch)}
@@ -183,6 +184,11 @@ func Prove(dir string, epoch int, index int64, opt VerifyOptions) (*Proof, error
 		}
 	}
 	res, err := scanEpoch(dir, epoch, scanOptions{trusted: trusted, keepLeaves: true, progress: opt.Progress, evidence: opt.VerifyEvidence})
+	if err != nil && res.empty && newest && len(epochs) > 1 {
+		// An aborted start (see Verify): the newest epoch is the one before.
+		epoch = epochs[len(epochs)-2]
+		res, err = scanEpoch(dir, epoch, scanOptions{trusted: trusted, keepLeaves: true, progress: opt.Progress, evidence: opt.VerifyEvidence})
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -188,8 +188,23 @@ func Verify(dir string, opt VerifyOptions) (*Report, error) {
 
 	for i, e := range epochs {
 		res, err := scanEpoch(dir, e, scanOptions{trusted: trusted, wantRoots: wantRoots, progress: opt.Progress, evidence: opt.VerifyEvidence, onRecord: opt.OnRecord, decode: opt.Decode})
+		if err != nil && res.empty && i > 0 && i == len(epochs)-1 {
+			// The newest epoch holds no complete record: a start that
+			// stopped before its genesis was durable (or one under way).
+			// Nothing in it was acknowledged, and the writer's recovery
+			// moves it aside: the log is the epochs before it. (Treating
+			// it so hides nothing that deleting the epoch would not: both
+			// are caught only by a saved checkpoint of its origin, and it
+			// has none.)
+			rep.Warnings = append(rep.Warnings, fmt.Sprintf("epoch %d (%s) holds no complete record: an aborted start, which stopped before its genesis record was durable, or a start under way; nothing in it was acknowledged, and the next start moves it aside as aborted-%s-<time>", e, res.Dir, epochName(e)))
+			break
+		}
 		rep.Epochs = append(rep.Epochs, res)
 		if err != nil {
+			var ve *VerifyError
+			if res.empty && len(epochs) == 1 && errors.As(err, &ve) && ve.Hint == "" {
+				ve.Hint = "if the gateway's first start failed before its genesis record was durable (a full disk), this is what it left: the next start moves the epoch aside and begins again; there is no record to verify"
+			}
 			return rep, err
 		}
 		rep.Records += res.Records
