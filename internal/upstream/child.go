@@ -149,6 +149,7 @@ func (s *Stdio) Connect(ctx context.Context, client *mcp.Client, opts ConnectOpt
 		}
 		return nil, fmt.Errorf("upstream %q: initialize: %w", s.Spec.Name, err)
 	}
+	child.handshook.Store(true)
 	ref := fmt.Sprintf("pid %d", child.pid)
 	conn := NewConn(cs, child.class, ref, child.Stop, child.Fault)
 	conn.raw = t.conn.rawCall
@@ -204,6 +205,8 @@ type Child struct {
 	waitErr  error
 	stopOnce sync.Once
 	fault    atomic.Pointer[error]
+	// handshook is set once the MCP handshake with the child is done.
+	handshook atomic.Bool
 
 	// sigmu orders signals to the child's process group before its reaping:
 	// once reaped is set, the group id may name another process's group.
@@ -530,7 +533,11 @@ func (c *Child) exited() bool {
 	}
 }
 
-// exitFault describes the child's end for an agent.
+// exitFault describes the child's end for an agent, once its stdout has
+// ended. A child still running 2 s later, unless the gateway is stopping
+// it, closed its stdout and kept running: nothing more can be read from
+// it, so it is stopped, and that is its fault (the agent's error, the
+// exit record's reason), not the SIGTERM the gateway then sends it.
 func (c *Child) exitFault() error {
 	if p := c.fault.Load(); p != nil {
 		return *p
@@ -538,7 +545,17 @@ func (c *Child) exitFault() error {
 	select {
 	case <-c.done:
 	case <-time.After(2 * time.Second):
-		return fmt.Errorf("upstream %q closed its stdout: the next call respawns it", c.name)
+		select {
+		case <-c.stopping:
+			return fmt.Errorf("upstream %q: the child was stopped", c.name)
+		default:
+		}
+		when := "while it was serving"
+		if !c.handshook.Load() {
+			when = "during the MCP handshake"
+		}
+		c.fail(fmt.Errorf("upstream %q closed its stdout %s but kept running: the gateway stopped it; the next call respawns it", c.name, when))
+		return *c.fault.Load()
 	}
 	return fmt.Errorf("upstream %q exited (%s): the next call respawns it; its stderr is logged", c.name, describeExit(c.cmd.ProcessState))
 }

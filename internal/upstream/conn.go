@@ -139,11 +139,16 @@ type DesyncError struct {
 }
 
 func (e *DesyncError) Error() string {
+	if errors.Is(e.Cause, framing.ErrTooLarge) {
+		return fmt.Sprintf("upstream %q wrote a line longer than the limit of %d MiB for one message on stdout at byte %d (it starts %s): the child was stopped and will be respawned, re-measured, on the next call; each JSON-RPC message a stdio MCP server writes, results included, must fit in %d MiB",
+			e.Upstream, maxFrame>>20, e.Offset, e.Excerpt, maxFrame>>20)
+	}
 	return fmt.Sprintf("upstream %q wrote a line that is not a JSON-RPC message on stdout at byte %d (it starts %s): the child was stopped and will be respawned, re-measured, on the next call; a stdio MCP server must write only JSON-RPC to stdout and its logs to stderr",
 		e.Upstream, e.Offset, e.Excerpt)
 }
 
 func (e *DesyncError) Unwrap() error { return e.Cause }
 
-// maxFrame bounds one JSON-RPC message read from a child (the go-sdk default).
+// maxFrame bounds one JSON-RPC message read from a child (the go-sdk
+// default); DesyncError names it in MiB.
 const maxFrame = 16 << 20
