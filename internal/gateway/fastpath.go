@@ -63,11 +63,27 @@ func decodeFastCall(params json.RawMessage) (toolCall, bool) {
 	if len(call.Args) > 0 && call.Args[0] != '{' {
 		return toolCall{}, false
 	}
-	if len(meta) > 0 {
-		if jsonv2.Unmarshal(meta, &call.Meta) != nil {
-			return toolCall{}, false
+	// _meta stays the bytes the agent sent (numbers beyond float64, member
+	// order, "<>&" unescaped): the upstream gets them as they are, with
+	// only the progress token replaced by the gateway's (spliceMeta), and
+	// the agent gets its own token back, as it spelled it, on progress.
+	switch {
+	case len(meta) == 0 || string(meta) == "null":
+	case meta[0] != '{':
+		return toolCall{}, false
+	default:
+		var tok []byte
+		if !rpcwire.EachMember(meta, func(n, v []byte) {
+			if string(n) == "progressToken" {
+				tok = v
+			}
+		}) {
+			return toolCall{}, false // a member name with an escape (it may spell progressToken): go-sdk decodes it
 		}
-		call.Progress = call.Meta["progressToken"]
+		call.Meta = meta
+		if len(tok) > 0 && string(tok) != "null" {
+			call.Progress = json.RawMessage(tok)
+		}
 	}
 	return call, true
 }

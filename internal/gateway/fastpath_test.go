@@ -9,7 +9,6 @@ import (
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // TestOneLine: a result with line breaks (indented JSON from an HTTP
@@ -28,6 +27,31 @@ func TestOneLine(t *testing.T) {
 	}
 }
 
+// TestSpliceMeta: the _meta sent upstream is the agent's, byte for byte,
+// with only the progress token's value replaced by the gateway's (added
+// if the agent's _meta has none).
+func TestSpliceMeta(t *testing.T) {
+	for _, tc := range []struct {
+		name, meta string
+		tok        any
+		want       string
+	}{
+		{"no token", `{"a":12345678901234567890, "b":"<&>"}`, nil, `{"a":12345678901234567890, "b":"<&>"}`},
+		{"no _meta", ``, nil, ``},
+		{"replaced in place", `{"z":1,"progressToken":9007199254740993 ,"a":[1.0]}`, "cmcp-2", `{"z":1,"progressToken":"cmcp-2" ,"a":[1.0]}`},
+		{"added to an empty object", `{ }`, "cmcp-3", `{"progressToken":"cmcp-3" }`},
+		{"added first", `{"a":1e400}`, "cmcp-4", `{"progressToken":"cmcp-4","a":1e400}`},
+		{"created", ``, "cmcp-5", `{"progressToken":"cmcp-5"}`},
+		{"escaped names (go-sdk's encoding)", `{"\u003c":1,"progressToken":2}`, "cmcp-6", `{"<":1,"progressToken":"cmcp-6"}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := string(spliceMeta(json.RawMessage(tc.meta), tc.tok)); got != tc.want {
+				t.Errorf("spliceMeta(%s, %v) = %s, want %s", tc.meta, tc.tok, got, tc.want)
+			}
+		})
+	}
+}
+
 // FuzzFastCall feeds the fast path's decoding of tools/call params and its
 // response encoding: it never panics; a call it takes has arguments that
 // are absent or a JSON object, and the response it writes for any result
@@ -36,6 +60,8 @@ func FuzzFastCall(f *testing.F) {
 	for _, s := range []string{
 		`{"name":"t__echo","arguments":{"text":"x"}}`,
 		`{"_meta":{"progressToken":7},"name":"t__echo"}`,
+		`{"_meta":{"a":1e400,"progressToken":9007199254740993,"b":"<&>"},"name":"t__echo"}`, `{"_meta":null,"name":"x"}`, `{"_meta":{"progressToken":null},"name":"x"}`,
+		`{"_meta":{"progress\u0054oken":"t"},"name":"x"}`, `{"_meta":[],"name":"x"}`,
 		`{"name":"t__echo","arguments":[1]}`,
 		`{"name":5}`, `[]`, `{`, `{"n\u0061me":"t__echo"}`, ` { "name" : "a" , "arguments" : { } } `, `{"name":"a\"b","arguments":{"x":"}"}}`, `{"name":"a","name":"b"}`, `{"arguments":{"a":{"b":[null,true,1.5e3]}}}`,
 	} {
@@ -65,17 +91,41 @@ func FuzzFastCall(f *testing.F) {
 		if len(call.Args) > 0 && (call.Args[0] != '{' || !json.Valid(call.Args)) {
 			t.Fatalf("took arguments %q", call.Args)
 		}
-		// The scanner finds what a full decode finds.
+		// The scanner finds what a full decode finds; _meta and the
+		// progress token are their bytes as sent.
 		var p struct {
-			Meta      mcp.Meta        `json:"_meta"`
+			Meta      jsontext.Value  `json:"_meta"`
 			Name      string          `json:"name"`
 			Arguments json.RawMessage `json:"arguments"`
 		}
 		if err := jsonv2.Unmarshal(params, &p); err != nil {
 			t.Fatalf("took %q, which does not decode: %v", params, err)
 		}
-		if p.Name != call.Name || !bytes.Equal(p.Arguments, call.Args) || !reflect.DeepEqual(p.Meta, call.Meta) || !reflect.DeepEqual(p.Meta["progressToken"], call.Progress) {
+		var meta map[string]jsontext.Value
+		if err := jsonv2.Unmarshal(p.Meta, &meta); len(p.Meta) > 0 && err != nil {
+			t.Fatalf("took %q, whose _meta is not an object: %v", params, err)
+		}
+		if string(p.Meta) == "null" {
+			p.Meta = nil
+		}
+		var tok any
+		if v := meta["progressToken"]; len(v) > 0 && string(v) != "null" {
+			tok = json.RawMessage(v)
+		}
+		if p.Name != call.Name || !bytes.Equal(p.Arguments, call.Args) || !bytes.Equal(p.Meta, call.Meta) || !reflect.DeepEqual(tok, call.Progress) {
 			t.Fatalf("%q: scanned %+v, decoded %+v", params, call, p)
+		}
+		// Upstream, the token is the gateway's and nothing else changes.
+		if call.Progress != nil {
+			var spliced map[string]jsontext.Value
+			if err := jsonv2.Unmarshal(spliceMeta(call.Meta, "cmcp-1"), &spliced); err != nil || string(spliced["progressToken"]) != `"cmcp-1"` || len(spliced) != len(meta) {
+				t.Fatalf("%q: spliced _meta %s (%v)", params, spliceMeta(call.Meta, "cmcp-1"), err)
+			}
+			for k, v := range meta {
+				if k != "progressToken" && !bytes.Equal(spliced[k], v) {
+					t.Fatalf("%q: spliced _meta changed %q: %s", params, k, spliced[k])
+				}
+			}
 		}
 		if !json.Valid(result) {
 			return // the pipeline refuses a result that is not JSON
@@ -86,4 +136,18 @@ func FuzzFastCall(f *testing.F) {
 			t.Fatalf("response %q is not one line of JSON", b)
 		}
 	})
+}
+
+// BenchmarkFastCallMeta is the fast path's work on a tools/call's params
+// with a _meta and a progress token: decoding them, and the _meta sent
+// upstream.
+func BenchmarkFastCallMeta(b *testing.B) {
+	params := json.RawMessage(`{"_meta":{"progressToken":42,"trace":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01","n":12345678901234567890},"name":"t__echo","arguments":{"text":"bench"}}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		call, ok := decodeFastCall(params)
+		if !ok || len(spliceMeta(call.Meta, "cmcp-1")) == 0 {
+			b.Fatal("not taken")
+		}
+	}
 }

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -83,6 +84,9 @@ type hconf struct {
 	// http serves the test upstream (newChildServer) over Streamable HTTP
 	// on 127.0.0.1 instead of spawning it.
 	http bool
+	// upstreamBodies, with http, gets every request body the upstream
+	// receives, one a line.
+	upstreamBodies *lockedWriter
 	// metrics, if set, is the gateway's Options.Metrics.
 	metrics *Metrics
 	// tokenSet, if set, is the HTTP front's HTTPOptions.TokenSet.
@@ -152,7 +156,17 @@ func newHarness(t testing.TB, c hconf) *harness {
 		Namespaced: !c.flat, Shared: c.shared, ToolPins: c.toolPins, DriftWarn: c.driftWarn, Class: upstream.ClassSpawnMeasured}
 	if c.http {
 		cs := newChildServer(c.mode)
-		up := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return cs }, nil))
+		var hh http.Handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return cs }, nil)
+		if bodies := c.upstreamBodies; bodies != nil {
+			next := hh
+			hh = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				b, _ := io.ReadAll(r.Body)
+				bodies.Write(append(b, '\n'))
+				r.Body = io.NopCloser(bytes.NewReader(b))
+				next.ServeHTTP(w, r)
+			})
+		}
+		up := httptest.NewServer(hh)
 		t.Cleanup(up.Close)
 		hu, err := upstream.NewHTTP(upstream.HTTPOptions{Name: c.name, URL: up.URL})
 		if err != nil {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"time"
 
 	jsonv2 "github.com/go-json-experiment/json"
@@ -24,8 +23,8 @@ import (
 type toolCall struct {
 	Name     string
 	Args     json.RawMessage // the arguments object exactly as sent (empty: none)
-	Meta     mcp.Meta        // the agent's _meta, forwarded
-	Progress any             // the agent's progress token, or nil
+	Meta     json.RawMessage // the agent's _meta object exactly as sent (empty: none), forwarded
+	Progress any             // the agent's progress token (on the fast paths its exact bytes, a json.RawMessage), or nil
 	ID       jsonrpc.ID      // the JSON-RPC id, when the front read it (the fast paths)
 }
 
@@ -45,7 +44,17 @@ func (s *session) callTool(ctx context.Context, req *mcp.CallToolRequest) (mcp.R
 	// end waits for its handlers.
 	ctx, cancel := s.withSession(ctx)
 	defer cancel()
-	raw, err := s.relay(ctx, toolCall{Name: p.Name, Args: p.Arguments, Meta: p.Meta, Progress: p.GetProgressToken()}, nil)
+	call := toolCall{Name: p.Name, Args: p.Arguments, Progress: p.GetProgressToken()}
+	if p.Meta != nil {
+		// go-sdk has decoded it already (numbers as float64): its bytes
+		// are gone, this is the best that can be sent.
+		m, err := json.Marshal(p.Meta)
+		if err != nil {
+			return nil, fault(jsonrpc.CodeInvalidParams, "tools/call _meta cannot be encoded: %v", err)
+		}
+		call.Meta = m
+	}
+	raw, err := s.relay(ctx, call, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -182,7 +191,7 @@ func (s *session) relay(ctx context.Context, params toolCall, after *func()) (js
 		upTok, release := lv.track(ctx, s, params.Progress)
 		var cancel context.CancelFunc
 		cctx, cancel = context.WithTimeout(ctx, g.opts.CallTimeout)
-		res, callErr = forwardCall(cctx, lv, toolName, args, withMeta(params.Meta, upTok))
+		res, callErr = forwardCall(cctx, lv, toolName, args, spliceMeta(params.Meta, upTok))
 		cancel()
 		release()
 	}
@@ -312,21 +321,67 @@ func oneLine(res json.RawMessage) json.RawMessage {
 	return b.Bytes()
 }
 
+// spliceMeta is the _meta to send upstream: the agent's bytes (an object,
+// or empty for none) with the value of progressToken replaced by the
+// gateway's own token upTok (nil: none; the agent sent none either), added
+// if the agent's _meta has none. Every other byte is the agent's.
+func spliceMeta(meta json.RawMessage, upTok any) json.RawMessage {
+	if upTok == nil {
+		return meta
+	}
+	tok, err := json.Marshal(upTok)
+	if err != nil {
+		return meta
+	}
+	if len(meta) == 0 || meta[0] != '{' {
+		return append(append([]byte(`{"progressToken":`), tok...), '}')
+	}
+	start, end := -1, -1
+	if !rpcwire.EachMember(meta, func(n, v []byte) {
+		if string(n) == "progressToken" {
+			// v is meta[start:end], a slice of meta's own array.
+			start = cap(meta) - cap(v)
+			end = start + len(v)
+		}
+	}) {
+		// A member name with an escape (only from go-sdk's encoding, the
+		// fast paths leave such calls to go-sdk): decoded and encoded.
+		var m map[string]jsontext.Value
+		if jsonv2.Unmarshal(meta, &m) != nil {
+			return meta
+		}
+		m["progressToken"] = tok
+		if b, err := jsonv2.Marshal(m, jsonv2.Deterministic(true)); err == nil {
+			return b
+		}
+		return meta
+	}
+	out := make([]byte, 0, len(meta)+len(tok)+20)
+	if start >= 0 {
+		out = append(out, meta[:start]...)
+		out = append(out, tok...)
+		return append(out, meta[end:]...)
+	}
+	// First, so that an empty object needs no comma.
+	out = append(append(out, `{"progressToken":`...), tok...)
+	if rest := bytes.TrimLeft(meta[1:], " \t\r\n"); len(rest) == 0 || rest[0] != '}' {
+		out = append(out, ',')
+	}
+	return append(out, meta[1:]...)
+}
+
 // forwardCall sends tools/call upstream as a raw call (both kinds of
 // upstream connection make them) and returns the result's exact bytes.
-func forwardCall(ctx context.Context, lv *live, tool string, args json.RawMessage, meta mcp.Meta) (json.RawMessage, error) {
+// meta is the _meta object to send (empty: none).
+func forwardCall(ctx context.Context, lv *live, tool string, args, meta json.RawMessage) (json.RawMessage, error) {
 	name, err := json.Marshal(tool)
 	if err != nil {
 		return nil, err
 	}
-	b := make([]byte, 0, len(args)+len(name)+32)
+	b := make([]byte, 0, len(args)+len(meta)+len(name)+32)
 	b = append(b, '{')
-	if meta != nil {
-		m, err := json.Marshal(meta)
-		if err != nil {
-			return nil, fmt.Errorf("encode _meta: %w", err)
-		}
-		b = append(append(append(b, `"_meta":`...), m...), ',')
+	if len(meta) > 0 {
+		b = append(append(append(b, `"_meta":`...), meta...), ',')
 	}
 	b = append(append(b, `"name":`...), name...)
 	b = append(append(append(b, `,"arguments":`...), args...), '}')
