@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -437,6 +438,11 @@ var writeTimeout = 30 * time.Second
 func (c *Child) write(ctx context.Context, b []byte) error {
 	if err := c.writeRefused(); err != nil {
 		return err
+	}
+	if bytes.ContainsAny(b, "\r\n") {
+		// Never more than one line: the child would read the rest as
+		// messages of their own.
+		return fmt.Errorf("upstream %q: a message holding a line break was not sent (it would be more than one line on the child's stdin)", c.name)
 	}
 	call := ctx // its end is the caller giving up
 	if _, ok := ctx.Deadline(); !ok {

@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -41,6 +42,19 @@ func (c *Conn) CanRawCall() bool { return c.raw != nil }
 func (c *childConn) rawCall(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	// The child reads one message a line. Line breaks between the params'
+	// tokens (an agent on HTTP may indent its request) would cut the
+	// request into lines, and a server that reads line by line, as the
+	// TypeScript and Python SDKs' do, would take a line that holds a whole
+	// message of its own (an array element, say) for a request the agent
+	// sent it past the policy and the audit log: they go, nothing else.
+	if bytes.ContainsAny(params, "\r\n") {
+		var b bytes.Buffer
+		if err := json.Compact(&b, params); err != nil {
+			return nil, fmt.Errorf("upstream %q: %s params are not JSON: %w", c.child.name, method, err)
+		}
+		params = b.Bytes()
 	}
 	id, ch, err := c.raw.Register()
 	if err != nil {
