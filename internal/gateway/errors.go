@@ -22,6 +22,11 @@ const (
 	// CodeResourceNotFound answers resources/read when no upstream has the
 	// resource (MCP's resource-not-found code).
 	CodeResourceNotFound = -32002
+	// CodeNotRoutable: a request a shared stdio upstream sent to an agent
+	// (sampling, elicitation, roots) while calls of several agent sessions
+	// were in flight on it; nothing on a stdio server's request says which
+	// call it belongs to, so it is sent to none rather than to a guess.
+	CodeNotRoutable = -32070
 )
 
 func fault(code int, format string, args ...any) *jsonrpc.Error {

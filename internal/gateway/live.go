@@ -358,13 +358,15 @@ func (lv *live) track(ctx context.Context, s *session, agentToken any) (upTok an
 
 // route picks where a server-to-client message goes: the request it belongs
 // to (by progress token), else any in-flight request of this connection,
-// else the owning session outside any request.
-func (lv *live) route(tok any) (context.Context, *session) {
+// else the owning session outside any request. It finds none (nil) when a
+// shared connection has calls of several sessions in flight: busy is their
+// number then.
+func (lv *live) route(tok any) (ctx context.Context, s *session, busy int) {
 	lv.mu.Lock()
 	defer lv.mu.Unlock()
 	if t, ok := tok.(string); ok {
 		if p, ok := lv.tokens[t]; ok {
-			return p.ctx, p.s
+			return p.ctx, p.s, 0
 		}
 	}
 	var best *pending
@@ -379,15 +381,15 @@ func (lv *live) route(tok any) (context.Context, *session) {
 	// cannot be tied to one call: it goes to an agent only when a single
 	// session has calls in flight, never to a guess among several.
 	if best != nil && (lv.owner != nil || len(sessions) == 1) {
-		return best.ctx, best.s
+		return best.ctx, best.s, 0
 	}
 	if lv.owner != nil {
-		return context.Background(), lv.owner
+		return context.Background(), lv.owner, 0
 	}
 	if best != nil {
 		lv.st.g.logger.Warn("shared upstream sent a message that cannot be tied to one agent session; not forwarded", "upstream", lv.st.name, "sessions", len(sessions))
 	}
-	return nil, nil
+	return nil, nil, len(sessions)
 }
 
 func (lv *live) forEachSession(f func(*session)) {
@@ -491,7 +493,7 @@ func (lv *live) onProgress(params *mcp.ProgressNotificationParams) {
 }
 
 func (lv *live) onLog(params *mcp.LoggingMessageParams) {
-	ctx, s := lv.route(nil)
+	ctx, s, _ := lv.route(nil)
 	if s == nil {
 		return
 	}
@@ -650,7 +652,12 @@ func (lv *live) toAgent(ctx context.Context, method string, params mcp.Params) (
 			return res, err
 		}
 	}
-	dctx, s := lv.route(nil)
+	dctx, s, busy := lv.route(nil)
+	if busy > 1 {
+		return nil, fault(CodeNotRoutable, "%s from upstream %q: the upstream is shared (lifecycle: shared) and %d agent sessions have calls in flight on it; "+
+			"a stdio upstream's request does not say which call it belongs to, so it was sent to none of them; "+
+			"use lifecycle: per-session or an HTTP upstream for sampling, elicitation and roots", method, lv.st.name, busy)
+	}
 	if s == nil || s.downSession() == nil {
 		return nil, fault(CodeUpstreamUnavailable, "%s from upstream %q: no agent session to forward it to", method, lv.st.name)
 	}

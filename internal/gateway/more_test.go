@@ -295,7 +295,8 @@ func TestStdioBadInput(t *testing.T) {
 }
 
 // A shared child's elicitation cannot be tied to a call: it reaches an agent
-// only while a single session has calls in flight, never a guessed one.
+// only while a single session has calls in flight, never a guessed one; with
+// several, the child is answered -32070, which says what to do instead.
 func TestSharedUpstreamNeverMisroutes(t *testing.T) {
 	h := newHarness(t, hconf{shared: true})
 	var aAsked atomic.Int32
@@ -331,6 +332,11 @@ func TestSharedUpstreamNeverMisroutes(t *testing.T) {
 	res, err := call(t, b, "t__elicit", nil)
 	if err == nil && !res.IsError {
 		t.Fatalf("elicitation routed with two sessions in flight: %v", firstText(res))
+	}
+	// Refused with its own code, saying what to do (the upstream is
+	// healthy: not -32062 "upstream unavailable").
+	if wireCode(err) != CodeNotRoutable || !strings.Contains(err.Error(), "use lifecycle: per-session or an HTTP upstream") {
+		t.Errorf("refusal: code %d, %v", wireCode(err), err)
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
