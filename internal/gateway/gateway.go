@@ -120,7 +120,13 @@ type Gateway struct {
 	inflight counter      // tools/call requests in the pipeline
 	fastPath atomic.Int64 // tools/call requests a front answered itself (fastpath.go)
 	results  counter      // result records being appended
-	nextID   atomic.Uint64
+	// ending: sessions whose end is under way (their children stopping,
+	// their records not yet written); lives: upstream connections made
+	// and not yet closed. Shutdown waits for both before the log is
+	// sealed.
+	ending counter
+	lives  counter
+	nextID atomic.Uint64
 }
 
 // upState is the gateway's view of one upstream.
@@ -474,8 +480,16 @@ func (g *Gateway) drain(ctx context.Context) bool {
 	return true
 }
 
+// liveCloseWait bounds how long Shutdown waits for upstream connections
+// that something else is closing (a session already ending, a connection
+// dropped after a failure) once it has closed every one it can reach.
+const liveCloseWait = 30 * time.Second
+
 // Shutdown stops accepting calls, waits for in-flight calls until ctx ends,
-// then closes every session and stops every upstream.
+// then closes every session and stops every upstream. It returns once the
+// records of all that (session ends, disconnections, child exits, results)
+// are written: the caller seals the log next, and a record appended after
+// the seal would be lost.
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	var err error
 	if !g.drain(ctx) {
@@ -499,6 +513,15 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		}
 	}
 	wg.Wait()
+	// Sessions that were ending already (their agent left just before)
+	// are no longer listed: they finish here, as do connections closed in
+	// the background.
+	g.ending.Wait()
+	lctx, cancel := context.WithTimeout(context.Background(), liveCloseWait)
+	defer cancel()
+	if g.lives.wait(lctx); g.lives.n.Load() > 0 {
+		g.logger.Warn("shutdown: upstream connections still closing; their records may be missing from the sealed log", "connections", g.lives.n.Load(), "waited", liveCloseWait)
+	}
 	g.results.wait(context.Background())
 	return err
 }

@@ -134,6 +134,7 @@ func (st *upState) dial(ctx context.Context, s *session) (*live, error) {
 	}
 	lv.applyTools(ctx, tools, init, sessID)
 	close(lv.ready)
+	g.lives.Add(1) // until close has recorded the disconnection
 	return lv, nil
 }
 
@@ -297,7 +298,8 @@ func (lv *live) close(reason string) {
 	}
 	lv.closed = true
 	lv.mu.Unlock()
-	lv.conn.Close()
+	defer lv.st.g.lives.Done()
+	lv.conn.Close() // a child's exit is recorded before this returns
 	sessID := ""
 	if lv.owner != nil {
 		sessID = lv.owner.id

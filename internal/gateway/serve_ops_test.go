@@ -573,6 +573,12 @@ type stdioServe struct {
 // and connects an agent.
 func serveStdio(t *testing.T, server string, stdio ...string) *stdioServe {
 	t.Helper()
+	return serveStdioMode(t, "server", server, stdio...)
+}
+
+// serveStdioMode is serveStdio with the test child in the given mode.
+func serveStdioMode(t *testing.T, mode, server string, stdio ...string) *stdioServe {
+	t.Helper()
 	exe, pin := selfDigest(t)
 	st := &stdioServe{dir: t.TempDir(), done: make(chan error, 1), logs: &lockedWriter{b: &strings.Builder{}}}
 	path := filepath.Join(st.dir, "cmcp.yaml")
@@ -585,10 +591,10 @@ upstreams:
   - name: t
     stdio:
       command: %s
-      env: {%s: server}
+      env: {%s: %s}
 %s    pin:
       command: %s
-`, server, exe, childEnv, strings.Join(stdio, ""), pin)
+`, server, exe, childEnv, mode, strings.Join(stdio, ""), pin)
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}

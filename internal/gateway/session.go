@@ -236,6 +236,8 @@ var frontVersions = sync.OnceValue(func() []string {
 // end stops the session's children and records the end.
 func (s *session) end(reason string) {
 	s.endOnce.Do(func() {
+		s.g.ending.Add(1) // before it leaves g.sessions: Shutdown waits for it
+		defer s.g.ending.Done()
 		if s.releaseSlot != nil {
 			defer s.releaseSlot()
 		}

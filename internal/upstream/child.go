@@ -202,7 +202,10 @@ type Child struct {
 	stopping chan struct{} // closed when Stop begins: nothing more is written
 	wtimeout time.Duration // writeTimeout when spawned
 
-	done     chan struct{} // closed once the process has been waited for
+	done chan struct{} // closed once the process has been waited for
+	// reported is closed once the exit has been reported (Hooks.Exit
+	// returned: its audit records are written), which Stop waits for.
+	reported chan struct{}
 	waitErr  error
 	stopOnce sync.Once
 	fault    atomic.Pointer[error]
@@ -374,7 +377,7 @@ func Spawn(ctx context.Context, spec StdioSpec, environ []string, hooks Hooks, s
 		grace = 5 * time.Second
 	}
 	c := &Child{path: path, session: ev.Session, name: spec.Name, class: ev.Class, cmd: cmd, pid: cmd.Process.Pid, grace: grace, hooks: hooks,
-		stdin: stdin, stdout: stdout, wsem: make(chan struct{}, 1), stopping: make(chan struct{}), wtimeout: writeTimeout, done: make(chan struct{}), stderrDone: make(chan struct{})}
+		stdin: stdin, stdout: stdout, wsem: make(chan struct{}, 1), stopping: make(chan struct{}), wtimeout: writeTimeout, done: make(chan struct{}), reported: make(chan struct{}), stderrDone: make(chan struct{})}
 	ev.PID = c.pid // a refusal from here on is of a child that ran
 	go c.pumpStderr(stderr, spec)
 	if hooks.Stderr != nil {
@@ -579,7 +582,10 @@ func describeExit(ps *os.ProcessState) string {
 // Stop ends the child: stdin is closed, SIGTERM goes to its process group,
 // and SIGKILL follows after the grace period. The whole group is killed in
 // the end, so grandchildren never outlive it (see reap). Stop waits for the
-// child. It never waits for a write: closing stdin wakes one in progress.
+// child, and for its exit to be reported (Hooks.Exit: the gateway's exit
+// records are written before a stop returns, and so before a shutdown
+// seals the log). It never waits for a write: closing stdin wakes one in
+// progress.
 func (c *Child) Stop() error {
 	c.stopOnce.Do(func() {
 		close(c.stopping)
@@ -593,7 +599,7 @@ func (c *Child) Stop() error {
 		<-c.done
 		c.stdout.Close()
 	})
-	<-c.done
+	<-c.reported
 	return nil
 }
 
@@ -626,6 +632,7 @@ func (c *Child) reap() {
 	}
 	close(c.done)
 	c.reportExit()
+	close(c.reported)
 }
 
 // Done is closed when the child has exited and been reaped.

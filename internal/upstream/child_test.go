@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -134,6 +135,28 @@ func TestStderrCountsWhileRunning(t *testing.T) {
 			t.Fatal("no running stderr count reached the hook")
 		}
 	}
+}
+
+// TestStopReturnsAfterTheExitIsReported: Stop returns only once Hooks.Exit
+// has returned (the gateway's exit records are written then), so that a
+// shutdown that stops its children and then seals the log loses none; a
+// child that exits on its own is reported as before.
+func TestStopReturnsAfterTheExitIsReported(t *testing.T) {
+	p, d := writeScript(t, "#!/bin/sh\nexec sleep 300\n")
+	var reported atomic.Bool
+	hooks := Hooks{Exit: func(ExitEvent) {
+		time.Sleep(300 * time.Millisecond) // a slow audit append
+		reported.Store(true)
+	}}
+	c, err := Spawn(context.Background(), StdioSpec{Name: "s", Command: p, Pin: d, StopGrace: time.Second}, os.Environ(), hooks, "per-session")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Stop()
+	if !reported.Load() {
+		t.Fatal("Stop returned before the child's exit was reported")
+	}
+	c.Stop() // a second Stop returns too
 }
 
 // TestGrandchildEndsWithTheChild: a child that exits on its own takes
