@@ -191,6 +191,7 @@ type Writer struct {
 	vaultBuf   []byte
 	vaultF     *os.File
 	vaultBytes int64 // size of the vault file (guarded by cmu)
+	vaultDirty bool  // vault bytes written and not yet synced (guarded by cmu)
 
 	latestMu sync.Mutex
 	latest   []byte
@@ -543,14 +544,20 @@ func (w *Writer) flushVault(sync bool) error {
 	if len(b) > 0 {
 		n, err := w.vaultF.Write(b)
 		w.vaultBytes += int64(n)
+		w.vaultDirty = true
 		if err != nil {
 			return fmt.Errorf("write payload vault: %w", err)
 		}
-		if sync {
-			if err := fdatasync(w.vaultF); err != nil {
-				return fmt.Errorf("fdatasync payload vault: %w", err)
-			}
+	}
+	// Entries written by an earlier flush that did not sync (interval
+	// mode) are synced with the first sync after them, before the segment
+	// whose records refer to them: a record is never durable without its
+	// entry.
+	if sync && w.vaultDirty {
+		if err := fdatasync(w.vaultF); err != nil {
+			return fmt.Errorf("fdatasync payload vault: %w", err)
 		}
+		w.vaultDirty = false
 	}
 	return nil
 }
@@ -750,7 +757,7 @@ func (w *Writer) run() {
 			w.cmu.Unlock()
 		case <-syncC:
 			w.cmu.Lock()
-			if w.fatal.Load() == nil && (w.dirty || w.vaultPending()) {
+			if w.fatal.Load() == nil && (w.dirty || w.vaultDirty || w.vaultPending()) {
 				w.guard(func() error { return w.flush(true) })
 			}
 			w.cmu.Unlock()
