@@ -4,10 +4,14 @@ package auditlog
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,12 +19,93 @@ import (
 	"filippo.io/age"
 )
 
+// fileSizeChildEnv makes the test binary the child process of
+// runFileSizeChild; it holds a fileSizeChild as JSON. The tests that need
+// a full disk lower RLIMIT_FSIZE only there: the limit holds for the whole
+// process, so in the test process itself it would also fail every other
+// file write made while it is lowered (the test log that go test has the
+// testing package write during a cacheable run, coverage files, the files
+// of tests running in parallel).
+const fileSizeChildEnv = "CMCP_AUDIT_FSIZE_CHILD"
+
+// fileSizeChild is what the parent tells its child process.
+type fileSizeChild struct {
+	Dir       string // the audit directory, which the parent checks after the child
+	Recipient string // the vault's age recipient; the parent holds the identity
+	Result    string // the file the child writes its result to, as JSON
+}
+
+// asFileSizeChild reports whether this process is the child of a
+// runFileSizeChild call, and what its parent told it.
+func asFileSizeChild(t *testing.T) (fileSizeChild, bool) {
+	t.Helper()
+	s := os.Getenv(fileSizeChildEnv)
+	if s == "" {
+		return fileSizeChild{}, false
+	}
+	var c fileSizeChild
+	if err := json.Unmarshal([]byte(s), &c); err != nil {
+		t.Fatalf("%s: %v", fileSizeChildEnv, err)
+	}
+	return c, true
+}
+
+// runFileSizeChild runs the current subtest again in a child process (the
+// test binary, told to run only t.Name()) with c in its environment, and
+// decodes the result the child reported into res. A child that fails or
+// reports nothing fails t, with the child's output.
+func runFileSizeChild(t *testing.T, c fileSizeChild, res any) {
+	t.Helper()
+	c.Result = filepath.Join(t.TempDir(), "result.json")
+	env, err := json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var run []string
+	for _, name := range strings.Split(t.Name(), "/") {
+		run = append(run, "^"+regexp.QuoteMeta(name)+"$")
+	}
+	cmd := exec.Command(exe, "-test.run="+strings.Join(run, "/"), "-test.v", "-test.timeout=2m")
+	cmd.Env = append(os.Environ(), fileSizeChildEnv+"="+string(env))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("child process: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(c.Result)
+	if err != nil {
+		t.Fatalf("the child process reported no result: %v\n%s", err, out)
+	}
+	if err := json.Unmarshal(b, res); err != nil {
+		t.Fatalf("the child process's result: %v", err)
+	}
+}
+
+// report writes the child's result for its parent.
+func (c fileSizeChild) report(t *testing.T, res any) {
+	t.Helper()
+	b, err := json.Marshal(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(c.Result, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // withFileSizeLimit runs f with RLIMIT_FSIZE lowered to limit bytes: a
 // write that would grow a file beyond it writes what fits and fails with
 // EFBIG, as a write on a disk that fills part way does (Go ignores the
-// SIGXFSZ that comes with it).
+// SIGXFSZ that comes with it). Only a child process of runFileSizeChild
+// may lower the limit.
 func withFileSizeLimit(t *testing.T, limit int64, f func()) {
 	t.Helper()
+	if os.Getenv(fileSizeChildEnv) == "" {
+		t.Fatal("withFileSizeLimit in the test process itself: lower the file size limit only in a child process (runFileSizeChild)")
+	}
 	var old syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_FSIZE, &old); err != nil {
 		t.Fatal(err)
@@ -42,6 +127,56 @@ func fileSize(t *testing.T, path string) int64 {
 	return fi.Size()
 }
 
+// failedBatch is what the child process of TestFailedBatchLeavesNoRecord
+// saw.
+type failedBatch struct {
+	Seg, Vault           int64      // the segment's and the vault's size before the failed append
+	SegAfter, VaultAfter int64      // and right after it
+	First                Commitment // the arguments of the call whose append succeeded
+	Err                  string     // the failed append's error
+	Fatal, EFBIG         bool       // whether that is a *FatalError and wraps EFBIG
+	Next                 string     // the error of the append after the failed one
+	NextSame             bool       // whether that is the failed append's error
+}
+
+// failBatch is the child process of TestFailedBatchLeavesNoRecord: it
+// appends one call, then a second one with the file size limit set inside
+// the batch the second append writes, then a third, and reports.
+func failBatch(t *testing.T, c fileSizeChild, vault bool, limitOf func(seg, vault, line int64) int64) {
+	w, err := Open(c.Dir, Options{Key: testKey(t), CheckpointEvery: 2, CheckpointInterval: 1 << 40,
+		Recipients: []string{c.Recipient}, Vault: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := sampleCall(w, 1)
+	if _, err := w.Append(context.Background(), first); err != nil {
+		t.Fatal(err)
+	}
+	segPath := filepath.Join(c.Dir, "epoch-000001", "seg-000001.jsonl")
+	vaultPath := filepath.Join(c.Dir, "epoch-000001", VaultFile)
+	b, err := os.ReadFile(segPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.SplitAfter(string(b), "\n")
+	res := failedBatch{Seg: int64(len(b)), Vault: fileSize(t, vaultPath), First: first.Args}
+	limit := limitOf(res.Seg, res.Vault, int64(len(lines[len(lines)-2])))
+	if limit <= res.Vault || vault != (limit < res.Seg) {
+		t.Fatalf("limit %d does not fall inside the batch (segment %d, vault %d bytes)", limit, res.Seg, res.Vault)
+	}
+	var appendErr error
+	withFileSizeLimit(t, limit, func() {
+		_, appendErr = w.Append(context.Background(), sampleCall(w, 2))
+	})
+	var fe *FatalError
+	res.Err, res.Fatal, res.EFBIG = fmt.Sprint(appendErr), errors.As(appendErr, &fe), errors.Is(appendErr, syscall.EFBIG)
+	res.SegAfter, res.VaultAfter = fileSize(t, segPath), fileSize(t, vaultPath)
+	_, err = w.Append(context.Background(), sampleCall(w, 3))
+	res.Next, res.NextSame = fmt.Sprint(err), err == appendErr
+	w.Close()
+	c.report(t, res)
+}
+
 // TestFailedBatchLeavesNoRecord: a batch whose write fails part way (the
 // disk fills inside it: here the call record fits and the checkpoint that
 // closes the batch does not; or the vault entry written before it does not
@@ -49,7 +184,8 @@ func fileSize(t *testing.T, path string) int64 {
 // reports an error did not write its record: after a restart the log holds
 // no call record for it (recovery keeps every complete line, so a call the
 // gateway refused would otherwise read as forwarded), recovery has nothing
-// to cut, the vault has no torn line and the log verifies.
+// to cut, the vault has no torn line and the log verifies. The writer runs
+// in a child process (failBatch), which lowers the file size limit.
 func TestFailedBatchLeavesNoRecord(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -62,53 +198,32 @@ func TestFailedBatchLeavesNoRecord(t *testing.T) {
 		{"vault fills inside its entry", true, func(seg, vault, line int64) int64 { return vault + 40 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if c, ok := asFileSizeChild(t); ok {
+				failBatch(t, c, tc.vault, tc.limit)
+				return
+			}
 			id, err := age.GenerateX25519Identity()
 			if err != nil {
 				t.Fatal(err)
 			}
 			dir := t.TempDir()
-			w, err := Open(dir, Options{Key: testKey(t), CheckpointEvery: 2, CheckpointInterval: 1 << 40,
-				Recipients: []string{id.Recipient().String()}, Vault: true})
-			if err != nil {
-				t.Fatal(err)
+			var res failedBatch
+			runFileSizeChild(t, fileSizeChild{Dir: dir, Recipient: id.Recipient().String()}, &res)
+			if !res.Fatal || !res.EFBIG {
+				t.Fatalf("append past the size limit: %s", res.Err)
 			}
-			first := sampleCall(w, 1)
-			if _, err := w.Append(context.Background(), first); err != nil {
-				t.Fatal(err)
+			if strings.Contains(res.Err, "failed too") {
+				t.Fatalf("the cut failed: %s", res.Err)
 			}
-			seg := filepath.Join(dir, "epoch-000001", "seg-000001.jsonl")
-			vault := filepath.Join(dir, "epoch-000001", VaultFile)
-			b, err := os.ReadFile(seg)
-			if err != nil {
-				t.Fatal(err)
+			if res.SegAfter != res.Seg {
+				t.Errorf("segment is %d bytes after the failed append, was %d before it", res.SegAfter, res.Seg)
 			}
-			lines := strings.SplitAfter(string(b), "\n")
-			segSize, vaultSize := int64(len(b)), fileSize(t, vault)
-			limit := tc.limit(segSize, vaultSize, int64(len(lines[len(lines)-2])))
-			if limit <= vaultSize || tc.vault != (limit < segSize) {
-				t.Fatalf("limit %d does not fall inside the batch (segment %d, vault %d bytes)", limit, segSize, vaultSize)
+			if res.VaultAfter != res.Vault {
+				t.Errorf("vault is %d bytes after the failed append, was %d before it", res.VaultAfter, res.Vault)
 			}
-			var appendErr error
-			withFileSizeLimit(t, limit, func() {
-				_, appendErr = w.Append(context.Background(), sampleCall(w, 2))
-			})
-			var fe *FatalError
-			if !errors.As(appendErr, &fe) || !errors.Is(appendErr, syscall.EFBIG) {
-				t.Fatalf("append past the size limit: %v", appendErr)
+			if !res.NextSame {
+				t.Fatalf("append after the failed one: %s", res.Next)
 			}
-			if strings.Contains(appendErr.Error(), "failed too") {
-				t.Fatalf("the cut failed: %v", appendErr)
-			}
-			if got := fileSize(t, seg); got != segSize {
-				t.Errorf("segment is %d bytes after the failed append, was %d before it", got, segSize)
-			}
-			if got := fileSize(t, vault); got != vaultSize {
-				t.Errorf("vault is %d bytes after the failed append, was %d before it", got, vaultSize)
-			}
-			if _, err := w.Append(context.Background(), sampleCall(w, 3)); err != appendErr {
-				t.Fatalf("append after the failed one: %v", err)
-			}
-			w.Close()
 
 			w2, err := Open(dir, Options{Key: testKey(t)})
 			if err != nil {
@@ -157,7 +272,7 @@ func TestFailedBatchLeavesNoRecord(t *testing.T) {
 			if n := o.VaultTorn(); n != 0 {
 				t.Errorf("the vault ends with a torn line of %d bytes", n)
 			}
-			if _, err := o.Payload(first.Args); err != nil {
+			if _, err := o.Payload(res.First); err != nil {
 				t.Errorf("the acknowledged call's payload: %v", err)
 			}
 		})
@@ -194,11 +309,19 @@ func TestFailedSyncCutFailureIsReported(t *testing.T) {
 	}
 }
 
+// failedStart is what the child process of TestFailedStartLeavesNoEpoch
+// saw: the error of an Open with the file size limit at 100 bytes.
+type failedStart struct {
+	Err   string
+	EFBIG bool // whether it wraps EFBIG
+}
+
 // TestFailedStartLeavesNoEpoch: an Open whose genesis record cannot be
 // written (the disk is full) fails and removes the epoch directory it
 // created, segment and vault included, so the log is as it was before the
 // attempt: it verifies, and the next start continues the chain without an
-// aborted epoch to move aside.
+// aborted epoch to move aside. The Open runs in a child process, which
+// lowers the file size limit.
 func TestFailedStartLeavesNoEpoch(t *testing.T) {
 	id, err := age.GenerateX25519Identity()
 	if err != nil {
@@ -213,23 +336,29 @@ func TestFailedStartLeavesNoEpoch(t *testing.T) {
 		{"after a sealed epoch", 1, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if c, ok := asFileSizeChild(t); ok {
+				opts := Options{Key: testKey(t)}
+				if tc.vault {
+					opts.Recipients, opts.Vault = []string{id.Recipient().String()}, true
+				}
+				var openErr error
+				withFileSizeLimit(t, 100, func() {
+					var w *Writer
+					if w, openErr = Open(c.Dir, opts); openErr == nil {
+						w.Close()
+					}
+				})
+				c.report(t, failedStart{Err: fmt.Sprint(openErr), EFBIG: errors.Is(openErr, syscall.EFBIG)})
+				return
+			}
 			dir := t.TempDir()
 			if tc.before > 0 {
 				writeLog(t, dir, Options{}, 10, 1)
 			}
-			opts := Options{Key: testKey(t)}
-			if tc.vault {
-				opts.Recipients, opts.Vault = []string{id.Recipient().String()}, true
-			}
-			var openErr error
-			withFileSizeLimit(t, 100, func() {
-				var w *Writer
-				if w, openErr = Open(dir, opts); openErr == nil {
-					w.Close()
-				}
-			})
-			if !errors.Is(openErr, syscall.EFBIG) {
-				t.Fatalf("open on a full disk: %v", openErr)
+			var res failedStart
+			runFileSizeChild(t, fileSizeChild{Dir: dir}, &res)
+			if !res.EFBIG {
+				t.Fatalf("open on a full disk: %s", res.Err)
 			}
 			ents, err := os.ReadDir(dir)
 			if err != nil {
