@@ -52,7 +52,10 @@ development and labelled unattested).
 Without bearer tokens (server.tokens) or mutual TLS the gateway listens on
 loopback addresses only. SIGTERM or SIGINT stops accepting, drains in-flight
 calls for server.shutdown_grace, stops every child and seals the log; then
-"cmcp verify-chain AUDIT_DIR" passes.
+"cmcp verify-chain AUDIT_DIR" passes. Calls still running when the grace
+ends are cut: cancelled upstream, answered -32068 and recorded as cut by
+the shutdown, with a warning in the gateway log; the exit status is still 0,
+over HTTP and over --stdio.
 
 With a policy: section every call is decided by that Cedar bundle (its
 digest is pinned by policy.expect and recorded in the log's genesis record).

@@ -27,6 +27,12 @@ const (
 	// were in flight on it; nothing on a stdio server's request says which
 	// call it belongs to, so it is sent to none rather than to a guess.
 	CodeNotRoutable = -32070
+	// CodeSessionEnded answers a call still running when its session
+	// ended for another reason than the gateway's shutdown (which is
+	// CodeShuttingDown): its idle timeout, its token withdrawn by SIGHUP,
+	// the agent's HTTP DELETE or its closing the stdio connection. The
+	// call was cancelled upstream.
+	CodeSessionEnded = -32071
 )
 
 func fault(code int, format string, args ...any) *jsonrpc.Error {

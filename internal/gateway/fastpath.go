@@ -199,17 +199,21 @@ func (s *session) stdioFast(c *agentConn) func(*jsonrpc.Request) (bool, func(fun
 		}
 		s.g.fastPath.Add(1)
 		// In flight until the response is written, not only until the
-		// pipeline returns: shutdown waits for both.
+		// pipeline returns: shutdown, and the session's end, wait for both.
 		s.g.inflight.Add(1)
+		s.answering.Add(1)
 		return true, func(resume func()) {
 			defer s.g.inflight.Done()
 			defer cancel()
 			defer calls.remove(req.ID)
 			var appendResult func()
 			res, err := s.relay(upstream.WithWaiting(context.WithValue(cctx, stdioKey{}, c), resume), call, &appendResult)
-			if cctx.Err() == nil { // else cancelled by the agent, or the connection ended: no response
+			// Cancelled by the agent: no response. Cut by the session's
+			// end: err says why, and the connection is still open.
+			if cctx.Err() == nil || sessionEndOf(cctx) != nil {
 				_ = c.writeLine(encodeResponse(req.ID, res, err))
 			}
+			s.answering.Done()
 			if appendResult != nil {
 				appendResult()
 			}
@@ -556,6 +560,8 @@ func (s *session) httpFast(w http.ResponseWriter, r *http.Request, maxBytes int6
 		s.g.fastPath.Add(1)
 		s.g.inflight.Add(1) // until the response is written (shutdown waits)
 		defer s.g.inflight.Done()
+		s.answering.Add(1) // the session's end too, for a call it cut
+		defer s.answering.Done()
 		ctx, cancel := context.WithCancel(s.ctx)
 		defer cancel()
 		if !s.fast.add(m.ID, cancel) {
@@ -574,9 +580,10 @@ func (s *session) httpFast(w http.ResponseWriter, r *http.Request, maxBytes int6
 			// waits for the disk.
 			defer func() { go appendResult() }()
 		}
-		if ctx.Err() != nil {
-			// Cancelled by the agent, or the session ended: no JSON-RPC
-			// response, and the HTTP response ends empty.
+		if ctx.Err() != nil && sessionEndOf(ctx) == nil {
+			// Cancelled by the agent: no JSON-RPC response, and the HTTP
+			// response ends empty. A call its session's end cut is
+			// answered below: err says why.
 			sk.mu.Lock()
 			if !sk.sse {
 				w.WriteHeader(http.StatusAccepted)

@@ -189,6 +189,15 @@ func (g *Gateway) HTTPHandler(o HTTPOptions) http.Handler {
 			if s != nil && r.Method == http.MethodGet {
 				s.streamOpenedWith(tok)
 			}
+			if s != nil && r.Method == http.MethodDelete {
+				// go-sdk's DELETE closes the session at once, which holds
+				// until the requests go-sdk answers are done and then
+				// drops their answers: the session's calls are cut and
+				// answered first. Cut, it ends even if go-sdk refuses the
+				// DELETE.
+				s.cutAndAnswer(endedFor(whyDeleted))
+				defer func() { go s.end(endedFor(whyDeleted)) }()
+			}
 			if s != nil && r.Method == http.MethodPost {
 				s.posts.Add(1)
 				defer func() {
@@ -258,7 +267,7 @@ func (g *Gateway) reapIdle(timeout time.Duration) {
 		cutoff := time.Now().Add(-timeout).UnixNano()
 		for _, s := range g.sessionList() {
 			if s.front == "http" && s.posts.Load() == 0 && s.lastPost.Load() < cutoff {
-				go s.end(fmt.Sprintf("idle for longer than the session timeout (%s)", timeout))
+				go s.end(endedFor(fmt.Sprintf("idle for longer than the session timeout (%s)", timeout)))
 			}
 		}
 	}
@@ -480,7 +489,7 @@ func (g *Gateway) ServeStdio(ctx context.Context, in io.ReadCloser, out io.Write
 	s := g.newSession(identity, "stdio")
 	err := s.srv.Run(ctx, &agentStdio{in: in, out: out, fast: s.stdioFast, passed: s.recordUndecodableCall, badID: s.recordBadIDCall,
 		ambiguous: s.refuseAmbiguousCall})
-	s.end("agent closed the stdio connection")
+	s.end(endedFor("the agent closed the stdio connection"))
 	if err != nil && (errors.Is(err, io.EOF) || errors.Is(err, context.Canceled)) {
 		return nil
 	}

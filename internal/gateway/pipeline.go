@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	jsonv2 "github.com/go-json-experiment/json"
@@ -150,6 +151,9 @@ func (s *session) relay(ctx context.Context, params toolCall, after *func()) (js
 		// be started so far): try again, re-measured.
 		upstream.Waiting(ctx)
 		if err := st.load(ctx); err != nil {
+			if se := sessionEndOf(ctx); se != nil {
+				return refuse(se.fault())
+			}
 			return refuse(fault(CodeUpstreamUnavailable, "%v", err))
 		}
 		if _, _, entry = s.route(params.Name); entry == nil {
@@ -158,6 +162,9 @@ func (s *session) relay(ctx context.Context, params toolCall, after *func()) (js
 	}
 	lv, err := s.upstreamFor(ctx, st.name)
 	if err != nil {
+		if se := sessionEndOf(ctx); se != nil {
+			return refuse(se.fault()) // its session ended while the upstream started
+		}
 		return refuse(fault(CodeUpstreamUnavailable, "%v", err))
 	}
 	rec.EvidenceClass = lv.conn.Class
@@ -216,8 +223,21 @@ func (s *session) relay(ctx context.Context, params toolCall, after *func()) (js
 		if isError {
 			result.Outcome = auditlog.ResultIsError
 		}
+	case sessionEndOf(ctx) != nil:
+		// Cut by its session's end (the gateway's shutdown, an idle
+		// timeout, a withdrawn token, the agent's DELETE): answered with
+		// the end's fault, which the result record names.
+		se := sessionEndOf(ctx)
+		f := se.fault()
+		when := "while it ran upstream; it was cancelled there"
+		if !sent {
+			when = "before it was sent upstream"
+		}
+		result.Outcome, result.ErrorCode = auditlog.ResultCancelled, f.Code
+		result.Reason = fmt.Sprintf("the gateway cut the call %s: its session ended (%s)", when, se.why)
+		outErr = f
 	case !sent:
-		result.Outcome, result.Reason = auditlog.ResultCancelled, "the agent cancelled the call (or its session ended) before it was sent upstream"
+		result.Outcome, result.Reason = auditlog.ResultCancelled, "the agent cancelled the call before it was sent upstream"
 		outErr = ctx.Err()
 	case ctx.Err() != nil:
 		result.Outcome, result.Reason = auditlog.ResultCancelled, "the agent cancelled the call"

@@ -154,9 +154,9 @@ func (g *Gateway) reloadTokens(ctx context.Context, cfg *config.Config, rt *relo
 			switch {
 			case s.front != "http":
 			case gone[s.principal]:
-				go s.end("the agent's identity no longer has a bearer token (server.tokens reloaded on SIGHUP)")
+				go s.end(endedFor("the agent's identity no longer has a bearer token (server.tokens reloaded on SIGHUP)"))
 			case !s.tokensInForce(nowOf):
-				go s.end("a bearer token that opened the session or one of its streams no longer maps to its identity (server.tokens reloaded on SIGHUP)")
+				go s.end(endedFor("a bearer token that opened the session or one of its streams no longer maps to its identity (server.tokens reloaded on SIGHUP)"))
 			}
 		}
 	}

@@ -263,28 +263,37 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 		}
 		// A signal drains, as on HTTP: new calls are refused (-32068,
 		// recorded) while the calls in flight finish and are answered over
-		// the agent's connection, which stays open until they are (or
-		// shutdown_grace is over). Only then does the session end. The
-		// agent closing its end still ends the session at once.
+		// the agent's connection, which stays open until they are, or
+		// until shutdown_grace is over: then the calls still running are
+		// cut and answered -32068 (Shutdown), and only then does the
+		// session end. The agent closing its end still ends the session
+		// at once.
 		session, endSession := context.WithCancel(context.Background())
 		defer endSession()
+		type stopped struct {
+			ran bool // the signal's shutdown ran
+			err error
+		}
+		stop := make(chan stopped, 1)
 		go func() {
 			select {
 			case <-ctx.Done():
 			case <-session.Done():
+				stop <- stopped{}
 				return
 			}
 			logger.Info("shutting down: draining in-flight calls", "grace", grace)
-			dctx, cancel := context.WithTimeout(session, grace)
-			defer cancel()
-			if !g.drain(dctx) && session.Err() == nil {
-				logger.Warn("shutdown grace over with calls still in flight; cancelling them", "calls", g.inflight.n.Load())
-			}
+			err := shutdown()
 			endSession()
+			stop <- stopped{ran: true, err: err}
 		}()
 		serr := g.ServeStdio(session, o.Stdin, o.Stdout, srvCfg.StdioIdentity)
 		endSession()
-		return errors.Join(serr, shutdown())
+		st := <-stop
+		if !st.ran {
+			st.err = shutdown()
+		}
+		return errors.Join(serr, st.err)
 	}
 
 	// Listen on the address that was checked, and check what was bound:
@@ -349,20 +358,25 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 		shutdown()
 		return ui.Errorf(ui.ExitRuntime, "serve %s: %w", endpoint, err)
 	}
+	// One deadline for the whole drain: the requests in progress (their
+	// responses included) have shutdown_grace; then Shutdown, on the same
+	// deadline, cuts the calls still running, which are answered -32068
+	// on their own requests before the sessions end; only then are the
+	// connections closed.
 	logger.Info("shutting down: draining in-flight calls", "grace", grace)
 	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	g.closing.Store(true)
 	go hs.Shutdown(sctx) // stop accepting; idle connections close
-	for posts.Load() > 0 {
-		if sctx.Err() != nil {
-			logger.Warn("shutdown grace over with requests still in flight; closing them", "requests", posts.Load())
-			break
-		}
+	for posts.Load() > 0 && sctx.Err() == nil {
 		time.Sleep(20 * time.Millisecond)
 	}
-	hs.Close() // the remaining notification streams
-	return shutdown()
+	if n := posts.Load(); n > 0 {
+		logger.Warn("shutdown grace over with requests still in flight; cutting them", "requests", n)
+	}
+	err = g.Shutdown(sctx)
+	hs.Close() // the remaining notification streams, and idle connections
+	return err
 }
 
 func tokens(s *config.Server) []Token {

@@ -90,10 +90,19 @@ type session struct {
 	endOnce sync.Once
 	dummy   atomic.Uint64
 
-	// ctx ends when the session ends; fast-path calls run under it.
-	ctx        context.Context
-	cancel     context.CancelFunc
-	fast       fastCalls       // tools/call requests a front answers itself
+	// ctx ends when the session ends, its cause a *sessionEnd saying why;
+	// fast-path calls run under it.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	fast   fastCalls // tools/call requests a front answers itself
+	// answering counts the session's requests that its end cuts, until
+	// they are answered: the fast-path calls until their answer is
+	// written, the requests go-sdk answers (withSession) until their
+	// handler returns. The end waits for them before it closes the
+	// agent's connection; sdkCut says it cut one of go-sdk's, which go-sdk
+	// answers only just after its handler returns.
+	answering  counter
+	sdkCut     atomic.Bool
 	serverReqs rpcwire.Pending // requests to the agent on fast-call streams
 
 	// What tools/list last showed the agent (or what it was last told
@@ -116,7 +125,7 @@ type session struct {
 // spawned until the session uses an upstream.
 func (g *Gateway) newSession(principal, front string) *session {
 	s := &session{g: g, principal: principal, front: front, lives: map[string]*live{}, visible: map[string]digest.Digest{}, resOwner: map[string]string{}, tmpls: map[string][]ownedTemplate{}}
-	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.ctx, s.cancel = context.WithCancelCause(context.Background())
 	s.serverReqs.Prefix = serverReqPrefix
 	s.lastPost.Store(time.Now().UnixNano())
 	g.mu.Lock()
@@ -207,7 +216,14 @@ func (s *session) bind(ss *mcp.ServerSession, params *mcp.InitializeParams) {
 	s.g.mu.Unlock()
 	go func() {
 		_ = ss.Wait()
-		s.end("agent disconnected or idle timeout")
+		// go-sdk closes an HTTP session only on the agent's DELETE (the
+		// gateway's own ends come through end, which closes it last); a
+		// stdio one when the agent closes its end.
+		why := whyDeleted
+		if s.front != "http" {
+			why = "the agent closed the stdio connection"
+		}
+		s.end(endedFor(why))
 	}()
 }
 
@@ -233,15 +249,90 @@ var frontVersions = sync.OnceValue(func() []string {
 	return out
 })
 
-// end stops the session's children and records the end.
-func (s *session) end(reason string) {
+// sessionEnd is why a session ended: the cause of its context, so that a
+// call the end cuts is told apart from one its agent cancelled. A cut call
+// is answered (the agent's connection is still open) with code, and its
+// result record says why.
+type sessionEnd struct {
+	code int64
+	why  string // the session end record's reason
+}
+
+func (e *sessionEnd) Error() string { return "the session ended: " + e.why }
+
+// whyDeleted is the reason of an HTTP session the agent ended.
+const whyDeleted = "the agent ended the session (HTTP DELETE)"
+
+// endShutdown ends the sessions at the gateway's shutdown.
+var endShutdown = &sessionEnd{code: CodeShuttingDown, why: "gateway shutdown"}
+
+// endedFor is a session end for another reason than the shutdown.
+func endedFor(why string) *sessionEnd { return &sessionEnd{code: CodeSessionEnded, why: why} }
+
+// fault is the agent's answer to a call the end cut.
+func (e *sessionEnd) fault() *jsonrpc.Error {
+	if e.code == CodeShuttingDown {
+		return fault(CodeShuttingDown, "the gateway is shutting down and cut this call, still running when its drain ended (server.shutdown_grace): it was cancelled upstream, where it may have taken effect; reconnect and retry")
+	}
+	return fault(int(e.code), "the session ended while this call ran (%s): it was cancelled upstream, where it may have taken effect; open a new session to retry", e.why)
+}
+
+// sessionEndOf returns the session end that ended ctx, or nil if ctx has
+// not ended or ended otherwise (the agent cancelled the call, a timeout).
+func sessionEndOf(ctx context.Context) *sessionEnd {
+	var e *sessionEnd
+	if ctx.Err() != nil && errors.As(context.Cause(ctx), &e) {
+		return e
+	}
+	return nil
+}
+
+// cutAnswerWait bounds how long a session's end waits for the answers to
+// the fast-path calls it cut (an agent that stops reading its stdio could
+// hold one up) before it closes the agent's connection.
+const cutAnswerWait = 5 * time.Second
+
+// cutAnswerLinger is how long a session's end waits, once the handlers of
+// the go-sdk requests it cut have returned, for go-sdk to write their
+// answers (it does so just after, and drops them once the session closes).
+const cutAnswerLinger = 100 * time.Millisecond
+
+// cut ends the session's context with e, cutting its calls, if it has not
+// ended: end does it too; Shutdown does it to every session first, so that
+// no call fails on a shared upstream closed before its own session ended.
+func (s *session) cut(e *sessionEnd) { s.cancel(e) }
+
+// cutAndAnswer cuts the session's calls with e and waits until the ones
+// it cut are answered on the agent's connection, which must still be
+// open: go-sdk's Close waits for its handlers but drops the answers they
+// give after it began, so this waits for them, and lingers for go-sdk to
+// write its answers.
+func (s *session) cutAndAnswer(e *sessionEnd) {
+	s.cut(e)
+	wctx, cancel := context.WithTimeout(context.Background(), cutAnswerWait)
+	s.answering.wait(wctx)
+	cancel()
+	if n := s.answering.n.Load(); n > 0 {
+		s.g.logger.Warn("session ended with requests whose answers could not be written in time", "session", s.id, "requests", n, "waited", cutAnswerWait)
+	} else if s.sdkCut.Load() {
+		time.Sleep(cutAnswerLinger)
+	}
+}
+
+// end cuts the session's calls (answering them, see sessionEnd), stops its
+// children and records the end with e's reason.
+func (s *session) end(e *sessionEnd) {
 	s.endOnce.Do(func() {
 		s.g.ending.Add(1) // before it leaves g.sessions: Shutdown waits for it
 		defer s.g.ending.Done()
 		if s.releaseSlot != nil {
 			defer s.releaseSlot()
 		}
-		s.cancel()
+		s.cutAndAnswer(e)
+		reason := e.why
+		if first := sessionEndOf(s.ctx); first != nil {
+			reason = first.why // cut before (Shutdown, DELETE): the cause its calls were answered with
+		}
 		s.serverReqs.Fail(errors.New("the agent session ended"))
 		s.g.mu.Lock()
 		delete(s.g.sessions, s)
@@ -675,12 +766,18 @@ func forward[R any](s *session, ctx context.Context, name string, tok any, f fun
 	defer cancel()
 	lv, err := s.upstreamFor(ctx, name)
 	if err != nil {
+		if se := sessionEndOf(ctx); se != nil {
+			return zero, se.fault()
+		}
 		return zero, fault(CodeUpstreamUnavailable, "%v", err)
 	}
 	upTok, release := lv.track(ctx, s, tok)
 	defer release()
 	r, err := f(ctx, lv, upTok)
 	if err != nil {
+		if se := sessionEndOf(ctx); se != nil {
+			return zero, se.fault()
+		}
 		if errors.Is(context.Cause(ctx), errCallTimeout) {
 			return zero, fault(CodeUpstreamTimeout, "upstream %q did not answer within %s (call_timeout); the request was cancelled upstream", name, s.g.opts.CallTimeout)
 		}
@@ -702,13 +799,20 @@ func (s *session) bound(ctx context.Context, d time.Duration) (context.Context, 
 	}
 }
 
-// withSession returns ctx ended also when the session ends.
+// withSession returns ctx ended also when the session ends, with the
+// session's cause (a *sessionEnd), for a request go-sdk answers: until
+// cancel is called the session's end waits for it (see answering).
 func (s *session) withSession(ctx context.Context) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(ctx)
-	stop := context.AfterFunc(s.ctx, cancel)
+	s.answering.Add(1)
+	ctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(s.ctx, func() {
+		s.sdkCut.Store(true)
+		cancel(context.Cause(s.ctx))
+	})
 	return ctx, func() {
 		stop()
-		cancel()
+		cancel(nil)
+		s.answering.Done()
 	}
 }
 

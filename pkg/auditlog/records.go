@@ -67,7 +67,7 @@ const (
 	ResultIsError       = "is_error"       // result: the upstream answered with isError: true
 	ResultUpstreamError = "upstream_error" // result: the upstream answered with a JSON-RPC error or died
 	ResultGatewayFault  = "gateway_fault"  // result: the gateway failed after forwarding
-	ResultCancelled     = "cancelled"      // result: the agent cancelled the call
+	ResultCancelled     = "cancelled"      // result: the agent cancelled the call, or its session's end cut it (error_code and reason say so)
 )
 
 // Commitment commits to a payload (tool arguments or a result) without
