@@ -69,9 +69,11 @@ identity ends); other changed settings are named in a warning and take
 effect only after a restart, and a configuration that does not load
 changes nothing.
 
-The kill switch (admin: listener) is kept in AUDIT_DIR/kill-switch.json while
-it is engaged: a gateway restarted on that directory starts engaged, and
-records so, until an operator clears it.`,
+The kill switch (admin: listener) refuses every tools/call, resources/read,
+resources/subscribe, prompts/get and completion/complete while it is
+engaged, and is kept in AUDIT_DIR/kill-switch.json meanwhile: a gateway
+restarted on that directory starts engaged, and records so, until an
+operator clears it.`,
 		Example: `  bash scripts/quickstart.sh       # pins the sample server into .quickstart/cmcp.yaml and serves it
   cmcp serve -c .quickstart/cmcp.yaml
   cmcp serve -c cmcp.yaml --listen 127.0.0.1:9000

@@ -85,7 +85,8 @@ func (s *session) gateAccess(ctx context.Context, a access, ups []string) ([]str
 }
 
 // decideAccess decides and records a's access to one upstream, as relay
-// does a call: enforcing refuses a deny, advisory forwards it and warns the
+// does a call: the kill switch refuses it (-32064) before the policy is
+// asked, enforcing refuses a deny, advisory forwards it and warns the
 // agent and the operator, silent forwards it and says nothing; without a
 // policy every access is allowed and recorded with mode none.
 func (s *session) decideAccess(ctx context.Context, a access, name string) error {
@@ -113,6 +114,12 @@ func (s *session) decideAccess(ctx context.Context, a access, name string) error
 	if g.closing.Load() {
 		return refuse(fault(CodeShuttingDown, "the gateway is shutting down; reconnect and retry"))
 	}
+	if g.killed.Load() {
+		// Refused before the policy is asked, as a call is: decision deny,
+		// mode none.
+		rec.Decision = auditlog.DecisionDeny
+		return refuse(killSwitchAccessFault())
+	}
 	if eng := g.opts.Policy; eng != nil {
 		o := eng.DecideAccess(policy.Access{Action: a.action, Agent: s.principal, Session: s.id, Upstream: name,
 			EvidenceClass: rec.EvidenceClass, URI: a.uri, Prompt: a.prompt})
@@ -131,12 +138,28 @@ func (s *session) decideAccess(ctx context.Context, a access, name string) error
 				map[string]any{"method": a.method, "upstream": name})
 		}
 	}
+	// The forwarded record is never written after kill_switch_on, as a
+	// call's (see SetKillSwitch): the switch is checked again, and the
+	// record appended, under killMu's read lock.
+	g.killMu.RLock()
+	if g.killed.Load() {
+		g.killMu.RUnlock()
+		return refuse(killSwitchAccessFault())
+	}
 	rec.Outcome = auditlog.OutcomeForwarded
-	if _, err := g.log.Append(context.WithoutCancel(ctx), rec); err != nil {
+	_, err := g.log.Append(context.WithoutCancel(ctx), rec)
+	g.killMu.RUnlock()
+	if err != nil {
 		g.logger.Error("audit append failed; request refused", "method", a.method, "upstream", name, "err", err)
 		return fault(CodeAuditUnavailable, "the audit log cannot record requests (%v): the request was not forwarded; every request is refused until an operator fixes it", err)
 	}
 	return nil
+}
+
+// killSwitchAccessFault refuses an access while the kill switch is
+// engaged: no data flows through the gateway until it is cleared.
+func killSwitchAccessFault() *jsonrpc.Error {
+	return fault(CodeKillSwitch, "the kill switch is engaged: an operator has stopped all tool calls and reads of resources and prompts; retry when it is cleared")
 }
 
 // what names the access in messages (never the URI: the record's reason

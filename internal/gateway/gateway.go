@@ -351,7 +351,8 @@ func (g *Gateway) Catalog() *catalog.Catalog {
 func (g *Gateway) CatalogDigest() digest.Digest { return g.Catalog().Digest() }
 
 // SetKillSwitch engages or clears the kill switch: while it is on, every
-// tools/call is refused (and recorded). Engaging saves the state file
+// tools/call, and every resources/read, resources/subscribe, prompts/get
+// and completion/complete (decideAccess), is refused (and recorded). Engaging saves the state file
 // (Options.KillSwitchFile, so that a restart keeps the switch engaged),
 // then records kill_switch_on; if either fails the switch is engaged anyway
 // (fail closed) and the error returned. Clearing records kill_switch_off
@@ -359,10 +360,11 @@ func (g *Gateway) CatalogDigest() digest.Digest { return g.Catalog().Digest() }
 // before the record is synced, so a checkpoint syncs it) and only then
 // removes the state file: a power cut never leaves the file gone without
 // the record. If any step fails the switch stays engaged (a failure after
-// the record is followed by a new kill_switch_on saying so). No call record written after kill_switch_on
-// in the log says "forwarded": relay checks the switch and appends its
-// forwarded call record under killMu's read lock, and the switch changes
-// under its write lock. The records are written even if ctx ends meanwhile.
+// the record is followed by a new kill_switch_on saying so). No call or
+// access record written after kill_switch_on in the log says "forwarded":
+// relay and decideAccess check the switch and append their forwarded
+// record under killMu's read lock, and the switch changes under its write
+// lock. The records are written even if ctx ends meanwhile.
 func (g *Gateway) SetKillSwitch(ctx context.Context, on bool, actor, reason string) error {
 	ctx = context.WithoutCancel(ctx)
 	g.killMu.Lock()

@@ -17,6 +17,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/confidential-mcp/cmcp/internal/policy"
+	"github.com/confidential-mcp/cmcp/internal/replay"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 )
 
@@ -349,5 +351,150 @@ func TestKillSwitchClearSyncsTheRecordBeforeRemovingTheFile(t *testing.T) {
 		if want := "kill_switch_on durable=false, kill_switch_off durable=false, checkpoint file=true"; got != want {
 			t.Fatalf("events:\n got %s\nwant %s", got, want)
 		}
+	}
+}
+
+// TestKillSwitchStopsResourcesAndPrompts: the engaged kill switch refuses
+// resources/read, resources/subscribe, prompts/get and completion/complete
+// (-32064) through both fronts, as it does tools/call, even when the policy
+// permits them: each refusal is an access record refused before the policy
+// was asked (decision deny, mode none, the kill switch as the reason), and
+// replay finds those records consistent. Cleared, they are allowed again.
+func TestKillSwitchStopsResourcesAndPrompts(t *testing.T) {
+	for _, front := range fronts {
+		t.Run(front, func(t *testing.T) {
+			dir := policyBundle(t, toolsOnly+`
+@id("reads")
+permit (principal, action in [Action::"read_resource", Action::"get_prompt"], resource);
+`)
+			h := newHarness(t, hconf{policy: engine(t, dir, policy.Enforcing)})
+			cs := h.connectVia(front, nil)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			reads := []struct {
+				method string
+				do     func() error
+			}{
+				{"resources/read", func() error {
+					_, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "test://static"})
+					return err
+				}},
+				{"resources/subscribe", func() error {
+					return cs.Subscribe(ctx, &mcp.SubscribeParams{URI: "test://static"})
+				}},
+				{"prompts/get", func() error {
+					_, err := cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: "t__greet", Arguments: map[string]string{"who": "bob"}})
+					return err
+				}},
+				{"completion/complete", func() error {
+					_, err := cs.Complete(ctx, &mcp.CompleteParams{Ref: &mcp.CompleteReference{Type: "ref/prompt", Name: "t__greet"}, Argument: mcp.CompleteParamsArgument{Name: "who", Value: "b"}})
+					return err
+				}},
+			}
+			if err := h.g.SetKillSwitch(ctx, true, "test", "incident 42"); err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range reads {
+				if err := r.do(); wireCode(err) != CodeKillSwitch || !strings.Contains(err.Error(), "kill switch is engaged") {
+					t.Errorf("%s with the kill switch engaged: %v, want %d", r.method, err, CodeKillSwitch)
+				}
+			}
+			if err := h.g.SetKillSwitch(ctx, false, "test", "resolved"); err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range reads {
+				if err := r.do(); err != nil {
+					t.Errorf("%s after clearing: %v", r.method, err)
+				}
+			}
+			acc := kinds(h.records(), "access")
+			if len(acc) != 2*len(reads) {
+				t.Fatalf("%d access records, want %d: %v", len(acc), 2*len(reads), acc)
+			}
+			for i, r := range acc {
+				b := r.Body
+				if b["method"] != reads[i%len(reads)].method {
+					t.Errorf("access record %d: method %v, want %s", i, b["method"], reads[i%len(reads)].method)
+				}
+				if i < len(reads) {
+					if b["decision"] != "deny" || b["policy_mode"] != "none" || b["outcome"] != "refused" || b["policy_bundle"] != nil ||
+						!strings.Contains(fmt.Sprint(b["reason"]), "kill switch is engaged") {
+						t.Errorf("access record %d, refused by the kill switch: %v", i, b)
+					}
+				} else if b["decision"] != "allow" || b["outcome"] != "forwarded" {
+					t.Errorf("access record %d, after clearing: %v", i, b)
+				}
+			}
+			h.g.Shutdown(context.Background())
+			h.w.Close()
+			rep, err := replay.Run(context.Background(), h.dir, replay.Options{Policies: []string{dir}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Summary.Accesses != 2*len(reads) || rep.Summary.Inconsistent != 0 || rep.Findings() {
+				t.Fatalf("replay: %+v", rep.Summary)
+			}
+		})
+	}
+}
+
+// TestKillSwitchBeatsAnAccessInProgress: reads racing the engaging of the
+// kill switch are either recorded as forwarded before kill_switch_on or
+// refused: no access record after kill_switch_on says "forwarded" (the
+// switch is checked again, and the record appended, under the lock the
+// switch changes under, as for calls).
+func TestKillSwitchBeatsAnAccessInProgress(t *testing.T) {
+	h := newHarness(t, hconf{durability: auditlog.DurabilityStrict})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const agents = 6
+	done := make(chan error, agents)
+	for range agents {
+		cs := h.connect("", nil)
+		go func() {
+			for ctx.Err() == nil {
+				_, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "test://static"})
+				if wireCode(err) == CodeKillSwitch {
+					done <- nil
+					return
+				}
+				if err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- ctx.Err()
+		}()
+	}
+	eventually(t, 20*time.Second, func() string {
+		if n := len(kinds(h.records(), "access")); n < 4*agents {
+			return fmt.Sprintf("%d reads recorded", n)
+		}
+		return ""
+	})
+	if err := h.g.SetKillSwitch(ctx, true, "test", "incident"); err != nil {
+		t.Fatal(err)
+	}
+	for range agents {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	killed, refused := false, 0
+	for _, e := range logEntries(t, h.dir) {
+		switch r := e.Rec.(type) {
+		case *auditlog.Admin:
+			killed = killed || r.Action == "kill_switch_on"
+		case *auditlog.Access:
+			if killed && r.Outcome == auditlog.OutcomeForwarded {
+				t.Fatalf("access record %d after kill_switch_on says forwarded", e.Index)
+			}
+			if killed {
+				refused++
+			}
+		}
+	}
+	if refused < agents {
+		t.Fatalf("%d refused access records after kill_switch_on, want %d at least", refused, agents)
 	}
 }
