@@ -337,12 +337,23 @@ func refuseBody(w http.ResponseWriter, r *http.Request, status int, why string) 
 // even written, at whatever pace the client sends it: instead the
 // connection is closed after the answer (HTTP/1; HTTP/2 reads nothing) and
 // reads on it end now. Call it before the answer is written.
+//
+// It is closed as net/http closes one whose body went past a
+// MaxBytesReader's limit (a refused request's is 0 bytes): the answer
+// sent, the sending side shut, the socket closed half a second later.
+// Closed at once with unread bytes in it, the kernel sends a reset that
+// can overtake the answer: a client still sending its body (a large call
+// with a rotated token) got a transport error, not its 401. net/http
+// lingers on its own only if r.Body is still its own body (here it is a
+// MaxBytesReader from the start), more than 256 KiB of it are left, and
+// the client did not send Connection: close.
 func dropBody(w http.ResponseWriter, r *http.Request) {
 	if r.ContentLength == 0 {
 		return
 	}
 	if r.ProtoMajor == 1 {
 		w.Header().Set("Connection", "close")
+		_, _ = http.MaxBytesReader(w, io.NopCloser(strings.NewReader("-")), 0).Read(make([]byte, 1))
 	}
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now())
 }
