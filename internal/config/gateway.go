@@ -32,6 +32,7 @@ import (
 //	  max_request_bytes: 4194304    # larger requests get 413
 //	  max_sessions: 256             # open HTTP sessions in all; past it a new one gets 503
 //	  max_sessions_per_agent: 64    # open HTTP sessions of one identity; past it 429
+//	                                # (unset: 64, or max_sessions if that is less)
 //	  shutdown_grace: 10s           # drain in-flight calls on SIGTERM
 //	  child_stop_grace: 5s          # SIGTERM to a child's group, then SIGKILL
 //	  tee: auto                     # auto (hardware required), sev-snp, tdx or software (development:
@@ -46,8 +47,9 @@ type Server struct {
 	ConnectTimeout  time.Duration `yaml:"connect_timeout" json:"connect_timeout,omitempty"`
 	MaxRequestBytes int64         `yaml:"max_request_bytes" json:"max_request_bytes,omitempty"`
 	// MaxSessions and MaxSessionsPerAgent bound the open HTTP sessions, in
-	// all and of one identity (0: DefaultMaxSessions,
-	// DefaultMaxSessionsPerAgent). `serve --stdio` has one session.
+	// all and of one identity (0: DefaultMaxSessions, and
+	// DefaultMaxSessionsPerAgent or MaxSessions if that is less; see
+	// SessionBounds). `serve --stdio` has one session.
 	MaxSessions         int           `yaml:"max_sessions" json:"max_sessions,omitempty"`
 	MaxSessionsPerAgent int           `yaml:"max_sessions_per_agent" json:"max_sessions_per_agent,omitempty"`
 	ShutdownGrace       time.Duration `yaml:"shutdown_grace" json:"shutdown_grace,omitempty"`
@@ -74,7 +76,8 @@ type TLS struct {
 const DefaultListen = "127.0.0.1:8080"
 
 // The bounds on open HTTP sessions when server.max_sessions and
-// server.max_sessions_per_agent are not set. Every session of a
+// server.max_sessions_per_agent are not set (unset, the bound per agent is
+// never more than the bound in all: see SessionBounds). Every session of a
 // per-session upstream holds a child (about 10 MiB and 4 file descriptors
 // each for a small server) until it ends, so the bound in all keeps a busy
 // gateway within a few GiB and a few thousand descriptors per such
@@ -87,12 +90,17 @@ const (
 )
 
 // SessionBounds returns server.max_sessions and
-// server.max_sessions_per_agent, or their defaults.
+// server.max_sessions_per_agent, or their defaults. Unset, the bound per
+// agent is DefaultMaxSessionsPerAgent or the bound in all, whichever is
+// less: an operator who lowers only server.max_sessions has not asked for
+// more per agent than in all (Validate refuses that only when both are
+// set).
 func (s *Server) SessionBounds() (total, perAgent int) {
-	total, perAgent = DefaultMaxSessions, DefaultMaxSessionsPerAgent
+	total = DefaultMaxSessions
 	if s != nil && s.MaxSessions > 0 {
 		total = s.MaxSessions
 	}
+	perAgent = min(DefaultMaxSessionsPerAgent, total)
 	if s != nil && s.MaxSessionsPerAgent > 0 {
 		perAgent = s.MaxSessionsPerAgent
 	}
@@ -143,9 +151,10 @@ func (s *Server) Validate() error {
 		return valueAt("max_sessions").errorf("server.max_sessions %d: want a positive number of sessions (unset: %d)", s.MaxSessions, DefaultMaxSessions)
 	}
 	if s.MaxSessionsPerAgent < 0 {
-		return valueAt("max_sessions_per_agent").errorf("server.max_sessions_per_agent %d: want a positive number of sessions (unset: %d)", s.MaxSessionsPerAgent, DefaultMaxSessionsPerAgent)
+		return valueAt("max_sessions_per_agent").errorf("server.max_sessions_per_agent %d: want a positive number of sessions (unset: %d, or server.max_sessions if that is less)", s.MaxSessionsPerAgent, DefaultMaxSessionsPerAgent)
 	}
-	if total, per := s.SessionBounds(); per > total {
+	// Only a bound per agent that was set can be over the bound in all.
+	if total, per := s.SessionBounds(); s.MaxSessionsPerAgent > 0 && per > total {
 		what := fmt.Sprintf("server.max_sessions (%d)", total)
 		if s.MaxSessions == 0 {
 			what = fmt.Sprintf("server.max_sessions (unset: %d)", total)

@@ -39,15 +39,38 @@ catalog:
 	if (*Server)(nil).ListenOrDefault() != DefaultListen {
 		t.Fatal("default listen")
 	}
-	if total, per := c.Server.SessionBounds(); total != DefaultMaxSessions || per != DefaultMaxSessionsPerAgent {
-		t.Fatalf("session bounds unset: %d, %d", total, per)
+}
+
+// TestSessionBoundsAsLoaded: server.max_sessions and server.max_sessions_per_agent
+// as loaded, and their defaults. Unset, the bound per agent is 64 or the
+// bound in all, whichever is less: setting only max_sessions below 64 is
+// not refused for a bound per agent the operator never wrote (one set
+// above the bound in all still is, see TestGatewaySectionErrors).
+func TestSessionBoundsAsLoaded(t *testing.T) {
+	for _, tc := range []struct {
+		name, server    string
+		total, perAgent int
+	}{
+		{"unset", "{}", DefaultMaxSessions, DefaultMaxSessionsPerAgent},
+		{"only the total, below the default per agent", "{max_sessions: 16}", 16, 16},
+		{"only the total, 1", "{max_sessions: 1}", 1, 1},
+		{"only the total, above the default per agent", "{max_sessions: 100}", 100, DefaultMaxSessionsPerAgent},
+		{"only per agent", "{max_sessions_per_agent: 10}", DefaultMaxSessions, 10},
+		{"both", "{max_sessions: 1000, max_sessions_per_agent: 500}", 1000, 500},
+		{"per agent equal to the total", "{max_sessions: 16, max_sessions_per_agent: 16}", 16, 16},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := LoadBytes("c.yaml", []byte(gwBase+"server: "+tc.server+"\n"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if total, per := c.Server.SessionBounds(); total != tc.total || per != tc.perAgent {
+				t.Fatalf("session bounds %d in all, %d per agent; want %d, %d", total, per, tc.total, tc.perAgent)
+			}
+		})
 	}
-	c, err = LoadBytes("c.yaml", []byte(gwBase+"server: {max_sessions: 1000, max_sessions_per_agent: 500}\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if total, per := c.Server.SessionBounds(); total != 1000 || per != 500 {
-		t.Fatalf("session bounds: %d, %d", total, per)
+	if total, per := (*Server)(nil).SessionBounds(); total != DefaultMaxSessions || per != DefaultMaxSessionsPerAgent {
+		t.Fatalf("no server section: %d, %d", total, per)
 	}
 }
 
@@ -65,6 +88,7 @@ func TestGatewaySectionErrors(t *testing.T) {
 		{"max sessions not a number", "server: {max_sessions: many}", "max_sessions"},
 		{"per agent over the default total", "server: {max_sessions_per_agent: 300}", "server.max_sessions_per_agent 300 is more than server.max_sessions (unset: 256)"},
 		{"per agent over the total", "server: {max_sessions: 10, max_sessions_per_agent: 11}", "server.max_sessions_per_agent 11 is more than server.max_sessions (10)"},
+		{"per agent at its default over the total", "server: {max_sessions: 16, max_sessions_per_agent: 64}", "server.max_sessions_per_agent 64 is more than server.max_sessions (16)"},
 		{"audit dir", "audit: {durability: group}", "audit.dir is required"},
 		{"durability", "audit: {dir: a, durability: sometimes}", `audit.durability "sometimes"`},
 		{"vault", "audit: {dir: a, vault: true}", "needs audit.recipients"},

@@ -85,7 +85,7 @@ type HTTPOptions struct {
 	MaxSessions int
 	// MaxSessionsPerAgent bounds one identity's open sessions; past it a
 	// request of that identity that would open one gets 429 (0:
-	// config.DefaultMaxSessionsPerAgent).
+	// config.DefaultMaxSessionsPerAgent, or MaxSessions if that is less).
 	MaxSessionsPerAgent int
 }
 
