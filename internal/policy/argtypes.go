@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/cedar-policy/cedar-go/types"
+	xast "github.com/cedar-policy/cedar-go/x/exp/ast"
 	"github.com/cedar-policy/cedar-go/x/exp/schema/resolved"
 	"github.com/go-json-experiment/json/jsontext"
 )
@@ -36,8 +37,25 @@ import (
 //
 // Null is the absence of a value (the converter leaves it out): an
 // optional attribute sent as null is not there, a required one is missing.
-// Members a record type does not declare are not checked; no policy can
-// read them (the validator refuses it).
+//
+// Members a declared record does not declare are not checked, and they
+// are left out of the record Cedar sees, as a null is: at every level,
+// context.arguments itself included. Cedar compares records whole, so one
+// member more makes `==` false and contains() miss: with
+// `ops?: Set<{op: String}>`, {"ops":[{"op":"delete","x":0}]} would slip
+// past `context.arguments.ops.contains({op: "delete"})` while the upstream
+// reads op "delete". Nothing else of a validated policy can tell they are
+// gone: the validator refuses reading an attribute the record does not
+// declare, and a has test of one, which it accepts as always false, is
+// refused at load (checkArgHas) rather than left to be silently false.
+// At the top the same rule holds for the same reasons, though fewer
+// policies could be fooled there: checkEntityModel has every attribute of
+// CallArgs optional, and the strict validator refuses to compare such a
+// record with a record literal ({path?: String} and {path: String} are not
+// compatible), but a CallArgs that declares nothing makes
+// `context.arguments == {}` valid, and has tests of undeclared members are
+// accepted there too. With one rule the record Cedar sees always has the
+// schema's type, which is what the validator assumes of it.
 //
 // The converter never makes an ipaddr, datetime or duration (JSON has
 // none: a string stays a String) nor an entity reference (an object is a
@@ -49,7 +67,8 @@ import (
 // context.arguments: no decision of a bundle that reads none could depend
 // on them (and the schema template declares path). The decision cache
 // (Memo) keys on the exact argument bytes, so a cached decision is one
-// whose arguments were checked the same way.
+// whose arguments were checked and converted the same way; replay decides
+// with the same converter.
 
 // argType is a declared argument type, compiled from the schema.
 type argType struct {
@@ -78,9 +97,10 @@ const (
 	argRecord
 )
 
-// callArgsType compiles the type of call_tool's context.arguments, or
-// returns nil when it declares no attribute. The schema has passed
-// checkEntityModel: context.arguments is a record type.
+// callArgsType compiles the type of call_tool's context.arguments (a
+// record type, which may declare no attribute: then every member is left
+// out). The schema has passed checkEntityModel: context.arguments is a
+// record type.
 func callArgsType(s *resolved.Schema) (*argType, error) {
 	act, ok := s.Actions[uidCallTool]
 	if !ok || act.AppliesTo == nil {
@@ -93,9 +113,6 @@ func callArgsType(s *resolved.Schema) (*argType, error) {
 	rec, ok := a.Type.(resolved.RecordType)
 	if !ok {
 		return nil, fmt.Errorf("call_tool's context.arguments is not a record type")
-	}
-	if len(rec) == 0 {
-		return nil, nil
 	}
 	return compileArgType(rec, nil)
 }
@@ -256,4 +273,77 @@ func mismatch(t *argType, path []string, tok jsontext.Token) error {
 // is absent or null.
 func missing(t *argType, path []string) error {
 	return &ArgumentsError{Reason: fmt.Sprintf("%q must be %s (the bundle's schema declares it, not optional); it is missing or null: send it", argPath(path), article(t.name))}
+}
+
+// checkArgHas refuses a policy that tests with has an attribute that a
+// record of the arguments (context.arguments, or a record the schema
+// declares in it) does not declare. The validator accepts such a test
+// (it types it as always false) and the gateway leaves undeclared members
+// out of context.arguments (see above), so the test is always false: a
+// forbid written with it would never match. The records are followed
+// through attribute accesses, if-then-else and record literals, every way
+// a Cedar expression reaches a record of the context.
+func checkArgHas(p *xast.Policy, args *argType) error {
+	var err error
+	for _, c := range p.Conditions {
+		xast.Inspect(xast.NewNode(c.Body), func(n xast.IsNode) bool {
+			h, ok := n.(xast.NodeTypeHas)
+			if !ok || err != nil {
+				return err == nil
+			}
+			for _, r := range argRefs(h.Arg, args) {
+				if r.t != nil && r.t.kind == argRecord && r.t.attrs[string(h.Value)].t == nil {
+					name := argPath(append(slices.Clip(r.path), string(h.Value)))
+					err = fmt.Errorf("%q is tested with has, but the schema's CallArgs does not declare it, so the test is always false: the gateway leaves the members the schema does not declare out of context.arguments", name)
+					return false
+				}
+			}
+			return true
+		})
+	}
+	return err
+}
+
+// argRef is what an expression may be: the context record, a record of
+// the arguments of declared type t at path, or a record literal.
+type argRef struct {
+	context bool
+	t       *argType
+	path    []string
+	lit     *xast.NodeTypeRecord
+}
+
+// argRefs returns what the expression n may be among the records
+// checkArgHas follows (nothing when it is none of them).
+func argRefs(n xast.IsNode, args *argType) []argRef {
+	switch n := n.(type) {
+	case xast.NodeTypeVariable:
+		if n.Name == "context" {
+			return []argRef{{context: true}}
+		}
+	case xast.NodeTypeRecord:
+		return []argRef{{lit: &n}}
+	case xast.NodeTypeIfThenElse:
+		return append(argRefs(n.Then, args), argRefs(n.Else, args)...)
+	case xast.NodeTypeAccess:
+		var out []argRef
+		for _, r := range argRefs(n.Arg, args) {
+			switch {
+			case r.context && n.Value == "arguments":
+				out = append(out, argRef{t: args})
+			case r.lit != nil:
+				for _, e := range r.lit.Elements {
+					if e.Key == n.Value {
+						out = append(out, argRefs(e.Value, args)...)
+					}
+				}
+			case r.t != nil && r.t.kind == argRecord:
+				if a := r.t.attrs[string(n.Value)]; a.t != nil {
+					out = append(out, argRef{t: a.t, path: append(slices.Clip(r.path), string(n.Value))})
+				}
+			}
+		}
+		return out
+	}
+	return nil
 }

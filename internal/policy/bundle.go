@@ -298,6 +298,10 @@ func compile(dir string, snap *snapshot) (*Bundle, error) {
 				return nil, &LoadError{File: path, Line: pos.Line, Col: pos.Column,
 					Reason: "does not validate against " + snap.schema.rel + ": " + strings.ReplaceAll(err.Error(), "\n", "; ")}
 			}
+			if err := checkArgHas((*xast.Policy)(p.AST()), argTypes); err != nil {
+				return nil, &LoadError{File: path, Line: pos.Line, Col: pos.Column, Reason: "context.arguments: " + err.Error(),
+					Hint: "declare it in CallArgs, optional, with the type the tool takes (a call that sends it with another type is then denied); see examples/policy/README.md"}
+			}
 			b.set.Add(pid, p)
 			b.index[id] = len(b.ids)
 			b.ids = append(b.ids, id)

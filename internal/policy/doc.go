@@ -20,6 +20,9 @@
 //   - the schema declares an argument of a type no JSON argument converts
 //     to (ipaddr, datetime, duration, an entity type), which no call could
 //     send;
+//   - a policy tests with has a member of the arguments the schema does not
+//     declare: the validator accepts it as always false, and it is, since
+//     such members are left out of context.arguments (see argtypes.go);
 //   - two policies share an id;
 //   - the digest does not match the pin.
 //
@@ -97,7 +100,8 @@
 // MaxArgumentDepth or MaxArgumentValues, or that are not a JSON object, deny
 // the call with an error naming the limit; so does an argument the schema
 // declares, sent with another JSON type than converts to the declared type,
-// when some policy reads the arguments (see argtypes.go). A Request fully
+// when some policy reads the arguments (see argtypes.go), and the members
+// the schema does not declare are then left out of context.arguments. A Request fully
 // determines its Decision: replay rebuilds the Request from the audit log
 // and must get the recorded decision (for a read_resource that reads
 // context.uri, with the URI from the payload vault: the log holds only its

@@ -203,6 +203,62 @@ func TestArgumentOfAnotherTypeDenies(t *testing.T) {
 	}
 }
 
+// TestUndeclaredMembersLeftOut: a member the schema does not declare, in
+// a declared record, in a record inside a set or at the top, is left out of
+// the record Cedar sees. Cedar compares records whole: kept, one member
+// more would make a forbid's contains() or == miss while the upstream
+// reads the value the forbid is about.
+func TestUndeclaredMembersLeftOut(t *testing.T) {
+	sch := strings.Replace(exampleSchema(t), "  path?: String,", "  path?: String,\n  ops?: Set<{ op: String }>,\n  target?: { host: String },\n  conf?: { host: String, port?: Long },", 1)
+	b := load(t, bundle(t, map[string]string{"schema.cedarschema": sch, "p.cedar": `@id("all") permit (principal, action, resource);
+@id("no-delete") forbid (principal, action == Action::"call_tool", resource) when { context.arguments has ops && context.arguments.ops.contains({op: "delete"}) };
+@id("no-prod") forbid (principal, action == Action::"call_tool", resource) when { context.arguments has target && context.arguments.target == {host: "prod"} };
+@id("has-declared") forbid (principal, action == Action::"call_tool", resource) when { context.arguments has conf && context.arguments.conf has port };`}))
+	// A CallArgs that declares nothing: the whole record compares.
+	none := load(t, bundle(t, map[string]string{"schema.cedarschema": strings.Replace(exampleSchema(t), "  path?: String,", "", 1), "p.cedar": `@id("all") permit (principal, action, resource);
+@id("args") forbid (principal, action == Action::"call_tool", resource) when { context.arguments == {} };`}))
+	cases := []struct {
+		name string
+		b    *Bundle
+		args string
+		ids  []string // of the deny; nil: allowed by all
+	}{
+		{"set element as declared", b, `{"ops":[{"op":"delete"}]}`, []string{"no-delete"}},
+		{"set element with a member more", b, `{"ops":[{"op":"read"},{"op":"delete","x":0}]}`, []string{"no-delete"}},
+		{"set element with nested undeclared members", b, `{"ops":[{"x":{"y":[1e3,null]},"op":"delete","z":"a"}]}`, []string{"no-delete"}},
+		{"record as declared", b, `{"target":{"host":"prod"}}`, []string{"no-prod"}},
+		{"record with a member more", b, `{"target":{"host":"prod","x":true}}`, []string{"no-prod"}},
+		{"record with a null and a member more", b, `{"target":{"host":"prod","port":null,"x":true},"y":1}`, []string{"no-prod"}},
+		{"declared optional member still there", b, `{"conf":{"x":true,"host":"dev","port":22}}`, []string{"has-declared"}},
+		{"other values allowed", b, `{"ops":[{"op":"read","x":0}],"target":{"host":"dev","x":1},"conf":{"host":"prod","port":null,"x":1},"other":{"op":"delete"}}`, nil},
+		{"top level, nothing declared", none, `{"path":"/etc","x":{"y":1}}`, []string{"args"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := base()
+			r.Arguments = []byte(tc.args)
+			memo := tc.b.NewMemo()
+			for _, d := range []Decision{tc.b.Decide(&r), memo.Decide(&r), memo.Decide(&r)} {
+				if tc.ids == nil {
+					if !d.Allow || len(d.Errors) > 0 {
+						t.Fatalf("got %+v, want allowed", d)
+					}
+					continue
+				}
+				if d.Allow || !slices.Equal(d.PolicyIDs, tc.ids) || len(d.Errors) > 0 {
+					t.Fatalf("got %+v, want denied by %v", d, tc.ids)
+				}
+			}
+		})
+	}
+	// The limits and the form hold for undeclared members too.
+	r := base()
+	r.Arguments = []byte(`{"target":{"host":"dev","x":{"a":1,"a":2}}}`)
+	if d := b.Decide(&r); d.Allow || !slices.Equal(d.Errors, []string{"arguments: a member name is repeated (in an object at depth 3)"}) {
+		t.Fatalf("duplicate inside an undeclared member: got %+v", d)
+	}
+}
+
 // TestArgumentTypesCheckedOnlyWhenRead: a bundle whose policies read no
 // argument takes arguments of any type, even those its schema declares
 // (the examples keep the template's path).
@@ -461,6 +517,20 @@ func TestLoadErrors(t *testing.T) {
 		{"entity argument", map[string]string{
 			"schema.cedarschema": strings.Replace(sch, "  path?: String,", "  path?: String,\n  owner?: Agent,", 1), "a.cedar": "permit (principal, action, resource);"},
 			"schema.cedarschema", 0, `"owner" is declared as the entity type Agent, but no JSON argument converts to an entity`, ui.ExitConfig},
+		{"has on an undeclared argument", map[string]string{"schema.cedarschema": sch, "a.cedar": "permit (principal, action, resource);\n@id(\"x\")\nforbid (principal, action == Action::\"call_tool\", resource) when { context.arguments has debug };\n"},
+			"a.cedar", 2, `context.arguments: "debug" is tested with has, but the schema's CallArgs does not declare it, so the test is always false`, ui.ExitConfig},
+		{"has on an undeclared member of a declared record", map[string]string{
+			"schema.cedarschema": strings.Replace(sch, "  path?: String,", "  path?: String,\n  target?: { host: String },", 1),
+			"a.cedar":            "forbid (principal, action == Action::\"call_tool\", resource) when { context.arguments has target && context.arguments.target has port };\n"},
+			"a.cedar", 1, `"target.port" is tested with has`, ui.ExitConfig},
+		{"has through if and a record literal", map[string]string{
+			"schema.cedarschema": strings.Replace(sch, "  path?: String,", "  path?: String,\n  target?: { host: String },", 1),
+			"a.cedar":            "\nforbid (principal, action == Action::\"call_tool\", resource) when { context.arguments has target && {a: (if context.arguments has path then context.arguments.target else context.arguments.target)}.a has port };\n"},
+			"a.cedar", 2, `"target.port" is tested with has`, ui.ExitConfig},
+		{"has when CallArgs declares nothing", map[string]string{
+			"schema.cedarschema": strings.Replace(sch, "  path?: String,", "", 1),
+			"a.cedar":            "forbid (principal, action == Action::\"call_tool\", resource) when { {c: context}.c.arguments has path };\n"},
+			"a.cedar", 1, `"path" is tested with has`, ui.ExitConfig},
 		{"schema missing an action", map[string]string{
 			"schema.cedarschema": sch[:strings.Index(sch, "action list_tools")], "a.cedar": "permit (principal, action, resource);"},
 			"schema.cedarschema", 0, "list_tools", ui.ExitConfig},

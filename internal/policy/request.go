@@ -360,8 +360,9 @@ func buildScope(r *Request) (cedar.Request, *entities, error) {
 // or exceed MaxArgumentBytes, MaxArgumentDepth or MaxArgumentValues are an
 // *ArgumentsError.
 //
-// ArgumentsRecord does not check the types a bundle's schema declares;
-// Bundle.Decide does (see argtypes.go).
+// ArgumentsRecord does not check the types a bundle's schema declares, and
+// keeps the members it does not declare; Bundle.Decide checks the types
+// and leaves those members out (see argtypes.go).
 func ArgumentsRecord(raw []byte) (cedar.Record, error) {
 	return convertArguments(raw, false, nil)
 }
@@ -465,6 +466,15 @@ func (c *converter) value(depth int, want *argType) (cedar.Value, error) {
 					present[attr.index] = true
 				}
 			}
+			if want != nil && attr.t == nil {
+				// A member the declared record does not declare: read
+				// (the limits and the syntax hold for it too) and left
+				// out, as a null is (see argtypes.go).
+				if err := c.skip(depth + 1); err != nil {
+					return nil, err
+				}
+				continue
+			}
 			v, err := c.value(depth+1, attr.t)
 			if err != nil {
 				return nil, err
@@ -517,6 +527,16 @@ func (c *converter) value(depth int, want *argType) (cedar.Value, error) {
 		return cedar.NewSet(s...), nil
 	}
 	return nil, &ArgumentsError{Reason: fmt.Sprintf("unexpected JSON token %v", tok.Kind())}
+}
+
+// skip reads one JSON value as value does, checking the limits and the
+// syntax, and builds nothing.
+func (c *converter) skip(depth int) error {
+	check := c.check
+	c.check = true
+	_, err := c.value(depth, nil)
+	c.check = check
+	return err
 }
 
 // syntaxError is the error of arguments the decoder refuses, at depth (the
