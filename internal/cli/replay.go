@@ -126,7 +126,11 @@ calls whose decision would change.
 A decision that depends on the call's arguments (or a read's URI) needs them: with --identity
 (an auditor's age identity) replay opens the sealed payload vault, checks each
 payload against its commitment in the log (a mismatch is tampering), and uses
-it. Without it those calls are listed as not replayable, never guessed.
+it. Without it those calls are listed as not replayable, never guessed. Under
+a bundle that checks the argument types its schema declares (one whose
+policies read context.arguments), every call's decision depends on its
+arguments, whatever the tool: a declared argument sent with another type is
+denied.
 
 What the verification could not establish is repeated as a warning
 ("verification: ..."): a tail no signature covers, a torn last line, that

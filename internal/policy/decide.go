@@ -125,15 +125,26 @@ func (b *Bundle) sortIDs(ids []string) []string {
 }
 
 // DependsOnArguments reports whether the decision for r may depend on its
-// arguments: some policy that reads context.arguments (or merely names
-// "arguments") has a scope that matches r's principal, action and resource.
-// When it is false, Decide gives the same answer whatever the arguments
-// (other than arguments past the limits, or declared arguments of another
-// type than the schema's, which deny with an "arguments: " error: replay
-// reads the payload of a call recorded with one). Replay uses it to tell
-// the calls it can check without the payloads from those it cannot.
+// arguments: r is a call_tool and either the bundle checks the argument
+// types its schema declares (argtypes.go), which it does at every call,
+// whatever the tool, once some policy reads context.arguments, so a call
+// to any tool that sends a declared argument with another type is denied;
+// or some policy that reads context.arguments (or merely names
+// "arguments") has a scope that matches r's principal, action and
+// resource. When it is false, Decide gives the same answer whatever the
+// arguments (other than arguments past the limits or not a JSON object,
+// which deny with an "arguments: " error: replay reads the payload of a
+// call recorded with one). Replay uses it to tell the calls it can check
+// without the payloads from those it cannot: a decision it cannot make
+// without them is reported as not replayable, never guessed.
 func (b *Bundle) DependsOnArguments(r *Request) bool {
-	if r.Action != ActionCallTool || len(b.argScopes.Map()) == 0 {
+	if r.Action != ActionCallTool {
+		return false
+	}
+	if b.argTypes != nil && len(b.argTypes.attrs) > 0 {
+		return true
+	}
+	if len(b.argScopes.Map()) == 0 {
 		return false
 	}
 	// Scopes do not read the context.

@@ -114,6 +114,10 @@ func TestEngineReload(t *testing.T) {
 	}
 }
 
+// TestDependsOnArguments: a call_tool's decision depends on its arguments
+// when the bundle checks the argument types its schema declares (at every
+// call, whatever the tool), or else when the scope of a policy that reads
+// them matches the call.
 func TestDependsOnArguments(t *testing.T) {
 	b := load(t, "../../examples/policy/path-guard")
 	r := Request{Action: ActionCallTool, Agent: "a", Tool: "fs__read", Upstream: "fs", Session: Session{ID: "s"}}
@@ -121,8 +125,12 @@ func TestDependsOnArguments(t *testing.T) {
 		t.Fatal("fs call should depend on arguments")
 	}
 	r.Upstream, r.Tool = "git", "git__log"
-	if b.DependsOnArguments(&r) {
-		t.Fatal("git call does not depend on arguments")
+	if !b.DependsOnArguments(&r) {
+		t.Fatal("git call depends on arguments: path-guard checks path's type at every call")
+	}
+	r.Arguments = []byte(`{"path":5}`)
+	if d := b.Decide(&r); d.Allow || !strings.Contains(d.Reason, `"path" must be a String`) {
+		t.Fatalf("git call sending path 5: %+v", d)
 	}
 	r.Upstream, r.Action = "fs", ActionListTools
 	if b.DependsOnArguments(&r) {
@@ -131,6 +139,21 @@ func TestDependsOnArguments(t *testing.T) {
 	if load(t, "../../examples/policy/allow-list").DependsOnArguments(&Request{Action: ActionCallTool, Agent: "alice", Tool: "git__x", Upstream: "git"}) {
 		t.Fatal("allow-list does not read arguments")
 	}
+	// No declared type: only the scopes of the policies that read them.
+	scoped := load(t, scopedArgs(t))
+	fs := Request{Action: ActionCallTool, Agent: "a", Tool: "fs__read", Upstream: "fs"}
+	git := Request{Action: ActionCallTool, Agent: "a", Tool: "git__log", Upstream: "git"}
+	if !scoped.DependsOnArguments(&fs) || scoped.DependsOnArguments(&git) {
+		t.Fatal("a bundle that declares no argument depends on the arguments of fs calls only")
+	}
+}
+
+// scopedArgs is a bundle whose schema declares no argument (it checks no
+// type, and context.arguments is always empty) with a policy on fs calls
+// that reads context.arguments: DependsOnArguments goes by its scope.
+func scopedArgs(t *testing.T) string {
+	return bundle(t, map[string]string{"schema.cedarschema": strings.Replace(exampleSchema(t), "  path?: String,", "", 1), "p.cedar": `@id("all") permit (principal, action, resource);
+@id("fs-args") forbid (principal, action == Action::"call_tool", resource in Upstream::"fs") unless { context.arguments == {} };`})
 }
 
 func TestMemo(t *testing.T) {
@@ -202,8 +225,20 @@ func TestMemoDependsOnArguments(t *testing.T) {
 			}
 		}
 	}
+	if !m.DependsOnArguments(&fs) || !m.DependsOnArguments(&git) || m.DependsOnArguments(&list) {
+		t.Fatal("path-guard checks the arguments' types at every call_tool")
+	}
+	b = load(t, scopedArgs(t))
+	m = b.NewMemo()
+	for range 2 {
+		for _, r := range []*Request{&fs, &git, &list} {
+			if got, want := m.DependsOnArguments(r), b.DependsOnArguments(r); got != want {
+				t.Fatalf("%s %s: memo says %v, bundle %v", r.Action, r.Tool, got, want)
+			}
+		}
+	}
 	if !m.DependsOnArguments(&fs) || m.DependsOnArguments(&git) || m.DependsOnArguments(&list) {
-		t.Fatal("path-guard reads the arguments of fs calls only")
+		t.Fatal("the scoped bundle reads the arguments of fs calls only")
 	}
 }
 

@@ -157,13 +157,14 @@ func TestReplayIdentical(t *testing.T) {
 		t.Fatalf("sessions %+v %+v", rep.Sessions[0], rep.Sessions[1])
 	}
 
-	// Without it, the fs calls (whose decision depends on the path) are not
-	// replayable; the git calls are checked.
+	// Without it no call is replayable: the bundle reads path, so it checks
+	// the declared argument types at every call, git's too (a git call
+	// sending {"path":5} is denied).
 	rep, err = Run(ctx, f.dir, Options{Policies: []string{"testdata/recorded"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(statuses(rep, replayOf), " "); got != "not-replayable not-replayable same same same not-replayable" || rep.Findings() {
+	if got := strings.Join(statuses(rep, replayOf), " "); got != "not-replayable not-replayable not-replayable not-replayable not-replayable not-replayable" || rep.Findings() {
 		t.Fatalf("statuses %s", got)
 	}
 	if !strings.Contains(rep.Calls[0].Replay.Reason, "--identity") {
@@ -214,6 +215,88 @@ func TestWhatIf(t *testing.T) {
 	}
 	if c := rep.Calls[4].WhatIf; c.Decision != "allow" || c.PolicyIDs[0] != "git-read-only" {
 		t.Fatalf("%+v", c)
+	}
+}
+
+// TestWhatIfSeesArgumentTypeDenials: a bundle that reads the arguments
+// checks the types its schema declares at every call, whatever the tool.
+// Calls to git, recorded under a bundle that reads no argument, what-if'ed
+// against testdata/next (path?: String, read only by a forbid on fs): the
+// one sending {"path":5} would be denied at the gateway, and what-if says
+// so with the payloads; without them no git call is guessed. Before, the
+// payload was opened only when an argument-reading policy's scope matched
+// the call, and the call was reported an unchanged allow.
+func TestWhatIfSeesArgumentTypeDenials(t *testing.T) {
+	key, id := newKeys(t)
+	ctx := context.Background()
+	old := t.TempDir()
+	sch, err := os.ReadFile("testdata/recorded/schema.cedarschema")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(old, "schema.cedarschema"), sch, 0o644)
+	os.WriteFile(filepath.Join(old, "policy.cedar"), []byte(`@id("alice-git") permit (principal == Agent::"alice", action, resource in Upstream::"git");`), 0o644)
+	b, err := policy.Load(ctx, old, policy.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := policy.Load(ctx, "testdata/next", policy.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	w, err := auditlog.Open(dir, auditlog.Options{Key: key, PolicyDigest: b.Digest(), PolicyMode: "enforcing", Durability: auditlog.DurabilityGroup,
+		Recipients: []string{id.Recipient().String()}, Vault: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Append(ctx, &auditlog.Session{ID: "s1", Event: "start", Agent: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{`{"path":5}`, `{"path":"/srv"}`, `{}`}
+	wantLive := []string{"deny", "allow", "allow"}
+	for i, a := range args {
+		call := policy.Call{Agent: "alice", Session: "s1", Tool: "git__log", ToolName: "log", Upstream: "git",
+			EvidenceClass: "spawn-measured", Annotations: policy.Annotations{ReadOnly: true}, Arguments: []byte(a)}
+		// What the gateway running the next bundle decides.
+		if live := policy.NewEngine(next, policy.Enforcing, nil).DecideCall(call); live.Effect() != wantLive[i] {
+			t.Fatalf("%s: the next bundle decides %s %v", a, live.Effect(), live.Errors)
+		}
+		o := policy.NewEngine(b, policy.Enforcing, nil).DecideCall(call)
+		rc, err := w.Append(ctx, &auditlog.Call{Session: "s1", Agent: "alice", Tool: call.Tool, Upstream: "git", UpstreamTool: "log",
+			EvidenceClass: call.EvidenceClass, Args: w.Commit(call.Arguments), Decision: o.Effect(), PolicyIDs: o.PolicyIDs,
+			PolicyMode: string(o.Mode), PolicyBundle: o.Bundle, Outcome: auditlog.OutcomeForwarded, PolicyInput: o.Input()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Append(ctx, &auditlog.Result{Call: rc.Index, Session: "s1", Outcome: auditlog.ResultOK, Result: w.Commit([]byte(`{"content":[]}`))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	rep, err := Run(ctx, dir, Options{WhatIf: "testdata/next", Identities: []age.Identity{id}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(statuses(rep, whatIfOf), " "); got != "changes unchanged unchanged" || rep.Summary.Changes != 1 {
+		t.Fatalf("with the payloads: %s", got)
+	}
+	if c := rep.Calls[0]; c.Decision != "allow" || c.WhatIf.Decision != "deny" || !strings.Contains(c.WhatIf.Reason, `arguments: "path" must be a String`) {
+		t.Fatalf("with the payloads: %+v %+v", c, c.WhatIf)
+	}
+
+	rep, err = Run(ctx, dir, Options{WhatIf: "testdata/next"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(statuses(rep, whatIfOf), " "); got != "not-replayable not-replayable not-replayable" || rep.Summary.Changes != 0 {
+		t.Fatalf("without the payloads: %s", got)
+	}
+	if r := rep.Calls[0].WhatIf.Reason; !strings.Contains(r, "--identity") {
+		t.Fatalf("without the payloads: %q", r)
 	}
 }
 
