@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/confidential-mcp/cmcp/internal/pid1"
 	"github.com/confidential-mcp/cmcp/internal/ui"
 )
 
@@ -31,7 +32,12 @@ func (e *env) printer() *ui.Printer {
 
 // Main runs cmcp with args and returns the process exit code. It prints every
 // error exactly once, as "cmcp: error: ..." followed by "cmcp: hint: ..." lines.
+// As process 1 (a container without an init) it first becomes cmcp's init
+// and runs cmcp again as its child (package pid1).
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if code, done := pid1.Run(stderr); done {
+		return code
+	}
 	return mainWithEnv(args, stdin, stdout, stderr, os.Environ())
 }
 

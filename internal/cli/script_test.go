@@ -29,6 +29,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv("CMCP_CLI_CHILD") == "1" {
 		os.Exit(Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 	}
+	if mode := os.Getenv("CMCP_TEST_FORKER"); mode != "" {
+		os.Exit(forker(mode)) // an upstream of serve_pid1_test.go
+	}
 	testscript.Main(cleanupM{m}, map[string]func(){
 		"cmcp-bin": func() { os.Exit(Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)) },
 	})
