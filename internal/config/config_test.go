@@ -109,6 +109,18 @@ func TestLoadErrors(t *testing.T) {
 		{"pin on http", up("  - name: a\n    http: {url: https://x}\n    pin: {command: " + d1 + "}\n"), "a code pin applies to stdio upstreams only", ""},
 		{"tls pin on http://", up("  - name: a\n    http: {url: http://x, tls_pin: " + d1 + "}\n"), "a TLS pin needs https://", ""},
 		{"bad env name", up("  - name: a\n    stdio: {command: x, env_allow: [OK, 'BAD-NAME']}\n    allow_unmeasured: true\n"), `c.yaml:4:41: upstreams[0] (a).stdio.env_allow[1]: "BAD-NAME" is not a valid`, ""},
+		// A child's environment: nothing that loads code unless
+		// allow_code_env.
+		{"code-loading env_allow", up("  - name: a\n    stdio: {command: x, env_allow: [PATH, HOME, PYTHONPATH]}\n    pin: {command: " + d1 + "}\n"),
+			"c.yaml:4:49: upstreams[0] (a).stdio.env_allow[2]: PYTHONPATH, copied from the gateway's environment, loads code the pin does not cover: python imports modules from the directories it lists before its own", "allow_code_env: true"},
+		{"code-loading env", up("  - name: a\n    stdio:\n      command: x\n      env:\n        LOG: info\n        LD_PRELOAD: /tmp/x.so\n    pin: {command: " + d1 + "}\n"),
+			"c.yaml:8:9: upstreams[0] (a).stdio.env.LD_PRELOAD: LD_PRELOAD loads code the pin does not cover: the dynamic loader loads the libraries it names", "spawn-unmeasured"},
+		{"any LD_ variable", up("  - name: a\n    stdio: {command: x, env_allow: [LD_AUDIT]}\n    allow_unmeasured: true\n"), "env_allow[0]: LD_AUDIT, copied from the gateway's environment, loads code", ""},
+		{"npm settings in any case", up("  - name: a\n    stdio: {command: x, env: {NPM_CONFIG_REGISTRY: 'https://evil'}}\n    allow_unmeasured: true\n"), "stdio.env.NPM_CONFIG_REGISTRY: NPM_CONFIG_REGISTRY loads code", ""},
+		{"allow_code_env without a code variable", up("  - name: a\n    stdio: {command: x, env_allow: [PATH]}\n    pin: {command: " + d1 + "}\n    allow_code_env: true\n"),
+			"c.yaml:6:21: upstreams[0] (a).allow_code_env: has no effect: neither stdio.env nor stdio.env_allow names a variable that loads code", ""},
+		{"allow_code_env on http", up("  - name: a\n    http: {url: https://x}\n    allow_code_env: true\n"), "c.yaml:5:21: upstreams[0] (a).allow_code_env: applies to stdio upstreams only", ""},
+		{"bad name in env", up("  - name: a\n    stdio: {command: x, env: {'A-B': x}}\n    allow_unmeasured: true\n"), `c.yaml:4:31: upstreams[0] (a).stdio.env: "A-B" is not a valid`, ""},
 		{"bool typo", up("  - name: a\n    stdio: {command: x}\n    allow_unmeasured: yes\n"), `c.yaml:5:23: upstreams[0].allow_unmeasured: "yes": want true or false`, ""},
 		{"bad duration", up("  - name: a\n    http: {url: https://x, connect_timeout: soon}\n"), "upstreams[0].http.connect_timeout", ""},
 		{"remote plaintext address", up("  - name: a\n    http:\n      url: http://10.0.0.1/mcp\n"),
@@ -172,6 +184,53 @@ func TestLoadErrors(t *testing.T) {
 				t.Errorf("errors.As(*Error) failed for %T", err)
 			}
 		})
+	}
+}
+
+// TestLoadChildEnv: what a stdio child's environment may hold. A
+// code-loading variable loads with allow_code_env; a literal value in env
+// may use any name (it is no secret of the gateway's: env: {TOKEN: x} sets
+// the child's own variable, and tests set CMCP_TEST_* so); variables that
+// load no code load as they are.
+func TestLoadChildEnv(t *testing.T) {
+	c, err := LoadBytes("c.yaml", []byte(`version: 1
+upstreams:
+  - name: py
+    stdio:
+      command: /usr/bin/python3
+      env_allow: [PATH, HOME, PYTHONPATH]
+      env: {PYTHONUNBUFFERED: "1", PYTHONNOUSERSITE: "1", PYTHONPYCACHEPREFIX: /var/cache/py, REMOTE_TOKEN: literal, CMCP_TEST_CHILD: server}
+    pin: {command: `+d1+`}
+    allow_code_env: true
+  - name: remote
+    http: {url: https://x, bearer_token_env: REMOTE_TOKEN}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := c.Upstream("py"); !u.AllowCodeEnv {
+		t.Errorf("allow_code_env not loaded: %+v", u)
+	}
+}
+
+// TestCodeLoadingEnv: the variables that make a program load code are
+// known, with a reason; ordinary ones are not.
+func TestCodeLoadingEnv(t *testing.T) {
+	for _, name := range []string{"LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "LD_BIND_NOW", "DYLD_INSERT_LIBRARIES", "GCONV_PATH",
+		"NODE_OPTIONS", "NODE_PATH", "npm_config_registry", "NPM_CONFIG_NODE_OPTIONS",
+		"PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONINSPECT", "PYTHONUSERBASE", "PYTHONBREAKPOINT", "PYTHONWARNINGS",
+		"PERL5LIB", "PERLLIB", "PERL5OPT", "PERL5DB", "RUBYOPT", "RUBYLIB", "GEM_PATH", "BUNDLE_GEMFILE",
+		"BASH_ENV", "ENV", "SHELLOPTS", "PS4", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS", "CLASSPATH",
+		"DOTNET_STARTUP_HOOKS", "CORECLR_PROFILER_PATH_64", "LUA_INIT", "LUA_PATH_5_4", "PHPRC", "OPENSSL_CONF"} {
+		if CodeLoadingEnv(name) == "" {
+			t.Errorf("%s: not known to load code", name)
+		}
+	}
+	for _, name := range []string{"PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "PYTHONUNBUFFERED", "PYTHONNOUSERSITE",
+		"PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX", "NODE_ENV", "LOG_LEVEL", "LDFLAGS", "ENVIRONMENT", "npm_package_name"} {
+		if why := CodeLoadingEnv(name); why != "" {
+			t.Errorf("%s: said to load code (%s)", name, why)
+		}
 	}
 }
 

@@ -28,6 +28,7 @@ import (
 //	      dir: /srv                     # working directory (default: the gateway's)
 //	      env: {LOG_LEVEL: info}        # set explicitly in the child
 //	      env_allow: [PATH, HOME]       # copied from the gateway's environment
+//	                                    # (no code-loading variables)
 //	      sealed: false                 # true: run a sealed memfd copy (static binaries; Linux)
 //	    pin:                            # from `cmcp spawn-digest`
 //	      command: sha256:...           # the resolved command file
@@ -48,6 +49,11 @@ type Upstream struct {
 	// AllowUnmeasured lets a stdio upstream without a pin run, recorded
 	// with the evidence class spawn-unmeasured.
 	AllowUnmeasured bool `yaml:"allow_unmeasured" json:"allow_unmeasured,omitempty"`
+	// AllowCodeEnv lets a stdio upstream's env and env_allow name
+	// variables that load code (PYTHONPATH, LD_PRELOAD, NODE_OPTIONS: see
+	// CodeLoadingEnv), which Load otherwise refuses; every spawn of the
+	// upstream is then recorded with the evidence class spawn-unmeasured.
+	AllowCodeEnv bool `yaml:"allow_code_env" json:"allow_code_env,omitempty"`
 	// Lifecycle is LifecyclePerSession (default) or LifecycleShared.
 	Lifecycle string `yaml:"lifecycle" json:"lifecycle,omitempty"`
 	// Namespace exposes tools as "<name>__<tool>"; default true.
@@ -226,6 +232,9 @@ func (l *loader) validateUpstreams(c *Config, seq *yaml.Node, dir string) {
 			if u.AllowUnmeasured {
 				l.errorf(at("allow_unmeasured"), f+".allow_unmeasured", "", "applies to stdio upstreams only")
 			}
+			if u.AllowCodeEnv {
+				l.errorf(at("allow_code_env"), f+".allow_code_env", "", "applies to stdio upstreams only")
+			}
 			h := u.HTTP
 			pu, err := url.Parse(h.URL)
 			switch {
@@ -278,20 +287,7 @@ func (l *loader) validateUpstreams(c *Config, seq *yaml.Node, dir string) {
 		if s.Command == "" {
 			l.errorf(at("stdio"), f+".stdio.command", "", "missing: the program to run")
 		}
-		for name := range s.Env {
-			if !envNameRE.MatchString(name) {
-				l.errorf(valueNode(n, "stdio"), f+".stdio.env", "", "%q is not a valid environment variable name", name)
-			}
-		}
-		for j, name := range s.EnvAllow {
-			if !envNameRE.MatchString(name) {
-				node := valueNode(valueNode(n, "stdio"), "env_allow")
-				if node != nil && j < len(node.Content) {
-					node = node.Content[j]
-				}
-				l.errorf(node, fmt.Sprintf("%s.stdio.env_allow[%d]", f, j), "", "%q is not a valid environment variable name", name)
-			}
-		}
+		l.validateChildEnv(n, f, u)
 		if strings.ContainsRune(s.Command, '/') {
 			s.Command = absPath(dir, s.Command)
 		}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"strings"
 
+	"github.com/confidential-mcp/cmcp/internal/config"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
@@ -38,6 +40,14 @@ func StdioHooks(log AuditLog, logger *slog.Logger, m *Metrics) upstream.Hooks {
 			}
 			if b, err := json.Marshal(ev.Args); err == nil {
 				rec.ArgvDigest = digest.Bytes(b)
+			}
+			// The environment: its names in clear, its values (which may be
+			// secrets) committed to as arguments are, the payload being
+			// what /proc/<pid>/environ shows.
+			rec.EnvNames = ev.EnvNames
+			rec.Env = log.Commit(envPayload(ev.Env))
+			if code := codeEnvNames(ev.EnvNames); len(code) > 0 {
+				rec.Reason = joinReason(rec.Reason, "the environment sets variables that load code the pin does not cover: "+strings.Join(code, ", "))
 			}
 			if m != nil {
 				m.Spawn(ev.Upstream, spawnResult(ev))
@@ -79,6 +89,28 @@ func StdioHooks(log AuditLog, logger *slog.Logger, m *Metrics) upstream.Hooks {
 			}
 		},
 	}
+}
+
+// envPayload is the payload a spawn record's env commitment commits to:
+// every NAME=VALUE of the child's environment followed by a NUL byte, in
+// the order the child got them (what /proc/<pid>/environ shows).
+func envPayload(env []string) []byte {
+	var b []byte
+	for _, kv := range env {
+		b = append(append(b, kv...), 0)
+	}
+	return b
+}
+
+// codeEnvNames are the names that load code (config.CodeLoadingEnv).
+func codeEnvNames(names []string) []string {
+	var out []string
+	for _, n := range names {
+		if config.CodeLoadingEnv(n) != "" {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 func joinReason(a, b string) string {

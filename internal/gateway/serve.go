@@ -432,11 +432,13 @@ func buildUpstreams(cfg *config.Config, s *config.Server, environ []string, w *a
 		switch {
 		case u.Stdio != nil:
 			spec := upstream.StdioSpec{Name: u.Name, Command: u.Stdio.Command, Args: u.Stdio.Args, Dir: u.Stdio.Dir,
-				Env: u.Stdio.Env, EnvAllow: u.Stdio.EnvAllow, Sealed: u.Stdio.Sealed, AllowUnmeasured: u.AllowUnmeasured, StopGrace: s.ChildStopGrace}
+				Env: u.Stdio.Env, EnvAllow: u.Stdio.EnvAllow, Sealed: u.Stdio.Sealed, AllowUnmeasured: u.AllowUnmeasured, AllowCodeEnv: u.AllowCodeEnv, StopGrace: s.ChildStopGrace}
 			uo.Class = upstream.ClassSpawnUnmeasured
 			if u.Pin != nil {
 				spec.Pin, spec.MeasurePath, spec.MeasurePin = u.Pin.Command, u.Pin.Target, u.Pin.TargetDigest
-				uo.Class = upstream.ClassSpawnMeasured
+				if !u.AllowCodeEnv {
+					uo.Class = upstream.ClassSpawnMeasured
+				}
 			}
 			share := "per-session"
 			if u.Shared() {

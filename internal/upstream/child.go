@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +20,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/confidential-mcp/cmcp/internal/config"
 	"github.com/confidential-mcp/cmcp/internal/reaper"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
@@ -52,6 +55,10 @@ type StdioSpec struct {
 	// (nil = DefaultEnvAllow); Env sets values explicitly (they win).
 	EnvAllow []string
 	Env      map[string]string
+	// AllowCodeEnv says the environment may set variables that load code
+	// (config.CodeLoadingEnv): every spawn is then spawn-unmeasured, as is
+	// one whose environment holds such a variable without it.
+	AllowCodeEnv bool
 
 	// StopGrace is how long a child has between SIGTERM and SIGKILL.
 	StopGrace time.Duration
@@ -79,6 +86,7 @@ type SpawnEvent struct {
 	EnvNames     []string // names only: values may be secrets
 	SessionShare string   // "per-session" or "shared", set by the caller
 	Session      string   // the agent session the child serves ("" if shared)
+	Env          []string // the child's environment (NAME=VALUE, in order) for the hook to commit to, never to record in clear
 }
 
 // ExitEvent describes the end of a child.
@@ -233,7 +241,7 @@ type Child struct {
 // it runs; the program then sees the memfd as its path.
 func Spawn(ctx context.Context, spec StdioSpec, environ []string, hooks Hooks, share string) (*Child, error) {
 	env := childEnv(spec, environ)
-	ev := SpawnEvent{Session: SessionFrom(ctx), Upstream: spec.Name, Pin: spec.Pin, MeasurePath: spec.MeasurePath, MeasurePin: spec.MeasurePin, Args: spec.Args, EnvNames: envNames(env), SessionShare: share}
+	ev := SpawnEvent{Session: SessionFrom(ctx), Upstream: spec.Name, Pin: spec.Pin, MeasurePath: spec.MeasurePath, MeasurePin: spec.MeasurePin, Args: spec.Args, EnvNames: envNames(env), Env: env, SessionShare: share}
 	refuse := func(reason, hint string, err error) (*Child, error) {
 		ev.Refused, ev.Reason = true, reason
 		if hooks.Spawn != nil {
@@ -280,6 +288,9 @@ func Spawn(ctx context.Context, spec StdioSpec, environ []string, hooks Hooks, s
 	default:
 		return refuse(fmt.Sprintf("executable %s (digest %s) has no pin", path, d),
 			fmt.Sprintf("add 'pin: %s' to the upstream after checking the file, or set allow_unmeasured: true to run it as spawn-unmeasured", d), ErrUnpinned)
+	}
+	if spec.AllowCodeEnv || codeEnvIn(env) {
+		ev.Class = ClassSpawnUnmeasured // the environment can load code the pin does not cover
 	}
 	if spec.MeasurePath != "" {
 		md, err := measureTarget(ctx, spec.MeasurePath)
@@ -728,7 +739,8 @@ func (c *Child) reportExit() {
 }
 
 // childEnv builds the child's environment: allowlisted variables from the
-// gateway's environment, then configured values.
+// gateway's environment in their order, then configured values in the
+// order of their names.
 func childEnv(spec StdioSpec, environ []string) []string {
 	allow := spec.EnvAllow
 	if allow == nil {
@@ -744,17 +756,22 @@ func childEnv(spec StdioSpec, environ []string) []string {
 			set[name] = v
 		}
 	}
-	for k, v := range spec.Env {
+	for _, k := range slices.Sorted(maps.Keys(spec.Env)) { // in one order, which spawn records name
 		if _, dup := set[k]; !dup {
 			order = append(order, k)
 		}
-		set[k] = v
+		set[k] = spec.Env[k]
 	}
 	out := make([]string, 0, len(order))
 	for _, k := range order {
 		out = append(out, k+"="+set[k])
 	}
 	return out
+}
+
+// codeEnvIn reports whether env sets a variable that loads code.
+func codeEnvIn(env []string) bool {
+	return slices.ContainsFunc(envNames(env), func(name string) bool { return config.CodeLoadingEnv(name) != "" })
 }
 
 func envNames(env []string) []string {

@@ -114,6 +114,57 @@ func TestChildEnv(t *testing.T) {
 	}
 }
 
+// TestChildEnvOrder: configured values follow the allowlisted ones in the
+// order of their names, so that every spawn of an upstream gets (and its
+// spawn record names) its environment in one order.
+func TestChildEnvOrder(t *testing.T) {
+	spec := StdioSpec{EnvAllow: []string{"PATH"}, Env: map[string]string{"D": "4", "B": "2", "A": "1", "C": "3", "E": "5"}}
+	for range 20 {
+		if got := strings.Join(childEnv(spec, []string{"PATH=/bin"}), " "); got != "PATH=/bin A=1 B=2 C=3 D=4 E=5" {
+			t.Fatalf("env = %q", got)
+		}
+	}
+}
+
+// TestSpawnCodeEnvIsUnmeasured: a pinned child whose environment can load
+// code the pin does not cover (PYTHONPATH, LD_PRELOAD, NODE_OPTIONS) is
+// spawn-unmeasured, and so is every spawn of an upstream with
+// AllowCodeEnv (allow_code_env), whether the variable is set or not; the
+// spawn event carries the environment the child got.
+func TestSpawnCodeEnvIsUnmeasured(t *testing.T) {
+	p, d := writeScript(t, "#!/bin/sh\nexec sleep 300\n")
+	environ := []string{"PATH=/usr/bin:/bin", "PYTHONPATH=/tmp/evil"}
+	for _, tc := range []struct {
+		name string
+		spec StdioSpec
+		want string
+		env  string
+	}{
+		{"plain", StdioSpec{EnvAllow: []string{"PATH"}}, ClassSpawnMeasured, "PATH=/usr/bin:/bin"},
+		{"PYTHONPATH from the gateway", StdioSpec{EnvAllow: []string{"PATH", "PYTHONPATH"}}, ClassSpawnUnmeasured, "PATH=/usr/bin:/bin PYTHONPATH=/tmp/evil"},
+		{"LD_PRELOAD set", StdioSpec{EnvAllow: []string{"PATH"}, Env: map[string]string{"LD_PRELOAD": ""}}, ClassSpawnUnmeasured, "PATH=/usr/bin:/bin LD_PRELOAD="},
+		{"NODE_OPTIONS set", StdioSpec{EnvAllow: []string{}, Env: map[string]string{"NODE_OPTIONS": "--require /tmp/x.js"}}, ClassSpawnUnmeasured, "NODE_OPTIONS=--require /tmp/x.js"},
+		{"allow_code_env, nothing set", StdioSpec{EnvAllow: []string{"PATH", "NODE_PATH"}, AllowCodeEnv: true}, ClassSpawnUnmeasured, "PATH=/usr/bin:/bin"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := tc.spec
+			spec.Name, spec.Command, spec.Pin, spec.StopGrace = "s", p, d, time.Second
+			var spawned SpawnEvent
+			c, err := Spawn(context.Background(), spec, environ, Hooks{Spawn: func(ev SpawnEvent) error { spawned = ev; return nil }}, "shared")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Stop()
+			if c.class != tc.want || spawned.Class != tc.want {
+				t.Errorf("class %q, recorded %q; want %q", c.class, spawned.Class, tc.want)
+			}
+			if got := strings.Join(spawned.Env, " "); got != tc.env {
+				t.Errorf("event's environment %q, want %q", got, tc.env)
+			}
+		})
+	}
+}
+
 func TestStderrCountsWhileRunning(t *testing.T) {
 	p, d := writeScript(t, "#!/bin/sh\necho one >&2\nsleep 0.3\necho two >&2\nsleep 5\n")
 	reports := make(chan ExitEvent, 10)

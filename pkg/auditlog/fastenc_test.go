@@ -38,7 +38,7 @@ func fastCases() map[string]Record {
 		"checkpoint":  &CheckpointRecord{Note: "o\n1\nroot\n\n— o sig\n"},
 		"recovery":    &Recovery{Epoch: 1, Origin: "o", File: "f", Reason: "r\x00", DroppedSHA256: sampleMAC},
 		"seal":        &Seal{Reason: "close", Records: 7},
-		"spawn":       &Spawn{Upstream: "fs", Path: "/bin/é", EvidenceClass: "spawn-measured", Outcome: "started", Digest: sampleDigest, PID: 42},
+		"spawn":       &Spawn{Upstream: "fs", Path: "/bin/é", EvidenceClass: "spawn-measured", Outcome: "started", Digest: sampleDigest, PID: 42, EnvNames: []string{"PATH", "é"}, Env: Commitment{ID: 7, Size: 12, MAC: sampleMAC}},
 		"upstream":    &Upstream{Name: "fs", Transport: "stdio", EvidenceClass: "x", Event: "connected", Reason: "\xff"},
 		"drift":       &Drift{Upstream: "fs", Tool: "t", Change: "changed", Action: "refused", Pin: sampleDigest},
 		"session":     &Session{ID: "s", Event: "start", Agent: "a\u2028"},

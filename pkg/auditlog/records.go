@@ -189,12 +189,18 @@ type Spawn struct {
 	Digest        digest.Digest `json:"digest,omitzero"` // measured digest
 	Pin           digest.Digest `json:"pin,omitzero"`    // configured pin
 	ArgvDigest    digest.Digest `json:"argv_digest,omitzero"`
-	EvidenceClass string        `json:"evidence_class"`
-	PID           int64         `json:"pid,string,omitzero"`
-	Outcome       string        `json:"outcome"` // started, refused, exited
-	Reason        string        `json:"reason,omitzero"`
-	ExitCode      int64         `json:"exit_code,string,omitzero"`
-	Signal        string        `json:"signal,omitzero"`
+	// EnvNames are the names of the child's environment variables, in the
+	// order it got them; Env commits to the environment itself (the
+	// payload: every NAME=VALUE followed by a NUL byte, as
+	// /proc/<pid>/environ shows it), since values may be secrets.
+	EnvNames      []string   `json:"env_names,omitzero"`
+	Env           Commitment `json:"env,omitzero"`
+	EvidenceClass string     `json:"evidence_class"`
+	PID           int64      `json:"pid,string,omitzero"`
+	Outcome       string     `json:"outcome"` // started, refused, exited
+	Reason        string     `json:"reason,omitzero"`
+	ExitCode      int64      `json:"exit_code,string,omitzero"`
+	Signal        string     `json:"signal,omitzero"`
 }
 
 // Upstream records an upstream connection event.
