@@ -78,10 +78,37 @@ func CodeLoadingEnv(name string) string {
 	return ""
 }
 
+// credentialEnv maps each environment variable that holds an HTTP
+// upstream's credential (bearer_token_env, headers_from_env) to the setting
+// that names it.
+func credentialEnv(c *Config) map[string]string {
+	out := map[string]string{}
+	for i := range c.Upstreams {
+		u := &c.Upstreams[i]
+		if u.HTTP == nil {
+			continue
+		}
+		f := fmt.Sprintf("upstreams[%d] (%s).http", i, u.Name)
+		if v := u.HTTP.BearerTokenEnv; v != "" {
+			out[v] = f + ".bearer_token_env"
+		}
+		for _, h := range slices.Sorted(maps.Keys(u.HTTP.HeadersFromEnv)) {
+			if v := u.HTTP.HeadersFromEnv[h]; v != "" {
+				if _, dup := out[v]; !dup {
+					out[v] = f + ".headers_from_env." + h
+				}
+			}
+		}
+	}
+	return out
+}
+
 // validateChildEnv checks the variables a stdio upstream's child gets (u's
-// stdio.env and stdio.env_allow; n is u's node, f its field prefix): valid
-// names, and no code-loading variable unless allow_code_env.
-func (l *loader) validateChildEnv(n *yaml.Node, f string, u *Upstream) {
+// stdio.env and stdio.env_allow; n is u's node, f its field prefix, creds
+// from credentialEnv): valid names; no code-loading variable unless
+// allow_code_env; and, from the gateway's environment (env_allow), no
+// other upstream's credential and no CMCP_* variable.
+func (l *loader) validateChildEnv(n *yaml.Node, f string, u *Upstream, creds map[string]string) {
 	s := u.Stdio
 	sn := valueNode(n, "stdio")
 	if sn == nil {
@@ -119,6 +146,16 @@ func (l *loader) validateChildEnv(n *yaml.Node, f string, u *Upstream) {
 		field := fmt.Sprintf("%s.stdio.env_allow[%d]", f, j)
 		if !envNameRE.MatchString(name) {
 			l.errorf(node, field, "", "%q is not a valid environment variable name", name)
+			continue
+		}
+		if setting, ok := creds[name]; ok {
+			l.errorf(node, field, "remove it from env_allow; if this server needs a credential of its own, keep it in a variable of its own and list that one",
+				"%s holds the credential of another upstream (%s): the child would get that secret", name, setting)
+			continue
+		}
+		if strings.HasPrefix(name, "CMCP_") {
+			l.errorf(node, field, "remove it from env_allow; give the child a value it needs with stdio.env",
+				"%s: CMCP_* variables are the gateway's own, never copied to a child", name)
 			continue
 		}
 		if why := CodeLoadingEnv(name); why != "" {

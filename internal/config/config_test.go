@@ -110,7 +110,7 @@ func TestLoadErrors(t *testing.T) {
 		{"tls pin on http://", up("  - name: a\n    http: {url: http://x, tls_pin: " + d1 + "}\n"), "a TLS pin needs https://", ""},
 		{"bad env name", up("  - name: a\n    stdio: {command: x, env_allow: [OK, 'BAD-NAME']}\n    allow_unmeasured: true\n"), `c.yaml:4:41: upstreams[0] (a).stdio.env_allow[1]: "BAD-NAME" is not a valid`, ""},
 		// A child's environment: nothing that loads code unless
-		// allow_code_env.
+		// allow_code_env, no other upstream's credential, no CMCP_*.
 		{"code-loading env_allow", up("  - name: a\n    stdio: {command: x, env_allow: [PATH, HOME, PYTHONPATH]}\n    pin: {command: " + d1 + "}\n"),
 			"c.yaml:4:49: upstreams[0] (a).stdio.env_allow[2]: PYTHONPATH, copied from the gateway's environment, loads code the pin does not cover: python imports modules from the directories it lists before its own", "allow_code_env: true"},
 		{"code-loading env", up("  - name: a\n    stdio:\n      command: x\n      env:\n        LOG: info\n        LD_PRELOAD: /tmp/x.so\n    pin: {command: " + d1 + "}\n"),
@@ -120,6 +120,12 @@ func TestLoadErrors(t *testing.T) {
 		{"allow_code_env without a code variable", up("  - name: a\n    stdio: {command: x, env_allow: [PATH]}\n    pin: {command: " + d1 + "}\n    allow_code_env: true\n"),
 			"c.yaml:6:21: upstreams[0] (a).allow_code_env: has no effect: neither stdio.env nor stdio.env_allow names a variable that loads code", ""},
 		{"allow_code_env on http", up("  - name: a\n    http: {url: https://x}\n    allow_code_env: true\n"), "c.yaml:5:21: upstreams[0] (a).allow_code_env: applies to stdio upstreams only", ""},
+		{"bearer token in env_allow", up("  - name: a\n    stdio: {command: x, env_allow: [PATH, UPSTREAM_TOKEN]}\n    pin: {command: " + d1 + "}\n  - name: remote\n    http: {url: https://x, bearer_token_env: UPSTREAM_TOKEN}\n"),
+			"c.yaml:4:43: upstreams[0] (a).stdio.env_allow[1]: UPSTREAM_TOKEN holds the credential of another upstream (upstreams[1] (remote).http.bearer_token_env): the child would get that secret", "a variable of its own"},
+		{"header credential in env_allow", up("  - name: remote\n    http:\n      url: https://x\n      headers_from_env: {X-Api-Key: API_KEY}\n  - name: a\n    stdio: {command: x, env_allow: [API_KEY]}\n    allow_unmeasured: true\n"),
+			"c.yaml:8:37: upstreams[1] (a).stdio.env_allow[0]: API_KEY holds the credential of another upstream (upstreams[0] (remote).http.headers_from_env.X-Api-Key)", ""},
+		{"CMCP_ in env_allow", up("  - name: a\n    stdio: {command: x, env_allow: [PATH, CMCP_REAPER]}\n    allow_unmeasured: true\n"),
+			"c.yaml:4:43: upstreams[0] (a).stdio.env_allow[1]: CMCP_REAPER: CMCP_* variables are the gateway's own, never copied to a child", "stdio.env"},
 		{"bad name in env", up("  - name: a\n    stdio: {command: x, env: {'A-B': x}}\n    allow_unmeasured: true\n"), `c.yaml:4:31: upstreams[0] (a).stdio.env: "A-B" is not a valid`, ""},
 		{"bool typo", up("  - name: a\n    stdio: {command: x}\n    allow_unmeasured: yes\n"), `c.yaml:5:23: upstreams[0].allow_unmeasured: "yes": want true or false`, ""},
 		{"bad duration", up("  - name: a\n    http: {url: https://x, connect_timeout: soon}\n"), "upstreams[0].http.connect_timeout", ""},

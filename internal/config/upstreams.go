@@ -28,7 +28,8 @@ import (
 //	      dir: /srv                     # working directory (default: the gateway's)
 //	      env: {LOG_LEVEL: info}        # set explicitly in the child
 //	      env_allow: [PATH, HOME]       # copied from the gateway's environment
-//	                                    # (no code-loading variables)
+//	                                    # (no code-loading variables, no credentials of
+//	                                    # other upstreams, no CMCP_*)
 //	      sealed: false                 # true: run a sealed memfd copy (static binaries; Linux)
 //	    pin:                            # from `cmcp spawn-digest`
 //	      command: sha256:...           # the resolved command file
@@ -183,6 +184,7 @@ func (c *Config) Upstream(name string) *Upstream {
 // validateUpstreams checks the upstreams section; seq is its YAML node.
 func (l *loader) validateUpstreams(c *Config, seq *yaml.Node, dir string) {
 	seen := map[string]*yaml.Node{}
+	creds := credentialEnv(c)
 	for i := range c.Upstreams {
 		u := &c.Upstreams[i]
 		var n *yaml.Node
@@ -287,7 +289,7 @@ func (l *loader) validateUpstreams(c *Config, seq *yaml.Node, dir string) {
 		if s.Command == "" {
 			l.errorf(at("stdio"), f+".stdio.command", "", "missing: the program to run")
 		}
-		l.validateChildEnv(n, f, u)
+		l.validateChildEnv(n, f, u, creds)
 		if strings.ContainsRune(s.Command, '/') {
 			s.Command = absPath(dir, s.Command)
 		}
