@@ -55,7 +55,9 @@ calls for server.shutdown_grace, stops every child and seals the log; then
 "cmcp verify-chain AUDIT_DIR" passes. Calls still running when the grace
 ends are cut: cancelled upstream, answered -32068 and recorded as cut by
 the shutdown, with a warning in the gateway log; the exit status is still 0,
-over HTTP and over --stdio.
+over HTTP and over --stdio. With --stdio, EOF on stdin (the agent is done
+sending) stops the gateway the same way once every request read before it
+is answered on stdout; server.shutdown_grace then counts from the EOF.
 
 With a policy: section every call is decided by that Cedar bundle (its
 digest is pinned by policy.expect and recorded in the log's genesis record).

@@ -491,15 +491,23 @@ func (g *Gateway) sessionByID(id string) *session {
 }
 
 // ServeStdio serves one agent session over in and out (cmcp serve --stdio:
-// the agent spawned cmcp). It returns when the agent closes its end or ctx
-// ends, after the session's children are stopped.
+// the agent spawned cmcp). It returns when the agent has closed its end
+// (in ended) and every request it sent is answered, or when ctx ends,
+// after the session's children are stopped.
 func (g *Gateway) ServeStdio(ctx context.Context, in io.ReadCloser, out io.WriteCloser, identity string) error {
+	return g.serveStdio(ctx, in, out, identity, nil)
+}
+
+// serveStdio is ServeStdio; inputEnded, if set, is called once in ends,
+// while the requests read are still being answered (Serve bounds that
+// by server.shutdown_grace).
+func (g *Gateway) serveStdio(ctx context.Context, in io.ReadCloser, out io.WriteCloser, identity string, inputEnded func()) error {
 	if identity == "" {
 		identity = AnonymousIdentity
 	}
 	s := g.newSession(identity, "stdio")
 	err := s.srv.Run(ctx, &agentStdio{in: in, out: out, fast: s.stdioFast, passed: s.recordUndecodableCall, badID: s.recordBadIDCall,
-		ambiguous: s.refuseAmbiguousCall})
+		ambiguous: s.refuseAmbiguousCall, unanswered: &s.unanswered, inputEnded: inputEnded})
 	s.end(endedFor("the agent closed the stdio connection"))
 	if err != nil && (errors.Is(err, io.EOF) || errors.Is(err, context.Canceled)) {
 		return nil

@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -237,11 +238,12 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 	if grace <= 0 {
 		grace = 10 * time.Second
 	}
-	shutdown := func() error {
-		sctx, cancel := context.WithTimeout(context.Background(), grace)
+	shutdownBy := func(deadline time.Time) error {
+		sctx, cancel := context.WithDeadline(context.Background(), deadline)
 		defer cancel()
 		return g.Shutdown(sctx)
 	}
+	shutdown := func() error { return shutdownBy(time.Now().Add(grace)) }
 	if cfg.Admin != nil {
 		// The operators' listener (admin.go): its own address and token.
 		adm, err := StartAdmin(cfg.Admin, g, w, o.Metrics, logger)
@@ -266,28 +268,48 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 		// the agent's connection, which stays open until they are, or
 		// until shutdown_grace is over: then the calls still running are
 		// cut and answered -32068 (Shutdown), and only then does the
-		// session end. The agent closing its end still ends the session
-		// at once.
+		// session end. The agent closing its end of stdin (EOF) means it
+		// is done sending, not that it stopped reading: every request it
+		// sent before is handled and answered as usual, and the session
+		// ends once they are (the transport waits for them), or at
+		// shutdown_grace after the EOF, when the calls still running are
+		// cut as on a signal.
 		session, endSession := context.WithCancel(context.Background())
 		defer endSession()
+		inputEnded := make(chan struct{})
 		type stopped struct {
-			ran bool // the signal's shutdown ran
+			ran bool // the signal's (or the EOF's) shutdown ran
 			err error
 		}
 		stop := make(chan stopped, 1)
 		go func() {
+			var deadline time.Time
 			select {
 			case <-ctx.Done():
+				deadline = time.Now().Add(grace)
+				logger.Info("shutting down: draining in-flight calls", "grace", grace)
+			case <-inputEnded:
+				deadline = time.Now().Add(grace)
+				logger.Info("the agent closed stdin: answering the requests it sent, then stopping", "grace", grace)
+				t := time.NewTimer(grace)
+				defer t.Stop()
+				select {
+				case <-session.Done(): // all answered: the session ended
+					stop <- stopped{}
+					return
+				case <-ctx.Done():
+					logger.Info("shutting down: draining in-flight calls", "grace", time.Until(deadline).Round(time.Millisecond))
+				case <-t.C:
+				}
 			case <-session.Done():
 				stop <- stopped{}
 				return
 			}
-			logger.Info("shutting down: draining in-flight calls", "grace", grace)
-			err := shutdown()
+			err := shutdownBy(deadline)
 			endSession()
 			stop <- stopped{ran: true, err: err}
 		}()
-		serr := g.ServeStdio(session, o.Stdin, o.Stdout, srvCfg.StdioIdentity)
+		serr := g.serveStdio(session, o.Stdin, o.Stdout, srvCfg.StdioIdentity, sync.OnceFunc(func() { close(inputEnded) }))
 		endSession()
 		st := <-stop
 		if !st.ran {

@@ -683,6 +683,23 @@ func serveStdio(t *testing.T, server string, stdio ...string) *stdioServe {
 // serveStdioMode is serveStdio with the test child in the given mode.
 func serveStdioMode(t *testing.T, mode, server string, stdio ...string) *stdioServe {
 	t.Helper()
+	st, inW, outR := startServeStdio(t, mode, server, stdio...)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	st.ctx = ctx
+	c := mcp.NewClient(&mcp.Implementation{Name: "desktop", Version: "1"}, nil)
+	var err error
+	if st.cs, err = c.Connect(ctx, &mcp.IOTransport{Reader: outR, Writer: inW}, nil); err != nil {
+		t.Fatalf("connect: %v\n%s", err, st.logs.String())
+	}
+	t.Cleanup(func() { st.cs.Close() })
+	return st
+}
+
+// startServeStdio starts `serve --stdio` as serveStdioMode does, and
+// returns the agent's ends of cmcp's stdin and stdout instead of a client.
+func startServeStdio(t *testing.T, mode, server string, stdio ...string) (*stdioServe, *io.PipeWriter, *io.PipeReader) {
+	t.Helper()
 	exe, pin := selfDigest(t)
 	st := &stdioServe{dir: t.TempDir(), done: make(chan error, 1), logs: &lockedWriter{b: &strings.Builder{}}}
 	path := filepath.Join(st.dir, "cmcp.yaml")
@@ -722,15 +739,7 @@ upstreams:
 	case err := <-st.done:
 		t.Fatalf("Serve: %v\n%s", err, st.logs.String())
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	st.ctx = ctx
-	c := mcp.NewClient(&mcp.Implementation{Name: "desktop", Version: "1"}, nil)
-	if st.cs, err = c.Connect(ctx, &mcp.IOTransport{Reader: outR, Writer: inW}, nil); err != nil {
-		t.Fatalf("connect: %v\n%s", err, st.logs.String())
-	}
-	t.Cleanup(func() { st.cs.Close() })
-	return st
+	return st, inW, outR
 }
 
 // wait waits for Serve to return, and fails t unless it returned nil.

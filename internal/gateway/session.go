@@ -104,6 +104,10 @@ type session struct {
 	answering  counter
 	sdkCut     atomic.Bool
 	serverReqs rpcwire.Pending // requests to the agent on fast-call streams
+	// unanswered are the requests a stdio agent sent that are not answered
+	// yet, whichever path answers them (stdio.go): the end waits for those
+	// read before it, including the ones go-sdk has not dispatched yet.
+	unanswered unanswered
 
 	// What tools/list last showed the agent (or what it was last told
 	// changed), as sorted names, once it has listed; see recheckList.
@@ -307,14 +311,21 @@ func (s *session) cut(e *sessionEnd) { s.cancel(e) }
 // open: go-sdk's Close waits for its handlers but drops the answers they
 // give after it began, so this waits for them, and lingers for go-sdk to
 // write its answers.
+//
+// On stdio it also waits for the answers to the requests the agent sent
+// before the end, whichever path answers them, including those go-sdk had
+// not dispatched yet when the calls were cut (it answers them once it
+// does; during a shutdown a call is refused -32068). The transport sees
+// each answer written, so stdio needs no linger.
 func (s *session) cutAndAnswer(e *sessionEnd) {
 	s.cut(e)
 	wctx, cancel := context.WithTimeout(context.Background(), cutAnswerWait)
 	s.answering.wait(wctx)
+	left := s.unanswered.wait(wctx.Done())
 	cancel()
-	if n := s.answering.n.Load(); n > 0 {
-		s.g.logger.Warn("session ended with requests whose answers could not be written in time", "session", s.id, "requests", n, "waited", cutAnswerWait)
-	} else if s.sdkCut.Load() {
+	if n := s.answering.n.Load(); n > 0 || left > 0 {
+		s.g.logger.Warn("session ended with requests whose answers could not be written in time", "session", s.id, "requests", max(n, int64(left)), "waited", cutAnswerWait)
+	} else if s.sdkCut.Load() && s.front != "stdio" {
 		time.Sleep(cutAnswerLinger)
 	}
 }

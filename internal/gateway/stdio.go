@@ -46,10 +46,20 @@ type agentStdio struct {
 	// take, with its line, before passed: when it refuses the request it
 	// returns the error to answer it with (and the id to answer).
 	ambiguous func(req *jsonrpc.Request, line []byte) (jsonrpc.ID, *jsonrpc.Error, bool)
+	// unanswered, if set, tracks the requests read from the agent until
+	// they are answered (the session's end waits for them too).
+	unanswered *unanswered
+	// inputEnded, if set, is called once the agent's input ends (EOF on
+	// stdin, or a read error), before the wait for the answers to the
+	// requests read (see endOfInput).
+	inputEnded func()
 }
 
 func (t *agentStdio) Connect(context.Context) (mcp.Connection, error) {
-	c := &agentConn{t: t, Inbox: rpcwire.NewInbox()}
+	c := &agentConn{t: t, Inbox: rpcwire.NewInbox(), unanswered: t.unanswered}
+	if c.unanswered == nil {
+		c.unanswered = &unanswered{}
+	}
 	if t.fast != nil {
 		c.fast = t.fast(c)
 	}
@@ -62,6 +72,7 @@ type agentConn struct {
 	*rpcwire.Inbox // Read
 	wmu            sync.Mutex
 	fast           func(*jsonrpc.Request) (bool, func(resume func()))
+	unanswered     *unanswered
 }
 
 func (c *agentConn) readLoop() {
@@ -81,7 +92,7 @@ func (c *agentConn) read(br *bufio.Reader, n int) {
 	for ; ; n++ {
 		line, tooLong, err := readLine(br, maxAgentLine)
 		if err != nil {
-			c.Fail(err)
+			c.endOfInput(err)
 			return
 		}
 		if tooLong {
@@ -109,6 +120,7 @@ func (c *agentConn) read(br *bufio.Reader, n int) {
 			if strict && c.fast != nil {
 				if took, run := c.fast(req); took {
 					if run != nil {
+						c.unanswered.read(req.ID)
 						next := n + 1
 						resume := sync.OnceFunc(func() { go c.read(br, next) })
 						t := time.AfterFunc(resumeAfter, resume)
@@ -116,6 +128,7 @@ func (c *agentConn) read(br *bufio.Reader, n int) {
 							t.Stop()
 							resume()
 						})
+						c.unanswered.answered(req.ID) // or cancelled by the agent: no answer is due
 						t.Stop()
 						resume()
 						return
@@ -133,9 +146,123 @@ func (c *agentConn) read(br *bufio.Reader, n int) {
 			if c.t.passed != nil {
 				c.t.passed(req)
 			}
+			if req.IsCall() {
+				c.unanswered.read(req.ID) // go-sdk answers it through Write
+			}
 		}
 		if !c.Deliver(msg) {
 			return
+		}
+	}
+}
+
+// endOfInput ends the agent's input once the requests it sent are
+// answered. EOF on stdin means that the agent is done sending (`printf ...
+// | cmcp serve --stdio`; an MCP client that closes stdin to end the
+// session), not that it stopped reading stdout. go-sdk, told at once, would
+// end the session at once: it cancels the requests in flight, writes none
+// of their answers, and drops the ones it has not dispatched yet, such as
+// a tools/call read with the initialize before it. So go-sdk is told only
+// once every request read is answered, or once the connection is closed:
+// the session ended otherwise (cmcp serve's shutdown, at
+// server.shutdown_grace after the EOF, cuts and answers the calls still
+// running first).
+func (c *agentConn) endOfInput(err error) {
+	if c.t.inputEnded != nil && !c.unanswered.isClosed() { // not the read cut by Close
+		c.t.inputEnded()
+	}
+	c.unanswered.wait(nil) // Close ends the wait
+	c.Fail(err)
+}
+
+// unanswered tracks the requests an agent sent until they are answered
+// (or, for the fast path, until the call is over: one the agent cancelled
+// gets no answer), by id: a request whose id is in use already is
+// answered as a duplicate, and only the first counts.
+type unanswered struct {
+	mu      sync.Mutex
+	n       uint64         // requests read
+	ids     map[any]uint64 // the id of each unanswered request -> its n
+	changed chan struct{}  // closed when one is answered, if someone waits
+	closed  bool           // the connection is closed: no answer will be written
+}
+
+func (u *unanswered) isClosed() bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.closed
+}
+
+// close says that the connection is closed: waiting is over.
+func (u *unanswered) close() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.closed = true
+	if u.changed != nil {
+		close(u.changed)
+		u.changed = nil
+	}
+}
+
+func (u *unanswered) read(id jsonrpc.ID) {
+	if !id.IsValid() {
+		return
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.n++
+	if u.ids == nil {
+		u.ids = map[any]uint64{}
+	}
+	if _, dup := u.ids[id.Raw()]; !dup {
+		u.ids[id.Raw()] = u.n
+	}
+}
+
+func (u *unanswered) answered(id jsonrpc.ID) {
+	if !id.IsValid() {
+		return
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if _, ok := u.ids[id.Raw()]; !ok {
+		return
+	}
+	delete(u.ids, id.Raw())
+	if u.changed != nil {
+		close(u.changed)
+		u.changed = nil
+	}
+}
+
+// wait returns once every request read before it was called is answered,
+// the connection is closed, or stop is closed; it returns how many of them
+// are not answered.
+func (u *unanswered) wait(stop <-chan struct{}) int {
+	u.mu.Lock()
+	upTo := u.n
+	u.mu.Unlock()
+	for {
+		u.mu.Lock()
+		left := 0
+		for _, n := range u.ids {
+			if n <= upTo {
+				left++
+			}
+		}
+		if left == 0 || u.closed {
+			u.mu.Unlock()
+			return left
+		}
+		if u.changed == nil {
+			u.changed = make(chan struct{})
+		}
+		changed := u.changed
+		u.mu.Unlock()
+		select {
+		case <-changed:
+		case <-stop:
+			return left
 		}
 	}
 }
@@ -226,6 +353,9 @@ func (c *agentConn) writeLine(b []byte) error {
 }
 
 func (c *agentConn) Write(_ context.Context, msg jsonrpc.Message) error {
+	if r, ok := msg.(*jsonrpc.Response); ok {
+		defer c.unanswered.answered(r.ID) // once written (or not writable)
+	}
 	b, err := jsonrpc.EncodeMessage(msg)
 	if err != nil {
 		return err
@@ -234,6 +364,7 @@ func (c *agentConn) Write(_ context.Context, msg jsonrpc.Message) error {
 }
 
 func (c *agentConn) Close() error {
+	c.unanswered.close()
 	if c.Inbox.Close() {
 		c.t.in.Close()
 		c.t.out.Close()

@@ -1,0 +1,204 @@
+package gateway
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+)
+
+// TestServeStdioAnswersWhatItReadBeforeEOF: an agent that writes its
+// requests and closes cmcp's stdin (`printf ... | cmcp serve --stdio`: EOF
+// means it is done sending, not that it stopped reading) gets every one of
+// them handled as usual: initialize answered, the tools/call decided,
+// recorded, forwarded and answered on stdout before cmcp exits 0 with its
+// children stopped and its log sealed. A call still running
+// server.shutdown_grace after the EOF is cut as on a signal: cancelled
+// upstream, answered -32068, recorded as cut by the shutdown, with a
+// warning. Before, go-sdk ended the session at the EOF: nothing was
+// written, and a call not yet dispatched was not even recorded.
+func TestServeStdioAnswersWhatItReadBeforeEOF(t *testing.T) {
+	const (
+		initialize  = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"sh","version":"1"}}}`
+		initialized = `{"jsonrpc":"2.0","method":"notifications/initialized"}`
+		grace       = time.Second
+	)
+	cases := []struct {
+		name string
+		// first: initialize is written, and answered, before the rest,
+		// so that the session is bound and the fast path takes the call;
+		// otherwise everything goes in one write.
+		first bool
+		meta  string // the params' leading members (an escaped _meta name: go-sdk answers)
+		tool  string
+		text  string
+		want  string // the answer's text; "" for a call the grace cuts
+	}{
+		{name: "one write", tool: "t__echo", text: "hi", want: "echo: hi"},
+		{name: "one write/go-sdk", meta: `"_meta":{"x\u0041":1},`, tool: "t__echo", text: "hi", want: "echo: hi"},
+		{name: "fast path", first: true, tool: "t__echo", text: "hi", want: "echo: hi"},
+		{name: "cut/one write", tool: "t__sleep", text: "10s"},
+		{name: "cut/go-sdk", meta: `"_meta":{"x\u0041":1},`, tool: "t__sleep", text: "10s"},
+		{name: "cut/fast path", first: true, tool: "t__sleep", text: "10s"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			st, in, out := startServeStdio(t, "server", fmt.Sprintf("  shutdown_grace: %s\n", grace))
+			type line struct {
+				text string
+				at   time.Time
+			}
+			lines := make(chan line, 16)
+			go func() {
+				defer close(lines)
+				sc := bufio.NewScanner(out)
+				sc.Buffer(make([]byte, 1<<20), 1<<20)
+				for sc.Scan() {
+					lines <- line{sc.Text(), time.Now()}
+				}
+			}()
+			call := `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"` + tc.tool + `",` + tc.meta + `"arguments":{"text":"` + tc.text + `"}}}`
+			var answers []string
+			rest := initialize + "\n" + initialized + "\n" + call + "\n"
+			if tc.first {
+				if _, err := in.Write([]byte(initialize + "\n")); err != nil {
+					t.Fatal(err)
+				}
+				select {
+				case l := <-lines:
+					answers = append(answers, l.text)
+				case <-time.After(20 * time.Second):
+					t.Fatalf("initialize was not answered\n%s", st.logs.String())
+				}
+				rest = initialized + "\n" + call + "\n"
+			}
+			fastBefore := st.g.fastPath.Load()
+			if _, err := in.Write([]byte(rest)); err != nil {
+				t.Fatal(err)
+			}
+			in.Close()
+			eof := time.Now()
+			timeout := time.After(20 * time.Second)
+			var answered time.Time // the call's answer
+		read:
+			for {
+				select {
+				case l, ok := <-lines:
+					if !ok {
+						break read
+					}
+					answers = append(answers, l.text)
+					if strings.Contains(l.text, `"id":2`) {
+						answered = l.at
+					}
+				case <-timeout:
+					t.Fatalf("stdout was not closed; read %q\n%s", answers, st.logs.String())
+				}
+			}
+			st.wait(t) // Serve returns nil: exit 0
+			byID := map[string]map[string]json.RawMessage{}
+			for _, l := range answers {
+				var m map[string]json.RawMessage
+				if err := json.Unmarshal([]byte(l), &m); err != nil {
+					t.Fatalf("stdout line %q: %v", l, err)
+				}
+				byID[string(m["id"])] = m
+			}
+			if len(answers) != 2 || byID["1"]["result"] == nil || !strings.Contains(string(byID["1"]["result"]), `"protocolVersion"`) {
+				t.Fatalf("stdout after EOF: %q, want the answers to initialize and the call\n%s", answers, st.logs.String())
+			}
+			audit := filepath.Join(st.dir, "audit")
+			calls := kinds(readRecords(t, audit), "call")
+			if len(calls) != 1 || calls[0].Body["tool"] != tc.tool || calls[0].Body["outcome"] != "forwarded" {
+				t.Fatalf("call records: %v", calls)
+			}
+			// In one write, the call reaches the fast path only if the
+			// session was bound before it was read.
+			if fast := st.g.fastPath.Load() - fastBefore; tc.first && fast != 1 || tc.meta != "" && fast != 0 {
+				t.Errorf("%d calls took the fast path", fast)
+			}
+			answer := byID["2"]
+			if tc.want != "" {
+				var res struct {
+					Content []struct{ Text string } `json:"content"`
+				}
+				if err := json.Unmarshal(answer["result"], &res); err != nil || len(res.Content) != 1 || res.Content[0].Text != tc.want {
+					t.Fatalf("the call's answer: %q, want %q", answers, tc.want)
+				}
+				results := kinds(readRecords(t, audit), "result")
+				if len(results) != 1 || results[0].Body["outcome"] != "ok" {
+					t.Fatalf("result records: %v", results)
+				}
+			} else {
+				var e struct {
+					Code    int64  `json:"code"`
+					Message string `json:"message"`
+				}
+				if err := json.Unmarshal(answer["error"], &e); err != nil || e.Code != CodeShuttingDown || !strings.Contains(e.Message, "server.shutdown_grace") {
+					t.Fatalf("the cut call's answer: %q, want %d", answers, CodeShuttingDown)
+				}
+				if took := answered.Sub(eof); took < grace || took > grace+1500*time.Millisecond {
+					t.Errorf("the cut call was answered %v after the EOF, want shutdown_grace (%v)", took, grace)
+				}
+				if !strings.Contains(st.logs.String(), "cutting them") {
+					t.Errorf("no warning of the cut call:\n%s", st.logs.String())
+				}
+				checkCutResult(t, audit, 1, CodeShuttingDown, "gateway shutdown")
+			}
+			checkStoppedLog(t, audit, st.logs.String())
+		})
+	}
+}
+
+// TestUnanswered: the session's end and the end of a stdio agent's input
+// wait for the requests read before they began, not for those read
+// after (an agent that keeps sending cannot hold the end up); an id in
+// use counts once; closing the connection ends every wait.
+func TestUnanswered(t *testing.T) {
+	id := func(n int64) jsonrpc.ID { i, _ := jsonrpc.MakeID(float64(n)); return i }
+	var u unanswered
+	u.read(id(1))
+	u.read(id(2))
+	u.read(id(2)) // a duplicate: answered at once by go-sdk, with no id
+	u.read(jsonrpc.ID{})
+	done := make(chan int, 1)
+	go func() { done <- u.wait(nil) }()
+	u.answered(id(1))
+	time.Sleep(20 * time.Millisecond)
+	u.read(id(3)) // read after the wait began
+	select {
+	case left := <-done:
+		t.Fatalf("wait returned %d with request 2 unanswered", left)
+	case <-time.After(50 * time.Millisecond):
+	}
+	u.answered(id(2))
+	select {
+	case left := <-done:
+		if left != 0 {
+			t.Fatalf("wait returned %d, want 0", left)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("wait did not return once the requests read before it were answered")
+	}
+	stop := make(chan struct{})
+	close(stop)
+	if left := u.wait(stop); left != 1 {
+		t.Fatalf("wait with request 3 unanswered, stopped: %d, want 1", left)
+	}
+	go func() { done <- u.wait(nil) }()
+	time.Sleep(20 * time.Millisecond)
+	u.close()
+	select {
+	case left := <-done:
+		if left != 1 {
+			t.Fatalf("wait ended by close: %d, want 1", left)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("close did not end the wait")
+	}
+}
