@@ -165,7 +165,7 @@ func NewHTTP(o HTTPOptions) (*HTTPUpstream, error) {
 		return nil, err
 	}
 	up.client = &http.Client{
-		Transport: &credentialTransport{base: tr, header: hdr, endpoint: &endpoint, query: u.RawQuery},
+		Transport: &credentialTransport{upstream: o.Name, base: tr, header: hdr, endpoint: &endpoint, query: u.RawQuery},
 		// The transport refuses redirects with a clear error (which this
 		// hook's would not be: the client quotes the Location, query and
 		// all); one without a Location is not followed either.
@@ -260,6 +260,7 @@ func (h *HTTPUpstream) explain(op string, err error) error {
 // put in an error (*url.Error repeats the request's url); an error from
 // below that does have it is scrubbed.
 type credentialTransport struct {
+	upstream string // its name, for the errors it makes
 	base     http.RoundTripper
 	header   http.Header
 	endpoint *url.URL // the configured url without its query
@@ -281,8 +282,68 @@ func (t *credentialTransport) RoundTrip(req *http.Request) (*http.Response, erro
 		return nil, fmt.Errorf("the server redirected (%s) to %s; upstreams are not followed across redirects "+
 			"(the pin and credentials belong to the configured url), configure the final url instead", resp.Status, where)
 	}
+	if err == nil {
+		// go-sdk reads a JSON answer (initialize, the lists, resources/read,
+		// prompts/get, completion) and a refusal's body whole into memory:
+		// bounded here, for raw calls too. An event stream is bounded per
+		// event instead (go-sdk's MaxEventSize, sseReader), never in all.
+		switch {
+		case resp.StatusCode < 200 || resp.StatusCode > 299:
+			resp.Body = &limitedBody{body: resp.Body, left: maxRefusalBody, limit: maxRefusalBody, upstream: t.upstream}
+		case baseMediaType(resp.Header.Get("Content-Type")) != "text/event-stream":
+			resp.Body = &limitedBody{body: resp.Body, left: maxFrame, limit: maxFrame, upstream: t.upstream}
+		}
+	}
 	return resp, err
 }
+
+// maxRefusalBody bounds the body of a non-2xx answer, which is read only
+// for the JSON-RPC error it may hold.
+const maxRefusalBody = 1 << 20
+
+// AnswerTooLargeError says that an HTTP upstream's answer that is not an
+// event stream (a JSON-RPC response, or the body of a refusal) was longer
+// than it may be. The gateway stopped reading it and closed the connection
+// it came on.
+type AnswerTooLargeError struct {
+	Upstream string
+	Limit    int64 // bytes
+}
+
+func (e *AnswerTooLargeError) Error() string {
+	return fmt.Sprintf("upstream %q: its answer exceeded the limit of %d MiB and was not read further; "+
+		"each JSON-RPC message an HTTP upstream sends, results included, must fit in %d MiB", e.Upstream, e.Limit>>20, maxFrame>>20)
+}
+
+// limitedBody reads at most left bytes of an answer, then fails with
+// *AnswerTooLargeError if there is more.
+type limitedBody struct {
+	body        io.ReadCloser
+	left, limit int64
+	upstream    string
+	err         error
+}
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	if int64(len(p)) > b.left+1 {
+		p = p[:b.left+1] // one byte past the limit tells whether there is more
+	}
+	n, err := b.body.Read(p)
+	if int64(n) <= b.left {
+		b.left -= int64(n)
+		return n, err
+	}
+	n = int(b.left)
+	b.left = 0
+	b.err = &AnswerTooLargeError{Upstream: b.upstream, Limit: b.limit}
+	b.body.Close() // the rest is never read: the connection is not reused
+	return n, b.err
+}
+
+func (b *limitedBody) Close() error { return b.body.Close() }
 
 func (t *credentialTransport) roundTrip(req *http.Request) (*http.Response, error) {
 	addQuery := t.query != "" && req.URL.RawQuery == "" && req.URL.Scheme == t.endpoint.Scheme &&

@@ -86,6 +86,10 @@ func (c *httpRaw) roundTrip(rctx context.Context, id, method string, body []byte
 	case "application/json":
 		defer resp.Body.Close()
 		b, err := io.ReadAll(io.LimitReader(resp.Body, maxFrame+1))
+		var tl *AnswerTooLargeError
+		if errors.As(err, &tl) {
+			return nil, nil, tl // it names the upstream
+		}
 		if err != nil {
 			return nil, nil, c.up.explain(method, fmt.Errorf("read the response: %w", err))
 		}

@@ -1,0 +1,224 @@
+package upstream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// answerServer is a hand-written Streamable HTTP upstream: it answers
+// initialize and tools/list, and each other request with answer.
+func answerServer(t *testing.T, answer func(w http.ResponseWriter, id json.RawMessage, method string)) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.WriteHeader(http.StatusMethodNotAllowed)
+			return
+		}
+		b, _ := io.ReadAll(r.Body)
+		var m struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+		}
+		json.Unmarshal(b, &m)
+		switch {
+		case m.Method == "initialize":
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Mcp-Session-Id", "s1")
+			fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":%q,"capabilities":{"tools":{},"resources":{}},"serverInfo":{"name":"x","version":"1"}}}`, m.ID, ProtocolVersion)
+		case m.Method == "tools/list":
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"tools":[{"name":"echo","inputSchema":{"type":"object"}}]}}`, m.ID)
+		case len(m.ID) == 0 || m.Method == "":
+			w.WriteHeader(http.StatusAccepted) // a notification or a response
+		default:
+			answer(w, m.ID, m.Method)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// writeHuge writes a JSON-RPC response to id whose result holds mib MiB of
+// text, and stops as soon as the client stops reading.
+func writeHuge(w http.ResponseWriter, id json.RawMessage, mib int) {
+	fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"contents":[{"uri":"a","text":"`, id)
+	chunk := []byte(strings.Repeat("a", 1<<20))
+	for range mib {
+		if _, err := w.Write(chunk); err != nil {
+			return
+		}
+	}
+	io.WriteString(w, `"}]}}`)
+}
+
+// peakHeap samples the heap in use every few milliseconds until the
+// returned function is called, which gives the peak above the heap in use
+// at the start.
+func peakHeap() (stop func() uint64) {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	base := ms.HeapInuse
+	var peak atomic.Uint64
+	done, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		var ms runtime.MemStats
+		for {
+			runtime.ReadMemStats(&ms)
+			if ms.HeapInuse > peak.Load() {
+				peak.Store(ms.HeapInuse)
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}()
+	return func() uint64 {
+		close(done)
+		<-exited
+		if p := peak.Load(); p > base {
+			return p - base
+		}
+		return 0
+	}
+}
+
+// TestHTTPAnswerOverTheLimit: an HTTP upstream's answer that is not an
+// event stream is read up to the 16 MiB limit for one message and no
+// further, on go-sdk's session (initialize, lists, resources/read,
+// prompts/get, completion: go-sdk reads the body whole), for a refusal's
+// body and on a raw call alike; the request fails naming the upstream and
+// the limit, and the gateway's heap does not hold the answer.
+func TestHTTPAnswerOverTheLimit(t *testing.T) {
+	const huge = 512 // MiB
+	for _, tc := range []struct {
+		name   string
+		answer func(w http.ResponseWriter, id json.RawMessage)
+		call   func(ctx context.Context, conn *Conn) error
+		want   string
+		heap   uint64 // the most the call may add to the heap
+	}{
+		{
+			name: "resources/read on the session",
+			answer: func(w http.ResponseWriter, id json.RawMessage) {
+				w.Header().Set("Content-Type", "application/json")
+				writeHuge(w, id, huge)
+			},
+			call: func(ctx context.Context, conn *Conn) error {
+				_, err := conn.Session.ReadResource(ctx, &mcp.ReadResourceParams{URI: "a"})
+				return err
+			},
+			want: `upstream "big": its answer exceeded the limit of 16 MiB`,
+			heap: 100 << 20,
+		},
+		{
+			name: "a refusal's body on the session",
+			answer: func(w http.ResponseWriter, id json.RawMessage) {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusBadRequest)
+				writeHuge(w, id, huge)
+			},
+			call: func(ctx context.Context, conn *Conn) error {
+				_, err := conn.Session.ReadResource(ctx, &mcp.ReadResourceParams{URI: "a"})
+				return err
+			},
+			want: "Bad Request",
+			heap: 16 << 20, // a refusal's body is read for its JSON-RPC error only
+		},
+		{
+			name: "raw call",
+			answer: func(w http.ResponseWriter, id json.RawMessage) {
+				w.Header().Set("Content-Type", "application/json")
+				writeHuge(w, id, huge)
+			},
+			call: func(ctx context.Context, conn *Conn) error {
+				_, err := conn.RawCall(ctx, "tools/call", callParams("echo", "{}"))
+				return err
+			},
+			want: `upstream "big": its answer exceeded the limit of 16 MiB`,
+			heap: 100 << 20,
+		},
+		{
+			name: "a refusal's body on a raw call",
+			answer: func(w http.ResponseWriter, id json.RawMessage) {
+				w.Header().Set("Content-Type", "text/event-stream") // not a stream when refused
+				w.WriteHeader(http.StatusBadRequest)
+				writeHuge(w, id, huge)
+			},
+			call: func(ctx context.Context, conn *Conn) error {
+				_, err := conn.RawCall(ctx, "tools/call", callParams("echo", "{}"))
+				return err
+			},
+			want: `upstream "big": tools/call: the upstream answered HTTP 400 Bad Request`,
+			heap: 16 << 20,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := answerServer(t, func(w http.ResponseWriter, id json.RawMessage, _ string) { tc.answer(w, id) })
+			up, err := NewHTTP(HTTPOptions{Name: "big", URL: srv.URL})
+			if err != nil {
+				t.Fatal(err)
+			}
+			conn := connectRaw(t, up, ConnectOptions{})
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			stop := peakHeap()
+			start := time.Now()
+			err = tc.call(ctx, conn)
+			peak := stop()
+			t.Logf("err = %v after %v, peak heap +%d MiB", err, time.Since(start), peak>>20)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want one saying %q", err, tc.want)
+			}
+			if peak > tc.heap {
+				t.Fatalf("a %d MiB answer took %d MiB of heap (want at most %d MiB)", huge, peak>>20, tc.heap>>20)
+			}
+			// Not the upstream's answer: the gateway takes the connection
+			// for broken (session.upstreamError) and the next use reconnects.
+			var we *jsonrpc.Error
+			if errors.As(err, &we) {
+				t.Fatalf("err = %#v, a JSON-RPC error as if the upstream had answered with it", err)
+			}
+		})
+	}
+}
+
+// TestHTTPEventStreamNotCutByTheAnswerLimit: the limit is per message on an
+// event stream, not for the stream in all: a call whose stream carries 24
+// MiB of notifications before its response succeeds, on go-sdk's session
+// and on a raw call.
+func TestHTTPEventStreamNotCutByTheAnswerLimit(t *testing.T) {
+	srv := answerServer(t, func(w http.ResponseWriter, id json.RawMessage, _ string) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		note := strings.Repeat("n", 1<<20)
+		for range 24 {
+			fmt.Fprintf(w, "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"level\":\"info\",\"data\":%q}}\n\n", note)
+		}
+		fmt.Fprintf(w, "data: {\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"done\"}]}}\n\n", id)
+	})
+	conn := connectRaw(t, plainUpstream(t, srv.URL), ConnectOptions{})
+	ctx := rawCallCtx(t)
+	if _, err := conn.Session.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{}}); err != nil {
+		t.Fatalf("session: %v", err)
+	}
+	res, err := conn.RawCall(ctx, "tools/call", callParams("echo", "{}"))
+	if err != nil || !strings.Contains(string(res), "done") {
+		t.Fatalf("raw call: %s, %v", res, err)
+	}
+}
