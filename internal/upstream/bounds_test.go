@@ -2,12 +2,15 @@ package upstream
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -220,5 +223,182 @@ func TestHTTPEventStreamNotCutByTheAnswerLimit(t *testing.T) {
 	res, err := conn.RawCall(ctx, "tools/call", callParams("echo", "{}"))
 	if err != nil || !strings.Contains(string(res), "done") {
 		t.Fatalf("raw call: %s, %v", res, err)
+	}
+}
+
+// TestHTTPRecordedKeyIsAnAcceptedOne: the key a tls-pinned connection is
+// recorded with (Conn.Ref, the audit log's "connected" endpoint) and
+// ObservedKey are keys the pin accepted, never one it refused in another
+// handshake meanwhile, and an error that is not a pin mismatch is not
+// reported as one because another handshake was refused.
+func TestHTTPRecordedKeyIsAnAcceptedOne(t *testing.T) {
+	good, bad := newTestCert(t), newTestCert(t)
+	var useBad atomic.Bool
+	u := newRawHTTPUpstream(t, false)
+	u.srv.Close()
+	inner := u.srv.Config.Handler
+	var inside atomic.Int64
+	gate := make(chan struct{})
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hold" {
+			inside.Add(1)
+			<-gate
+			return
+		}
+		inner.ServeHTTP(w, r)
+	}))
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{good.tls}, GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+		if useBad.Load() { // a machine in the middle answers new connections
+			return &tls.Config{Certificates: []tls.Certificate{bad.tls}}, nil
+		}
+		return nil, nil
+	}}
+	srv.StartTLS()
+	t.Cleanup(srv.Close) // after the connection's close (cleanups run last first)
+	up, err := NewHTTP(HTTPOptions{Name: "pinned", URL: srv.URL, TLSPin: SPKIDigest(good.leaf).String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// hold makes n requests that wait on the server until release: n
+	// connections busy, then idle in the pool.
+	hold := func(n int) (release func() []error) {
+		inside.Store(0)
+		gate = make(chan struct{})
+		errs := make(chan error, n)
+		for range n {
+			go func() {
+				resp, err := up.HTTPClient().Get(srv.URL + "/hold")
+				if err == nil {
+					resp.Body.Close()
+				}
+				errs <- err
+			}()
+		}
+		for deadline := time.Now().Add(10 * time.Second); inside.Load() < int64(n); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d of %d requests reached the server", inside.Load(), n)
+			}
+		}
+		return func() []error {
+			close(gate)
+			var out []error
+			for range n {
+				if err := <-errs; err != nil {
+					out = append(out, err)
+				}
+			}
+			return out
+		}
+	}
+	if errs := hold(4)(); len(errs) > 0 { // four good connections in the pool
+		t.Fatal(errs)
+	}
+	useBad.Store(true)
+	release := hold(4) // the four, busy
+	_, err = up.HTTPClient().Get(srv.URL + "/hold")
+	var pm *PinMismatchError
+	if !errors.As(err, &pm) || !pm.Got.Equal(SPKIDigest(bad.leaf)) {
+		t.Fatalf("a new connection: err = %v, want the pin refusing the other key", err)
+	}
+	release()
+	if k := up.ObservedKey(); !k.Equal(SPKIDigest(good.leaf)) {
+		t.Fatalf("ObservedKey = %s after a refused handshake, want the accepted %s", k, SPKIDigest(good.leaf))
+	}
+	if err := up.explain("tools/call", io.ErrUnexpectedEOF); errors.As(err, &pm) {
+		t.Fatalf("an unexpected EOF after another handshake was refused is reported as %v", err)
+	}
+
+	conn := connectRaw(t, up, ConnectOptions{}) // over the pooled, accepted connections
+	if _, err := conn.RawCall(rawCallCtx(t), "tools/call", callParams("echo", "{}")); err != nil {
+		t.Fatal(err)
+	}
+	if want := up.URL() + " key " + SPKIDigest(good.leaf).String(); conn.Ref != want {
+		t.Fatalf("Conn.Ref = %q, want %q: the key of the handshakes this session's requests went over", conn.Ref, want)
+	}
+}
+
+// TestHTTPRecordedKeyIsThisSessionsKey: without a pin (tls-ca), a session
+// is recorded with the key of the connection its initialize went over, not
+// with the key the last handshake of any connection to the upstream saw
+// (a server whose key was rotated, or one of two behind a balancer).
+func TestHTTPRecordedKeyIsThisSessionsKey(t *testing.T) {
+	older, newer := newTestCert(t), newTestCert(t)
+	var useNewer atomic.Bool
+	u := newRawHTTPUpstream(t, false)
+	u.srv.Close()
+	inner := u.srv.Config.Handler
+	var inside atomic.Int64
+	gate := make(chan struct{})
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hold" {
+			inside.Add(1)
+			<-gate
+			return
+		}
+		inner.ServeHTTP(w, r)
+	}))
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{older.tls}, GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+		if useNewer.Load() {
+			return &tls.Config{Certificates: []tls.Certificate{newer.tls}}, nil
+		}
+		return nil, nil
+	}}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, append(append([]byte{}, older.pem...), newer.pem...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	up, err := NewHTTP(HTTPOptions{Name: "ca", URL: srv.URL, CAFile: ca})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// hold makes n requests that wait on the server until release: n
+	// connections busy, then idle in the pool.
+	hold := func(n int) (release func()) {
+		inside.Store(0)
+		gate = make(chan struct{})
+		errs := make(chan error, n)
+		for range n {
+			go func() {
+				resp, err := up.HTTPClient().Get(srv.URL + "/hold")
+				if err == nil {
+					resp.Body.Close()
+				}
+				errs <- err
+			}()
+		}
+		for deadline := time.Now().Add(10 * time.Second); inside.Load() < int64(n); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d of %d requests reached the server", inside.Load(), n)
+			}
+		}
+		return func() {
+			close(gate)
+			for range n {
+				if err := <-errs; err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	hold(4)() // four connections with the older key, idle
+	useNewer.Store(true)
+	release := hold(4)                                // the four, busy
+	resp, err := up.HTTPClient().Get(srv.URL + "/ok") // a new connection, with the newer key
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	release() // idle again after the new one
+	if k := up.ObservedKey(); !k.Equal(SPKIDigest(newer.leaf)) {
+		t.Fatalf("ObservedKey = %s, want the last handshake's key %s", k, SPKIDigest(newer.leaf))
+	}
+	// The pool gives the most recently used connection first: one with
+	// the older key.
+	conn := connectRaw(t, up, ConnectOptions{})
+	if want := up.URL() + " key " + SPKIDigest(older.leaf).String(); conn.Ref != want {
+		t.Fatalf("Conn.Ref = %q, want %q: the key of the connection that carried this session's initialize", conn.Ref, want)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -184,7 +185,8 @@ func (h *HTTPUpstream) Class() string { return h.class }
 func (h *HTTPUpstream) Pin() digest.Digest { return h.pin }
 
 // ObservedKey is the SPKI digest of the key the server presented in the last
-// TLS handshake (zero before the first https connection, or for plaintext).
+// TLS handshake that was accepted (zero before the first https connection,
+// or for plaintext). A key the pin refused is never observed.
 func (h *HTTPUpstream) ObservedKey() digest.Digest { return h.verify.lastSeen() }
 
 // URL is the endpoint, without user info and without its query (the
@@ -195,13 +197,34 @@ func (h *HTTPUpstream) URL() string { return h.url }
 func (h *HTTPUpstream) HTTPClient() *http.Client { return h.client }
 
 // transport returns a go-sdk transport for one new MCP session with the
-// upstream. Sessions share the connection pool and the pin.
-func (h *HTTPUpstream) transport() mcp.Transport {
+// upstream, and where the key of the connection that carries its first
+// answer (to initialize) is kept. Sessions share the connection pool and
+// the pin.
+func (h *HTTPUpstream) transport() (mcp.Transport, *firstKey) {
+	key := &firstKey{base: h.client.Transport}
 	return &mcp.StreamableClientTransport{
 		Endpoint:   h.url,
-		HTTPClient: h.client,
+		HTTPClient: &http.Client{Transport: key, CheckRedirect: h.client.CheckRedirect},
 		MaxRetries: 2,
+	}, key
+}
+
+// firstKey keeps the server key of the first answer a session got over
+// TLS: a key the handshake accepted (the pin's, or one whose chain was
+// verified), of a connection this session used. Keys seen by other
+// sessions' handshakes meanwhile do not count.
+type firstKey struct {
+	base http.RoundTripper
+	key  atomic.Pointer[digest.Digest]
+}
+
+func (k *firstKey) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := k.base.RoundTrip(req)
+	if err == nil && resp.TLS != nil && len(resp.TLS.PeerCertificates) > 0 && k.key.Load() == nil {
+		d := SPKIDigest(resp.TLS.PeerCertificates[0])
+		k.key.CompareAndSwap(nil, &d)
 	}
+	return resp, err
 }
 
 // Connect implements Upstream: it opens a new MCP session over Streamable
@@ -215,12 +238,13 @@ func (h *HTTPUpstream) Connect(ctx context.Context, client *mcp.Client, opts Con
 	// Intercept wrapper would silently cut the session off from them.
 	// Intercept sees the messages on the streams of raw calls instead
 	// (httpRaw); the client session's handlers take the rest.
-	cs, err := client.Connect(ctx, h.transport(), &mcp.ClientSessionOptions{ProtocolVersion: ProtocolVersion})
+	tr, key := h.transport()
+	cs, err := client.Connect(ctx, tr, &mcp.ClientSessionOptions{ProtocolVersion: ProtocolVersion})
 	if err != nil {
 		return nil, h.explain("connect "+h.url, err)
 	}
 	ref := h.url
-	if k := h.ObservedKey(); !k.IsZero() {
+	if k := key.key.Load(); k != nil {
 		ref += " key " + k.String()
 	}
 	conn := NewConn(cs, h.class, ref, nil, nil)
@@ -234,16 +258,13 @@ func (h *HTTPUpstream) Connect(ctx context.Context, client *mcp.Client, opts Con
 }
 
 // explain turns an error of op (an SDK or HTTP client error) into one that
-// names the upstream and, for a refused key, is the typed pin error.
+// names the upstream and, for a key this request's handshake refused, is
+// the typed pin error. Only err itself says so: another request's refused
+// handshake (other connections share the pool) says nothing about this one.
 func (h *HTTPUpstream) explain(op string, err error) error {
 	var pm *PinMismatchError
 	if errors.As(err, &pm) {
 		return pm
-	}
-	if h.class == ClassTLSPinned {
-		if got := h.verify.lastSeen(); !got.IsZero() && !got.Equal(h.pin) {
-			return &PinMismatchError{Upstream: h.name, Want: h.pin, Got: got}
-		}
 	}
 	var ua x509.UnknownAuthorityError
 	if errors.As(err, &ua) {

@@ -50,7 +50,9 @@ func (e *PinMismatchError) ExitCode() int { return 5 }
 var ErrNoPeerCertificate = errors.New("the server sent no certificate")
 
 // pinVerifier checks the leaf certificate of every handshake against a pin
-// and remembers the last key it saw, for the audit record.
+// and remembers the last key it accepted. A refused key is never recorded:
+// it is in the *PinMismatchError of the request that met it, and nowhere
+// else.
 type pinVerifier struct {
 	upstream string
 	want     digest.Digest // zero: CA verification only, just observe
@@ -68,15 +70,14 @@ func (p *pinVerifier) verify(cs tls.ConnectionState) error {
 		return fmt.Errorf("upstream %q: %w", p.upstream, ErrNoPeerCertificate)
 	}
 	got := SPKIDigest(cs.PeerCertificates[0])
+	if !p.want.IsZero() && !p.want.Equal(got) {
+		return &PinMismatchError{Upstream: p.upstream, Want: p.want, Got: got}
+	}
+	// Without a pin the chain was verified already (VerifyConnection runs
+	// after it): this key is accepted too.
 	p.mu.Lock()
 	p.seen = got
 	p.mu.Unlock()
-	if p.want.IsZero() {
-		return nil
-	}
-	if !p.want.Equal(got) {
-		return &PinMismatchError{Upstream: p.upstream, Want: p.want, Got: got}
-	}
 	return nil
 }
 
