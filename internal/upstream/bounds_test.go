@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -401,4 +402,193 @@ func TestHTTPRecordedKeyIsThisSessionsKey(t *testing.T) {
 	if want := up.URL() + " key " + SPKIDigest(older.leaf).String(); conn.Ref != want {
 		t.Fatalf("Conn.Ref = %q, want %q: the key of the connection that carried this session's initialize", conn.Ref, want)
 	}
+}
+
+// floodRequests is how many roots/list requests the flooding upstreams
+// send during one tools/call.
+const floodRequests = 2000
+
+// floodTestServer is a stdio server that answers tools/call by sending
+// floodRequests roots/list requests at once, then, once every one is
+// answered, the call's result: "answered N refused M" (M refused with
+// CodeTooManyServerRequests).
+func floodTestServer() {
+	in := bufio.NewReader(os.Stdin)
+	out := bufio.NewWriter(os.Stdout)
+	var call json.RawMessage
+	answered, refused := 0, 0
+	for {
+		line, err := in.ReadBytes('\n')
+		if err != nil {
+			os.Exit(0)
+		}
+		var m struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+			Error  *struct {
+				Code int `json:"code"`
+			} `json:"error"`
+		}
+		json.Unmarshal(line, &m)
+		switch {
+		case m.Method == "initialize":
+			fmt.Fprintf(out, `{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":%q,"capabilities":{"tools":{}},"serverInfo":{"name":"flood","version":"1"}}}`+"\n", m.ID, ProtocolVersion)
+		case m.Method == "tools/list":
+			fmt.Fprintf(out, `{"jsonrpc":"2.0","id":%s,"result":{"tools":[{"name":"flood","inputSchema":{"type":"object"}}]}}`+"\n", m.ID)
+		case m.Method == "tools/call":
+			call = m.ID
+			for i := range floodRequests {
+				fmt.Fprintf(out, `{"jsonrpc":"2.0","id":"roots-%d","method":"roots/list"}`+"\n", i)
+			}
+		case m.Method == "" && strings.HasPrefix(string(m.ID), `"roots-`):
+			if m.Error != nil && m.Error.Code == CodeTooManyServerRequests {
+				refused++
+			} else {
+				answered++
+			}
+			if answered+refused == floodRequests {
+				fmt.Fprintf(out, `{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"answered %d refused %d"}]}}`+"\n", call, answered, refused)
+			}
+		}
+		out.Flush()
+	}
+}
+
+// slowAgent stands for an agent that takes hold to answer each request an
+// upstream sends it; it counts the requests it is answering at once.
+type slowAgent struct {
+	hold                  time.Duration
+	inflight, peak, total atomic.Int64
+	goroutines            atomic.Int64 // the most there were while it answered
+}
+
+func (a *slowAgent) answer(ctx context.Context) {
+	v := a.inflight.Add(1)
+	defer a.inflight.Add(-1)
+	a.total.Add(1)
+	for p := a.peak.Load(); v > p && !a.peak.CompareAndSwap(p, v); p = a.peak.Load() {
+	}
+	for g, p := int64(runtime.NumGoroutine()), a.goroutines.Load(); g > p && !a.goroutines.CompareAndSwap(p, g); p = a.goroutines.Load() {
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(a.hold):
+	}
+}
+
+// TestServerRequestsBounded: an upstream that sends thousands of requests
+// (here roots/list) during one call has at most maxServerRequests of them
+// waiting for the agent at once; the others are answered at once with
+// CodeTooManyServerRequests, without a goroutine each, and the call goes
+// on to its result. On an HTTP upstream's call stream (raw call) and from
+// a stdio child (through its MCP client session).
+func TestServerRequestsBounded(t *testing.T) {
+	const hold = 300 * time.Millisecond
+	check := func(t *testing.T, a *slowAgent, base int, res json.RawMessage, err error) {
+		t.Helper()
+		t.Logf("result %s, err %v; %d requests reached the agent, at most %d at once; at most %d goroutines more", res, err, a.total.Load(), a.peak.Load(), a.goroutines.Load()-int64(base))
+		if err != nil {
+			t.Fatalf("the call failed: %v", err)
+		}
+		var answered, refused int
+		var r struct {
+			Content []struct{ Text string } `json:"content"`
+		}
+		if json.Unmarshal(res, &r) != nil || len(r.Content) != 1 {
+			t.Fatalf("result %s", res)
+		}
+		fmt.Sscanf(r.Content[0].Text, "answered %d refused %d", &answered, &refused)
+		if a.peak.Load() > maxServerRequests {
+			t.Fatalf("%d of the upstream's requests waited for the agent at once, want at most %d", a.peak.Load(), maxServerRequests)
+		}
+		if refused == 0 || answered+refused != floodRequests || int64(answered) != a.total.Load() {
+			t.Fatalf("the upstream had %d answers and %d refusals of its %d requests, the agent %d", answered, refused, floodRequests, a.total.Load())
+		}
+		if g := a.goroutines.Load() - int64(base); g > 200 {
+			t.Fatalf("%d goroutines more while %d requests came at once", g, floodRequests)
+		}
+	}
+
+	t.Run("http call stream", func(t *testing.T) {
+		var answers, refusals atomic.Int64
+		done := make(chan struct{})
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			b, _ := io.ReadAll(r.Body)
+			var m struct {
+				ID     json.RawMessage `json:"id"`
+				Method string          `json:"method"`
+				Error  *struct {
+					Code int `json:"code"`
+				} `json:"error"`
+			}
+			json.Unmarshal(b, &m)
+			switch {
+			case m.Method == "initialize":
+				w.Header().Set("Content-Type", "application/json")
+				w.Header().Set("Mcp-Session-Id", "s1")
+				fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":%q,"capabilities":{"tools":{}},"serverInfo":{"name":"flood","version":"1"}}}`, m.ID, ProtocolVersion)
+			case m.Method == "tools/call":
+				w.Header().Set("Content-Type", "text/event-stream")
+				for i := range floodRequests {
+					fmt.Fprintf(w, "data: {\"jsonrpc\":\"2.0\",\"id\":%d,\"method\":\"roots/list\"}\n\n", i)
+				}
+				w.(http.Flusher).Flush()
+				select {
+				case <-done:
+				case <-r.Context().Done():
+					return
+				}
+				fmt.Fprintf(w, "data: {\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"answered %d refused %d\"}]}}\n\n", m.ID, answers.Load(), refusals.Load())
+			case m.Method == "" && len(m.ID) > 0:
+				if m.Error != nil && m.Error.Code == CodeTooManyServerRequests {
+					refusals.Add(1)
+				} else {
+					answers.Add(1)
+				}
+				if answers.Load()+refusals.Load() == floodRequests {
+					close(done)
+				}
+				w.WriteHeader(http.StatusAccepted)
+			case r.Method == http.MethodGet:
+				w.WriteHeader(http.StatusMethodNotAllowed)
+			default:
+				w.WriteHeader(http.StatusAccepted)
+			}
+		}))
+		t.Cleanup(srv.Close)
+		a := &slowAgent{hold: hold}
+		conn := connectRaw(t, plainUpstream(t, srv.URL), ConnectOptions{ServerRequest: func(ctx context.Context, _ *jsonrpc.Request) (json.RawMessage, error) {
+			a.answer(ctx)
+			return json.RawMessage(`{"roots":[]}`), nil
+		}})
+		base := runtime.NumGoroutine()
+		res, err := conn.RawCall(rawCallCtx(t), "tools/call", callParams("flood", "{}"))
+		check(t, a, base, res, err)
+	})
+
+	t.Run("stdio child", func(t *testing.T) {
+		exe, err := os.Executable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := &slowAgent{hold: hold}
+		client := mcp.NewClient(&mcp.Implementation{Name: "t", Version: "1"}, nil)
+		client.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler { // as the gateway forwards them
+			return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+				if method == "roots/list" {
+					a.answer(ctx)
+				}
+				return next(ctx, method, req)
+			}
+		})
+		up := &Stdio{Spec: StdioSpec{Name: "flood", Command: exe, AllowUnmeasured: true, Env: map[string]string{rawChildEnv: "flood"}, StopGrace: time.Second}, Share: "per-session"}
+		conn, err := up.Connect(rawCallCtx(t), client, ConnectOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		base := runtime.NumGoroutine()
+		res, err := conn.RawCall(rawCallCtx(t), "tools/call", callParams("flood", "{}"))
+		check(t, a, base, res, err)
+	})
 }

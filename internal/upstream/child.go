@@ -146,6 +146,7 @@ func (s *Stdio) Connect(ctx context.Context, client *mcp.Client, opts ConnectOpt
 		return nil, err
 	}
 	t := &childTransport{child: child, intercept: opts.Intercept}
+	client.AddReceivingMiddleware(limitServerRequests())
 	cs, err := client.Connect(ctx, t, &mcp.ClientSessionOptions{ProtocolVersion: ProtocolVersion})
 	if err != nil {
 		fault := child.Fault()

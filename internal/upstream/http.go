@@ -239,6 +239,7 @@ func (h *HTTPUpstream) Connect(ctx context.Context, client *mcp.Client, opts Con
 	// Intercept sees the messages on the streams of raw calls instead
 	// (httpRaw); the client session's handlers take the rest.
 	tr, key := h.transport()
+	client.AddReceivingMiddleware(limitServerRequests())
 	cs, err := client.Connect(ctx, tr, &mcp.ClientSessionOptions{ProtocolVersion: ProtocolVersion})
 	if err != nil {
 		return nil, h.explain("connect "+h.url, err)

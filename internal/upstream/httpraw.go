@@ -153,6 +153,7 @@ const (
 // its events; otherwise the call fails.
 func (c *httpRaw) stream(ctx context.Context, cs *callStream, id, method string) (json.RawMessage, error) {
 	stalls, progress := 0, ""
+	asked := make(chan struct{}, maxServerRequests) // the upstream's requests this call answers now
 	for {
 		ev, err := cs.sr.next()
 		if err != nil {
@@ -198,7 +199,18 @@ func (c *httpRaw) stream(ctx context.Context, cs *callStream, id, method string)
 			return m.Result, nil
 		case *jsonrpc.Request:
 			if m.IsCall() {
-				go c.answer(ctx, m)
+				select {
+				case asked <- struct{}{}:
+					go func() {
+						defer func() { <-asked }()
+						c.answer(ctx, m)
+					}()
+				default:
+					// Refused here, before the next event is read: a flood
+					// is answered at the pace the upstream takes the
+					// refusals, and costs no goroutine.
+					c.refuse(ctx, m)
+				}
 			} else if c.intercept != nil {
 				c.intercept(m)
 			}
@@ -278,6 +290,18 @@ func (c *httpRaw) answer(ctx context.Context, req *jsonrpc.Request) {
 		b, _ = jsonrpc.EncodeMessage(&jsonrpc.Response{ID: req.ID, Error: &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: eerr.Error()}})
 	}
 	c.send(ctx, b)
+}
+
+// refuse answers a request the upstream sent on a call's response stream
+// while maxServerRequests of its requests wait for their answers.
+func (c *httpRaw) refuse(ctx context.Context, req *jsonrpc.Request) {
+	b, err := jsonrpc.EncodeMessage(&jsonrpc.Response{ID: req.ID, Error: tooManyServerRequests(req.Method)})
+	if err != nil {
+		return
+	}
+	sctx, cancel := context.WithTimeout(ctx, cancelTimeout)
+	defer cancel()
+	c.send(sctx, b)
 }
 
 // cancelled tells the upstream, best effort, that the call id was given up.

@@ -31,6 +31,9 @@ func TestMain(m *testing.M) {
 	case "deaf":
 		deafTestServer()
 		return
+	case "flood":
+		floodTestServer()
+		return
 	}
 	os.Exit(m.Run())
 }

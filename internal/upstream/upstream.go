@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -104,6 +106,57 @@ type ConnectOptions struct {
 	// sampling/createMessage or roots/list while it works on a tools/call):
 	// it returns the result to send back, or the error (a *jsonrpc.Error
 	// is sent as it is). ctx is the raw call's. Requests that reach the MCP
-	// client session go through the client's own handlers instead.
+	// client session go through the client's own handlers instead. Either
+	// way at most maxServerRequests run at once, per call here and per
+	// connection there.
 	ServerRequest func(ctx context.Context, req *jsonrpc.Request) (json.RawMessage, error)
+}
+
+// maxServerRequests bounds the requests (sampling, elicitation, roots) an
+// upstream may have waiting for their answers at once: on one call's event
+// stream (an HTTP upstream's raw call), and on a connection's MCP client
+// session (a stdio child, whose requests name no call, and an HTTP
+// upstream's own streams). An MCP server asks the agent one question
+// at a time while a tool runs, or a few in parallel; each one beyond the
+// bound is answered at once with CodeTooManyServerRequests and never
+// reaches the agent, and the call goes on: a server that fans out may
+// retry it once an answer came, where failing the call would take the
+// answers already given with it. Without the bound, one call's stream
+// carrying 50,000 roots/list requests made 50,000 concurrent requests to
+// the agent, each with a goroutine of its own.
+const maxServerRequests = 16
+
+// CodeTooManyServerRequests is the JSON-RPC error code an upstream's
+// request is answered with when maxServerRequests of its requests already
+// wait for their answers. It goes to the upstream, not to an agent.
+const CodeTooManyServerRequests = -32072
+
+// tooManyServerRequests is the error an upstream's request beyond the
+// bound is answered with.
+func tooManyServerRequests(method string) *jsonrpc.Error {
+	return &jsonrpc.Error{Code: CodeTooManyServerRequests, Message: fmt.Sprintf(
+		"cmcp: %s refused: %d requests from this upstream already wait for their answers, the most there may be; send it again once one is answered",
+		method, maxServerRequests)}
+}
+
+// limitServerRequests is receiving middleware for a connection's MCP client
+// session: at most maxServerRequests of the upstream's requests are
+// handled at once, the others are refused (tooManyServerRequests) without
+// reaching the handler, which forwards them to the agent.
+func limitServerRequests() mcp.Middleware {
+	sem := make(chan struct{}, maxServerRequests)
+	return func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if method == "ping" || strings.HasPrefix(method, "notifications/") {
+				return next(ctx, method, req) // answered at once, by go-sdk
+			}
+			select {
+			case sem <- struct{}{}:
+				defer func() { <-sem }()
+				return next(ctx, method, req)
+			default:
+				return nil, tooManyServerRequests(method)
+			}
+		}
+	}
 }
