@@ -67,9 +67,12 @@ or the refusal and its reason, is recorded, and a refused bundle leaves the
 old one in force. SIGHUP also puts server.tokens and admin.token_sha256 in
 force for every request from then on (recorded; an HTTP session opened,
 or with a GET stream opened, with a token that no longer maps to its
-identity ends); other changed settings are named in a warning and take
-effect only after a restart, and a configuration that does not load
-changes nothing.
+identity ends), and the credential files of HTTP upstreams
+(bearer_token_file, headers_from_file) are read again, a changed
+credential sent with every request from then on (recorded; credentials
+from environment variables are read only at start); other changed
+settings are named in a warning and take effect only after a restart, and
+a configuration that does not load changes nothing.
 
 The kill switch (admin: listener) refuses every tools/call, resources/read,
 resources/subscribe, prompts/get and completion/complete while it is

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/confidential-mcp/cmcp/internal/config"
+	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
@@ -26,7 +27,13 @@ import (
 // sessions of an identity left without any token; sessions a client
 // certificate identified are otherwise untouched. Every HTTP request is
 // authenticated again anyway, so a request with a token no longer in force
-// is refused (401, or 403 on another identity's session). Every other setting that differs from the
+// is refused (401, or 403 on another identity's session). The credential
+// files of HTTP upstreams (bearer_token_file, headers_from_file, as named
+// at start) are read again and a changed credential is sent with every
+// request from then on, open connections included (recorded:
+// upstream_credentials_reloaded); one that cannot be read changes nothing
+// for its upstream. Credentials from environment variables are read only
+// at start. Every other setting that differs from the
 // file the gateway started with takes effect only after a restart: SIGHUP
 // names those settings in a warning.
 
@@ -34,7 +41,10 @@ import (
 const (
 	AdminTokensReloaded = "tokens_reloaded"
 	AdminReloadRejected = "reload_rejected"
-	reloadActor         = "SIGHUP"
+	// AdminUpstreamCredentialsReloaded names the HTTP upstreams whose
+	// credential files held another credential on SIGHUP (never the value).
+	AdminUpstreamCredentialsReloaded = "upstream_credentials_reloaded"
+	reloadActor                      = "SIGHUP"
 )
 
 // reloadTargets is what a SIGHUP reload can change besides the policy.
@@ -70,12 +80,49 @@ func (g *Gateway) reloadConfig(ctx context.Context, path string, rt *reloadTarge
 		g.logger.Warn("SIGHUP: these settings changed in the configuration but take effect only after a restart; the running gateway keeps the ones it started with",
 			"settings", strings.Join(restart, ", "), "config", path)
 	}
+	cerr := g.reloadUpstreamCredentials(ctx)
 	var perr error
 	if g.opts.Policy != nil {
 		g.logger.Info("SIGHUP: reloading the policy", "config", path)
 		perr = g.reloadPolicyFrom(ctx, cfg) // logs and records either outcome
 	}
-	return errors.Join(terr, perr)
+	return errors.Join(terr, cerr, perr)
+}
+
+// reloadUpstreamCredentials reads the HTTP upstreams' credential files
+// again (upstream.HTTPUpstream.ReloadCredentials), and logs and records
+// which upstreams' credentials changed.
+func (g *Gateway) reloadUpstreamCredentials(ctx context.Context) error {
+	var changed, fromEnv []string
+	var errs []error
+	for _, name := range g.order {
+		h, ok := g.ups[name].opts.Upstream.(*upstream.HTTPUpstream)
+		if !ok {
+			continue
+		}
+		if h.CredentialsFromEnvironment() {
+			fromEnv = append(fromEnv, name)
+		}
+		switch c, err := h.ReloadCredentials(); {
+		case err != nil:
+			g.logger.Error("SIGHUP: an upstream's credential file could not be read again; the credentials read before stay in force", "upstream", name, "err", err)
+			errs = append(errs, err)
+		case c:
+			changed = append(changed, name)
+		}
+	}
+	if len(fromEnv) > 0 {
+		g.logger.Info("SIGHUP: upstream credentials from environment variables are read only at start; a restart applies new values", "upstreams", strings.Join(fromEnv, ", "))
+	}
+	if len(changed) == 0 {
+		return errors.Join(errs...)
+	}
+	reason := fmt.Sprintf("credentials re-read from their files, in force for every request from now on: %s", strings.Join(changed, ", "))
+	g.logger.Warn("SIGHUP: upstream credentials reloaded", "upstreams", strings.Join(changed, ", "))
+	if rerr := g.record(ctx, &auditlog.Admin{Action: AdminUpstreamCredentialsReloaded, Actor: reloadActor, Reason: reason}); rerr != nil {
+		errs = append(errs, fmt.Errorf("the reloaded upstream credentials are in force but their change could not be recorded: %w", rerr))
+	}
+	return errors.Join(errs...)
 }
 
 // reloadTokens puts the configuration's agent tokens and admin token in

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,7 +27,13 @@ import (
 // initialize and tools/list, and each other request with answer.
 func answerServer(t *testing.T, answer func(w http.ResponseWriter, id json.RawMessage, method string)) *httptest.Server {
 	t.Helper()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewServer(answerHandler(answer))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func answerHandler(answer func(w http.ResponseWriter, id json.RawMessage, method string)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			w.WriteHeader(http.StatusMethodNotAllowed)
 			return
@@ -50,9 +57,7 @@ func answerServer(t *testing.T, answer func(w http.ResponseWriter, id json.RawMe
 		default:
 			answer(w, m.ID, m.Method)
 		}
-	}))
-	t.Cleanup(srv.Close)
-	return srv
+	})
 }
 
 // writeHuge writes a JSON-RPC response to id whose result holds mib MiB of
@@ -591,4 +596,81 @@ func TestServerRequestsBounded(t *testing.T) {
 		res, err := conn.RawCall(rawCallCtx(t), "tools/call", callParams("flood", "{}"))
 		check(t, a, base, res, err)
 	})
+}
+
+// TestHTTPReloadCredentials: ReloadCredentials reads the credential files
+// again and the next request, on the open connection, carries what they
+// hold now; an unchanged file reports no change, one that holds no
+// credential changes nothing, and an upstream whose credentials come from
+// the environment has nothing to re-read.
+func TestHTTPReloadCredentials(t *testing.T) {
+	var mu sync.Mutex
+	var got []string
+	inner := answerHandler(func(w http.ResponseWriter, id json.RawMessage, _ string) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{}}`, id)
+	})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = append(got, r.Header.Get("Authorization")+" "+r.Header.Get("X-Api-Key"))
+		mu.Unlock()
+		inner.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	dir := t.TempDir()
+	tokFile, keyFile := filepath.Join(dir, "token"), filepath.Join(dir, "key")
+	write := func(path, v string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(v), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(tokFile, "one\n")
+	write(keyFile, "k1")
+	up, err := NewHTTP(HTTPOptions{Name: "files", URL: srv.URL, BearerTokenFile: tokFile, HeadersFromFile: map[string]string{"X-Api-Key": keyFile}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := connectRaw(t, up, ConnectOptions{})
+	last := func() string {
+		t.Helper()
+		if _, err := conn.RawCall(rawCallCtx(t), "tools/call", callParams("echo", "{}")); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return got[len(got)-1]
+	}
+	if g := last(); g != "Bearer one k1" {
+		t.Fatalf("before: %q", g)
+	}
+	if changed, err := up.ReloadCredentials(); changed || err != nil {
+		t.Fatalf("unchanged files: changed %v, err %v", changed, err)
+	}
+	write(tokFile, "two\n")
+	write(keyFile, "k2")
+	if changed, err := up.ReloadCredentials(); !changed || err != nil {
+		t.Fatalf("rotated files: changed %v, err %v", changed, err)
+	}
+	if g := last(); g != "Bearer two k2" {
+		t.Fatalf("after the reload: %q, want the rotated credentials", g)
+	}
+	write(keyFile, "")
+	if changed, err := up.ReloadCredentials(); changed || err == nil || !strings.Contains(err.Error(), `upstream "files"`) || !strings.Contains(err.Error(), "is empty") {
+		t.Fatalf("an empty file: changed %v, err %v", changed, err)
+	}
+	if g := last(); g != "Bearer two k2" {
+		t.Fatalf("after a failed reload: %q, want the credentials in force", g)
+	}
+	if up.CredentialsFromEnvironment() {
+		t.Error("credentials from files reported as from the environment")
+	}
+
+	env, err := NewHTTP(HTTPOptions{Name: "env", URL: srv.URL, BearerTokenEnv: "T", LookupEnv: func(string) (string, bool) { return "t", true }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if changed, err := env.ReloadCredentials(); changed || err != nil || !env.CredentialsFromEnvironment() {
+		t.Fatalf("environment: changed %v, err %v, from the environment %v", changed, err, env.CredentialsFromEnvironment())
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -65,6 +66,10 @@ type HTTPUpstream struct {
 	url    string
 	verify *pinVerifier
 	client *http.Client
+	// opts and cred: ReloadCredentials reads the credentials again as
+	// opts says and puts them in cred, the client's transport.
+	opts HTTPOptions
+	cred *credentialTransport
 }
 
 // NewHTTP validates o, reads its credentials and builds the transport. It
@@ -165,8 +170,11 @@ func NewHTTP(o HTTPOptions) (*HTTPUpstream, error) {
 	if err != nil {
 		return nil, err
 	}
+	up.opts = o
+	up.cred = &credentialTransport{upstream: o.Name, base: tr, endpoint: &endpoint, query: u.RawQuery}
+	up.cred.header.Store(&hdr)
 	up.client = &http.Client{
-		Transport: &credentialTransport{upstream: o.Name, base: tr, header: hdr, endpoint: &endpoint, query: u.RawQuery},
+		Transport: up.cred,
 		// The transport refuses redirects with a clear error (which this
 		// hook's would not be: the client quotes the Location, query and
 		// all); one without a Location is not followed either.
@@ -177,6 +185,37 @@ func NewHTTP(o HTTPOptions) (*HTTPUpstream, error) {
 
 // Name is the upstream's configured name.
 func (h *HTTPUpstream) Name() string { return h.name }
+
+// ReloadCredentials reads the credential files (bearer_token_file,
+// headers_from_file) again and puts what they hold in force for every
+// request from then on, on open connections too. It reports whether a
+// credential changed; a file that cannot be read, or holds no valid
+// credential, changes nothing and is the error. Credentials from the
+// environment stay as they were read at start: the environment of a
+// running gateway does not change.
+func (h *HTTPUpstream) ReloadCredentials() (changed bool, err error) {
+	if h.opts.BearerTokenFile == "" && len(h.opts.HeadersFromFile) == 0 {
+		return false, nil
+	}
+	hdr, err := readCredentials(h.opts, func(format string, args ...any) error {
+		return fmt.Errorf("upstream %q: "+format, append([]any{h.name}, args...)...)
+	})
+	if err != nil {
+		return false, err
+	}
+	if reflect.DeepEqual(*h.cred.header.Load(), hdr) {
+		return false, nil
+	}
+	h.cred.header.Store(&hdr)
+	return true, nil
+}
+
+// CredentialsFromEnvironment reports whether any of the upstream's
+// credentials come from environment variables, which only a restart reads
+// again.
+func (h *HTTPUpstream) CredentialsFromEnvironment() bool {
+	return h.opts.BearerTokenEnv != "" || len(h.opts.HeadersFromEnv) > 0
+}
 
 // Class is the evidence class: tls-pinned, tls-ca or plaintext.
 func (h *HTTPUpstream) Class() string { return h.class }
@@ -284,9 +323,9 @@ func (h *HTTPUpstream) explain(op string, err error) error {
 type credentialTransport struct {
 	upstream string // its name, for the errors it makes
 	base     http.RoundTripper
-	header   http.Header
-	endpoint *url.URL // the configured url without its query
-	query    string   // its raw query, or ""
+	header   atomic.Pointer[http.Header] // replaced whole by ReloadCredentials
+	endpoint *url.URL                    // the configured url without its query
+	query    string                      // its raw query, or ""
 }
 
 func (t *credentialTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -370,11 +409,12 @@ func (b *limitedBody) Close() error { return b.body.Close() }
 func (t *credentialTransport) roundTrip(req *http.Request) (*http.Response, error) {
 	addQuery := t.query != "" && req.URL.RawQuery == "" && req.URL.Scheme == t.endpoint.Scheme &&
 		req.URL.Host == t.endpoint.Host && req.URL.Path == t.endpoint.Path
-	if len(t.header) == 0 && !addQuery {
+	header := *t.header.Load()
+	if len(header) == 0 && !addQuery {
 		return t.base.RoundTrip(req)
 	}
 	r := req.Clone(req.Context())
-	for k, vs := range t.header {
+	for k, vs := range header {
 		r.Header[k] = vs
 	}
 	if addQuery {

@@ -457,8 +457,8 @@ func TestHTTPURLQueryNeverInErrors(t *testing.T) {
 		return nil, fmt.Errorf("cannot reach %s: %w", r.URL, os.ErrDeadlineExceeded)
 	})
 	ct := up.HTTPClient().Transport.(*credentialTransport)
-	tr := *ct
-	tr.base = base
+	tr := &credentialTransport{upstream: ct.upstream, base: base, endpoint: ct.endpoint, query: ct.query}
+	tr.header.Store(ct.header.Load())
 	req, _ := http.NewRequest(http.MethodGet, up.URL(), nil)
 	_, err = tr.RoundTrip(req)
 	if err == nil || strings.Contains(err.Error(), secret) || !errors.Is(err, os.ErrDeadlineExceeded) {

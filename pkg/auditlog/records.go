@@ -354,7 +354,7 @@ type Policy struct {
 
 // Admin records an operator action on the admin endpoint.
 type Admin struct {
-	Action string `json:"action"` // kill_switch_on, kill_switch_off, checkpoint, tokens_reloaded, reload_rejected
+	Action string `json:"action"` // kill_switch_on, kill_switch_off, checkpoint, tokens_reloaded, upstream_credentials_reloaded, reload_rejected
 	Actor  string `json:"actor,omitzero"`
 	Reason string `json:"reason,omitzero"`
 }
