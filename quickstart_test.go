@@ -1,8 +1,10 @@
 package cmcp_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -97,6 +99,64 @@ func TestQuickstart(t *testing.T) {
 	if err != nil || !strings.Contains(string(vout), "VERIFIED") || !strings.Contains(string(vout), "sealed") {
 		t.Fatalf("verify-chain audit: %v\n%s", err, vout)
 	}
+
+	// An MCP client that spawns `cmcp serve --stdio -c .quickstart/cmcp.yaml`
+	// from / (as desktop clients do) gets the same sample server: its root
+	// is examples/, not the directory cmcp was started in.
+	if got := stdioListDir(t, dir, "/"); !strings.Contains(got, "cmcp.yaml") || !strings.Contains(got, "sample-server/") || strings.Contains(got, "etc/") {
+		t.Fatalf("files__list_dir . through cmcp serve --stdio started in /: %q, want the listing of examples/", got)
+	}
+}
+
+// stdioListDir runs `cmcp serve --stdio -c .quickstart/cmcp.yaml` of the
+// repository copy repo in the directory cwd, as an MCP client would, and
+// returns the text of files__list_dir's answer for ".".
+func stdioListDir(t *testing.T, repo, cwd string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(repo, "bin", "cmcp"), "serve", "--stdio", "-c", filepath.Join(repo, ".quickstart", "cmcp.yaml"))
+	cmd.Dir = cwd
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintln(in, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"quickstart_test","version":"1"}}}`)
+	fmt.Fprintln(in, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	fmt.Fprintln(in, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"files__list_dir","arguments":{"path":"."}}}`)
+	var answer struct {
+		ID     int `json:"id"`
+		Result struct {
+			Content []struct {
+				Text string `json:"text"`
+			} `json:"content"`
+			IsError bool `json:"isError"`
+		} `json:"result"`
+	}
+	sc := bufio.NewScanner(out)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		if err := json.Unmarshal(sc.Bytes(), &answer); err == nil && answer.ID == 2 {
+			break
+		}
+	}
+	in.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("cmcp serve --stdio in %s: %v\n%s", cwd, err, stderr.String())
+	}
+	if answer.ID != 2 || len(answer.Result.Content) != 1 || answer.Result.IsError {
+		t.Fatalf("cmcp serve --stdio in %s: no answer to files__list_dir: %+v\n%s", cwd, answer, stderr.String())
+	}
+	return answer.Result.Content[0].Text
 }
 
 // copyRepo copies the files git tracks (as they are in the working tree)

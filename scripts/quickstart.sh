@@ -9,7 +9,9 @@ echo "== build" >&2
 go build -o bin/cmcp ./cmd/cmcp
 go build -o bin/sample-server ./examples/sample-server
 echo "== pin the sample server" >&2
-doc=$(bin/cmcp spawn-digest --tools --name files --output json -- bin/sample-server --root .)
+# The server runs as cmcp.yaml starts it: in the repository root (its dir:),
+# reading examples/ only.
+doc=$(bin/cmcp spawn-digest --tools --name files --output json -- bin/sample-server --root examples)
 pin=$(printf '%s\n' "$doc" | sed -n 's/.*"command_digest": *"\(sha256:[0-9a-f]*\)".*/\1/p' | head -1)
 tools=$(printf '%s\n' "$doc" | sed -n 's/.*"tools_flow": *"\(.*\)".*/\1/p' | head -1)
 echo "   command pin $pin" >&2
