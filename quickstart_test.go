@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -186,4 +187,59 @@ func copyRepo(t *testing.T) string {
 		}
 	}
 	return dir
+}
+
+// TestQuickstartStopsOnCtrlCBeforeServing: Ctrl-C while the quickstart
+// builds stops it (exit 130) before anything is pinned or served, even when
+// the step it hits finishes anyway, as a cached `go build` can: bash stops
+// a script only when its current command dies of the signal. Here `go`
+// ignores SIGINT, so the build always finishes.
+func TestQuickstartStopsOnCtrlCBeforeServing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds cmcp")
+	}
+	realGo, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := copyRepo(t)
+	bin := t.TempDir()
+	wrapper := "#!/bin/sh\ntrap '' INT\necho 'go: building, ignoring SIGINT' >&2\nexec '" + realGo + "' \"$@\"\n"
+	if err := os.WriteFile(filepath.Join(bin, "go"), []byte(wrapper), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	srv := exec.Command("bash", "scripts/quickstart.sh", "--listen", "127.0.0.1:1")
+	srv.Dir = dir
+	srv.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	srv.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stderr, err := srv.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Kill(-srv.Process.Pid, syscall.SIGKILL) })
+	var logs strings.Builder
+	sc := bufio.NewScanner(stderr)
+	interrupted := false
+	for sc.Scan() {
+		line := sc.Text()
+		logs.WriteString(line + "\n")
+		if !interrupted && strings.HasPrefix(line, "go: building") {
+			syscall.Kill(-srv.Process.Pid, syscall.SIGINT) // Ctrl-C reaches the whole foreground group
+			interrupted = true
+		}
+		if strings.HasPrefix(line, "== pin") || strings.HasPrefix(line, "== cmcp serve") {
+			t.Fatalf("the quickstart went on after Ctrl-C:\n%s", logs.String())
+		}
+	}
+	err = srv.Wait()
+	var ee *exec.ExitError
+	if !interrupted || !errors.As(err, &ee) || ee.ExitCode() != 130 {
+		t.Fatalf("quickstart after Ctrl-C during the build: %v (interrupted: %v), want exit 130\n%s", err, interrupted, logs.String())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "audit")); !os.IsNotExist(err) {
+		t.Fatalf("an audit log was written after Ctrl-C (%v)", err)
+	}
 }

@@ -3,6 +3,9 @@
 # definitions), writes .quickstart/cmcp.yaml from examples/cmcp.yaml and runs
 # the gateway on http://127.0.0.1:8080/mcp. Ctrl-C stops it and seals the log.
 set -euo pipefail
+# Ctrl-C before the gateway runs stops here, even when the step it hits
+# finishes anyway (bash itself stops only if that step dies of the signal).
+trap 'exit 130' INT TERM
 cd "$(dirname "$0")/.."
 mkdir -p bin .quickstart
 echo "== build" >&2
@@ -18,4 +21,5 @@ echo "   command pin $pin" >&2
 echo "   tool pins   $tools" >&2
 sed -e "s|PIN_COMMAND|$pin|" -e "s|PIN_TOOLS|$tools|" examples/cmcp.yaml > .quickstart/cmcp.yaml
 echo "== cmcp serve -c .quickstart/cmcp.yaml (audit log in audit/)" >&2
+trap - INT TERM
 exec bin/cmcp serve -c .quickstart/cmcp.yaml "$@"
