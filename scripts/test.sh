@@ -6,6 +6,37 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# What the steps below need, checked before the first of them runs (a C
+# compiler missing used to show only at the last step, after the downloads
+# and the conformance suite).
+missing=0
+need() { # need TOOL WHY INSTALL
+  if ! command -v "$1" >/dev/null 2>&1; then
+    echo "test.sh: $1 not found: $2 (install: $3)" >&2
+    missing=1
+  fi
+}
+need go "builds and tests cmcp (Go $(sed -n 's/^go //p' go.mod) or newer, go.mod)" "https://go.dev/dl"
+need gofmt "checks formatting (it comes with Go)" "https://go.dev/dl"
+need git "lists the files to check" "apt-get install git"
+need curl "scripts/call.sh, which the quickstart test runs, is curl" "apt-get install curl"
+need npm "scripts/peers.sh installs Node 22 and the MCP peers with it" "apt-get install npm"
+need flock "scripts/peers.sh serialises concurrent runs with it" "apt-get install util-linux"
+if command -v go >/dev/null 2>&1; then
+  cc=$(go env CC)
+  if ! command -v "${cc%% *}" >/dev/null 2>&1; then
+    echo "test.sh: C compiler ${cc%% *} not found: go test -race needs cgo (install: apt-get install gcc, or set CC)" >&2
+    missing=1
+  elif [ "$(go env CGO_ENABLED)" != 1 ]; then
+    echo "test.sh: cgo is disabled (CGO_ENABLED=$(go env CGO_ENABLED)): go test -race needs it (unset CGO_ENABLED)" >&2
+    missing=1
+  fi
+fi
+if [ "$missing" != 0 ]; then
+  echo "test.sh: nothing was run; install what is missing and run it again (README.md lists what is needed)" >&2
+  exit 1
+fi
+
 echo "== gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go'))
 if [ -n "$unformatted" ]; then
@@ -13,7 +44,9 @@ if [ -n "$unformatted" ]; then
 fi
 
 echo "== peers"
-eval "$(bash scripts/peers.sh)"
+# Not eval "$(...)": its status is eval's, and a failed install would go on.
+peers=$(bash scripts/peers.sh) || { echo "test.sh: scripts/peers.sh failed (see above)" >&2; exit 1; }
+eval "$peers"
 
 echo "== go vet"
 go vet ./...

@@ -1,0 +1,71 @@
+package cmcp_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestTestScriptChecksItsToolsFirst: scripts/test.sh, run where npm and the
+// C compiler are missing, says so for each before any step runs (no
+// gofmt, no downloads), and fails. A missing C compiler used to show only
+// at the last step, as go test -race's cgo error.
+func TestTestScriptChecksItsToolsFirst(t *testing.T) {
+	bin := t.TempDir()
+	for _, tool := range []string{"bash", "dirname", "sed", "go", "gofmt", "git", "curl", "flock"} {
+		p, err := exec.LookPath(tool)
+		if err != nil {
+			t.Skipf("needs %s: %v", tool, err)
+		}
+		if err := os.Symlink(p, filepath.Join(bin, tool)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(filepath.Join(bin, "bash"), "scripts/test.sh")
+	env := []string{"PATH=" + bin}
+	for _, kv := range os.Environ() {
+		if name, _, _ := strings.Cut(kv, "="); name != "PATH" && name != "CC" && name != "CGO_ENABLED" {
+			env = append(env, kv)
+		}
+	}
+	cmd.Env = append(env, "CC=cmcp-test-no-such-cc")
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("scripts/test.sh passed without npm and a C compiler:\n%s", out)
+	}
+	for _, want := range []string{
+		"test.sh: npm not found: scripts/peers.sh installs Node 22",
+		"test.sh: C compiler cmcp-test-no-such-cc not found: go test -race needs cgo",
+		"test.sh: nothing was run",
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("scripts/test.sh does not say %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(string(out), "==") {
+		t.Errorf("scripts/test.sh ran a step before saying what is missing:\n%s", out)
+	}
+}
+
+// TestReadmeNamesTheGoVersion: the Go version README.md asks for is
+// go.mod's.
+func TestReadmeNamesTheGoVersion(t *testing.T) {
+	mod, err := os.ReadFile("go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^go (\S+)$`).FindSubmatch(mod)
+	if m == nil {
+		t.Fatal("go.mod has no go line")
+	}
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "Go " + string(m[1]) + " or newer (`go.mod`)"; !strings.Contains(string(readme), want) {
+		t.Errorf("README.md does not say %q", want)
+	}
+}
