@@ -44,6 +44,9 @@ type AdminOptions struct {
 	// Addr is the listen address (host:port). It must never be the MCP
 	// listener's address: agents must not reach this endpoint.
 	Addr string
+	// Listener, if set, is Addr already bound (Serve binds it before the
+	// audit log is opened); Start serves on it instead of listening.
+	Listener net.Listener
 	// TokenDigest is "sha256:<hex>" of the admin bearer token. Required:
 	// the admin endpoint never runs without its own credential.
 	TokenDigest digest.Digest
@@ -120,9 +123,12 @@ func (a *Admin) Handler() http.Handler { return a.mux }
 
 // Start listens on o.Addr and serves in the background.
 func (a *Admin) Start() error {
-	ln, err := net.Listen("tcp", a.o.Addr)
-	if err != nil {
-		return fmt.Errorf("admin listener: %w", err)
+	ln := a.o.Listener
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", a.o.Addr); err != nil {
+			return fmt.Errorf("admin listener: %w", err)
+		}
 	}
 	a.ln = ln
 	a.srv = &http.Server{
@@ -351,8 +357,9 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 // StartAdmin starts the admin listener of the `admin:` section for a running
 // gateway g and its audit log w, and registers the gauges that only exist
 // once both run (audit queue depth, live sessions). Shut it down with
-// (*Admin).Shutdown before closing w.
-func StartAdmin(c *config.Admin, g *Gateway, w *auditlog.Writer, m *Metrics, logger *slog.Logger) (*Admin, error) {
+// (*Admin).Shutdown before closing w. ln, if not nil, is c.Listen already
+// bound.
+func StartAdmin(c *config.Admin, ln net.Listener, g *Gateway, w *auditlog.Writer, m *Metrics, logger *slog.Logger) (*Admin, error) {
 	if m == nil {
 		m = NewMetrics()
 	}
@@ -362,6 +369,7 @@ func StartAdmin(c *config.Admin, g *Gateway, w *auditlog.Writer, m *Metrics, log
 	m.GaugeFunc("cmcp_sessions", "Live agent sessions.", func() float64 { return float64(g.Sessions()) })
 	a, err := NewAdmin(AdminOptions{
 		Addr:        c.Listen,
+		Listener:    ln,
 		TokenDigest: c.TokenSHA256,
 		Kill:        g,
 		Metrics:     m,

@@ -242,7 +242,7 @@ func TestAdminReadiness(t *testing.T) {
 
 func TestStartAdminFromConfig(t *testing.T) {
 	h := newHarness(t, hconf{tokens: []Token{{Digest: TokenDigest(testAgentToken), Identity: "agent-a"}}})
-	a, err := StartAdmin(&config.Admin{Listen: "127.0.0.1:0", TokenSHA256: digest.Bytes([]byte(testAdminToken))}, h.g, h.w, NewMetrics(), nil)
+	a, err := StartAdmin(&config.Admin{Listen: "127.0.0.1:0", TokenSHA256: digest.Bytes([]byte(testAdminToken))}, nil, h.g, h.w, NewMetrics(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

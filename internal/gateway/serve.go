@@ -18,6 +18,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/confidential-mcp/cmcp/internal/buildinfo"
@@ -120,6 +121,37 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 	for _, w := range lc.Warnings {
 		logger.Warn(w)
 	}
+	// Then the listeners are bound, still before the audit log is opened
+	// and the upstreams started: a start that cannot serve (the port is
+	// taken) leaves no epoch and runs no child. Connections that arrive
+	// meanwhile wait in the backlog until the gateway serves.
+	var ln net.Listener
+	scheme := "http"
+	if !o.Stdio {
+		if ln, err = listenMCP(lc.MCP, listen, hasAuth); err != nil {
+			return err
+		}
+		defer ln.Close() // closed already when the server was started
+		if srvCfg.TLS != nil {
+			tc, err := serverTLS(cfg, srvCfg.TLS)
+			if err != nil {
+				return ui.WithCode(ui.ExitConfig, err)
+			}
+			ln = tls.NewListener(ln, tc)
+			scheme = "https"
+		}
+	}
+	var adminLn net.Listener
+	if cfg.Admin != nil {
+		if adminLn, err = net.Listen("tcp", cfg.Admin.Listen); err != nil {
+			e := ui.Errorf(ui.ExitRuntime, "admin listener: %w", err)
+			if errors.Is(err, syscall.EADDRINUSE) {
+				e.Hint("another process is listening on %s (another cmcp serve?): stop it, or set admin.listen in %s to a free address", cfg.Admin.Listen, cfg.Path)
+			}
+			return e
+		}
+		defer adminLn.Close() // closed already when the admin listener was shut down
+	}
 
 	// Measure ourselves and the configuration.
 	gwInfo := auditlog.GatewayInfo{Version: buildinfo.Get().Version, Commit: buildinfo.Get().Commit}
@@ -193,14 +225,18 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 		if errors.As(err, &ve) && ve.IsVerification() {
 			code = ui.LogFailureCode(string(ve.Class))
 		}
-		return ui.Errorf(code, "open audit log in %s: %w", auditDir, err)
+		e := ui.Errorf(code, "open audit log in %s: %w", auditDir, err)
+		if errors.Is(err, auditlog.ErrInUse) {
+			e.Hint("another cmcp serve is writing to this directory: stop it first (it seals its log), or give this gateway its own audit directory (--audit-dir DIR, or audit.dir in %s)", cfg.Path)
+		}
+		return e
 	}
+	epoch, epochDir := w.Epoch()
 	defer func() {
 		if cerr := w.Close(); cerr != nil && err == nil {
 			err = ui.Errorf(ui.ExitIO, "close audit log: %w", cerr)
 		}
 	}()
-	epoch, epochDir := w.Epoch()
 	logger.Info("audit log open", "dir", epochDir, "epoch", epoch, "durability", durability, "platform", gwInfo.Platform, "key", w.VerifierKey())
 	if rec := w.Recovery(); rec != nil {
 		logger.Warn("recovered the previous epoch, which did not end as the gateway closes one (it crashed or was killed, or bytes were added after its seal); a recovery record in this epoch says what was kept and cut, and the records kept after its last checkpoint stay unsigned (verify-chain lists them)",
@@ -246,7 +282,7 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 	shutdown := func() error { return shutdownBy(time.Now().Add(grace)) }
 	if cfg.Admin != nil {
 		// The operators' listener (admin.go): its own address and token.
-		adm, err := StartAdmin(cfg.Admin, g, w, o.Metrics, logger)
+		adm, err := StartAdmin(cfg.Admin, adminLn, g, w, o.Metrics, logger)
 		if err != nil {
 			shutdown()
 			return ui.WithCode(ui.ExitRuntime, err)
@@ -318,19 +354,6 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 		return errors.Join(serr, st.err)
 	}
 
-	// Listen on the address that was checked, and check what was bound:
-	// without authentication, only a loopback address will do.
-	var ln net.Listener
-	ln, err = net.ListenTCP("tcp", lc.MCP)
-	if err != nil {
-		shutdown()
-		return ui.Errorf(ui.ExitRuntime, "listen on %s: %w", listen, err)
-	}
-	if err := CheckListen(ln.Addr().String(), hasAuth); err != nil {
-		ln.Close()
-		shutdown()
-		return ui.WithCode(ui.ExitConfig, fmt.Errorf("%s: %w", listen, err))
-	}
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", g.HTTPHandler(HTTPOptions{Tokens: tokens(srvCfg), TokenSet: hup.tokens, ClientCerts: srvCfg.TLS != nil && srvCfg.TLS.ClientCA != "",
 		SessionTimeout: srvCfg.SessionTimeout, MaxRequestBytes: srvCfg.MaxRequestBytes, MaxSessions: srvCfg.MaxSessions, MaxSessionsPerAgent: srvCfg.MaxSessionsPerAgent}))
@@ -357,16 +380,6 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 		idle = 2 * time.Minute
 	}
 	hs := &http.Server{Handler: counted, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: idle, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
-	scheme := "http"
-	if srvCfg.TLS != nil {
-		tc, err := serverTLS(cfg, srvCfg.TLS)
-		if err != nil {
-			ln.Close()
-			return ui.WithCode(ui.ExitConfig, err)
-		}
-		ln = tls.NewListener(ln, tc)
-		scheme = "https"
-	}
 	endpoint := fmt.Sprintf("%s://%s/mcp", scheme, ln.Addr())
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
@@ -399,6 +412,25 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 	err = g.Shutdown(sctx)
 	hs.Close() // the remaining notification streams, and idle connections
 	return err
+}
+
+// listenMCP binds the MCP endpoint's address, as checked, and checks what
+// was bound: without authentication, only a loopback address will do.
+// listen is the address as given (server.listen or --listen).
+func listenMCP(addr *net.TCPAddr, listen string, hasAuth bool) (net.Listener, error) {
+	ln, err := net.ListenTCP("tcp", addr)
+	if err != nil {
+		e := ui.Errorf(ui.ExitRuntime, "listen on %s: %w", listen, err)
+		if errors.Is(err, syscall.EADDRINUSE) {
+			e.Hint("another process is listening on %s (another cmcp serve?): stop it, or serve on a free address with --listen, e.g. --listen 127.0.0.1:9000", listen)
+		}
+		return nil, e
+	}
+	if err := CheckListen(ln.Addr().String(), hasAuth); err != nil {
+		ln.Close()
+		return nil, ui.WithCode(ui.ExitConfig, fmt.Errorf("%s: %w", listen, err))
+	}
+	return ln, nil
 }
 
 func tokens(s *config.Server) []Token {

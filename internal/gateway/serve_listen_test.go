@@ -106,3 +106,70 @@ func TestServeRecordsTheLoadedConfigDigest(t *testing.T) {
 		t.Fatalf("genesis config_digest %v, want %s (the loaded bytes)", g, digest.Bytes([]byte(yaml)))
 	}
 }
+
+// TestServePortTakenWritesNoEpoch: an MCP or admin address another process
+// holds stops serve with exit 6 and a hint (--listen, admin.listen) before
+// the audit log is opened or an upstream started: a start that cannot serve
+// leaves no epoch behind. (The listener used to be bound last, after the
+// genesis record was written and the children spawned.)
+func TestServePortTakenWritesNoEpoch(t *testing.T) {
+	exe, pin := selfDigest(t)
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	addr := taken.Addr().String()
+	for _, tc := range []struct{ name, admin, flag, want, hint string }{
+		{"--listen", "", addr, "listen on " + addr + ": ", "stop it, or serve on a free address with --listen"},
+		{"admin.listen", "admin:\n  listen: " + addr + "\n  token_sha256: " + TokenDigest(testAdminToken).String() + "\n", "127.0.0.1:0", "admin listener: ", "set admin.listen in "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			yaml := fmt.Sprintf("version: 1\nserver:\n  tee: software\naudit:\n  dir: audit\n%supstreams:\n  - name: t\n    stdio:\n      command: %s\n      env: {%s: server}\n    pin:\n      command: %s\n",
+				tc.admin, exe, childEnv, pin)
+			cfg, _ := loadConfigFile(t, dir, yaml)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			err := Serve(ctx, cfg, ServeOptions{Listen: tc.flag, Environ: os.Environ(), Logger: slog.New(slog.DiscardHandler)})
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "address already in use") || ui.CodeOf(err) != ui.ExitRuntime {
+				t.Fatalf("serve: %v (exit %d), want exit 6 and %q", err, ui.CodeOf(err), tc.want)
+			}
+			if h := strings.Join(ui.HintsOf(err), "\n"); !strings.Contains(h, "another process is listening on "+addr) || !strings.Contains(h, tc.hint) {
+				t.Errorf("hints %q, want one saying %q", h, tc.hint)
+			}
+			if _, err := os.Stat(filepath.Join(dir, "audit")); !os.IsNotExist(err) {
+				t.Errorf("the audit directory was created by a start that could not listen (%v)", err)
+			}
+		})
+	}
+}
+
+// TestServeAuditDirInUse: a second gateway on an audit directory that a
+// running one writes stops with exit 3, saying what to do (stop the other,
+// or --audit-dir).
+func TestServeAuditDirInUse(t *testing.T) {
+	exe, pin := selfDigest(t)
+	dir := t.TempDir()
+	yaml := fmt.Sprintf("version: 1\nserver:\n  listen: 127.0.0.1:0\n  tee: software\naudit:\n  dir: audit\nupstreams:\n  - name: t\n    stdio:\n      command: %s\n      env: {%s: server}\n    pin:\n      command: %s\n", exe, childEnv, pin)
+	cfg, path := loadConfigFile(t, dir, yaml)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var second error
+	err := Serve(ctx, cfg, ServeOptions{Environ: os.Environ(), Logger: slog.New(slog.DiscardHandler),
+		Started: func(string, *Gateway, *auditlog.Writer) {
+			cfg2, _ := loadConfigFile(t, t.TempDir(), yaml)
+			cfg2.Path, cfg2.Audit.Dir = path, filepath.Join(dir, "audit")
+			second = Serve(context.Background(), cfg2, ServeOptions{Environ: os.Environ(), Logger: slog.New(slog.DiscardHandler)})
+			cancel()
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second == nil || !strings.Contains(second.Error(), "is in use by another writer") || ui.CodeOf(second) != ui.ExitIO {
+		t.Fatalf("second serve on the same audit directory: %v (exit %d), want exit 3, in use", second, ui.CodeOf(second))
+	}
+	if h := strings.Join(ui.HintsOf(second), "\n"); !strings.Contains(h, "another cmcp serve is writing to this directory: stop it first") || !strings.Contains(h, "--audit-dir DIR, or audit.dir in "+path) {
+		t.Errorf("hints %q, want what to do", h)
+	}
+}

@@ -11,6 +11,10 @@ import (
 	"syscall"
 )
 
+// ErrInUse is what Open's error wraps when another writer (another
+// gateway) holds the audit directory's lock.
+var ErrInUse = errors.New("in use by another writer")
+
 // lockDir takes an exclusive advisory lock on dir/.lock so that two writers
 // never append to the same audit directory.
 func lockDir(dir string) (*os.File, error) {
@@ -21,7 +25,7 @@ func lockDir(dir string) (*os.File, error) {
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("audit directory %s is in use by another writer (lock %s held)", dir, f.Name())
+			return nil, fmt.Errorf("audit directory %s is %w (lock %s held)", dir, ErrInUse, f.Name())
 		}
 		return nil, fmt.Errorf("lock audit directory: %w", err)
 	}
