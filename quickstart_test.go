@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -99,6 +100,11 @@ func TestQuickstart(t *testing.T) {
 	vout, err := v.CombinedOutput()
 	if err != nil || !strings.Contains(string(vout), "VERIFIED") || !strings.Contains(string(vout), "sealed") {
 		t.Fatalf("verify-chain audit: %v\n%s", err, vout)
+	}
+	// The result line README.md shows, with this run's numbers.
+	if m := regexp.MustCompile(`(?m)^Result: VERIFIED through record (\d+) of epoch 1: records 0-(\d+) \((\d+) records\) are signed by the newest checkpoint, which is record (\d+) \(tree size (\d+), root `).FindStringSubmatch(string(vout)); m == nil ||
+		m[1] != m[2] || m[3] != m[4] || m[4] != m[5] {
+		t.Fatalf("verify-chain audit: no result line as README.md shows it:\n%s", vout)
 	}
 
 	// An MCP client that spawns `cmcp serve --stdio -c .quickstart/cmcp.yaml`

@@ -337,7 +337,7 @@ func printReport(p *ui.Printer, rep *auditlog.Report) {
 	check := p.OK("✓")
 	warn := p.Warn("!")
 	p.Printf("Verified audit log %s\n", p.Bold(rep.Dir))
-	p.Printf("  %s %d records in %s, %s (%s to %s)\n", check, rep.Records, plural(len(rep.Epochs), "epoch"), plural(segs, "segment file"),
+	p.Printf("  %s %d records (checkpoints included) in %s, %s (%s to %s)\n", check, rep.Records, plural(len(rep.Epochs), "epoch"), plural(segs, "segment file"),
 		rep.First.Format(time.RFC3339), rep.Last.Format(time.RFC3339))
 	p.Printf("  %s every line is strict RFC 8785 canonical JSON; sequence numbers contiguous; hash links intact\n", check)
 	p.Printf("  %s %d checkpoints: signatures valid, Merkle roots match the records, each consistent with the one before\n", check, rep.Checkpoints)
@@ -374,8 +374,12 @@ func printReport(p *ui.Printer, rep *auditlog.Report) {
 	}
 	last := rep.Epochs[len(rep.Epochs)-1]
 	if rep.Newest != nil {
-		p.Printf("Result: %s through record %d of epoch %d (newest checkpoint: size %d, root %s)\n",
-			p.OK("VERIFIED"), rep.Newest.Size-1, last.Epoch, rep.Newest.Size, rep.Newest.Root)
+		// Records are numbered from 0 in each epoch, and a checkpoint is a
+		// record itself: the one at index N signs records 0..N-1 (tree
+		// size N).
+		n := rep.Newest.Size
+		p.Printf("Result: %s through record %d of epoch %d: records 0-%d (%s) are signed by the newest checkpoint, which is record %d (tree size %d, root %s)\n",
+			p.OK("VERIFIED"), n-1, last.Epoch, n-1, plural(int(n), "record"), n, n, rep.Newest.Root)
 	}
 }
 
