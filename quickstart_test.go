@@ -95,6 +95,9 @@ func TestQuickstart(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatalf("the gateway did not stop on Ctrl-C\n%s", logs.String())
 	}
+	if want := "audit log sealed; verify it with: cmcp verify-chain " + filepath.Join(dir, "audit"); !strings.Contains(logs.String(), want) {
+		t.Errorf("the gateway's log does not end saying %q:\n%s", want, logs.String())
+	}
 	v := exec.Command(filepath.Join("bin", "cmcp"), "verify-chain", "audit")
 	v.Dir = dir
 	vout, err := v.CombinedOutput()

@@ -275,7 +275,7 @@ func writePrivateKey(path string, priv ed25519.PrivateKey) error {
 	if err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			return ui.Errorf(ui.ExitIO, "--key-out %s exists: a private key is never overwritten", path).
-				Hint("pass --key with the public key to bind, or another --key-out")
+				Hint("to bind the key it holds again, pass --key %s; for a new key, give another --key-out FILE", path)
 		}
 		return ui.WithCode(ui.ExitIO, fmt.Errorf("--key-out: %w", err))
 	}

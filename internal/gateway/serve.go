@@ -233,9 +233,14 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 	}
 	epoch, epochDir := w.Epoch()
 	defer func() {
-		if cerr := w.Close(); cerr != nil && err == nil {
-			err = ui.Errorf(ui.ExitIO, "close audit log: %w", cerr)
+		if cerr := w.Close(); cerr != nil {
+			if err == nil {
+				err = ui.Errorf(ui.ExitIO, "close audit log: %w", cerr)
+			}
+			return
 		}
+		// The last line of a gateway that stops: what to do next.
+		logger.Info("audit log sealed; verify it with: cmcp verify-chain "+auditDir, "epoch", epoch)
 	}()
 	logger.Info("audit log open", "dir", epochDir, "epoch", epoch, "durability", durability, "platform", gwInfo.Platform, "key", w.VerifierKey())
 	if rec := w.Recovery(); rec != nil {

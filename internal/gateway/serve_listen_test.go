@@ -173,3 +173,27 @@ func TestServeAuditDirInUse(t *testing.T) {
 		t.Errorf("hints %q, want what to do", h)
 	}
 }
+
+// TestServeSaysHowToVerifyTheSealedLog: the last line a gateway logs when
+// it stops is that its log is sealed and the command that verifies it.
+func TestServeSaysHowToVerifyTheSealedLog(t *testing.T) {
+	exe, pin := selfDigest(t)
+	dir := t.TempDir()
+	yaml := fmt.Sprintf("version: 1\nserver:\n  listen: 127.0.0.1:0\n  tee: software\naudit:\n  dir: audit\nupstreams:\n  - name: t\n    stdio:\n      command: %s\n      env: {%s: server}\n    pin:\n      command: %s\n", exe, childEnv, pin)
+	cfg, _ := loadConfigFile(t, dir, yaml)
+	logs := &lockedWriter{b: &strings.Builder{}}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	err := Serve(ctx, cfg, ServeOptions{Environ: os.Environ(), Logger: slog.New(slog.NewTextHandler(logs, nil)),
+		Started: func(string, *Gateway, *auditlog.Writer) { cancel() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs.mu.Lock()
+	got := strings.TrimSpace(logs.b.String())
+	logs.mu.Unlock()
+	last := got[strings.LastIndexByte(got, '\n')+1:]
+	if want := `msg="audit log sealed; verify it with: cmcp verify-chain ` + filepath.Join(dir, "audit") + `" epoch=1`; !strings.Contains(last, want) {
+		t.Errorf("the gateway's last log line is %q, want %q", last, want)
+	}
+}
