@@ -47,10 +47,15 @@ interpreted server's node_modules (tree digest; the encoding is documented in
 pkg/digest/TREE.md). It prints the resolved path, the digests and a cmcp.yaml
 upstream entry ready to paste under "upstreams:".
 
+A "#!" script's pin covers the script, not the interpreter the kernel runs
+for it, so the gateway refuses to spawn a pinned script: spawn-digest warns
+when COMMAND is one and names its interpreter. Pin the interpreter as the
+COMMAND with the script as its argument and --target instead.
+
 With --check CONFIG it re-measures every pinned stdio upstream of the config,
 resolving each command with the PATH the gateway would give that child, and
 prints a table: upstream, what was measured, pinned, actual and the result
-(match, mismatch, missing, error). It exits 5 if any pin mismatches or any file
+(match, mismatch, missing, error, interpreter-unpinned for a "#!" script). It exits 5 if any pin mismatches or any file
 is missing, 3 if a file exists but cannot be measured, 0 if every pin matches.
 Use it as the release gate in CI.
 
@@ -128,6 +133,9 @@ func runSpawnDigest(ctx context.Context, e *env, p *ui.Printer, o *spawnDigestOp
 		}
 		doc.Tools, doc.ToolsYAML, doc.ToolsFlow = pins, toolsYAML(name, pins), toolsFlow(pins)
 	}
+	if sc := r.Script; sc != nil {
+		p.Warnf("%s", scriptWarning(r))
+	}
 	if p.JSONOut {
 		return p.JSON(doc)
 	}
@@ -145,6 +153,19 @@ func runSpawnDigest(ctx context.Context, e *env, p *ui.Printer, o *spawnDigestOp
 		p.Printf("\n%s\n%s", p.Dim("# cmcp.yaml: tool definition pins (merge into catalog:)"), doc.ToolsYAML)
 	}
 	return nil
+}
+
+// scriptWarning says that r's command is a "#!" script whose interpreter
+// the pin does not cover, and what to pin instead.
+func scriptWarning(r *measure.Result) string {
+	sc := r.Script
+	if sc.Resolved == "" {
+		return fmt.Sprintf("%s is a #! script whose interpreter cannot be resolved (%s): the pin covers the script only, and the gateway refuses to spawn it; "+
+			"name the interpreter as the command instead: cmcp spawn-digest --target %s -- INTERPRETER %s", r.Resolved, sc.Error, r.Resolved, r.Resolved)
+	}
+	return fmt.Sprintf("%s is a #! script for %s (#!%s), which this pin does not cover: the gateway refuses to spawn it; "+
+		"pin the interpreter itself, with the script as its argument and target: cmcp spawn-digest --target %s -- %s %s",
+		r.Resolved, sc.Resolved, sc.Line, r.Resolved, sc.Resolved, r.Resolved)
 }
 
 // upstreamEntry is the config entry that pins r.

@@ -61,6 +61,8 @@ func StdioHooks(log AuditLog, logger *slog.Logger, m *Metrics) upstream.Hooks {
 			if logger != nil {
 				if ev.Refused {
 					logger.Warn("spawn refused", "upstream", ev.Upstream, "session", ev.Session, "reason", ev.Reason)
+				} else if ev.Reason != "" {
+					logger.Warn("spawned", "upstream", ev.Upstream, "session", ev.Session, "pid", ev.PID, "class", ev.Class, "digest", ev.Digest.String(), "reason", ev.Reason)
 				} else {
 					logger.Debug("spawned", "upstream", ev.Upstream, "session", ev.Session, "pid", ev.PID, "class", ev.Class, "digest", ev.Digest.String())
 				}

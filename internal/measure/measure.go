@@ -43,6 +43,36 @@ type Result struct {
 	CommandDigest digest.Digest `json:"command_digest"`
 	CommandBytes  int64         `json:"command_bytes"`
 	Target        *Target       `json:"target,omitempty"`
+	// Script is set when the command is a "#!" script: its pin covers the
+	// script's bytes, not the interpreter.
+	Script *Script `json:"script,omitempty"`
+}
+
+// Script is the interpreter of a "#!" command.
+type Script struct {
+	Line        string `json:"line"`               // the #! line, without "#!"
+	Interpreter string `json:"interpreter"`        // as named (env's NAME for #!/usr/bin/env NAME)
+	Resolved    string `json:"resolved,omitempty"` // its real path, looked up as the gateway will
+	Error       string `json:"error,omitempty"`    // why it cannot be resolved
+}
+
+// script reads f's "#!" line and resolves its interpreter on pathEnv, or
+// returns nil for a file that is not a script.
+func script(f *os.File, pathEnv string) *Script {
+	s, err := digest.ParseScript(f)
+	if err != nil {
+		return &Script{Error: err.Error()}
+	}
+	if s == nil {
+		return nil
+	}
+	out := &Script{Line: s.Line, Interpreter: s.Interpreter}
+	if err := s.Resolve(pathEnv); err != nil {
+		out.Error = err.Error()
+	} else {
+		out.Resolved = s.Resolved
+	}
+	return out
 }
 
 // Progress is told how far the measurement of a tree has got.
@@ -60,8 +90,9 @@ func Command(ctx context.Context, command string, args []string, pathEnv, target
 		return nil, fileError(err, "the gateway must read the file to measure it")
 	}
 	fi, _ := f.Stat()
+	sc := script(f, pathEnv)
 	f.Close()
-	r := &Result{Command: command, Args: args, Resolved: resolved, CommandDigest: d}
+	r := &Result{Command: command, Args: args, Resolved: resolved, CommandDigest: d, Script: sc}
 	if r.Args == nil {
 		r.Args = []string{}
 	}
@@ -143,6 +174,9 @@ const (
 	StatusError    = "error"     // it exists but cannot be measured
 	StatusUnpinned = "unpinned"  // allow_unmeasured: nothing to check
 	StatusSkipped  = "not-stdio" // an HTTP upstream: its pin is checked at connect
+	// StatusUncovered is a "#!" command whose interpreter no pin covers:
+	// the gateway refuses to spawn it.
+	StatusUncovered = "interpreter-unpinned"
 )
 
 // Row is one checked pin.
@@ -159,7 +193,7 @@ type Row struct {
 
 // Failed reports whether the row fails the check.
 func (r Row) Failed() bool {
-	return r.Status == StatusMismatch || r.Status == StatusMissing || r.Status == StatusError
+	return r.Status == StatusMismatch || r.Status == StatusMissing || r.Status == StatusError || r.Status == StatusUncovered
 }
 
 // ChildPATH is the PATH the gateway resolves a stdio upstream's command
@@ -197,16 +231,22 @@ func Check(ctx context.Context, c *config.Config, environ []string, progress Pro
 			continue
 		}
 		row := Row{Upstream: u.Name, What: "command", Path: u.Stdio.Command, Kind: KindFile, Pinned: u.Pin.Command}
-		resolved, err := digest.ResolveCommand(u.Stdio.Command, ChildPATH(u.Stdio, environ))
+		pathEnv := ChildPATH(u.Stdio, environ)
+		resolved, err := digest.ResolveCommand(u.Stdio.Command, pathEnv)
+		var sc *Script
 		if err == nil {
 			row.Path = resolved
 			var f *os.File
 			f, row.Actual, err = digest.OpenFile(resolved)
 			if err == nil {
+				sc = script(f, pathEnv)
 				f.Close()
 			}
 		}
 		rows = append(rows, finish(row, err))
+		if sc != nil {
+			rows = append(rows, interpreterRow(u.Name, sc))
+		}
 		if u.Pin.Target != "" {
 			row := Row{Upstream: u.Name, What: "target", Path: u.Pin.Target, Pinned: u.Pin.TargetDigest}
 			t, err := MeasureTarget(ctx, u.Pin.Target, progress)
@@ -220,6 +260,20 @@ func Check(ctx context.Context, c *config.Config, environ []string, progress Pro
 		}
 	}
 	return rows, nil
+}
+
+// interpreterRow is the row of a "#!" command's interpreter, which no pin
+// covers: the gateway refuses to spawn the command.
+func interpreterRow(name string, sc *Script) Row {
+	row := Row{Upstream: name, What: "interpreter", Path: sc.Resolved, Kind: KindFile, Status: StatusUncovered,
+		Error: "the command is a #! script; its pin covers the script, not the interpreter, so the gateway refuses to spawn it"}
+	if row.Path == "" {
+		row.Path = "#!" + sc.Line
+	}
+	if sc.Error != "" {
+		row.Error += " (" + sc.Error + ")"
+	}
+	return row
 }
 
 func finish(r Row, err error) Row {

@@ -313,11 +313,28 @@ func Spawn(ctx context.Context, spec StdioSpec, environ []string, hooks Hooks, s
 		}
 	}
 
-	// The measured descriptor (the file, or its sealed copy) becomes the
-	// child's fd 3 (not close-on-exec), and the child executes
-	// /proc/self/fd/3, as does a "#!" script's interpreter.
-	if script, interp := shebang(f); script {
-		ev.Reason = fmt.Sprintf("%s is a script for %s; the interpreter is not covered by the pin (pin a measure target, or make the interpreter the command)", path, interp)
+	// A "#!" script's pin covers the script's bytes only: the interpreter
+	// the kernel runs for it is measured by nothing, so the spawn is not
+	// spawn-measured. It runs only where unmeasured code may run.
+	script, serr := digest.ParseScript(f)
+	if serr == nil && script != nil {
+		serr = script.Resolve(lookupEnv(env, "PATH"))
+	}
+	if serr != nil || script != nil {
+		interp := "an interpreter it does not name in a way the gateway understands (" + fmt.Sprint(serr) + ")"
+		if serr == nil {
+			interp = script.Describe()
+		}
+		ev.Reason = fmt.Sprintf("%s is a #! script for %s, which no pin covers", path, interp)
+		if !spec.AllowUnmeasured {
+			hint := "name the interpreter as the command and the script as its argument, and pin both: cmcp spawn-digest --target SCRIPT -- INTERPRETER SCRIPT; or remove the pin and set allow_unmeasured: true to run it as spawn-unmeasured"
+			if serr == nil {
+				hint = fmt.Sprintf("name the interpreter as the command and the script as its argument, and pin both: cmcp spawn-digest --target %s -- %s %s; or remove the pin and set allow_unmeasured: true to run it as spawn-unmeasured", path, script.Resolved, path)
+			}
+			ev.Class = "" // refused: no class, whatever the script's own pin says
+			return refuse(ev.Reason, hint, ErrUnpinned)
+		}
+		ev.Class = ClassSpawnUnmeasured
 	}
 	if hooks.Ready != nil {
 		if err := hooks.Ready(); err != nil {
@@ -421,17 +438,6 @@ func Spawn(ctx context.Context, spec StdioSpec, environ []string, hooks Hooks, s
 
 // testHookBeforeExec, if set, runs after measuring and before exec.
 var testHookBeforeExec func(path string)
-
-// shebang reports whether f starts with "#!" and names its interpreter.
-func shebang(f *os.File) (bool, string) {
-	buf := make([]byte, 256)
-	n, _ := f.ReadAt(buf, 0)
-	if n < 2 || string(buf[:2]) != "#!" {
-		return false, ""
-	}
-	line, _, _ := strings.Cut(string(buf[2:n]), "\n")
-	return true, strings.TrimSpace(line)
-}
 
 // PID is the child's process id (and process group id).
 func (c *Child) PID() int { return c.pid }

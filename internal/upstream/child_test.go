@@ -37,7 +37,7 @@ func TestSpawnScriptRunsMeasuredBytes(t *testing.T) {
 	exits := make(chan ExitEvent, 1)
 	var spawned SpawnEvent
 	hooks := Hooks{Spawn: func(ev SpawnEvent) error { spawned = ev; return nil }, Exit: func(ev ExitEvent) { exits <- ev }}
-	c, err := Spawn(context.Background(), StdioSpec{Name: "s", Command: p, Pin: d}, os.Environ(), hooks, "per-session")
+	c, err := Spawn(context.Background(), StdioSpec{Name: "s", Command: p, Pin: d, AllowUnmeasured: true}, os.Environ(), hooks, "per-session")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,8 +51,40 @@ func TestSpawnScriptRunsMeasuredBytes(t *testing.T) {
 		t.Fatal("script did not exit")
 	}
 	c.Stop()
-	if spawned.Class != ClassSpawnMeasured || !strings.Contains(spawned.Reason, "interpreter is not covered") {
+	if spawned.Class != ClassSpawnUnmeasured || !strings.Contains(spawned.Reason, "#! script for "+shReal(t)+" (#!/bin/sh), which no pin covers") {
 		t.Fatalf("spawn event %+v", spawned)
+	}
+}
+
+// shReal is the real path of /bin/sh, the interpreter of the test scripts.
+func shReal(t *testing.T) string {
+	t.Helper()
+	r, err := filepath.EvalSymlinks("/bin/sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// TestSpawnScriptWithUnpinnedInterpreterIsRefused: a "#!" script's pin
+// covers its own bytes, not the interpreter the kernel runs for it, so
+// a pinned script does not run as spawn-measured: it is refused, naming
+// the interpreter and what to pin, unless unmeasured code may run.
+func TestSpawnScriptWithUnpinnedInterpreterIsRefused(t *testing.T) {
+	mark := filepath.Join(t.TempDir(), "ran")
+	p, d := writeScript(t, "#!/bin/sh\ntouch "+mark+"\n")
+	var ev SpawnEvent
+	_, err := Spawn(context.Background(), StdioSpec{Name: "s", Command: p, Pin: d}, os.Environ(),
+		Hooks{Spawn: func(e SpawnEvent) error { ev = e; return nil }}, "per-session")
+	if !errors.Is(err, ErrUnpinned) || !strings.Contains(err.Error(), "#! script for "+shReal(t)) ||
+		!strings.Contains(err.Error(), "cmcp spawn-digest --target "+p+" -- "+shReal(t)+" "+p) {
+		t.Fatalf("err = %v", err)
+	}
+	if !ev.Refused || !strings.Contains(ev.Reason, shReal(t)) || ev.PID != 0 {
+		t.Fatalf("refusal event %+v", ev)
+	}
+	if _, err := os.Stat(mark); err == nil {
+		t.Fatal("the refused script ran")
 	}
 }
 
@@ -92,7 +124,7 @@ func TestSpawnRefusedWhenItCannotBeRecorded(t *testing.T) {
 	mark := filepath.Join(t.TempDir(), "ran")
 	p, d := writeScript(t, "#!/bin/sh\ntouch "+mark+"\nsleep 5\n")
 	var refused bool
-	_, err := Spawn(context.Background(), StdioSpec{Name: "s", Command: p, Pin: d}, os.Environ(), Hooks{
+	_, err := Spawn(context.Background(), StdioSpec{Name: "s", Command: p, Pin: d, AllowUnmeasured: true}, os.Environ(), Hooks{
 		Ready: func() error { return errors.New("audit log broken") },
 		Spawn: func(ev SpawnEvent) error { refused = ev.Refused; return nil },
 	}, "per-session")
@@ -169,7 +201,7 @@ func TestStderrCountsWhileRunning(t *testing.T) {
 	p, d := writeScript(t, "#!/bin/sh\necho one >&2\nsleep 0.3\necho two >&2\nsleep 5\n")
 	reports := make(chan ExitEvent, 10)
 	hooks := Hooks{Stderr: func(ev ExitEvent) { reports <- ev }, StderrEvery: 100 * time.Millisecond}
-	c, err := Spawn(context.Background(), StdioSpec{Name: "s", Command: p, Pin: d, StopGrace: time.Second}, os.Environ(), hooks, "shared")
+	c, err := Spawn(context.Background(), StdioSpec{Name: "s", Command: p, Pin: d, AllowUnmeasured: true, StopGrace: time.Second}, os.Environ(), hooks, "shared")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +231,7 @@ func TestStopReturnsAfterTheExitIsReported(t *testing.T) {
 		time.Sleep(300 * time.Millisecond) // a slow audit append
 		reported.Store(true)
 	}}
-	c, err := Spawn(context.Background(), StdioSpec{Name: "s", Command: p, Pin: d, StopGrace: time.Second}, os.Environ(), hooks, "per-session")
+	c, err := Spawn(context.Background(), StdioSpec{Name: "s", Command: p, Pin: d, AllowUnmeasured: true, StopGrace: time.Second}, os.Environ(), hooks, "per-session")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +248,7 @@ func TestStopReturnsAfterTheExitIsReported(t *testing.T) {
 func TestGrandchildEndsWithTheChild(t *testing.T) {
 	pidFile := filepath.Join(t.TempDir(), "grandchild")
 	p, d := writeScript(t, "#!/bin/sh\nsleep 300 &\necho $! > "+pidFile+".tmp\nmv "+pidFile+".tmp "+pidFile+"\nexit 0\n")
-	c, err := Spawn(context.Background(), StdioSpec{Name: "s", Command: p, Pin: d, StopGrace: 30 * time.Second}, os.Environ(), Hooks{}, "per-session")
+	c, err := Spawn(context.Background(), StdioSpec{Name: "s", Command: p, Pin: d, AllowUnmeasured: true, StopGrace: 30 * time.Second}, os.Environ(), Hooks{}, "per-session")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,7 +303,7 @@ func TestSpawnFileWrittenWhileMeasuredIsRefused(t *testing.T) {
 	}
 	t.Cleanup(func() { testHookBeforeExec = nil })
 	var refused SpawnEvent
-	_, err := Spawn(context.Background(), StdioSpec{Name: "s", Command: p, Pin: d, StopGrace: time.Second}, os.Environ(),
+	_, err := Spawn(context.Background(), StdioSpec{Name: "s", Command: p, Pin: d, AllowUnmeasured: true, StopGrace: time.Second}, os.Environ(),
 		Hooks{Spawn: func(ev SpawnEvent) error { refused = ev; return nil }}, "per-session")
 	if err == nil || !errors.Is(err, ErrPinMismatch) || !strings.Contains(err.Error(), "written while it was measured") || !refused.Refused || refused.PID == 0 {
 		t.Fatalf("err = %v, refusal %+v (a child that ran is refused with its pid)", err, refused)
@@ -315,7 +347,7 @@ func TestSpawnRunsInterpretersFromTheirPath(t *testing.T) {
 			f.Close()
 			exits := make(chan ExitEvent, 1)
 			logs := &syncBuffer{}
-			ch, err := Spawn(context.Background(), StdioSpec{Name: "n", Command: c[0], Args: c[1:], Pin: pin, EnvAllow: []string{"PATH", "HOME"}, StopGrace: time.Second},
+			ch, err := Spawn(context.Background(), StdioSpec{Name: "n", Command: c[0], Args: c[1:], Pin: pin, AllowUnmeasured: true, EnvAllow: []string{"PATH", "HOME"}, StopGrace: time.Second},
 				env, Hooks{Log: slog.New(slog.NewTextHandler(logs, nil)), Exit: func(ev ExitEvent) { exits <- ev }}, "per-session")
 			if err != nil {
 				t.Fatal(err)
