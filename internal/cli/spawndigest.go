@@ -47,15 +47,19 @@ interpreted server's node_modules (tree digest; the encoding is documented in
 pkg/digest/TREE.md). It prints the resolved path, the digests and a cmcp.yaml
 upstream entry ready to paste under "upstreams:".
 
-A "#!" script's pin covers the script, not the interpreter the kernel runs
-for it, so the gateway refuses to spawn a pinned script: spawn-digest warns
-when COMMAND is one and names its interpreter. Pin the interpreter as the
-COMMAND with the script as its argument and --target instead.
+When COMMAND is a "#!" script, the interpreter it names is resolved as the
+kernel would (the path after "#!", with one optional argument; for
+"#!/usr/bin/env NAME", NAME looked up on PATH as the gateway will look it up
+on the child's PATH) and pinned too (pin: interpreter:): the gateway checks
+it at every spawn and executes that file itself, with the script as its
+argument. An interpreter that is itself a "#!" script, or a "#!" line with
+env options, is refused.
 
 With --check CONFIG it re-measures every pinned stdio upstream of the config,
 resolving each command with the PATH the gateway would give that child, and
 prints a table: upstream, what was measured, pinned, actual and the result
-(match, mismatch, missing, error, interpreter-unpinned for a "#!" script). It exits 5 if any pin mismatches or any file
+(match, mismatch, missing, error, interpreter-unpinned for a "#!" script
+whose pin has no interpreter digest). It exits 5 if any pin mismatches or any file
 is missing, 3 if a file exists but cannot be measured, 0 if every pin matches.
 Use it as the release gate in CI.
 
@@ -133,9 +137,6 @@ func runSpawnDigest(ctx context.Context, e *env, p *ui.Printer, o *spawnDigestOp
 		}
 		doc.Tools, doc.ToolsYAML, doc.ToolsFlow = pins, toolsYAML(name, pins), toolsFlow(pins)
 	}
-	if sc := r.Script; sc != nil {
-		p.Warnf("%s", scriptWarning(r))
-	}
 	if p.JSONOut {
 		return p.JSON(doc)
 	}
@@ -144,6 +145,10 @@ func runSpawnDigest(ctx context.Context, e *env, p *ui.Printer, o *spawnDigestOp
 	p.Printf("%s %s\n", p.Dim("# command "), r.Command)
 	p.Printf("%s %s (%s)\n", p.Dim("# resolved"), r.Resolved, sizeText(r.CommandBytes))
 	p.Printf("%s %s\n", p.Dim("# digest  "), p.Bold(r.CommandDigest.String()))
+	if sc := r.Script; sc != nil {
+		p.Printf("%s %s (%s; %s)\n", p.Dim("# interp  "), sc.Resolved, scriptText(sc), sizeText(sc.Bytes))
+		p.Printf("%s %s\n", p.Dim("# digest  "), p.Bold(sc.Digest.String()))
+	}
 	if t := r.Target; t != nil {
 		p.Printf("%s %s (%s)\n", p.Dim("# target  "), t.Path, targetText(t))
 		p.Printf("%s %s\n", p.Dim("# digest  "), p.Bold(t.Digest.String()))
@@ -153,19 +158,6 @@ func runSpawnDigest(ctx context.Context, e *env, p *ui.Printer, o *spawnDigestOp
 		p.Printf("\n%s\n%s", p.Dim("# cmcp.yaml: tool definition pins (merge into catalog:)"), doc.ToolsYAML)
 	}
 	return nil
-}
-
-// scriptWarning says that r's command is a "#!" script whose interpreter
-// the pin does not cover, and what to pin instead.
-func scriptWarning(r *measure.Result) string {
-	sc := r.Script
-	if sc.Resolved == "" {
-		return fmt.Sprintf("%s is a #! script whose interpreter cannot be resolved (%s): the pin covers the script only, and the gateway refuses to spawn it; "+
-			"name the interpreter as the command instead: cmcp spawn-digest --target %s -- INTERPRETER %s", r.Resolved, sc.Error, r.Resolved, r.Resolved)
-	}
-	return fmt.Sprintf("%s is a #! script for %s (#!%s), which this pin does not cover: the gateway refuses to spawn it; "+
-		"pin the interpreter itself, with the script as its argument and target: cmcp spawn-digest --target %s -- %s %s",
-		r.Resolved, sc.Resolved, sc.Line, r.Resolved, sc.Resolved, r.Resolved)
 }
 
 // upstreamEntry is the config entry that pins r.
@@ -182,6 +174,9 @@ func upstreamEntry(name string, r *measure.Result) config.Upstream {
 	}
 	if r.Target != nil {
 		u.Pin.Target, u.Pin.TargetDigest = r.Target.Path, r.Target.Digest
+	}
+	if r.Script != nil {
+		u.Pin.Interpreter = r.Script.Digest
 	}
 	if relativeFileArg(r.Args) {
 		// A relative argument naming a file (node ./dist/index.js) would
@@ -223,6 +218,9 @@ func entryYAML(u config.Upstream, r *measure.Result) string {
 		fmt.Fprintf(&b, "      dir: %s  # relative arguments resolve here, where the pins were taken\n", yamlScalar(u.Stdio.Dir))
 	}
 	fmt.Fprintf(&b, "    pin:\n      command: %s  # %s\n", u.Pin.Command, r.Resolved)
+	if sc := r.Script; sc != nil {
+		fmt.Fprintf(&b, "      interpreter: %s  # %s (%s)\n", sc.Digest, sc.Resolved, scriptText(sc))
+	}
 	if t := r.Target; t != nil {
 		fmt.Fprintf(&b, "      target: %s\n      target_digest: %s  # %s\n", yamlScalar(t.Path), t.Digest, targetText(t))
 	}
@@ -254,6 +252,14 @@ func nameFromCommand(c string) string {
 		n = "upstream"
 	}
 	return n
+}
+
+// scriptText says where a "#!" command's interpreter comes from.
+func scriptText(sc *measure.Script) string {
+	if sc.Env {
+		return "#!" + sc.Line + ", found on PATH"
+	}
+	return "#!" + sc.Line
 }
 
 func targetText(t *measure.Target) string {

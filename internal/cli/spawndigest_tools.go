@@ -20,9 +20,9 @@ func toolPins(ctx context.Context, e *env, name string, r *measure.Result) ([]ga
 	if t := r.Target; t != nil {
 		spec.MeasurePath, spec.MeasurePin = t.Path, t.Digest
 	}
-	// A "#!" script's interpreter is not pinned (spawn-digest warned):
-	// the probe runs what is being pinned, and records nothing.
-	spec.AllowUnmeasured = r.Script != nil
+	if sc := r.Script; sc != nil {
+		spec.InterpreterPin = sc.Digest
+	}
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
 	pins, err := gateway.ProbeTools(ctx, spec, e.environ, e.stderr)

@@ -91,6 +91,11 @@ type Pin struct {
 	Target string `yaml:"target" json:"target,omitempty"`
 	// TargetDigest is the digest Target must have.
 	TargetDigest digest.Digest `yaml:"target_digest" json:"target_digest,omitzero"`
+	// Interpreter is the digest of the interpreter of a "#!" command: the
+	// program named after "#!" (its real file), or for "#!/usr/bin/env
+	// NAME" the NAME found on the child's PATH. A pinned "#!" command
+	// without it is refused: the command's digest covers the script only.
+	Interpreter digest.Digest `yaml:"interpreter" json:"interpreter,omitzero"`
 }
 
 // HTTP describes a Streamable HTTP upstream.

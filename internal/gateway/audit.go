@@ -38,6 +38,11 @@ func StdioHooks(log AuditLog, logger *slog.Logger, m *Metrics) upstream.Hooks {
 					rec.Reason = joinReason(rec.Reason, "measure target digest "+ev.MeasureDig.String()+" pin "+ev.MeasurePin.String())
 				}
 			}
+			if ev.Interpreter != "" {
+				// Likewise a "#!" command's interpreter, measured and pinned
+				// apart from the script.
+				rec.Reason = joinReason(rec.Reason, "interpreter "+ev.Interpreter+" digest "+ev.InterpreterDig.String()+" pin "+pinText(ev.InterpreterPin))
+			}
 			if b, err := json.Marshal(ev.Args); err == nil {
 				rec.ArgvDigest = digest.Bytes(b)
 			}
@@ -61,7 +66,7 @@ func StdioHooks(log AuditLog, logger *slog.Logger, m *Metrics) upstream.Hooks {
 			if logger != nil {
 				if ev.Refused {
 					logger.Warn("spawn refused", "upstream", ev.Upstream, "session", ev.Session, "reason", ev.Reason)
-				} else if ev.Reason != "" {
+				} else if ev.Reason != "" && ev.Class == upstream.ClassSpawnUnmeasured {
 					logger.Warn("spawned", "upstream", ev.Upstream, "session", ev.Session, "pid", ev.PID, "class", ev.Class, "digest", ev.Digest.String(), "reason", ev.Reason)
 				} else {
 					logger.Debug("spawned", "upstream", ev.Upstream, "session", ev.Session, "pid", ev.PID, "class", ev.Class, "digest", ev.Digest.String())
@@ -115,6 +120,14 @@ func codeEnvNames(names []string) []string {
 	return out
 }
 
+// pinText is d, or "none".
+func pinText(d digest.Digest) string {
+	if d.IsZero() {
+		return "none"
+	}
+	return d.String()
+}
+
 func joinReason(a, b string) string {
 	if a == "" {
 		return b
@@ -126,7 +139,8 @@ func spawnResult(ev upstream.SpawnEvent) string {
 	switch {
 	case !ev.Refused:
 		return "ok"
-	case !ev.Pin.IsZero() && !ev.Digest.IsZero() && !ev.Digest.Equal(ev.Pin):
+	case !ev.Pin.IsZero() && !ev.Digest.IsZero() && !ev.Digest.Equal(ev.Pin),
+		!ev.InterpreterPin.IsZero() && !ev.InterpreterDig.IsZero() && !ev.InterpreterDig.Equal(ev.InterpreterPin):
 		return "digest_mismatch"
 	case ev.Pin.IsZero() && ev.Class == "":
 		return "unpinned"

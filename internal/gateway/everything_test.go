@@ -227,3 +227,67 @@ func TestServerEverythingTreeMismatchRefused(t *testing.T) {
 	}
 	t.Logf("refused as expected: %d %s", je.Code, je.Message)
 }
+
+// TestServerEverythingAsScript: server-everything run through its npm bin,
+// a "#!/usr/bin/env node" script, as `cmcp spawn-digest -- mcp-server-everything`
+// pins it: the script, node found on the child's PATH (the interpreter
+// pin), and the package tree. The gateway executes the pinned node itself
+// with the script as /proc/self/fd/3, which node resolves to the script's
+// real path to load its modules: the server works, as spawn-measured, the
+// record naming node. Another node first on PATH is refused.
+func TestServerEverythingAsScript(t *testing.T) {
+	p := needEverything(t)
+	treePin, err := digest.Tree(context.Background(), p.tree, digest.TreeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(p.tree, "node_modules", ".bin", "mcp-server-everything")
+	f, scriptPin, err := digest.OpenFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	nodeReal, err := filepath.EvalSymlinks(p.node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, nodePin, err := digest.OpenFile(nodeReal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	serve := func(t *testing.T, path string) string {
+		endpoint, _ := serveYAML(t, t.TempDir(), fmt.Sprintf(`version: 1
+server: {listen: "127.0.0.1:0", tee: software}
+audit: {dir: audit}
+upstreams:
+  - name: se
+    stdio: {command: %s, args: [stdio], env: {PATH: %s}}
+    pin: {command: %s, interpreter: %s, target: %s, target_digest: %s}
+`, bin, path, scriptPin, nodePin, p.tree, treePin), os.Environ())
+		return endpoint
+	}
+	t.Run("pinned node", func(t *testing.T) {
+		cs := connectTo(t, serve(t, filepath.Dir(p.node)+":/usr/bin:/bin"))
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "se__echo", Arguments: map[string]any{"message": "hello via #!"}})
+		if err != nil || res.IsError || textOf(t, res) != "Echo: hello via #!" {
+			t.Fatalf("echo: %v, %+v", err, res)
+		}
+	})
+	t.Run("another node first on PATH", func(t *testing.T) {
+		other := t.TempDir()
+		if err := os.WriteFile(filepath.Join(other, "node"), []byte("\x7fELF not node\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		cs := connectTo(t, serve(t, other+":"+filepath.Dir(p.node)))
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "se__echo", Arguments: map[string]any{"message": "x"}})
+		var je *jsonrpc.Error
+		if !errors.As(err, &je) || je.Code != CodeUpstreamUnavailable || !strings.Contains(je.Message, filepath.Join(other, "node")) || !strings.Contains(je.Message, nodePin.String()) {
+			t.Fatalf("got %v, want -32062 naming the other node and the pin", err)
+		}
+	})
+}

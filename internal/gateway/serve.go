@@ -495,6 +495,7 @@ func buildUpstreams(cfg *config.Config, s *config.Server, environ []string, w *a
 			uo.Class = upstream.ClassSpawnUnmeasured
 			if u.Pin != nil {
 				spec.Pin, spec.MeasurePath, spec.MeasurePin = u.Pin.Command, u.Pin.Target, u.Pin.TargetDigest
+				spec.InterpreterPin = u.Pin.Interpreter
 				if !u.AllowCodeEnv {
 					uo.Class = upstream.ClassSpawnMeasured
 				}

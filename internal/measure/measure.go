@@ -43,34 +43,54 @@ type Result struct {
 	CommandDigest digest.Digest `json:"command_digest"`
 	CommandBytes  int64         `json:"command_bytes"`
 	Target        *Target       `json:"target,omitempty"`
-	// Script is set when the command is a "#!" script: its pin covers the
-	// script's bytes, not the interpreter.
+	// Script is set when the command is a "#!" script: the command's
+	// digest covers the script's bytes, Script.Digest its interpreter.
 	Script *Script `json:"script,omitempty"`
 }
 
-// Script is the interpreter of a "#!" command.
+// Script is the interpreter of a "#!" command, measured as the gateway
+// will measure it before every spawn.
 type Script struct {
-	Line        string `json:"line"`               // the #! line, without "#!"
-	Interpreter string `json:"interpreter"`        // as named (env's NAME for #!/usr/bin/env NAME)
-	Resolved    string `json:"resolved,omitempty"` // its real path, looked up as the gateway will
-	Error       string `json:"error,omitempty"`    // why it cannot be resolved
+	Line        string        `json:"line"`               // the #! line, without "#!"
+	Interpreter string        `json:"interpreter"`        // as named (env's NAME for #!/usr/bin/env NAME)
+	Env         bool          `json:"env,omitempty"`      // found on PATH (#!/usr/bin/env NAME)
+	Resolved    string        `json:"resolved,omitempty"` // its real path
+	Digest      digest.Digest `json:"digest,omitzero"`    // the digest of that file
+	Bytes       int64         `json:"bytes,omitempty"`    // its size
+	Error       string        `json:"error,omitempty"`    // why it cannot be measured
+	err         error
 }
 
-// script reads f's "#!" line and resolves its interpreter on pathEnv, or
-// returns nil for a file that is not a script.
+// script reads f's "#!" line, resolves its interpreter on pathEnv and
+// digests it, or returns nil for a file that is not a script.
 func script(f *os.File, pathEnv string) *Script {
 	s, err := digest.ParseScript(f)
 	if err != nil {
-		return &Script{Error: err.Error()}
+		return &Script{Error: err.Error(), err: err}
 	}
 	if s == nil {
 		return nil
 	}
-	out := &Script{Line: s.Line, Interpreter: s.Interpreter}
+	out := &Script{Line: s.Line, Interpreter: s.Interpreter, Env: s.Env}
+	fail := func(err error) *Script {
+		out.Error, out.err = err.Error(), err
+		return out
+	}
 	if err := s.Resolve(pathEnv); err != nil {
-		out.Error = err.Error()
-	} else {
-		out.Resolved = s.Resolved
+		return fail(err)
+	}
+	out.Resolved = s.Resolved
+	in, d, err := digest.OpenFile(s.Resolved)
+	if err != nil {
+		return fail(err)
+	}
+	defer in.Close()
+	out.Digest = d
+	if nested, err := digest.ParseScript(in); nested != nil || err != nil {
+		return fail(fmt.Errorf("%w: %s (the interpreter of #!%s) starts with \"#!\": name the real interpreter after #!", digest.ErrNestedInterpreter, s.Resolved, s.Line))
+	}
+	if st, err := in.Stat(); err == nil {
+		out.Bytes = st.Size()
 	}
 	return out
 }
@@ -92,6 +112,10 @@ func Command(ctx context.Context, command string, args []string, pathEnv, target
 	fi, _ := f.Stat()
 	sc := script(f, pathEnv)
 	f.Close()
+	if sc != nil && sc.err != nil {
+		return nil, fileError(fmt.Errorf("%s is a #! script whose interpreter cannot be measured: %w", resolved, sc.err),
+			"the gateway would refuse to spawn it: name the interpreter as the command, with the script as its argument and --target: cmcp spawn-digest --target SCRIPT -- INTERPRETER SCRIPT")
+	}
 	r := &Result{Command: command, Args: args, Resolved: resolved, CommandDigest: d, Script: sc}
 	if r.Args == nil {
 		r.Args = []string{}
@@ -174,8 +198,8 @@ const (
 	StatusError    = "error"     // it exists but cannot be measured
 	StatusUnpinned = "unpinned"  // allow_unmeasured: nothing to check
 	StatusSkipped  = "not-stdio" // an HTTP upstream: its pin is checked at connect
-	// StatusUncovered is a "#!" command whose interpreter no pin covers:
-	// the gateway refuses to spawn it.
+	// StatusUncovered is a "#!" command whose pin has no interpreter
+	// digest: the gateway refuses to spawn it.
 	StatusUncovered = "interpreter-unpinned"
 )
 
@@ -216,8 +240,8 @@ func ChildPATH(s *config.Stdio, environ []string) string {
 
 // Check re-measures every pinned stdio upstream of c, resolving commands as
 // the gateway would with the environment environ, and returns one row per
-// pin (command, then target). It fails only on a cancelled context; the rows
-// say what matched.
+// pin (command, a "#!" command's interpreter, then target). It fails only
+// on a cancelled context; the rows say what matched.
 func Check(ctx context.Context, c *config.Config, environ []string, progress Progress) ([]Row, error) {
 	var rows []Row
 	for i := range c.Upstreams {
@@ -244,8 +268,8 @@ func Check(ctx context.Context, c *config.Config, environ []string, progress Pro
 			}
 		}
 		rows = append(rows, finish(row, err))
-		if sc != nil {
-			rows = append(rows, interpreterRow(u.Name, sc))
+		if sc != nil || (err == nil && !u.Pin.Interpreter.IsZero()) {
+			rows = append(rows, interpreterRow(u.Name, sc, u.Pin.Interpreter))
 		}
 		if u.Pin.Target != "" {
 			row := Row{Upstream: u.Name, What: "target", Path: u.Pin.Target, Pinned: u.Pin.TargetDigest}
@@ -262,18 +286,33 @@ func Check(ctx context.Context, c *config.Config, environ []string, progress Pro
 	return rows, nil
 }
 
-// interpreterRow is the row of a "#!" command's interpreter, which no pin
-// covers: the gateway refuses to spawn the command.
-func interpreterRow(name string, sc *Script) Row {
-	row := Row{Upstream: name, What: "interpreter", Path: sc.Resolved, Kind: KindFile, Status: StatusUncovered,
-		Error: "the command is a #! script; its pin covers the script, not the interpreter, so the gateway refuses to spawn it"}
-	if row.Path == "" {
+// interpreterRow checks a "#!" command's interpreter (sc, nil when the
+// command is not a script) against the pin's.
+func interpreterRow(name string, sc *Script, pin digest.Digest) Row {
+	row := Row{Upstream: name, What: "interpreter", Kind: KindFile, Pinned: pin}
+	switch {
+	case sc == nil:
+		row.Path, row.Status, row.Error = "(none)", StatusMismatch, "the pin names an interpreter, but the command is not a #! script"
+		return row
+	case sc.Resolved != "":
+		row.Path = sc.Resolved
+	default:
 		row.Path = "#!" + sc.Line
 	}
-	if sc.Error != "" {
-		row.Error += " (" + sc.Error + ")"
+	if errors.Is(sc.err, digest.ErrNestedInterpreter) {
+		// Replaced by a script, or pinned by hand: the gateway refuses it.
+		row.Actual, row.Status, row.Error = sc.Digest, StatusMismatch, sc.Error
+		return row
 	}
-	return row
+	if sc.err != nil {
+		return finish(row, sc.err)
+	}
+	row.Actual = sc.Digest
+	if pin.IsZero() {
+		row.Status, row.Error = StatusUncovered, "the command is a #! script and the pin has no interpreter digest: the gateway refuses to spawn it (cmcp spawn-digest prints it)"
+		return row
+	}
+	return finish(row, nil)
 }
 
 func finish(r Row, err error) Row {
@@ -306,6 +345,9 @@ func (e *CheckError) Error() string {
 		switch r.Status {
 		case StatusMismatch:
 			fmt.Fprintf(&b, "\n  %s %s %s: pinned %s, actual %s", r.Upstream, r.What, r.Path, r.Pinned, r.Actual)
+			if r.Error != "" {
+				fmt.Fprintf(&b, " (%s)", r.Error)
+			}
 		default:
 			fmt.Fprintf(&b, "\n  %s %s: %s: %s", r.Upstream, r.What, r.Status, r.Error)
 		}

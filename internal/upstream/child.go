@@ -48,6 +48,11 @@ type StdioSpec struct {
 	// script, or the package directory (tree digest). MeasurePin is its pin.
 	MeasurePath string
 	MeasurePin  digest.Digest
+	// InterpreterPin is the digest of a "#!" command's interpreter (the
+	// program named after "#!", or found on PATH for "#!/usr/bin/env
+	// NAME"). Zero = unpinned: such a command is refused, or runs as
+	// spawn-unmeasured with AllowUnmeasured.
+	InterpreterPin digest.Digest
 	// AllowUnmeasured lets an unpinned upstream run, as spawn-unmeasured.
 	AllowUnmeasured bool
 
@@ -87,6 +92,12 @@ type SpawnEvent struct {
 	SessionShare string   // "per-session" or "shared", set by the caller
 	Session      string   // the agent session the child serves ("" if shared)
 	Env          []string // the child's environment (NAME=VALUE, in order) for the hook to commit to, never to record in clear
+
+	// Interpreter is a "#!" command's resolved interpreter, with its
+	// digest and pin ("" and zero for a command that is not a script).
+	Interpreter    string
+	InterpreterDig digest.Digest
+	InterpreterPin digest.Digest
 }
 
 // ExitEvent describes the end of a child.
@@ -239,7 +250,10 @@ type Child struct {
 // interpreters (node, npx, python) need. With spec.Sealed the child
 // executes a sealed memfd copy instead (or the kept copy, when the file on
 // disk hashes to the same digest), whose bytes nothing can change even while
-// it runs; the program then sees the memfd as its path.
+// it runs; the program then sees the memfd as its path. A "#!" script's
+// interpreter is measured and pinned as well, and the child executes the
+// interpreter's descriptor (/proc/self/fd/4) with the script as
+// /proc/self/fd/3 (interp.go).
 func Spawn(ctx context.Context, spec StdioSpec, environ []string, hooks Hooks, share string) (*Child, error) {
 	env := childEnv(spec, environ)
 	ev := SpawnEvent{Session: SessionFrom(ctx), Upstream: spec.Name, Pin: spec.Pin, MeasurePath: spec.MeasurePath, MeasurePin: spec.MeasurePin, Args: spec.Args, EnvNames: envNames(env), Env: env, SessionShare: share}
@@ -313,28 +327,47 @@ func Spawn(ctx context.Context, spec StdioSpec, environ []string, hooks Hooks, s
 		}
 	}
 
-	// A "#!" script's pin covers the script's bytes only: the interpreter
-	// the kernel runs for it is measured by nothing, so the spawn is not
-	// spawn-measured. It runs only where unmeasured code may run.
-	script, serr := digest.ParseScript(f)
-	if serr == nil && script != nil {
-		serr = script.Resolve(lookupEnv(env, "PATH"))
+	// A "#!" script's pin covers the script's bytes only: its interpreter
+	// is measured and pinned too, and executed through its descriptor
+	// (interp.go).
+	in, ierr := openInterpreter(f, lookupEnv(env, "PATH"))
+	if in != nil {
+		defer in.f.Close()
 	}
-	if serr != nil || script != nil {
-		interp := "an interpreter it does not name in a way the gateway understands (" + fmt.Sprint(serr) + ")"
-		if serr == nil {
-			interp = script.Describe()
+	switch {
+	case ierr != nil && !spec.AllowUnmeasured:
+		ev.Class = "" // refused: no class, whatever the script's own pin says
+		reason := fmt.Sprintf("%s is a #! script whose interpreter cannot be measured: %v", path, ierr)
+		if !spec.InterpreterPin.IsZero() {
+			reason += fmt.Sprintf(" (the interpreter's pin is %s)", spec.InterpreterPin)
 		}
-		ev.Reason = fmt.Sprintf("%s is a #! script for %s, which no pin covers", path, interp)
-		if !spec.AllowUnmeasured {
-			hint := "name the interpreter as the command and the script as its argument, and pin both: cmcp spawn-digest --target SCRIPT -- INTERPRETER SCRIPT; or remove the pin and set allow_unmeasured: true to run it as spawn-unmeasured"
-			if serr == nil {
-				hint = fmt.Sprintf("name the interpreter as the command and the script as its argument, and pin both: cmcp spawn-digest --target %s -- %s %s; or remove the pin and set allow_unmeasured: true to run it as spawn-unmeasured", path, script.Resolved, path)
-			}
-			ev.Class = "" // refused: no class, whatever the script's own pin says
-			return refuse(ev.Reason, hint, ErrUnpinned)
-		}
+		return refuse(reason,
+			"name the interpreter as the command and the script as its argument and --target: cmcp spawn-digest --target SCRIPT -- INTERPRETER SCRIPT", ierr)
+	case ierr != nil:
+		// Unmeasured code may run: the kernel runs the script as it would.
 		ev.Class = ClassSpawnUnmeasured
+		ev.Reason = fmt.Sprintf("%s is a #! script whose interpreter cannot be measured (%v)", path, ierr)
+	case in != nil:
+		ev.Interpreter, ev.InterpreterDig, ev.InterpreterPin = in.script.Resolved, in.d, spec.InterpreterPin
+		switch {
+		case !spec.InterpreterPin.IsZero():
+			if !in.d.Equal(spec.InterpreterPin) {
+				ev.Class = ""
+				return refuse(fmt.Sprintf("interpreter %s of the #! script %s has digest %s but the pin is %s", in.script.Describe(), path, in.d, spec.InterpreterPin),
+					"if this change is intended, run 'cmcp spawn-digest' and update the pin's interpreter", ErrPinMismatch)
+			}
+		case spec.AllowUnmeasured:
+			ev.Class = ClassSpawnUnmeasured
+			ev.Reason = fmt.Sprintf("%s is a #! script for %s, which no pin covers", path, in.script.Describe())
+		default:
+			ev.Class = ""
+			return refuse(fmt.Sprintf("%s is a #! script for %s (digest %s), which no pin covers", path, in.script.Describe(), in.d),
+				fmt.Sprintf("add 'interpreter: %s' to the upstream's pin after checking the file (cmcp spawn-digest prints it)", in.d), ErrUnpinned)
+		}
+	case !spec.InterpreterPin.IsZero():
+		ev.Class = ""
+		return refuse(fmt.Sprintf("the pin names an interpreter (%s), but %s is not a #! script", spec.InterpreterPin, path),
+			"run 'cmcp spawn-digest' and update the pin", ErrPinMismatch)
 	}
 	if hooks.Ready != nil {
 		if err := hooks.Ready(); err != nil {
@@ -353,6 +386,11 @@ func Spawn(ctx context.Context, spec StdioSpec, environ []string, hooks Hooks, s
 		SysProcAttr: withPdeathsig(&syscall.SysProcAttr{
 			Setpgid: true,
 		}),
+	}
+	if in != nil {
+		// The script stays the child's fd 3; the measured interpreter is
+		// fd 4, executed with the script as its argument.
+		cmd.Path, cmd.ExtraFiles, cmd.Args = "/proc/self/fd/4", []*os.File{f, in.f}, in.argv(spec.Args)
 	}
 	// Pipes are made here, not by os/exec, so that Wait never closes the
 	// gateway's ends under a reader: stdout and stderr end with EOF when
@@ -425,6 +463,13 @@ func Spawn(ctx context.Context, spec StdioSpec, environ []string, hooks Hooks, s
 			c.Stop()
 			return refuse(fmt.Sprintf("%s was written while it was measured and started; the child was stopped", path),
 				"retry once the file is no longer being changed; set sealed: true on the upstream to run a sealed copy", ErrPinMismatch)
+		}
+	}
+	if in != nil {
+		if after, err := stampOf(in.f); err != nil || after != in.before {
+			c.Stop()
+			return refuse(fmt.Sprintf("the interpreter %s was written while it was measured and started; the child was stopped", in.script.Resolved),
+				"retry once the file is no longer being changed", ErrPinMismatch)
 		}
 	}
 	if hooks.Spawn != nil {

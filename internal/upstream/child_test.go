@@ -37,7 +37,7 @@ func TestSpawnScriptRunsMeasuredBytes(t *testing.T) {
 	exits := make(chan ExitEvent, 1)
 	var spawned SpawnEvent
 	hooks := Hooks{Spawn: func(ev SpawnEvent) error { spawned = ev; return nil }, Exit: func(ev ExitEvent) { exits <- ev }}
-	c, err := Spawn(context.Background(), StdioSpec{Name: "s", Command: p, Pin: d, AllowUnmeasured: true}, os.Environ(), hooks, "per-session")
+	c, err := Spawn(context.Background(), StdioSpec{Name: "s", Command: p, Pin: d, InterpreterPin: shPin(t)}, os.Environ(), hooks, "per-session")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,9 +51,20 @@ func TestSpawnScriptRunsMeasuredBytes(t *testing.T) {
 		t.Fatal("script did not exit")
 	}
 	c.Stop()
-	if spawned.Class != ClassSpawnUnmeasured || !strings.Contains(spawned.Reason, "#! script for "+shReal(t)+" (#!/bin/sh), which no pin covers") {
+	if spawned.Class != ClassSpawnMeasured || spawned.Interpreter != shReal(t) || !spawned.InterpreterDig.Equal(shPin(t)) || !spawned.InterpreterPin.Equal(shPin(t)) {
 		t.Fatalf("spawn event %+v", spawned)
 	}
+}
+
+// shPin is the digest of /bin/sh's real file.
+func shPin(t *testing.T) digest.Digest {
+	t.Helper()
+	f, d, err := digest.OpenFile(shReal(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	return d
 }
 
 // shReal is the real path of /bin/sh, the interpreter of the test scripts.
@@ -66,26 +77,159 @@ func shReal(t *testing.T) string {
 	return r
 }
 
-// TestSpawnScriptWithUnpinnedInterpreterIsRefused: a "#!" script's pin
-// covers its own bytes, not the interpreter the kernel runs for it, so
-// a pinned script does not run as spawn-measured: it is refused, naming
-// the interpreter and what to pin, unless unmeasured code may run.
-func TestSpawnScriptWithUnpinnedInterpreterIsRefused(t *testing.T) {
-	mark := filepath.Join(t.TempDir(), "ran")
-	p, d := writeScript(t, "#!/bin/sh\ntouch "+mark+"\n")
-	var ev SpawnEvent
-	_, err := Spawn(context.Background(), StdioSpec{Name: "s", Command: p, Pin: d}, os.Environ(),
-		Hooks{Spawn: func(e SpawnEvent) error { ev = e; return nil }}, "per-session")
-	if !errors.Is(err, ErrUnpinned) || !strings.Contains(err.Error(), "#! script for "+shReal(t)) ||
-		!strings.Contains(err.Error(), "cmcp spawn-digest --target "+p+" -- "+shReal(t)+" "+p) {
-		t.Fatalf("err = %v", err)
+// copySh copies /bin/sh's real file to path, executable: an interpreter
+// a test may replace.
+func copySh(t *testing.T, path string) {
+	t.Helper()
+	b, err := os.ReadFile(shReal(t))
+	if err != nil {
+		t.Fatal(err)
 	}
-	if !ev.Refused || !strings.Contains(ev.Reason, shReal(t)) || ev.PID != 0 {
-		t.Fatalf("refusal event %+v", ev)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
 	}
-	if _, err := os.Stat(mark); err == nil {
-		t.Fatal("the refused script ran")
+	if err := os.WriteFile(path, b, 0o755); err != nil {
+		t.Fatal(err)
 	}
+}
+
+// TestSpawnScriptInterpreterIsPinned: a "#!" script's pin covers its own
+// bytes, not the interpreter, so the interpreter is pinned too and checked
+// at every spawn, resolved as the kernel would (the path after "#!", one
+// optional argument; "#!/usr/bin/env NAME" on the child's PATH). Found in
+// review (rev75): the interpreter replaced after pinning ran, as
+// spawn-measured. Refused: an interpreter without a pin, a replaced one
+// (both digests named), one that is itself a script, an interpreter pin
+// for a command that is not a script. Nothing refused runs.
+func TestSpawnScriptInterpreterIsPinned(t *testing.T) {
+	dir := t.TempDir()
+	mark := filepath.Join(dir, "ran")
+	interp := filepath.Join(dir, "interp", "py") // as in the reviewer's repro
+	copySh(t, interp)
+	interpPin := digest.Bytes(mustRead(t, interp))
+	script, scriptPin := writeScript(t, "#!"+interp+"\n: > "+mark+"\nexit 4\n")
+	envScript, envPin := writeScript(t, "#!/usr/bin/env mysh\n: > "+mark+"\nexit 4\n")
+	pathA, pathB := filepath.Join(dir, "a"), filepath.Join(dir, "b")
+	copySh(t, filepath.Join(pathB, "mysh"))
+	nested := filepath.Join(dir, "nested")
+	if err := os.WriteFile(nested, []byte("#!/bin/sh\nexec /bin/sh \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	nestedScript, nestedPin := writeScript(t, "#!"+nested+"\ntouch "+mark+"\n")
+	elf, elfPin := writeScript(t, "\x7fELF not really\n")
+	for _, tc := range []struct {
+		name  string
+		spec  StdioSpec
+		swap  func()
+		want  error
+		msg   []string
+		class string // "" = refused
+	}{
+		{"pinned", StdioSpec{Command: script, Pin: scriptPin, InterpreterPin: interpPin}, nil, nil, nil, ClassSpawnMeasured},
+		{"unpinned", StdioSpec{Command: script, Pin: scriptPin}, nil, ErrUnpinned,
+			[]string{"#! script for " + interp, "add 'interpreter: " + interpPin.String() + "'"}, ""},
+		{"unpinned, allow_unmeasured", StdioSpec{Command: script, AllowUnmeasured: true}, nil, nil, nil, ClassSpawnUnmeasured},
+		{"interpreter replaced", StdioSpec{Command: script, Pin: scriptPin, InterpreterPin: interpPin}, func() {
+			if err := os.WriteFile(interp, mustRead(t, exe(t)), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}, ErrPinMismatch, []string{"interpreter " + interp, "has digest " + digest.Bytes(mustRead(t, exe(t))).String(), "but the pin is " + interpPin.String()}, ""},
+		{"interpreter replaced by a script (rev75's repro)", StdioSpec{Command: script, Pin: scriptPin, InterpreterPin: interpPin}, func() {
+			if err := os.WriteFile(interp, []byte("#!/bin/sh\ntouch "+mark+"\nexec /bin/sh \"$@\"\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}, digest.ErrNestedInterpreter, []string{interp}, ""},
+		{"env on the child's PATH", StdioSpec{Command: envScript, Pin: envPin, InterpreterPin: interpPin, Env: map[string]string{"PATH": pathA + ":" + pathB}}, nil, nil, nil, ClassSpawnMeasured},
+		{"env, another one earlier on PATH", StdioSpec{Command: envScript, Pin: envPin, InterpreterPin: interpPin, Env: map[string]string{"PATH": pathA + ":" + pathB}}, func() {
+			if err := os.WriteFile(filepath.Join(pathA, "mysh"), mustRead(t, exe(t)), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}, ErrPinMismatch, []string{filepath.Join(pathA, "mysh") + " (#!/usr/bin/env mysh)"}, ""},
+		{"nested", StdioSpec{Command: nestedScript, Pin: nestedPin, InterpreterPin: digest.Bytes(mustRead(t, nested))}, nil, digest.ErrNestedInterpreter, []string{"is itself a #! script"}, ""},
+		{"not a script", StdioSpec{Command: elf, Pin: elfPin, InterpreterPin: interpPin}, nil, ErrPinMismatch, []string{"the pin names an interpreter"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			os.Remove(mark)
+			copySh(t, interp)
+			os.MkdirAll(pathA, 0o755)
+			os.Remove(filepath.Join(pathA, "mysh"))
+			if tc.swap != nil {
+				tc.swap()
+			}
+			tc.spec.Name = "s"
+			var ev SpawnEvent
+			exits := make(chan ExitEvent, 1)
+			c, err := Spawn(context.Background(), tc.spec, os.Environ(),
+				Hooks{Spawn: func(e SpawnEvent) error { ev = e; return nil }, Exit: func(e ExitEvent) { exits <- e }}, "per-session")
+			if tc.class == "" {
+				if err == nil || !errors.Is(err, tc.want) {
+					if c != nil {
+						c.Stop()
+					}
+					t.Fatalf("err = %v, want %v", err, tc.want)
+				}
+				for _, m := range tc.msg {
+					if !strings.Contains(err.Error(), m) {
+						t.Errorf("error does not say %q: %v", m, err)
+					}
+				}
+				if !ev.Refused || ev.PID != 0 || ev.Class != "" {
+					t.Fatalf("refusal event %+v", ev)
+				}
+				if _, err := os.Stat(mark); err == nil {
+					t.Fatal("a refused spawn ran")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			e := waitExit(t, exits)
+			c.Stop()
+			if e.ExitCode != 4 || ev.Class != tc.class || ev.InterpreterDig.IsZero() {
+				t.Fatalf("exit %+v, spawn event %+v", e, ev)
+			}
+			if _, err := os.Stat(mark); err != nil {
+				t.Fatal("the script did not run")
+			}
+		})
+	}
+}
+
+// TestSpawnScriptInterpreterArgument: the one optional argument of the "#!"
+// line reaches the interpreter, as the kernel passes it (sh -e stops at the
+// first failing command).
+func TestSpawnScriptInterpreterArgument(t *testing.T) {
+	p, d := writeScript(t, "#!/bin/sh -e\nfalse\nexit 4\n")
+	exits := make(chan ExitEvent, 1)
+	c, err := Spawn(context.Background(), StdioSpec{Name: "s", Command: p, Pin: d, InterpreterPin: shPin(t)}, os.Environ(),
+		Hooks{Exit: func(e ExitEvent) { exits <- e }}, "per-session")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := waitExit(t, exits)
+	c.Stop()
+	if e.ExitCode != 1 {
+		t.Fatalf("exit %d, want 1 (sh -e)", e.ExitCode)
+	}
+}
+
+func exe(t *testing.T) string {
+	t.Helper()
+	p, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 func TestSpawnRefusals(t *testing.T) {
@@ -124,7 +268,7 @@ func TestSpawnRefusedWhenItCannotBeRecorded(t *testing.T) {
 	mark := filepath.Join(t.TempDir(), "ran")
 	p, d := writeScript(t, "#!/bin/sh\ntouch "+mark+"\nsleep 5\n")
 	var refused bool
-	_, err := Spawn(context.Background(), StdioSpec{Name: "s", Command: p, Pin: d, AllowUnmeasured: true}, os.Environ(), Hooks{
+	_, err := Spawn(context.Background(), StdioSpec{Name: "s", Command: p, Pin: d, InterpreterPin: shPin(t)}, os.Environ(), Hooks{
 		Ready: func() error { return errors.New("audit log broken") },
 		Spawn: func(ev SpawnEvent) error { refused = ev.Refused; return nil },
 	}, "per-session")
@@ -201,7 +345,7 @@ func TestStderrCountsWhileRunning(t *testing.T) {
 	p, d := writeScript(t, "#!/bin/sh\necho one >&2\nsleep 0.3\necho two >&2\nsleep 5\n")
 	reports := make(chan ExitEvent, 10)
 	hooks := Hooks{Stderr: func(ev ExitEvent) { reports <- ev }, StderrEvery: 100 * time.Millisecond}
-	c, err := Spawn(context.Background(), StdioSpec{Name: "s", Command: p, Pin: d, AllowUnmeasured: true, StopGrace: time.Second}, os.Environ(), hooks, "shared")
+	c, err := Spawn(context.Background(), StdioSpec{Name: "s", Command: p, Pin: d, InterpreterPin: shPin(t), StopGrace: time.Second}, os.Environ(), hooks, "shared")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +375,7 @@ func TestStopReturnsAfterTheExitIsReported(t *testing.T) {
 		time.Sleep(300 * time.Millisecond) // a slow audit append
 		reported.Store(true)
 	}}
-	c, err := Spawn(context.Background(), StdioSpec{Name: "s", Command: p, Pin: d, AllowUnmeasured: true, StopGrace: time.Second}, os.Environ(), hooks, "per-session")
+	c, err := Spawn(context.Background(), StdioSpec{Name: "s", Command: p, Pin: d, InterpreterPin: shPin(t), StopGrace: time.Second}, os.Environ(), hooks, "per-session")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +392,7 @@ func TestStopReturnsAfterTheExitIsReported(t *testing.T) {
 func TestGrandchildEndsWithTheChild(t *testing.T) {
 	pidFile := filepath.Join(t.TempDir(), "grandchild")
 	p, d := writeScript(t, "#!/bin/sh\nsleep 300 &\necho $! > "+pidFile+".tmp\nmv "+pidFile+".tmp "+pidFile+"\nexit 0\n")
-	c, err := Spawn(context.Background(), StdioSpec{Name: "s", Command: p, Pin: d, AllowUnmeasured: true, StopGrace: 30 * time.Second}, os.Environ(), Hooks{}, "per-session")
+	c, err := Spawn(context.Background(), StdioSpec{Name: "s", Command: p, Pin: d, InterpreterPin: shPin(t), StopGrace: 30 * time.Second}, os.Environ(), Hooks{}, "per-session")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +447,7 @@ func TestSpawnFileWrittenWhileMeasuredIsRefused(t *testing.T) {
 	}
 	t.Cleanup(func() { testHookBeforeExec = nil })
 	var refused SpawnEvent
-	_, err := Spawn(context.Background(), StdioSpec{Name: "s", Command: p, Pin: d, AllowUnmeasured: true, StopGrace: time.Second}, os.Environ(),
+	_, err := Spawn(context.Background(), StdioSpec{Name: "s", Command: p, Pin: d, InterpreterPin: shPin(t), StopGrace: time.Second}, os.Environ(),
 		Hooks{Spawn: func(ev SpawnEvent) error { refused = ev; return nil }}, "per-session")
 	if err == nil || !errors.Is(err, ErrPinMismatch) || !strings.Contains(err.Error(), "written while it was measured") || !refused.Refused || refused.PID == 0 {
 		t.Fatalf("err = %v, refusal %+v (a child that ran is refused with its pid)", err, refused)
@@ -345,12 +489,26 @@ func TestSpawnRunsInterpretersFromTheirPath(t *testing.T) {
 				t.Fatal(err)
 			}
 			f.Close()
+			var interpPin digest.Digest
+			if c[0] == script {
+				// #!/usr/bin/env node: node on the child's PATH, pinned.
+				nf, nd, err := digest.OpenFile(node)
+				if err != nil {
+					t.Fatal(err)
+				}
+				nf.Close()
+				interpPin = nd
+			}
 			exits := make(chan ExitEvent, 1)
 			logs := &syncBuffer{}
-			ch, err := Spawn(context.Background(), StdioSpec{Name: "n", Command: c[0], Args: c[1:], Pin: pin, AllowUnmeasured: true, EnvAllow: []string{"PATH", "HOME"}, StopGrace: time.Second},
-				env, Hooks{Log: slog.New(slog.NewTextHandler(logs, nil)), Exit: func(ev ExitEvent) { exits <- ev }}, "per-session")
+			var spawned SpawnEvent
+			ch, err := Spawn(context.Background(), StdioSpec{Name: "n", Command: c[0], Args: c[1:], Pin: pin, InterpreterPin: interpPin, EnvAllow: []string{"PATH", "HOME"}, StopGrace: time.Second},
+				env, Hooks{Log: slog.New(slog.NewTextHandler(logs, nil)), Exit: func(ev ExitEvent) { exits <- ev }, Spawn: func(ev SpawnEvent) error { spawned = ev; return nil }}, "per-session")
 			if err != nil {
 				t.Fatal(err)
+			}
+			if spawned.Class != ClassSpawnMeasured {
+				t.Fatalf("spawn event %+v", spawned)
 			}
 			defer ch.Stop()
 			select {

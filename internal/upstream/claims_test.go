@@ -56,7 +56,7 @@ func TestSpawnExecutesTheMeasuredDescriptor(t *testing.T) {
 	exits := make(chan ExitEvent, 1)
 	hooks := Hooks{Exit: func(ev ExitEvent) { exits <- ev }, Log: slog.New(slog.NewTextHandler(logs, nil))}
 	env := append(os.Environ(), "GO_FILE="+go1)
-	c, err := Spawn(context.Background(), StdioSpec{Name: "s", Command: p, Pin: pin, AllowUnmeasured: true, EnvAllow: []string{"PATH", "GO_FILE"}}, env, hooks, "per-session")
+	c, err := Spawn(context.Background(), StdioSpec{Name: "s", Command: p, Pin: pin, InterpreterPin: shPin(t), EnvAllow: []string{"PATH", "GO_FILE"}}, env, hooks, "per-session")
 	if err != nil {
 		t.Fatal(err)
 	}

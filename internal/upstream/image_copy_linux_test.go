@@ -32,7 +32,7 @@ func TestSealedCopyOfAFileChangedAfterItsDigestIsRefused(t *testing.T) {
 	t.Cleanup(func() { testHookBeforeSealedCopy = nil })
 	var events []SpawnEvent
 	hooks := Hooks{Spawn: func(ev SpawnEvent) error { events = append(events, ev); return nil }}
-	c, err := Spawn(context.Background(), StdioSpec{Name: "s", Command: p, Pin: pin, AllowUnmeasured: true, Sealed: true, StopGrace: time.Second}, os.Environ(), hooks, "per-session")
+	c, err := Spawn(context.Background(), StdioSpec{Name: "s", Command: p, Pin: pin, InterpreterPin: shPin(t), Sealed: true, StopGrace: time.Second}, os.Environ(), hooks, "per-session")
 	if err == nil {
 		c.Stop()
 		t.Fatalf("a file changed between its digest and its sealed copy was spawned under pin %s", pin)

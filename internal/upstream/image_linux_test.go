@@ -70,7 +70,7 @@ func TestSpawnScriptRewrittenInPlaceRunsMeasuredBytes(t *testing.T) {
 	var spawned SpawnEvent
 	hooks := Hooks{Log: slog.New(slog.NewTextHandler(logs, nil)), Exit: func(ev ExitEvent) { exits <- ev },
 		Spawn: func(ev SpawnEvent) error { spawned = ev; return nil }}
-	c, err := Spawn(context.Background(), StdioSpec{Name: "s", Command: p, Pin: pin, AllowUnmeasured: true, Sealed: true, StopGrace: time.Second}, os.Environ(), hooks, "per-session")
+	c, err := Spawn(context.Background(), StdioSpec{Name: "s", Command: p, Pin: pin, InterpreterPin: shPin(t), Sealed: true, StopGrace: time.Second}, os.Environ(), hooks, "per-session")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func TestSpawnScriptRewrittenInPlaceRunsMeasuredBytes(t *testing.T) {
 	if ev.ExitCode != 4 || !strings.Contains(logs.String(), `line=ORIGINAL`) || strings.Contains(logs.String(), "TAMPERED") {
 		t.Fatalf("the child ran bytes that do not match pin %s: exit %d, stderr:\n%s", pin, ev.ExitCode, logs.String())
 	}
-	if spawned.Class != ClassSpawnUnmeasured || !spawned.Digest.Equal(pin) {
+	if spawned.Class != ClassSpawnMeasured || !spawned.Digest.Equal(pin) {
 		t.Fatalf("spawn event %+v", spawned)
 	}
 }
@@ -153,7 +153,7 @@ func TestSpawnReusesTheSealedCopy(t *testing.T) {
 	var events []SpawnEvent
 	hooks := Hooks{Spawn: func(ev SpawnEvent) error { events = append(events, ev); return nil }}
 	spawn := func(pin digest.Digest) (*Child, error) {
-		c, err := Spawn(context.Background(), StdioSpec{Name: "s", Command: p, Pin: pin, AllowUnmeasured: true, Sealed: true, StopGrace: time.Second}, os.Environ(), hooks, "per-session")
+		c, err := Spawn(context.Background(), StdioSpec{Name: "s", Command: p, Pin: pin, InterpreterPin: shPin(t), Sealed: true, StopGrace: time.Second}, os.Environ(), hooks, "per-session")
 		if err == nil {
 			t.Cleanup(func() { c.Stop() })
 		}
@@ -272,7 +272,7 @@ func TestSpawnRefusedWithoutSealedCopy(t *testing.T) {
 			var ev SpawnEvent
 			exits := make(chan ExitEvent, 1)
 			hooks := Hooks{Spawn: func(e SpawnEvent) error { ev = e; return nil }, Exit: func(e ExitEvent) { exits <- e }}
-			c, err := Spawn(context.Background(), StdioSpec{Name: "s", Command: p, Pin: pin, AllowUnmeasured: true, Sealed: true}, os.Environ(), hooks, "per-session")
+			c, err := Spawn(context.Background(), StdioSpec{Name: "s", Command: p, Pin: pin, InterpreterPin: shPin(t), Sealed: true}, os.Environ(), hooks, "per-session")
 			if tc.ok {
 				if err != nil {
 					t.Fatal(err)

@@ -27,7 +27,7 @@ func connectScript(t *testing.T, body string) (*Conn, error, <-chan ExitEvent) {
 	t.Helper()
 	p, d := writeScript(t, "#!/bin/sh\n"+body)
 	exits := make(chan ExitEvent, 1)
-	up := &Stdio{Spec: StdioSpec{Name: "s", Command: p, Pin: d, AllowUnmeasured: true, StopGrace: time.Second}, Hooks: Hooks{Exit: func(ev ExitEvent) { exits <- ev }}, Share: "per-session"}
+	up := &Stdio{Spec: StdioSpec{Name: "s", Command: p, Pin: d, InterpreterPin: shPin(t), StopGrace: time.Second}, Hooks: Hooks{Exit: func(ev ExitEvent) { exits <- ev }}, Share: "per-session"}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	conn, err := up.Connect(ctx, mcp.NewClient(&mcp.Implementation{Name: "t", Version: "1"}, nil), ConnectOptions{})

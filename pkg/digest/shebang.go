@@ -99,8 +99,11 @@ func (s *Script) Resolve(pathEnv string) error {
 
 // Describe names the interpreter for people: "/usr/bin/dash (#!/bin/sh)".
 func (s *Script) Describe() string {
-	if s.Resolved == "" || s.Resolved == s.Interpreter {
+	switch {
+	case s.Resolved == "":
 		return "#!" + s.Line
+	case s.Resolved == s.Line:
+		return s.Resolved
 	}
 	return s.Resolved + " (#!" + s.Line + ")"
 }

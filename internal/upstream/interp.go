@@ -1,0 +1,66 @@
+package upstream
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/confidential-mcp/cmcp/pkg/digest"
+)
+
+// A "#!" script is run by its interpreter, which the script's pin does not
+// cover. The gateway reads the "#!" line as the kernel would
+// (digest.ParseScript: "#!/usr/bin/env NAME" is NAME looked up on the
+// child's PATH, as env would find it), opens the interpreter, digests it
+// through that descriptor and executes that descriptor itself
+// (/proc/self/fd/4), the script passed as /proc/self/fd/3: nothing is looked up again by path at exec
+// time, so the interpreter that runs is the one measured and compared with
+// the pin.
+
+// interpreter is the measured interpreter of a "#!" command.
+type interpreter struct {
+	script *digest.Script
+	f      *os.File // executed as the child's fd 4
+	d      digest.Digest
+	before stamp
+}
+
+// openInterpreter reads the "#!" line of the command file cmd, resolves its
+// interpreter on pathEnv, and opens and digests it. It returns nil and no
+// error when cmd is not a script. An interpreter that is itself a "#!"
+// script is refused: the kernel would run a second interpreter, which no
+// pin covers.
+func openInterpreter(cmd *os.File, pathEnv string) (*interpreter, error) {
+	s, err := digest.ParseScript(cmd)
+	if err != nil || s == nil {
+		return nil, err
+	}
+	if err := s.Resolve(pathEnv); err != nil {
+		return nil, err
+	}
+	f, d, before, err := fileImage(s.Resolved)
+	if err != nil {
+		return nil, err
+	}
+	nested, err := digest.ParseScript(f)
+	if nested != nil || err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%w: %s (digest %s, the interpreter of #!%s) starts with \"#!\": name the real interpreter after #!", digest.ErrNestedInterpreter, s.Resolved, d, s.Line)
+	}
+	return &interpreter{script: s, f: f, d: d, before: before}, nil
+}
+
+// argv is the child's argument list: the interpreter, its one optional
+// argument, the script (the child's fd 3) and the command's arguments, as
+// the kernel would build it.
+func (in *interpreter) argv(args []string) []string {
+	argv0 := in.script.Interpreter
+	if in.script.Env {
+		argv0 = in.script.Resolved // env would exec NAME found on PATH
+	}
+	out := []string{argv0}
+	if in.script.Arg != "" {
+		out = append(out, in.script.Arg)
+	}
+	out = append(out, "/proc/self/fd/3")
+	return append(out, args...)
+}
