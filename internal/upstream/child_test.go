@@ -324,7 +324,7 @@ func TestSpawnCodeEnvIsUnmeasured(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			spec := tc.spec
-			spec.Name, spec.Command, spec.Pin, spec.StopGrace = "s", p, d, time.Second
+			spec.Name, spec.Command, spec.Pin, spec.InterpreterPin, spec.StopGrace = "s", p, d, shPin(t), time.Second
 			var spawned SpawnEvent
 			c, err := Spawn(context.Background(), spec, environ, Hooks{Spawn: func(ev SpawnEvent) error { spawned = ev; return nil }}, "shared")
 			if err != nil {
