@@ -90,33 +90,28 @@ func (m *Memo) Decide(r *Request) Decision {
 
 // DependsOnURI is b.DependsOnURI(r), cached as DependsOnArguments is.
 func (m *Memo) DependsOnURI(r *Request) bool {
-	var k strings.Builder
-	k.Grow(128)
-	k.WriteByte('u')
-	scopeKey(&k, r)
-	key := k.String()
-	if v, ok := m.deps.Load(key); ok {
-		return v.(bool)
-	}
-	d := m.b.DependsOnURI(r)
-	if m.nDeps.Add(1) <= maxMemo {
-		m.deps.Store(key, d)
-	}
-	return d
+	return m.depends("u", r, m.b.DependsOnURI)
 }
 
 // DependsOnArguments is b.DependsOnArguments(r), from the cache when a
 // request with the same principal, action and tool was asked before (the
 // scopes it evaluates read nothing else).
 func (m *Memo) DependsOnArguments(r *Request) bool {
+	return m.depends("", r, m.b.DependsOnArguments)
+}
+
+// depends caches f(r) under r's scope key, prefix telling the questions
+// apart.
+func (m *Memo) depends(prefix string, r *Request, f func(*Request) bool) bool {
 	var k strings.Builder
 	k.Grow(128)
+	k.WriteString(prefix)
 	scopeKey(&k, r)
 	key := k.String()
 	if v, ok := m.deps.Load(key); ok {
 		return v.(bool)
 	}
-	d := m.b.DependsOnArguments(r)
+	d := f(r)
 	if m.nDeps.Add(1) <= maxMemo {
 		m.deps.Store(key, d)
 	}
