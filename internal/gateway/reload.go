@@ -107,6 +107,13 @@ func (g *Gateway) reloadUpstreamCredentials(ctx context.Context) error {
 		case err != nil:
 			g.logger.Error("SIGHUP: an upstream's credential file could not be read again; the credentials read before stay in force", "upstream", name, "err", err)
 			errs = append(errs, err)
+			// A rotation that did not take must show in the log as well:
+			// the old credential stays in force. The error names the file,
+			// never its contents.
+			reason := fmt.Sprintf("upstream %q: credentials not re-read (%v); the credentials read before stay in force", name, err)
+			if rerr := g.record(ctx, &auditlog.Admin{Action: AdminReloadRejected, Actor: reloadActor, Reason: reason}); rerr != nil {
+				errs = append(errs, fmt.Errorf("the failed credential reload could not be recorded: %w", rerr))
+			}
 		case c:
 			changed = append(changed, name)
 		}
