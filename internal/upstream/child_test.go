@@ -522,3 +522,33 @@ func TestSpawnRunsInterpretersFromTheirPath(t *testing.T) {
 		})
 	}
 }
+
+// TestEnvInterpreterGetsItsNameAsArgv0: a "#!/usr/bin/env NAME" script's
+// interpreter, executed by the gateway through its measured descriptor,
+// gets NAME as argv[0], as env would give it: Python finds a virtual
+// environment on PATH through argv[0], and busybox picks its applet by it
+// (the resolved path broke venv-based servers).
+func TestEnvInterpreterGetsItsNameAsArgv0(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "argv0")
+	p, d := writeScript(t, "#!/usr/bin/env sh\ntr '\\000' '\\n' < /proc/$$/cmdline | head -n 1 > "+out+"\nexec sleep 300\n")
+	c, err := Spawn(context.Background(), StdioSpec{Name: "s", Command: p, Pin: d, InterpreterPin: shPin(t), EnvAllow: []string{"PATH"}, StopGrace: time.Second},
+		[]string{"PATH=/usr/bin:/bin"}, Hooks{}, "shared")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, _ := os.ReadFile(out)
+		if got := strings.TrimSpace(string(b)); got != "" {
+			if got != "sh" {
+				t.Fatalf("the interpreter's argv[0] is %q, want %q (what env passes)", got, "sh")
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the script did not write its interpreter's argv[0]")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -53,11 +53,11 @@ func openInterpreter(cmd *os.File, pathEnv string) (*interpreter, error) {
 // argument, the script (the child's fd 3) and the command's arguments, as
 // the kernel would build it.
 func (in *interpreter) argv(args []string) []string {
-	argv0 := in.script.Interpreter
-	if in.script.Env {
-		argv0 = in.script.Resolved // env would exec NAME found on PATH
-	}
-	out := []string{argv0}
+	// argv[0] is what the kernel or env would pass: the path as written,
+	// or env's NAME. Programs read it (Python finds its prefix, and so a
+	// virtual environment on PATH, through it; busybox picks its applet by
+	// it); the bytes run are the measured descriptor whatever it says.
+	out := []string{in.script.Interpreter}
 	if in.script.Arg != "" {
 		out = append(out, in.script.Arg)
 	}
