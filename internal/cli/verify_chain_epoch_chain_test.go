@@ -197,21 +197,7 @@ func TestSealedEpochRewrittenWithItsOwnKeyFails(t *testing.T) {
 // crashed epoch's unsigned tail after the next epoch began are reported as
 // appended (not only as a changed root).
 func TestRecordsAppendedToACrashedEpochAfterRestartFail(t *testing.T) {
-	_, k1, _ := ed25519.GenerateKey(rand.Reader)
-	_, k2, _ := ed25519.GenerateKey(rand.Reader)
-	live := filepath.Join(t.TempDir(), "log")
-	w1 := openKeyed(t, live, k1)
-	appendCalls(t, w1, 4, "fs__read")
-	v1 := w1.VerifierKey()
-	dir := crashedCopy(t, live, w1)
-	w2 := openKeyed(t, dir, k2)
-	appendCalls(t, w2, 2, "fs__read")
-	v2 := w2.VerifierKey()
-	w2.Close()
-	args := []string{"verify-chain", dir, "--key", v1, "--key", v2}
-	if code, out, errOut := runCLI(t, args...); code != 0 {
-		t.Fatalf("genuine: exit %d\n%s%s", code, out, errOut)
-	}
+	dir, _, args := crashedThenRestarted(t, 4, "fs__read")
 	seg := epochSeg(dir, 1)
 	ls := readLines(t, seg)
 	n := len(ls)
@@ -266,21 +252,7 @@ func TestGenesisWithAFlippedSealedFlagFails(t *testing.T) {
 // by the holder of the new epoch's key (not attested), still fails on the
 // recovery record left as it was.
 func TestRecoveryRecordThatDisagreesFails(t *testing.T) {
-	_, k1, _ := ed25519.GenerateKey(rand.Reader)
-	_, k2, _ := ed25519.GenerateKey(rand.Reader)
-	live := filepath.Join(t.TempDir(), "log")
-	w1 := openKeyed(t, live, k1)
-	appendCalls(t, w1, 3, "fs__delete_everything")
-	v1 := w1.VerifierKey()
-	dir := crashedCopy(t, live, w1)
-	w2 := openKeyed(t, dir, k2)
-	appendCalls(t, w2, 2, "fs__read")
-	v2 := w2.VerifierKey()
-	w2.Close()
-	args := []string{"verify-chain", dir, "--key", v1, "--key", v2}
-	if code, out, errOut := runCLI(t, args...); code != 0 {
-		t.Fatalf("genuine: exit %d\n%s%s", code, out, errOut)
-	}
+	dir, k2, args := crashedThenRestarted(t, 3, "fs__delete_everything")
 	if kindOf(readLines(t, epochSeg(dir, 2))[1]) != "recovery" {
 		t.Fatal("epoch 2 has no recovery record")
 	}
@@ -302,4 +274,29 @@ func TestRecoveryRecordThatDisagreesFails(t *testing.T) {
 	if code != ui.ExitLogInteg || !strings.Contains(errOut, "epoch 2's recovery record does not describe epoch 1 as it is now") {
 		t.Fatalf("a recovery record that disagrees with its genesis: exit %d, want %d\n%s%s", code, ui.ExitLogInteg, out, errOut)
 	}
+}
+
+// crashedThenRestarted writes an epoch of n calls of tool under its own key
+// that crashes after its last checkpoint, and a second epoch, under another
+// key, started on it with two calls; it checks that the genuine log
+// verifies, and returns the directory, the second epoch's key and the
+// verify-chain arguments that name both keys.
+func crashedThenRestarted(t *testing.T, n int, tool string) (dir string, k2 ed25519.PrivateKey, args []string) {
+	t.Helper()
+	_, k1, _ := ed25519.GenerateKey(rand.Reader)
+	_, k2, _ = ed25519.GenerateKey(rand.Reader)
+	live := filepath.Join(t.TempDir(), "log")
+	w1 := openKeyed(t, live, k1)
+	appendCalls(t, w1, n, tool)
+	v1 := w1.VerifierKey()
+	dir = crashedCopy(t, live, w1)
+	w2 := openKeyed(t, dir, k2)
+	appendCalls(t, w2, 2, "fs__read")
+	v2 := w2.VerifierKey()
+	w2.Close()
+	args = []string{"verify-chain", dir, "--key", v1, "--key", v2}
+	if code, out, errOut := runCLI(t, args...); code != 0 {
+		t.Fatalf("genuine: exit %d\n%s%s", code, out, errOut)
+	}
+	return dir, k2, args
 }
