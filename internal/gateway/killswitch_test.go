@@ -443,6 +443,59 @@ permit (principal, action in [Action::"read_resource", Action::"get_prompt"], re
 // refused: no access record after kill_switch_on says "forwarded" (the
 // switch is checked again, and the record appended, under the lock the
 // switch changes under, as for calls).
+// TestKillSwitchBeatsAnAccessAlreadyDecided engages the kill switch while a
+// read the policy permits is held between its decision and its forwarded
+// record (in the decision's metrics count, whose lock the test holds): the
+// read is refused -32064 and no access record after kill_switch_on says
+// forwarded. Deterministic, where TestKillSwitchBeatsAnAccessInProgress is a
+// race.
+func TestKillSwitchBeatsAnAccessAlreadyDecided(t *testing.T) {
+	dir := policyBundle(t, toolsOnly+`
+@id("reads")
+permit (principal, action in [Action::"read_resource", Action::"get_prompt"], resource);
+`)
+	m := NewMetrics()
+	h := newHarness(t, hconf{policy: engine(t, dir, policy.Enforcing), metrics: m})
+	cs := h.connect("", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "test://static"}); err != nil {
+		t.Fatalf("a read before the kill switch: %v", err)
+	}
+	m.mu.Lock() // the next read waits after its decision, before its record
+	errc := make(chan error, 1)
+	go func() {
+		_, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "test://static"})
+		errc <- err
+	}()
+	time.Sleep(500 * time.Millisecond) // the read is decided
+	if err := h.g.SetKillSwitch(ctx, true, "test", "incident"); err != nil {
+		m.mu.Unlock()
+		t.Fatal(err)
+	}
+	m.mu.Unlock()
+	if err := <-errc; wireCode(err) != CodeKillSwitch {
+		t.Fatalf("the read decided before the kill switch got %v, want %d", err, CodeKillSwitch)
+	}
+	killed, refused := false, 0
+	for _, e := range logEntries(t, h.dir) {
+		switch r := e.Rec.(type) {
+		case *auditlog.Admin:
+			killed = killed || r.Action == "kill_switch_on"
+		case *auditlog.Access:
+			if killed && r.Outcome == auditlog.OutcomeForwarded {
+				t.Fatalf("access record %d after kill_switch_on says forwarded", e.Index)
+			}
+			if killed {
+				refused++
+			}
+		}
+	}
+	if !killed || refused != 1 {
+		t.Fatalf("kill_switch_on recorded: %v; %d refused access records after it, want 1", killed, refused)
+	}
+}
+
 func TestKillSwitchBeatsAnAccessInProgress(t *testing.T) {
 	h := newHarness(t, hconf{durability: auditlog.DurabilityStrict})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
