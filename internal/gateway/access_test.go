@@ -165,6 +165,28 @@ when { context.prompt == "greet" };
 	}
 }
 
+// TestAccessRefusedWhoseRecordFailsIsAuditUnavailable: a read the policy
+// denies is answered -32063, not its denial, when its refused record
+// cannot be written: the agent learns the log is down, as for a call.
+func TestAccessRefusedWhoseRecordFailsIsAuditUnavailable(t *testing.T) {
+	dir := policyBundle(t, toolsOnly)
+	h := newHarness(t, hconf{policy: engine(t, dir, policy.Enforcing)})
+	cs := h.connect("", nil)
+	ctx := accessCtx(t)
+	if _, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "test://static"}); wireCode(err) != CodeDenied {
+		t.Fatalf("denied read: %v", err)
+	}
+	if err := h.w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "test://static"}); wireCode(err) != CodeAuditUnavailable {
+		t.Fatalf("denied read with a broken log: %v, want %d", err, CodeAuditUnavailable)
+	}
+	if _, err := cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: "t__greet"}); wireCode(err) != CodeAuditUnavailable {
+		t.Fatalf("denied prompt with a broken log: %v, want %d", err, CodeAuditUnavailable)
+	}
+}
+
 // TestAccessAdvisory: advisory mode forwards a denied read and records the
 // deny as forwarded.
 func TestAccessAdvisory(t *testing.T) {
