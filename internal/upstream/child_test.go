@@ -454,6 +454,36 @@ func TestSpawnFileWrittenWhileMeasuredIsRefused(t *testing.T) {
 	}
 }
 
+// TestSpawnRunsTheMeasuredInterpreter: the child runs the interpreter the
+// gateway measured, through its descriptor, not one the kernel or env
+// would find again at exec: an "sh" put earlier on the child's PATH
+// between the measurement and the exec never runs.
+func TestSpawnRunsTheMeasuredInterpreter(t *testing.T) {
+	early := t.TempDir()
+	p, d := writeScript(t, "#!/usr/bin/env sh\nexit 4\n")
+	testHookBeforeExec = func(string) {
+		if err := os.WriteFile(filepath.Join(early, "sh"), []byte("#!/bin/sh\nexit 7\n"), 0o755); err != nil {
+			t.Error(err)
+		}
+	}
+	t.Cleanup(func() { testHookBeforeExec = nil })
+	exits := make(chan ExitEvent, 1)
+	c, err := Spawn(context.Background(), StdioSpec{Name: "s", Command: p, Pin: d, InterpreterPin: shPin(t), EnvAllow: []string{"PATH"}, StopGrace: time.Second},
+		[]string{"PATH=" + early + ":/usr/bin:/bin"}, Hooks{Exit: func(ev ExitEvent) { exits <- ev }}, "per-session")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	select {
+	case ev := <-exits:
+		if ev.ExitCode != 4 {
+			t.Fatalf("exit %d, want 4: an interpreter other than the measured one ran", ev.ExitCode)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the script did not exit")
+	}
+}
+
 // TestSpawnRunsInterpretersFromTheirPath: a program run through its
 // descriptor still sees its real path, which interpreters need: a
 // "#!/usr/bin/env node" script (node resolves its main module's real
