@@ -454,6 +454,40 @@ func TestSpawnFileWrittenWhileMeasuredIsRefused(t *testing.T) {
 	}
 }
 
+// TestChildNeverGetsALineBreakInAMessage: the last guard before a child's
+// stdin refuses a message holding a line break (a child reading line by
+// line would take its second line for a message of its own); the message
+// is not written, and the child reads only the messages that follow it.
+func TestChildNeverGetsALineBreakInAMessage(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "stdin")
+	p, d := writeScript(t, "#!/bin/sh\nread -r l\nprintf '%s\\n' \"$l\" > "+out+"\n")
+	exits := make(chan ExitEvent, 1)
+	c, err := Spawn(context.Background(), StdioSpec{Name: "s", Command: p, Pin: d, InterpreterPin: shPin(t), StopGrace: time.Second},
+		os.Environ(), Hooks{Exit: func(ev ExitEvent) { exits <- ev }}, "per-session")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, m := range []string{"{\"a\":[\n{\"id\":1,\"method\":\"x\"}]}", "{\"a\":\r1}"} {
+		if err := c.write(ctx, []byte(m)); err == nil || !strings.Contains(err.Error(), "line break") {
+			t.Fatalf("write %q: %v, want it refused for its line break", m, err)
+		}
+	}
+	if err := c.write(ctx, []byte(`{"a":2}`)); err != nil {
+		t.Fatal(err)
+	}
+	select { // it reads one line, writes it out and exits
+	case <-exits:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the child did not exit")
+	}
+	if b, err := os.ReadFile(out); err != nil || string(b) != "{\"a\":2}\n" {
+		t.Fatalf("the child's first line was %q (%v), want the message without a line break", b, err)
+	}
+}
+
 // TestSpawnRunsTheMeasuredInterpreter: the child runs the interpreter the
 // gateway measured, through its descriptor, not one the kernel or env
 // would find again at exec: an "sh" put earlier on the child's PATH
