@@ -292,6 +292,31 @@ permit (principal, action in [Action::"read_resource", Action::"get_prompt"], re
 	}
 }
 
+// TestReplayReDecidesAPromptByItsName: replay asks the bundle with the
+// recorded prompt name: a get the bundle permits by that name replays
+// as the same decision (asked without it, the bundle denies).
+func TestReplayReDecidesAPromptByItsName(t *testing.T) {
+	dir := policyBundle(t, toolsOnly+`
+@id("greet-only")
+permit (principal, action == Action::"get_prompt", resource) when { context.prompt == "greet" };
+`)
+	h := newHarness(t, hconf{policy: engine(t, dir, policy.Enforcing)})
+	cs := h.connect("", nil)
+	ctx := accessCtx(t)
+	if _, err := cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: "t__greet"}); err != nil {
+		t.Fatal(err)
+	}
+	h.g.Shutdown(context.Background())
+	h.w.Close()
+	rep, err := replay.Run(context.Background(), h.dir, replay.Options{Policies: []string{dir}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Summary.Accesses != 1 || rep.Summary.Same != 1 || rep.Findings() {
+		t.Fatalf("replay: %+v", rep.Summary)
+	}
+}
+
 // TestAccessReloadNotifies: a policy reload may change what the resource
 // and prompt lists show: every agent is told to list them again.
 func TestAccessReloadNotifies(t *testing.T) {
