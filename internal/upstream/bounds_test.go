@@ -409,6 +409,42 @@ func TestHTTPRecordedKeyIsThisSessionsKey(t *testing.T) {
 	}
 }
 
+// TestHTTPRecordedKeyIsTheInitializesKey: a session is recorded with the
+// key of the handshake that carried its initialize, not with the key of a
+// later answer of its own (initialized, the event stream) that came over
+// another connection with another key the CA also vouches for.
+func TestHTTPRecordedKeyIsTheInitializesKey(t *testing.T) {
+	first, later := newTestCert(t), newTestCert(t)
+	u := newRawHTTPUpstream(t, false)
+	u.srv.Close()
+	srv := httptest.NewUnstartedServer(u.srv.Config.Handler)
+	srv.Config.SetKeepAlivesEnabled(false) // every request a new handshake
+	var handshakes atomic.Int64
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{first.tls}, GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+		if handshakes.Add(1) > 1 {
+			return &tls.Config{Certificates: []tls.Certificate{later.tls}}, nil
+		}
+		return nil, nil
+	}}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, append(append([]byte{}, first.pem...), later.pem...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	up, err := NewHTTP(HTTPOptions{Name: "ca", URL: srv.URL, CAFile: ca})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := connectRaw(t, up, ConnectOptions{})
+	if handshakes.Load() < 2 {
+		t.Fatalf("%d handshakes: the session's later requests did not go over new connections", handshakes.Load())
+	}
+	if want := up.URL() + " key " + SPKIDigest(first.leaf).String(); conn.Ref != want {
+		t.Fatalf("Conn.Ref = %q, want %q: the key of the handshake that carried initialize", conn.Ref, want)
+	}
+}
+
 // floodRequests is how many roots/list requests the flooding upstreams
 // send during one tools/call.
 const floodRequests = 2000
