@@ -443,6 +443,34 @@ permit (principal, action in [Action::"read_resource", Action::"get_prompt"], re
 // refused: no access record after kill_switch_on says "forwarded" (the
 // switch is checked again, and the record appended, under the lock the
 // switch changes under, as for calls).
+// TestKillSwitchClearedOnlyOnceTheClearingIsDurable: in interval mode,
+// where an append returns before its record is synced, the switch is
+// cleared only once its kill_switch_off record is durable: a published
+// (durable) checkpoint covers it when the clearing returns.
+func TestKillSwitchClearedOnlyOnceTheClearingIsDurable(t *testing.T) {
+	h := newHarness(t, hconf{durability: auditlog.DurabilityInterval})
+	ctx := context.Background()
+	if err := h.g.SetKillSwitch(ctx, true, "test", "incident"); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.g.SetKillSwitch(ctx, false, "test", "resolved"); err != nil {
+		t.Fatal(err)
+	}
+	cp, err := auditlog.ParseCheckpoint(h.w.LatestCheckpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	off := int64(-1)
+	for _, e := range logEntries(t, h.dir) {
+		if r, ok := e.Rec.(*auditlog.Admin); ok && r.Action == AdminKillSwitchOff {
+			off = e.Index
+		}
+	}
+	if off < 0 || cp.Size <= off {
+		t.Fatalf("kill_switch_off is record %d, the durable checkpoint covers %d records: the switch was cleared before its clearing was durable", off, cp.Size)
+	}
+}
+
 // TestKillSwitchBeatsAnAccessAlreadyDecided engages the kill switch while a
 // read the policy permits is held between its decision and its forwarded
 // record (in the decision's metrics count, whose lock the test holds): the
