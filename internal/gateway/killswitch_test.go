@@ -505,20 +505,7 @@ permit (principal, action in [Action::"read_resource", Action::"get_prompt"], re
 	if err := <-errc; wireCode(err) != CodeKillSwitch {
 		t.Fatalf("the read decided before the kill switch got %v, want %d", err, CodeKillSwitch)
 	}
-	killed, refused := false, 0
-	for _, e := range logEntries(t, h.dir) {
-		switch r := e.Rec.(type) {
-		case *auditlog.Admin:
-			killed = killed || r.Action == "kill_switch_on"
-		case *auditlog.Access:
-			if killed && r.Outcome == auditlog.OutcomeForwarded {
-				t.Fatalf("access record %d after kill_switch_on says forwarded", e.Index)
-			}
-			if killed {
-				refused++
-			}
-		}
-	}
+	killed, refused := accessesAfterKill(t, h.dir)
 	if !killed || refused != 1 {
 		t.Fatalf("kill_switch_on recorded: %v; %d refused access records after it, want 1", killed, refused)
 	}
@@ -561,8 +548,18 @@ func TestKillSwitchBeatsAnAccessInProgress(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	killed, refused := false, 0
-	for _, e := range logEntries(t, h.dir) {
+	_, refused := accessesAfterKill(t, h.dir)
+	if refused < agents {
+		t.Fatalf("%d refused access records after kill_switch_on, want %d at least", refused, agents)
+	}
+}
+
+// accessesAfterKill reads the log in dir: whether kill_switch_on is in it,
+// and how many access records follow it, failing the test on one that says
+// forwarded.
+func accessesAfterKill(t *testing.T, dir string) (killed bool, refused int) {
+	t.Helper()
+	for _, e := range logEntries(t, dir) {
 		switch r := e.Rec.(type) {
 		case *auditlog.Admin:
 			killed = killed || r.Action == "kill_switch_on"
@@ -575,7 +572,5 @@ func TestKillSwitchBeatsAnAccessInProgress(t *testing.T) {
 			}
 		}
 	}
-	if refused < agents {
-		t.Fatalf("%d refused access records after kill_switch_on, want %d at least", refused, agents)
-	}
+	return killed, refused
 }

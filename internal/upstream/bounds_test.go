@@ -239,67 +239,17 @@ func TestHTTPEventStreamNotCutByTheAnswerLimit(t *testing.T) {
 // reported as one because another handshake was refused.
 func TestHTTPRecordedKeyIsAnAcceptedOne(t *testing.T) {
 	good, bad := newTestCert(t), newTestCert(t)
-	var useBad atomic.Bool
-	u := newRawHTTPUpstream(t, false)
-	u.srv.Close()
-	inner := u.srv.Config.Handler
-	var inside atomic.Int64
-	gate := make(chan struct{})
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/hold" {
-			inside.Add(1)
-			<-gate
-			return
-		}
-		inner.ServeHTTP(w, r)
-	}))
-	srv.TLS = &tls.Config{Certificates: []tls.Certificate{good.tls}, GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
-		if useBad.Load() { // a machine in the middle answers new connections
-			return &tls.Config{Certificates: []tls.Certificate{bad.tls}}, nil
-		}
-		return nil, nil
-	}}
-	srv.StartTLS()
-	t.Cleanup(srv.Close) // after the connection's close (cleanups run last first)
+	ks := newKeySwitchServer(t, good, bad) // once switched, a machine in the middle answers new connections
+	srv := ks.srv
 	up, err := NewHTTP(HTTPOptions{Name: "pinned", URL: srv.URL, TLSPin: SPKIDigest(good.leaf).String()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// hold makes n requests that wait on the server until release: n
-	// connections busy, then idle in the pool.
-	hold := func(n int) (release func() []error) {
-		inside.Store(0)
-		gate = make(chan struct{})
-		errs := make(chan error, n)
-		for range n {
-			go func() {
-				resp, err := up.HTTPClient().Get(srv.URL + "/hold")
-				if err == nil {
-					resp.Body.Close()
-				}
-				errs <- err
-			}()
-		}
-		for deadline := time.Now().Add(10 * time.Second); inside.Load() < int64(n); time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%d of %d requests reached the server", inside.Load(), n)
-			}
-		}
-		return func() []error {
-			close(gate)
-			var out []error
-			for range n {
-				if err := <-errs; err != nil {
-					out = append(out, err)
-				}
-			}
-			return out
-		}
-	}
+	hold := func(n int) (release func() []error) { return ks.hold(t, up, n) }
 	if errs := hold(4)(); len(errs) > 0 { // four good connections in the pool
 		t.Fatal(errs)
 	}
-	useBad.Store(true)
+	ks.switched.Store(true)
 	release := hold(4) // the four, busy
 	_, err = up.HTTPClient().Get(srv.URL + "/hold")
 	var pm *PinMismatchError
@@ -329,28 +279,8 @@ func TestHTTPRecordedKeyIsAnAcceptedOne(t *testing.T) {
 // (a server whose key was rotated, or one of two behind a balancer).
 func TestHTTPRecordedKeyIsThisSessionsKey(t *testing.T) {
 	older, newer := newTestCert(t), newTestCert(t)
-	var useNewer atomic.Bool
-	u := newRawHTTPUpstream(t, false)
-	u.srv.Close()
-	inner := u.srv.Config.Handler
-	var inside atomic.Int64
-	gate := make(chan struct{})
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/hold" {
-			inside.Add(1)
-			<-gate
-			return
-		}
-		inner.ServeHTTP(w, r)
-	}))
-	srv.TLS = &tls.Config{Certificates: []tls.Certificate{older.tls}, GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
-		if useNewer.Load() {
-			return &tls.Config{Certificates: []tls.Certificate{newer.tls}}, nil
-		}
-		return nil, nil
-	}}
-	srv.StartTLS()
-	t.Cleanup(srv.Close)
+	ks := newKeySwitchServer(t, older, newer) // once switched, new connections get the newer key
+	srv := ks.srv
 	ca := filepath.Join(t.TempDir(), "ca.pem")
 	if err := os.WriteFile(ca, append(append([]byte{}, older.pem...), newer.pem...), 0o600); err != nil {
 		t.Fatal(err)
@@ -359,37 +289,16 @@ func TestHTTPRecordedKeyIsThisSessionsKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// hold makes n requests that wait on the server until release: n
-	// connections busy, then idle in the pool.
 	hold := func(n int) (release func()) {
-		inside.Store(0)
-		gate = make(chan struct{})
-		errs := make(chan error, n)
-		for range n {
-			go func() {
-				resp, err := up.HTTPClient().Get(srv.URL + "/hold")
-				if err == nil {
-					resp.Body.Close()
-				}
-				errs <- err
-			}()
-		}
-		for deadline := time.Now().Add(10 * time.Second); inside.Load() < int64(n); time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%d of %d requests reached the server", inside.Load(), n)
-			}
-		}
+		r := ks.hold(t, up, n)
 		return func() {
-			close(gate)
-			for range n {
-				if err := <-errs; err != nil {
-					t.Fatal(err)
-				}
+			if errs := r(); len(errs) > 0 {
+				t.Fatal(errs)
 			}
 		}
 	}
 	hold(4)() // four connections with the older key, idle
-	useNewer.Store(true)
+	ks.switched.Store(true)
 	release := hold(4)                                // the four, busy
 	resp, err := up.HTTPClient().Get(srv.URL + "/ok") // a new connection, with the newer key
 	if err != nil {
@@ -708,5 +617,74 @@ func TestHTTPReloadCredentials(t *testing.T) {
 	}
 	if changed, err := env.ReloadCredentials(); changed || err != nil || !env.CredentialsFromEnvironment() {
 		t.Fatalf("environment: changed %v, err %v, from the environment %v", changed, err, env.CredentialsFromEnvironment())
+	}
+}
+
+// keySwitchServer is the raw test upstream behind a TLS server that
+// answers new connections with its first certificate, or with its second
+// once switched; its /hold requests wait until released.
+type keySwitchServer struct {
+	srv      *httptest.Server
+	switched atomic.Bool
+	inside   atomic.Int64
+	gate     chan struct{}
+}
+
+func newKeySwitchServer(t *testing.T, first, second testCert) *keySwitchServer {
+	t.Helper()
+	u := newRawHTTPUpstream(t, false)
+	u.srv.Close()
+	inner := u.srv.Config.Handler
+	k := &keySwitchServer{gate: make(chan struct{})}
+	k.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hold" {
+			k.inside.Add(1)
+			<-k.gate
+			return
+		}
+		inner.ServeHTTP(w, r)
+	}))
+	k.srv.TLS = &tls.Config{Certificates: []tls.Certificate{first.tls}, GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+		if k.switched.Load() {
+			return &tls.Config{Certificates: []tls.Certificate{second.tls}}, nil
+		}
+		return nil, nil
+	}}
+	k.srv.StartTLS()
+	t.Cleanup(k.srv.Close) // after the connections' close (cleanups run last first)
+	return k
+}
+
+// hold makes n requests through up's client that wait on the server until
+// release, which returns their errors: n connections busy, then idle in
+// the pool.
+func (k *keySwitchServer) hold(t *testing.T, up *HTTPUpstream, n int) (release func() []error) {
+	t.Helper()
+	k.inside.Store(0)
+	k.gate = make(chan struct{})
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			resp, err := up.HTTPClient().Get(k.srv.URL + "/hold")
+			if err == nil {
+				resp.Body.Close()
+			}
+			errs <- err
+		}()
+	}
+	for deadline := time.Now().Add(10 * time.Second); k.inside.Load() < int64(n); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d requests reached the server", k.inside.Load(), n)
+		}
+	}
+	return func() []error {
+		close(k.gate)
+		var out []error
+		for range n {
+			if err := <-errs; err != nil {
+				out = append(out, err)
+			}
+		}
+		return out
 	}
 }
