@@ -120,7 +120,7 @@ func (c *agentConn) read(br *bufio.Reader, n int) {
 			if strict && c.fast != nil {
 				if took, run := c.fast(req); took {
 					if run != nil {
-						c.unanswered.read(req.ID)
+						mine := c.unanswered.read(req.ID)
 						next := n + 1
 						resume := sync.OnceFunc(func() { go c.read(br, next) })
 						t := time.AfterFunc(resumeAfter, resume)
@@ -128,7 +128,9 @@ func (c *agentConn) read(br *bufio.Reader, n int) {
 							t.Stop()
 							resume()
 						})
-						c.unanswered.answered(req.ID) // or cancelled by the agent: no answer is due
+						if mine { // a duplicate id leaves the first request's entry alone
+							c.unanswered.answered(req.ID) // or cancelled by the agent: no answer is due
+						}
 						t.Stop()
 						resume()
 						return
@@ -204,9 +206,11 @@ func (u *unanswered) close() {
 	}
 }
 
-func (u *unanswered) read(id jsonrpc.ID) {
+// read notes a request read; it reports whether the request is tracked
+// (false for no id, or an id an unanswered request has already).
+func (u *unanswered) read(id jsonrpc.ID) bool {
 	if !id.IsValid() {
-		return
+		return false
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -214,9 +218,11 @@ func (u *unanswered) read(id jsonrpc.ID) {
 	if u.ids == nil {
 		u.ids = map[any]uint64{}
 	}
-	if _, dup := u.ids[id.Raw()]; !dup {
-		u.ids[id.Raw()] = u.n
+	if _, dup := u.ids[id.Raw()]; dup {
+		return false
 	}
+	u.ids[id.Raw()] = u.n
+	return true
 }
 
 func (u *unanswered) answered(id jsonrpc.ID) {

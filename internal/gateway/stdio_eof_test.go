@@ -162,10 +162,15 @@ func TestServeStdioAnswersWhatItReadBeforeEOF(t *testing.T) {
 func TestUnanswered(t *testing.T) {
 	id := func(n int64) jsonrpc.ID { i, _ := jsonrpc.MakeID(float64(n)); return i }
 	var u unanswered
-	u.read(id(1))
-	u.read(id(2))
-	u.read(id(2)) // a duplicate: answered at once by go-sdk, with no id
-	u.read(jsonrpc.ID{})
+	if !u.read(id(1)) || !u.read(id(2)) {
+		t.Fatal("a request with a new id is not tracked")
+	}
+	if u.read(id(2)) { // a duplicate: answered at once by go-sdk, with no id
+		t.Fatal("a duplicate id is tracked as a request of its own (the fast path would answer the first one's entry)")
+	}
+	if u.read(jsonrpc.ID{}) {
+		t.Fatal("a notification is tracked")
+	}
 	done := make(chan int, 1)
 	go func() { done <- u.wait(nil) }()
 	u.answered(id(1))
