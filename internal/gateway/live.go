@@ -663,10 +663,18 @@ func (lv *live) toAgent(ctx context.Context, method string, params mcp.Params) (
 	if s == nil || s.downSession() == nil {
 		return nil, fault(CodeUpstreamUnavailable, "%s from upstream %q: no agent session to forward it to", method, lv.st.name)
 	}
-	// dctx's values (the call's stream), ctx's end.
+	inputGone := func() error {
+		return fault(CodeSessionEnded, "%s from upstream %q: the agent closed its input (EOF on stdin) and can answer no request; the session ends once its calls are answered", method, lv.st.name)
+	}
+	if s.inputCtx.Err() != nil {
+		return nil, inputGone()
+	}
+	// dctx's values (the call's stream), ctx's end, or the end of the
+	// agent's input.
 	dctx, cancel := context.WithCancel(context.WithoutCancel(dctx))
 	defer cancel()
 	defer context.AfterFunc(ctx, cancel)()
+	defer context.AfterFunc(s.inputCtx, cancel)()
 	if sk := sinkFrom(dctx); sk != nil {
 		// The call route picked may just have ended (an upstream child
 		// cannot say which call a request belongs to): then the request
@@ -676,17 +684,24 @@ func (lv *live) toAgent(ctx context.Context, method string, params mcp.Params) (
 		}
 	}
 	ss := s.downSession()
+	var res mcp.Result
+	var err error
 	switch p := params.(type) {
 	case *mcp.ElicitParams:
-		return ss.Elicit(dctx, p)
+		res, err = ss.Elicit(dctx, p)
 	case *mcp.CreateMessageWithToolsParams:
-		return ss.CreateMessageWithTools(dctx, p)
+		res, err = ss.CreateMessageWithTools(dctx, p)
 	case *mcp.CreateMessageParams:
-		return ss.CreateMessage(dctx, p)
+		res, err = ss.CreateMessage(dctx, p)
 	case *mcp.ListRootsParams:
-		return ss.ListRoots(dctx, p)
+		res, err = ss.ListRoots(dctx, p)
+	default:
+		return nil, errNotForwarded
 	}
-	return nil, errNotForwarded
+	if err != nil && ctx.Err() == nil && s.inputCtx.Err() != nil {
+		return nil, inputGone()
+	}
+	return res, err
 }
 
 func (st *upState) transport() string {

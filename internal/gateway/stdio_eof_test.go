@@ -207,3 +207,66 @@ func TestUnanswered(t *testing.T) {
 		t.Fatal("close did not end the wait")
 	}
 }
+
+// TestServeStdioRequestToAgentAfterEOFFailsAtOnce: once a stdio agent has
+// closed its input it can answer no sampling, elicitation or roots request;
+// an upstream's request to it fails at once (-32071, saying why), and the
+// call that sent it is answered and the gateway stops, instead of both
+// waiting out server.shutdown_grace for an answer that cannot come.
+func TestServeStdioRequestToAgentAfterEOFFailsAtOnce(t *testing.T) {
+	const (
+		initialize  = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{"sampling":{},"elicitation":{}},"clientInfo":{"name":"sh","version":"1"}}}`
+		initialized = `{"jsonrpc":"2.0","method":"notifications/initialized"}`
+		grace       = 20 * time.Second
+	)
+	for _, tool := range []string{"t__sample", "t__elicit"} {
+		t.Run(tool, func(t *testing.T) {
+			st, in, out := startServeStdio(t, "server", fmt.Sprintf("  shutdown_grace: %s\n", grace))
+			lines := make(chan string, 16)
+			go func() {
+				defer close(lines)
+				sc := bufio.NewScanner(out)
+				sc.Buffer(make([]byte, 1<<20), 1<<20)
+				for sc.Scan() {
+					lines <- sc.Text()
+				}
+			}()
+			call := `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"` + tool + `","arguments":{"text":"hi"}}}`
+			if _, err := in.Write([]byte(initialize + "\n" + initialized + "\n" + call + "\n")); err != nil {
+				t.Fatal(err)
+			}
+			in.Close()
+			eof := time.Now()
+			var answer string
+			timeout := time.After(grace)
+		read:
+			for {
+				select {
+				case l, ok := <-lines:
+					if !ok {
+						break read
+					}
+					if strings.Contains(l, `"id":2`) && !strings.Contains(l, `"method"`) {
+						answer = l
+					}
+				case <-timeout:
+					t.Fatalf("stdout was not closed before shutdown_grace; the call's answer: %q\n%s", answer, st.logs.String())
+				}
+			}
+			st.wait(t)
+			if took := time.Since(eof); took > grace/2 {
+				t.Errorf("the gateway stopped %v after the EOF: it waited for the agent's answer", took)
+			}
+			// The child's tool fails with the gateway's error (go-sdk makes
+			// a tool's error an isError result).
+			if !strings.Contains(answer, "closed its input") || !strings.Contains(answer, fmt.Sprint(CodeSessionEnded)) && !strings.Contains(answer, `"isError":true`) {
+				t.Fatalf("the call's answer: %q, want the error saying the agent closed its input", answer)
+			}
+			calls := kinds(readRecords(t, filepath.Join(st.dir, "audit")), "call")
+			if len(calls) != 1 || calls[0].Body["outcome"] != "forwarded" {
+				t.Fatalf("call records: %v", calls)
+			}
+			checkStoppedLog(t, filepath.Join(st.dir, "audit"), st.logs.String())
+		})
+	}
+}
