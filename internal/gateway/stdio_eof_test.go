@@ -219,8 +219,16 @@ func TestServeStdioRequestToAgentAfterEOFFailsAtOnce(t *testing.T) {
 		initialized = `{"jsonrpc":"2.0","method":"notifications/initialized"}`
 		grace       = 20 * time.Second
 	)
-	for _, tool := range []string{"t__sample", "t__elicit"} {
-		t.Run(tool, func(t *testing.T) {
+	for _, tc := range []struct {
+		tool string
+		sent bool // the EOF comes after the request reached the agent
+	}{{"t__sample", false}, {"t__elicit", false}, {"t__sample", true}} {
+		tool := tc.tool
+		name := tool
+		if tc.sent {
+			name += "/sent before the EOF"
+		}
+		t.Run(name, func(t *testing.T) {
 			st, in, out := startServeStdio(t, "server", fmt.Sprintf("  shutdown_grace: %s\n", grace))
 			lines := make(chan string, 16)
 			go func() {
@@ -235,10 +243,17 @@ func TestServeStdioRequestToAgentAfterEOFFailsAtOnce(t *testing.T) {
 			if _, err := in.Write([]byte(initialize + "\n" + initialized + "\n" + call + "\n")); err != nil {
 				t.Fatal(err)
 			}
-			in.Close()
-			eof := time.Now()
 			var answer string
 			timeout := time.After(grace)
+			if tc.sent {
+				for l := range lines {
+					if strings.Contains(l, `"method":"sampling/createMessage"`) {
+						break // the agent has it, and will never answer
+					}
+				}
+			}
+			in.Close()
+			eof := time.Now()
 		read:
 			for {
 				select {
