@@ -55,7 +55,10 @@ rollback and fork detection).
 
 --segment checks one segment file without the rest of its epoch: it starts
 from the signed checkpoint and the tree frontier in the file's first record,
-and every later checkpoint in the file authenticates them.
+and every later checkpoint in the file authenticates them. The result
+names the last record the file's last checkpoint signs; a file without a
+checkpoint of its own is NOT VERIFIED (exit 11), as the checkpoint it
+starts from signs none of its records.
 
 Without a checkpoint kept outside the log, truncation of the tail cannot be
 detected; verify-chain says so every time, and reports how many records
@@ -68,7 +71,8 @@ On failure it names the epoch, segment file, line, byte offset and record
 index, with the expected and computed values, and exits with a code for
 the class of failure:
   10 integrity (hash, link, sequence, tree, canonical form)
-  11 bad signature, or (--require-signed) records their key never signed
+  11 bad signature, or records no signature covers (--require-signed;
+     --segment: a file without a checkpoint)
   12 untrusted key or rejected genesis evidence   13 truncation or rollback
   14 fork   2 usage   3 I/O`,
 		Example: `  cmcp verify-chain /var/lib/cmcp/audit --key "$(cat gateway.vkey)" --save-checkpoint seen.cp
@@ -479,9 +483,16 @@ func plural(n int, word string) string {
 
 func runVerifySegment(p *ui.Printer, file string, keys []string) error {
 	res, err := auditlog.VerifySegment(file, auditlog.VerifyOptions{Keys: keys})
-	if err != nil {
-		var ve *auditlog.VerifyError
-		if errors.As(err, &ve) && ve.IsVerification() {
+	var ve *auditlog.VerifyError
+	if err != nil && !errors.As(err, &ve) {
+		return verifyErr(err)
+	}
+	// A file without a checkpoint of its own (ClassUnsigned) is reported
+	// like a verified one, with NOT VERIFIED as its result: its records
+	// are well-formed and linked, but nothing signs them.
+	unsigned := ve != nil && ve.Class == auditlog.ClassUnsigned
+	if err != nil && !unsigned {
+		if ve.IsVerification() {
 			if p.JSONOut {
 				p.JSON(struct {
 					SchemaVersion int                   `json:"schema_version"`
@@ -495,26 +506,59 @@ func runVerifySegment(p *ui.Printer, file string, keys []string) error {
 		return verifyErr(err)
 	}
 	if p.JSONOut {
-		return p.JSON(struct {
+		doc := struct {
 			SchemaVersion int    `json:"schema_version"`
 			Status        string `json:"status"`
 			*auditlog.SegmentResult
-			Newest *checkpointDoc `json:"newest_checkpoint,omitempty"`
-		}{ui.SchemaVersion, "verified", res, cpDoc(res.LastCheckpoint)})
+			Newest   *checkpointDoc        `json:"newest_checkpoint,omitempty"`
+			Failure  *auditlog.VerifyError `json:"failure,omitempty"`
+			ExitCode int                   `json:"exit_code"`
+		}{ui.SchemaVersion, "verified", res, cpDoc(res.LastCheckpoint), nil, ui.ExitOK}
+		if unsigned {
+			doc.Status, doc.Failure, doc.ExitCode = "failed", ve, failureCode(ve)
+		}
+		if err := p.JSON(doc); err != nil {
+			return ui.WithCode(ui.ExitIO, err)
+		}
+		return verifyErr(err)
 	}
-	check := p.OK("✓")
-	p.Printf("Verified segment %s of %s\n", p.Bold(file), res.Origin)
-	p.Printf("  %s records %d-%d: strict canonical JSON, sequence contiguous, hash links intact\n", check, res.FirstIndex, res.FirstIndex+res.Records-1)
-	p.Printf("  %s %s in the file: signatures by a trusted key valid, roots match the frontier and the records\n", check, plural(res.Checkpoints, "checkpoint"))
-	if res.Unsealed > 0 {
-		p.Printf("  %s unsealed tail: %d records after the file's last checkpoint are not covered by any signature\n", p.Warn("!"), res.Unsealed)
+	check, warn := p.OK("✓"), p.Warn("!")
+	last := res.FirstIndex + res.Records - 1
+	if unsigned {
+		p.Printf("Segment %s of %s\n", p.Bold(file), res.Origin)
 	} else {
-		p.Printf("  %s unsealed tail: none\n", check)
+		p.Printf("Verified segment %s of %s\n", p.Bold(file), res.Origin)
+	}
+	p.Printf("  %s records %d-%d: strict canonical JSON, sequence contiguous, hash links intact\n", check, res.FirstIndex, last)
+	if unsigned {
+		p.Printf("  %s no checkpoint in the file: no signature covers records %d-%d\n", warn, res.FirstIndex, last)
+	} else {
+		p.Printf("  %s %s in the file: signatures by a trusted key valid, roots match the frontier and the records\n", check, plural(res.Checkpoints, "checkpoint"))
+		if res.Unsealed > 0 {
+			p.Printf("  %s unsealed tail: %d records after the file's last checkpoint are not covered by any signature\n", warn, res.Unsealed)
+		} else {
+			p.Printf("  %s unsealed tail: none\n", check)
+		}
 	}
 	if res.TornBytes > 0 {
-		p.Printf("  %s the file ends with an incomplete line of %d bytes (the writer stopped mid-write)\n", p.Warn("!"), res.TornBytes)
+		p.Printf("  %s the file ends with an incomplete line of %d bytes (the writer stopped mid-write)\n", warn, res.TornBytes)
 	}
-	p.Printf("  %s this checks one file: records in other segments and epochs, and truncation, are not covered\n", p.Warn("!"))
+	p.Printf("  %s this checks one file: records in other segments and epochs, and truncation, are not covered\n", warn)
+	epoch := ""
+	if res.Epoch > 0 {
+		epoch = fmt.Sprintf(" of epoch %d", res.Epoch)
+	}
+	if unsigned {
+		p.Printf("Result: %s: none of the file's records %d-%d is signed; anyone able to write the file could have written every record after its first\n",
+			p.Bad("NOT VERIFIED"), res.FirstIndex, last)
+		return verifyErr(err)
+	}
+	// As for a whole log: the checkpoint at index N signs records 0..N-1.
+	cp := res.LastCheckpoint
+	from := res.FirstIndex
+	through := *res.CoveredThrough
+	p.Printf("Result: %s through record %d%s: the file's records %d-%d (%s) are signed by its last checkpoint, which is record %d (tree size %d, root %s)\n",
+		p.OK("VERIFIED"), through, epoch, from, through, plural(int(through-from+1), "record"), cp.Size, cp.Size, cp.Root)
 	return nil
 }
 

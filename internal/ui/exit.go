@@ -18,7 +18,7 @@ const (
 	ExitMismatch = 5  // a digest or pin did not match (spawn-digest --check)
 	ExitRuntime  = 6  // the gateway failed while running
 	ExitLogInteg = 10 // audit log integrity failure (hash, link, sequence, tree, canonical form)
-	ExitLogSig   = 11 // a checkpoint signature does not verify, or records no signature covers (--require-signed)
+	ExitLogSig   = 11 // a checkpoint signature does not verify, or records no signature covers (--require-signed, a --segment file without a checkpoint)
 	ExitLogKey   = 12 // the log is signed by a key that is not trusted, or its genesis evidence is rejected
 	ExitLogTrunc = 13 // truncation or rollback against a saved checkpoint
 	ExitLogFork  = 14 // a fork: the log is inconsistent with a saved checkpoint
@@ -41,7 +41,7 @@ var ExitCodes = []struct {
 	{ExitMismatch, "a digest or pin did not match"},
 	{ExitRuntime, "the gateway failed while running"},
 	{ExitLogInteg, "audit log integrity failure"},
-	{ExitLogSig, "a checkpoint signature does not verify, or (--require-signed) records no signature covers"},
+	{ExitLogSig, "a checkpoint signature does not verify, or records no signature covers (--require-signed; a verify-chain --segment file without a checkpoint)"},
 	{ExitLogKey, "the log is signed by an untrusted key, or its genesis evidence is rejected"},
 	{ExitLogTrunc, "truncation or rollback detected against a saved checkpoint"},
 	{ExitLogFork, "fork detected: the log is inconsistent with a saved checkpoint"},

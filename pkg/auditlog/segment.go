@@ -17,12 +17,17 @@ import (
 type SegmentResult struct {
 	File           string      `json:"file"`
 	Origin         string      `json:"origin"`
+	Epoch          int         `json:"epoch"`
 	FirstIndex     int64       `json:"first_index"`
 	Records        int64       `json:"records"`     // records in this file
 	Checkpoints    int         `json:"checkpoints"` // checkpoints in this file
 	LastCheckpoint *Checkpoint `json:"-"`
-	Unsealed       int64       `json:"unsealed"` // records after the last checkpoint in this file
-	TornBytes      int64       `json:"torn_bytes"`
+	// CoveredThrough is the index of the last record the file's last
+	// checkpoint signs (its tree size minus one), nil when the file holds
+	// no checkpoint: then none of its records is signed.
+	CoveredThrough *int64 `json:"covered_through"`
+	Unsealed       int64  `json:"unsealed"` // records after the last checkpoint in this file
+	TornBytes      int64  `json:"torn_bytes"`
 }
 
 // VerifySegment verifies one segment file without the rest of its epoch.
@@ -32,7 +37,9 @@ type SegmentResult struct {
 // opt.Keys; the frontier and every record of the file are then
 // authenticated by the checkpoints inside the file (each root is recomputed
 // from the frontier and the records). Records after the file's last
-// checkpoint are reported as unsealed.
+// checkpoint are reported as unsealed. A file without a checkpoint of its
+// own is not verified: it returns the result and a ClassUnsigned error, as
+// the carried checkpoint signs none of the file's records.
 func VerifySegment(path string, opt VerifyOptions) (*SegmentResult, error) {
 	res := &SegmentResult{File: path}
 	trusted, err := ParseKeys(opt.Keys)
@@ -180,12 +187,24 @@ func VerifySegment(path string, opt VerifyOptions) (*SegmentResult, error) {
 	if res.Records == 0 {
 		return res, &VerifyError{Class: ClassIntegrity, Pos: Position{File: path}, Msg: "the segment holds no complete record"}
 	}
-	if lastCP >= 0 {
-		res.Unsealed = seq - lastCP - 1
-	} else {
+	res.Epoch = epoch
+	if lastCP < 0 {
+		// The checkpoint the first record carries signs only records
+		// before this file: nothing in the file is signed, and anyone
+		// able to write it could have written every record after the
+		// first.
 		res.Unsealed = res.Records
+		why := "the checkpoint its first record carries covers only records before the file"
+		if res.FirstIndex == 0 {
+			why = "its genesis record carries the epoch's key, but no checkpoint signed with it follows"
+		}
+		return res, &VerifyError{Class: ClassUnsigned, Pos: Position{Epoch: epoch, File: path, Line: 1, Index: res.FirstIndex},
+			Msg:  fmt.Sprintf("the file holds no checkpoint: none of its records %d-%d is signed (%s)", res.FirstIndex, seq-1, why),
+			Hint: "if the gateway is still writing this segment, verify it again after its next checkpoint; verify-chain DIR reports these records as the unsealed tail, or as UNSIGNED once a later epoch began"}
 	}
-	_ = filepath.Base
+	res.Unsealed = seq - lastCP - 1
+	through := res.LastCheckpoint.Size - 1
+	res.CoveredThrough = &through
 	return res, nil
 }
 

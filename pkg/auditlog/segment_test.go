@@ -111,3 +111,37 @@ func keyOf(t *testing.T, dir string) string {
 	}
 	return rep.Epochs[0].Key
 }
+
+// TestVerifySegmentNeedsACheckpointInTheFile: a segment file that holds its
+// genuine first record (carrying the previous segment's checkpoint)
+// followed by linked records no checkpoint signs is not verified: the
+// carried checkpoint covers only records before the file. A segment with
+// checkpoints reports the records its last one covers.
+func TestVerifySegmentNeedsACheckpointInTheFile(t *testing.T) {
+	dir := t.TempDir()
+	w := writeLog(t, dir, Options{SegmentBytes: 8 << 10, CheckpointEvery: 7, Durability: DurabilityInterval}, 100, 1)
+	keys := []string{w.VerifierKey()}
+	seg := filepath.Join(dir, "epoch-000001", "seg-000002.jsonl")
+	r, err := VerifySegment(seg, VerifyOptions{Keys: keys})
+	if err != nil || r.CoveredThrough == nil || *r.CoveredThrough != r.LastCheckpoint.Size-1 || r.LastCheckpoint.Size <= r.FirstIndex {
+		t.Fatalf("intact segment: %+v, %v", r, err)
+	}
+
+	b, _ := os.ReadFile(seg)
+	lines := bytes.Split(bytes.TrimSuffix(b, []byte("\n")), []byte("\n"))
+	first, _ := parseLine(lines[0])
+	tmpl, _ := parseLine(lines[1])
+	if tmpl.Kind == KindCheckpoint {
+		tmpl, _ = parseLine(lines[2])
+	}
+	forged := [][]byte{lines[0]}
+	for i := range 3 {
+		forged = append(forged, appendLine(nil, tmpl.Kind, tmpl.Body, hashOf(forged[i]), first.Seq+1+int64(i), "2099-01-01T00:00:00Z"))
+	}
+	os.WriteFile(seg, append(bytes.Join(forged, []byte("\n")), '\n'), 0o600)
+	r, err = VerifySegment(seg, VerifyOptions{Keys: keys})
+	var ve *VerifyError
+	if !errors.As(err, &ve) || ve.Class != ClassUnsigned || r.Checkpoints != 0 || r.CoveredThrough != nil || r.Records != 4 {
+		t.Fatalf("segment without a checkpoint: %+v, %v", r, err)
+	}
+}
