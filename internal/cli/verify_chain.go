@@ -210,6 +210,7 @@ type verifyChainDoc struct {
 	Last          *time.Time                `json:"last,omitempty"`
 	KeysTrusted   bool                      `json:"keys_trusted"`
 	Newest        *checkpointDoc            `json:"newest_checkpoint,omitempty"`
+	NewestEpoch   int                       `json:"newest_checkpoint_epoch,omitempty"` // the epoch newest_checkpoint belongs to
 	Unsealed      int64                     `json:"unsealed_tail"`
 	Unsigned      []auditlog.UnsignedRange  `json:"unsigned"` // records of earlier epochs their key never signed
 	External      []*auditlog.ExternalCheck `json:"external_checkpoints"`
@@ -275,9 +276,18 @@ func runVerifyChain(p *ui.Printer, dir string, o *verifyChainOptions, keys []str
 	} else if w := ce.unmeasuredWarning(); w != "" {
 		rep.Warnings = append(rep.Warnings, w)
 	}
+	// A log that holds no checkpoint is well-formed, but nothing in it is
+	// signed: it is reported, and not verified.
+	var unsigned *auditlog.VerifyError
+	if ve == nil && rep.Newest == nil {
+		unsigned = &auditlog.VerifyError{Class: auditlog.ClassUnsigned, Pos: auditlog.Position{Epoch: rep.Epochs[len(rep.Epochs)-1].Epoch},
+			Msg:  "no checkpoint in the log signs any of its records: anyone able to write the directory could have written them",
+			Hint: "if the gateway has just started, verify again after its first checkpoint (by default it signs one within a second)"}
+		code = failureCode(unsigned)
+	}
 	if p.JSONOut {
 		doc := verifyChainDoc{SchemaVersion: ui.SchemaVersion, Status: "verified", Dir: dir, Epochs: rep.Epochs, Records: rep.Records,
-			Checkpoints: rep.Checkpoints, KeysTrusted: rep.KeysTrusted, Newest: cpDoc(rep.Newest), Unsealed: rep.Unsealed, Unsigned: rep.Unsigned,
+			Checkpoints: rep.Checkpoints, KeysTrusted: rep.KeysTrusted, Newest: cpDoc(rep.Newest), NewestEpoch: rep.NewestEpoch, Unsealed: rep.Unsealed, Unsigned: rep.Unsigned,
 			External: rep.External, Warnings: rep.Warnings, Evidence: ce.Results, Failure: ve, ExitCode: code}
 		if doc.Epochs == nil {
 			doc.Epochs = []*auditlog.EpochResult{}
@@ -296,6 +306,8 @@ func runVerifyChain(p *ui.Printer, dir string, o *verifyChainOptions, keys []str
 		}
 		if ve != nil {
 			doc.Status = "failed"
+		} else if unsigned != nil {
+			doc.Status, doc.Failure = "failed", unsigned
 		}
 		if err := p.JSON(doc); err != nil {
 			return ui.WithCode(ui.ExitIO, err)
@@ -310,6 +322,9 @@ func runVerifyChain(p *ui.Printer, dir string, o *verifyChainOptions, keys []str
 	}
 	if ve != nil {
 		return ui.WithCode(code, ve)
+	}
+	if unsigned != nil {
+		return ui.WithCode(code, unsigned)
 	}
 	if o.SaveCheckpoint != "" {
 		if rep.Newest == nil {
@@ -344,7 +359,11 @@ func printReport(p *ui.Printer, rep *auditlog.Report) {
 	p.Printf("  %s %d records (checkpoints included) in %s, %s (%s to %s)\n", check, rep.Records, plural(len(rep.Epochs), "epoch"), plural(segs, "segment file"),
 		rep.First.Format(time.RFC3339), rep.Last.Format(time.RFC3339))
 	p.Printf("  %s every line is strict RFC 8785 canonical JSON; sequence numbers contiguous; hash links intact\n", check)
-	p.Printf("  %s %d checkpoints: signatures valid, Merkle roots match the records, each consistent with the one before\n", check, rep.Checkpoints)
+	if rep.Checkpoints == 0 {
+		p.Printf("  %s no checkpoint: no signature covers any record\n", warn)
+	} else {
+		p.Printf("  %s %s: signatures valid, Merkle roots match the records, each consistent with the one before\n", check, plural(rep.Checkpoints, "checkpoint"))
+	}
 	if len(rep.Epochs) > 1 {
 		p.Printf("  %s epoch chain: each genesis names its predecessor's size and root, and they match\n", check)
 	}
@@ -377,14 +396,22 @@ func printReport(p *ui.Printer, rep *auditlog.Report) {
 		p.Printf("  %s %s\n", warn, w)
 	}
 	last := rep.Epochs[len(rep.Epochs)-1]
-	if rep.Newest != nil {
-		// Records are numbered from 0 in each epoch, and a checkpoint is a
-		// record itself: the one at index N signs records 0..N-1 (tree
-		// size N).
-		n := rep.Newest.Size
+	if rep.Newest == nil {
+		p.Printf("Result: %s: no checkpoint in the log signs any of its records\n", p.Bad("NOT VERIFIED"))
+		return
+	}
+	// Records are numbered from 0 in each epoch, and a checkpoint is a
+	// record itself: the one at index N signs records 0..N-1 (tree size N).
+	n := rep.Newest.Size
+	if rep.NewestEpoch == last.Epoch {
 		p.Printf("Result: %s through record %d of epoch %d: records 0-%d (%s) are signed by the newest checkpoint, which is record %d (tree size %d, root %s)\n",
 			p.OK("VERIFIED"), n-1, last.Epoch, n-1, plural(int(n), "record"), n, n, rep.Newest.Root)
+		return
 	}
+	// The newest epoch has no checkpoint yet: the result is what the last
+	// signed one, in an earlier epoch, covers.
+	p.Printf("Result: %s through record %d of epoch %d: records 0-%d (%s) are signed by epoch %d's last checkpoint, which is record %d (tree size %d, root %s); no checkpoint of epoch %d (the newest) signs any of its records\n",
+		p.OK("VERIFIED"), n-1, rep.NewestEpoch, n-1, plural(int(n), "record"), rep.NewestEpoch, n, n, rep.Newest.Root, last.Epoch)
 }
 
 func printFailure(p *ui.Printer, ve *auditlog.VerifyError) {

@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -118,4 +119,82 @@ func segmentLog(t *testing.T) (string, string) {
 		t.Fatal(err)
 	}
 	return dir, w.VerifierKey()
+}
+
+// crashedOnceRestarted writes epoch 1 (genesis, a session record, a
+// checkpoint, then a record no checkpoint signs), SIGKILLs it and restarts
+// the gateway once: epoch 2 follows the crashed epoch 1.
+func crashedOnceRestarted(t *testing.T) string {
+	t.Helper()
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "audit")
+	w := openRarelySigning(t, dir)
+	w.Append(ctx, &auditlog.Session{ID: "s1", Event: "start", Agent: "alice"})
+	if err := w.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	w.Append(ctx, &auditlog.Session{ID: "s2", Event: "start", Agent: "alice"})
+	crashed := snapshot(t, dir)
+	w.Close()
+	openRarelySigning(t, crashed).Close()
+	return crashed
+}
+
+// TestNewestEpochWithOnlyItsGenesis: a crashed epoch 1 followed by an
+// epoch 2 that holds only its genesis (no checkpoint). verify-chain said
+// "Epoch 2's signed genesis fixes them as they were on disk" though nothing
+// signs that genesis, printed no Result line (yet exit 0, "verified"), and
+// --save-checkpoint failed "the log has no checkpoint to save" although
+// epoch 1 has one. The binding is reported unsigned, the result is what
+// epoch 1's last checkpoint signs, and that checkpoint is the one saved.
+func TestNewestEpochWithOnlyItsGenesis(t *testing.T) {
+	dir := crashedOnceRestarted(t)
+	seg2 := filepath.Join(dir, "epoch-000002", "seg-000001.jsonl")
+	writeLines(t, seg2, readLines(t, seg2)[:1])
+
+	cp := lastIndexOfKind(readLines(t, filepath.Join(dir, "epoch-000001", "seg-000001.jsonl")), "checkpoint")
+	code, out, errOut := runCLI(t, "verify-chain", dir)
+	want := fmt.Sprintf("Result: VERIFIED through record %d of epoch 1: records 0-%d (%d records) are signed by epoch 1's last checkpoint, which is record %d", cp-1, cp-1, cp, cp)
+	if code != 0 || strings.Contains(out, "signed genesis") || !strings.Contains(out, "no checkpoint of epoch 2 signs its genesis") || !strings.Contains(out, want) {
+		t.Fatalf("exit %d\n%s%s", code, out, errOut)
+	}
+	saved := filepath.Join(t.TempDir(), "seen.cp")
+	code, out, errOut = runCLI(t, "verify-chain", dir, "--save-checkpoint", saved)
+	if code != 0 || !strings.Contains(out, "Saved checkpoint cmcp.local/audit/epoch-000001-") {
+		t.Fatalf("--save-checkpoint: exit %d\n%s%s", code, out, errOut)
+	}
+	if code, out, errOut := runCLI(t, "verify-chain", dir, "--checkpoint", saved); code != 0 {
+		t.Fatalf("--checkpoint with the saved one: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, _ = runCLI(t, "-o", "json", "verify-chain", dir)
+	var doc struct {
+		Newest *struct {
+			Size int64 `json:"size"`
+		} `json:"newest_checkpoint"`
+		NewestEpoch int `json:"newest_checkpoint_epoch"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil || code != 0 || doc.Newest == nil || doc.Newest.Size != int64(cp) || doc.NewestEpoch != 1 {
+		t.Fatalf("JSON: exit %d, %+v, %v\n%s", code, doc, err, out)
+	}
+
+	// No checkpoint anywhere (epoch 1 cut to its genesis, epoch 2 removed):
+	// nothing is verified, and the result says so (exit 11).
+	os.RemoveAll(filepath.Join(dir, "epoch-000002"))
+	seg1 := filepath.Join(dir, "epoch-000001", "seg-000001.jsonl")
+	writeLines(t, seg1, readLines(t, seg1)[:1])
+	code, out, errOut = runCLI(t, "verify-chain", dir)
+	if code != ui.ExitLogSig || !strings.Contains(out, "Result: NOT VERIFIED: no checkpoint in the log signs any of its records") || strings.Contains(out, "✓ 0 checkpoints") {
+		t.Fatalf("no checkpoint: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, _ = runCLI(t, "-o", "json", "verify-chain", dir)
+	if code != ui.ExitLogSig || !strings.Contains(out, `"status": "failed"`) || !strings.Contains(out, `"class": "unsigned"`) {
+		t.Fatalf("no checkpoint, JSON: exit %d\n%s", code, out)
+	}
+
+	// With a checkpoint of epoch 2 (the intact restart), its genesis is signed.
+	dir = crashedOnceRestarted(t)
+	if code, out, errOut := runCLI(t, "verify-chain", dir); code != 0 || !strings.Contains(out, "Epoch 2's signed genesis") ||
+		!strings.Contains(out, "Result: VERIFIED through record ") || !strings.Contains(out, " of epoch 2: ") {
+		t.Fatalf("intact restart: exit %d\n%s%s", code, out, errOut)
+	}
 }

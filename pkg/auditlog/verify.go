@@ -88,7 +88,8 @@ type Report struct {
 	First       time.Time        `json:"first"`
 	Last        time.Time        `json:"last"`
 	KeysTrusted bool             `json:"keys_trusted"` // every epoch key was among the --key keys
-	Newest      *Checkpoint      `json:"-"`            // newest in-band checkpoint of the newest epoch
+	Newest      *Checkpoint      `json:"-"`            // newest in-band checkpoint: the last one of the newest epoch that has one
+	NewestEpoch int              `json:"newest_epoch"` // the epoch of Newest (0: no checkpoint in the log)
 	Unsealed    int64            `json:"unsealed"`     // records of the newest epoch after its last checkpoint
 	Unsigned    []UnsignedRange  `json:"unsigned"`     // records of earlier epochs that no signature of theirs covers
 	External    []*ExternalCheck `json:"external"`
@@ -258,7 +259,11 @@ func Verify(dir string, opt VerifyOptions) (*Report, error) {
 		}
 	}
 	last := rep.Epochs[len(rep.Epochs)-1]
-	rep.Newest = last.LastCheckpoint
+	for _, r := range rep.Epochs {
+		if r.LastCheckpoint != nil {
+			rep.Newest, rep.NewestEpoch = r.LastCheckpoint, r.Epoch
+		}
+	}
 	rep.Unsealed = last.Unsealed
 	rep.KeysTrusted = trusted != nil
 
@@ -339,8 +344,9 @@ func Verify(dir string, opt VerifyOptions) (*Report, error) {
 
 	// Crashed epochs. Records after an epoch's last checkpoint were never
 	// signed by its key: the next epoch's genesis fixes them as they were
-	// on disk when it started (a later change is caught), but whoever
-	// could write the disk before that could have written them.
+	// on disk when it started (a later change is caught, once a checkpoint
+	// of the next epoch signs that genesis), but whoever could write the
+	// disk before that could have written them.
 	rep.Unsigned = []UnsignedRange{}
 	for i, r := range rep.Epochs[:len(rep.Epochs)-1] {
 		next := rep.Epochs[i+1]
@@ -355,8 +361,14 @@ func Verify(dir string, opt VerifyOptions) (*Report, error) {
 		if r.Unsealed > 0 {
 			u := UnsignedRange{Epoch: r.Epoch, First: r.LastCheckpointAt + 1, Last: r.Records - 1, By: next.Epoch}
 			rep.Unsigned = append(rep.Unsigned, u)
-			msg += fmt.Sprintf("; UNSIGNED: its records %d-%d (%d) come after its last checkpoint and were never signed by its key. Epoch %d's signed genesis fixes them as they were on disk when it started; it does not prove the gateway wrote them: anyone able to write the disk before that restart could have altered or added them (--require-signed fails the log on such records)",
-				u.First, u.Last, r.Unsealed, next.Epoch)
+			// The next genesis binds them only once a checkpoint of the
+			// next epoch signs that genesis (any checkpoint does).
+			binding := fmt.Sprintf("Epoch %d's signed genesis fixes them as they were on disk when it started; it does not prove the gateway wrote them", next.Epoch)
+			if next.Checkpoints == 0 {
+				binding = fmt.Sprintf("Epoch %d's genesis records them as they were on disk when it started, but no checkpoint of epoch %d signs its genesis, so that record of them is itself unsigned; neither proves the gateway wrote them", next.Epoch, next.Epoch)
+			}
+			msg += fmt.Sprintf("; UNSIGNED: its records %d-%d (%d) come after its last checkpoint and were never signed by its key. %s: anyone able to write the disk before that restart could have altered or added them (--require-signed fails the log on such records)",
+				u.First, u.Last, r.Unsealed, binding)
 		}
 		if rc := next.Recovery; cut {
 			msg += fmt.Sprintf("; when epoch %d started, %d bytes of an incomplete or damaged tail were cut from %s at byte %d (sha256 %x), kept as %s: %s", next.Epoch, rc.DroppedBytes, rc.File, rc.Offset, rc.DroppedSHA256, rc.SavedAs, rc.Reason)
