@@ -200,24 +200,28 @@ type checkpointDoc struct {
 }
 
 type verifyChainDoc struct {
-	SchemaVersion int                       `json:"schema_version"`
-	Status        string                    `json:"status"` // verified, failed
-	Dir           string                    `json:"dir"`
-	Epochs        []*auditlog.EpochResult   `json:"epochs"`
-	Records       int64                     `json:"records"`
-	Checkpoints   int                       `json:"checkpoints"`
-	First         *time.Time                `json:"first,omitempty"`
-	Last          *time.Time                `json:"last,omitempty"`
-	KeysTrusted   bool                      `json:"keys_trusted"`
-	Newest        *checkpointDoc            `json:"newest_checkpoint,omitempty"`
-	NewestEpoch   int                       `json:"newest_checkpoint_epoch,omitempty"` // the epoch newest_checkpoint belongs to
-	Unsealed      int64                     `json:"unsealed_tail"`
-	Unsigned      []auditlog.UnsignedRange  `json:"unsigned"` // records of earlier epochs their key never signed
-	External      []*auditlog.ExternalCheck `json:"external_checkpoints"`
-	Warnings      []string                  `json:"warnings"`
-	Evidence      []*genesisEvidence        `json:"evidence"`
-	Failure       *auditlog.VerifyError     `json:"failure,omitempty"`
-	ExitCode      int                       `json:"exit_code"`
+	SchemaVersion int                     `json:"schema_version"`
+	Status        string                  `json:"status"` // verified, failed
+	Dir           string                  `json:"dir"`
+	Epochs        []*auditlog.EpochResult `json:"epochs"`
+	// Records, First and Last are about the records a checkpoint signs
+	// (each epoch's up to its last checkpoint); UnsignedRecords counts
+	// the others (the unsealed tail, the UNSIGNED ranges).
+	Records         int64                     `json:"records"`
+	UnsignedRecords int64                     `json:"unsigned_records"`
+	Checkpoints     int                       `json:"checkpoints"`
+	First           *time.Time                `json:"first,omitempty"`
+	Last            *time.Time                `json:"last,omitempty"`
+	KeysTrusted     bool                      `json:"keys_trusted"`
+	Newest          *checkpointDoc            `json:"newest_checkpoint,omitempty"`
+	NewestEpoch     int                       `json:"newest_checkpoint_epoch,omitempty"` // the epoch newest_checkpoint belongs to
+	Unsealed        int64                     `json:"unsealed_tail"`
+	Unsigned        []auditlog.UnsignedRange  `json:"unsigned"` // records of earlier epochs their key never signed
+	External        []*auditlog.ExternalCheck `json:"external_checkpoints"`
+	Warnings        []string                  `json:"warnings"`
+	Evidence        []*genesisEvidence        `json:"evidence"`
+	Failure         *auditlog.VerifyError     `json:"failure,omitempty"`
+	ExitCode        int                       `json:"exit_code"`
 }
 
 func cpDoc(cp *auditlog.Checkpoint) *checkpointDoc {
@@ -286,7 +290,7 @@ func runVerifyChain(p *ui.Printer, dir string, o *verifyChainOptions, keys []str
 		code = failureCode(unsigned)
 	}
 	if p.JSONOut {
-		doc := verifyChainDoc{SchemaVersion: ui.SchemaVersion, Status: "verified", Dir: dir, Epochs: rep.Epochs, Records: rep.Records,
+		doc := verifyChainDoc{SchemaVersion: ui.SchemaVersion, Status: "verified", Dir: dir, Epochs: rep.Epochs, Records: rep.SignedRecords, UnsignedRecords: rep.Records - rep.SignedRecords,
 			Checkpoints: rep.Checkpoints, KeysTrusted: rep.KeysTrusted, Newest: cpDoc(rep.Newest), NewestEpoch: rep.NewestEpoch, Unsealed: rep.Unsealed, Unsigned: rep.Unsigned,
 			External: rep.External, Warnings: rep.Warnings, Evidence: ce.Results, Failure: ve, ExitCode: code}
 		if doc.Epochs == nil {
@@ -301,8 +305,8 @@ func runVerifyChain(p *ui.Printer, dir string, o *verifyChainOptions, keys []str
 		if doc.Unsigned == nil {
 			doc.Unsigned = []auditlog.UnsignedRange{}
 		}
-		if !rep.First.IsZero() {
-			doc.First, doc.Last = &rep.First, &rep.Last
+		if !rep.SignedFirst.IsZero() {
+			doc.First, doc.Last = &rep.SignedFirst, &rep.SignedLast
 		}
 		if ve != nil {
 			doc.Status = "failed"
@@ -356,8 +360,16 @@ func printReport(p *ui.Printer, rep *auditlog.Report) {
 	check := p.OK("✓")
 	warn := p.Warn("!")
 	p.Printf("Verified audit log %s\n", p.Bold(rep.Dir))
-	p.Printf("  %s %d records (checkpoints included) in %s, %s (%s to %s)\n", check, rep.Records, plural(len(rep.Epochs), "epoch"), plural(segs, "segment file"),
-		rep.First.Format(time.RFC3339), rep.Last.Format(time.RFC3339))
+	// Counted and dated: the records a checkpoint signs, and no other.
+	if rep.SignedRecords > 0 {
+		p.Printf("  %s %d signed records (checkpoints included) in %s, %s (%s to %s)\n", check, rep.SignedRecords, plural(len(rep.Epochs), "epoch"), plural(segs, "segment file"),
+			rep.SignedFirst.Format(time.RFC3339), rep.SignedLast.Format(time.RFC3339))
+	} else {
+		p.Printf("  %s no signed record in %s, %s\n", warn, plural(len(rep.Epochs), "epoch"), plural(segs, "segment file"))
+	}
+	if n := rep.Records - rep.SignedRecords; n > 0 {
+		p.Printf("  %s %d records no signature covers (the newest epoch's unsealed tail, a crashed epoch's UNSIGNED records): not in the count or the dates above\n", warn, n)
+	}
 	p.Printf("  %s every line is strict RFC 8785 canonical JSON; sequence numbers contiguous; hash links intact\n", check)
 	if rep.Checkpoints == 0 {
 		p.Printf("  %s no checkpoint: no signature covers any record\n", warn)

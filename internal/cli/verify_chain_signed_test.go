@@ -198,3 +198,53 @@ func TestNewestEpochWithOnlyItsGenesis(t *testing.T) {
 		t.Fatalf("intact restart: exit %d\n%s%s", code, out, errOut)
 	}
 }
+
+// TestSummaryCountsOnlySignedRecords: three forged records dated 2099
+// appended to the newest epoch's unsigned tail were counted in the ✓
+// summary ("✓ N records ... to 2099-01-01") and in the JSON records, first
+// and last of a "verified" document. The ✓ line and the JSON count and
+// date only records a checkpoint signs; the rest are counted apart.
+func TestSummaryCountsOnlySignedRecords(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "audit")
+	w := openRarelySigning(t, dir)
+	for i := range 3 {
+		w.Append(ctx, &auditlog.Session{ID: fmt.Sprint("s", i), Event: "start", Agent: "alice"})
+	}
+	if err := w.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	w.Append(ctx, &auditlog.Session{ID: "s9", Event: "start", Agent: "alice"})
+	crashed := snapshot(t, dir) // the newest epoch, unsealed, one record after its checkpoint
+	w.Close()
+	seg := filepath.Join(crashed, "epoch-000001", "seg-000001.jsonl")
+	ls := readLines(t, seg)
+	cp := lastIndexOfKind(ls, "checkpoint")
+	ls = forgeAfter(t, ls, len(ls), 3, ls[len(ls)-1], "2099-01-01T00:00:00Z")
+	writeLines(t, seg, ls)
+	signed, unsigned := cp+1, len(ls)-cp-1
+
+	code, out, errOut := runCLI(t, "verify-chain", crashed)
+	if code != 0 || strings.Contains(out, "2099") || !strings.Contains(out, fmt.Sprintf("✓ %d signed records (checkpoints included)", signed)) ||
+		!strings.Contains(out, fmt.Sprintf("! %d records no signature covers", unsigned)) {
+		t.Fatalf("exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, _ = runCLI(t, "-o", "json", "verify-chain", crashed)
+	var doc struct {
+		Status          string `json:"status"`
+		Records         int    `json:"records"`
+		UnsignedRecords int    `json:"unsigned_records"`
+		Last            string `json:"last"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil || code != 0 || doc.Records != signed || doc.UnsignedRecords != unsigned || doc.Last == "" || strings.HasPrefix(doc.Last, "2099") {
+		t.Fatalf("JSON: exit %d, %+v, %v\n%s", code, doc, err, out)
+	}
+
+	// An earlier epoch's UNSIGNED records are counted apart too.
+	openRarelySigning(t, crashed).Close()
+	code, out, _ = runCLI(t, "-o", "json", "verify-chain", crashed)
+	doc.UnsignedRecords = 0
+	if err := json.Unmarshal([]byte(out), &doc); err != nil || code != 0 || doc.UnsignedRecords != unsigned || strings.HasPrefix(doc.Last, "2099") {
+		t.Fatalf("after restart, JSON: exit %d, %+v, %v\n%s", code, doc, err, out)
+	}
+}

@@ -239,13 +239,19 @@ type EpochResult struct {
 	LastCheckpoint   *Checkpoint `json:"-"`
 	LastCheckpointAt int64       `json:"last_checkpoint_index"` // index of the last checkpoint record, -1 if none
 	Unsealed         int64       `json:"unsealed"`              // records after the last checkpoint
-	Sealed           bool        `json:"sealed"`                // ended with seal + final checkpoint
-	TornBytes        int64       `json:"torn_bytes"`            // incomplete final line (crash)
-	TornAt           *Position   `json:"torn_at,omitempty"`
-	First, Last      time.Time   `json:"-"`
-	Root             tlog.Hash   `json:"-"`
-	Recovery         *Recovery   `json:"-"` // recovery record in this epoch (about the previous one)
-	Leaves           []tlog.Hash `json:"-"`
+	// Signed is the number of records up to and including the last
+	// checkpoint (Records - Unsealed): the ones it signs, and itself.
+	// SignedFirst and SignedLast are the times of the first and the last
+	// record its tree covers (zero without a checkpoint).
+	Signed                  int64       `json:"signed"`
+	SignedFirst, SignedLast time.Time   `json:"-"`
+	Sealed                  bool        `json:"sealed"`     // ended with seal + final checkpoint
+	TornBytes               int64       `json:"torn_bytes"` // incomplete final line (crash)
+	TornAt                  *Position   `json:"torn_at,omitempty"`
+	First, Last             time.Time   `json:"-"`
+	Root                    tlog.Hash   `json:"-"`
+	Recovery                *Recovery   `json:"-"` // recovery record in this epoch (about the previous one)
+	Leaves                  []tlog.Hash `json:"-"`
 
 	// tail (writer recovery only): where a bad tail after the last checkpoint starts.
 	tailErr   *VerifyError
@@ -307,16 +313,19 @@ func scanEpoch(dir string, epoch int, opt scanOptions) (*EpochResult, error) {
 		sinceProg int64
 		ent       Entry // passed to opt.onRecord, reused
 	)
-	var firstTS, lastTS []byte
+	var firstTS, lastTS, signedLastTS []byte
 	finish := func() {
 		res.First, _ = time.Parse(time.RFC3339Nano, string(firstTS))
 		res.Last, _ = time.Parse(time.RFC3339Nano, string(lastTS))
 		res.Root = fr.root()
 		if res.LastCheckpointAt >= 0 {
 			res.Unsealed = res.Records - res.LastCheckpointAt - 1
+			res.SignedFirst = res.First
+			res.SignedLast, _ = time.Parse(time.RFC3339Nano, string(signedLastTS))
 		} else {
 			res.Unsealed = res.Records
 		}
+		res.Signed = res.Records - res.Unsealed
 		res.endsSealed = lastKinds == [2]Kind{KindSeal, KindCheckpoint}
 		res.Sealed = res.tailErr == nil && res.TornBytes == 0 && res.endsSealed
 	}
@@ -402,6 +411,7 @@ func scanEpoch(dir string, epoch int, opt scanOptions) (*EpochResult, error) {
 			if e.Kind == KindRecovery && res.Records != 1 {
 				return fail(ClassIntegrity, "", "", "a recovery record at index %d: the writer writes it right after the genesis record (index 1) only", res.Records)
 			}
+			tsBefore := lastTS // the time of the last record before this one
 			if e.TS != nil {
 				if firstTS == nil {
 					firstTS = e.TS
@@ -486,6 +496,8 @@ func scanEpoch(dir string, epoch int, opt scanOptions) (*EpochResult, error) {
 				res.LastCheckpoint = cp
 				res.LastCheckpointAt = res.Records
 				res.Checkpoints++
+				// Its own time is not signed: only the records before it are.
+				signedLastTS = tsBefore
 			case KindSegment:
 				r, err := DecodeBody(KindSegment, e.Body)
 				if err != nil {

@@ -81,19 +81,25 @@ type ExternalCheck struct {
 
 // Report is what Verify established.
 type Report struct {
-	Dir         string           `json:"dir"`
-	Epochs      []*EpochResult   `json:"epochs"`
-	Records     int64            `json:"records"`
-	Checkpoints int              `json:"checkpoints"`
-	First       time.Time        `json:"first"`
-	Last        time.Time        `json:"last"`
-	KeysTrusted bool             `json:"keys_trusted"` // every epoch key was among the --key keys
-	Newest      *Checkpoint      `json:"-"`            // newest in-band checkpoint: the last one of the newest epoch that has one
-	NewestEpoch int              `json:"newest_epoch"` // the epoch of Newest (0: no checkpoint in the log)
-	Unsealed    int64            `json:"unsealed"`     // records of the newest epoch after its last checkpoint
-	Unsigned    []UnsignedRange  `json:"unsigned"`     // records of earlier epochs that no signature of theirs covers
-	External    []*ExternalCheck `json:"external"`
-	Warnings    []string         `json:"warnings"`
+	Dir         string         `json:"dir"`
+	Epochs      []*EpochResult `json:"epochs"`
+	Records     int64          `json:"records"` // all records, signed or not
+	Checkpoints int            `json:"checkpoints"`
+	First       time.Time      `json:"first"`
+	Last        time.Time      `json:"last"`
+	// SignedRecords counts the records of every epoch up to its last
+	// checkpoint (Records less the unsealed tail and the Unsigned
+	// ranges); SignedFirst and SignedLast are the times of the first and
+	// the last record a checkpoint signs.
+	SignedRecords           int64            `json:"signed_records"`
+	SignedFirst, SignedLast time.Time        `json:"-"`
+	KeysTrusted             bool             `json:"keys_trusted"` // every epoch key was among the --key keys
+	Newest                  *Checkpoint      `json:"-"`            // newest in-band checkpoint: the last one of the newest epoch that has one
+	NewestEpoch             int              `json:"newest_epoch"` // the epoch of Newest (0: no checkpoint in the log)
+	Unsealed                int64            `json:"unsealed"`     // records of the newest epoch after its last checkpoint
+	Unsigned                []UnsignedRange  `json:"unsigned"`     // records of earlier epochs that no signature of theirs covers
+	External                []*ExternalCheck `json:"external"`
+	Warnings                []string         `json:"warnings"`
 }
 
 // LogBytes returns the total size of the segment files under dir (for a
@@ -215,6 +221,13 @@ func Verify(dir string, opt VerifyOptions) (*Report, error) {
 		}
 		if !res.Last.IsZero() {
 			rep.Last = res.Last
+		}
+		rep.SignedRecords += res.Signed
+		if rep.SignedFirst.IsZero() {
+			rep.SignedFirst = res.SignedFirst
+		}
+		if !res.SignedLast.IsZero() {
+			rep.SignedLast = res.SignedLast
 		}
 		g := res.Genesis
 		gpos := Position{Epoch: e, File: filepath.Join(res.Dir, segmentName(1)), Line: 1, Index: 0, Kind: KindGenesis}
