@@ -248,3 +248,22 @@ func TestSummaryCountsOnlySignedRecords(t *testing.T) {
 		t.Fatalf("after restart, JSON: exit %d, %+v, %v\n%s", code, doc, err, out)
 	}
 }
+
+// TestProveAnUnsignedRecordOfACrashedEpoch: --prove for a record in the
+// tail a crashed epoch left said it "is in the unsealed tail: no checkpoint
+// covers it yet", exit 2 with a usage hint. No checkpoint of that epoch
+// will ever cover it: it is UNSIGNED, and that is a verification finding
+// (exit 11), not a usage error.
+func TestProveAnUnsignedRecordOfACrashedEpoch(t *testing.T) {
+	dir := crashedOnceRestarted(t)
+	last := len(readLines(t, filepath.Join(dir, "epoch-000001", "seg-000001.jsonl"))) - 1
+	code, out, errOut := runCLI(t, "verify-chain", dir, "--prove", fmt.Sprint(last), "--epoch", "1")
+	if code != ui.ExitLogSig || !strings.Contains(errOut, "UNSIGNED") || !strings.Contains(errOut, "no proof can exist") ||
+		strings.Contains(errOut, "unsealed tail") || strings.Contains(errOut, "--help") {
+		t.Fatalf("exit %d\n%s%s", code, out, errOut)
+	}
+	// A signed record of the same epoch is proved as before.
+	if code, out, errOut := runCLI(t, "verify-chain", dir, "--prove", "0", "--epoch", "1"); code != 0 || !strings.HasPrefix(out, auditlog.ProofHeader) {
+		t.Fatalf("signed record: exit %d\n%s%s", code, out, errOut)
+	}
+}

@@ -183,6 +183,9 @@ func Prove(dir string, epoch int, index int64, opt VerifyOptions) (*Proof, error
 			return nil, err
 		}
 	}
+	// closed: a later epoch began after this one, so no checkpoint of its
+	// key will ever be added to it.
+	closed := epoch != epochs[len(epochs)-1]
 	res, err := scanEpoch(dir, epoch, scanOptions{trusted: trusted, keepLeaves: true, progress: opt.Progress, evidence: opt.VerifyEvidence})
 	if err != nil && res.empty && newest && len(epochs) > 1 {
 		// An aborted start (see Verify): the newest epoch is the one before.
@@ -196,10 +199,19 @@ func Prove(dir string, epoch int, index int64, opt VerifyOptions) (*Proof, error
 		return nil, &VerifyError{Class: ClassUsage, Pos: Position{Epoch: epoch}, Msg: fmt.Sprintf("epoch %d has records 0-%d; there is no record %d", epoch, res.Records-1, index)}
 	}
 	cp := res.LastCheckpoint
+	if closed && !res.Sealed && (cp == nil || index > cp.Size) {
+		// The tail a crashed epoch left (Verify reports it UNSIGNED).
+		first := int64(0)
+		if cp != nil {
+			first = cp.Size + 1
+		}
+		return nil, &VerifyError{Class: ClassUnsigned, Pos: Position{Epoch: epoch, Index: index},
+			Msg: fmt.Sprintf("record %d is one of the records %d-%d that crashed epoch %d left UNSIGNED: the writer stopped before a checkpoint of its key covered them, and a later epoch began, so none ever will: no proof can exist", index, first, res.Records-1, epoch)}
+	}
 	if cp == nil {
 		return nil, &VerifyError{Class: ClassUsage, Pos: Position{Epoch: epoch, Index: index}, Msg: fmt.Sprintf("epoch %d has no checkpoint yet", epoch)}
 	}
-	if index == cp.Size && res.Sealed {
+	if index == cp.Size && (res.Sealed || closed) {
 		return nil, &VerifyError{Class: ClassUsage, Pos: Position{Epoch: epoch, Index: index},
 			Msg: fmt.Sprintf("record %d is epoch %d's last checkpoint: a checkpoint is covered only by a later one, and none follows (prove a record before it, 0-%d)", index, epoch, cp.Size-1)}
 	}
