@@ -82,6 +82,8 @@ func recoverEpoch(dir string, epoch int) (*Predecessor, *Recovery, error) {
 }
 
 // cutTail copies path[off:] to a side file, truncates path at off and syncs.
+// The tail is streamed (a crash can leave one of any length) and hashed on
+// the way; the side file is synced before the segment is cut.
 func cutTail(path string, off int64) (int64, []byte, string, error) {
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
@@ -91,13 +93,20 @@ func cutTail(path string, off int64) (int64, []byte, string, error) {
 	if _, err := f.Seek(off, io.SeekStart); err != nil {
 		return 0, nil, "", err
 	}
-	tail, err := io.ReadAll(f)
-	if err != nil {
-		return 0, nil, "", err
-	}
-	sum := sha256.Sum256(tail)
 	saved := filepath.Base(path) + ".torn-" + time.Now().UTC().Format("20060102T150405.000000000Z")
-	if err := os.WriteFile(filepath.Join(filepath.Dir(path), saved), tail, 0o600); err != nil {
+	sf, err := os.OpenFile(filepath.Join(filepath.Dir(path), saved), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return 0, nil, "", fmt.Errorf("save the cut tail: %w", err)
+	}
+	sum := sha256.New()
+	n, err := io.CopyBuffer(io.MultiWriter(sf, sum), struct{ io.Reader }{f}, make([]byte, 1<<20))
+	if err == nil {
+		err = sf.Sync()
+	}
+	if cerr := sf.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		return 0, nil, "", fmt.Errorf("save the cut tail: %w", err)
 	}
 	if err := f.Truncate(off); err != nil {
@@ -109,5 +118,5 @@ func cutTail(path string, off int64) (int64, []byte, string, error) {
 	if err := syncDir(filepath.Dir(path)); err != nil {
 		return 0, nil, "", err
 	}
-	return int64(len(tail)), sum[:], saved, nil
+	return n, sum.Sum(nil), saved, nil
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -604,25 +605,57 @@ func sigNames(n *note.Note) string {
 
 // lastCheckpointLine returns the offset of the start of the last complete
 // line of a segment that is a checkpoint record, or -1. Crash recovery cuts
-// only damage after it.
+// only damage after it. The file is read backwards in chunks: a crash can
+// leave a tail of any length (a run of zero bytes), and memory stays
+// bounded by the chunk and one line (a line longer than MaxLineBytes is no
+// record, and is skipped unread).
 func lastCheckpointLine(path string) int64 {
 	f, err := openRegular(path)
 	if err != nil {
 		return -1 // the scan reports what the file is
 	}
-	b, err := io.ReadAll(f)
-	f.Close()
+	defer f.Close()
+	fi, err := f.Stat()
 	if err != nil {
 		return -1
 	}
-	end := bytes.LastIndexByte(b, '\n')
-	for end > 0 {
-		start := bytes.LastIndexByte(b[:end], '\n') + 1
-		// Parsed, not searched: a record's body may hold the same bytes.
-		if e, err := parseLine(b[start:end]); err == nil && e.Kind == KindCheckpoint {
-			return int64(start)
+	chunk := make([]byte, 256<<10)
+	var line []byte
+	end, err := lastNewlineBefore(f, fi.Size(), chunk)
+	for err == nil && end > 0 {
+		var nl int64
+		if nl, err = lastNewlineBefore(f, end, chunk); err != nil {
+			break
+		}
+		start := nl + 1
+		if n := end - start; n <= MaxLineBytes {
+			line = slices.Grow(line[:0], int(n))[:n]
+			if _, err = f.ReadAt(line, start); err != nil {
+				break
+			}
+			// Parsed, not searched: a record's body may hold the same bytes.
+			if e, perr := parseLine(line); perr == nil && e.Kind == KindCheckpoint {
+				return start
+			}
 		}
 		end = start - 1
 	}
 	return -1
+}
+
+// lastNewlineBefore returns the offset of the last '\n' in f before pos, or
+// -1, reading backwards through buf.
+func lastNewlineBefore(f *os.File, pos int64, buf []byte) (int64, error) {
+	for pos > 0 {
+		n := min(int64(len(buf)), pos)
+		b := buf[:n]
+		if _, err := f.ReadAt(b, pos-n); err != nil {
+			return -1, err
+		}
+		if i := bytes.LastIndexByte(b, '\n'); i >= 0 {
+			return pos - n + int64(i), nil
+		}
+		pos -= n
+	}
+	return -1, nil
 }
