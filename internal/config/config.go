@@ -462,16 +462,16 @@ func (l *loader) validate(c *Config, root *yaml.Node, dir string) {
 			continue
 		}
 		if err := val.Validate(); err != nil {
-			n := keyNode(root, name)
+			n, hint := keyNode(root, name), ""
 			var pe *pathError
 			if errors.As(err, &pe) {
-				n = nodeAt(valueNode(root, name), pe.path, n)
+				n, hint = nodeAt(valueNode(root, name), pe.path, n), pe.hint
 			}
 			field := name
 			if strings.HasPrefix(err.Error(), name+".") {
 				field = "" // the message names the setting
 			}
-			l.errorf(n, field, "", "%v", err)
+			l.errorf(n, field, hint, "%v", err)
 		}
 	}
 	l.validateAdminApart(c, root)
@@ -517,6 +517,7 @@ func (l *loader) validateCatalogUpstreams(c *Config, root *yaml.Node) {
 type pathError struct {
 	path valuePath
 	err  error
+	hint string // what to do, if there is something to say
 }
 
 func (e *pathError) Error() string { return e.err.Error() }
@@ -535,6 +536,11 @@ func valueAt(path ...any) valuePath { return path }
 
 func (p valuePath) errorf(format string, args ...any) error {
 	return &pathError{path: p, err: fmt.Errorf(format, args...)}
+}
+
+// hintf is errorf with a hint: what to do about it.
+func (p valuePath) hintf(hint, format string, args ...any) error {
+	return &pathError{path: p, err: fmt.Errorf(format, args...), hint: hint}
 }
 
 // nodeAt follows path from n as far as the nodes go and returns the last

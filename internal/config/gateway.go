@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
@@ -199,10 +201,37 @@ func (a *Audit) Validate() error {
 	if !slices.Contains([]string{"", "strict", "group", "interval"}, a.Durability) {
 		return valueAt("durability").errorf("audit.durability %q: want strict, group or interval", a.Durability)
 	}
+	// Parsed as the audit log parses them: a value that is not a
+	// recipient is this file's mistake, found before serve creates the
+	// audit directory.
+	for i, r := range a.Recipients {
+		if _, err := auditlog.ParseRecipients([]string{r}); err != nil {
+			if strings.HasPrefix(strings.ToUpper(strings.TrimSpace(r)), "AGE-SECRET-KEY-") {
+				// Never repeat a secret key, in an error or a log.
+				return valueAt("recipients", i).hintf("remove it from the file now, and put its public key here instead: age-keygen -y KEYFILE",
+					"audit.recipients[%d] is an age identity (a secret key), not a recipient", i)
+			}
+			return valueAt("recipients", i).hintf("an age recipient starts with age1...: the public key age-keygen prints (age-keygen -y KEYFILE)",
+				"audit.recipients[%d] %q is not an age recipient: %s", i, r, ageProblem(err))
+		}
+	}
 	if a.Vault && len(a.Recipients) == 0 {
 		return valueAt("vault").errorf("audit.vault needs audit.recipients: the vault is encrypted to them")
 	}
 	return nil
+}
+
+// ageProblem is age's message about one recipient, without the "age
+// recipients:" and "error at line 1:" that say nothing about this file.
+func ageProblem(err error) string {
+	if u := errors.Unwrap(err); u != nil {
+		err = u
+	}
+	msg := err.Error()
+	if _, after, ok := strings.Cut(msg, ": "); ok && strings.HasPrefix(msg, "error at line ") {
+		msg = after
+	}
+	return msg
 }
 
 // Catalog is the `catalog:` section: tool-definition pins per upstream and

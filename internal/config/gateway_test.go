@@ -140,3 +140,36 @@ func TestCatalogPinsForUnknownUpstreamRefused(t *testing.T) {
 		t.Fatalf("%v", err)
 	}
 }
+
+// TestAuditRecipientsParsedAtLoad: audit.recipients are parsed when the
+// file is loaded (as the audit log parses them), so a value that is not an
+// age recipient is a configuration error at its line, with a hint, and
+// never reaches serve (which would create the audit directory first). An
+// age identity pasted there by mistake is a secret: it is not repeated.
+func TestAuditRecipientsParsedAtLoad(t *testing.T) {
+	const good = "age1ql3z7hjy54pw3hyww5ayyfg7zqgvc7w3j2elw8zmrj2kg5sfn9aqmcac8p"
+	for _, tc := range []struct{ name, recipients, want, hint, notWant string }{
+		{"not a key", "[notakey]", `c.yaml:3:16: audit.recipients[0] "notakey" is not an age recipient`, "an age recipient starts with age1", ""},
+		{"second of two", "[" + good + ", age1nope]", `c.yaml:3:`, "age-keygen", ""},
+		{"an identity", "[AGE-SECRET-KEY-1QQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQ]", "audit.recipients[0] is an age identity (a secret key), not a recipient", "age-keygen -y", "AGE-SECRET-KEY-1QQQ"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := LoadBytes("c.yaml", []byte("version: 1\naudit:\n  recipients: "+tc.recipients+"\n  dir: a\n"))
+			if err == nil {
+				t.Fatal("loaded: an invalid recipient was accepted")
+			}
+			if !strings.Contains(err.Error(), tc.want) || ui.CodeOf(err) != ui.ExitConfig {
+				t.Fatalf("error (exit %d):\n  %v\nwant it to contain:\n  %s", ui.CodeOf(err), err, tc.want)
+			}
+			if hs := strings.Join(ui.HintsOf(err), "\n"); !strings.Contains(hs, tc.hint) {
+				t.Errorf("hints %q do not mention %q", hs, tc.hint)
+			}
+			if tc.notWant != "" && strings.Contains(err.Error()+strings.Join(ui.HintsOf(err), "\n"), tc.notWant) {
+				t.Errorf("the error repeats the secret key: %v", err)
+			}
+		})
+	}
+	if _, err := LoadBytes("c.yaml", []byte("version: 1\naudit:\n  recipients: ["+good+"]\n  dir: a\n")); err != nil {
+		t.Fatalf("a valid recipient: %v", err)
+	}
+}
