@@ -150,7 +150,7 @@ func TestAuditRecipientsParsedAtLoad(t *testing.T) {
 	const good = "age1ql3z7hjy54pw3hyww5ayyfg7zqgvc7w3j2elw8zmrj2kg5sfn9aqmcac8p"
 	for _, tc := range []struct{ name, recipients, want, hint, notWant string }{
 		{"not a key", "[notakey]", `c.yaml:3:16: audit.recipients[0] "notakey" is not an age recipient`, "an age recipient starts with age1", ""},
-		{"second of two", "[" + good + ", age1nope]", `c.yaml:3:`, "age-keygen", ""},
+		{"second of two", "[" + good + ", age1nope]", `c.yaml:3:80: audit.recipients[1] "age1nope" is not an age recipient`, "age-keygen", ""},
 		{"an identity", "[AGE-SECRET-KEY-1QQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQ]", "audit.recipients[0] is an age identity (a secret key), not a recipient", "age-keygen -y", "AGE-SECRET-KEY-1QQQ"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -119,6 +119,9 @@ func (g *Gateway) HTTPHandler(o HTTPOptions) http.Handler {
 		o.TokenSet = NewTokenSet(o.Tokens)
 	}
 	maxSessions, maxPerAgent := (&config.Server{MaxSessions: o.MaxSessions, MaxSessionsPerAgent: o.MaxSessionsPerAgent}).SessionBounds()
+	// Unset, the bound per agent may be the bound in all (SessionBounds):
+	// then only raising server.max_sessions raises it.
+	perAgentInherited := o.MaxSessionsPerAgent <= 0 && maxPerAgent == maxSessions
 	idleEnd := fmt.Sprintf("idle ones end after %s, server.session_timeout", timeout)
 	if timeout == 0 {
 		idleEnd = "idle ones do not end: server.session_timeout is off"
@@ -215,7 +218,7 @@ func (g *Gateway) HTTPHandler(o HTTPOptions) http.Handler {
 			}
 			release, limit, open := g.slots.take(who, maxSessions, maxPerAgent)
 			if release == nil {
-				g.refuseSession(w, r, who, limit, open, idleEnd, &sessionWarn)
+				g.refuseSession(w, r, who, limit, open, idleEnd, perAgentInherited, &sessionWarn)
 				return
 			}
 			s := g.newSession(who, "http")

@@ -65,10 +65,15 @@ func (ss *sessionSlots) open(who string) (total, mine int) {
 // refuseSession answers a request that would open a session past a bound:
 // 429 when it is the agent's own bound, 503 when it is the gateway's, with
 // a JSON-RPC error saying what to do. It is logged (at most once a second,
-// with a count) and counted in cmcp_sessions_refused_total.
-func (g *Gateway) refuseSession(w http.ResponseWriter, r *http.Request, who, limit string, open int, idle string, warn *everySecond) {
+// with a count) and counted in cmcp_sessions_refused_total. inherited: the
+// bound per agent is unset and so is server.max_sessions (SessionBounds),
+// which the operator must raise to raise it.
+func (g *Gateway) refuseSession(w http.ResponseWriter, r *http.Request, who, limit string, open int, idle string, inherited bool, warn *everySecond) {
 	status, code := http.StatusTooManyRequests, CodeTooManySessions
 	why := fmt.Sprintf("agent %q already has as many open sessions as server.max_sessions_per_agent allows (%d): end the sessions you no longer use (HTTP DELETE with their Mcp-Session-Id; %s), or ask the gateway's operator to raise server.max_sessions_per_agent", who, open, idle)
+	if inherited {
+		why = fmt.Sprintf("agent %q already has as many open sessions as server.max_sessions allows (%d; server.max_sessions_per_agent is unset, so one agent may hold them all): end the sessions you no longer use (HTTP DELETE with their Mcp-Session-Id; %s), or ask the gateway's operator to raise server.max_sessions", who, open, idle)
+	}
 	if limit == limitTotal {
 		status = http.StatusServiceUnavailable
 		why = fmt.Sprintf("the gateway already has as many open sessions as server.max_sessions allows (%d): retry later (%s), or ask the gateway's operator to raise server.max_sessions", open, idle)

@@ -141,6 +141,26 @@ func TestSessionBounds(t *testing.T) {
 	}
 }
 
+// TestSessionBoundInheritedNamesMaxSessions: with only server.max_sessions
+// set (below the default per agent), the bound per agent is inherited from
+// it, so the refusal tells the operator to raise server.max_sessions:
+// raising server.max_sessions_per_agent alone past it is refused at load.
+func TestSessionBoundInheritedNamesMaxSessions(t *testing.T) {
+	const tok = "alice-token-0123456789"
+	h := newHarness(t, hconf{maxSessions: 2, tokens: []Token{{Digest: TokenDigest(tok), Identity: "alice"}}})
+	for range 2 {
+		if _, _, sid := h.initAs(tok); sid == "" {
+			t.Fatal("no session")
+		}
+	}
+	resp, body, _ := h.initAs(tok)
+	refusedSession(t, resp, body, http.StatusTooManyRequests, `agent "alice" already has as many open sessions as server.max_sessions allows (2;`,
+		"server.max_sessions_per_agent is unset", "raise server.max_sessions")
+	if strings.Contains(body, "raise server.max_sessions_per_agent") {
+		t.Fatalf("the refusal tells the operator to raise the bound per agent, which is inherited from server.max_sessions: %s", body)
+	}
+}
+
 // TestSessionBoundsFreedWhenSessionsEnd: a session ended by the idle
 // timeout, or by a SIGHUP that withdrew the token it was opened with,
 // gives its place back.
