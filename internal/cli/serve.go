@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"syscall"
 
@@ -28,7 +29,7 @@ func (o *serveOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVarP(&o.Config, "config", "c", "cmcp.yaml", "the gateway configuration")
 	fs.BoolVar(&o.Stdio, "stdio", false, "serve one agent on stdin/stdout (the agent spawned cmcp) instead of HTTP")
 	fs.StringVar(&o.Listen, "listen", "", "override server.listen (host:port)")
-	fs.StringVar(&o.AuditDir, "audit-dir", "", "override audit.dir (the audit log directory)")
+	fs.StringVar(&o.AuditDir, "audit-dir", "", "override audit.dir (the audit log directory), relative to the working directory (audit.dir is relative to the config file)")
 	fs.StringVar(&o.LogLevel, "log-level", "info", "gateway log level on stderr: debug, info, warn or error")
 }
 
@@ -106,7 +107,16 @@ operator clears it.`,
 			signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
-			so := gateway.ServeOptions{Stdio: o.Stdio, Listen: o.Listen, AuditDir: o.AuditDir, Environ: e.environ, Logger: logger, Metrics: gateway.NewMetrics()}
+			// A path argument is relative to the working directory, as
+			// verify-chain's and replay's are; audit.dir in the file is
+			// relative to the file (gateway.Serve resolves it so).
+			auditDir := o.AuditDir
+			if auditDir != "" {
+				if auditDir, err = filepath.Abs(auditDir); err != nil {
+					return ui.Errorf(ui.ExitIO, "--audit-dir %s: %w", o.AuditDir, err)
+				}
+			}
+			so := gateway.ServeOptions{Stdio: o.Stdio, Listen: o.Listen, AuditDir: auditDir, Environ: e.environ, Logger: logger, Metrics: gateway.NewMetrics()}
 			if o.Stdio {
 				so.Stdin, so.Stdout = readCloser(e.stdin), writeCloser(e.stdout)
 			}

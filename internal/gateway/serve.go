@@ -38,7 +38,9 @@ type ServeOptions struct {
 	Stdin  io.ReadCloser
 	Stdout io.WriteCloser
 	// Listen overrides server.listen; AuditDir overrides audit.dir (and
-	// stands in for a missing audit: section).
+	// stands in for a missing audit: section). A relative AuditDir is
+	// relative to the configuration file's directory, as audit.dir is;
+	// the CLI makes the --audit-dir flag absolute first.
 	Listen   string
 	AuditDir string
 	// Environ is the gateway's environment (children get an allowlist).
