@@ -13,13 +13,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
@@ -168,6 +171,9 @@ func Load(path string) (*Config, error) {
 func readFile(path string) ([]byte, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
+		if errors.Is(err, fs.ErrPermission) {
+			return nil, ui.Errorf(ui.ExitIO, "read config: %w", err).Hint("run cmcp as a user who can read %s, or make it readable to this user", path)
+		}
 		return nil, ui.Errorf(ui.ExitIO, "read config: %w", err).Hint("pass the path of a cmcp.yaml file")
 	}
 	defer f.Close()
@@ -335,8 +341,35 @@ func (l *loader) syntaxError(data []byte, err error) {
 		e.Msg += " (" + what + ")"
 	} else {
 		e.Line = syntaxLine(data, msg)
+		// A tab in the indentation is the usual cause, and yaml.v3's
+		// message does not say so.
+		if col := indentTab(data, e.Line); col > 0 {
+			e.Col, e.Hint = col, "YAML indentation must use spaces, not tabs: replace the tab with spaces"
+			if msg == "found character that cannot start any token" {
+				e.Msg += " (a tab)"
+			}
+		}
 	}
 	l.errs = append(l.errs, e)
+}
+
+// indentTab returns the column (1-based) of the first tab in the
+// indentation of line n (1-based) of data, or 0.
+func indentTab(data []byte, n int) int {
+	lines := bytes.Split(data, []byte("\n"))
+	if n < 1 || n > len(lines) {
+		return 0
+	}
+	for i, b := range lines[n-1] {
+		switch b {
+		case ' ':
+		case '\t':
+			return i + 1
+		default:
+			return 0
+		}
+	}
+	return 0
 }
 
 // isReaderProblem reports whether msg is one of yaml.v3's errors about the
@@ -752,8 +785,37 @@ func (l *loader) decodeInto(n *yaml.Node, t reflect.Type, field string) {
 			}
 		}
 		msg = strings.TrimPrefix(msg, "yaml: ")
-		l.errorf(n, field, "", "%s", msg)
+		l.errorf(n, field, decodeHint(n, t), "%s", msg)
 	}
+}
+
+var (
+	durationType = reflect.TypeFor[time.Duration]()
+	digestType   = reflect.TypeFor[digest.Digest]()
+	hex64RE      = regexp.MustCompile(`^(?:sha256:)?([0-9a-fA-F]{64})$`)
+)
+
+// decodeHint says what to write for a value of type t that n does not
+// decode into, when the mistake is a common one: a number of seconds for a
+// duration, a digest as sha256sum prints it.
+func decodeHint(n *yaml.Node, t reflect.Type) string {
+	switch t {
+	case durationType:
+		return "write a duration with a unit, e.g. 30s or 5m"
+	case digestType:
+		v := strings.TrimSpace(n.Value)
+		first, _, _ := strings.Cut(v, " ")
+		m := hex64RE.FindStringSubmatch(first)
+		if m == nil {
+			break
+		}
+		sum := digest.Prefix + strings.ToLower(m[1])
+		if rest := v[len(first):]; rest != "" {
+			return fmt.Sprintf("drop the trailing %q (the file name sha256sum prints) and write %s", rest, sum)
+		}
+		return fmt.Sprintf("write %s: a digest starts with its algorithm", sum)
+	}
+	return ""
 }
 
 // yamlName is the key of a struct field in YAML ("" for skipped fields).

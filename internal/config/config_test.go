@@ -251,7 +251,7 @@ func TestLoadSyntaxErrorPositions(t *testing.T) {
 		{"version: 1\nupstreams:\n  - name: a\n    stdio:\n      command: x\n     args: [a]\n", "c.yaml:6: invalid YAML: did not find expected key"},
 		{"version: 1\nserver:\n  listen: x\n  tee: a: b\n", "c.yaml:4: invalid YAML: mapping values are not allowed in this context"},
 		{"version: a: b\n", "c.yaml:1: invalid YAML: mapping values are not allowed in this context"}, // yaml.v3: no line
-		{"version: 1\nserver:\n\ttee: software\n", "c.yaml:3: invalid YAML: found character that cannot start any token"},
+		{"version: 1\nserver:\n\ttee: software\n", "c.yaml:3:1: invalid YAML: found character that cannot start any token (a tab)"},
 		{"version: 1\n---\nx: [\n", "c.yaml:3: invalid YAML: did not find expected node content"},
 		{"version: 1\nserver: {tee: \"soft\x00ware\"}\n", "c.yaml:2:20: invalid YAML: control characters are not allowed (U+0000)"},
 		{"version: 1\n# é\nserver: {tee: \x1b}\n", "c.yaml:3:15: invalid YAML: control characters are not allowed (U+001B)"},
@@ -261,6 +261,43 @@ func TestLoadSyntaxErrorPositions(t *testing.T) {
 		if err == nil || err.Error() != tt.want {
 			t.Errorf("%q:\n  got  %v\n  want %s", tt.yaml, err, tt.want)
 		}
+	}
+}
+
+// TestLoadErrorsSayWhatToDo: mistakes whose message alone (yaml.v3's, or
+// a parser's) does not tell the operator what to write get a hint: a
+// duration without a unit, a tab in the indentation (at its column), and a
+// digest pasted as sha256sum prints it.
+func TestLoadErrorsSayWhatToDo(t *testing.T) {
+	hex := strings.Repeat("ab", 32)
+	for _, tt := range []struct{ name, yaml, want, hint string }{
+		{"duration without a unit", "version: 1\nserver:\n  call_timeout: 5\n",
+			"c.yaml:3:17: server.call_timeout: cannot unmarshal !!int `5` into time.Duration", "a duration with a unit, e.g. 30s or 5m"},
+		{"nested duration without a unit", "version: 1\nupstreams:\n  - name: a\n    http: {url: 'https://x', connect_timeout: 10}\n",
+			"upstreams[0].http.connect_timeout", "a duration with a unit, e.g. 30s or 5m"},
+		{"tab in the indentation", "version: 1\nserver:\n  tee: software\n \tlisten: 127.0.0.1:1\n",
+			"c.yaml:4:2: invalid YAML: found a tab character that violates indentation", "YAML indentation must use spaces, not tabs"},
+		{"tab as the indentation", "version: 1\nserver:\n\ttee: software\n",
+			"c.yaml:3:1: invalid YAML: found character that cannot start any token (a tab)", "YAML indentation must use spaces, not tabs"},
+		{"sha256sum output", "version: 1\nserver:\n  tokens:\n    - identity: a\n      sha256: \"" + hex + "  -\"\n",
+			"c.yaml:5:15: server.tokens[0].sha256: malformed digest", "drop the trailing \"  -\" (the file name sha256sum prints) and write sha256:" + hex},
+		{"sha256sum output of a file", "version: 1\nupstreams:\n  - name: a\n    stdio: {command: x}\n    pin: {command: '" + hex + "  ./server'}\n",
+			"upstreams[0].pin.command: malformed digest", "drop the trailing \"  ./server\" (the file name sha256sum prints) and write sha256:" + hex},
+		{"bare hex", "version: 1\nadmin:\n  token_sha256: " + hex + "\n",
+			"admin.token_sha256: malformed digest", "write sha256:" + hex},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := LoadBytes("c.yaml", []byte(tt.yaml))
+			if err == nil {
+				t.Fatal("loaded, want an error")
+			}
+			if !strings.Contains(err.Error(), tt.want) || ui.CodeOf(err) != ui.ExitConfig {
+				t.Fatalf("error (exit %d):\n  %v\nwant it to contain:\n  %s", ui.CodeOf(err), err, tt.want)
+			}
+			if hs := strings.Join(ui.HintsOf(err), "\n"); !strings.Contains(hs, tt.hint) {
+				t.Fatalf("hints %q do not say %q", hs, tt.hint)
+			}
+		})
 	}
 }
 
