@@ -173,3 +173,43 @@ func TestAuditRecipientsParsedAtLoad(t *testing.T) {
 		t.Fatalf("a valid recipient: %v", err)
 	}
 }
+
+// TestCatalogEntryWithoutToolsRefused: a catalog entry whose tools key is
+// missing or empty (a PIN_TOOLS placeholder pasted with nothing after it)
+// pins nothing; accepted, the upstream ran on whatever definitions it
+// showed first, while tools: {} refuses every tool. It is refused at
+// load, at its line, with what to write; tools: {} loads and pins no tool.
+func TestCatalogEntryWithoutToolsRefused(t *testing.T) {
+	for _, tc := range []struct{ name, entry, want string }{
+		{"empty entry", "    files: {}\n", "c.yaml:8:5: catalog.upstreams.files: has no tools: key, so it pins nothing"},
+		{"drift only", "    files:\n      drift: warn\n", "c.yaml:8:5: catalog.upstreams.files: has no tools: key, so it pins nothing"},
+		{"tools left empty", "    files:\n      tools:\n", "c.yaml:9:7: catalog.upstreams.files.tools: is empty, so it pins nothing"},
+		{"tools null", "    files:\n      tools: null\n", "c.yaml:9:7: catalog.upstreams.files.tools: is empty, so it pins nothing"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := LoadBytes("c.yaml", []byte(gwBase+"catalog:\n  upstreams:\n"+tc.entry))
+			if err == nil {
+				t.Fatal("loaded: a catalog entry without tools would trust the tools first seen")
+			}
+			if !strings.Contains(err.Error(), tc.want) || ui.CodeOf(err) != ui.ExitConfig {
+				t.Fatalf("error (exit %d):\n  %v\nwant it to contain:\n  %s", ui.CodeOf(err), err, tc.want)
+			}
+			hs := strings.Join(ui.HintsOf(err), "\n")
+			for _, h := range []string{"cmcp spawn-digest --tools", "tools: {}", "remove the entry"} {
+				if !strings.Contains(hs, h) {
+					t.Errorf("hints %q do not say %q", hs, h)
+				}
+			}
+		})
+	}
+	c, err := LoadBytes("c.yaml", []byte(gwBase+"catalog:\n  upstreams:\n    files:\n      tools: {}\n"))
+	if err != nil {
+		t.Fatalf("tools: {}: %v", err)
+	}
+	if pins := c.ToolPins("files"); pins == nil || len(pins) != 0 {
+		t.Fatalf("tools: {} gives pins %v; want an empty, non-nil set (every tool refused)", pins)
+	}
+	if c, err := LoadBytes("c.yaml", []byte(gwBase)); err != nil || c.ToolPins("files") != nil {
+		t.Fatalf("no catalog entry: %v, pins %v", err, c.ToolPins("files"))
+	}
+}
