@@ -36,7 +36,7 @@ upstreams:
     stdio:
       command: ./bin/tool
     allow_unmeasured: true
-    namespace: false
+    namespace: true # false only with a single upstream: TestNamespaceFalseNeedsASingleUpstream
   - name: remote_1
     http:
       url: https://mcp.example.com/mcp
@@ -64,7 +64,7 @@ func TestLoadGood(t *testing.T) {
 		t.Errorf("files %+v %+v", f, f.Stdio)
 	}
 	s := c.Upstream("scratch-pad")
-	if s.Stdio.Command != filepath.Join(dir, "bin/tool") || s.Namespaced() || s.Shared() {
+	if s.Stdio.Command != filepath.Join(dir, "bin/tool") || !s.Namespaced() || s.Shared() {
 		t.Errorf("scratch-pad %+v %+v", s, s.Stdio)
 	}
 	r := c.Upstream("remote_1")
@@ -455,5 +455,27 @@ func TestLoadRefusesNonRegularFiles(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatalf("Load(%s) blocks", path)
 		}
+	}
+}
+
+// TestNamespaceFalseNeedsASingleUpstream: namespace: false (tools exposed
+// without their upstream's prefix) is refused at load, at the setting's
+// line, when there is more than one upstream, so that spawn-digest --check
+// and SIGHUP refuse it too; serve used to refuse it only after opening a
+// new audit epoch, without a line. With one upstream it loads.
+func TestNamespaceFalseNeedsASingleUpstream(t *testing.T) {
+	two := "version: 1\nupstreams:\n  - name: a\n    stdio: {command: x}\n    allow_unmeasured: true\n    namespace: false\n  - name: b\n    stdio: {command: y}\n    allow_unmeasured: true\n"
+	_, err := LoadBytes("c.yaml", []byte(two))
+	want := "c.yaml:6:16: upstreams[0] (a).namespace: namespace: false is only allowed with a single upstream (there are 2)"
+	if err == nil || !strings.Contains(err.Error(), want) || ui.CodeOf(err) != ui.ExitConfig {
+		t.Fatalf("err = %v (exit %d), want exit 4 and %q", err, ui.CodeOf(err), want)
+	}
+	if hs := strings.Join(ui.HintsOf(err), "\n"); !strings.Contains(hs, "remove namespace: false") {
+		t.Errorf("hints %q do not say what to do", hs)
+	}
+	one := "version: 1\nupstreams:\n  - name: a\n    stdio: {command: x}\n    allow_unmeasured: true\n    namespace: false\n"
+	c, err := LoadBytes("c.yaml", []byte(one))
+	if err != nil || c.Upstream("a").Namespaced() {
+		t.Fatalf("a single upstream with namespace: false: %v", err)
 	}
 }

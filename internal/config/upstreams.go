@@ -219,6 +219,10 @@ func (l *loader) validateUpstreams(c *Config, seq *yaml.Node, dir string) {
 		} else {
 			seen[u.Name] = at("name")
 		}
+		if !u.Namespaced() && len(c.Upstreams) > 1 {
+			l.errorf(at("namespace"), f+".namespace", "remove namespace: false: with more than one upstream every tool is exposed as <upstream>__<tool>",
+				"namespace: false is only allowed with a single upstream (there are %d): unprefixed tool names of several upstreams could collide", len(c.Upstreams))
+		}
 		switch u.Lifecycle {
 		case "", LifecyclePerSession, LifecycleShared:
 		default:

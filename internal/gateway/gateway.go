@@ -194,7 +194,7 @@ func New(opts Options) (*Gateway, error) {
 			return nil, fmt.Errorf("upstream %q is configured twice", name)
 		}
 		if !u.Namespaced && len(opts.Upstreams) > 1 {
-			return nil, fmt.Errorf("upstream %q: namespacing: none is only allowed with a single upstream", name)
+			return nil, fmt.Errorf("upstream %q: namespace: false is only allowed with a single upstream", name)
 		}
 		st := &upState{g: g, opts: u, name: name}
 		if u.ToolPins != nil {
