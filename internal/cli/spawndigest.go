@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -61,6 +62,11 @@ prints a table: upstream, what was measured, pinned, actual and the result
 (match, mismatch, missing, error, interpreter-unpinned for a "#!" script
 whose pin has no interpreter digest). It exits 5 if any pin mismatches or any file
 is missing, 3 if a file exists but cannot be measured, 0 if every pin matches.
+Before measuring, it reads the files serve reads at start (server.tls cert,
+key and client_ca, an HTTP upstream's ca_file, bearer_token_file and
+headers_from_file) and exits 4, at the setting's line, if one is missing or
+unusable; a credential variable (bearer_token_env, headers_from_env) unset
+in its own environment is a warning, as serve may run in another.
 Use it as the release gate in CI.
 
 Large trees show progress on a terminal.`,
@@ -312,6 +318,19 @@ func runSpawnCheck(ctx context.Context, e *env, p *ui.Printer, path string) erro
 	c, err := config.Load(path)
 	if err != nil {
 		return err
+	}
+	// What serve would refuse at start that can be seen from here: files
+	// it reads (TLS, CA and credential files) are errors; credential
+	// variables are looked up in this environment, which need not be
+	// serve's, so one unset is a warning.
+	if err := c.CheckFiles(); err != nil {
+		return err
+	}
+	var unset config.Errors
+	if errors.As(c.CheckEnv(func(k string) (string, bool) { v := e.getenv(k); return v, v != "" }, "this environment; cmcp serve needs it in its own"), &unset) {
+		for _, u := range unset {
+			p.Warnf("%v", u)
+		}
 	}
 	prog := treeProgress(p)
 	rows, err := measure.Check(ctx, c, e.environ, prog.add)

@@ -66,6 +66,11 @@ type Config struct {
 	// pos is where the settings that are checked after loading
 	// (CheckListeners) are in the file.
 	pos map[string]position
+	// name is the file as named to Load (what errors show); root is its
+	// YAML, for the positions of errors found after loading (CheckFiles,
+	// CheckEnv).
+	name string
+	root *yaml.Node
 }
 
 // Error is one problem in a configuration file, at a position.
@@ -293,6 +298,7 @@ func parse(name, abs string, data []byte) (*Config, error) {
 		c.Path = name
 	}
 	c.Digest = digest.Bytes(data)
+	c.name, c.root = name, root
 	c.pos = map[string]position{}
 	for _, k := range [][2]string{{"server", "listen"}, {"admin", "listen"}} {
 		if n := valueNode(valueNode(root, k[0]), k[1]); n != nil {

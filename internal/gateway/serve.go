@@ -123,6 +123,13 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 	for _, w := range lc.Warnings {
 		logger.Warn(w)
 	}
+	// The files and environment variables serve reads at start (TLS
+	// certificates, upstream CA files and credentials), also before
+	// anything is opened: a start refused for one of them leaves no epoch,
+	// and the error names the setting's line.
+	if err := checkStartFiles(cfg, o.Environ); err != nil {
+		return err
+	}
 	// Then the listeners are bound, still before the audit log is opened
 	// and the upstreams started: a start that cannot serve (the port is
 	// taken) leaves no epoch and runs no child. Connections that arrive
@@ -193,6 +200,13 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 	if _, err := rand.Read(nonce); err != nil {
 		return err
 	}
+	// The upstreams are built before the audit log is opened, so that a
+	// configuration they refuse leaves no epoch; stdio upstreams get the
+	// log's hooks once it is open.
+	ups, err := buildUpstreams(cfg, srvCfg, o.Environ)
+	if err != nil {
+		return err
+	}
 	durability := cfg.Audit.Durability
 	if durability == "" {
 		durability = auditlog.DurabilityGroup
@@ -250,9 +264,10 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 			"epoch", rec.Epoch, "records_kept", rec.Records, "unsealed_kept", rec.Unsealed, "cut_file", rec.File, "cut_bytes", rec.DroppedBytes, "saved_as", rec.SavedAs, "reason", rec.Reason)
 	}
 
-	ups, err := buildUpstreams(cfg, srvCfg, o.Environ, w, logger, o.Metrics)
-	if err != nil {
-		return err
+	for _, u := range ups {
+		if st, ok := u.Upstream.(*upstream.Stdio); ok {
+			st.Hooks = StdioHooks(w, logger, o.Metrics)
+		}
 	}
 	g, err := New(Options{Version: gwInfo.Version, Upstreams: ups, Log: w, Decider: o.Decider, Filter: o.Filter, Policy: eng, Logger: logger,
 		CallTimeout: srvCfg.CallTimeout, ConnectTimeout: srvCfg.ConnectTimeout, Environ: o.Environ, Metrics: o.Metrics,
@@ -484,8 +499,26 @@ func serverTLS(cfg *config.Config, t *config.TLS) (*tls.Config, error) {
 	return tc, nil
 }
 
-// buildUpstreams turns the configuration's upstreams into gateway upstreams.
-func buildUpstreams(cfg *config.Config, s *config.Server, environ []string, w *auditlog.Writer, logger *slog.Logger, m *Metrics) ([]UpstreamOptions, error) {
+// checkStartFiles checks the files and environment variables serve reads
+// at start (config.CheckFiles, config.CheckEnv), all problems at once.
+func checkStartFiles(cfg *config.Config, environ []string) error {
+	var all config.Errors
+	for _, err := range []error{cfg.CheckFiles(), cfg.CheckEnv(lookupIn(environ), "the gateway's environment")} {
+		var es config.Errors
+		if errors.As(err, &es) {
+			all = append(all, es...)
+		}
+	}
+	if len(all) > 0 {
+		return all
+	}
+	return nil
+}
+
+// buildUpstreams turns the configuration's upstreams into gateway
+// upstreams; a stdio upstream's Hooks are left for the caller to set once
+// the audit log is open.
+func buildUpstreams(cfg *config.Config, s *config.Server, environ []string) ([]UpstreamOptions, error) {
 	var out []UpstreamOptions
 	for i := range cfg.Upstreams {
 		u := &cfg.Upstreams[i]
@@ -506,7 +539,7 @@ func buildUpstreams(cfg *config.Config, s *config.Server, environ []string, w *a
 			if u.Shared() {
 				share = "shared"
 			}
-			uo.Upstream = &upstream.Stdio{Spec: spec, Environ: environ, Hooks: StdioHooks(w, logger, m), Share: share}
+			uo.Upstream = &upstream.Stdio{Spec: spec, Environ: environ, Share: share}
 			uo.Transport = "stdio"
 		case u.HTTP != nil:
 			h, err := upstream.NewHTTP(upstream.HTTPOptionsFromConfig(u.Name, u.HTTP, lookupIn(environ)))
