@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -127,7 +128,7 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 	// certificates, upstream CA files and credentials), also before
 	// anything is opened: a start refused for one of them leaves no epoch,
 	// and the error names the setting's line.
-	if err := checkStartFiles(cfg, o.Environ); err != nil {
+	if err := checkStartFiles(cfg, o.Environ, o.Stdio); err != nil {
 		return err
 	}
 	// Then the listeners are bound, still before the audit log is opened
@@ -501,12 +502,18 @@ func serverTLS(cfg *config.Config, t *config.TLS) (*tls.Config, error) {
 
 // checkStartFiles checks the files and environment variables serve reads
 // at start (config.CheckFiles, config.CheckEnv), all problems at once.
-func checkStartFiles(cfg *config.Config, environ []string) error {
+// With stdio there is no MCP listener, and server.tls is not read.
+func checkStartFiles(cfg *config.Config, environ []string, stdio bool) error {
 	var all config.Errors
 	for _, err := range []error{cfg.CheckFiles(), cfg.CheckEnv(lookupIn(environ), "the gateway's environment")} {
 		var es config.Errors
 		if errors.As(err, &es) {
-			all = append(all, es...)
+			for _, e := range es {
+				if stdio && strings.HasPrefix(e.Field, "server.tls") {
+					continue
+				}
+				all = append(all, e)
+			}
 		}
 	}
 	if len(all) > 0 {

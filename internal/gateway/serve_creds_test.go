@@ -76,3 +76,18 @@ func TestServeChecksUpstreamFilesBeforeOpeningTheLog(t *testing.T) {
 		})
 	}
 }
+
+// TestServeStdioDoesNotReadServerTLS: serve --stdio has no MCP listener and
+// reads no server.tls file, so a missing one does not stop it; an HTTP
+// upstream's files still do.
+func TestServeStdioDoesNotReadServerTLS(t *testing.T) {
+	dir := t.TempDir()
+	cfg, _ := loadConfigFile(t, dir, "version: 1\nserver:\n  tls: {cert: missing.crt, key: missing.key}\naudit: {dir: audit}\nupstreams:\n  - name: remote\n    http: {url: 'https://127.0.0.1:1/mcp', ca_file: missing.pem}\n")
+	err := checkStartFiles(cfg, nil, true)
+	if err == nil || strings.Contains(err.Error(), "server.tls") || !strings.Contains(err.Error(), "cmcp.yaml:7:") || !strings.Contains(err.Error(), "http.ca_file") {
+		t.Fatalf("stdio: %v; want only the ca_file, at its line", err)
+	}
+	if err := checkStartFiles(cfg, nil, false); err == nil || !strings.Contains(err.Error(), "server.tls.cert") || !strings.Contains(err.Error(), "server.tls.key") {
+		t.Fatalf("http: %v; want server.tls's files", err)
+	}
+}
