@@ -54,19 +54,19 @@ func (s *SNPProvider) Attest(ctx context.Context, pub ed25519.PublicKey, nonce [
 	if len(raw) < abi.ReportSize {
 		return nil, fmt.Errorf("SEV-SNP report via %s is %d bytes, want at least %d", s.Source, len(raw), abi.ReportSize)
 	}
-	rep, err := abi.ReportToProto(raw[:abi.ReportSize])
+	// The host delivers the report and its certificate table:
+	// evidence.ParseSNP checks the table's entry ranges before the vendor
+	// parser, which panics on some.
+	att, err := evidence.ParseSNP(raw, nil)
 	if err != nil {
 		return nil, fmt.Errorf("SEV-SNP report via %s: %w", s.Source, err)
 	}
+	rep := att.GetReport()
 	if !bytes.Equal(rep.GetReportData(), rd[:]) {
 		return nil, fmt.Errorf("SEV-SNP report via %s carries other report data than requested", s.Source)
 	}
 	out := &evidence.Raw{Type: evidence.TypeSNPReport, Data: raw}
-	hasKey, err := certTableHasKey(raw[abi.ReportSize:])
-	if err != nil {
-		return nil, fmt.Errorf("SEV-SNP certificate table via %s: %w", s.Source, err)
-	}
-	if !hasKey {
+	if chain := att.GetCertificateChain(); len(chain.GetVcekCert()) == 0 && len(chain.GetVlekCert()) == 0 {
 		switch {
 		case len(s.ExtraCert) > 0:
 			out.Certificates = s.ExtraCert
@@ -86,22 +86,6 @@ func (s *SNPProvider) Attest(ctx context.Context, pub ed25519.PublicKey, nonce [
 		Format: evidence.Format, Platform: evidence.PlatformSEVSNP, Attested: true,
 		Binding: bnd, Evidence: out, Collector: s.Source, CollectedAt: now().UTC(),
 	}, nil
-}
-
-func certTableHasKey(table []byte) (bool, error) {
-	if len(table) == 0 {
-		return false, nil
-	}
-	var ct abi.CertTable
-	if err := ct.Unmarshal(table); err != nil {
-		return false, err
-	}
-	for _, guid := range []string{abi.VcekGUID, abi.VlekGUID} {
-		if c, err := ct.GetByGUIDString(guid); err == nil && len(c) > 0 {
-			return true, nil
-		}
-	}
-	return false, nil
 }
 
 func (s *SNPProvider) fetchVCEK(ctx context.Context, fms uint32, chipID []byte, tcb uint64, signerInfo uint32) ([]byte, error) {

@@ -5,7 +5,9 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/pem"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +19,7 @@ import (
 	stest "github.com/google/go-sev-guest/testing"
 	ttest "github.com/google/go-tdx-guest/testing"
 	"github.com/google/go-tdx-guest/testing/testdata"
+	"github.com/google/uuid"
 
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 	"github.com/confidential-mcp/cmcp/pkg/evidence"
@@ -172,4 +175,71 @@ func TestTDXProviderChecksReportData(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "other report data") {
 		t.Fatalf("TDX quote with foreign report data: %v", err)
 	}
+}
+
+// badTableQP is go-sev-guest's test device with a host certificate table
+// appended to the report it returns.
+type badTableQP struct {
+	*stest.QuoteProvider
+	table []byte
+}
+
+func (q badTableQP) GetRawQuote(rd [64]byte) ([]byte, error) {
+	raw, err := q.QuoteProvider.GetRawQuote(rd)
+	return append(raw[:abi.ReportSize:abi.ReportSize], q.table...), err
+}
+
+// TestProvidersRefuseMalformedEvidenceWithoutPanicking: the host delivers the
+// report or quote; lengths in it that run past its end (a certificate table
+// entry whose offset plus length overflows 32 bits, a TDX QE authentication
+// data length of 0xffff) made the vendor parsers slice out of range, a panic
+// in the gateway's start and in `cmcp attest`. They are errors naming the
+// malformed evidence.
+func TestProvidersRefuseMalformedEvidenceWithoutPanicking(t *testing.T) {
+	pub, _, _ := ed25519.GenerateKey(rand.Reader)
+	rd, _ := evidence.ReportData(pub, []byte("n"), digest.Digest{})
+	attest := func(t *testing.T, p interface {
+		Attest(context.Context, ed25519.PublicKey, []byte, digest.Digest) (*evidence.Bundle, error)
+	}) (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				t.Fatalf("Attest panicked: %v", r)
+			}
+		}()
+		_, err = p.Attest(context.Background(), pub, []byte("n"), digest.Digest{})
+		return err
+	}
+	t.Run("sev-snp certificate table", func(t *testing.T) {
+		qp, _, _ := snpDevice(t, rd)
+		// One entry: the VCEK GUID, offset 48, length 0xffffffff; then the
+		// all-zero terminator and 100 bytes.
+		entry := append(append([]byte{}, uuidBytes(abi.VcekGUID)...), 48, 0, 0, 0, 0xff, 0xff, 0xff, 0xff)
+		table := append(entry, make([]byte, 24+100)...)
+		p := NewSNP(badTableQP{qp, table}, "test-device", nil)
+		p.ExtraCert = [][]byte{{1}}
+		err := attest(t, p)
+		if err == nil || !strings.Contains(err.Error(), "certificate table") || !strings.Contains(err.Error(), "claims bytes") {
+			t.Fatalf("SEV-SNP report with an overflowing certificate table: %v", err)
+		}
+	})
+	t.Run("tdx quote", func(t *testing.T) {
+		q, err := os.ReadFile("../../testdata/evidence/tdx-spr-e4-quote.dat")
+		if err != nil {
+			t.Fatal(err)
+		}
+		binary.LittleEndian.PutUint16(q[1218:], 0xffff)
+		qp, err := ttest.TcQuoteProvider([]ttest.TestCase{{Name: "malformed", Input: rd, Quote: q}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = attest(t, NewTDX(qp, "test-provider", nil))
+		if err == nil || !strings.Contains(err.Error(), "the TDX quote is malformed") {
+			t.Fatalf("malformed TDX quote: %v", err)
+		}
+	})
+}
+
+func uuidBytes(s string) []byte {
+	u := uuid.MustParse(s)
+	return u[:]
 }

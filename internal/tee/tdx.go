@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"time"
 
-	tabi "github.com/google/go-tdx-guest/abi"
 	tclient "github.com/google/go-tdx-guest/client"
-	tpb "github.com/google/go-tdx-guest/proto/tdx"
 
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 	"github.com/confidential-mcp/cmcp/pkg/evidence"
@@ -55,13 +53,11 @@ func (t *TDXProvider) Attest(ctx context.Context, pub ed25519.PublicKey, nonce [
 	if err != nil {
 		return nil, fmt.Errorf("get TDX quote via %s: %w", t.Source, err)
 	}
-	q, err := tabi.QuoteToProto(raw)
+	// The host delivers the quote: evidence.ParseTDX checks its lengths
+	// before the vendor parser, which panics on some.
+	q4, err := evidence.ParseTDX(raw)
 	if err != nil {
 		return nil, fmt.Errorf("TDX quote via %s: %w", t.Source, err)
-	}
-	q4, ok := q.(*tpb.QuoteV4)
-	if !ok {
-		return nil, fmt.Errorf("TDX quote via %s is %T, want a version 4 quote", t.Source, q)
 	}
 	if !bytes.Equal(q4.GetTdQuoteBody().GetReportData(), rd[:]) {
 		return nil, fmt.Errorf("TDX quote via %s carries other report data than requested", t.Source)

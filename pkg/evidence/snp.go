@@ -23,7 +23,17 @@ const SNPReportSize = abi.ReportSize
 // certificate table, into the go-sev-guest representation. extra are DER
 // certificates supplied separately (a VCEK or VLEK); they fill in what the
 // table lacks. An ARK or ASK among them is ignored: roots come from Roots.
-func ParseSNP(raw []byte, extra [][]byte) (*spb.Attestation, error) {
+// A report or table that makes the vendor parser panic is an error saying
+// the report is malformed.
+func ParseSNP(raw []byte, extra [][]byte) (att *spb.Attestation, err error) {
+	err = recoverParse("SEV-SNP report", func() (err error) {
+		att, err = parseSNP(raw, extra)
+		return err
+	})
+	return att, err
+}
+
+func parseSNP(raw []byte, extra [][]byte) (*spb.Attestation, error) {
 	if len(raw) < abi.ReportSize {
 		return nil, fmt.Errorf("truncated SEV-SNP report: %d bytes, a report is %d", len(raw), abi.ReportSize)
 	}

@@ -17,10 +17,23 @@ import (
 	tpb "github.com/google/go-tdx-guest/proto/tdx"
 )
 
-// ParseTDX parses a raw TDX quote; only version 4 is accepted.
+// ParseTDX parses a raw TDX quote; only version 4 is accepted. A quote whose
+// length fields run past its end, or that makes the vendor parser panic, is
+// an error saying the quote is malformed.
 func ParseTDX(raw []byte) (*tpb.QuoteV4, error) {
-	q, err := tabi.QuoteToProto(raw)
-	if err != nil {
+	if len(raw) >= tabi.QuoteMinSize && binary.LittleEndian.Uint16(raw) == tabi.QuoteVersion {
+		if err := checkTDXQuoteLengths(raw); err != nil {
+			return nil, malformed("TDX quote", err)
+		}
+	}
+	var q any
+	if err := recoverParse("TDX quote", func() (err error) {
+		q, err = tabi.QuoteToProto(raw)
+		return err
+	}); err != nil {
+		if _, ok := err.(*malformedError); ok {
+			return nil, err
+		}
 		return nil, fmt.Errorf("TDX quote: %v", err)
 	}
 	q4, ok := q.(*tpb.QuoteV4)
@@ -28,6 +41,50 @@ func ParseTDX(raw []byte) (*tpb.QuoteV4, error) {
 		return nil, fmt.Errorf("TDX quote is %T, want version 4", q)
 	}
 	return q4, nil
+}
+
+// checkTDXQuoteLengths checks, in 64-bit arithmetic, each length field of a
+// TDX quote v4's signed data against the bytes that follow it. go-tdx-guest
+// (v0.3.1) slices by these lengths without checking them: a QE
+// authentication data length past the end, or signed data too short for its
+// fixed fields, panics there.
+func checkTDXQuoteLengths(raw []byte) error {
+	const (
+		signedSizeAt = 0x278        // after the header (0x30) and the TD quote body (0x248)
+		signedAt     = 0x27C        // the signed data follows its 4-byte size
+		sigAndKey    = 64 + 64      // quote signature, attestation key
+		certHeader   = 2 + 4        // certification data type and size
+		qeFixed      = 384 + 64 + 2 // QE report, its signature, QE authentication data size
+		pckHeader    = 2 + 4        // PCK certificate chain type and size
+	)
+	n := uint64(len(raw))
+	if n < signedAt {
+		return fmt.Errorf("%d bytes, fewer than the header, TD quote body and signed data size (%d)", n, signedAt)
+	}
+	size := uint64(binary.LittleEndian.Uint32(raw[signedSizeAt:]))
+	if signedAt+size > n {
+		return fmt.Errorf("signed data size %d runs past the end of the quote (%d bytes follow the size)", size, n-signedAt)
+	}
+	if size < sigAndKey+certHeader {
+		return fmt.Errorf("signed data of %d bytes is shorter than its signature, attestation key and certification data header (%d bytes)", size, sigAndKey+certHeader)
+	}
+	cd := raw[signedAt+sigAndKey : signedAt+size]
+	if cdSize := uint64(binary.LittleEndian.Uint32(cd[2:])); cdSize != uint64(len(cd))-certHeader {
+		return fmt.Errorf("certification data size %d is not the %d bytes that follow it in the signed data", cdSize, len(cd)-certHeader)
+	}
+	qerc := cd[certHeader:]
+	if uint64(len(qerc)) < qeFixed {
+		return fmt.Errorf("certification data of %d bytes is shorter than a QE report, its signature and the QE authentication data size (%d bytes)", len(qerc), qeFixed)
+	}
+	auth := uint64(binary.LittleEndian.Uint16(qerc[qeFixed-2:]))
+	if qeFixed+auth+pckHeader > uint64(len(qerc)) {
+		return fmt.Errorf("QE authentication data length %d runs past the certification data (%d bytes follow the length, and the PCK certificate chain header needs %d of them)", auth, uint64(len(qerc))-qeFixed, pckHeader)
+	}
+	pck := qerc[qeFixed+auth:]
+	if pckSize := uint64(binary.LittleEndian.Uint32(pck[2:])); pckSize != uint64(len(pck))-pckHeader {
+		return fmt.Errorf("PCK certificate chain size %d is not the %d bytes that follow it in the certification data", pckSize, len(pck)-pckHeader)
+	}
+	return nil
 }
 
 // tdAttrDebug is bit 0 of TDATTRIBUTES: the TD is debuggable.

@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/asn1"
+	"encoding/binary"
 	"encoding/json"
 	"encoding/pem"
 	"math/big"
@@ -502,5 +503,99 @@ func TestEvidenceClaimNamesTheRootUsedAndUncheckedRevocation(t *testing.T) {
 		if strings.Contains(cl.Reason, c.mustNot) {
 			t.Errorf("%s: evidence claim %q says %q", c.name, cl.Reason, c.mustNot)
 		}
+	}
+}
+
+// sprQuote is the genuine SPR E4 TDX quote in testdata/evidence.
+func sprQuote(t testing.TB) []byte {
+	t.Helper()
+	q, err := os.ReadFile("../../testdata/evidence/tdx-spr-e4-quote.dat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
+// noPanic runs f and fails the test if it panics.
+func noPanic(t *testing.T, what string, f func()) {
+	t.Helper()
+	defer func() {
+		if p := recover(); p != nil {
+			t.Fatalf("%s panicked: %v", what, p)
+		}
+	}()
+	f()
+}
+
+// TestMalformedTDXQuoteLengthsAreBadEvidence: a quote whose signed data
+// declares a length that runs past its end (one changed byte: the QE
+// authentication data length at offset 1218 set to 0xffff) made go-tdx-guest's
+// parser slice out of range, a panic in `cmcp attest verify` and in
+// verify-chain before any signature was checked. Each length field of the
+// signed data is checked first: the quote is malformed evidence.
+func TestMalformedTDXQuoteLengthsAreBadEvidence(t *testing.T) {
+	put16 := func(off int, v uint16) func([]byte) []byte {
+		return func(q []byte) []byte { binary.LittleEndian.PutUint16(q[off:], v); return q }
+	}
+	put32 := func(off int, v uint32) func([]byte) []byte {
+		return func(q []byte) []byte { binary.LittleEndian.PutUint32(q[off:], v); return q }
+	}
+	// The sample: signed data of 4299 bytes at 0x27C; certification data
+	// header at 764; QE report certification data at 770, its QE auth data
+	// length at 1218 (32), the PCK chain header after the auth data.
+	qercLen := 4299 - 128 - 6
+	cases := []struct {
+		name, reason string
+		mut          func([]byte) []byte
+	}{
+		{"QE auth data length 0xffff", "QE authentication data", put16(1218, 0xffff)},
+		{"QE auth data leaves no PCK chain header", "QE authentication data", put16(1218, uint16(qercLen-450-3))},
+		{"signed data shorter than its fixed part", "signed data", put32(0x278, 10)},
+		{"signed data size past the end", "signed data", put32(0x278, 0xffffffff)},
+		{"certification data size 0xffffffff", "certification data", put32(766, 0xffffffff)},
+		{"certification data too short for a QE report", "certification data", func(q []byte) []byte {
+			binary.LittleEndian.PutUint32(q[0x278:], 128+6+100)
+			binary.LittleEndian.PutUint32(q[766:], 100)
+			return q
+		}},
+		{"PCK chain size 0xffffffff", "PCK certificate chain", put32(1220+32+2, 0xffffffff)},
+	}
+	bd := newBinding(t)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			q := c.mut(sprQuote(t))
+			noPanic(t, "ParseTDX", func() {
+				_, err := ParseTDX(q)
+				if err == nil || !strings.Contains(err.Error(), "the TDX quote is malformed") || !strings.Contains(err.Error(), c.reason) {
+					t.Fatalf("ParseTDX: %v, want malformed with %q", err, c.reason)
+				}
+			})
+			for name, verify := range map[string]func() (*Result, error){
+				"VerifyRaw": func() (*Result, error) { return VerifyRaw(q, nil, VerifyOptions{Now: sampleAt}) },
+				"Verify": func() (*Result, error) {
+					return Verify(tdxBundle(t, bd, q), VerifyOptions{Now: sampleAt, ExpectKey: bd.pub})
+				},
+			} {
+				noPanic(t, name, func() {
+					r, err := verify()
+					if err != nil {
+						t.Fatal(err)
+					}
+					cl := r.Claim(ClaimEvidence)
+					if r.Verdict != StatusContraindicated || r.Failure() != FailEvidence || cl == nil || !strings.Contains(cl.Reason, "the TDX quote is malformed") {
+						t.Fatalf("%s: verdict %s, failure %s, evidence %+v", name, r.Verdict, r.Failure(), cl)
+					}
+				})
+			}
+		})
+	}
+}
+
+// TestTDXParserPanicIsAnError: whatever go-tdx-guest's parser does with
+// bytes no length check foresaw, a panic in it is an error, not a crash.
+func TestTDXParserPanicIsAnError(t *testing.T) {
+	err := recoverParse("TDX quote", func() error { panic("runtime error: slice bounds out of range [:65537] with capacity 4165") })
+	if err == nil || !strings.Contains(err.Error(), "the TDX quote is malformed") || !strings.Contains(err.Error(), "slice bounds out of range") {
+		t.Fatalf("recoverParse: %v", err)
 	}
 }

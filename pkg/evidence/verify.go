@@ -226,6 +226,32 @@ func checkBinding(r *Result, hwReportData []byte, b *Bundle, o *VerifyOptions) {
 	}
 }
 
+// malformedError is evidence that does not parse: its bytes are not what the
+// TDX module, quoting enclave or AMD secure processor writes.
+type malformedError struct {
+	what string // "TDX quote", "SEV-SNP report"
+	err  error
+}
+
+func (e *malformedError) Error() string {
+	return fmt.Sprintf("the %s is malformed: %v (damaged or altered after the platform produced it; obtain the evidence again from its source)", e.what, e.err)
+}
+
+func (e *malformedError) Unwrap() error { return e.err }
+
+func malformed(what string, err error) error { return &malformedError{what: what, err: err} }
+
+// recoverParse runs a vendor parser; a panic in it (bytes its own checks did
+// not foresee) becomes a malformed-evidence error instead of a crash.
+func recoverParse(what string, parse func() error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = malformed(what, fmt.Errorf("the vendor parser failed on it: %v", p))
+		}
+	}()
+	return parse()
+}
+
 func short(b []byte) string {
 	h := hex.EncodeToString(b)
 	if len(h) > 24 {
