@@ -345,13 +345,18 @@ version 4 with its embedded PCK chain) without any network access:
                statement, and those are the --key and --statement expected
   freshness    the bound nonce is the --nonce expected
   debug        a debug-enabled guest is always rejected
-  policy       SEV-SNP guest policy, VMPL, guest SVN; TDX attributes and XFAM
-  measurement  launch measurement, or MRTD and RTMRs, against --reference
+  policy       SEV-SNP guest policy, VMPL, guest SVN; TDX attributes, XFAM
+               and MRSEAM
+  measurement  launch measurement, or MRTD and RTMRs, against --reference;
+               a TDX measurement is affirming only with MRTD and all four
+               RTMRs pinned
   host-data    SEV-SNP HOST_DATA or TDX MRCONFIGID against --reference
   tcb          minimum TCB from --reference; TDX TCB status needs Intel
                collateral and is always a warning offline
 
 Each check is affirming, warning or contraindicated; the worst is the verdict.
+A value absent from --reference leaves its check a warning naming what was
+not compared (a minimum_guest_svn of 0 compares nothing).
 Raw evidence carries no cmcp binding: binding is reported as not applicable.
 Software evidence is rejected (--allow-software: a warning). Exit codes: 0
 affirming or warning, 20 bad evidence, 21 reference value or policy mismatch,

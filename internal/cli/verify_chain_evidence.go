@@ -26,7 +26,7 @@ type chainEvidenceOptions struct {
 func (o *chainEvidenceOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Roots, "roots", "", "PEM roots replacing the embedded AMD and Intel roots for the genesis evidence")
 	fs.StringVar(&o.Reference, "reference", "", "reference values JSON for the genesis evidence (see 'cmcp attest verify')")
-	fs.BoolVar(&o.RequireAttested, "require-attested", false, "fail unless every epoch's key is bound to verified SEV-SNP or TDX evidence (software or missing evidence fails), and every record of an earlier epoch is signed by its key (--require-signed); this proves genuine hardware, not the code: without a measurement in --reference any code in a genuine VM could hold the key (a warning says so)")
+	fs.BoolVar(&o.RequireAttested, "require-attested", false, "fail unless every epoch's key is bound to verified SEV-SNP or TDX evidence (software or missing evidence fails), and every record of an earlier epoch is signed by its key (--require-signed); this proves genuine hardware, not the code: unless --reference pins the whole launch measurement (SEV-SNP measurements; TDX mr_td and all four rtmrs) any code in a genuine VM could hold the key (a warning says so)")
 }
 
 // genesisEvidence is what verify-chain established about one epoch's key.
@@ -141,6 +141,25 @@ func (c *chainEvidence) check(g *auditlog.Genesis) error {
 	return nil
 }
 
+// pinsPartOfMeasurement reports whether the reference values pin some but
+// not all of platform's launch measurement: for TDX, MRTD or an RTMR but not
+// MRTD and all four RTMRs (an SEV-SNP measurement is one value).
+func (c *chainEvidence) pinsPartOfMeasurement(platform string) bool {
+	rv := c.opts.Reference
+	if rv == nil || rv.TDX == nil || platform != evidence.PlatformTDX {
+		return false
+	}
+	pinned := 0
+	for _, m := range rv.TDX.RTMRs {
+		if len(m) > 0 {
+			pinned++
+		}
+	}
+	return (len(rv.TDX.MRTD) > 0 || pinned > 0) && !(len(rv.TDX.MRTD) > 0 && pinned == 4)
+}
+
+const partialMeasurement = "the --reference values do not pin MRTD and all four RTMRs"
+
 // unmeasuredNote says what genuine hardware evidence without a checked
 // launch measurement proves: that the key lives in a genuine VM, not which
 // code runs there.
@@ -149,40 +168,48 @@ func (c *chainEvidence) unmeasuredNote(platform string) string {
 	if platform == evidence.PlatformTDX {
 		what = "launch measurement (MRTD and RTMRs)"
 	}
-	how := "pass --reference with the expected values"
-	if c.opts.Reference != nil {
+	checked, how := "NOT checked", "pass --reference with the expected values"
+	switch {
+	case c.pinsPartOfMeasurement(platform):
+		checked, how = "NOT fully checked", partialMeasurement
+	case c.opts.Reference != nil:
 		how = "the --reference values pin none"
 	}
-	return fmt.Sprintf("%s NOT checked against reference values, so any code in a genuine %s VM could hold this key: %s", what, platform, how)
+	return fmt.Sprintf("%s %s against reference values, so any code in a genuine %s VM could hold this key: %s", what, checked, platform, how)
 }
 
 // unmeasuredWarning is the one warning verify-chain gives when
 // --require-attested passed although some epoch's launch measurement was not
-// checked: the flag proves genuine hardware, not the gateway's code.
+// (fully) checked: the flag proves genuine hardware, not the gateway's code.
 func (c *chainEvidence) unmeasuredWarning() string {
 	if !c.require {
 		return ""
 	}
 	var epochs []string
+	partial := false
 	for _, ge := range c.Results {
 		if ge.Attested {
 			if m := claimOf(ge.Claims, evidence.ClaimMeasurement); m != nil && m.Status == evidence.StatusWarning {
 				epochs = append(epochs, fmt.Sprint(ge.Epoch))
+				partial = partial || c.pinsPartOfMeasurement(ge.Platform)
 			}
 		}
 	}
 	if len(epochs) == 0 {
 		return ""
 	}
-	how := "pass --reference with the expected measurements"
-	if c.opts.Reference != nil {
+	checked, how := "NOT checked", "pass --reference with the expected measurements"
+	switch {
+	case partial:
+		checked, how = "NOT fully checked", partialMeasurement
+	case c.opts.Reference != nil:
 		how = "the --reference values pin no launch measurement"
 	}
 	which := "the key of epoch " + epochs[0] + " is"
 	if len(epochs) > 1 {
 		which = "the keys of epochs " + strings.Join(epochs, ", ") + " are"
 	}
-	return fmt.Sprintf("--require-attested: %s bound to genuine hardware evidence, but the launch measurement was NOT checked against reference values, so any code in a genuine VM could hold the key (%s)", which, how)
+	return fmt.Sprintf("--require-attested: %s bound to genuine hardware evidence, but the launch measurement was %s against reference values, so any code in a genuine VM could hold the key (%s)", which, checked, how)
 }
 
 func claimOf(claims []evidence.Claim, name string) *evidence.Claim {

@@ -6,15 +6,17 @@ import (
 )
 
 // ReferenceValues are what an auditor expects of the platform, read from a
-// JSON file. A section that is absent leaves its claims as warnings ("not
-// checked"); debug-enabled guests are rejected whatever the file says.
+// JSON file. A value that is absent leaves its check a warning naming what
+// was not compared ("not checked"), and a claim is affirming only when every
+// value it covers was compared: a TDX measurement needs MRTD and all four
+// RTMRs. Debug-enabled guests are rejected whatever the file says.
 //
 //	{
 //	  "sev-snp": {
 //	    "measurements": ["<96 hex>", ...],          // any of these launch measurements
 //	    "host_data": "<64 hex>",                    // exact HOST_DATA
 //	    "minimum_tcb": {"bootloader": 3, "tee": 0, "snp": 8, "microcode": 115},
-//	    "minimum_guest_svn": 0,
+//	    "minimum_guest_svn": 1,                     // 0 (the default) compares nothing
 //	    "allow_smt": true,                          // default true
 //	    "allow_migrate_ma": false,                  // default false
 //	    "vmpl": 0                                   // exact VMPL, if given

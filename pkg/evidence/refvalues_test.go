@@ -19,7 +19,7 @@ func TestEveryReferenceValueIsEnforced(t *testing.T) {
 		reason string
 	}{
 		"vmpl":              {SNPReference{VMPL: &no}, ClaimPolicy, "VMPL 0, expected 1"},
-		"minimum_guest_svn": {SNPReference{MinimumGuestSVN: 5}, ClaimPolicy, "GUEST_SVN 0 below the minimum 5"},
+		"minimum_guest_svn": {SNPReference{MinimumGuestSVN: 5}, ClaimPolicy, "GUEST_SVN 2 below the minimum 5"},
 		"allow_smt false":   {SNPReference{AllowSMT: &f}, ClaimPolicy, "SMT is allowed"},
 		"host_data":         {SNPReference{HostData: bytes.Repeat([]byte{2}, 32)}, ClaimHostData, "HOST_DATA"},
 		"measurements":      {SNPReference{Measurements: []HexBytes{make([]byte, 48)}}, ClaimMeasurement, "not among"},
@@ -171,8 +171,10 @@ func TestTDXMeasurementClaimNamesWhatWasCompared(t *testing.T) {
 		status Status
 		reason string
 	}{
-		{"MRTD only", TDXReference{MRTD: []HexBytes{mrtd}}, StatusAffirming, "MRTD matches the reference value; RTMR0, RTMR1, RTMR2, RTMR3 not checked"},
-		{"MRTD and RTMR1", TDXReference{MRTD: []HexBytes{mrtd}, RTMRs: []HexBytes{nil, rtmr[1]}}, StatusAffirming, "MRTD, RTMR1 match the reference values; RTMR0, RTMR2, RTMR3 not checked"},
+		// MRTD is the firmware only: unpinned RTMRs leave the kernel and
+		// what runs after boot unchecked, a warning.
+		{"MRTD only", TDXReference{MRTD: []HexBytes{mrtd}}, StatusWarning, "MRTD matches the reference value; RTMR0, RTMR1, RTMR2, RTMR3 not checked"},
+		{"MRTD and RTMR1", TDXReference{MRTD: []HexBytes{mrtd}, RTMRs: []HexBytes{nil, rtmr[1]}}, StatusWarning, "MRTD, RTMR1 match the reference values; RTMR0, RTMR2, RTMR3 not checked"},
 		{"all", TDXReference{MRTD: []HexBytes{mrtd}, RTMRs: []HexBytes{rtmr[0], rtmr[1], rtmr[2], rtmr[3]}}, StatusAffirming, "MRTD, RTMR0, RTMR1, RTMR2, RTMR3 match the reference values"},
 		{"RTMR1 without MRTD", TDXReference{RTMRs: []HexBytes{nil, rtmr[1]}}, StatusWarning, "RTMR1 matches the reference value, but MRTD 6363b804"},
 		{"no measurement", TDXReference{XFAM: q.GetTdQuoteBody().GetXfam()}, StatusWarning, "no reference MRTD or RTMRs"},
@@ -187,4 +189,114 @@ func TestTDXMeasurementClaimNamesWhatWasCompared(t *testing.T) {
 			t.Errorf("all: %q", cl.Reason)
 		}
 	}
+}
+
+// TestAbsentReferenceValuesAreNotCheckedWarnings: a check whose reference
+// value is absent is a warning naming what was not compared, never
+// affirming, and never silent. Before, a report at VMPL 3 with no vmpl in the
+// reference values had an affirming policy claim ("VMPL 3"), as did a TDX
+// quote whose TDATTRIBUTES, XFAM and MRSEAM nothing pinned; an absent
+// host_data or mr_config_id gave no claim at all; and a TDX reference pinning
+// MRTD alone affirmed the measurement although RTMR0-3 (the kernel, its
+// command line, what runs after boot: the gateway) were not compared.
+func TestAbsentReferenceValuesAreNotCheckedWarnings(t *testing.T) {
+	type want struct {
+		claim  string
+		status Status
+		reason []string
+	}
+	check := func(t *testing.T, r *Result, wants []want) {
+		t.Helper()
+		for _, w := range wants {
+			c := r.Claim(w.claim)
+			if c == nil || c.Status != w.status {
+				t.Errorf("%s claim %+v, want %s", w.claim, c, w.status)
+				continue
+			}
+			for _, s := range w.reason {
+				if !strings.Contains(c.Reason, s) {
+					t.Errorf("%s claim %q does not say %q", w.claim, c.Reason, s)
+				}
+			}
+		}
+	}
+	t.Run("sev-snp", func(t *testing.T) {
+		bd := newBinding(t)
+		quote, roots, _ := fakeSNPQuote(t, bd.rd, snpFake{})
+		zero, svn := uint32(0), uint32(fakeGuestSVN)
+		m := bytes.Repeat([]byte{0xab}, 48)
+		for _, c := range []struct {
+			name  string
+			ref   *SNPReference
+			wants []want
+		}{
+			{"no reference values", nil, []want{
+				{ClaimPolicy, StatusWarning, []string{"VMPL 0 not checked", "GUEST_SVN 2 not checked"}},
+				{ClaimHostData, StatusWarning, []string{"no host_data in the reference values: HOST_DATA 0000", "not checked"}},
+			}},
+			{"vmpl and minimum_guest_svn absent", &SNPReference{Measurements: []HexBytes{m}, HostData: make([]byte, 32)}, []want{
+				{ClaimPolicy, StatusWarning, []string{"VMPL 0 not checked (no vmpl in the reference values)", "GUEST_SVN 2 not checked (no minimum_guest_svn"}},
+				{ClaimHostData, StatusAffirming, nil},
+				{ClaimMeasurement, StatusAffirming, nil},
+			}},
+			{"minimum_guest_svn 0 checks nothing", &SNPReference{VMPL: &zero, MinimumGuestSVN: 0}, []want{
+				{ClaimPolicy, StatusWarning, []string{"GUEST_SVN 2 not checked"}},
+			}},
+			{"all pinned", &SNPReference{Measurements: []HexBytes{m}, HostData: make([]byte, 32), VMPL: &zero, MinimumGuestSVN: svn}, []want{
+				{ClaimPolicy, StatusAffirming, []string{"VMPL 0", "GUEST_SVN 2 meets the minimum 2"}},
+				{ClaimHostData, StatusAffirming, nil},
+			}},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				var rv *ReferenceValues
+				if c.ref != nil {
+					rv = &ReferenceValues{SEVSNP: c.ref}
+				}
+				r, _ := Verify(snpBundle(t, bd, quote), VerifyOptions{Roots: roots, Reference: rv})
+				check(t, r, c.wants)
+			})
+		}
+	})
+	t.Run("tdx", func(t *testing.T) {
+		q, err := ParseTDX(testdata.RawQuote)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := q.GetTdQuoteBody()
+		rtmrs := func(n int) []HexBytes {
+			var out []HexBytes
+			for _, m := range body.GetRtmrs()[:n] {
+				out = append(out, m)
+			}
+			return out
+		}
+		for _, c := range []struct {
+			name  string
+			ref   *TDXReference
+			wants []want
+		}{
+			{"MRTD only", &TDXReference{MRTD: []HexBytes{body.GetMrTd()}}, []want{
+				{ClaimPolicy, StatusWarning, []string{"TDATTRIBUTES 0000004000000000, XFAM e71a060000000000, MRSEAM 2fd279c1", "not checked (not in the reference values)"}},
+				{ClaimMeasurement, StatusWarning, []string{"MRTD matches the reference value", "RTMR0, RTMR1, RTMR2, RTMR3 not checked"}},
+				{ClaimHostData, StatusWarning, []string{"no mr_config_id in the reference values: MRCONFIGID", "not checked"}},
+			}},
+			{"MRTD and RTMR0", &TDXReference{MRTD: []HexBytes{body.GetMrTd()}, RTMRs: rtmrs(1)}, []want{
+				{ClaimMeasurement, StatusWarning, []string{"MRTD, RTMR0 match the reference values", "RTMR1, RTMR2, RTMR3 not checked"}},
+			}},
+			{"everything pinned", &TDXReference{MRTD: []HexBytes{body.GetMrTd()}, RTMRs: rtmrs(4), MRConfigID: body.GetMrConfigId(),
+				MRSeam: []HexBytes{body.GetMrSeam()}, TDAttributes: body.GetTdAttributes(), XFAM: body.GetXfam()}, []want{
+				{ClaimPolicy, StatusAffirming, []string{"TDATTRIBUTES 0000004000000000", "XFAM e71a060000000000", "MRSEAM"}},
+				{ClaimMeasurement, StatusAffirming, []string{"MRTD, RTMR0, RTMR1, RTMR2, RTMR3 match the reference values"}},
+				{ClaimHostData, StatusAffirming, nil},
+			}},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				r, _ := VerifyRaw(testdata.RawQuote, nil, VerifyOptions{Now: sampleAt, Reference: &ReferenceValues{TDX: c.ref}})
+				check(t, r, c.wants)
+				if r.Verdict != StatusWarning {
+					t.Errorf("verdict %s, want warning", r.Verdict)
+				}
+			})
+		}
+	})
 }

@@ -272,19 +272,34 @@ func verifySNP(r *Result, raw []byte, extra [][]byte, o *VerifyOptions) []byte {
 }
 
 func snpPolicyClaim(r *Result, rep *spb.Report, policy abi.SnpPolicy, ref *SNPReference) {
-	var bad []string
+	var bad, unchecked []string
 	allowMA, allowSMT := false, true
+	var vmpl *uint32
+	var minSVN uint32
 	if ref != nil {
 		allowMA = ref.AllowMigrateMA
 		if ref.AllowSMT != nil {
 			allowSMT = *ref.AllowSMT
 		}
-		if ref.VMPL != nil && rep.GetVmpl() != *ref.VMPL {
-			bad = append(bad, fmt.Sprintf("VMPL %d, expected %d", rep.GetVmpl(), *ref.VMPL))
-		}
-		if rep.GetGuestSvn() < ref.MinimumGuestSVN {
-			bad = append(bad, fmt.Sprintf("GUEST_SVN %d below the minimum %d", rep.GetGuestSvn(), ref.MinimumGuestSVN))
-		}
+		vmpl, minSVN = ref.VMPL, ref.MinimumGuestSVN
+	}
+	checked := fmt.Sprintf("migration agent %s, SMT %s", onOff(policy.MigrateMA), onOff(policy.SMT))
+	switch {
+	case vmpl == nil:
+		unchecked = append(unchecked, fmt.Sprintf("VMPL %d not checked (no vmpl in the reference values)", rep.GetVmpl()))
+	case rep.GetVmpl() != *vmpl:
+		bad = append(bad, fmt.Sprintf("VMPL %d, expected %d", rep.GetVmpl(), *vmpl))
+	default:
+		checked += fmt.Sprintf(", VMPL %d", rep.GetVmpl())
+	}
+	// A minimum of 0 admits every GUEST_SVN: it checks nothing.
+	switch {
+	case minSVN == 0:
+		unchecked = append(unchecked, fmt.Sprintf("GUEST_SVN %d not checked (no minimum_guest_svn above 0 in the reference values)", rep.GetGuestSvn()))
+	case rep.GetGuestSvn() < minSVN:
+		bad = append(bad, fmt.Sprintf("GUEST_SVN %d below the minimum %d", rep.GetGuestSvn(), minSVN))
+	default:
+		checked += fmt.Sprintf(", GUEST_SVN %d meets the minimum %d", rep.GetGuestSvn(), minSVN)
 	}
 	if policy.MigrateMA && !allowMA {
 		bad = append(bad, "a migration agent is allowed (allow_migrate_ma is not set)")
@@ -292,11 +307,14 @@ func snpPolicyClaim(r *Result, rep *spb.Report, policy abi.SnpPolicy, ref *SNPRe
 	if policy.SMT && !allowSMT {
 		bad = append(bad, "SMT is allowed (allow_smt is false)")
 	}
-	if len(bad) > 0 {
+	switch {
+	case len(bad) > 0:
 		r.add(ClaimPolicy, StatusContraindicated, FailRefValue, "guest policy 0x%x: %s", rep.GetPolicy(), join(bad))
-		return
+	case len(unchecked) > 0:
+		r.add(ClaimPolicy, StatusWarning, "", "guest policy 0x%x: %s; %s", rep.GetPolicy(), checked, join(unchecked))
+	default:
+		r.add(ClaimPolicy, StatusAffirming, "", "guest policy 0x%x: %s", rep.GetPolicy(), checked)
 	}
-	r.add(ClaimPolicy, StatusAffirming, "", "guest policy 0x%x: migration agent %s, SMT %s, VMPL %d", rep.GetPolicy(), onOff(policy.MigrateMA), onOff(policy.SMT), rep.GetVmpl())
 }
 
 func snpMeasurementClaims(r *Result, rep *spb.Report, ref *SNPReference) {
@@ -309,12 +327,13 @@ func snpMeasurementClaims(r *Result, rep *spb.Report, ref *SNPReference) {
 	default:
 		r.add(ClaimMeasurement, StatusContraindicated, FailRefValue, "launch measurement %s is not among the %d reference values", hex.EncodeToString(m), len(ref.Measurements))
 	}
-	if ref != nil && len(ref.HostData) > 0 {
-		if anyEqual(rep.GetHostData(), []HexBytes{ref.HostData}) {
-			r.add(ClaimHostData, StatusAffirming, "", "HOST_DATA matches the reference value")
-		} else {
-			r.add(ClaimHostData, StatusContraindicated, FailRefValue, "HOST_DATA %s, expected %s", hex.EncodeToString(rep.GetHostData()), hex.EncodeToString(ref.HostData))
-		}
+	switch {
+	case ref == nil || len(ref.HostData) == 0:
+		r.add(ClaimHostData, StatusWarning, "", "no host_data in the reference values: HOST_DATA %s not checked", hex.EncodeToString(rep.GetHostData()))
+	case anyEqual(rep.GetHostData(), []HexBytes{ref.HostData}):
+		r.add(ClaimHostData, StatusAffirming, "", "HOST_DATA matches the reference value")
+	default:
+		r.add(ClaimHostData, StatusContraindicated, FailRefValue, "HOST_DATA %s, expected %s", hex.EncodeToString(rep.GetHostData()), hex.EncodeToString(ref.HostData))
 	}
 }
 

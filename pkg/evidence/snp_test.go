@@ -28,6 +28,9 @@ const milanFMS = 0x00a00f10
 
 var fakeTCB = kds.TCBParts{BlSpl: 3, TeeSpl: 0, SnpSpl: 8, UcodeSpl: 115}
 
+// fakeGuestSVN is the GUEST_SVN of the fake reports (VMPL is 0).
+const fakeGuestSVN = 2
+
 type snpFake struct {
 	debug, migrateMA bool
 	measurement      []byte
@@ -76,6 +79,7 @@ func fakeSNPQuote(t testing.TB, rd [64]byte, f snpFake) ([]byte, *Roots, []byte)
 		FamilyId: make([]byte, 16), ImageId: make([]byte, 16), IdKeyDigest: make([]byte, 48),
 		AuthorKeyDigest: make([]byte, 48), ReportId: make([]byte, 32), ReportIdMa: make([]byte, 32),
 		ChipId: chip, Signature: make([]byte, 512), Cpuid1EaxFms: milanFMS, SignerInfo: abi.ComposeSignerInfo(signerInfo),
+		GuestSvn:    fakeGuestSVN,
 		ReportedTcb: uint64(tcbv), CurrentTcb: uint64(tcbv), CommittedTcb: uint64(tcbv), LaunchTcb: uint64(tcbv),
 	}
 	raw, err := abi.ReportToAbiBytes(rep)
@@ -135,10 +139,13 @@ func snpBundle(t testing.TB, bd binding, quote []byte) *Bundle {
 		Evidence: &Raw{Type: TypeSNPReport, Data: quote}, Collector: "test", CollectedAt: time.Now().UTC()}
 }
 
+// snpRef pins every reference value of the fake reports.
 var snpRef = &ReferenceValues{SEVSNP: &SNPReference{
-	Measurements: []HexBytes{bytes.Repeat([]byte{0xab}, 48)},
-	HostData:     make([]byte, 32),
-	MinimumTCB:   &SNPTCB{Bootloader: 3, SNP: 8, Microcode: 100},
+	Measurements:    []HexBytes{bytes.Repeat([]byte{0xab}, 48)},
+	HostData:        make([]byte, 32),
+	MinimumTCB:      &SNPTCB{Bootloader: 3, SNP: 8, Microcode: 100},
+	MinimumGuestSVN: fakeGuestSVN,
+	VMPL:            new(uint32),
 }}
 
 func claimStatus(r *Result, name string) Status {

@@ -353,22 +353,52 @@ func tdxPolicyClaim(r *Result, q *tpb.QuoteV4, ref *TDXReference) {
 			bad = append(bad, fmt.Sprintf("XFAM 0x%x violates its fixed bits (must set 0x%x, may set only 0x%x)", v, xfamFixed1, xfamFixed0))
 		}
 	}
-	if ref != nil {
-		if len(ref.TDAttributes) > 0 && !anyEqual(body.GetTdAttributes(), []HexBytes{ref.TDAttributes}) {
-			bad = append(bad, fmt.Sprintf("TDATTRIBUTES %s, expected %s", hex.EncodeToString(body.GetTdAttributes()), hex.EncodeToString(ref.TDAttributes)))
-		}
-		if len(ref.XFAM) > 0 && !anyEqual(body.GetXfam(), []HexBytes{ref.XFAM}) {
-			bad = append(bad, fmt.Sprintf("XFAM %s, expected %s", hex.EncodeToString(body.GetXfam()), hex.EncodeToString(ref.XFAM)))
-		}
-		if len(ref.MRSeam) > 0 && !anyEqual(body.GetMrSeam(), ref.MRSeam) {
-			bad = append(bad, fmt.Sprintf("MRSEAM %s is not a reference value", hex.EncodeToString(body.GetMrSeam())))
-		}
+	if ref == nil {
+		ref = &TDXReference{}
 	}
-	if len(bad) > 0 {
+	// Each of TDATTRIBUTES, XFAM and MRSEAM is compared when the reference
+	// values give it; else the claim says it was not.
+	attrs, xfam, seam := hex.EncodeToString(body.GetTdAttributes()), hex.EncodeToString(body.GetXfam()), hex.EncodeToString(body.GetMrSeam())
+	var checked, unchecked []string
+	switch {
+	case len(ref.TDAttributes) == 0:
+		unchecked = append(unchecked, "TDATTRIBUTES "+attrs)
+	case !anyEqual(body.GetTdAttributes(), []HexBytes{ref.TDAttributes}):
+		bad = append(bad, fmt.Sprintf("TDATTRIBUTES %s, expected %s", attrs, hex.EncodeToString(ref.TDAttributes)))
+	default:
+		checked = append(checked, "TDATTRIBUTES "+attrs)
+	}
+	switch {
+	case len(ref.XFAM) == 0:
+		unchecked = append(unchecked, "XFAM "+xfam)
+	case !anyEqual(body.GetXfam(), []HexBytes{ref.XFAM}):
+		bad = append(bad, fmt.Sprintf("XFAM %s, expected %s", xfam, hex.EncodeToString(ref.XFAM)))
+	default:
+		checked = append(checked, "XFAM "+xfam)
+	}
+	switch {
+	case len(ref.MRSeam) == 0:
+		unchecked = append(unchecked, "MRSEAM "+seam)
+	case !anyEqual(body.GetMrSeam(), ref.MRSeam):
+		bad = append(bad, fmt.Sprintf("MRSEAM %s is not a reference value", seam))
+	default:
+		checked = append(checked, "MRSEAM "+seam)
+	}
+	switch {
+	case len(bad) > 0:
 		r.add(ClaimPolicy, StatusContraindicated, FailRefValue, "%s", join(bad))
-		return
+	case len(unchecked) > 0:
+		what := "fixed bits of TDATTRIBUTES and XFAM hold"
+		if len(checked) > 0 {
+			what = strings.Join(checked, ", ") + " match the reference values"
+			if len(checked) == 1 {
+				what = checked[0] + " matches the reference value"
+			}
+		}
+		r.add(ClaimPolicy, StatusWarning, "", "%s; %s not checked (not in the reference values)", what, strings.Join(unchecked, ", "))
+	default:
+		r.add(ClaimPolicy, StatusAffirming, "", "%s match the reference values", strings.Join(checked, ", "))
 	}
-	r.add(ClaimPolicy, StatusAffirming, "", "TDATTRIBUTES %s and XFAM %s are acceptable", hex.EncodeToString(body.GetTdAttributes()), hex.EncodeToString(body.GetXfam()))
 }
 
 func tdxMeasurementClaims(r *Result, body *tpb.TDQuoteBody, ref *TDXReference) {
@@ -425,15 +455,21 @@ func tdxMeasurementClaims(r *Result, body *tpb.TDQuoteBody, ref *TDXReference) {
 		// nothing about the code the TD runs.
 		r.add(ClaimMeasurement, StatusWarning, "", "%s, but MRTD %s is not checked: firmware that is not pinned could have extended the RTMRs with any values%s",
 			matched, hex.EncodeToString(body.GetMrTd()), notChecked(skipped[1:]))
+	case len(skipped) > 0:
+		// MRTD covers only the TD's initial memory (the firmware): the
+		// RTMRs record what it booted (configuration, kernel, command line
+		// and initrd) and what was measured after, the gateway included.
+		r.add(ClaimMeasurement, StatusWarning, "", "%s%s: what they record (firmware configuration, kernel, command line, initrd, run-time measurements such as the gateway) could be anything", matched, notChecked(skipped))
 	default:
-		r.add(ClaimMeasurement, StatusAffirming, "", "%s%s", matched, notChecked(skipped))
+		r.add(ClaimMeasurement, StatusAffirming, "", "%s", matched)
 	}
-	if ref != nil && len(ref.MRConfigID) > 0 {
-		if anyEqual(body.GetMrConfigId(), []HexBytes{ref.MRConfigID}) {
-			r.add(ClaimHostData, StatusAffirming, "", "MRCONFIGID matches the reference value")
-		} else {
-			r.add(ClaimHostData, StatusContraindicated, FailRefValue, "MRCONFIGID %s, expected %s", hex.EncodeToString(body.GetMrConfigId()), hex.EncodeToString(ref.MRConfigID))
-		}
+	switch {
+	case ref == nil || len(ref.MRConfigID) == 0:
+		r.add(ClaimHostData, StatusWarning, "", "no mr_config_id in the reference values: MRCONFIGID %s not checked", hex.EncodeToString(body.GetMrConfigId()))
+	case anyEqual(body.GetMrConfigId(), []HexBytes{ref.MRConfigID}):
+		r.add(ClaimHostData, StatusAffirming, "", "MRCONFIGID matches the reference value")
+	default:
+		r.add(ClaimHostData, StatusContraindicated, FailRefValue, "MRCONFIGID %s, expected %s", hex.EncodeToString(body.GetMrConfigId()), hex.EncodeToString(ref.MRConfigID))
 	}
 }
 

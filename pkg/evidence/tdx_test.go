@@ -210,7 +210,14 @@ func TestTDXBinding(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref := &ReferenceValues{TDX: &TDXReference{MRTD: []HexBytes{mrtd}}}
+	// Every reference value pinned, as the fake quote has them.
+	q, err := ParseTDX(quote)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := q.GetTdQuoteBody()
+	ref := &ReferenceValues{TDX: &TDXReference{MRTD: []HexBytes{mrtd}, RTMRs: []HexBytes{body.Rtmrs[0], body.Rtmrs[1], body.Rtmrs[2], body.Rtmrs[3]},
+		MRConfigID: body.MrConfigId, MRSeam: []HexBytes{body.MrSeam}, TDAttributes: body.TdAttributes, XFAM: body.Xfam}}
 	good := VerifyOptions{Roots: roots, Reference: ref, ExpectNonce: bd.nonce, ExpectKey: bd.pub, ExpectStatement: bd.stmt}
 	r, _ := Verify(tdxBundle(t, bd, quote), good)
 	for _, c := range r.Claims {
