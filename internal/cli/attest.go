@@ -358,7 +358,9 @@ Each check is affirming, warning or contraindicated; the worst is the verdict.
 A value absent from --reference leaves its check a warning naming what was
 not compared (a minimum_guest_svn of 0 compares nothing).
 Raw evidence carries no cmcp binding: binding is reported as not applicable.
-Software evidence is rejected (--allow-software: a warning). Exit codes: 0
+Software evidence is rejected (--allow-software: a warning). In --output json,
+"attested" is true only for SEV-SNP or TDX evidence that verified (verdict
+affirming or warning). Exit codes: 0
 affirming or warning, 20 bad evidence, 21 reference value or policy mismatch,
 22 binding mismatch (key, nonce or statement), 2 usage, 3 I/O.`,
 		Example: `  cmcp attest verify evidence.json --nonce 0011aabb --key gateway.pub --reference ref.json

@@ -141,3 +141,48 @@ func TestMalformedTDXQuoteIsRejectedNotACrash(t *testing.T) {
 		}
 	})
 }
+
+// TestAttestedIsFalseForEvidenceThatDidNotVerify: "attested" in the JSON of
+// attest verify and of verify-chain's evidence[] is true only for hardware
+// evidence that verified. Before, it was true for any bundle naming sev-snp
+// or tdx: a 3-byte "quote", a genuine quote bound to another key.
+func TestAttestedIsFalseForEvidenceThatDidNotVerify(t *testing.T) {
+	genuine, err := os.ReadFile("../../testdata/evidence/tdx-spr-e4-quote.dat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("attest verify", func(t *testing.T) {
+		pub, _, _ := ed25519.GenerateKey(nil)
+		f := t.TempDir() + "/ev.json"
+		if err := os.WriteFile(f, tdxBundleJSON(t, []byte{4, 0, 2}, pub, digest.Digest{}), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		code, out, errb := runCLINoPanic(t, "-o", "json", "attest", "verify", f)
+		var doc struct {
+			SchemaVersion int             `json:"schema_version"`
+			Attested      *bool           `json:"attested"`
+			Verdict       evidence.Status `json:"verdict"`
+		}
+		if err := json.Unmarshal([]byte(out), &doc); err != nil || code != 20 || doc.Attested == nil || *doc.Attested || doc.Verdict != evidence.StatusContraindicated || doc.SchemaVersion != 1 {
+			t.Fatalf("exit %d, %v\nstdout:\n%s\nstderr:\n%s", code, err, out, errb)
+		}
+	})
+	t.Run("verify-chain", func(t *testing.T) {
+		dir := evidenceLog(t, func(stmt digest.Digest, pub ed25519.PublicKey) (json.RawMessage, error) {
+			return tdxBundleJSON(t, genuine, pub, stmt), nil
+		}, evidence.PlatformTDX)
+		code, out, errb := runCLINoPanic(t, "-o", "json", "verify-chain", dir)
+		var doc struct {
+			Evidence []genesisEvidence `json:"evidence"`
+		}
+		if err := json.Unmarshal([]byte(out), &doc); err != nil || code != 12 || len(doc.Evidence) != 1 ||
+			doc.Evidence[0].Attested || doc.Evidence[0].Platform != evidence.PlatformTDX || doc.Evidence[0].Binding != evidence.BindingMismatch {
+			t.Fatalf("exit %d, %v\nstdout:\n%s\nstderr:\n%s", code, err, out, errb)
+		}
+		// The text names the platform and the verdict, never "software".
+		code, out, errb = runCLINoPanic(t, "verify-chain", dir)
+		if code != 12 || strings.Contains(out, "software") || strings.Contains(out, "bound by verified") {
+			t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errb)
+		}
+	})
+}

@@ -33,7 +33,7 @@ func (o *chainEvidenceOptions) AddFlags(fs *pflag.FlagSet) {
 type genesisEvidence struct {
 	Epoch    int              `json:"epoch"`
 	Platform string           `json:"platform"` // sev-snp, tdx, software, or none
-	Attested bool             `json:"attested"`
+	Attested bool             `json:"attested"` // the key is bound to SEV-SNP or TDX evidence that verified
 	Verdict  string           `json:"verdict"`
 	Binding  string           `json:"binding"`
 	Claims   []evidence.Claim `json:"claims,omitempty"`
@@ -108,7 +108,7 @@ func (c *chainEvidence) check(g *auditlog.Genesis) error {
 		ge.Verdict = string(evidence.StatusContraindicated)
 		return fmt.Errorf("epoch %d: %v", g.Epoch, err)
 	}
-	ge.Platform, ge.Attested = b.Platform, b.Attested
+	ge.Platform = b.Platform
 	if g.Gateway.Platform != "" && g.Gateway.Platform != b.Platform {
 		ge.Verdict = string(evidence.StatusContraindicated)
 		return fmt.Errorf("epoch %d: the genesis says platform %q but its evidence is %q", g.Epoch, g.Gateway.Platform, b.Platform)
@@ -126,7 +126,7 @@ func (c *chainEvidence) check(g *auditlog.Genesis) error {
 	if err != nil {
 		return err
 	}
-	ge.Verdict, ge.Binding, ge.Claims = string(res.Verdict), res.Binding, res.Claims
+	ge.Verdict, ge.Binding, ge.Claims, ge.Attested = string(res.Verdict), res.Binding, res.Claims, res.Attested
 	if !b.Attested {
 		ge.Note = "software evidence: the key is unattested (development only)"
 	} else if m := res.Claim(evidence.ClaimMeasurement); m != nil && m.Status == evidence.StatusWarning {
@@ -227,7 +227,7 @@ func (c *chainEvidence) print(p *ui.Printer) {
 		switch {
 		case ge.Platform == "none":
 			p.Printf("  %s epoch %d: %s\n", p.Warn("!"), ge.Epoch, ge.Note)
-		case !ge.Attested:
+		case ge.Platform == evidence.PlatformSoftware:
 			p.Printf("  %s epoch %d: key and genesis statement bound by %s evidence: UNATTESTED, development only\n", p.Warn("!"), ge.Epoch, p.Warn("software"))
 		default:
 			mark := p.OK("✓")

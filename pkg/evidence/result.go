@@ -69,7 +69,11 @@ const (
 
 // Result is the appraisal of one piece of evidence.
 type Result struct {
-	Platform   string            `json:"platform"`
+	Platform string `json:"platform"`
+	// Attested is true only for SEV-SNP or TDX evidence that verified: its
+	// verdict is affirming or warning (signature chain, binding and
+	// reference values not contraindicated). Evidence that names a hardware
+	// platform but did not verify, and software evidence, are not attested.
 	Attested   bool              `json:"attested"`
 	Verdict    Status            `json:"verdict"`
 	Binding    string            `json:"binding"`
@@ -101,6 +105,7 @@ func (r *Result) finish() {
 			r.Verdict = c.Status
 		}
 	}
+	r.Attested = Attested(r.Platform) && r.Verdict != StatusContraindicated
 }
 
 // Claim returns the named claim, or nil.

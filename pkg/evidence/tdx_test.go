@@ -12,6 +12,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"os"
 	"strings"
@@ -604,5 +605,69 @@ func TestTDXParserPanicIsAnError(t *testing.T) {
 	err := recoverParse("TDX quote", func() error { panic("runtime error: slice bounds out of range [:65537] with capacity 4165") })
 	if err == nil || !strings.Contains(err.Error(), "the TDX quote is malformed") || !strings.Contains(err.Error(), "slice bounds out of range") {
 		t.Fatalf("recoverParse: %v", err)
+	}
+}
+
+// TestAttestedOnlyWhenEvidenceVerified: Result.Attested ("attested" in the
+// JSON) is true only for SEV-SNP or TDX evidence that verified (verdict not
+// contraindicated). Before, it was true for any evidence claiming a hardware
+// platform: three bytes of "TDX quote", or a genuine quote bound to another
+// key, were "attested": true next to verdict contraindicated.
+func TestAttestedOnlyWhenEvidenceVerified(t *testing.T) {
+	bd := newBinding(t)
+	fake, rootPEM := fakeTDXQuote(t, bd.rd, tdxFake{})
+	fakeRoots, err := ParseRoots(rootPEM, "fake-intel-root.pem")
+	if err != nil {
+		t.Fatal(err)
+	}
+	snpRaw, err := os.ReadFile("../../testdata/evidence/snp-milan-v2-report.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vcek, err := os.ReadFile("../../testdata/evidence/snp-milan-vcek.der")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name     string
+		verify   func() (*Result, error)
+		attested bool
+	}{
+		{"tdx bundle of 3 bytes", func() (*Result, error) {
+			return Verify(tdxBundle(t, bd, []byte{4, 0, 2}), VerifyOptions{Now: sampleAt})
+		}, false},
+		{"raw tdx header only", func() (*Result, error) {
+			return VerifyRaw([]byte{4, 0, 2, 0, 0x81, 0, 0, 0}, nil, VerifyOptions{Now: sampleAt})
+		}, false},
+		{"genuine quote bound to another key", func() (*Result, error) {
+			return Verify(tdxBundle(t, bd, testdata.RawQuote), VerifyOptions{Now: sampleAt})
+		}, false},
+		{"verified quote, another key expected", func() (*Result, error) {
+			return Verify(tdxBundle(t, bd, fake), VerifyOptions{Roots: fakeRoots, ExpectKey: make([]byte, 32)})
+		}, false},
+		{"genuine SEV-SNP report of a debug guest", func() (*Result, error) {
+			return VerifyRaw(snpRaw, [][]byte{vcek}, VerifyOptions{Now: sampleAt})
+		}, false},
+		{"software evidence allowed", func() (*Result, error) {
+			return Verify(softwareBundle(t), VerifyOptions{AllowSoftware: true})
+		}, false},
+		{"genuine raw quote", func() (*Result, error) { return VerifyRaw(testdata.RawQuote, nil, VerifyOptions{Now: sampleAt}) }, true},
+		{"verified bundle", func() (*Result, error) {
+			return Verify(tdxBundle(t, bd, fake), VerifyOptions{Roots: fakeRoots, ExpectKey: bd.pub})
+		}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r, err := c.verify()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Attested != c.attested || r.Attested != (r.Verdict != StatusContraindicated && r.Platform != PlatformSoftware) {
+				t.Fatalf("attested %v, want %v (verdict %s, binding %s)", r.Attested, c.attested, r.Verdict, r.Binding)
+			}
+			j, _ := json.Marshal(r)
+			if want := fmt.Sprintf(`"attested":%v`, c.attested); !strings.Contains(string(j), want) {
+				t.Fatalf("JSON %s lacks %s", j, want)
+			}
+		})
 	}
 }

@@ -53,7 +53,7 @@ func Verify(b *Bundle, opts VerifyOptions) (*Result, error) {
 		return nil, errors.New("no bundle")
 	}
 	o := opts.defaults()
-	r := &Result{Platform: b.Platform, Attested: Attested(b.Platform), Roots: o.Roots.Source, VerifiedAt: o.Now.UTC()}
+	r := &Result{Platform: b.Platform, Roots: o.Roots.Source, VerifiedAt: o.Now.UTC()}
 	if err := b.check(); err != nil {
 		r.add(ClaimEvidence, StatusContraindicated, FailEvidence, "%v", err)
 		r.finish()
@@ -91,13 +91,13 @@ func VerifyRaw(raw []byte, certs [][]byte, opts VerifyOptions) (*Result, error) 
 	var rd []byte
 	switch DetectRaw(raw) {
 	case PlatformTDX:
-		r.Platform, r.Attested = PlatformTDX, true
+		r.Platform = PlatformTDX
 		if len(certs) > 0 {
 			return nil, errors.New("a TDX quote carries its own PCK chain: --cert is only for SEV-SNP reports")
 		}
 		rd = verifyTDX(r, raw, &o)
 	case PlatformSEVSNP:
-		r.Platform, r.Attested = PlatformSEVSNP, true
+		r.Platform = PlatformSEVSNP
 		var ders [][]byte
 		for i, c := range certs {
 			parsed, err := ParseCertificates(c)
