@@ -80,20 +80,27 @@ func TestTreeShellReimplementation(t *testing.T) {
 	dir := t.TempDir()
 	writeTree(t, dir, map[string]string{
 		"a b/c d.txt": "spaces\n", "x.sh*": "echo\n", "z/": "", "y/deep/er/f": "f", "l": "->y/deep", ".hidden": "h",
+		// Names that find, stat and readlink would take for options.
+		"-rf*": "dash\n", "-perm/-name": "n", "-l": "->-rf", "--/": "",
 	})
-	script := `export LC_ALL=C; cd "$1" && {
-  printf 'cmcp-tree-v1\n'
-  find . -mindepth 1 -printf '%P\n' | LC_ALL=C sort | while IFS= read -r p; do
-    if [ -L "$p" ]; then t=$(readlink "$p"); printf 'symlink %d:%s %d:%s\n' "${#p}" "$p" "${#t}" "$t"
-    elif [ -d "$p" ]; then printf 'dir %d:%s\n' "${#p}" "$p"
-    else x=-; [ -n "$(find "$p" -perm /111)" ] && x=x
-         printf 'file %s %d %s %d:%s\n' "$x" "$(stat -c %s "$p")" "$(sha256sum < "$p" | cut -d' ' -f1)" "${#p}" "$p"
-    fi
-  done
-} | sha256sum | cut -d' ' -f1`
+	// The script is TREE.md's own, so that the one auditors copy is the
+	// one tested.
+	md, err := os.ReadFile("TREE.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(md), "```sh\n")
+	block, _, ok2 := strings.Cut(block, "```")
+	if !ok || !ok2 || !strings.HasPrefix(block, "cd DIR && ") {
+		t.Fatalf("TREE.md has no shell block starting with \"cd DIR && \"")
+	}
+	script := "export LC_ALL=C; cd \"$1\" && " + strings.TrimPrefix(block, "cd DIR && ")
 	out, err := exec.Command("bash", "-c", script, "bash", dir).Output()
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(out) < 64 {
+		t.Fatalf("the shell printed %q", out)
 	}
 	want := "sha256:" + string(out[:64])
 	got, err := Tree(context.Background(), dir, TreeOptions{})
