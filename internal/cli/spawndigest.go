@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -127,6 +129,15 @@ func runSpawnDigest(ctx context.Context, e *env, p *ui.Printer, o *spawnDigestOp
 	if err := config.ValidateName(name); err != nil {
 		return ui.Errorf(ui.ExitUsage, "--name: %w", err)
 	}
+	for i, a := range args {
+		what := fmt.Sprintf("argument %d", i)
+		if i == 0 {
+			what = "COMMAND"
+		}
+		if err := validUTF8(what, a); err != nil {
+			return err
+		}
+	}
 	prog := treeProgress(p)
 	r, err := measure.Command(ctx, args[0], args[1:], e.getenv("PATH"), o.Target, prog.add)
 	prog.done()
@@ -214,9 +225,11 @@ func entryYAML(u config.Upstream, r *measure.Result) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "  - name: %s\n    stdio:\n      command: %s\n", yamlScalar(u.Name), yamlScalar(u.Stdio.Command))
 	if len(u.Stdio.Args) > 0 {
+		// Double-quoted, every one: a plain scalar in a flow list ends
+		// at "," or "]" ("--filter=a,b" would load as two arguments).
 		q := make([]string, len(u.Stdio.Args))
 		for i, a := range u.Stdio.Args {
-			q[i] = yamlScalar(a)
+			q[i] = yamlQuote(a)
 		}
 		fmt.Fprintf(&b, "      args: [%s]\n", strings.Join(q, ", "))
 	}
@@ -240,6 +253,51 @@ func yamlScalar(s string) string {
 		return fmt.Sprintf("%q", s)
 	}
 	return strings.TrimRight(string(out), "\n")
+}
+
+// yamlQuote writes s as a YAML double-quoted scalar on one line, in any
+// context (block or flow): '"' and '\\' are escaped, and so is every
+// character that is not printable, line breaks of every kind (\n, \r,
+// U+0085, U+2028, U+2029) included. A byte that is not UTF-8 is written
+// \xNN, which YAML reads as the character U+00NN: a value that must load
+// back as written is checked to be UTF-8 first (validUTF8).
+func yamlQuote(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for len(s) > 0 {
+		r, n := utf8.DecodeRuneInString(s)
+		switch {
+		case r == utf8.RuneError && n == 1:
+			fmt.Fprintf(&b, "\\x%02x", s[0])
+		case r == '"' || r == '\\':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		case r == '\n':
+			b.WriteString("\\n")
+		case r == '\t':
+			b.WriteString("\\t")
+		case r == '\r':
+			b.WriteString("\\r")
+		case r == ' ' || unicode.IsPrint(r):
+			b.WriteString(s[:n])
+		case r <= 0xffff:
+			fmt.Fprintf(&b, "\\u%04x", r)
+		default:
+			fmt.Fprintf(&b, "\\U%08x", r)
+		}
+		s = s[n:]
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
+// validUTF8 refuses a value that cmcp.yaml cannot hold: YAML text is
+// Unicode, so bytes that are not UTF-8 would load back as other bytes.
+func validUTF8(what, s string) error {
+	if !utf8.ValidString(s) {
+		return ui.Errorf(ui.ExitUsage, "%s %s is not UTF-8: cmcp.yaml cannot hold it", what, yamlQuote(s))
+	}
+	return nil
 }
 
 var nameBad = regexp.MustCompile(`[^A-Za-z0-9_-]+`)
