@@ -16,7 +16,8 @@ echo "== pin the sample server" >&2
 # reading examples/ only.
 doc=$(bin/cmcp spawn-digest --tools --name files --output json -- bin/sample-server --root examples)
 pin=$(printf '%s\n' "$doc" | sed -n 's/.*"command_digest": *"\(sha256:[0-9a-f]*\)".*/\1/p' | head -1)
-tools=$(printf '%s\n' "$doc" | sed -n 's/.*"tools_flow": *"\(.*\)".*/\1/p' | head -1)
+# tools_flow is a JSON string holding YAML whose keys are quoted: unescape them.
+tools=$(printf '%s\n' "$doc" | sed -n 's/.*"tools_flow": *"\(.*\)".*/\1/p' | head -1 | sed 's/\\"/"/g')
 echo "   command pin $pin" >&2
 echo "   tool pins   $tools" >&2
 sed -e "s|PIN_COMMAND|$pin|" -e "s|PIN_TOOLS|$tools|" examples/cmcp.yaml > .quickstart/cmcp.yaml

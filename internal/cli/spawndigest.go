@@ -13,7 +13,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"go.yaml.in/yaml/v3"
 
 	"github.com/confidential-mcp/cmcp/internal/config"
 	"github.com/confidential-mcp/cmcp/internal/gateway"
@@ -145,6 +144,11 @@ func runSpawnDigest(ctx context.Context, e *env, p *ui.Printer, o *spawnDigestOp
 		return err
 	}
 	u := upstreamEntry(name, r)
+	for _, v := range [][2]string{{"the command", u.Stdio.Command}, {"the directory", u.Stdio.Dir}, {"--target", u.Pin.Target}} {
+		if err := validUTF8(v[0], v[1]); err != nil {
+			return err
+		}
+	}
 	y := entryYAML(u, r)
 	doc := spawnDigestDoc{SchemaVersion: ui.SchemaVersion, Result: r, Upstream: u, YAML: y}
 	if o.Tools {
@@ -159,15 +163,18 @@ func runSpawnDigest(ctx context.Context, e *env, p *ui.Printer, o *spawnDigestOp
 	}
 	// Everything printed is YAML (the facts are comments), so the whole
 	// output can be appended under "upstreams:" in cmcp.yaml.
-	p.Printf("%s %s\n", p.Dim("# command "), r.Command)
-	p.Printf("%s %s (%s)\n", p.Dim("# resolved"), r.Resolved, sizeText(r.CommandBytes))
+	// The facts are comments, and their values too are written through
+	// commentText: a file name holding a line break must not end a
+	// comment and start YAML of its own.
+	p.Printf("%s %s\n", p.Dim("# command "), commentText(r.Command))
+	p.Printf("%s %s (%s)\n", p.Dim("# resolved"), commentText(r.Resolved), sizeText(r.CommandBytes))
 	p.Printf("%s %s\n", p.Dim("# digest  "), p.Bold(r.CommandDigest.String()))
 	if sc := r.Script; sc != nil {
-		p.Printf("%s %s (%s; %s)\n", p.Dim("# interp  "), sc.Resolved, scriptText(sc), sizeText(sc.Bytes))
+		p.Printf("%s %s (%s; %s)\n", p.Dim("# interp  "), commentText(sc.Resolved), scriptText(sc), sizeText(sc.Bytes))
 		p.Printf("%s %s\n", p.Dim("# digest  "), p.Bold(sc.Digest.String()))
 	}
 	if t := r.Target; t != nil {
-		p.Printf("%s %s (%s)\n", p.Dim("# target  "), t.Path, targetText(t))
+		p.Printf("%s %s (%s)\n", p.Dim("# target  "), commentText(t.Path), targetText(t))
 		p.Printf("%s %s\n", p.Dim("# digest  "), p.Bold(t.Digest.String()))
 	}
 	p.Printf("%s\n%s", p.Dim("# cmcp.yaml entry: paste under upstreams:"), y)
@@ -220,10 +227,12 @@ func relativeFileArg(args []string) bool {
 }
 
 // entryYAML renders u as a list item to paste under "upstreams:", with
-// comments saying what each digest covers.
+// comments saying what each digest covers. No value is written raw:
+// strings are double-quoted (yamlQuote), values in comments go through
+// commentText, and digests are cmcp's own text.
 func entryYAML(u config.Upstream, r *measure.Result) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "  - name: %s\n    stdio:\n      command: %s\n", yamlScalar(u.Name), yamlScalar(u.Stdio.Command))
+	fmt.Fprintf(&b, "  - name: %s\n    stdio:\n      command: %s\n", yamlQuote(u.Name), yamlQuote(u.Stdio.Command))
 	if len(u.Stdio.Args) > 0 {
 		// Double-quoted, every one: a plain scalar in a flow list ends
 		// at "," or "]" ("--filter=a,b" would load as two arguments).
@@ -234,25 +243,16 @@ func entryYAML(u config.Upstream, r *measure.Result) string {
 		fmt.Fprintf(&b, "      args: [%s]\n", strings.Join(q, ", "))
 	}
 	if u.Stdio.Dir != "" {
-		fmt.Fprintf(&b, "      dir: %s  # relative arguments resolve here, where the pins were taken\n", yamlScalar(u.Stdio.Dir))
+		fmt.Fprintf(&b, "      dir: %s  # relative arguments resolve here, where the pins were taken\n", yamlQuote(u.Stdio.Dir))
 	}
-	fmt.Fprintf(&b, "    pin:\n      command: %s  # %s\n", u.Pin.Command, r.Resolved)
+	fmt.Fprintf(&b, "    pin:\n      command: %s  # %s\n", u.Pin.Command, commentText(r.Resolved))
 	if sc := r.Script; sc != nil {
-		fmt.Fprintf(&b, "      interpreter: %s  # %s (%s)\n", sc.Digest, sc.Resolved, scriptText(sc))
+		fmt.Fprintf(&b, "      interpreter: %s  # %s (%s)\n", sc.Digest, commentText(sc.Resolved), scriptText(sc))
 	}
 	if t := r.Target; t != nil {
-		fmt.Fprintf(&b, "      target: %s\n      target_digest: %s  # %s\n", yamlScalar(t.Path), t.Digest, targetText(t))
+		fmt.Fprintf(&b, "      target: %s\n      target_digest: %s  # %s\n", yamlQuote(t.Path), t.Digest, targetText(t))
 	}
 	return b.String()
-}
-
-// yamlScalar quotes s as YAML needs it, on one line.
-func yamlScalar(s string) string {
-	out, err := yaml.Marshal(s)
-	if err != nil || strings.Count(strings.TrimRight(string(out), "\n"), "\n") > 0 {
-		return fmt.Sprintf("%q", s)
-	}
-	return strings.TrimRight(string(out), "\n")
 }
 
 // yamlQuote writes s as a YAML double-quoted scalar on one line, in any
@@ -291,6 +291,18 @@ func yamlQuote(s string) string {
 	return b.String()
 }
 
+// commentText is s to write in a YAML comment: as it is when every
+// character is printable, else quoted (yamlQuote), so that no line break
+// of any kind (\n, \r, U+0085, U+2028, U+2029) ends the comment.
+func commentText(s string) string {
+	for _, r := range s {
+		if r == utf8.RuneError || (r != ' ' && !unicode.IsPrint(r)) {
+			return yamlQuote(s)
+		}
+	}
+	return s
+}
+
 // validUTF8 refuses a value that cmcp.yaml cannot hold: YAML text is
 // Unicode, so bytes that are not UTF-8 would load back as other bytes.
 func validUTF8(what, s string) error {
@@ -321,9 +333,9 @@ func nameFromCommand(c string) string {
 // scriptText says where a "#!" command's interpreter comes from.
 func scriptText(sc *measure.Script) string {
 	if sc.Env {
-		return "#!" + sc.Line + ", found on PATH"
+		return commentText("#!"+sc.Line) + ", found on PATH"
 	}
-	return "#!" + sc.Line
+	return commentText("#!" + sc.Line)
 }
 
 func targetText(t *measure.Target) string {

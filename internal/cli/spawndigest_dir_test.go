@@ -27,7 +27,7 @@ func TestSpawnDigestPinsTheDirOfRelativeArguments(t *testing.T) {
 		t.Fatalf("exit %d\n%s%s", code, out, errOut)
 	}
 	real, _ := filepath.EvalSymlinks(dir)
-	if !strings.Contains(out, "dir: "+dir) && !strings.Contains(out, "dir: "+real) {
+	if !strings.Contains(out, `dir: "`+dir+`"`) && !strings.Contains(out, `dir: "`+real+`"`) {
 		t.Fatalf("no dir: for the relative argument:\n%s", out)
 	}
 	// Flags and absolute arguments need no directory.

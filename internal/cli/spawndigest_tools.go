@@ -42,15 +42,17 @@ func toolPins(ctx context.Context, e *env, name string, r *measure.Result) ([]ga
 const probeTimeout = 60 * time.Second
 
 // toolsYAML renders pins as a catalog: section to paste into cmcp.yaml.
+// The tool names are the server's: quoted as keys, and in the comment
+// naming a refused tool (commentText), never written raw.
 func toolsYAML(name string, pins []gateway.ToolPin) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "catalog:\n  upstreams:\n    %s:\n      tools:\n", yamlScalar(name))
+	fmt.Fprintf(&b, "catalog:\n  upstreams:\n    %s:\n      tools:\n", yamlQuote(name))
 	for _, p := range pins {
 		if p.Error != "" {
-			fmt.Fprintf(&b, "        # %s: refused by the gateway: %s\n", p.Name, p.Error)
+			fmt.Fprintf(&b, "        # %s: refused by the gateway: %s\n", commentText(p.Name), commentText(p.Error))
 			continue
 		}
-		fmt.Fprintf(&b, "        %s: %s\n", yamlScalar(p.Name), p.Pin)
+		fmt.Fprintf(&b, "        %s: %s\n", yamlQuote(p.Name), p.Pin)
 	}
 	return b.String()
 }
@@ -60,7 +62,7 @@ func toolsFlow(pins []gateway.ToolPin) string {
 	var parts []string
 	for _, p := range pins {
 		if p.Error == "" {
-			parts = append(parts, fmt.Sprintf("%s: %s", yamlScalar(p.Name), p.Pin))
+			parts = append(parts, fmt.Sprintf("%s: %s", yamlQuote(p.Name), p.Pin))
 		}
 	}
 	return "{" + strings.Join(parts, ", ") + "}"

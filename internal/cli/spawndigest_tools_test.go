@@ -22,7 +22,7 @@ func TestSpawnDigestTools(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
 	out := stdout.String()
-	for _, want := range []string{"catalog:\n  upstreams:\n    files:\n      tools:\n", "        echo: sha256:", "        read_file: sha256:"} {
+	for _, want := range []string{"catalog:\n  upstreams:\n    \"files\":\n      tools:\n", "        \"echo\": sha256:", "        \"read_file\": sha256:"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("output lacks %q:\n%s", want, out)
 		}
