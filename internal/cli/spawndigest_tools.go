@@ -25,7 +25,9 @@ func toolPins(ctx context.Context, e *env, name string, r *measure.Result) ([]ga
 	}
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	pins, err := gateway.ProbeTools(ctx, spec, e.environ, e.stderr)
+	// The entry printed leaves namespace: at its default (true): tools
+	// are exposed as "<name>__<tool>", which the gateway checks.
+	pins, err := gateway.ProbeTools(ctx, spec, true, e.environ, e.stderr)
 	if err != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return nil, ui.Errorf(ui.ExitRuntime, "list the tools of %s: it did not answer initialize and tools/list within %s, and was stopped", r.Resolved, probeTimeout).

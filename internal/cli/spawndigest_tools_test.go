@@ -6,10 +6,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/confidential-mcp/cmcp/internal/ui"
+	"github.com/confidential-mcp/cmcp/internal/upstream"
 )
 
 func TestSpawnDigestTools(t *testing.T) {
@@ -58,5 +60,75 @@ func TestSpawnDigestTools(t *testing.T) {
 	code = Main([]string{"spawn-digest", "--tools", "--", fails}, strings.NewReader(""), &stdout, &stderr)
 	if code != ui.ExitRuntime || !strings.Contains(stderr.String(), "FATAL: missing API_KEY") {
 		t.Fatalf("a server failing at start: exit %d, its stderr not shown: %s", code, stderr.String())
+	}
+}
+
+// toolServer writes a "#!/bin/sh" MCP server that answers the handshake
+// and lists tools with the given names.
+func toolServer(t *testing.T, names ...string) string {
+	t.Helper()
+	var tools []string
+	for _, n := range names {
+		tools = append(tools, `{"name":"`+n+`","inputSchema":{"type":"object"}}`)
+	}
+	idOf := `id=$(printf '%s' "$line" | sed -n 's/.*"id":\([0-9]*\).*/\1/p')`
+	body := "#!/bin/sh\nread -r line\n" + idOf + "\n" +
+		`printf '{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"` + upstream.ProtocolVersion + `","capabilities":{"tools":{}},"serverInfo":{"name":"s","version":"1"}}}\n' "$id"` + "\n" +
+		"read -r line\nread -r line\n" + idOf + "\n" +
+		`printf '{"jsonrpc":"2.0","id":%s,"result":{"tools":[` + strings.Join(tools, ",") + `]}}\n' "$id"` + "\n" +
+		"cat >/dev/null\n"
+	p := filepath.Join(t.TempDir(), "srv")
+	if err := os.WriteFile(p, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestSpawnDigestToolsRefusesBadExposedNames: --tools pins only what the
+// gateway will expose. A tool whose exposed name (NAME__tool, NAME being
+// --name) is not 1-64 characters of [A-Za-z0-9_-] is printed as refused,
+// with the reason, and gets no pin; the length limit depends on --name.
+func TestSpawnDigestToolsRefusesBadExposedNames(t *testing.T) {
+	long := strings.Repeat("a", 61) // x__ + 61 = 64 characters; files__ + 61 = 68
+	srv := toolServer(t, "ok", "read.file", long)
+	for _, c := range []struct {
+		name    string
+		refused []string
+	}{
+		{"x", []string{"read.file"}},
+		{"files", []string{long, "read.file"}}, // sorted by name
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			code, out, errOut := runCLI(t, "--output", "json", "spawn-digest", "--tools", "--name", c.name, "--", srv)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, errOut)
+			}
+			var doc struct {
+				Tools []struct{ Name, Pin, Error string }
+			}
+			if err := json.Unmarshal([]byte(out), &doc); err != nil {
+				t.Fatal(err)
+			}
+			var refused []string
+			for _, tp := range doc.Tools {
+				switch {
+				case tp.Error != "" && tp.Pin == "":
+					if !strings.Contains(tp.Error, "would be exposed as") {
+						t.Errorf("tool %q refused for %q, want the exposed-name reason", tp.Name, tp.Error)
+					}
+					refused = append(refused, tp.Name)
+				case tp.Error == "" && tp.Pin != "":
+				default:
+					t.Errorf("tool %+v", tp)
+				}
+			}
+			if !slices.Equal(refused, c.refused) || len(doc.Tools) != 3 {
+				t.Fatalf("refused %q of %+v, want %q refused", refused, doc.Tools, c.refused)
+			}
+			code, out, _ = runCLI(t, "spawn-digest", "--tools", "--name", c.name, "--", srv)
+			if code != 0 || !strings.Contains(out, "# read.file: refused by the gateway: ") || strings.Contains(out, `"read.file": sha256`) {
+				t.Fatalf("exit %d, text output:\n%s", code, out)
+			}
+		})
 	}
 }

@@ -25,12 +25,14 @@ type ToolPin struct {
 // ProbeTools spawns the stdio server described by spec (measured like the
 // gateway does: spec.Pin must be the digest just measured), lists its tools
 // and returns their definition pins sorted by name. Tools the gateway would
-// refuse (an input schema that is not an object, a duplicate name) carry an
-// Error and no pin.
+// refuse (an input schema that is not an object, a duplicate name, an
+// exposed name that is not 1-64 characters of [A-Za-z0-9_-]) carry an
+// Error and no pin. The exposed name is "<spec.Name>__<tool>" when
+// namespaced (an upstream's default), else the tool's own name.
 //
 // The server's stderr goes to stderr (nil: dropped), so that a server that
 // will not start says why.
-func ProbeTools(ctx context.Context, spec upstream.StdioSpec, environ []string, stderr io.Writer) ([]ToolPin, error) {
+func ProbeTools(ctx context.Context, spec upstream.StdioSpec, namespaced bool, environ []string, stderr io.Writer) ([]ToolPin, error) {
 	var hooks upstream.Hooks
 	if stderr != nil {
 		hooks.Log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -51,6 +53,11 @@ func ProbeTools(ctx context.Context, spec upstream.StdioSpec, environ []string, 
 	accepted, digests, drift := catalog.Check(spec.Name, tools, nil, false)
 	var out []ToolPin
 	for _, t := range accepted {
+		// The check Catalog.Add makes: a tool it would refuse is not pinned.
+		if _, err := catalog.Exposed(spec.Name, t.Name, namespaced); err != nil {
+			out = append(out, ToolPin{Name: t.Name, Error: err.Error()})
+			continue
+		}
 		out = append(out, ToolPin{Name: t.Name, Pin: digests[t.Name]})
 	}
 	for _, d := range drift {
