@@ -156,6 +156,9 @@ func (s *Stdio) Connect(ctx context.Context, client *mcp.Client, opts ConnectOpt
 	if err != nil {
 		return nil, err
 	}
+	if testHookAfterSpawn != nil {
+		testHookAfterSpawn(child)
+	}
 	t := &childTransport{child: child, intercept: opts.Intercept}
 	client.AddReceivingMiddleware(limitServerRequests())
 	cs, err := client.Connect(ctx, t, &mcp.ClientSessionOptions{ProtocolVersion: ProtocolVersion})
@@ -171,6 +174,11 @@ func (s *Stdio) Connect(ctx context.Context, client *mcp.Client, opts ConnectOpt
 		return nil, fmt.Errorf("upstream %q: initialize: %w", s.Spec.Name, err)
 	}
 	child.handshook.Store(true)
+	// The child has read its main module by now: was it what was measured?
+	if err := child.verifyMeasured(); err != nil {
+		cs.Close()
+		return nil, err
+	}
 	ref := fmt.Sprintf("pid %d", child.pid)
 	conn := NewConn(cs, child.class, ref, child.Stop, child.Fault)
 	conn.raw = t.conn.rawCall
@@ -239,6 +247,12 @@ type Child struct {
 
 	stderrBytes, stderrLines, dropped atomic.Int64
 	stderrDone                        chan struct{}
+
+	// ev is the spawn event recorded, for a refusal after the handshake;
+	// watches are what verifyMeasured re-checks then (recheck.go).
+	ev        SpawnEvent
+	watches   []watch
+	watchOnce sync.Once
 }
 
 // Spawn resolves, measures and starts the child described by spec. It
@@ -253,7 +267,11 @@ type Child struct {
 // it runs; the program then sees the memfd as its path. A "#!" script's
 // interpreter is measured and pinned as well, and the child executes the
 // interpreter's descriptor (/proc/self/fd/4) with the script as
-// /proc/self/fd/3 (interp.go).
+// /proc/self/fd/3 (interp.go). An interpreter may still read the script by
+// its path (node does): the script is re-checked at its path once the
+// child started, and once it answered the MCP handshake (verifyMeasured,
+// called by Connect); a script changed, renamed over or moved by then gets
+// the child stopped and the spawn refused.
 func Spawn(ctx context.Context, spec StdioSpec, environ []string, hooks Hooks, share string) (*Child, error) {
 	env := childEnv(spec, environ)
 	ev := SpawnEvent{Session: SessionFrom(ctx), Upstream: spec.Name, Pin: spec.Pin, MeasurePath: spec.MeasurePath, MeasurePin: spec.MeasurePin, Args: spec.Args, EnvNames: envNames(env), Env: env, SessionShare: share}
@@ -333,6 +351,31 @@ func Spawn(ctx context.Context, spec StdioSpec, environ []string, hooks Hooks, s
 	in, ierr := openInterpreter(f, lookupEnv(env, "PATH"))
 	if in != nil {
 		defer in.f.Close()
+	}
+	// What is re-checked after the start and the handshake; closed here
+	// unless a started child takes them.
+	var watches []watch
+	handed := false
+	defer func() {
+		if !handed {
+			for _, w := range watches {
+				w.close()
+			}
+		}
+	}()
+	if in != nil && !spec.Sealed {
+		// The interpreter is given the script as /proc/self/fd/3, but
+		// node reads it by the path that link names.
+		dup, err := dupFile(f)
+		if err == nil {
+			var w *fileWatch
+			if w, err = newFileWatch("the script", path, dup, before); err == nil {
+				watches = append(watches, w)
+			}
+		}
+		if err != nil {
+			return refuse(fmt.Sprintf("keep %s to check it after the start: %v", path, err), "", err)
+		}
 	}
 	switch {
 	case ierr != nil && !spec.AllowUnmeasured:
@@ -472,17 +515,72 @@ func Spawn(ctx context.Context, spec StdioSpec, environ []string, hooks Hooks, s
 				"retry once the file is no longer being changed", ErrPinMismatch)
 		}
 	}
+	for _, w := range watches {
+		if fw, ok := w.(*fileWatch); ok {
+			if why := fw.changed(); why != "" {
+				c.Stop()
+				return refuse(why+"; the child was stopped", changedHint, ErrPinMismatch)
+			}
+		}
+	}
 	if hooks.Spawn != nil {
 		if err := hooks.Spawn(ev); err != nil {
 			c.Stop()
 			return nil, &SpawnError{Upstream: spec.Name, Reason: "the spawn could not be recorded in the audit log", Err: err}
 		}
 	}
+	c.ev, c.watches, handed = ev, watches, true
 	return c, nil
+}
+
+// changedHint is the hint of a refusal for a measured file changed after
+// its measurement.
+const changedHint = "retry once the files are no longer being changed; if the change is intended, run 'cmcp spawn-digest' and update the pin"
+
+// verifyMeasured re-checks, once the child answered the MCP handshake (an
+// interpreter has read its main module by then), that every file it may
+// have read by path is still what was measured (watches). If not, the
+// child is stopped, the refusal is recorded (a spawn record of the child's
+// pid, refused, after the one that said it started) and returned. The
+// watches are released either way.
+func (c *Child) verifyMeasured() error {
+	defer c.closeWatches()
+	for _, w := range c.watches {
+		why := w.changed()
+		if why == "" {
+			continue
+		}
+		reason := why + " (checked once the child answered the MCP handshake); the child was stopped"
+		fault := fmt.Errorf("upstream %q: %s", c.name, reason)
+		c.fault.CompareAndSwap(nil, &fault)
+		c.Stop()
+		ev := c.ev
+		ev.Refused, ev.Reason = true, reason
+		err := ErrPinMismatch
+		if c.hooks.Spawn != nil {
+			if herr := c.hooks.Spawn(ev); herr != nil {
+				err = errors.Join(err, herr)
+			}
+		}
+		return &SpawnError{Upstream: c.name, Reason: reason, Hint: changedHint, Err: err}
+	}
+	return nil
+}
+
+func (c *Child) closeWatches() {
+	c.watchOnce.Do(func() {
+		for _, w := range c.watches {
+			w.close()
+		}
+	})
 }
 
 // testHookBeforeExec, if set, runs after measuring and before exec.
 var testHookBeforeExec func(path string)
+
+// testHookAfterSpawn, if set, runs in Connect once the child started and
+// before the MCP handshake.
+var testHookAfterSpawn func(c *Child)
 
 // PID is the child's process id (and process group id).
 func (c *Child) PID() int { return c.pid }
@@ -661,6 +759,7 @@ func (c *Child) Stop() error {
 		}
 		<-c.done
 		c.stdout.Close()
+		c.closeWatches()
 	})
 	<-c.reported
 	return nil

@@ -12,9 +12,17 @@ import (
 // (digest.ParseScript: "#!/usr/bin/env NAME" is NAME looked up on the
 // child's PATH, as env would find it), opens the interpreter, digests it
 // through that descriptor and executes that descriptor itself
-// (/proc/self/fd/4), the script passed as /proc/self/fd/3: nothing is looked up again by path at exec
-// time, so the interpreter that runs is the one measured and compared with
-// the pin.
+// (/proc/self/fd/4), the script passed as /proc/self/fd/3: the interpreter
+// is not looked up again by path at exec time, so the interpreter that
+// runs is the one measured and compared with the pin. The script is another
+// matter: Python reads /proc/self/fd/3, the measured descriptor, but node
+// resolves that link to the path it names and reads the path, as it reads
+// every module it loads. So the script's file is re-checked at its path
+// after the start and once the child answered the MCP handshake (a file
+// renamed over, moved or written gets the child stopped and the spawn
+// refused: recheck.go, Child.verifyMeasured); what node reads later
+// (modules it loads on demand) is covered by a --target tree only as far
+// as that re-check goes.
 
 // interpreter is the measured interpreter of a "#!" command.
 type interpreter struct {

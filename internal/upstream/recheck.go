@@ -1,0 +1,63 @@
+package upstream
+
+import (
+	"fmt"
+	"os"
+)
+
+// The kernel executes the descriptor the gateway measured, but what an
+// interpreter reads after it starts it may read by path: node, given a
+// "#!" script as /proc/self/fd/3, resolves that link to a path and reads
+// the path (once the measured file was renamed over, the link reads
+// "<path> (deleted)", a name anyone who can write the directory can
+// create; Python reads the descriptor). A watch remembers what was
+// measured at a path and says whether it is still there, unchanged: a
+// script is re-checked once the child started and again once it answered
+// the MCP handshake, by which time an interpreter has read its main
+// module.
+
+// watch re-checks a measured file or tree.
+type watch interface {
+	// changed says what changed since the measurement, or "".
+	changed() string
+	close()
+}
+
+// fileWatch is a measured file: the descriptor it was measured through,
+// its stamp before the digest, and its identity.
+type fileWatch struct {
+	what, path string
+	f          *os.File // owned by the watch
+	before     stamp
+	id         fileKey
+}
+
+// newFileWatch watches the file measured through f (which the watch then
+// owns) at path; before is its stamp taken before the digest.
+func newFileWatch(what, path string, f *os.File, before stamp) (*fileWatch, error) {
+	id, _, err := fdKey(f)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &fileWatch{what: what, path: path, f: f, before: before, id: id}, nil
+}
+
+func (w *fileWatch) changed() string {
+	id, nlink, err := fdKey(w.f)
+	if err != nil {
+		return fmt.Sprintf("%s %s cannot be checked (%v)", w.what, w.path, err)
+	}
+	if nlink == 0 {
+		return fmt.Sprintf("%s %s was removed or replaced (renamed over) after it was measured", w.what, w.path)
+	}
+	if at, err := statKey(w.path); err != nil || at.dev != id.dev || at.ino != id.ino {
+		return fmt.Sprintf("%s %s is no longer the file measured at that path (it was replaced or moved)", w.what, w.path)
+	}
+	if after, err := stampOf(w.f); err != nil || after != w.before {
+		return fmt.Sprintf("%s %s was changed (written, renamed or linked) after it was measured", w.what, w.path)
+	}
+	return ""
+}
+
+func (w *fileWatch) close() { w.f.Close() }

@@ -1,0 +1,176 @@
+package upstream
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/confidential-mcp/cmcp/pkg/digest"
+)
+
+// nodeForTest is Node 22 from scripts/peers.sh, or node on PATH.
+func nodeForTest(t *testing.T) string {
+	t.Helper()
+	node := os.Getenv("CMCP_NODE22")
+	if node == "" {
+		var err error
+		if node, err = exec.LookPath("node"); err != nil {
+			t.Skipf("no node on PATH and CMCP_NODE22 unset (scripts/peers.sh provides it): %v", err)
+		}
+	}
+	real, err := filepath.EvalSymlinks(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return real
+}
+
+// nodeServer is a "#!/usr/bin/env node" MCP server answering the
+// handshake; extra runs first.
+func nodeServer(extra string) string {
+	return "#!/usr/bin/env node\n" + extra + `
+require('readline').createInterface({input: process.stdin}).on('line', l => {
+  const m = JSON.parse(l);
+  if (m.method === 'initialize') process.stdout.write(JSON.stringify({jsonrpc: '2.0', id: m.id,
+    result: {protocolVersion: '` + ProtocolVersion + `', capabilities: {tools: {}}, serverInfo: {name: 's', version: '1'}}}) + '\n');
+});
+`
+}
+
+// spawnEvents collects spawn events.
+type spawnEvents struct {
+	mu  sync.Mutex
+	evs []SpawnEvent
+}
+
+func (s *spawnEvents) add(ev SpawnEvent) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.evs = append(s.evs, ev)
+	return nil
+}
+
+func (s *spawnEvents) all() []SpawnEvent {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]SpawnEvent(nil), s.evs...)
+}
+
+// TestScriptChangedAfterStartIsRefused: a "#!" script is handed to its
+// interpreter as /proc/self/fd/3, but node resolves that link to a path
+// and reads the path: a script renamed over once the child started (the
+// link then reads "<path> (deleted)", which the attacker creates) would
+// run unmeasured bytes in a child recorded spawn-measured. The gateway
+// re-checks every script once the child answered the MCP handshake: one
+// renamed over, moved or written since it was measured gets the child
+// stopped, the refusal recorded with the child's pid and the connection
+// refused (the agent's -32062); an untouched one connects.
+func TestScriptChangedAfterStartIsRefused(t *testing.T) {
+	node := nodeForTest(t)
+	nf, nodePin, err := digest.OpenFile(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nf.Close()
+	shServer := "#!/bin/sh\n" + answerInitialize + "cat >/dev/null\n"
+	for _, c := range []struct {
+		name   string
+		body   string
+		interp digest.Digest
+		change func(t *testing.T, p, mark string) // nil: left alone
+		want   string
+	}{
+		{name: "node untouched", body: nodeServer(""), interp: nodePin},
+		{name: "node renamed over", body: nodeServer(""), interp: nodePin, want: "was removed or replaced (renamed over)",
+			change: func(t *testing.T, p, mark string) {
+				evil := []byte(nodeServer("require('fs').writeFileSync('" + mark + "', 'x');"))
+				os.WriteFile(p+".new", evil, 0o755)
+				os.Rename(p+".new", p)
+				os.WriteFile(p+" (deleted)", evil, 0o644) // what readlink(/proc/self/fd/3) now says
+			}},
+		{name: "sh untouched", body: shServer, interp: shPin(t)},
+		{name: "sh renamed over", body: shServer, interp: shPin(t), want: "was removed or replaced (renamed over)",
+			change: func(t *testing.T, p, mark string) {
+				os.WriteFile(p+".new", []byte(shServer), 0o755)
+				os.Rename(p+".new", p)
+			}},
+		{name: "sh moved away and back", body: shServer, interp: shPin(t), want: "was changed (written, renamed or linked) after it was measured",
+			change: func(t *testing.T, p, mark string) {
+				os.Rename(p, p+".away")
+				os.Rename(p+".away", p)
+			}},
+		{name: "sh written in place", body: shServer, interp: shPin(t), want: "was changed (written, renamed or linked) after it was measured",
+			change: func(t *testing.T, p, mark string) {
+				time.Sleep(20 * time.Millisecond) // a visible change of the times
+				f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				f.WriteString("# more\n")
+				f.Close()
+			}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			mark := filepath.Join(dir, "PWNED")
+			p := filepath.Join(dir, "srv.js")
+			if err := os.WriteFile(p, []byte(c.body), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			f, pin, err := digest.OpenFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+			testHookAfterSpawn = func(*Child) {
+				if c.change != nil {
+					c.change(t, p, mark)
+				}
+			}
+			t.Cleanup(func() { testHookAfterSpawn = nil })
+			var evs spawnEvents
+			exits := make(chan ExitEvent, 1)
+			up := &Stdio{Spec: StdioSpec{Name: "s", Command: p, Pin: pin, InterpreterPin: c.interp, EnvAllow: []string{"PATH"}, StopGrace: time.Second},
+				Environ: []string{"PATH=" + filepath.Dir(node) + ":/usr/bin:/bin"},
+				Hooks:   Hooks{Spawn: evs.add, Exit: func(ev ExitEvent) { exits <- ev }}, Share: "per-session"}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			conn, err := up.Connect(ctx, mcp.NewClient(&mcp.Implementation{Name: "t", Version: "1"}, nil), ConnectOptions{})
+			if c.want == "" {
+				if err != nil {
+					t.Fatalf("an untouched script was refused: %v", err)
+				}
+				conn.Close()
+				if got := evs.all(); len(got) != 1 || got[0].Refused || got[0].Class != ClassSpawnMeasured {
+					t.Fatalf("spawn events %+v", got)
+				}
+				return
+			}
+			if err == nil {
+				conn.Close()
+				_, ran := os.Stat(mark)
+				t.Fatalf("a script changed after the start connected (%d spawn events); unmeasured code ran: %v", len(evs.all()), ran == nil)
+			}
+			var se *SpawnError
+			if !errors.As(err, &se) || !errors.Is(err, ErrPinMismatch) || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "checked once the child answered the MCP handshake") {
+				t.Fatalf("err = %v, want a SpawnError saying %q", err, c.want)
+			}
+			got := evs.all()
+			if len(got) != 2 || got[0].Refused || !got[1].Refused || got[1].PID == 0 || got[1].PID != got[0].PID || !strings.Contains(got[1].Reason, c.want) {
+				t.Fatalf("spawn events %+v, want started then refused, with one pid", got)
+			}
+			if ev := exitEvent(t, exits); !strings.Contains(ev.Fault, c.want) {
+				t.Fatalf("exit event %+v, want its fault to say why", ev)
+			}
+		})
+	}
+}
