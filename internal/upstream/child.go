@@ -325,11 +325,25 @@ func Spawn(ctx context.Context, spec StdioSpec, environ []string, hooks Hooks, s
 	if spec.AllowCodeEnv || codeEnvIn(env) {
 		ev.Class = ClassSpawnUnmeasured // the environment can load code the pin does not cover
 	}
+	// What is re-checked after the start and the handshake; closed here
+	// unless a started child takes them.
+	var watches []watch
+	handed := false
+	defer func() {
+		if !handed {
+			for _, w := range watches {
+				w.close()
+			}
+		}
+	}()
 	if spec.MeasurePath != "" {
-		md, err := measureTarget(ctx, spec.MeasurePath)
+		// The child reads its target by path after the start: re-checked
+		// then (a file target) and after the handshake (both).
+		md, tw, err := measureTarget(ctx, spec.MeasurePath)
 		if err != nil {
 			return refuse(fmt.Sprintf("measure %s: %v", spec.MeasurePath, err), "", err)
 		}
+		watches = append(watches, tw)
 		ev.MeasureDig = md
 		switch {
 		case !spec.MeasurePin.IsZero():
@@ -352,17 +366,6 @@ func Spawn(ctx context.Context, spec StdioSpec, environ []string, hooks Hooks, s
 	if in != nil {
 		defer in.f.Close()
 	}
-	// What is re-checked after the start and the handshake; closed here
-	// unless a started child takes them.
-	var watches []watch
-	handed := false
-	defer func() {
-		if !handed {
-			for _, w := range watches {
-				w.close()
-			}
-		}
-	}()
 	if in != nil && !spec.Sealed {
 		// The interpreter is given the script as /proc/self/fd/3, but
 		// node reads it by the path that link names.

@@ -63,3 +63,6 @@ func dupFile(f *os.File) (*os.File, error) {
 	}
 	return os.NewFile(uintptr(fd), f.Name()), nil
 }
+
+// syscallDir is the S_IFMT bits of a directory.
+const syscallDir = syscall.S_IFDIR

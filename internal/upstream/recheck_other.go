@@ -19,3 +19,5 @@ func lstatKey(string) (fileKey, error)        { return fileKey{}, errors.ErrUnsu
 func statKey(string) (fileKey, error)         { return fileKey{}, errors.ErrUnsupported }
 func fdKey(*os.File) (fileKey, uint64, error) { return fileKey{}, 0, errors.ErrUnsupported }
 func dupFile(*os.File) (*os.File, error)      { return nil, errors.ErrUnsupported }
+
+const syscallDir = 0o040000

@@ -174,3 +174,132 @@ func TestScriptChangedAfterStartIsRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestTargetChangedAfterMeasureIsRefused: a --target (the script an
+// interpreter reads, or the package tree holding it) is read by the child
+// by path, after the gateway measured it. A file target changed between
+// its digest and the start gets the spawn refused at once; a file or tree
+// target changed before the child answered the MCP handshake (a file
+// written in place, renamed over or added, a file target moved) gets the
+// child stopped, the refusal recorded with its pid and the connection
+// refused; an untouched target connects.
+func TestTargetChangedAfterMeasureIsRefused(t *testing.T) {
+	sh, err := digest.ResolveCommand("sh", os.Getenv("PATH"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, shFilePin, err := digest.OpenFile(sh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	server := answerInitialize + "cat >/dev/null\n"
+	for _, c := range []struct {
+		name   string
+		tree   bool
+		before bool // change before exec, else after the start
+		change func(t *testing.T, dir, script string)
+		want   string
+	}{
+		{name: "file untouched"},
+		{name: "tree untouched", tree: true},
+		{name: "file written before exec", before: true, want: "measure target",
+			change: func(t *testing.T, dir, script string) { appendTo(t, script, "# more\n") }},
+		{name: "file renamed over after start", want: "was removed or replaced (renamed over)",
+			change: func(t *testing.T, dir, script string) { renameOver(t, script, server) }},
+		{name: "tree file written before exec", tree: true, before: true, want: "server.sh",
+			change: func(t *testing.T, dir, script string) { appendTo(t, script, "# more\n") }},
+		{name: "tree file written after start", tree: true, want: "server.sh",
+			change: func(t *testing.T, dir, script string) { appendTo(t, script, "# more\n") }},
+		{name: "tree file renamed over after start", tree: true, want: "server.sh",
+			change: func(t *testing.T, dir, script string) { renameOver(t, script, server) }},
+		{name: "tree file added after start", tree: true, want: "lib",
+			change: func(t *testing.T, dir, script string) {
+				os.WriteFile(filepath.Join(dir, "lib", "extra.js"), []byte("x"), 0o644)
+			}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			script := filepath.Join(dir, "server.sh")
+			if err := os.WriteFile(script, []byte(server), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Mkdir(filepath.Join(dir, "lib"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "lib", "a.js"), []byte("a"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			target := script
+			if c.tree {
+				target = dir
+			}
+			var pin digest.Digest
+			if c.tree {
+				pin, err = digest.Tree(context.Background(), dir, digest.TreeOptions{})
+			} else {
+				var f *os.File
+				f, pin, err = digest.OpenFile(script)
+				f.Close()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			hook := func() {
+				if c.change != nil {
+					time.Sleep(20 * time.Millisecond) // a visible change of the times
+					c.change(t, dir, script)
+				}
+			}
+			if c.before {
+				testHookBeforeExec = func(string) { hook() }
+			} else {
+				testHookAfterSpawn = func(*Child) { hook() }
+			}
+			t.Cleanup(func() { testHookBeforeExec, testHookAfterSpawn = nil, nil })
+			var evs spawnEvents
+			up := &Stdio{Spec: StdioSpec{Name: "s", Command: sh, Args: []string{script}, Pin: shFilePin, MeasurePath: target, MeasurePin: pin, StopGrace: time.Second},
+				Environ: os.Environ(), Hooks: Hooks{Spawn: evs.add}, Share: "per-session"}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			conn, err := up.Connect(ctx, mcp.NewClient(&mcp.Implementation{Name: "t", Version: "1"}, nil), ConnectOptions{})
+			if c.want == "" {
+				if err != nil {
+					t.Fatalf("an untouched target was refused: %v", err)
+				}
+				conn.Close()
+				return
+			}
+			if err == nil {
+				conn.Close()
+				t.Fatalf("a target changed after its measurement connected (%d spawn events)", len(evs.all()))
+			}
+			if !errors.Is(err, ErrPinMismatch) || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "the child was stopped") {
+				t.Fatalf("err = %v, want a refusal naming %q", err, c.want)
+			}
+			got := evs.all()
+			if last := got[len(got)-1]; !last.Refused || last.PID == 0 || !strings.Contains(last.Reason, c.want) {
+				t.Fatalf("spawn events %+v, want the last a refusal of the child that ran", got)
+			}
+		})
+	}
+}
+
+func appendTo(t *testing.T, p, s string) {
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	f.WriteString(s)
+	f.Close()
+}
+
+func renameOver(t *testing.T, p, body string) {
+	if err := os.WriteFile(p+".new", []byte(body), 0o644); err != nil {
+		t.Error(err)
+	}
+	if err := os.Rename(p+".new", p); err != nil {
+		t.Error(err)
+	}
+}

@@ -41,6 +41,15 @@ type TreeOptions struct {
 	// Workers is the number of files hashed in parallel; 0 means
 	// runtime.GOMAXPROCS(0).
 	Workers int
+	// Stat, if set, is called for the root (path ".") and every entry with
+	// the file information it was measured under: a directory's from its
+	// open descriptor before it is listed, a regular file's from its open
+	// descriptor before it is read, a symbolic link's from lstat before its
+	// target is read. A caller can compare them with the files later
+	// (status change time, inode) to see whether anything changed since.
+	// Calls are serialised (never concurrent) but come from Tree's worker
+	// goroutines.
+	Stat func(path string, fi fs.FileInfo)
 }
 
 // TreeEntry is one entry of a directory tree: one line of the manifest
@@ -198,6 +207,15 @@ func readTree(ctx context.Context, dir string, opt ReadTreeOptions) ([]*TreeEntr
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 
+	var statMu sync.Mutex
+	stat := func(string, fs.FileInfo) {}
+	if opt.Stat != nil {
+		stat = func(rel string, fi fs.FileInfo) {
+			statMu.Lock()
+			defer statMu.Unlock()
+			opt.Stat(rel, fi)
+		}
+	}
 	workers := opt.Workers
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
@@ -216,7 +234,7 @@ func readTree(ctx context.Context, dir string, opt ReadTreeOptions) ([]*TreeEntr
 				if ctx.Err() != nil {
 					continue
 				}
-				if err := hashTreeFile(root, e, opt.MaxKeptBytes); err != nil {
+				if err := hashTreeFile(root, e, opt.MaxKeptBytes, stat); err != nil {
 					cancel(err)
 					continue
 				}
@@ -232,7 +250,7 @@ func readTree(ctx context.Context, dir string, opt ReadTreeOptions) ([]*TreeEntr
 	}
 
 	var entries []*TreeEntry
-	walkErr := walkTree(ctx, root, "", func(e *TreeEntry) error {
+	walkErr := walkTree(ctx, root, "", stat, func(e *TreeEntry) error {
 		if opt.MaxEntries > 0 && len(entries) >= opt.MaxEntries {
 			return fmt.Errorf("%w: more than %d entries", ErrTreeLimit, opt.MaxEntries)
 		}
@@ -293,7 +311,7 @@ func appendNetstring(b []byte, s string) []byte {
 
 // walkTree visits the directory root/rel, calling emit for every entry below
 // it, and recurses into real subdirectories (never through symlinks).
-func walkTree(ctx context.Context, root, rel string, emit func(*TreeEntry) error) error {
+func walkTree(ctx context.Context, root, rel string, stat func(string, fs.FileInfo), emit func(*TreeEntry) error) error {
 	if err := ctx.Err(); err != nil {
 		return context.Cause(ctx)
 	}
@@ -310,6 +328,12 @@ func walkTree(ctx context.Context, root, rel string, emit func(*TreeEntry) error
 	if err != nil {
 		return fmt.Errorf("read directory %s: %w", displayRel(rel), unwrapPath(err))
 	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("read directory %s: %w", displayRel(rel), unwrapPath(err))
+	}
+	stat(displayRel(rel), fi)
 	des, err := f.ReadDir(-1)
 	f.Close()
 	if err != nil {
@@ -325,7 +349,7 @@ func walkTree(ctx context.Context, root, rel string, emit func(*TreeEntry) error
 			if err := emit(&TreeEntry{Path: r, Type: fs.ModeDir}); err != nil {
 				return err
 			}
-			if err := walkTree(ctx, root, r, emit); err != nil {
+			if err := walkTree(ctx, root, r, stat, emit); err != nil {
 				return err
 			}
 		case t.IsRegular():
@@ -333,7 +357,7 @@ func walkTree(ctx context.Context, root, rel string, emit func(*TreeEntry) error
 				return err
 			}
 		case t&fs.ModeSymlink != 0:
-			e, err := treeSymlink(root, r)
+			e, err := treeSymlink(root, r, stat)
 			if err != nil {
 				return err
 			}
@@ -355,8 +379,13 @@ func displayRel(rel string) string {
 }
 
 // treeSymlink records the link at rel and checks that it stays inside root.
-func treeSymlink(root, rel string) (*TreeEntry, error) {
+func treeSymlink(root, rel string, stat func(string, fs.FileInfo)) (*TreeEntry, error) {
 	abs := filepath.Join(root, filepath.FromSlash(rel))
+	fi, err := os.Lstat(abs)
+	if err != nil {
+		return nil, fmt.Errorf("read symlink %s: %w", rel, unwrapPath(err))
+	}
+	stat(rel, fi)
 	target, err := os.Readlink(abs)
 	if err != nil {
 		return nil, fmt.Errorf("read symlink %s: %w", rel, unwrapPath(err))
@@ -388,7 +417,7 @@ func treeSymlink(root, rel string) (*TreeEntry, error) {
 // swapped for a link or a FIFO after the walk is refused, not followed. A
 // kept file is read into e.Data (at most maxKept bytes, if positive) and
 // its size and digest are those of e.Data.
-func hashTreeFile(root string, e *TreeEntry, maxKept int64) error {
+func hashTreeFile(root string, e *TreeEntry, maxKept int64, stat func(string, fs.FileInfo)) error {
 	abs := filepath.Join(root, filepath.FromSlash(e.Path))
 	f, err := os.OpenFile(abs, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
@@ -405,6 +434,7 @@ func hashTreeFile(root string, e *TreeEntry, maxKept int64) error {
 	if !fi.Mode().IsRegular() {
 		return fmt.Errorf("%s: %w: it is a %s", e.Path, ErrSpecialFile, typeName(fi.Mode()))
 	}
+	stat(e.Path, fi)
 	e.Exec = fi.Mode().Perm()&0o111 != 0
 	if e.keep {
 		limit := maxKept

@@ -239,3 +239,25 @@ func TestTreeProgressAndCancel(t *testing.T) {
 		t.Fatalf("cancelled Tree: err = %v", err)
 	}
 }
+
+// TestTreeStat: TreeOptions.Stat sees the root and every entry once, each
+// with the information of the very file measured (a directory, a regular
+// file, a link, not what a link points to).
+func TestTreeStat(t *testing.T) {
+	dir := t.TempDir()
+	writeTree(t, dir, map[string]string{"a/b.js": "b", "c*": "c", "e/": "", "l": "->a/b.js"})
+	got := map[string]os.FileMode{}
+	_, err := Tree(context.Background(), dir, TreeOptions{Workers: 3, Stat: func(p string, fi os.FileInfo) {
+		if _, dup := got[p]; dup {
+			t.Errorf("%s seen twice", p)
+		}
+		got[p] = fi.Mode().Type()
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]os.FileMode{".": os.ModeDir, "a": os.ModeDir, "a/b.js": 0, "c": 0, "e": os.ModeDir, "l": os.ModeSymlink}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("Stat saw %v, want %v", got, want)
+	}
+}
