@@ -54,7 +54,7 @@ func TestUnsignedResultOfASignedCall(t *testing.T) {
 	w := openRarelySigning(t, dir)
 	w.Append(ctx, &auditlog.Session{ID: "s1", Event: "start", Agent: "alice"})
 	rc, err := w.Append(ctx, &auditlog.Call{Session: "s1", Agent: "alice", Tool: "files__rm", Upstream: "files", EvidenceClass: "spawn-measured",
-		Decision: "allow", PolicyMode: "none", Outcome: auditlog.OutcomeForwarded})
+		Args: w.Commit([]byte(`{}`)), Decision: "allow", PolicyMode: "none", Outcome: auditlog.OutcomeForwarded})
 	if err != nil {
 		t.Fatal(err)
 	}

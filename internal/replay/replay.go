@@ -136,8 +136,9 @@ type Call struct {
 	rec      *auditlog.Call   // for an access: its decision's fields, Args the URI's commitment
 	acc      *auditlog.Access // the access record, or nil
 	ep       *epochState
-	npol     int   // len(ep.policies) when the record was read
-	resultAt int64 // index of the result record, if any
+	npol     int    // len(ep.policies) when the record was read
+	resultAt int64  // index of the result record, if any
+	reused   string // how the record, or its result, reuses a commitment number (see epochState.commit)
 }
 
 // ResultNone is the Result of a forwarded call that has no result record.
@@ -226,6 +227,44 @@ type epochState struct {
 	// policies are the bundles and modes the epoch's genesis and its policy
 	// records (loaded, reloaded) put in force, in log order.
 	policies []policyState
+	// commits is the set of commitment numbers the epoch's call, access
+	// and result records used (numbers past maxDenseCommit in far).
+	commits bitset
+	far     map[int64]bool
+}
+
+// maxDenseCommit bounds the commitment numbers kept in a bitset (4 MiB):
+// the writer numbers commitments 0, 1, 2, ..., so a larger one is rare.
+const maxDenseCommit = 1 << 25
+
+// commit records that a record used commitment c and reports whether an
+// earlier record of the epoch used its number: the writer numbers every
+// commitment anew (Writer.Commit), so a number used twice is a record
+// that borrowed another's payload.
+func (ep *epochState) commit(c auditlog.Commitment) bool {
+	if c.IsZero() {
+		return false
+	}
+	if c.ID >= 0 && c.ID < maxDenseCommit {
+		if ep.commits.has(c.ID) {
+			return true
+		}
+		ep.commits.set(c.ID)
+		return false
+	}
+	if ep.far[c.ID] {
+		return true
+	}
+	if ep.far == nil {
+		ep.far = map[int64]bool{}
+	}
+	ep.far[c.ID] = true
+	return false
+}
+
+// reusedMsg says how a record reuses a commitment number.
+func reusedMsg(what string, c auditlog.Commitment) string {
+	return fmt.Sprintf("%s commitment %d, which an earlier record of the epoch already used: the gateway commits to every payload under a new number, so the record borrowed another's payload", what, c.ID)
 }
 
 // bitset is a set of record indices.
@@ -498,8 +537,11 @@ func arguments(c *Call, memo *policy.Memo, req *policy.Request) *Check {
 			need = true // the recorded decision came from the arguments' form
 		}
 	}
-	if !need || rec.Args.IsZero() {
+	if !need {
 		return nil
+	}
+	if rec.Args.IsZero() {
+		return &Check{Status: StatusIncomplete, Reason: "its decision depends on the arguments, and the record has no commitment to them: it cannot come from the gateway"}
 	}
 	if ep.opener == nil {
 		why := "its decision depends on the arguments; pass --identity to open the payload vault"
@@ -607,6 +649,16 @@ func inconsistency(c *Call) string {
 		if why := accessShape(c); why != "" {
 			return why
 		}
+	}
+	if c.reused != "" {
+		return c.reused
+	}
+	// The gateway commits to a call's arguments before anything else ({}
+	// when none were sent, see relay); only a call refused before the
+	// pipeline saw it (recordRefusedCall: an invalid request) has none,
+	// and no decision.
+	if c.acc == nil && rec.Args.IsZero() && (c.Outcome == auditlog.OutcomeForwarded || rec.PolicyInput != nil) {
+		return fmt.Sprintf("a %s call record without the commitment to its arguments: the gateway commits to the arguments of every call it decides or forwards", c.Outcome)
 	}
 	if c.Outcome == auditlog.OutcomeForwarded && c.Decision != auditlog.DecisionAllow && c.Mode != string(policy.Advisory) && c.Mode != string(policy.Silent) {
 		return fmt.Sprintf("recorded %s in mode %s, yet forwarded: only the advisory and silent modes forward a denied call", c.Decision, c.Mode)
@@ -827,13 +879,17 @@ func (st *readState) add(e *auditlog.Entry) {
 		// and policy records say which bundles the gateway put in force
 		// (inconsistency reports a call that names another).
 		ep.isCall.set(pos.Index)
+		reused := ""
+		if ep.commit(rec.Args) {
+			reused = reusedMsg("its arguments'", rec.Args)
+		}
 		key := sessionKey{pos.Epoch, rec.Session}
 		if rec.PolicyInput != nil {
 			st.facts[key] = append(st.facts[key], rec.PolicyInput.SessionCalls)
 		}
 		c := &Call{Epoch: pos.Epoch, Index: pos.Index, Time: e.Time, Session: rec.Session, Agent: rec.Agent, Tool: rec.Tool,
 			Upstream: rec.Upstream, EvidenceClass: rec.EvidenceClass, Decision: rec.Decision, PolicyIDs: rec.PolicyIDs,
-			Mode: rec.PolicyMode, Outcome: rec.Outcome, Reason: rec.Reason, rec: rec, ep: ep, npol: len(ep.policies)}
+			Mode: rec.PolicyMode, Outcome: rec.Outcome, Reason: rec.Reason, rec: rec, ep: ep, npol: len(ep.policies), reused: reused}
 		if !rec.PolicyBundle.IsZero() {
 			if !rec.PolicyBundle.Equal(st.lastBundle) {
 				st.lastBundle, st.lastBundleStr = rec.PolicyBundle, rec.PolicyBundle.String()
@@ -857,6 +913,13 @@ func (st *readState) add(e *auditlog.Entry) {
 			st.failed = fmt.Errorf("%s: access record before any genesis record", pos)
 			return
 		}
+		reused := ""
+		if ep.commit(rec.URI) {
+			reused = reusedMsg("its URI's", rec.URI)
+		}
+		if ep.commit(rec.Args) {
+			reused = reusedMsg("its arguments'", rec.Args)
+		}
 		// The decision's fields in the shape of a call record, so that the
 		// checks and the consistency rules of calls apply as they are; Args
 		// is the URI's commitment. Accesses do not count in the session's
@@ -871,7 +934,7 @@ func (st *readState) add(e *auditlog.Entry) {
 		c := &Call{Epoch: pos.Epoch, Index: pos.Index, Time: e.Time, Session: rec.Session, Agent: rec.Agent,
 			Action: rec.Action, Method: rec.Method, Prompt: rec.Prompt,
 			Upstream: rec.Upstream, EvidenceClass: rec.EvidenceClass, Decision: rec.Decision, PolicyIDs: rec.PolicyIDs,
-			Mode: rec.PolicyMode, Outcome: rec.Outcome, Reason: rec.Reason, rec: crec, acc: rec, ep: ep, npol: len(ep.policies)}
+			Mode: rec.PolicyMode, Outcome: rec.Outcome, Reason: rec.Reason, rec: crec, acc: rec, ep: ep, npol: len(ep.policies), reused: reused}
 		if !rec.PolicyBundle.IsZero() {
 			if !rec.PolicyBundle.Equal(st.lastBundle) {
 				st.lastBundle, st.lastBundleStr = rec.PolicyBundle, rec.PolicyBundle.String()
@@ -894,6 +957,11 @@ func (st *readState) add(e *auditlog.Entry) {
 		// A result that names no call, or a second one, is not shown as the
 		// call's (the first is kept); a crash cannot cause either, but they
 		// hide nothing that a call record says, so they are warnings.
+		if ep.commit(rec.Result) {
+			if c := ep.calls[rec.Call]; c != nil {
+				c.reused = reusedMsg(fmt.Sprintf("its result (record %d) uses", pos.Index), rec.Result)
+			}
+		}
 		switch {
 		case rec.Call >= pos.Index || !ep.isCall.has(rec.Call):
 			st.stray(fmt.Sprintf("epoch %d: result record %d (%s) names record %d, which is no call record before it: the result belongs to no call", pos.Epoch, pos.Index, rec.Outcome, rec.Call))

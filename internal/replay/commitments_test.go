@@ -1,0 +1,103 @@
+package replay
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"filippo.io/age"
+
+	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+)
+
+// TestReplayFindsADroppedOrReusedArgumentCommitment: call 1 (alice reads
+// /etc/passwd) is denied by fs-outside-data. A log written with the real
+// key records it as an allow by fs-allowed, forwarded, and either drops
+// its argument commitment or reuses call 0's (a payload the policy
+// allows), or a result reuses a call's commitment. The gateway commits to
+// every decided call's arguments ({} when none were sent) and numbers each
+// commitment anew, so each is an inconsistent record, with the vault and
+// without it, with --policy and without it. Before, the dropped commitment
+// replayed with no arguments, and the reused one with call 0's: "same".
+func TestReplayFindsADroppedOrReusedArgumentCommitment(t *testing.T) {
+	_, id := newKeys(t)
+	cases := []struct {
+		name string
+		mut  func(first auditlog.Commitment, rec *auditlog.Call)
+		why  string
+	}{
+		{"dropped", func(_ auditlog.Commitment, rec *auditlog.Call) { rec.Args = auditlog.Commitment{} },
+			"call record without the commitment to its arguments"},
+		{"reused", func(first auditlog.Commitment, rec *auditlog.Call) { rec.Args = first },
+			"commitment 0, which an earlier record of the epoch already used"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var first auditlog.Commitment
+			dir, idx := writeLogWith(t, id, logSpec{mut: func(i int, rec *auditlog.Call) bool {
+				if i == 0 {
+					first = rec.Args
+				}
+				if i != 1 {
+					return rec.Outcome == auditlog.OutcomeForwarded
+				}
+				rec.Decision, rec.PolicyIDs, rec.Outcome, rec.Reason = "allow", []string{"fs-allowed"}, auditlog.OutcomeForwarded, ""
+				tc.mut(first, rec)
+				return true
+			}})
+			for name, opts := range map[string]Options{
+				"with the vault":    {Policies: []string{"testdata/recorded"}, Identities: []age.Identity{id}},
+				"without the vault": {Policies: []string{"testdata/recorded"}},
+				"without --policy":  {},
+			} {
+				rep, err := Run(context.Background(), dir, opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !rep.Findings() {
+					t.Errorf("%s: no finding", name)
+				}
+				for _, c := range rep.Calls {
+					if c.Index != idx[1] {
+						continue
+					}
+					if !strings.Contains(c.Inconsistent, tc.why) {
+						t.Errorf("%s: inconsistent %q, want it to say %q", name, c.Inconsistent, tc.why)
+					}
+					if c.Replay != nil && c.Replay.Status == StatusSame {
+						t.Errorf("%s: replay says same: %+v", name, *c.Replay)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestReplayFindsAResultReusingACommitment: a result record whose
+// commitment repeats its call's arguments' (the gateway numbers each
+// payload anew) makes the call inconsistent.
+func TestReplayFindsAResultReusingACommitment(t *testing.T) {
+	_, id := newKeys(t)
+	var args auditlog.Commitment
+	dir, idx := writeLogWith(t, id, logSpec{
+		mut: func(i int, rec *auditlog.Call) bool {
+			if i == 0 {
+				args = rec.Args
+				return false // its result is written by extra
+			}
+			return rec.Outcome == auditlog.OutcomeForwarded
+		},
+		extra: func(w *auditlog.Writer, idx []int64) {
+			if _, err := w.Append(context.Background(), &auditlog.Result{Call: idx[0], Session: "s1", Outcome: auditlog.ResultOK, Result: args}); err != nil {
+				t.Fatal(err)
+			}
+		},
+	})
+	rep, err := Run(context.Background(), dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Findings() || !strings.Contains(rep.Calls[0].Inconsistent, "already used") || rep.Calls[0].Index != idx[0] {
+		t.Fatalf("findings %v, call 0 inconsistent %q", rep.Findings(), rep.Calls[0].Inconsistent)
+	}
+}
