@@ -3,6 +3,7 @@ package replay
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -143,11 +144,22 @@ func TestReplayFindsAForwardedDeny(t *testing.T) {
 			if !rep.Findings() || c.Replay.Status != tc.status || !strings.Contains(c.Inconsistent, tc.why) {
 				t.Fatalf("call 4 (%s %s %s): replay %+v, inconsistent %q, findings %v; want %s, %q", c.Decision, c.Mode, c.Outcome, *c.Replay, c.Inconsistent, rep.Findings(), tc.status, tc.why)
 			}
-			if tc.status == StatusInconsistent && (rep.Summary.Inconsistent != 1 || c.Replay.Reason != c.Inconsistent) {
+			// Where the forged record says git__log was let through (not
+			// refused by the policy), bob's next call, decided with
+			// tools_used [], contradicts it, and says so.
+			collateral := 0
+			if c.Mode != "none" && (c.Decision == auditlog.DecisionAllow || c.Mode != string(policy.Enforcing)) {
+				collateral = 1
+				want := fmt.Sprintf("decided with tools_used [] where the session's calls decided before it (session_calls 0) used [git__log] (git__log from record %d)", c.Index)
+				if c5 := rep.Calls[5]; c5.Replay.Status != StatusInconsistent || !strings.Contains(c5.Inconsistent, want) {
+					t.Fatalf("call 5: %+v %q, want %q", *c5.Replay, c5.Inconsistent, want)
+				}
+			}
+			if tc.status == StatusInconsistent && (rep.Summary.Inconsistent != 1+collateral || c.Replay.Reason != c.Inconsistent) {
 				t.Fatalf("summary %+v, reason %q", rep.Summary, c.Replay.Reason)
 			}
 			for i, c := range rep.Calls {
-				if i != 4 && (c.Inconsistent != "" || c.Replay.Status != StatusSame) {
+				if i != 4 && (i != 5 || collateral == 0) && (c.Inconsistent != "" || c.Replay.Status != StatusSame) {
 					t.Fatalf("call %d: %+v %q", i, *c.Replay, c.Inconsistent)
 				}
 			}
@@ -205,7 +217,10 @@ func TestReplayAcceptsWhatTheGatewayWrites(t *testing.T) {
 				c := calls()[2]
 				c.call.Arguments = []byte(c.args)
 				o := nextEng.DecideCall(c.call)
-				r.Decision, r.PolicyIDs, r.PolicyMode, r.PolicyBundle, r.PolicyInput = o.Effect(), o.PolicyIDs, string(o.Mode), o.Bundle, o.Input()
+				// A reload keeps the sessions' facts (policy.Engine.Reload).
+				in := o.Input()
+				in.SessionCalls, in.ToolsUsed = r.PolicyInput.SessionCalls, r.PolicyInput.ToolsUsed
+				r.Decision, r.PolicyIDs, r.PolicyMode, r.PolicyBundle, r.PolicyInput = o.Effect(), o.PolicyIDs, string(o.Mode), o.Bundle, in
 			}
 			return r.Outcome == auditlog.OutcomeForwarded
 		},

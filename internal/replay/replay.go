@@ -5,6 +5,7 @@
 package replay
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -364,13 +365,12 @@ func Run(ctx context.Context, dir string, opts Options) (*Report, error) {
 	}
 	// The gateway counts a session's decided calls: whatever order the
 	// records landed in, their session_calls must be 0, 1, ..., n-1.
-	for k, counts := range facts {
-		slices.Sort(counts)
-		for i, n := range counts {
-			if n != int64(i) {
-				rep.Warnings = append(rep.Warnings, fmt.Sprintf("epoch %d, session %s: the recorded session_calls are not 0..%d (a decided call is missing from the log, or its facts were altered)", k.epoch, k.id, len(counts)-1))
-				break
-			}
+	used := map[sessionKey]*sessionUse{}
+	for k, calls := range facts {
+		u := newSessionUse(calls)
+		used[k] = u
+		if u.contiguous < len(calls) {
+			rep.Warnings = append(rep.Warnings, fmt.Sprintf("epoch %d, session %s: the recorded session_calls are not 0..%d (a decided call is missing from the log, or its facts were altered)", k.epoch, k.id, len(calls)-1))
 		}
 	}
 	if st.strays > maxStrays {
@@ -384,7 +384,10 @@ func Run(ctx context.Context, dir string, opts Options) (*Report, error) {
 				noResult = append(noResult, fmt.Sprintf("%d:%d", c.Epoch, c.Index))
 			}
 		}
-		if c.Inconsistent = inconsistency(c); c.Inconsistent != "" {
+		if c.Inconsistent = inconsistency(c); c.Inconsistent == "" {
+			c.Inconsistent = inputs(c, used[sessionKey{c.Epoch, c.Session}])
+		}
+		if c.Inconsistent != "" {
 			rep.Summary.Inconsistent++
 		}
 	}
@@ -790,7 +793,7 @@ type readState struct {
 	checking bool
 	recorded map[digest.Digest]bool
 	sessions map[sessionKey]*Session
-	facts    map[sessionKey][]int64 // session_calls of every decided call
+	facts    map[sessionKey][]decided // every decided call of a session
 	ep       *epochState
 	checks   []*Call
 	failed   error // the first record that cannot be replayed
@@ -802,7 +805,7 @@ type readState struct {
 
 func newReadState(rep *Report, opts *Options) *readState {
 	return &readState{rep: rep, opts: opts, checking: len(opts.Policies) > 0 || opts.WhatIf != "",
-		recorded: map[digest.Digest]bool{}, sessions: map[sessionKey]*Session{}, facts: map[sessionKey][]int64{}}
+		recorded: map[digest.Digest]bool{}, sessions: map[sessionKey]*Session{}, facts: map[sessionKey][]decided{}}
 }
 
 // replayed reports whether replay reads the records of kind k.
@@ -885,7 +888,10 @@ func (st *readState) add(e *auditlog.Entry) {
 		}
 		key := sessionKey{pos.Epoch, rec.Session}
 		if rec.PolicyInput != nil {
-			st.facts[key] = append(st.facts[key], rec.PolicyInput.SessionCalls)
+			// The engine adds the tool to the session's tools_used unless
+			// the policy refused the call (policy.Engine.DecideCall).
+			refused := rec.Decision != auditlog.DecisionAllow && rec.PolicyMode == string(policy.Enforcing)
+			st.facts[key] = append(st.facts[key], decided{rec.PolicyInput.SessionCalls, rec.Tool, !refused, pos.Index})
 		}
 		c := &Call{Epoch: pos.Epoch, Index: pos.Index, Time: e.Time, Session: rec.Session, Agent: rec.Agent, Tool: rec.Tool,
 			Upstream: rec.Upstream, EvidenceClass: rec.EvidenceClass, Decision: rec.Decision, PolicyIDs: rec.PolicyIDs,
@@ -1008,4 +1014,133 @@ func (st *readState) readAll(ctx context.Context, dir string) error {
 		}
 		st.add(e)
 	}
+}
+
+// decided is a call the policy decided, as its record says: its
+// session_calls, its tool, and whether the tool joined the session's
+// tools_used (it was not refused by the policy).
+type decided struct {
+	n    int64
+	tool string
+	used bool
+	at   int64 // its record's index
+}
+
+// sessionUse is what a session's decided calls say about the decision
+// inputs of its later calls and accesses.
+type sessionUse struct {
+	calls []decided // sorted by session_calls
+	// prefix[i] is tools_used after calls[:i]: sorted, unique, shared
+	// while it does not change.
+	prefix [][]string
+	// contiguous is the length of the prefix of calls whose session_calls
+	// are 0, 1, ...: the calls decided before one with session_calls n <=
+	// contiguous are all in the log.
+	contiguous int
+}
+
+func newSessionUse(calls []decided) *sessionUse {
+	slices.SortStableFunc(calls, func(a, b decided) int { return cmp.Compare(a.n, b.n) })
+	u := &sessionUse{calls: calls, prefix: make([][]string, len(calls)+1), contiguous: len(calls)}
+	var cur []string
+	for i, c := range calls {
+		u.prefix[i] = cur
+		if c.n != int64(i) && u.contiguous == len(calls) {
+			u.contiguous = i
+		}
+		if j, found := slices.BinarySearch(cur, c.tool); c.used && !found {
+			cur = slices.Insert(slices.Clip(cur), j, c.tool)
+		}
+	}
+	u.prefix[len(calls)] = cur
+	return u
+}
+
+// Bounds on a decision's recorded time (policy_input.time) against its
+// record's ts. Both come from the gateway's wall clock, the decision first:
+// relay and decideAccess decide, then append the record. clockSlack allows
+// for the decision time's truncation to the millisecond and for the wall
+// clock being stepped meanwhile. A forwarded call's record is written
+// within its result's latency of its decision (measured from before the
+// decision to after the record); any other record (a refused call, one
+// without a result, an access) within maxDecisionLag, far more than the
+// gateway ever waits between the two (starting an upstream,
+// server.connect_timeout, and the record's group commit).
+const (
+	clockSlack     = time.Minute
+	maxDecisionLag = 24 * time.Hour
+)
+
+// inputs returns how a call's or access's recorded decision inputs
+// contradict the log, or "": its tools_used must be the tools of the
+// session's calls decided before it (lower session_calls) that the policy
+// did not refuse, as the engine keeps them, and its time must fall before
+// its record's ts, and not long before. A record rewritten to have the
+// policy decide on inputs that never were (a tools_used emptied so that a
+// policy reading it allows, a time set back) is thus inconsistent even
+// though it replays to its recorded decision.
+func inputs(c *Call, u *sessionUse) string {
+	in := c.rec.PolicyInput
+	if in == nil {
+		return ""
+	}
+	if !c.Time.IsZero() {
+		bound, why := maxDecisionLag, "within "+maxDecisionLag.String()
+		if c.acc == nil && c.Outcome == auditlog.OutcomeForwarded && c.resultAt > 0 {
+			bound = time.Duration(c.LatencyMicros) * time.Microsecond
+			why = fmt.Sprintf("within the call's latency (%s, its result record %d)", bound, c.resultAt)
+		}
+		switch lag := c.Time.Sub(in.Time); {
+		case lag < -clockSlack:
+			return fmt.Sprintf("decided at %s, after its record was written at %s: the gateway decides, then writes the record", in.Time.Format(time.RFC3339Nano), c.Time.Format(time.RFC3339Nano))
+		case lag > bound+clockSlack:
+			return fmt.Sprintf("decided at %s, but its record was written at %s, %s later: the gateway writes a record %s of its decision (give or take %s)", in.Time.Format(time.RFC3339Nano), c.Time.Format(time.RFC3339Nano), lag.Round(time.Millisecond), why, clockSlack)
+		}
+	}
+	var want []string
+	var before []decided
+	span := "none"
+	complete := true
+	if n := in.SessionCalls; n > 0 {
+		span = fmt.Sprintf("0-%d", n-1)
+		if n == 1 {
+			span = "0"
+		}
+		complete = u != nil && n <= int64(u.contiguous)
+	}
+	if u != nil {
+		p, _ := slices.BinarySearchFunc(u.calls, in.SessionCalls, func(d decided, n int64) int { return cmp.Compare(d.n, n) })
+		want, before = u.prefix[p], u.calls[:p]
+	}
+	// whence names the record that put each tool in tools_used.
+	whence := func(tools []string) string {
+		var w []string
+		for _, t := range tools {
+			if i := slices.IndexFunc(before, func(d decided) bool { return d.used && d.tool == t }); i >= 0 {
+				w = append(w, fmt.Sprintf("%s from record %d", t, before[i].at))
+			}
+		}
+		if len(w) == 0 {
+			return ""
+		}
+		return " (" + strings.Join(w, ", ") + ")"
+	}
+	if complete && slices.Equal(in.ToolsUsed, want) {
+		return ""
+	}
+	if !complete {
+		// A decided call is missing (a warning says so): its tool may be
+		// in tools_used, but every tool the log shows must be.
+		var missing []string
+		for _, t := range want {
+			if !slices.Contains(in.ToolsUsed, t) {
+				missing = append(missing, t)
+			}
+		}
+		if len(missing) == 0 {
+			return ""
+		}
+		return fmt.Sprintf("decided with tools_used [%s], without [%s], which the session's calls decided before it (session_calls %s) used%s: the engine keeps every tool the policy did not refuse", strings.Join(in.ToolsUsed, " "), strings.Join(missing, " "), span, whence(missing))
+	}
+	return fmt.Sprintf("decided with tools_used [%s] where the session's calls decided before it (session_calls %s) used [%s]%s: the engine keeps the tools of the session's calls the policy did not refuse", strings.Join(in.ToolsUsed, " "), span, strings.Join(want, " "), whence(want))
 }

@@ -191,10 +191,15 @@ func TestReplayCatchesFlippedDecision(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(statuses(rep, replayOf), " "); got != "same same same same differs same" || !rep.Findings() || rep.Summary.Differs != 1 {
+	// Call 5 (bob's next) was decided with tools_used [], which the flipped
+	// record (an allow: its tool let through) contradicts.
+	if got := strings.Join(statuses(rep, replayOf), " "); got != "same same same same differs inconsistent" || !rep.Findings() || rep.Summary.Differs != 1 {
 		t.Fatalf("statuses %s", got)
 	}
 	c := rep.Calls[4]
+	if want := fmt.Sprintf("(git__log from record %d)", c.Index); !strings.Contains(rep.Calls[5].Inconsistent, want) {
+		t.Fatalf("call 5: %q, want %q", rep.Calls[5].Inconsistent, want)
+	}
 	if c.Index != f.callIdx[4] || c.Decision != "allow" || c.Replay.Decision != "deny" || !strings.Contains(c.Replay.Reason, "recorded allow") {
 		t.Fatalf("flipped call: %+v %+v", c, c.Replay)
 	}
