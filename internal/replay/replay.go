@@ -139,7 +139,7 @@ type Call struct {
 	ep       *epochState
 	npol     int    // len(ep.policies) when the record was read
 	resultAt int64  // index of the result record, if any
-	reused   string // how the record, or its result, reuses a commitment number (see epochState.commit)
+	contra   string // how the record contradicts its epoch as read so far: a commitment number reused (epochState.commit), a forward while killed
 }
 
 // ResultNone is the Result of a forwarded call that has no result record.
@@ -232,6 +232,22 @@ type epochState struct {
 	// and result records used (numbers past maxDenseCommit in far).
 	commits bitset
 	far     map[int64]bool
+	// killedAt is 1 + the index of the kill_switch_on record that engaged
+	// the kill switch, 0 while it is clear. Each epoch starts clear: a
+	// gateway that restarts with the switch engaged records a new
+	// kill_switch_on in its new epoch before it serves (restoreKillSwitch).
+	killedAt int64
+}
+
+// killed returns how a record forwarded now contradicts the kill switch,
+// or "": the gateway writes no forwarded call or access record between
+// kill_switch_on and kill_switch_off (Gateway.SetKillSwitch: both check the
+// switch and append under the lock the switch changes under).
+func (ep *epochState) killed(outcome string) string {
+	if ep.killedAt == 0 || outcome != auditlog.OutcomeForwarded {
+		return ""
+	}
+	return fmt.Sprintf("forwarded while the kill switch was engaged (kill_switch_on, record %d): the gateway forwards nothing from kill_switch_on until kill_switch_off", ep.killedAt-1)
 }
 
 // maxDenseCommit bounds the commitment numbers kept in a bitset (4 MiB):
@@ -653,8 +669,8 @@ func inconsistency(c *Call) string {
 			return why
 		}
 	}
-	if c.reused != "" {
-		return c.reused
+	if c.contra != "" {
+		return c.contra
 	}
 	// The gateway commits to a call's arguments before anything else ({}
 	// when none were sent, see relay); only a call refused before the
@@ -811,7 +827,7 @@ func newReadState(rep *Report, opts *Options) *readState {
 // replayed reports whether replay reads the records of kind k.
 func replayed(k auditlog.Kind) bool {
 	switch k {
-	case auditlog.KindGenesis, auditlog.KindSession, auditlog.KindCall, auditlog.KindAccess, auditlog.KindResult, auditlog.KindPolicy:
+	case auditlog.KindGenesis, auditlog.KindSession, auditlog.KindCall, auditlog.KindAccess, auditlog.KindResult, auditlog.KindPolicy, auditlog.KindAdmin:
 		return true
 	}
 	return false
@@ -857,6 +873,17 @@ func (st *readState) add(e *auditlog.Entry) {
 				st.ep.policies = append(st.ep.policies, policyState{rec.Bundle, rec.Mode, pos.Index})
 			}
 		}
+	case *auditlog.Admin:
+		if st.ep != nil {
+			switch rec.Action {
+			case "kill_switch_on":
+				if st.ep.killedAt == 0 {
+					st.ep.killedAt = pos.Index + 1
+				}
+			case "kill_switch_off":
+				st.ep.killedAt = 0
+			}
+		}
 	case *auditlog.Session:
 		key := sessionKey{pos.Epoch, rec.ID}
 		s := st.sessions[key]
@@ -882,9 +909,9 @@ func (st *readState) add(e *auditlog.Entry) {
 		// and policy records say which bundles the gateway put in force
 		// (inconsistency reports a call that names another).
 		ep.isCall.set(pos.Index)
-		reused := ""
+		contra := ep.killed(rec.Outcome)
 		if ep.commit(rec.Args) {
-			reused = reusedMsg("its arguments'", rec.Args)
+			contra = reusedMsg("its arguments'", rec.Args)
 		}
 		key := sessionKey{pos.Epoch, rec.Session}
 		if rec.PolicyInput != nil {
@@ -895,7 +922,7 @@ func (st *readState) add(e *auditlog.Entry) {
 		}
 		c := &Call{Epoch: pos.Epoch, Index: pos.Index, Time: e.Time, Session: rec.Session, Agent: rec.Agent, Tool: rec.Tool,
 			Upstream: rec.Upstream, EvidenceClass: rec.EvidenceClass, Decision: rec.Decision, PolicyIDs: rec.PolicyIDs,
-			Mode: rec.PolicyMode, Outcome: rec.Outcome, Reason: rec.Reason, rec: rec, ep: ep, npol: len(ep.policies), reused: reused}
+			Mode: rec.PolicyMode, Outcome: rec.Outcome, Reason: rec.Reason, rec: rec, ep: ep, npol: len(ep.policies), contra: contra}
 		if !rec.PolicyBundle.IsZero() {
 			if !rec.PolicyBundle.Equal(st.lastBundle) {
 				st.lastBundle, st.lastBundleStr = rec.PolicyBundle, rec.PolicyBundle.String()
@@ -919,12 +946,12 @@ func (st *readState) add(e *auditlog.Entry) {
 			st.failed = fmt.Errorf("%s: access record before any genesis record", pos)
 			return
 		}
-		reused := ""
+		contra := ep.killed(rec.Outcome)
 		if ep.commit(rec.URI) {
-			reused = reusedMsg("its URI's", rec.URI)
+			contra = reusedMsg("its URI's", rec.URI)
 		}
 		if ep.commit(rec.Args) {
-			reused = reusedMsg("its arguments'", rec.Args)
+			contra = reusedMsg("its arguments'", rec.Args)
 		}
 		// The decision's fields in the shape of a call record, so that the
 		// checks and the consistency rules of calls apply as they are; Args
@@ -940,7 +967,7 @@ func (st *readState) add(e *auditlog.Entry) {
 		c := &Call{Epoch: pos.Epoch, Index: pos.Index, Time: e.Time, Session: rec.Session, Agent: rec.Agent,
 			Action: rec.Action, Method: rec.Method, Prompt: rec.Prompt,
 			Upstream: rec.Upstream, EvidenceClass: rec.EvidenceClass, Decision: rec.Decision, PolicyIDs: rec.PolicyIDs,
-			Mode: rec.PolicyMode, Outcome: rec.Outcome, Reason: rec.Reason, rec: crec, acc: rec, ep: ep, npol: len(ep.policies), reused: reused}
+			Mode: rec.PolicyMode, Outcome: rec.Outcome, Reason: rec.Reason, rec: crec, acc: rec, ep: ep, npol: len(ep.policies), contra: contra}
 		if !rec.PolicyBundle.IsZero() {
 			if !rec.PolicyBundle.Equal(st.lastBundle) {
 				st.lastBundle, st.lastBundleStr = rec.PolicyBundle, rec.PolicyBundle.String()
@@ -965,7 +992,7 @@ func (st *readState) add(e *auditlog.Entry) {
 		// hide nothing that a call record says, so they are warnings.
 		if ep.commit(rec.Result) {
 			if c := ep.calls[rec.Call]; c != nil {
-				c.reused = reusedMsg(fmt.Sprintf("its result (record %d) uses", pos.Index), rec.Result)
+				c.contra = reusedMsg(fmt.Sprintf("its result (record %d) uses", pos.Index), rec.Result)
 			}
 		}
 		switch {
