@@ -390,3 +390,6 @@ func (b *Bundle) ReadsURI() bool { return b.readsContext("uri") }
 
 // ReadsPrompt reports whether some policy may read context.prompt.
 func (b *Bundle) ReadsPrompt() bool { return b.readsContext("prompt") }
+
+// ReadsSession reports whether some policy may read context.session.
+func (b *Bundle) ReadsSession() bool { return b.readsContext("session") }

@@ -418,6 +418,9 @@ func Run(ctx context.Context, dir string, opts Options) (*Report, error) {
 	slices.Sort(rep.Warnings)
 	rep.Warnings = append(verified, rep.Warnings...)
 	runChecks(checks, bundles, whatIf)
+	if whatIf != nil && whatIf.ReadsSession() {
+		whatIfSessions(checks, used, whatIf)
+	}
 	for _, c := range checks {
 		if c.Replay != nil {
 			rep.Summary.count(c.Replay.Status)
@@ -741,11 +744,20 @@ func orNone(s string) string {
 }
 
 func whatIfCall(c *Call, b *policy.Bundle, memo *policy.Memo) *Check {
+	return whatIfUsing(c, memo, nil, false)
+}
+
+// whatIfUsing is whatIfCall with the session's tools_used replaced by used
+// when override is set.
+func whatIfUsing(c *Call, memo *policy.Memo, used []string, override bool) *Check {
 	rec := c.rec
 	if rec.PolicyInput == nil {
 		return &Check{Status: StatusNoDecision, Reason: "the record holds no policy input (no policy decided this call)"}
 	}
 	req := request(c)
+	if override {
+		req.Session.ToolsUsed = used
+	}
 	if ck := arguments(c, memo, req); ck != nil {
 		return ck
 	}
@@ -1170,4 +1182,70 @@ func inputs(c *Call, u *sessionUse) string {
 		return fmt.Sprintf("decided with tools_used [%s], without [%s], which the session's calls decided before it (session_calls %s) used%s: the engine keeps every tool the policy did not refuse", strings.Join(in.ToolsUsed, " "), strings.Join(missing, " "), span, whence(missing))
 	}
 	return fmt.Sprintf("decided with tools_used [%s] where the session's calls decided before it (session_calls %s) used [%s]%s: the engine keeps the tools of the session's calls the policy did not refuse", strings.Join(in.ToolsUsed, " "), span, strings.Join(want, " "), whence(want))
+}
+
+// whatIfSessions re-evaluates, under a what-if bundle that reads
+// context.session, the calls and accesses whose session's tools_used the
+// what-if outcomes of its earlier calls change: each session is simulated
+// in session_calls order (which the outcomes do not change: every decided
+// call counts), a call's tool joining tools_used when the what-if bundle
+// would let it through (allow, or any decision in a mode that forwards
+// denies). Where an earlier call's what-if outcome is not known (not
+// replayable, or not among the calls selected) and could change the
+// state, the later ones are not replayable, naming that call.
+func whatIfSessions(checks []*Call, used map[sessionKey]*sessionUse, whatIf *policy.Bundle) {
+	memo := whatIf.NewMemo()
+	byKey := map[sessionKey][]*Call{}
+	checked := map[[2]int64]*Call{}
+	for _, c := range checks {
+		if c.rec.PolicyInput == nil || c.WhatIf == nil {
+			continue
+		}
+		k := sessionKey{c.Epoch, c.Session}
+		byKey[k] = append(byKey[k], c)
+		checked[[2]int64{int64(c.Epoch), c.Index}] = c
+	}
+	for k, items := range byKey {
+		u := used[k]
+		if u == nil {
+			continue
+		}
+		slices.SortStableFunc(items, func(a, b *Call) int {
+			return cmp.Compare(a.rec.PolicyInput.SessionCalls, b.rec.PolicyInput.SessionCalls)
+		})
+		var sim []string
+		blocked := ""
+		next := 0
+		for _, it := range items {
+			n := it.rec.PolicyInput.SessionCalls
+			for ; next < len(u.calls) && u.calls[next].n < n; next++ {
+				d := u.calls[next]
+				if _, found := slices.BinarySearch(sim, d.tool); found || blocked != "" {
+					continue
+				}
+				c := checked[[2]int64{int64(k.epoch), d.at}]
+				switch {
+				case c == nil:
+					blocked = fmt.Sprintf("the what-if bundle reads context.session, and whether call record %d (%s, session_calls %d) would put its tool in the session's tools_used is not known: it is not among the calls selected", d.at, d.tool, d.n)
+				case c.WhatIf.Status != StatusUnchanged && c.WhatIf.Status != StatusChanges:
+					blocked = fmt.Sprintf("the what-if bundle reads context.session, and whether call record %d (%s, session_calls %d) would put its tool in the session's tools_used is not known: its own what-if is %s", d.at, d.tool, d.n, c.WhatIf.Status)
+				case c.WhatIf.Decision == auditlog.DecisionAllow || c.Mode != string(policy.Enforcing):
+					j, _ := slices.BinarySearch(sim, d.tool)
+					sim = slices.Insert(slices.Clip(sim), j, d.tool)
+				}
+			}
+			if slices.Equal(sim, it.rec.PolicyInput.ToolsUsed) && blocked == "" {
+				continue // decided on the state it was recorded with
+			}
+			if blocked != "" {
+				it.WhatIf = &Check{Status: StatusNotReplayable, Reason: blocked}
+				continue
+			}
+			ck := whatIfUsing(it, memo, sim, true)
+			if ck.Status == StatusUnchanged || ck.Status == StatusChanges {
+				ck.Reason += fmt.Sprintf(" (with tools_used [%s] under the what-if bundle, recorded [%s])", strings.Join(sim, " "), strings.Join(it.rec.PolicyInput.ToolsUsed, " "))
+			}
+			it.WhatIf = ck
+		}
+	}
 }
