@@ -307,6 +307,9 @@ func printReplay(p *ui.Printer, rep *replay.Report, o *replayOptions) {
 	}
 	if o.whatIf != "" {
 		line += fmt.Sprintf("; what-if %s: %d would change", rep.WhatIf, s.Changes)
+		if s.WhatIfNotEvaluated > 0 {
+			line += fmt.Sprintf(", %d could not be evaluated", s.WhatIfNotEvaluated)
+		}
 	}
 	if rep.Unverified != "" {
 		line = "UNVERIFIED " + line

@@ -184,6 +184,10 @@ type Summary struct {
 	// (Call.Unsigned), whatever their check says.
 	Unsigned int `json:"unsigned,omitempty"`
 	Changes  int `json:"what_if_changes,omitempty"`
+	// WhatIfNotEvaluated counts the calls whose what-if decision could not
+	// be evaluated (not replayable, no decision, incomplete), apart from
+	// replay's counts above.
+	WhatIfNotEvaluated int `json:"what_if_not_evaluated,omitempty"`
 }
 
 // Report is the result of Run.
@@ -426,10 +430,18 @@ func Run(ctx context.Context, dir string, opts Options) (*Report, error) {
 			rep.Summary.count(c.Replay.Status)
 		}
 		if c.WhatIf != nil {
-			if c.WhatIf.Status == StatusChanges {
+			switch c.WhatIf.Status {
+			case StatusChanges:
 				rep.Summary.Changes++
-			} else if c.WhatIf.Status != StatusUnchanged {
-				rep.Summary.count(c.WhatIf.Status)
+			case StatusUnchanged:
+			case StatusTampered:
+				// A vault payload that does not match its commitment is a
+				// finding, whichever check opened it (counted once).
+				if c.Replay == nil || c.Replay.Status != StatusTampered {
+					rep.Summary.Tampered++
+				}
+			default:
+				rep.Summary.WhatIfNotEvaluated++
 			}
 		}
 	}
