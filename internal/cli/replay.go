@@ -39,7 +39,7 @@ func (o *replayOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&o.identities, "identity", nil, "age identity `FILE` of an auditor: opens the sealed payload vault so that argument-dependent decisions can be replayed")
 	fs.StringArrayVar(&o.keys, "key", nil, "trusted note verifier key (origin+hash+base64), or a file with one per line, as for verify-chain; repeatable")
 	fs.StringArrayVar(&o.checkpoints, "checkpoint", nil, "signed checkpoint `FILE` saved earlier, as for verify-chain; repeatable")
-	fs.BoolVar(&o.unverified, "unverified", false, "replay even if the log does not verify; every output line is then marked UNVERIFIED")
+	fs.BoolVar(&o.unverified, "unverified", false, "replay even if the log does not verify; every output line is then marked UNVERIFIED (refused with --require-signed)")
 	fs.BoolVar(&o.requireSign, "require-signed", false, "fail (exit 11) where verify-chain --require-signed does (an earlier epoch's records its key never signed), and also when a reported call's record or its result comes after its epoch's last checkpoint (the newest epoch's unsealed tail included): its replay proves nothing")
 	fs.BoolVar(&o.all, "all", false, "with --policy or --what-if, list every call, not only those with a finding or an unsigned record")
 	fs.StringVar(&o.session, "session", "", "only calls of this session `ID`")
@@ -53,6 +53,10 @@ func (o *replayOptions) AddFlags(fs *pflag.FlagSet) {
 func (o *replayOptions) options() (replay.Options, error) {
 	opts := replay.Options{Policies: o.policies, WhatIf: o.whatIf, Unverified: o.unverified,
 		Filter: replay.Filter{Session: o.session, Agent: o.agent, Tool: o.tool, Decision: o.decision}}
+	if o.unverified && o.requireSign {
+		return opts, ui.Errorf(ui.ExitUsage, "--unverified and --require-signed contradict each other: a log replayed unverified proves nothing signed").
+			Hint("drop --unverified to fail (exit 11) where the log's records are not signed, or --require-signed to look at a log that does not verify")
+	}
 	switch o.decision {
 	case "", "allow", "deny":
 	default:

@@ -310,3 +310,14 @@ func TestReplayCommandMarksUnsignedCalls(t *testing.T) {
 		t.Fatalf("json: code %d\n%s", code, out)
 	}
 }
+
+// TestReplayRefusesUnverifiedWithRequireSigned: --unverified replays a log
+// that does not verify, so nothing in it is signed; with --require-signed
+// the command is a contradiction and is refused as a usage error (exit 2)
+// before the log is read. Before, it exited 0 on a log that did not verify.
+func TestReplayRefusesUnverifiedWithRequireSigned(t *testing.T) {
+	_, stderr, code := run("replay", t.TempDir(), "--unverified", "--require-signed")
+	if code != 2 || !strings.Contains(stderr, "--unverified and --require-signed") {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+}
