@@ -278,7 +278,7 @@ permit (principal, action in [Action::"read_resource", Action::"get_prompt"], re
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Summary.NotReplayable != 1 || rep.Summary.Changes != 1 {
+	if rep.Summary.WhatIfNotEvaluated != 1 || rep.Summary.NotReplayable != 0 || rep.Summary.Changes != 1 {
 		t.Fatalf("what-if on the uri: %+v", rep.Summary)
 	}
 	// With the auditor's identity the URI comes from the vault: the read
@@ -287,7 +287,7 @@ permit (principal, action in [Action::"read_resource", Action::"get_prompt"], re
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Summary.NotReplayable != 0 || rep.Summary.Changes != 1 || rep.Calls[0].WhatIf.Status != replay.StatusUnchanged || rep.Calls[1].WhatIf.Status != replay.StatusChanges {
+	if rep.Summary.NotReplayable != 0 || rep.Summary.WhatIfNotEvaluated != 0 || rep.Summary.Changes != 1 || rep.Calls[0].WhatIf.Status != replay.StatusUnchanged || rep.Calls[1].WhatIf.Status != replay.StatusChanges {
 		t.Fatalf("what-if on the uri with the vault: %+v", rep.Summary)
 	}
 }
