@@ -286,6 +286,9 @@ func printReplay(p *ui.Printer, rep *replay.Report, o *replayOptions) {
 	if len(rows) > 0 {
 		p.Table(head(h...), rows)
 	}
+	for _, g := range notChecked(rep.Calls) {
+		p.Printf("%d %s: %s\n", g.n, g.label, g.why)
+	}
 	s := rep.Summary
 	line := fmt.Sprintf("%d records, %d calls", s.Records, s.Calls)
 	if s.Accesses > 0 {
@@ -333,6 +336,46 @@ func finding(c *replay.Call) bool {
 	return false
 }
 
+// notCheckedGroup is the calls that could not be checked for one cause.
+type notCheckedGroup struct {
+	label, why string
+	n          int
+}
+
+// notChecked groups the calls whose replay or what-if could not be checked
+// (not replayable, decided by a bundle not given) by cause, in the order
+// first met.
+func notChecked(calls []*replay.Call) []*notCheckedGroup {
+	var groups []*notCheckedGroup
+	byKey := map[[2]string]*notCheckedGroup{}
+	for _, c := range calls {
+		for _, x := range []struct {
+			ck       *replay.Check
+			whatIfOf bool
+		}{{c.Replay, false}, {c.WhatIf, true}} {
+			if x.ck == nil || x.ck.Why == "" {
+				continue
+			}
+			label := "not replayable"
+			switch {
+			case x.whatIfOf:
+				label = "what-if not evaluated"
+			case x.ck.Status == replay.StatusNoBundle:
+				label = "not replayed"
+			}
+			k := [2]string{label, x.ck.Why}
+			g := byKey[k]
+			if g == nil {
+				g = &notCheckedGroup{label: label, why: x.ck.Why}
+				byKey[k] = g
+				groups = append(groups, g)
+			}
+			g.n++
+		}
+	}
+	return groups
+}
+
 func stamp(t time.Time) string {
 	if t.IsZero() {
 		return ""
@@ -358,6 +401,9 @@ func checkWord(p *ui.Printer, ck *replay.Check) string {
 		return p.Bad(ck.Status + ": " + ck.Reason)
 	case replay.StatusChanges:
 		return p.Warn(ck.Status + " to " + ck.Decision + " (" + strings.Join(ck.PolicyIDs, ",") + ")")
+	}
+	if ck.Why != "" {
+		return p.Warn(ck.Status + ": " + ck.Why)
 	}
 	return p.Warn(ck.Status)
 }

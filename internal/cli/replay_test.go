@@ -321,3 +321,32 @@ func TestReplayRefusesUnverifiedWithRequireSigned(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
 	}
 }
+
+// TestReplaySaysWhyCallsAreNotReplayable: in text output a call that could
+// not be re-decided says why on its row, the summary says what to do, and an
+// identity that opens no epoch's vault is a warning naming the error, once
+// per epoch. Before, the rows read only "not-replayable", and the reason
+// (and the hint to pass --identity) was only in -o json.
+func TestReplaySaysWhyCallsAreNotReplayable(t *testing.T) {
+	id, _ := age.GenerateX25519Identity()
+	other, _ := age.GenerateX25519Identity()
+	otherFile := filepath.Join(t.TempDir(), "other.key")
+	if err := os.WriteFile(otherFile, []byte(other.String()+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const bundle = "../../examples/policy/path-guard"
+	log := replayLog(t, id, -1)
+
+	out, errs, code := run("replay", log, "--policy", bundle, "--all")
+	if code != 0 || strings.Count(out, "not-replayable: its decision reads the arguments") != 3 ||
+		!strings.Contains(out, "3 not replayable: its decision reads the arguments: pass --identity with an age identity the log's payloads are encrypted to") {
+		t.Fatalf("without identity: code %d\n%s\n%s", code, out, errs)
+	}
+	out, errs, code = run("replay", log, "--policy", bundle, "--all", "--identity", otherFile)
+	if code != 0 || strings.Count(errs, "payload vault cannot be opened") != 1 ||
+		!strings.Contains(errs, "epoch 1: the payload vault cannot be opened with the --identity given: open the commitment secret of epoch 1: identity did not match any of the recipients") ||
+		strings.Count(out, "not-replayable: its decision reads the arguments, and epoch 1's payload vault cannot be opened") != 3 ||
+		!strings.Contains(out, "3 not replayable: its decision reads the arguments, and epoch 1's payload vault cannot be opened") {
+		t.Fatalf("other identity: code %d\n%s\n%s", code, out, errs)
+	}
+}

@@ -90,7 +90,18 @@ type Check struct {
 	Decision  string   `json:"decision,omitempty"`
 	PolicyIDs []string `json:"policy_ids,omitempty"`
 	Reason    string   `json:"reason,omitempty"`
+	// Why says, for a call that could not be checked (not replayable, no
+	// bundle), why in one short line without the call's particulars, and
+	// what to do when there is something: the same for every call with that
+	// cause, so that calls can be grouped by it. Reason says it in full.
+	Why string `json:"-"`
 }
+
+// Causes of calls that could not be checked (Check.Why).
+const (
+	whyNoIdentity = "pass --identity with an age identity the log's payloads are encrypted to"
+	whyBlocked    = "the what-if bundle reads context.session, and an earlier call of its session has no known what-if outcome"
+)
 
 // Call is one tools/call of the timeline, or one access: a request that
 // read an upstream's resources or prompts (resources/read,
@@ -225,7 +236,11 @@ type epochState struct {
 	genesis *auditlog.Genesis
 	opener  *auditlog.Opener
 	openErr error
-	calls   map[int64]*Call // reported calls by record index, until their result
+	// notOpen holds the check of a call whose decision reads the arguments
+	// (or URI) while the vault is not open, by what it reads.
+	notOpenMu sync.Mutex
+	notOpen   map[string]*Check
+	calls     map[int64]*Call // reported calls by record index, until their result
 	// isCall and answered are sets of record indices: every call record of
 	// the epoch (reported or not), and those a result record answered.
 	isCall, answered bitset
@@ -578,20 +593,18 @@ func arguments(c *Call, memo *policy.Memo, req *policy.Request) *Check {
 		return &Check{Status: StatusIncomplete, Reason: "its decision depends on the arguments, and the record has no commitment to them: it cannot come from the gateway"}
 	}
 	if ep.opener == nil {
-		why := "its decision depends on the arguments; pass --identity to open the payload vault"
-		if ep.openErr != nil {
-			why = "its decision depends on the arguments, and the vault cannot be opened: " + ep.openErr.Error()
-		}
-		return &Check{Status: StatusNotReplayable, Reason: why}
+		return ep.notOpened("arguments")
 	}
 	p, err := ep.opener.Payload(rec.Args)
 	switch {
 	case errors.Is(err, auditlog.ErrNoPayload):
-		return &Check{Status: StatusNotReplayable, Reason: fmt.Sprintf("its decision depends on the arguments, and the vault has no payload for commitment %d", rec.Args.ID)}
+		return &Check{Status: StatusNotReplayable, Reason: fmt.Sprintf("its decision depends on the arguments, and the vault has no payload for commitment %d", rec.Args.ID),
+			Why: "its decision reads the arguments, and the vault has no payload for them"}
 	case errors.Is(err, auditlog.ErrPayloadMismatch):
 		return &Check{Status: StatusTampered, Reason: fmt.Sprintf("the vault's arguments do not match the commitment in the log (commitment %d, %d bytes): the vault was altered", rec.Args.ID, rec.Args.Size)}
 	case err != nil:
-		return &Check{Status: StatusNotReplayable, Reason: "its decision depends on the arguments, and the vault's payload cannot be opened: " + err.Error()}
+		return &Check{Status: StatusNotReplayable, Reason: "its decision depends on the arguments, and the vault's payload cannot be opened: " + err.Error(),
+			Why: "its decision reads the arguments, and the vault's payload for them cannot be opened"}
 	}
 	req.Arguments = p
 	return nil
@@ -609,23 +622,44 @@ func accessURI(c *Call, memo *policy.Memo, req *policy.Request) *Check {
 		return &Check{Status: StatusIncomplete, Reason: "a read_resource record without the commitment to its URI: it cannot come from the gateway"}
 	}
 	if ep.opener == nil {
-		why := "its decision depends on the resource URI; pass --identity to open the payload vault"
-		if ep.openErr != nil {
-			why = "its decision depends on the resource URI, and the vault cannot be opened: " + ep.openErr.Error()
-		}
-		return &Check{Status: StatusNotReplayable, Reason: why}
+		return ep.notOpened("resource URI")
 	}
 	p, err := ep.opener.Payload(a.URI)
 	switch {
 	case errors.Is(err, auditlog.ErrNoPayload):
-		return &Check{Status: StatusNotReplayable, Reason: fmt.Sprintf("its decision depends on the resource URI, and the vault has no payload for commitment %d", a.URI.ID)}
+		return &Check{Status: StatusNotReplayable, Reason: fmt.Sprintf("its decision depends on the resource URI, and the vault has no payload for commitment %d", a.URI.ID),
+			Why: "its decision reads the resource URI, and the vault has no payload for it"}
 	case errors.Is(err, auditlog.ErrPayloadMismatch):
 		return &Check{Status: StatusTampered, Reason: fmt.Sprintf("the vault's URI does not match the commitment in the log (commitment %d, %d bytes): the vault was altered", a.URI.ID, a.URI.Size)}
 	case err != nil:
-		return &Check{Status: StatusNotReplayable, Reason: "its decision depends on the resource URI, and the vault's payload cannot be opened: " + err.Error()}
+		return &Check{Status: StatusNotReplayable, Reason: "its decision depends on the resource URI, and the vault's payload cannot be opened: " + err.Error(),
+			Why: "its decision reads the resource URI, and the vault's payload for it cannot be opened"}
 	}
 	req.URI = string(p)
 	return nil
+}
+
+// notOpened is the check of a call whose decision reads what (the
+// arguments, the resource URI) when the epoch's vault is not open: no
+// --identity, or one that does not open it (warned of once for the epoch).
+// Its texts are made once per epoch: a log may hold millions of such calls.
+func (ep *epochState) notOpened(what string) *Check {
+	if ck := ep.notOpen[what]; ck != nil {
+		return &Check{Status: ck.Status, Reason: ck.Reason, Why: ck.Why}
+	}
+	ck := &Check{Status: StatusNotReplayable, Reason: "its decision depends on the " + what + "; pass --identity to open the payload vault",
+		Why: "its decision reads the " + what + ": " + whyNoIdentity}
+	if ep.openErr != nil {
+		ck.Reason = "its decision depends on the " + what + ", and the vault cannot be opened: " + ep.openErr.Error()
+		ck.Why = fmt.Sprintf("its decision reads the %s, and epoch %d's payload vault cannot be opened (see the warning)", what, ep.epoch)
+	}
+	ep.notOpenMu.Lock()
+	defer ep.notOpenMu.Unlock()
+	if ep.notOpen == nil {
+		ep.notOpen = map[string]*Check{}
+	}
+	ep.notOpen[what] = ck
+	return &Check{Status: ck.Status, Reason: ck.Reason, Why: ck.Why}
 }
 
 func effect(d policy.Decision) string {
@@ -643,7 +677,8 @@ func replayCall(c *Call, b *policy.Bundle, memo *policy.Memo) *Check {
 	case rec.PolicyInput == nil || rec.PolicyBundle.IsZero():
 		return &Check{Status: StatusIncomplete, Reason: "the record has a decision but not the bundle digest and the decision's input: it cannot come from the gateway"}
 	case b == nil:
-		return &Check{Status: StatusNoBundle, Reason: "decided by bundle " + rec.PolicyBundle.String() + ", which was not given with --policy"}
+		return &Check{Status: StatusNoBundle, Reason: "decided by bundle " + rec.PolicyBundle.String() + ", which was not given with --policy",
+			Why: "decided by bundle " + rec.PolicyBundle.String() + ": pass it with --policy"}
 	}
 	req := request(c)
 	if ck := arguments(c, memo, req); ck != nil {
@@ -883,7 +918,14 @@ func (st *readState) add(e *auditlog.Entry) {
 		}
 		if len(opts.Identities) > 0 {
 			ep.opener, ep.openErr = openVault(rec, ep.dir, opts.Identities)
-			if ep.openErr == nil {
+			if ep.openErr != nil {
+				w := fmt.Sprintf("epoch %d: the payload vault cannot be opened with the --identity given: %v; its calls whose decision reads the arguments (or a resource URI) are not replayable", pos.Epoch, ep.openErr)
+				var nm *age.NoIdentityMatchError
+				if errors.As(ep.openErr, &nm) {
+					w += " (" + whyNoIdentity + ")"
+				}
+				rep.Warnings = append(rep.Warnings, w)
+			} else {
 				if n := ep.opener.VaultTorn(); n > 0 {
 					rep.Warnings = append(rep.Warnings, fmt.Sprintf("epoch %d: the payload vault %s ends with an incomplete line of %d bytes (the gateway stopped while writing it): that payload is lost, and a call that needs it is not replayable", pos.Epoch, filepath.Join(ep.dir, auditlog.VaultFile), n))
 				}
@@ -1226,7 +1268,7 @@ func whatIfSessions(checks []*Call, used map[sessionKey]*sessionUse, whatIf *pol
 			return cmp.Compare(a.rec.PolicyInput.SessionCalls, b.rec.PolicyInput.SessionCalls)
 		})
 		var sim []string
-		blocked := ""
+		blocked, blockedWhy := "", ""
 		next := 0
 		for _, it := range items {
 			n := it.rec.PolicyInput.SessionCalls
@@ -1238,8 +1280,10 @@ func whatIfSessions(checks []*Call, used map[sessionKey]*sessionUse, whatIf *pol
 				c := checked[[2]int64{int64(k.epoch), d.at}]
 				switch {
 				case c == nil:
+					blockedWhy = whyBlocked
 					blocked = fmt.Sprintf("the what-if bundle reads context.session, and whether call record %d (%s, session_calls %d) would put its tool in the session's tools_used is not known: it is not among the calls selected", d.at, d.tool, d.n)
 				case c.WhatIf.Status != StatusUnchanged && c.WhatIf.Status != StatusChanges:
+					blockedWhy = whyBlocked
 					blocked = fmt.Sprintf("the what-if bundle reads context.session, and whether call record %d (%s, session_calls %d) would put its tool in the session's tools_used is not known: its own what-if is %s", d.at, d.tool, d.n, c.WhatIf.Status)
 				case c.WhatIf.Decision == auditlog.DecisionAllow || c.Mode != string(policy.Enforcing):
 					j, _ := slices.BinarySearch(sim, d.tool)
@@ -1250,7 +1294,7 @@ func whatIfSessions(checks []*Call, used map[sessionKey]*sessionUse, whatIf *pol
 				continue // decided on the state it was recorded with
 			}
 			if blocked != "" {
-				it.WhatIf = &Check{Status: StatusNotReplayable, Reason: blocked}
+				it.WhatIf = &Check{Status: StatusNotReplayable, Reason: blocked, Why: blockedWhy}
 				continue
 			}
 			ck := whatIfUsing(it, memo, sim, true)

@@ -492,3 +492,74 @@ func TestReplayWarnsOfATornVault(t *testing.T) {
 		t.Fatalf("summary %+v", rep.Summary)
 	}
 }
+
+// TestNotCheckedSaysWhy: a call that cannot be re-decided carries a short
+// cause (Check.Why) without the call's particulars, the same for every call
+// with that cause, saying what to do; a call decided by a bundle not given
+// names its digest; an identity that opens no epoch's vault is one warning
+// for the epoch, with the error.
+func TestNotCheckedSaysWhy(t *testing.T) {
+	key, id := newKeys(t)
+	f := writeLog(t, key, id, -1)
+	rep, err := Run(context.Background(), f.dir, Options{Policies: []string{"testdata/recorded"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const noID = "its decision reads the arguments: pass --identity with an age identity the log's payloads are encrypted to"
+	for _, i := range []int{0, 1, 5} {
+		if ck := rep.Calls[i].Replay; ck.Status != StatusNotReplayable || ck.Why != noID {
+			t.Errorf("call %d: %+v", i, ck)
+		}
+	}
+	other, _ := age.GenerateX25519Identity()
+	rep, err = Run(context.Background(), f.dir, Options{Policies: []string{"testdata/recorded"}, Identities: []age.Identity{other}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ck := rep.Calls[0].Replay; ck.Status != StatusNotReplayable || ck.Why != "its decision reads the arguments, and epoch 1's payload vault cannot be opened (see the warning)" {
+		t.Errorf("other identity: %+v", ck)
+	}
+	var warned []string
+	for _, w := range rep.Warnings {
+		if strings.Contains(w, "payload vault cannot be opened") {
+			warned = append(warned, w)
+		}
+	}
+	if len(warned) != 1 || !strings.Contains(warned[0], "epoch 1") || !strings.Contains(warned[0], "did not match any of the recipients") {
+		t.Errorf("warnings: %q", rep.Warnings)
+	}
+
+	// A second bundle put in force by a reload, and a call it decided.
+	b2, err := policy.Load(context.Background(), "testdata/next", policy.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	w, err := auditlog.Open(dir, auditlog.Options{Key: key, PolicyDigest: f.bundle.Digest(), PolicyMode: "enforcing"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	w.Append(ctx, &auditlog.Session{ID: "s1", Event: "start", Agent: "alice"})
+	w.Append(ctx, &auditlog.Policy{Event: "reloaded", Bundle: b2.Digest(), Previous: f.bundle.Digest(), Mode: "enforcing"})
+	c := calls()[2]
+	c.call.Arguments = []byte(c.args)
+	o := policy.NewEngine(b2, policy.Enforcing, nil).DecideCall(c.call)
+	rec := &auditlog.Call{Session: "s1", Agent: "alice", Tool: c.call.Tool, Upstream: c.call.Upstream, UpstreamTool: c.call.ToolName,
+		EvidenceClass: c.call.EvidenceClass, Args: w.Commit([]byte(c.args)), Decision: o.Effect(), PolicyIDs: o.PolicyIDs,
+		PolicyMode: string(o.Mode), PolicyBundle: o.Bundle, Outcome: auditlog.OutcomeForwarded, PolicyInput: o.Input()}
+	if o.Refuse {
+		rec.Outcome = auditlog.OutcomeRefused
+	}
+	w.Append(ctx, rec)
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rep, err = Run(context.Background(), dir, Options{Policies: []string{"testdata/recorded"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ck := rep.Calls[0].Replay; ck.Status != StatusNoBundle || ck.Why != "decided by bundle "+b2.Digest().String()+": pass it with --policy" {
+		t.Errorf("no bundle: %+v", ck)
+	}
+}
