@@ -41,7 +41,7 @@ func (o *replayOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&o.checkpoints, "checkpoint", nil, "signed checkpoint `FILE` saved earlier, as for verify-chain; repeatable")
 	fs.BoolVar(&o.unverified, "unverified", false, "replay even if the log does not verify; every output line is then marked UNVERIFIED (refused with --require-signed)")
 	fs.BoolVar(&o.requireSign, "require-signed", false, "fail (exit 11) where verify-chain --require-signed does (an earlier epoch's records its key never signed), and also when a reported call's record or its result comes after its epoch's last checkpoint (the newest epoch's unsealed tail included): its replay proves nothing")
-	fs.BoolVar(&o.all, "all", false, "with --policy or --what-if, list every call, not only those with a finding or an unsigned record")
+	fs.BoolVar(&o.all, "all", false, "with --policy or --what-if, list every call, not only those with a finding or an unsigned record (calls that could not be checked are otherwise counted by cause, with their first records)")
 	fs.StringVar(&o.session, "session", "", "only calls of this session `ID`")
 	fs.StringVar(&o.agent, "agent", "", "only calls of this agent `IDENTITY`")
 	fs.StringVar(&o.tool, "tool", "", "only calls of this exposed tool `NAME`")
@@ -130,7 +130,8 @@ calls whose decision would change.
 A decision that depends on the call's arguments (or a read's URI) needs them: with --identity
 (an auditor's age identity) replay opens the sealed payload vault, checks each
 payload against its commitment in the log (a mismatch is tampering), and uses
-it. Without it those calls are listed as not replayable, never guessed. Under
+it. Without it those calls are not replayable, never guessed: they are
+counted by cause, with what to do (--all lists them). Under
 a bundle that checks the argument types its schema declares (one whose
 policies read context.arguments), every call's decision depends on its
 arguments, whatever the tool: a declared argument sent with another type is
@@ -287,7 +288,15 @@ func printReplay(p *ui.Printer, rep *replay.Report, o *replayOptions) {
 		p.Table(head(h...), rows)
 	}
 	for _, g := range notChecked(rep.Calls) {
-		p.Printf("%d %s: %s\n", g.n, g.label, g.why)
+		if o.all {
+			p.Printf("%d %s: %s\n", g.n, g.label, g.why)
+			continue
+		}
+		more := ""
+		if g.n > len(g.first) {
+			more = ", ..."
+		}
+		p.Printf("%d %s: %s (records %s%s; --all lists them)\n", g.n, g.label, g.why, strings.Join(g.first, ", "), more)
 	}
 	s := rep.Summary
 	line := fmt.Sprintf("%d records, %d calls", s.Records, s.Calls)
@@ -329,7 +338,9 @@ func finding(c *replay.Call) bool {
 		return true
 	}
 	for _, ck := range []*replay.Check{c.Replay, c.WhatIf} {
-		if ck != nil && ck.Status != replay.StatusSame && ck.Status != replay.StatusUnchanged && ck.Status != replay.StatusNoDecision {
+		// A call that could not be checked (Why) is no finding: it is
+		// counted with the others of its cause (notChecked).
+		if ck != nil && ck.Status != replay.StatusSame && ck.Status != replay.StatusUnchanged && ck.Status != replay.StatusNoDecision && ck.Why == "" {
 			return true
 		}
 	}
@@ -340,6 +351,7 @@ func finding(c *replay.Call) bool {
 type notCheckedGroup struct {
 	label, why string
 	n          int
+	first      []string // the first records, epoch:index
 }
 
 // notChecked groups the calls whose replay or what-if could not be checked
@@ -370,7 +382,9 @@ func notChecked(calls []*replay.Call) []*notCheckedGroup {
 				byKey[k] = g
 				groups = append(groups, g)
 			}
-			g.n++
+			if g.n++; len(g.first) < 3 {
+				g.first = append(g.first, fmt.Sprintf("%d:%d", c.Epoch, c.Index))
+			}
 		}
 	}
 	return groups

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -348,5 +349,23 @@ func TestReplaySaysWhyCallsAreNotReplayable(t *testing.T) {
 		strings.Count(out, "not-replayable: its decision reads the arguments, and epoch 1's payload vault cannot be opened") != 3 ||
 		!strings.Contains(out, "3 not replayable: its decision reads the arguments, and epoch 1's payload vault cannot be opened") {
 		t.Fatalf("other identity: code %d\n%s\n%s", code, out, errs)
+	}
+}
+
+// TestReplaySummarisesCallsNotChecked: with --policy, calls that could not
+// be checked for one cause are one line (their count, the cause, the first
+// records) instead of a row each; --all lists them. Before, every
+// argument-dependent call of a log replayed without --identity was a row.
+func TestReplaySummarisesCallsNotChecked(t *testing.T) {
+	id, _ := age.GenerateX25519Identity()
+	log := replayLog(t, id, -1)
+	out, errs, code := run("replay", log, "--policy", "../../examples/policy/path-guard")
+	if code != 0 || strings.Contains(out, "│") || strings.Contains(out, "fs__read_file") ||
+		!regexp.MustCompile(`(?m)^3 not replayable: its decision reads the arguments: pass --identity .*\(records 1:\d+, 1:\d+, 1:\d+; --all lists them\)$`).MatchString(out) {
+		t.Fatalf("code %d\n%s\n%s", code, out, errs)
+	}
+	out, errs, code = run("replay", log, "--policy", "../../examples/policy/path-guard", "--all")
+	if code != 0 || strings.Count(out, "fs__read_file") != 3 || strings.Contains(out, "--all lists them") {
+		t.Fatalf("--all: code %d\n%s\n%s", code, out, errs)
 	}
 }
