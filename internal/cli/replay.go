@@ -227,23 +227,27 @@ func printReplay(p *ui.Printer, rep *replay.Report, o *replayOptions) {
 		return h
 	}
 	checking := len(o.policies) > 0 || o.whatIf != ""
-	if !checking {
-		var rows [][]string
-		for _, s := range rep.Sessions {
-			rows = append(rows, mark([]string{s.ID, s.Agent, s.Front, s.Client, stamp(s.Start), stamp(s.End), fmt.Sprint(s.Calls)}, s.Unsigned))
-		}
-		if len(rows) > 0 {
-			p.Table(head("SESSION", "AGENT", "FRONT", "CLIENT", "START", "END", "CALLS"), rows)
-		}
+	// The tables are streamed (TableRows): a log may hold millions of calls.
+	if !checking && len(rep.Sessions) > 0 {
+		p.TableRows(head("SESSION", "AGENT", "FRONT", "CLIENT", "START", "END", "CALLS"), len(rep.Sessions), func(i int) []string {
+			s := rep.Sessions[i]
+			return mark([]string{s.ID, s.Agent, s.Front, s.Client, stamp(s.Start), stamp(s.End), fmt.Sprint(s.Calls)}, s.Unsigned)
+		})
 	}
 	// With --policy the REPLAY column says inconsistent; without it a
 	// column of its own does, when there is one.
 	consistency := len(o.policies) == 0 && rep.Summary.Inconsistent > 0
-	var rows [][]string
-	for _, c := range rep.Calls {
-		if checking && !o.all && !finding(c) && !c.Unsigned {
-			continue
+	listed := rep.Calls
+	if checking && !o.all {
+		listed = nil
+		for _, c := range rep.Calls {
+			if finding(c) || c.Unsigned {
+				listed = append(listed, c)
+			}
 		}
+	}
+	callRow := func(i int) []string {
+		c := listed[i]
 		outcome := c.Outcome
 		if c.Result != "" {
 			outcome += "/" + c.Result
@@ -272,7 +276,7 @@ func printReplay(p *ui.Printer, rep *replay.Report, o *replayOptions) {
 				row[len(row)-1] = p.Bad(replay.StatusInconsistent + ": " + c.Inconsistent)
 			}
 		}
-		rows = append(rows, mark(row, c.Unsigned))
+		return mark(row, c.Unsigned)
 	}
 	h := []string{"RECORD", "TIME", "SESSION", "AGENT", "TOOL", "CLASS", "DECISION", "POLICIES", "MODE", "OUTCOME", "LATENCY"}
 	if len(o.policies) > 0 {
@@ -284,8 +288,8 @@ func printReplay(p *ui.Printer, rep *replay.Report, o *replayOptions) {
 	if consistency {
 		h = append(h, "RECORD CHECK")
 	}
-	if len(rows) > 0 {
-		p.Table(head(h...), rows)
+	if len(listed) > 0 {
+		p.TableRows(head(h...), len(listed), callRow)
 	}
 	for _, g := range notChecked(rep.Calls) {
 		if o.all {
