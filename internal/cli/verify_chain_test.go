@@ -529,27 +529,16 @@ func TestVerifyChainProofs(t *testing.T) {
 }
 
 func TestVerifyChainSegment(t *testing.T) {
-	_, key, _ := ed25519.GenerateKey(rand.Reader)
-	dir := filepath.Join(t.TempDir(), "log")
-	w, err := auditlog.Open(dir, auditlog.Options{Key: key, SegmentBytes: 8 << 10, Durability: auditlog.DurabilityInterval, CheckpointEvery: 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range 100 {
-		if _, err := w.Append(context.Background(), &auditlog.Session{ID: fmt.Sprint("s", i), Event: "start", Agent: "a"}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	w.Close()
+	dir, key := segmentLog(t)
 	seg := filepath.Join(dir, "epoch-000001", "seg-000002.jsonl")
-	code, out, errOut := runCLI(t, "verify-chain", "--segment", seg, "--key", w.VerifierKey())
+	code, out, errOut := runCLI(t, "verify-chain", "--segment", seg, "--key", key)
 	if code != 0 || !strings.Contains(out, "Verified segment") || !strings.Contains(out, "unsealed tail: none") {
 		t.Fatalf("exit %d\n%s%s", code, out, errOut)
 	}
 	ls := readLines(t, seg)
 	ls[3] = replaceOnce(t, ls[3], `"agent":"a"`, `"agent":"b"`)
 	writeLines(t, seg, ls)
-	code, out, errOut = runCLI(t, "verify-chain", "--segment", seg, "--key", w.VerifierKey())
+	code, out, errOut = runCLI(t, "verify-chain", "--segment", seg, "--key", key)
 	if code != ui.ExitLogInteg || !strings.Contains(out, "line:      5") {
 		t.Fatalf("tampered segment: exit %d\n%s%s", code, out, errOut)
 	}

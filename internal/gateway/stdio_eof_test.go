@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -49,19 +50,7 @@ func TestServeStdioAnswersWhatItReadBeforeEOF(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			st, in, out := startServeStdio(t, "server", fmt.Sprintf("  shutdown_grace: %s\n", grace))
-			type line struct {
-				text string
-				at   time.Time
-			}
-			lines := make(chan line, 16)
-			go func() {
-				defer close(lines)
-				sc := bufio.NewScanner(out)
-				sc.Buffer(make([]byte, 1<<20), 1<<20)
-				for sc.Scan() {
-					lines <- line{sc.Text(), time.Now()}
-				}
-			}()
+			lines := readStdout(out)
 			call := `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"` + tc.tool + `",` + tc.meta + `"arguments":{"text":"` + tc.text + `"}}}`
 			var answers []string
 			rest := initialize + "\n" + initialized + "\n" + call + "\n"
@@ -155,6 +144,26 @@ func TestServeStdioAnswersWhatItReadBeforeEOF(t *testing.T) {
 	}
 }
 
+// stdoutLine is a line the gateway wrote to its stdout, and when it was read.
+type stdoutLine struct {
+	text string
+	at   time.Time
+}
+
+// readStdout reads the gateway's stdout line by line until it is closed.
+func readStdout(out io.Reader) <-chan stdoutLine {
+	lines := make(chan stdoutLine, 16)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			lines <- stdoutLine{sc.Text(), time.Now()}
+		}
+	}()
+	return lines
+}
+
 // TestUnanswered: the session's end and the end of a stdio agent's input
 // wait for the requests read before they began, not for those read
 // after (an agent that keeps sending cannot hold the end up); an id in
@@ -230,15 +239,7 @@ func TestServeStdioRequestToAgentAfterEOFFailsAtOnce(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			st, in, out := startServeStdio(t, "server", fmt.Sprintf("  shutdown_grace: %s\n", grace))
-			lines := make(chan string, 16)
-			go func() {
-				defer close(lines)
-				sc := bufio.NewScanner(out)
-				sc.Buffer(make([]byte, 1<<20), 1<<20)
-				for sc.Scan() {
-					lines <- sc.Text()
-				}
-			}()
+			lines := readStdout(out)
 			call := `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"` + tool + `","arguments":{"text":"hi"}}}`
 			if _, err := in.Write([]byte(initialize + "\n" + initialized + "\n" + call + "\n")); err != nil {
 				t.Fatal(err)
@@ -247,7 +248,7 @@ func TestServeStdioRequestToAgentAfterEOFFailsAtOnce(t *testing.T) {
 			timeout := time.After(grace)
 			if tc.sent {
 				for l := range lines {
-					if strings.Contains(l, `"method":"sampling/createMessage"`) {
+					if strings.Contains(l.text, `"method":"sampling/createMessage"`) {
 						break // the agent has it, and will never answer
 					}
 				}
@@ -261,8 +262,8 @@ func TestServeStdioRequestToAgentAfterEOFFailsAtOnce(t *testing.T) {
 					if !ok {
 						break read
 					}
-					if strings.Contains(l, `"id":2`) && !strings.Contains(l, `"method"`) {
-						answer = l
+					if strings.Contains(l.text, `"id":2`) && !strings.Contains(l.text, `"method"`) {
+						answer = l.text
 					}
 				case <-timeout:
 					t.Fatalf("stdout was not closed before shutdown_grace; the call's answer: %q\n%s", answer, st.logs.String())
