@@ -356,7 +356,8 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 
 // StartAdmin starts the admin listener of the `admin:` section for a running
 // gateway g and its audit log w, and registers the gauges that only exist
-// once both run (audit queue depth, live sessions). Shut it down with
+// once both run (audit queue depth, health and append errors, live
+// sessions). Shut it down with
 // (*Admin).Shutdown before closing w. ln, if not nil, is c.Listen already
 // bound.
 func StartAdmin(c *config.Admin, ln net.Listener, g *Gateway, w *auditlog.Writer, m *Metrics, logger *slog.Logger) (*Admin, error) {
@@ -365,6 +366,15 @@ func StartAdmin(c *config.Admin, ln net.Listener, g *Gateway, w *auditlog.Writer
 	}
 	m.GaugeFunc("cmcp_audit_queue_depth", "Audit records appended but not yet written by the committer.", func() float64 {
 		return float64(w.QueueDepth())
+	})
+	m.GaugeFunc("cmcp_audit_log_healthy", "1 while the audit log can record, 0 once a write failed (every call is then refused with -32063 until an operator fixes it and restarts).", func() float64 {
+		if w.Err() != nil {
+			return 0
+		}
+		return 1
+	})
+	m.CounterFunc("cmcp_audit_append_errors_total", "Audit records that could not be appended (the call, access or event they record was refused or is missing).", func() float64 {
+		return float64(w.AppendErrors())
 	})
 	m.GaugeFunc("cmcp_sessions", "Live agent sessions.", func() float64 { return float64(g.Sessions()) })
 	a, err := NewAdmin(AdminOptions{

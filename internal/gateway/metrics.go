@@ -39,8 +39,8 @@ type Metrics struct {
 }
 
 type gaugeFunc struct {
-	name, help string
-	f          func() float64
+	name, help, typ string // typ: "gauge" or "counter"
+	f               func() float64
 }
 
 // latencyBuckets are the upper bounds, in seconds, of the call latency
@@ -78,10 +78,33 @@ const (
 	OutcomeOK            = "ok"             // the upstream answered with a result
 	OutcomeIsError       = "is_error"       // the upstream answered with isError: true
 	OutcomeUpstreamError = "upstream_error" // the upstream answered with a JSON-RPC error or died
-	OutcomeGatewayFault  = "gateway_fault"  // the gateway could not forward the call
-	OutcomeRefused       = "refused"        // not forwarded: policy, drift, unknown tool, shutting down
+	OutcomeGatewayFault  = "gateway_fault"  // the gateway failed the call: the audit log could not record it (-32063), or the upstream did not answer in time (-32066)
+	OutcomeRefused       = "refused"        // not forwarded: policy, drift, unknown tool, invalid arguments, shutting down
 	OutcomeKillSwitch    = "kill_switch"    // not forwarded: the operator's kill switch is engaged
+	// OutcomeUpstreamUnavailable: not forwarded, the upstream could not
+	// be started or reached (-32062: a binary that does not match its
+	// pin, an exit at start, a TLS key that does not match, ...).
+	OutcomeUpstreamUnavailable = "upstream_unavailable"
+	// OutcomeCancelled: forwarded or about to be, then cancelled by the
+	// agent or cut by its session's end (the result record says which).
+	OutcomeCancelled = "cancelled"
 )
+
+// refusalOutcome is the outcome label of a call that was not forwarded
+// and was answered with the gateway fault code: the label names the
+// answer the agent got, so an audit log that could not record a refusal
+// counts as gateway_fault whatever refused the call first.
+func refusalOutcome(code int64) string {
+	switch code {
+	case CodeKillSwitch:
+		return OutcomeKillSwitch
+	case CodeUpstreamUnavailable:
+		return OutcomeUpstreamUnavailable
+	case CodeAuditUnavailable:
+		return OutcomeGatewayFault
+	}
+	return OutcomeRefused
+}
 
 // DecisionNone is the decision label of cmcp_calls_total for a call refused
 // before the policy was asked (kill switch, unknown tool, invalid
@@ -148,7 +171,18 @@ func (m *Metrics) GaugeFunc(name, help string, f func() float64) {
 			panic("gateway: metric " + name + " registered twice")
 		}
 	}
-	m.gauges = append(m.gauges, gaugeFunc{name: name, help: help, f: f})
+	m.gauges = append(m.gauges, gaugeFunc{name: name, help: help, typ: "gauge", f: f})
+}
+
+// CounterFunc registers a counter read when /metrics is scraped, for
+// example cmcp_audit_append_errors_total from the audit log writer. f must
+// never decrease. name must be a valid metric name and not registered
+// before.
+func (m *Metrics) CounterFunc(name, help string, f func() float64) {
+	m.GaugeFunc(name, help, f)
+	m.mu.Lock()
+	m.gauges[len(m.gauges)-1].typ = "counter"
+	m.mu.Unlock()
 }
 
 // WriteText writes every metric in the Prometheus text format.
@@ -206,7 +240,7 @@ func (m *Metrics) WriteText(out io.Writer) error {
 
 	// Gauge functions run outside the lock: they may take locks of their own.
 	for _, g := range gauges {
-		header(w, g.name, "gauge", g.help)
+		header(w, g.name, g.typ, g.help)
 		fmt.Fprintf(w, "%s %s\n", g.name, formatFloat(g.f()))
 	}
 	header(w, "cmcp_uptime_seconds", "gauge", "Seconds since the gateway started.")

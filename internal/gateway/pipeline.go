@@ -87,25 +87,24 @@ func (s *session) relay(ctx context.Context, params toolCall, after *func()) (js
 		rec.RequestID, _ = json.Marshal(params.ID.Raw())
 	}
 
-	// refuse records the call as refused and returns the fault. In the
-	// metrics, a call refused before the policy was asked has decision
-	// "none" (no policy denied it), and one the kill switch stopped has
-	// outcome "kill_switch".
+	// refuse records the call as refused and returns the fault, or
+	// -32063 if the record cannot be written. In the metrics, a call
+	// refused before the policy was asked has decision "none" (no policy
+	// denied it), and the outcome names the fault the agent is answered
+	// (refusalOutcome): kill_switch, upstream_unavailable, gateway_fault
+	// for an audit log that failed, refused for the rest.
 	decided := false
 	refuse := func(err *jsonrpc.Error) (json.RawMessage, error) {
 		rec.Outcome, rec.Reason = auditlog.OutcomeRefused, err.Message
-		decision, outcome := rec.Decision, OutcomeRefused
+		decision := rec.Decision
 		if !decided {
 			decision = DecisionNone
 		}
-		if err.Code == CodeKillSwitch {
-			outcome = OutcomeKillSwitch
-		}
-		g.metricCall(rec.Upstream, decision, outcome, 0)
-		s.callsChanged()
 		if aerr := g.record(ctx, rec); aerr != nil { // written even if ctx has ended
-			return nil, fault(CodeAuditUnavailable, "the audit log cannot record calls (%v): every call is refused until an operator fixes it", aerr)
+			err = fault(CodeAuditUnavailable, "the audit log cannot record calls (%v): every call is refused until an operator fixes it", aerr)
 		}
+		g.metricCall(rec.Upstream, decision, refusalOutcome(err.Code), 0)
+		s.callsChanged()
 		return nil, err
 	}
 

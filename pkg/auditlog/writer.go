@@ -193,6 +193,9 @@ type Writer struct {
 	vaultBytes int64 // size of the vault file (guarded by cmu)
 	vaultDirty bool  // vault bytes written and not yet synced (guarded by cmu)
 
+	// appendErrors counts failed appends (AppendErrors).
+	appendErrors atomic.Uint64
+
 	latestMu sync.Mutex
 	latest   []byte
 
@@ -595,6 +598,14 @@ func (w *Writer) setFatal(err error) *FatalError {
 // by Append itself, the log being idle), Append waits for its outcome, so
 // that an error always means the record was not written.
 func (w *Writer) Append(ctx context.Context, rec Record) (Receipt, error) {
+	r, err := w.appendOne(ctx, rec)
+	if err != nil && (ctx.Err() == nil || err != ctx.Err()) {
+		w.appendErrors.Add(1)
+	}
+	return r, err
+}
+
+func (w *Writer) appendOne(ctx context.Context, rec Record) (Receipt, error) {
 	if rec == nil {
 		return Receipt{}, errors.New("append: nil record")
 	}
