@@ -385,6 +385,10 @@ func StartAdmin(c *config.Admin, ln net.Listener, g *Gateway, w *auditlog.Writer
 		Metrics:     m,
 		Log:         w,
 		Ready: func() error {
+			if g.closing.Load() {
+				// Draining: the MCP listener takes no new connection.
+				return errors.New("shutting down: draining the calls in flight")
+			}
 			if err := w.Err(); err != nil {
 				return fmt.Errorf("audit log: %w", err)
 			}
