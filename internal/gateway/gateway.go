@@ -127,6 +127,13 @@ type Gateway struct {
 	ending counter
 	lives  counter
 	nextID atomic.Uint64
+
+	// probeCtx ends when Shutdown begins: the background probes of
+	// unavailable upstreams (reprobe) stop, and Shutdown waits for them
+	// (probes) before it closes the upstreams.
+	probeCtx  context.Context
+	probeStop context.CancelFunc
+	probes    counter
 }
 
 // upState is the gateway's view of one upstream.
@@ -142,6 +149,7 @@ type upState struct {
 	class    string // evidence class of the last connection
 	lastErr  error  // why the upstream is unavailable, if it is
 	loaded   bool
+	probing  bool // a background probe runs (reprobe)
 
 	sf     singleflight.Group
 	shared *live // the shared connection, when Shared
@@ -166,6 +174,7 @@ func New(opts Options) (*Gateway, error) {
 	}
 	g := &Gateway{opts: opts, log: opts.Log, decider: opts.Decider, logger: opts.Logger,
 		ups: map[string]*upState{}, catalog: catalog.New(), sessions: map[*session]struct{}{}, byID: map[string]*session{}}
+	g.probeCtx, g.probeStop = context.WithCancel(context.Background())
 	if opts.Policy != nil {
 		pd := &policyDecider{g: g, eng: opts.Policy}
 		if g.decider == nil {
@@ -496,6 +505,7 @@ const liveCloseWait = 30 * time.Second
 // disconnections, child exits, results) are written: the caller seals the
 // log next, and a record appended after the seal would be lost.
 func (g *Gateway) Shutdown(ctx context.Context) error {
+	g.probeStop() // no upstream is probed again; one under way is cut
 	if !g.drain(ctx) {
 		g.logger.Warn("shutdown: the drain ended with calls still in flight; cutting them (cancelled upstream, answered -32068, recorded)", "calls", g.inflight.n.Load())
 	}
@@ -505,6 +515,12 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	for _, s := range sessions {
 		s.cut(endShutdown)
 	}
+	// A probe still connecting finishes (cut, or bounded by the connect
+	// timeout) before the shared connections are closed: one it made is
+	// closed below, and its records are written before the seal.
+	pctx, pcancel := context.WithTimeout(context.Background(), liveCloseWait)
+	g.probes.wait(pctx)
+	pcancel()
 	var wg sync.WaitGroup
 	for _, s := range sessions {
 		wg.Add(1)

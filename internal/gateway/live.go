@@ -67,7 +67,100 @@ func (st *upState) connect(ctx context.Context, s *session) (*live, error) {
 	st.mu.Lock()
 	st.lastErr = err
 	st.mu.Unlock()
+	if err != nil {
+		st.reprobe()
+	}
 	return lv, err
+}
+
+// The background probe of an unavailable upstream waits reprobeFirst
+// after the failure, then twice as long after each failed probe, up to
+// reprobeMax.
+const (
+	reprobeFirst = time.Second
+	reprobeMax   = 30 * time.Second
+)
+
+// reprobe makes sure the upstream, unavailable since its last connection
+// failed, is tried again in the background until a connection succeeds
+// (the probe's or a session's) or the gateway shuts down: without it
+// /readyz and cmcp_upstream_up would stay "down" until an agent's call
+// succeeded, which a readiness-gated load balancer never sends. One probe
+// loop runs per upstream, with a bounded backoff (reprobeFirst doubling
+// to reprobeMax). A probe of a per-session upstream is a connection
+// without a session, as the startup probe's: a measured child, recorded
+// (spawn, connected, disconnected, exit), stopped as soon as its tools are
+// listed; a shared upstream's probe restarts its shared connection.
+func (st *upState) reprobe() {
+	g := st.g
+	if g.closing.Load() || g.probeCtx.Err() != nil {
+		return
+	}
+	st.mu.Lock()
+	if st.probing {
+		st.mu.Unlock()
+		return
+	}
+	st.probing = true
+	st.mu.Unlock()
+	g.probes.Add(1)
+	go func() {
+		defer g.probes.Done()
+		delay := reprobeFirst
+		t := time.NewTimer(delay)
+		defer t.Stop()
+		for {
+			select {
+			case <-g.probeCtx.Done():
+				st.mu.Lock()
+				st.probing = false
+				st.mu.Unlock()
+				return
+			case <-t.C:
+			}
+			// Done once usable (a session's connection may have
+			// succeeded meanwhile), under the lock that connect's failure
+			// takes before calling reprobe: a failure after this check
+			// starts a new loop.
+			st.mu.Lock()
+			if (st.loaded && st.lastErr == nil) || g.closing.Load() {
+				st.probing = false
+				st.mu.Unlock()
+				return
+			}
+			st.mu.Unlock()
+			if err := st.probe(g.probeCtx); err != nil {
+				delay = min(2*delay, reprobeMax)
+				g.logger.Warn("upstream still unavailable", "upstream", st.name, "next_probe", delay, "err", err)
+				t.Reset(delay)
+				continue
+			}
+			g.logger.Info("upstream available again", "upstream", st.name)
+			t.Reset(0) // the check above ends the loop
+		}
+	}()
+}
+
+// probe connects to the upstream once, as the startup probe does, and
+// makes it available if that works: the shared connection of a shared
+// upstream stays; a per-session upstream's probe connection is closed.
+func (st *upState) probe(ctx context.Context) error {
+	if st.opts.Shared {
+		// Waited for even when Shutdown cuts the probe (the attempt
+		// would go on without it, bounded by the connect timeout):
+		// Shutdown closes the shared connection once probes are done.
+		_, err := st.sharedLive(context.WithoutCancel(ctx))
+		return err
+	}
+	lv, err := st.connect(ctx, nil)
+	if err != nil {
+		return err
+	}
+	lv.close("readiness probe done")
+	if !st.isLoaded() {
+		st.markLoaded()
+	}
+	return nil
 }
 
 func (st *upState) dial(ctx context.Context, s *session) (*live, error) {
