@@ -29,7 +29,8 @@ import (
 //	                                # (one with an empty subject, SAN-only, is refused)
 //	  stdio_identity: local         # identity of the agent of `cmcp serve --stdio`
 //	  session_timeout: 10m          # idle agent sessions end (and their children stop)
-//	  call_timeout: 5m              # one forwarded tools/call
+//	  call_timeout: 5m              # one forwarded tools/call; also how long writing an answer
+//	                                # over HTTP may make no progress (an agent that does not read it)
 //	  connect_timeout: 1m           # starting an upstream and its MCP handshake
 //	  max_request_bytes: 4194304    # larger requests get 413
 //	  max_sessions: 256             # open HTTP sessions in all; past it a new one gets 503

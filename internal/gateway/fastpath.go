@@ -206,7 +206,7 @@ func (s *session) stdioFast(c *agentConn) func(*jsonrpc.Request) (bool, func(fun
 			defer s.g.inflight.Done()
 			defer cancel()
 			defer calls.remove(req.ID)
-			var appendResult func()
+			var appendResult func(undelivered string)
 			res, err := s.relay(upstream.WithWaiting(context.WithValue(cctx, stdioKey{}, c), resume), call, &appendResult)
 			// Cancelled by the agent: no response. Cut by the session's
 			// end: err says why, and the connection is still open.
@@ -215,7 +215,7 @@ func (s *session) stdioFast(c *agentConn) func(*jsonrpc.Request) (bool, func(fun
 			}
 			s.answering.Done()
 			if appendResult != nil {
-				appendResult()
+				appendResult("")
 			}
 		}
 	}
@@ -571,14 +571,15 @@ func (s *session) httpFast(w http.ResponseWriter, r *http.Request, maxBytes int6
 		defer s.fast.remove(m.ID)
 		sk := &sseSink{s: s, w: w, rc: http.NewResponseController(w)}
 		defer sk.close()
-		var appendResult func()
+		var appendResult func(undelivered string)
 		res, err := s.relay(context.WithValue(ctx, sinkKey{}, sk), call, &appendResult)
 		if appendResult != nil {
 			// After the response is written, and without holding up the
 			// handler's return: the connection reads the agent's next
 			// request only then, and in group durability the append
-			// waits for the disk.
-			defer func() { go appendResult() }()
+			// waits for the disk. The record says if the answer could
+			// not be delivered (the agent did not read it).
+			defer func() { why := undelivered(w); go appendResult(why) }()
 		}
 		if ctx.Err() != nil && sessionEndOf(ctx) == nil {
 			// Cancelled by the agent: no JSON-RPC response, and the HTTP

@@ -80,6 +80,17 @@ type HTTPOptions struct {
 	// slower one gets 408 (0: 1 minute). The long-lived GET streams have
 	// no body and are not affected.
 	BodyTimeout time.Duration
+	// WriteStallTimeout bounds how long writing a POST's response may make
+	// no progress (0: the gateway's call timeout, server.call_timeout): an
+	// answer the agent does not read is given up then, the connection
+	// closed, and the request is over, so that its session can become
+	// idle and end. The answer is written in pieces of writeStallChunk
+	// bytes, each of which must be taken by the connection within the
+	// bound: a slow reader that keeps reading is not cut. (The kernel
+	// takes more of an answer only once its send buffer, up to a few MiB,
+	// is about half drained: a reader must read that much within the
+	// bound.) GET streams are not bounded.
+	WriteStallTimeout time.Duration
 	// MaxSessions bounds the open sessions; past it a request that would
 	// open one gets 503 (0: config.DefaultMaxSessions).
 	MaxSessions int
@@ -117,6 +128,10 @@ func (g *Gateway) HTTPHandler(o HTTPOptions) http.Handler {
 	}
 	if o.TokenSet == nil {
 		o.TokenSet = NewTokenSet(o.Tokens)
+	}
+	stall := o.WriteStallTimeout
+	if stall <= 0 {
+		stall = g.opts.CallTimeout
 	}
 	maxSessions, maxPerAgent := (&config.Server{MaxSessions: o.MaxSessions, MaxSessionsPerAgent: o.MaxSessionsPerAgent}).SessionBounds()
 	// Unset, the bound per agent may be the bound in all (SessionBounds):
@@ -207,6 +222,9 @@ func (g *Gateway) HTTPHandler(o HTTPOptions) http.Handler {
 					s.lastPost.Store(time.Now().UnixNano())
 					s.posts.Add(-1)
 				}()
+				sw := newStallWriter(w, stall)
+				defer sw.finish()
+				w = sw
 				if s.httpFast(w, r, maxBytes) {
 					return
 				}
@@ -232,9 +250,93 @@ func (g *Gateway) HTTPHandler(o HTTPOptions) http.Handler {
 					release()
 				}
 			}()
+			sw := newStallWriter(w, stall)
+			defer sw.finish()
+			w = sw
 		}
 		sdk.ServeHTTP(w, r)
 	})
+}
+
+// writeStallChunk is the most a single write of a POST's response puts
+// on the connection under one deadline.
+const writeStallChunk = 16 << 10
+
+// stallWriter bounds the writes of one POST's response: before every
+// piece of at most writeStallChunk bytes, and every flush, the connection's
+// write deadline is set limit ahead, so a write fails once the agent has
+// read nothing for that long (http.Server has no WriteTimeout: it would
+// cut GET streams and long calls). Between writes a past deadline does
+// no harm: the next write sets a new one. finish sets it once more for
+// what net/http writes after the handler (the rest of the buffer, the
+// last chunk), and the server clears it for the next request.
+type stallWriter struct {
+	http.ResponseWriter
+	rc    *http.ResponseController
+	limit time.Duration
+	// failed is why a write failed, if one did (read by the fast path,
+	// whose result record says the answer was not delivered).
+	failed string
+}
+
+func newStallWriter(w http.ResponseWriter, limit time.Duration) *stallWriter {
+	return &stallWriter{ResponseWriter: w, rc: http.NewResponseController(w), limit: limit}
+}
+
+func (w *stallWriter) arm() { _ = w.rc.SetWriteDeadline(time.Now().Add(w.limit)) }
+
+func (w *stallWriter) Write(p []byte) (int, error) {
+	n := 0
+	for len(p) > 0 {
+		c := min(len(p), writeStallChunk)
+		w.arm()
+		m, err := w.ResponseWriter.Write(p[:c])
+		n += m
+		if err != nil {
+			w.fail(err)
+			return n, err
+		}
+		p = p[c:]
+	}
+	return n, nil
+}
+
+// FlushError is the flush http.ResponseController uses.
+func (w *stallWriter) FlushError() error {
+	w.arm()
+	err := w.rc.Flush()
+	if err != nil {
+		w.fail(err)
+	}
+	return err
+}
+
+func (w *stallWriter) Flush() { _ = w.FlushError() }
+
+// Unwrap lets http.ResponseController reach the connection's other
+// controls (the read deadline).
+func (w *stallWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *stallWriter) fail(err error) {
+	if w.failed != "" {
+		return
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		w.failed = fmt.Sprintf("the agent read nothing of it for %s, and its connection was closed", w.limit)
+		return
+	}
+	w.failed = fmt.Sprintf("writing it to the agent failed: %v", err)
+}
+
+func (w *stallWriter) finish() { w.arm() }
+
+// undelivered is why w could not deliver a response, or "" (w is not a
+// stallWriter, or every write succeeded).
+func undelivered(w http.ResponseWriter) string {
+	if sw, ok := w.(*stallWriter); ok {
+		return sw.failed
+	}
+	return ""
 }
 
 // rebound reports a request that reached a loopback listener under a

@@ -72,7 +72,8 @@ type Options struct {
 	Policy  *policy.Engine
 	Metrics *Metrics // nil: no metrics
 	Logger  *slog.Logger
-	// CallTimeout bounds one forwarded tools/call (0: 5 minutes).
+	// CallTimeout bounds one forwarded tools/call (0: 5 minutes), and is
+	// the HTTP front's default HTTPOptions.WriteStallTimeout.
 	CallTimeout time.Duration
 	// ConnectTimeout bounds starting an upstream and its MCP handshake
 	// (0: 1 minute).

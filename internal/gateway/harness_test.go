@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -76,6 +77,10 @@ type hconf struct {
 	recipients  []string // age recipients: commitments can be opened, payloads kept in the vault
 	idle        time.Duration
 	bodyTimeout time.Duration // HTTPOptions.BodyTimeout
+	stall       time.Duration // HTTPOptions.WriteStallTimeout
+	// sndbuf, if set, is the send buffer of every connection the HTTP
+	// front accepts (SO_SNDBUF, which ends the kernel's autotuning).
+	sndbuf      int
 	durability  string
 	connTimeout time.Duration
 	measure     string // measure target (file or directory) and its pin
@@ -185,9 +190,13 @@ func newHarness(t testing.TB, c hconf) *harness {
 		}
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", g.HTTPHandler(HTTPOptions{Tokens: c.tokens, TokenSet: c.tokenSet, MaxRequestBytes: 1 << 20, SessionTimeout: c.idle, BodyTimeout: c.bodyTimeout,
+	mux.Handle("/mcp", g.HTTPHandler(HTTPOptions{Tokens: c.tokens, TokenSet: c.tokenSet, MaxRequestBytes: 1 << 20, SessionTimeout: c.idle, BodyTimeout: c.bodyTimeout, WriteStallTimeout: c.stall,
 		MaxSessions: c.maxSessions, MaxSessionsPerAgent: c.maxPerAgent}))
-	srv := httptest.NewServer(mux)
+	srv := httptest.NewUnstartedServer(mux)
+	if c.sndbuf > 0 {
+		srv.Listener = sndbufListener{srv.Listener, c.sndbuf}
+	}
+	srv.Start()
 	h := &harness{t: t, dir: dir, w: w, g: g, srv: srv, url: srv.URL + "/mcp", exe: exe, logs: logs, key: key}
 	t.Cleanup(func() {
 		srv.Close()
@@ -200,6 +209,20 @@ func newHarness(t testing.TB, c hconf) *harness {
 		}
 	})
 	return h
+}
+
+// sndbufListener sets the send buffer of every connection it accepts.
+type sndbufListener struct {
+	net.Listener
+	size int
+}
+
+func (l sndbufListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetWriteBuffer(l.size)
+	}
+	return c, err
 }
 
 func clip(s string, n int) string {

@@ -69,8 +69,9 @@ func (s *session) callTool(ctx context.Context, req *mcp.CallToolRequest) (mcp.R
 // The result is the upstream's exact bytes; errors are the upstream's
 // JSON-RPC error as it sent it, a gateway fault, or ctx's error. If after
 // is not nil and the call was forwarded, *after is set to the append of
-// the result record, which the caller must call once it has answered.
-func (s *session) relay(ctx context.Context, params toolCall, after *func()) (json.RawMessage, error) {
+// the result record, which the caller must call once it has answered,
+// with why the answer could not be delivered ("" if it was).
+func (s *session) relay(ctx context.Context, params toolCall, after *func(undelivered string)) (json.RawMessage, error) {
 	g := s.g
 	g.inflight.Add(1)
 	defer g.inflight.Done()
@@ -267,8 +268,11 @@ func (s *session) relay(ctx context.Context, params toolCall, after *func()) (js
 	// fails the writer is broken and every further call is refused at its
 	// call record.
 	g.results.Add(1)
-	appendResult := func() {
+	appendResult := func(undelivered string) {
 		defer g.results.Done()
+		if undelivered != "" {
+			result.Reason = joinReason(result.Reason, "the answer was not delivered: "+undelivered)
+		}
 		if _, err := g.log.Append(context.WithoutCancel(ctx), result); err != nil {
 			g.logger.Error("audit append of a result failed; further calls will be refused", "tool", params.Name, "call", result.Call, "err", err)
 		}
@@ -276,7 +280,7 @@ func (s *session) relay(ctx context.Context, params toolCall, after *func()) (js
 	if after != nil {
 		*after = appendResult
 	} else {
-		go appendResult()
+		go appendResult("")
 	}
 	return out, outErr
 }

@@ -395,7 +395,8 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 	})
 	// No ReadTimeout or WriteTimeout: they would cut the long-lived GET
 	// streams and long calls. A POST's body has its own deadline
-	// (HTTPOptions.BodyTimeout); a connection between requests is closed
+	// (HTTPOptions.BodyTimeout), and so has writing its response when it
+	// makes no progress (HTTPOptions.WriteStallTimeout: call_timeout); a connection between requests is closed
 	// after IdleTimeout, so that a client, authenticated or not, cannot
 	// keep connections (file descriptors) open for ever.
 	idle := o.IdleConnTimeout
