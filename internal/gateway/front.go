@@ -611,14 +611,8 @@ func (g *Gateway) serveStdio(ctx context.Context, in io.ReadCloser, out io.Write
 		identity = AnonymousIdentity
 	}
 	s := g.newSession(identity, "stdio")
-	ended := func() {
-		s.inputEnded() // the sampling, elicitation and roots requests sent to the agent fail
-		if inputEnded != nil {
-			inputEnded()
-		}
-	}
 	err := s.srv.Run(ctx, &agentStdio{in: in, out: out, fast: s.stdioFast, passed: s.recordUndecodableCall, badID: s.recordBadIDCall,
-		ambiguous: s.refuseAmbiguousCall, unanswered: &s.unanswered, inputEnded: ended})
+		ambiguous: s.refuseAmbiguousCall, unanswered: &s.unanswered, inputEnded: inputEnded, agentReqs: &s.agentReqs})
 	s.end(endedFor("the agent closed the stdio connection"))
 	if err != nil && (errors.Is(err, io.EOF) || errors.Is(err, context.Canceled)) {
 		return nil

@@ -759,15 +759,17 @@ func (lv *live) toAgent(ctx context.Context, method string, params mcp.Params) (
 	inputGone := func() error {
 		return fault(CodeSessionEnded, "%s from upstream %q: the agent closed its input (EOF on stdin) and can answer no request; the session ends once its calls are answered", method, lv.st.name)
 	}
-	if s.inputCtx.Err() != nil {
+	if s.agentReqs.hasEnded() {
 		return nil, inputGone()
 	}
 	// dctx's values (the call's stream), ctx's end, or the end of the
-	// agent's input.
-	dctx, cancel := context.WithCancel(context.WithoutCancel(dctx))
-	defer cancel()
-	defer context.AfterFunc(ctx, cancel)()
-	defer context.AfterFunc(s.inputCtx, cancel)()
+	// agent's input before it answered (agentRequests, stdio only).
+	dctx, cancel := context.WithCancelCause(context.WithoutCancel(dctx))
+	defer cancel(nil)
+	defer context.AfterFunc(ctx, func() { cancel(nil) })()
+	req := &agentRequest{cancel: cancel}
+	defer s.agentReqs.done(req)
+	dctx = withAgentRequest(dctx, req)
 	if sk := sinkFrom(dctx); sk != nil {
 		// The call route picked may just have ended (an upstream child
 		// cannot say which call a request belongs to): then the request
@@ -791,7 +793,7 @@ func (lv *live) toAgent(ctx context.Context, method string, params mcp.Params) (
 	default:
 		return nil, errNotForwarded
 	}
-	if err != nil && ctx.Err() == nil && s.inputCtx.Err() != nil {
+	if err != nil && errors.Is(context.Cause(dctx), errAgentInputEnded) {
 		return nil, inputGone()
 	}
 	return res, err

@@ -108,10 +108,9 @@ type session struct {
 	// yet, whichever path answers them (stdio.go): the end waits for those
 	// read before it, including the ones go-sdk has not dispatched yet.
 	unanswered unanswered
-	// inputCtx ends (inputEnded) once a stdio agent's input has ended
-	// (EOF on stdin): from then on it can answer no request sent to it.
-	inputCtx   context.Context
-	inputEnded context.CancelFunc
+	// agentReqs are the requests sent to a stdio agent (sampling,
+	// elicitation, roots) that it has not answered, until its input ends.
+	agentReqs agentRequests
 
 	// What tools/list last showed the agent (or what it was last told
 	// changed), as sorted names, once it has listed; see recheckList.
@@ -134,7 +133,6 @@ type session struct {
 func (g *Gateway) newSession(principal, front string) *session {
 	s := &session{g: g, principal: principal, front: front, lives: map[string]*live{}, visible: map[string]digest.Digest{}, resOwner: map[string]string{}, tmpls: map[string][]ownedTemplate{}}
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
-	s.inputCtx, s.inputEnded = context.WithCancel(context.Background())
 	s.serverReqs.Prefix = serverReqPrefix
 	s.lastPost.Store(time.Now().UnixNano())
 	g.mu.Lock()

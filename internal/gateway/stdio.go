@@ -53,6 +53,9 @@ type agentStdio struct {
 	// stdin, or a read error), before the wait for the answers to the
 	// requests read (see endOfInput).
 	inputEnded func()
+	// agentReqs, if set, tracks the requests written to the agent until
+	// their answer is read; the end of the input withdraws the others.
+	agentReqs *agentRequests
 }
 
 func (t *agentStdio) Connect(context.Context) (mcp.Connection, error) {
@@ -152,6 +155,9 @@ func (c *agentConn) read(br *bufio.Reader, n int) {
 				c.unanswered.read(req.ID) // go-sdk answers it through Write
 			}
 		}
+		if r, ok := msg.(*jsonrpc.Response); ok && c.t.agentReqs != nil {
+			c.t.agentReqs.answered(r.ID)
+		}
 		if !c.Deliver(msg) {
 			return
 		}
@@ -170,8 +176,13 @@ func (c *agentConn) read(br *bufio.Reader, n int) {
 // server.shutdown_grace after the EOF, cuts and answers the calls still
 // running first).
 func (c *agentConn) endOfInput(err error) {
-	if c.t.inputEnded != nil && !c.unanswered.isClosed() { // not the read cut by Close
-		c.t.inputEnded()
+	if !c.unanswered.isClosed() { // not the read cut by Close
+		if c.t.agentReqs != nil {
+			c.t.agentReqs.end()
+		}
+		if c.t.inputEnded != nil {
+			c.t.inputEnded()
+		}
 	}
 	c.unanswered.wait(nil) // Close ends the wait
 	c.Fail(err)
@@ -273,6 +284,94 @@ func (u *unanswered) wait(stop <-chan struct{}) int {
 	}
 }
 
+// agentRequests tracks the requests the gateway writes to a stdio agent
+// (an upstream's sampling, elicitation or roots request, forwarded by
+// toAgent) until the agent's answer is read. When the agent's input ends
+// (EOF: it is done sending), those it has not answered can never be: end
+// withdraws exactly them, and a request written after it is withdrawn at
+// once. One whose answer was read before the EOF is left to go-sdk, which
+// has it queued.
+type agentRequests struct {
+	mu      sync.Mutex
+	ended   bool
+	pending map[any]*agentRequest // by request id
+}
+
+// agentRequest is one request toAgent sends: cancel withdraws it.
+type agentRequest struct {
+	cancel context.CancelCauseFunc
+}
+
+// errAgentInputEnded is the cause with which agentRequests withdraws a
+// request.
+var errAgentInputEnded = errors.New("the agent closed its input")
+
+type agentRequestKey struct{}
+
+// withAgentRequest marks ctx, the context of a request to the agent, as
+// req, which req.cancel withdraws (with errAgentInputEnded) when the agent
+// can no longer answer it.
+func withAgentRequest(ctx context.Context, req *agentRequest) context.Context {
+	return context.WithValue(ctx, agentRequestKey{}, req)
+}
+
+// sent notes a request about to be written with ctx.
+func (r *agentRequests) sent(ctx context.Context, id jsonrpc.ID) {
+	req, _ := ctx.Value(agentRequestKey{}).(*agentRequest)
+	if req == nil || !id.IsValid() {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ended {
+		req.cancel(errAgentInputEnded)
+		return
+	}
+	if r.pending == nil {
+		r.pending = map[any]*agentRequest{}
+	}
+	r.pending[id.Raw()] = req
+}
+
+// done forgets req, whose caller has its outcome.
+func (r *agentRequests) done(req *agentRequest) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id, p := range r.pending {
+		if p == req {
+			delete(r.pending, id)
+		}
+	}
+}
+
+// answered notes that the agent's answer to id was read.
+func (r *agentRequests) answered(id jsonrpc.ID) {
+	if !id.IsValid() {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.pending, id.Raw())
+}
+
+// end notes the end of the agent's input and withdraws the requests it did
+// not answer.
+func (r *agentRequests) end() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ended = true
+	for _, req := range r.pending {
+		req.cancel(errAgentInputEnded)
+	}
+	r.pending = nil
+}
+
+func (r *agentRequests) hasEnded() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ended
+}
+
 // readLine reads one line; a line over max is consumed and reported.
 func readLine(br *bufio.Reader, max int) (line []byte, tooLong bool, err error) {
 	for {
@@ -358,15 +457,32 @@ func (c *agentConn) writeLine(b []byte) error {
 	return err
 }
 
-func (c *agentConn) Write(_ context.Context, msg jsonrpc.Message) error {
-	if r, ok := msg.(*jsonrpc.Response); ok {
-		defer c.unanswered.answered(r.ID) // once written (or not writable)
+func (c *agentConn) Write(ctx context.Context, msg jsonrpc.Message) error {
+	switch m := msg.(type) {
+	case *jsonrpc.Response:
+		defer c.unanswered.answered(m.ID) // once written (or not writable)
+	case *jsonrpc.Request:
+		if m.IsCall() && c.t.agentReqs != nil {
+			c.t.agentReqs.sent(ctx, m.ID)
+		}
 	}
 	b, err := jsonrpc.EncodeMessage(msg)
 	if err != nil {
 		return err
 	}
 	return c.writeLine(b)
+}
+
+// testHookAgentRead, if set, sees each message go-sdk reads from a stdio
+// agent, before go-sdk has it.
+var testHookAgentRead func(jsonrpc.Message)
+
+func (c *agentConn) Read(ctx context.Context) (jsonrpc.Message, error) {
+	msg, err := c.Inbox.Read(ctx)
+	if testHookAgentRead != nil && err == nil {
+		testHookAgentRead(msg)
+	}
+	return msg, err
 }
 
 func (c *agentConn) Close() error {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -283,6 +284,78 @@ func TestServeStdioRequestToAgentAfterEOFFailsAtOnce(t *testing.T) {
 				t.Fatalf("call records: %v", calls)
 			}
 			checkStoppedLog(t, filepath.Join(st.dir, "audit"), st.logs.String())
+		})
+	}
+}
+
+// TestServeStdioAnswerSentBeforeEOFIsUsed: an agent that answers a
+// sampling request and closes its input at once (its answer and the EOF
+// read together) gets its call answered with what it sampled: only the
+// requests it had not answered are withdrawn at the EOF. Before, every
+// request sent to the agent was withdrawn at the EOF, its answer queued
+// for go-sdk included.
+func TestServeStdioAnswerSentBeforeEOFIsUsed(t *testing.T) {
+	// go-sdk gets the agent's answer only once the EOF after it has been
+	// read and handled (as it may when the two are read together).
+	var eof atomic.Bool
+	testHookAgentRead = func(msg jsonrpc.Message) {
+		if _, ok := msg.(*jsonrpc.Response); ok {
+			for !eof.Load() {
+				time.Sleep(time.Millisecond)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	t.Cleanup(func() { testHookAgentRead = nil })
+	const (
+		initialize  = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{"sampling":{}},"clientInfo":{"name":"sh","version":"1"}}}`
+		initialized = `{"jsonrpc":"2.0","method":"notifications/initialized"}`
+		grace       = 20 * time.Second
+	)
+	for i := range 5 {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			st, in, out := startServeStdio(t, "server", fmt.Sprintf("  shutdown_grace: %s\n", grace))
+			lines := readStdout(out)
+			call := `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"t__sample","arguments":{"text":"hi"}}}`
+			if _, err := in.Write([]byte(initialize + "\n" + initialized + "\n" + call + "\n")); err != nil {
+				t.Fatal(err)
+			}
+			timeout := time.After(grace)
+			var answer string
+		read:
+			for {
+				select {
+				case l, ok := <-lines:
+					if !ok {
+						break read
+					}
+					var m struct {
+						ID     json.RawMessage `json:"id"`
+						Method string          `json:"method"`
+					}
+					if err := json.Unmarshal([]byte(l.text), &m); err != nil {
+						t.Fatalf("stdout line %q: %v", l.text, err)
+					}
+					switch {
+					case m.Method == "sampling/createMessage":
+						// The answer and the EOF in one go.
+						res := `{"jsonrpc":"2.0","id":` + string(m.ID) + `,"result":{"model":"m","role":"assistant","content":{"type":"text","text":"yes"}}}`
+						if _, err := in.Write([]byte(res + "\n")); err != nil {
+							t.Fatal(err)
+						}
+						in.Close()
+						eof.Store(true)
+					case string(m.ID) == "2" && m.Method == "":
+						answer = l.text
+					}
+				case <-timeout:
+					t.Fatalf("stdout was not closed before shutdown_grace; the call's answer: %q\n%s", answer, st.logs.String())
+				}
+			}
+			st.wait(t)
+			if !strings.Contains(answer, "sampled: yes") {
+				t.Fatalf("the call's answer: %q, want the text the agent sampled before closing its input", answer)
+			}
 		})
 	}
 }
