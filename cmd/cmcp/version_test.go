@@ -42,7 +42,7 @@ func TestVersionStampedByLdflags(t *testing.T) {
 	if err := json.Unmarshal(out, &doc); err != nil {
 		t.Fatalf("version JSON: %v\n%s", err, out)
 	}
-	if doc.SchemaVersion != 1 || doc.Version != "v9.8.7" || doc.Commit != "0123abcd" || doc.Date != "2026-01-02T03:04:05Z" || doc.GoVersion != runtime.Version() {
+	if doc.SchemaVersion != 2 || doc.Version != "v9.8.7" || doc.Commit != "0123abcd" || doc.Date != "2026-01-02T03:04:05Z" || doc.GoVersion != runtime.Version() {
 		t.Fatalf("version JSON: %+v", doc)
 	}
 }

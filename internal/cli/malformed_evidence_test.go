@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/confidential-mcp/cmcp/internal/ui"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 	"github.com/confidential-mcp/cmcp/pkg/evidence"
 )
@@ -163,7 +164,7 @@ func TestAttestedIsFalseForEvidenceThatDidNotVerify(t *testing.T) {
 			Attested      *bool           `json:"attested"`
 			Verdict       evidence.Status `json:"verdict"`
 		}
-		if err := json.Unmarshal([]byte(out), &doc); err != nil || code != 20 || doc.Attested == nil || *doc.Attested || doc.Verdict != evidence.StatusContraindicated || doc.SchemaVersion != 1 {
+		if err := json.Unmarshal([]byte(out), &doc); err != nil || code != 20 || doc.Attested == nil || *doc.Attested || doc.Verdict != evidence.StatusContraindicated || doc.SchemaVersion != ui.SchemaVersion {
 			t.Fatalf("exit %d, %v\nstdout:\n%s\nstderr:\n%s", code, err, out, errb)
 		}
 	})

@@ -17,8 +17,13 @@ import (
 )
 
 // SchemaVersion is the version of every JSON document cmcp prints. It changes
-// only when a field is removed or changes meaning.
-const SchemaVersion = 1
+// only when a field is removed or changes meaning:
+//
+//   - 2: verify-chain's records, first and last count and date only the
+//     records a checkpoint signs (unsigned_records counts the others);
+//     `attested` (attest verify, verify-chain's evidence) is true only for
+//     SEV-SNP or TDX evidence that verified.
+const SchemaVersion = 2
 
 // Options are the output flags every verb has.
 type Options struct {
