@@ -45,6 +45,10 @@ type Bundle struct {
 	// readsAllContext is set when a policy uses the context record whole.
 	contextReads    map[string]bool
 	readsAllContext bool
+	// readsToolsUsed is set when a policy may read
+	// context.session.tools_used: it names it, or uses context.session
+	// other than by reading its calls or id or testing has.
+	readsToolsUsed bool
 	// use is what Decide puts in the context: the attributes some policy
 	// may read (nil: all of them).
 	use *contextUse
@@ -345,6 +349,14 @@ func schemaParseError(path string, err error) error {
 var (
 	ctxVar    = []byte(`{"Var":"context"}`)
 	ctxAccess = [][]byte{[]byte(`{".":{"left":{"Var":"context"},"attr":"`), []byte(`{"has":{"left":{"Var":"context"},"attr":"`)}
+	// sessionVar is context.session; sessionNotToolsUsed are its uses that
+	// do not read tools_used (a has test is true whatever the set holds).
+	sessionVar          = []byte(`{".":{"left":{"Var":"context"},"attr":"session"}}`)
+	sessionNotToolsUsed = [][]byte{
+		[]byte(`{".":{"left":{".":{"left":{"Var":"context"},"attr":"session"}},"attr":"calls"}}`),
+		[]byte(`{".":{"left":{".":{"left":{"Var":"context"},"attr":"session"}},"attr":"id"}}`),
+		[]byte(`{"has":{"left":{".":{"left":{"Var":"context"},"attr":"session"}},"attr":"`),
+	}
 )
 
 // noteContextReads records which context attributes a policy (in Cedar's
@@ -378,6 +390,13 @@ func (b *Bundle) noteContextReads(js []byte, err error) {
 	if named != uses {
 		b.readsAllContext = true
 	}
+	other := bytes.Count(js, sessionVar)
+	for _, u := range sessionNotToolsUsed {
+		other -= bytes.Count(js, u)
+	}
+	if other != 0 {
+		b.readsToolsUsed = true
+	}
 }
 
 // readsContext reports whether some policy may read the context attribute.
@@ -393,3 +412,9 @@ func (b *Bundle) ReadsPrompt() bool { return b.readsContext("prompt") }
 
 // ReadsSession reports whether some policy may read context.session.
 func (b *Bundle) ReadsSession() bool { return b.readsContext("session") }
+
+// ReadsToolsUsed reports whether some policy may read
+// context.session.tools_used, the one session fact that depends on the
+// decisions of the session's earlier calls (calls counts every decided
+// call, refused or not; see Engine.DecideCall).
+func (b *Bundle) ReadsToolsUsed() bool { return b.readsAllContext || b.readsToolsUsed }

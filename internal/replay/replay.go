@@ -100,7 +100,7 @@ type Check struct {
 // Causes of calls that could not be checked (Check.Why).
 const (
 	whyNoIdentity = "pass --identity with an age identity the log's payloads are encrypted to"
-	whyBlocked    = "the what-if bundle reads context.session, and an earlier call of its session has no known what-if outcome"
+	whyBlocked    = "the what-if bundle reads context.session.tools_used, and an earlier call of its session has no known what-if outcome"
 )
 
 // Call is one tools/call of the timeline, or one access: a request that
@@ -437,7 +437,10 @@ func Run(ctx context.Context, dir string, opts Options) (*Report, error) {
 	slices.Sort(rep.Warnings)
 	rep.Warnings = append(verified, rep.Warnings...)
 	runChecks(checks, bundles, whatIf)
-	if whatIf != nil && whatIf.ReadsSession() {
+	if whatIf != nil && whatIf.ReadsToolsUsed() {
+		// Only tools_used depends on the outcomes of the session's earlier
+		// calls: session_calls counts every decided call, so a bundle that
+		// reads only context.session.calls or .id is decided call by call.
 		whatIfSessions(checks, used, whatIf)
 	}
 	for _, c := range checks {
@@ -1239,7 +1242,7 @@ func inputs(c *Call, u *sessionUse) string {
 }
 
 // whatIfSessions re-evaluates, under a what-if bundle that reads
-// context.session, the calls and accesses whose session's tools_used the
+// context.session.tools_used, the calls and accesses whose session's tools_used the
 // what-if outcomes of its earlier calls change: each session is simulated
 // in session_calls order (which the outcomes do not change: every decided
 // call counts), a call's tool joining tools_used when the what-if bundle
@@ -1281,10 +1284,10 @@ func whatIfSessions(checks []*Call, used map[sessionKey]*sessionUse, whatIf *pol
 				switch {
 				case c == nil:
 					blockedWhy = whyBlocked
-					blocked = fmt.Sprintf("the what-if bundle reads context.session, and whether call record %d (%s, session_calls %d) would put its tool in the session's tools_used is not known: it is not among the calls selected", d.at, d.tool, d.n)
+					blocked = fmt.Sprintf("the what-if bundle reads context.session.tools_used, and whether call record %d (%s, session_calls %d) would put its tool in the session's tools_used is not known: it is not among the calls selected", d.at, d.tool, d.n)
 				case c.WhatIf.Status != StatusUnchanged && c.WhatIf.Status != StatusChanges:
 					blockedWhy = whyBlocked
-					blocked = fmt.Sprintf("the what-if bundle reads context.session, and whether call record %d (%s, session_calls %d) would put its tool in the session's tools_used is not known: its own what-if is %s", d.at, d.tool, d.n, c.WhatIf.Status)
+					blocked = fmt.Sprintf("the what-if bundle reads context.session.tools_used, and whether call record %d (%s, session_calls %d) would put its tool in the session's tools_used is not known: its own what-if is %s", d.at, d.tool, d.n, c.WhatIf.Status)
 				case c.WhatIf.Decision == auditlog.DecisionAllow || c.Mode != string(policy.Enforcing):
 					j, _ := slices.BinarySearch(sim, d.tool)
 					sim = slices.Insert(slices.Clip(sim), j, d.tool)

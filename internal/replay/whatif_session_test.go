@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -56,5 +57,72 @@ func TestWhatIfSimulatesTheSession(t *testing.T) {
 	}
 	if len(rep.Calls) != 1 || rep.Calls[0].WhatIf.Status != StatusNotReplayable || !strings.Contains(rep.Calls[0].WhatIf.Reason, "it is not among the calls selected") {
 		t.Fatalf("filtered: %d calls, %+v", len(rep.Calls), *rep.Calls[0].WhatIf)
+	}
+}
+
+// whatIfBundle writes a what-if bundle with the recorded schema and these
+// policies.
+func whatIfBundle(t *testing.T, policies string) string {
+	t.Helper()
+	dir := t.TempDir()
+	sch, err := os.ReadFile("testdata/recorded/schema.cedarschema")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "schema.cedarschema"), sch, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "p.cedar"), []byte(policies), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestWhatIfOnSessionCallsKeepsEachResult: a what-if bundle that reads
+// context.session.calls but not tools_used is decided call by call on the
+// recorded session_calls, which no what-if outcome changes (the engine
+// counts every decided call, refused or not): a filter that leaves the
+// session's earlier calls out does not make the calls it selects not
+// replayable. Before, any bundle that read context.session made every
+// later call of a session not-replayable as soon as an earlier one had no
+// known what-if outcome ("it is not among the calls selected").
+func TestWhatIfOnSessionCallsKeepsEachResult(t *testing.T) {
+	key, id := newKeys(t)
+	f := writeLog(t, key, id, -1)
+	dir := whatIfBundle(t, `
+@id("allow-all") permit (principal, action, resource);
+@id("fs-outside-data") forbid (principal, action == Action::"call_tool", resource in Upstream::"fs")
+  when { context.arguments has path && !(context.arguments.path like "/srv/data/*") };
+@id("budget") forbid (principal, action == Action::"call_tool", resource) when { context.session.calls >= 2 && context.session.id != "" };
+`)
+	ids := []age.Identity{id}
+	for _, tc := range []struct {
+		name   string
+		filter Filter
+		want   string
+	}{
+		{"all", Filter{}, "unchanged unchanged changes changes changes unchanged"},
+		{"push", Filter{Tool: "git__push"}, "changes"},
+		{"log", Filter{Tool: "git__log"}, "changes changes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep, err := Run(context.Background(), f.dir, Options{WhatIf: dir, Identities: ids, Filter: tc.filter})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Join(statuses(rep, whatIfOf), " "); got != tc.want {
+				for _, c := range rep.Calls {
+					t.Logf("%s %s %+v", c.Tool, c.Decision, *c.WhatIf)
+				}
+				t.Fatalf("what-if %s, want %s", got, tc.want)
+			}
+			for _, c := range rep.Calls {
+				if c.Tool == "git__push" {
+					if w := c.WhatIf; w.Decision != "deny" || !slices.Equal(w.PolicyIDs, []string{"budget"}) {
+						t.Fatalf("push: %+v", *w)
+					}
+				}
+			}
+		})
 	}
 }
