@@ -348,7 +348,11 @@ func Run(ctx context.Context, dir string, opts Options) (*Report, error) {
 	// Read the log once: the records are replayed as Verify reaches them
 	// (decoded ahead on all cores), and the report is only returned once
 	// Verify has accepted the whole log.
-	st := newReadState(rep, &opts)
+	// A what-if bundle that reads tools_used is simulated over every
+	// decided call of a session, those a filter leaves out of the report
+	// too (readState.hidden).
+	simulate := whatIf != nil && whatIf.ReadsToolsUsed()
+	st := newReadState(rep, &opts, simulate)
 	vo := opts.Verify
 	vo.Progress = nil
 	vo.Decode = replayed
@@ -370,7 +374,7 @@ func Run(ctx context.Context, dir string, opts Options) (*Report, error) {
 		// Replay what the log holds anyway, every line marked: the records
 		// after the failure too, read without the chain checks.
 		rep = &Report{Log: dir, Bundles: rep.Bundles, WhatIf: rep.WhatIf, Unverified: verr.Error()}
-		st = newReadState(rep, &opts)
+		st = newReadState(rep, &opts, simulate)
 		if err := st.readAll(ctx, dir); err != nil && st.failed == nil {
 			st.failed = err
 		}
@@ -437,11 +441,13 @@ func Run(ctx context.Context, dir string, opts Options) (*Report, error) {
 	slices.Sort(rep.Warnings)
 	rep.Warnings = append(verified, rep.Warnings...)
 	runChecks(checks, bundles, whatIf)
-	if whatIf != nil && whatIf.ReadsToolsUsed() {
+	if simulate {
 		// Only tools_used depends on the outcomes of the session's earlier
 		// calls: session_calls counts every decided call, so a bundle that
 		// reads only context.session.calls or .id is decided call by call.
-		whatIfSessions(checks, used, whatIf)
+		hidden := st.hiddenOf(checks)
+		runChecks(hidden, nil, whatIf)
+		whatIfSessions(checks, hidden, used, whatIf)
 	}
 	for _, c := range checks {
 		if c.Replay != nil {
@@ -874,16 +880,45 @@ type readState struct {
 	facts    map[sessionKey][]decided // every decided call of a session
 	ep       *epochState
 	checks   []*Call
-	failed   error // the first record that cannot be replayed
-	strays   int   // result records that fit no call
+	// hidden are the decided calls the filter left out, kept (keepHidden)
+	// when a what-if bundle reads tools_used: the filter restricts what is
+	// reported, not the sessions simulated.
+	hidden     []*Call
+	keepHidden bool
+	failed     error // the first record that cannot be replayed
+	strays     int   // result records that fit no call
 
 	lastBundle    digest.Digest // and its String, shared by the calls
 	lastBundleStr string
 }
 
-func newReadState(rep *Report, opts *Options) *readState {
+func newReadState(rep *Report, opts *Options, simulate bool) *readState {
 	return &readState{rep: rep, opts: opts, checking: len(opts.Policies) > 0 || opts.WhatIf != "",
-		recorded: map[digest.Digest]bool{}, sessions: map[sessionKey]*Session{}, facts: map[sessionKey][]decided{}}
+		keepHidden: simulate && opts.Filter != (Filter{}),
+		recorded:   map[digest.Digest]bool{}, sessions: map[sessionKey]*Session{}, facts: map[sessionKey][]decided{}}
+}
+
+// hiddenOf returns the decided calls the filter left out that belong to a
+// session of some decided call in checks: their what-if outcomes give the
+// session's tools_used.
+func (st *readState) hiddenOf(checks []*Call) []*Call {
+	if len(st.hidden) == 0 {
+		return nil
+	}
+	want := map[sessionKey]bool{}
+	for _, c := range checks {
+		if c.rec.PolicyInput != nil {
+			want[sessionKey{c.Epoch, c.Session}] = true
+		}
+	}
+	var h []*Call
+	for _, c := range st.hidden {
+		if want[sessionKey{c.Epoch, c.Session}] {
+			h = append(h, c)
+		}
+	}
+	st.hidden = nil
+	return h
 }
 
 // replayed reports whether replay reads the records of kind k.
@@ -1002,6 +1037,9 @@ func (st *readState) add(e *auditlog.Entry) {
 			s.Calls++
 		}
 		if !opts.Filter.match(c) {
+			if st.keepHidden && rec.PolicyInput != nil {
+				st.hidden = append(st.hidden, c)
+			}
 			return
 		}
 		ep.calls[pos.Index] = c
@@ -1242,19 +1280,20 @@ func inputs(c *Call, u *sessionUse) string {
 }
 
 // whatIfSessions re-evaluates, under a what-if bundle that reads
-// context.session.tools_used, the calls and accesses whose session's tools_used the
-// what-if outcomes of its earlier calls change: each session is simulated
-// in session_calls order (which the outcomes do not change: every decided
-// call counts), a call's tool joining tools_used when the what-if bundle
-// would let it through (allow, or any decision in a mode that forwards
-// denies). Where an earlier call's what-if outcome is not known (not
-// replayable, or not among the calls selected) and could change the
+// context.session.tools_used, the calls and accesses whose session's
+// tools_used the what-if outcomes of its earlier calls change: each session
+// is simulated in session_calls order (which the outcomes do not change:
+// every decided call counts), a call's tool joining tools_used when the
+// what-if bundle would let it through (allow, or any decision in a mode
+// that forwards denies). hidden are the session's decided calls a filter
+// left out of checks: simulated, not reported. Where an earlier call's
+// what-if outcome is not known (not replayable) and could change the
 // state, the later ones are not replayable, naming that call.
-func whatIfSessions(checks []*Call, used map[sessionKey]*sessionUse, whatIf *policy.Bundle) {
+func whatIfSessions(checks, hidden []*Call, used map[sessionKey]*sessionUse, whatIf *policy.Bundle) {
 	memo := whatIf.NewMemo()
 	byKey := map[sessionKey][]*Call{}
 	checked := map[[2]int64]*Call{}
-	for _, c := range checks {
+	for _, c := range slices.Concat(checks, hidden) {
 		if c.rec.PolicyInput == nil || c.WhatIf == nil {
 			continue
 		}

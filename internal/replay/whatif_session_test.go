@@ -17,9 +17,9 @@ import (
 // (alice's call 2, allowed when recorded) and permits git__push only after
 // git__log: alice's push (call 3), recorded with tools_used [fs__read_file
 // git__log], would have been decided with [fs__read_file] and denied.
-// Before, it was evaluated on the recorded state: "unchanged". With a
-// filter that leaves the session's earlier calls out, their what-if
-// outcome is not known, and the push is not replayable, naming the call.
+// Before, it was evaluated on the recorded state: "unchanged". A filter
+// that leaves the session's earlier calls out of the report does not
+// leave them out of the simulation.
 func TestWhatIfSimulatesTheSession(t *testing.T) {
 	key, id := newKeys(t)
 	f := writeLog(t, key, id, -1)
@@ -51,12 +51,24 @@ func TestWhatIfSimulatesTheSession(t *testing.T) {
 		t.Fatalf("push: %+v", *c)
 	}
 
-	rep, err = Run(ctx, f.dir, Options{WhatIf: dir, Identities: []age.Identity{id}, Filter: Filter{Tool: "git__push"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(rep.Calls) != 1 || rep.Calls[0].WhatIf.Status != StatusNotReplayable || !strings.Contains(rep.Calls[0].WhatIf.Reason, "it is not among the calls selected") {
-		t.Fatalf("filtered: %d calls, %+v", len(rep.Calls), *rep.Calls[0].WhatIf)
+	// A filter restricts what is reported, not what is simulated: the
+	// session's earlier calls, left out by --tool, still give the push
+	// its tools_used. Before, the push was not replayable ("it is not
+	// among the calls selected").
+	for _, filter := range []Filter{{Tool: "git__push"}, {Agent: "alice", Tool: "git__push"}} {
+		rep, err := Run(ctx, f.dir, Options{WhatIf: dir, Identities: []age.Identity{id}, Filter: filter})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rep.Calls) != 1 || rep.Calls[0].Tool != "git__push" {
+			t.Fatalf("filtered %+v: %d calls", filter, len(rep.Calls))
+		}
+		if c := rep.Calls[0].WhatIf; c.Status != StatusChanges || c.Decision != "deny" || !strings.Contains(c.Reason, "with tools_used [fs__read_file] under the what-if bundle, recorded [fs__read_file git__log]") {
+			t.Fatalf("filtered %+v: %+v", filter, *c)
+		}
+		if s := rep.Summary; s.Calls != 1 || s.Changes != 1 || s.WhatIfNotEvaluated != 0 {
+			t.Fatalf("filtered %+v: summary %+v", filter, s)
+		}
 	}
 }
 
