@@ -231,7 +231,7 @@ func printReplay(p *ui.Printer, rep *replay.Report, o *replayOptions) {
 	if !checking && len(rep.Sessions) > 0 {
 		p.TableRows(head("SESSION", "AGENT", "FRONT", "CLIENT", "START", "END", "CALLS"), len(rep.Sessions), func(i int) []string {
 			s := rep.Sessions[i]
-			return mark([]string{s.ID, s.Agent, s.Front, s.Client, stamp(s.Start), stamp(s.End), fmt.Sprint(s.Calls)}, s.Unsigned)
+			return mark([]string{ui.Clean(s.ID), ui.Clean(s.Agent), ui.Clean(s.Front), ui.Clean(s.Client), stamp(s.Start), stamp(s.End), fmt.Sprint(s.Calls)}, s.Unsigned)
 		})
 	}
 	// With --policy the REPLAY column says inconsistent; without it a
@@ -262,8 +262,10 @@ func printReplay(p *ui.Printer, rep *replay.Report, o *replayOptions) {
 			// only committed to).
 			tool = strings.TrimSpace(c.Method + " " + c.Prompt)
 		}
-		row := []string{fmt.Sprintf("%d:%d", c.Epoch, c.Index), stamp(c.Time), c.Session, c.Agent, tool, c.EvidenceClass,
-			decisionWord(p, c.Decision), strings.Join(c.PolicyIDs, ","), c.Mode, outcome, latency}
+		// Every text from the log goes through ui.Clean, before it is
+		// styled: an agent or a forged record chooses it.
+		row := []string{fmt.Sprintf("%d:%d", c.Epoch, c.Index), stamp(c.Time), ui.Clean(c.Session), ui.Clean(c.Agent), ui.Clean(tool), ui.Clean(c.EvidenceClass),
+			decisionWord(p, c.Decision), ui.Clean(strings.Join(c.PolicyIDs, ",")), ui.Clean(c.Mode), ui.Clean(outcome), latency}
 		if len(o.policies) > 0 {
 			row = append(row, checkWord(p, c.Replay))
 		}
@@ -273,7 +275,7 @@ func printReplay(p *ui.Printer, rep *replay.Report, o *replayOptions) {
 		if consistency {
 			row = append(row, "")
 			if c.Inconsistent != "" {
-				row[len(row)-1] = p.Bad(replay.StatusInconsistent + ": " + c.Inconsistent)
+				row[len(row)-1] = p.Bad(ui.Clean(replay.StatusInconsistent + ": " + c.Inconsistent))
 			}
 		}
 		return mark(row, c.Unsigned)
@@ -405,23 +407,25 @@ func decisionWord(p *ui.Printer, d string) string {
 	if d == "allow" {
 		return p.OK(d)
 	}
-	return p.Bad(d)
+	return p.Bad(ui.Clean(d))
 }
 
 func checkWord(p *ui.Printer, ck *replay.Check) string {
 	if ck == nil {
 		return ""
 	}
+	// Reasons quote the log (modes, tools, policy ids): cleaned as the
+	// other cells are.
 	switch ck.Status {
 	case replay.StatusSame, replay.StatusUnchanged:
 		return p.OK(ck.Status)
 	case replay.StatusDiffers, replay.StatusTampered, replay.StatusIncomplete, replay.StatusInconsistent:
-		return p.Bad(ck.Status + ": " + ck.Reason)
+		return p.Bad(ui.Clean(ck.Status + ": " + ck.Reason))
 	case replay.StatusChanges:
-		return p.Warn(ck.Status + " to " + ck.Decision + " (" + strings.Join(ck.PolicyIDs, ",") + ")")
+		return p.Warn(ui.Clean(ck.Status + " to " + ck.Decision + " (" + strings.Join(ck.PolicyIDs, ",") + ")"))
 	}
 	if ck.Why != "" {
-		return p.Warn(ck.Status + ": " + ck.Why)
+		return p.Warn(ui.Clean(ck.Status + ": " + ck.Why))
 	}
-	return p.Warn(ck.Status)
+	return p.Warn(ui.Clean(ck.Status))
 }

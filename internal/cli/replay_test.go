@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"filippo.io/age"
 
@@ -367,5 +368,50 @@ func TestReplaySummarisesCallsNotChecked(t *testing.T) {
 	out, errs, code = run("replay", log, "--policy", "../../examples/policy/path-guard", "--all")
 	if code != 0 || strings.Count(out, "fs__read_file") != 3 || strings.Contains(out, "--all lists them") {
 		t.Fatalf("--all: code %d\n%s\n%s", code, out, errs)
+	}
+}
+
+// TestReplayEscapesAgentText: text an agent chose (its clientInfo.name, a
+// session's agent and tool as the log holds them) reaches the replay
+// tables as one line with its tabs and line breaks as spaces and every
+// other control character shown escaped, even with --color always on a
+// terminal: an ESC[31m in a client name is printed as the text \x1b[31m,
+// not sent to the auditor's terminal, and the columns stay aligned.
+func TestReplayEscapesAgentText(t *testing.T) {
+	_, key, _ := ed25519.GenerateKey(rand.Reader)
+	dir := t.TempDir()
+	w, err := auditlog.Open(dir, auditlog.Options{Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	const evil = "tab\there \x1b[31mred\rcr\u0085nel\u2028ls\x1b]0;title\x07"
+	w.Append(ctx, &auditlog.Session{ID: "s1", Event: "start", Agent: "al\x1b[8mice", Front: "http", ClientName: evil})
+	w.Append(ctx, &auditlog.Call{Session: "s1", Agent: "al\x1b[8mice", Tool: "fs__read\tfile", Upstream: "fs", Outcome: auditlog.OutcomeRefused, Reason: "unknown tool"})
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	out, errs, code := run("replay", dir, "--color", "always")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errs)
+	}
+	for _, want := range []string{`tab here \x1b[31mred cr nel ls\x1b]0;title\x07`, `al\x1b[8mice`, "fs__read file"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%q", want, out)
+		}
+	}
+	sgr := regexp.MustCompile(`\x1b\[[0-9;:]*m`)
+	var width int
+	for _, l := range strings.Split(out, "\n") {
+		plain := sgr.ReplaceAllString(l, "")
+		if strings.ContainsFunc(plain, func(r rune) bool { return r < 0x20 || r == 0x7f || r >= 0x80 && r < 0xa0 || r == 0x2028 }) {
+			t.Errorf("line %q holds a control character", l)
+		}
+		if strings.HasPrefix(plain, "┌") {
+			width = utf8.RuneCountInString(plain)
+		}
+		if strings.HasPrefix(plain, "│") && utf8.RuneCountInString(plain) != width {
+			t.Errorf("line %q is not as wide as its table (%d)", plain, width)
+		}
 	}
 }
