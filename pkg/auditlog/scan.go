@@ -619,22 +619,40 @@ func lastCheckpointLine(path string) int64 {
 	if err != nil {
 		return -1
 	}
-	chunk := make([]byte, 256<<10)
+	return lastCheckpointIn(f, fi.Size(), scanChunk)
+}
+
+// scanChunk is the size of the chunks lastCheckpointLine reads.
+const scanChunk = 256 << 10
+
+// lastCheckpointIn is lastCheckpointLine on the first size bytes of r,
+// read in chunks of chunkSize bytes. The chunk last read is kept and the
+// lines are found inside it, so each byte of the tail is read once (and a
+// line that crosses a chunk boundary once more, to parse it): a tail of
+// many short lines costs its length, not a chunk per line.
+func lastCheckpointIn(r io.ReaderAt, size int64, chunkSize int) int64 {
+	s := backScan{r: r, buf: make([]byte, chunkSize)}
 	var line []byte
-	end, err := lastNewlineBefore(f, fi.Size(), chunk)
+	end, err := s.newlineBefore(size)
 	for err == nil && end > 0 {
 		var nl int64
-		if nl, err = lastNewlineBefore(f, end, chunk); err != nil {
+		if nl, err = s.newlineBefore(end); err != nil {
 			break
 		}
 		start := nl + 1
 		if n := end - start; n <= MaxLineBytes {
-			line = slices.Grow(line[:0], int(n))[:n]
-			if _, err = f.ReadAt(line, start); err != nil {
-				break
+			var l []byte
+			if b, ok := s.cached(start, end); ok {
+				l = b
+			} else {
+				line = slices.Grow(line[:0], int(n))[:n]
+				if _, err = r.ReadAt(line, start); err != nil {
+					break
+				}
+				l = line
 			}
 			// Parsed, not searched: a record's body may hold the same bytes.
-			if e, perr := parseLine(line); perr == nil && e.Kind == KindCheckpoint {
+			if e, perr := parseLine(l); perr == nil && e.Kind == KindCheckpoint {
 				return start
 			}
 		}
@@ -643,19 +661,41 @@ func lastCheckpointLine(path string) int64 {
 	return -1
 }
 
-// lastNewlineBefore returns the offset of the last '\n' in f before pos, or
-// -1, reading backwards through buf.
-func lastNewlineBefore(f *os.File, pos int64, buf []byte) (int64, error) {
+// backScan finds line breaks backwards through r, one chunk in memory.
+type backScan struct {
+	r    io.ReaderAt
+	buf  []byte
+	base int64 // buf[:n] holds r's bytes from base
+	n    int
+}
+
+// newlineBefore returns the offset of the last '\n' before pos, or -1:
+// from the chunk in memory while it holds the bytes before pos, reading
+// the chunk before it when they are used up.
+func (s *backScan) newlineBefore(pos int64) (int64, error) {
 	for pos > 0 {
-		n := min(int64(len(buf)), pos)
-		b := buf[:n]
-		if _, err := f.ReadAt(b, pos-n); err != nil {
+		if pos > s.base && pos <= s.base+int64(s.n) {
+			if i := bytes.LastIndexByte(s.buf[:pos-s.base], '\n'); i >= 0 {
+				return s.base + int64(i), nil
+			}
+			pos = s.base
+			continue
+		}
+		n := min(int64(len(s.buf)), pos)
+		if _, err := s.r.ReadAt(s.buf[:n], pos-n); err != nil {
+			s.n = 0
 			return -1, err
 		}
-		if i := bytes.LastIndexByte(b, '\n'); i >= 0 {
-			return pos - n + int64(i), nil
-		}
-		pos -= n
+		s.base, s.n = pos-n, int(n)
 	}
 	return -1, nil
+}
+
+// cached returns r's bytes from start to end when the chunk in memory
+// holds them all.
+func (s *backScan) cached(start, end int64) ([]byte, bool) {
+	if start < s.base || end > s.base+int64(s.n) {
+		return nil, false
+	}
+	return s.buf[start-s.base : end-s.base], true
 }
