@@ -22,14 +22,20 @@ import (
 func TestReplayFindsADroppedOrReusedArgumentCommitment(t *testing.T) {
 	_, id := newKeys(t)
 	cases := []struct {
-		name string
-		mut  func(first auditlog.Commitment, rec *auditlog.Call)
-		why  string
+		name    string
+		mut     func(first auditlog.Commitment, rec *auditlog.Call)
+		why     string
+		refused bool // the call stays denied and refused: only its commitment is touched
 	}{
 		{"dropped", func(_ auditlog.Commitment, rec *auditlog.Call) { rec.Args = auditlog.Commitment{} },
-			"call record without the commitment to its arguments"},
+			"call record without the commitment to its arguments", false},
 		{"reused", func(first auditlog.Commitment, rec *auditlog.Call) { rec.Args = first },
-			"commitment 0, which an earlier record of the epoch already used"},
+			"commitment 0, which an earlier record of the epoch already used", false},
+		// A decided call that was refused keeps its commitment too: only
+		// a call refused before the pipeline saw it has none, and no
+		// decision (no policy_input).
+		{"dropped from a refused deny", func(_ auditlog.Commitment, rec *auditlog.Call) { rec.Args = auditlog.Commitment{} },
+			"a refused call record without the commitment to its arguments", true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -40,6 +46,13 @@ func TestReplayFindsADroppedOrReusedArgumentCommitment(t *testing.T) {
 				}
 				if i != 1 {
 					return rec.Outcome == auditlog.OutcomeForwarded
+				}
+				if tc.refused {
+					if rec.Outcome != auditlog.OutcomeRefused || rec.PolicyInput == nil {
+						t.Fatalf("call 1 is not a decided, refused call: %+v", rec)
+					}
+					tc.mut(first, rec)
+					return false
 				}
 				rec.Decision, rec.PolicyIDs, rec.Outcome, rec.Reason = "allow", []string{"fs-allowed"}, auditlog.OutcomeForwarded, ""
 				tc.mut(first, rec)
@@ -99,5 +112,64 @@ func TestReplayFindsAResultReusingACommitment(t *testing.T) {
 	}
 	if !rep.Findings() || !strings.Contains(rep.Calls[0].Inconsistent, "already used") || rep.Calls[0].Index != idx[0] {
 		t.Fatalf("findings %v, call 0 inconsistent %q", rep.Findings(), rep.Calls[0].Inconsistent)
+	}
+}
+
+// TestReplayFindsAnAccessReusingACommitment: an access record whose URI
+// commitment repeats call 0's arguments' (the gateway numbers each payload
+// anew) is inconsistent.
+func TestReplayFindsAnAccessReusingACommitment(t *testing.T) {
+	_, id := newKeys(t)
+	var args auditlog.Commitment
+	dir, _ := writeLogWith(t, id, logSpec{
+		mut: func(i int, rec *auditlog.Call) bool {
+			if i == 0 {
+				args = rec.Args
+			}
+			return rec.Outcome == auditlog.OutcomeForwarded
+		},
+		extra: func(w *auditlog.Writer, idx []int64) {
+			if _, err := w.Append(context.Background(), &auditlog.Access{Session: "s1", Agent: "alice", Method: "resources/read", Action: "read_resource",
+				Upstream: "fs", EvidenceClass: "spawn-measured", URI: args, Outcome: auditlog.OutcomeForwarded}); err != nil {
+				t.Fatal(err)
+			}
+		},
+	})
+	rep, err := Run(context.Background(), dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := rep.Calls[len(rep.Calls)-1]
+	if !rep.Findings() || last.Method != "resources/read" || !strings.Contains(last.Inconsistent, "its URI's commitment 0, which an earlier record of the epoch already used") {
+		t.Fatalf("findings %v, last %s inconsistent %q", rep.Findings(), last.Method, last.Inconsistent)
+	}
+}
+
+// TestReplayFindsAFarCommitmentReused: commitment numbers past the dense
+// bitset (2^25 and up) are checked for reuse too: two call records with
+// commitment 2^25+5 make the second inconsistent.
+func TestReplayFindsAFarCommitmentReused(t *testing.T) {
+	_, id := newKeys(t)
+	const far = 1<<25 + 5
+	dir, idx := writeLogWith(t, id, logSpec{mut: func(i int, rec *auditlog.Call) bool {
+		if i <= 1 {
+			rec.Args.ID = far
+		}
+		return rec.Outcome == auditlog.OutcomeForwarded
+	}})
+	rep, err := Run(context.Background(), dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Findings() {
+		t.Fatal("no finding")
+	}
+	for _, c := range rep.Calls {
+		if c.Index == idx[1] && !strings.Contains(c.Inconsistent, "commitment 33554437, which an earlier record of the epoch already used") {
+			t.Errorf("call 1 inconsistent %q", c.Inconsistent)
+		}
+		if c.Index == idx[0] && c.Inconsistent != "" {
+			t.Errorf("call 0 inconsistent %q", c.Inconsistent)
+		}
 	}
 }
