@@ -45,6 +45,13 @@ func inputsBundle(t *testing.T) (string, *policy.Bundle) {
 // forge, if set, rewrites a record before it is appended.
 func writeInputsLog(t *testing.T, b *policy.Bundle, id *age.X25519Identity, forge func(i int, o *policy.Outcome, in *auditlog.PolicyInput)) string {
 	t.Helper()
+	return writeInputsLogSkipping(t, b, id, forge, -1)
+}
+
+// writeInputsLogSkipping is writeInputsLog that decides record skip (if
+// not -1) but does not write it: a call missing from the log.
+func writeInputsLogSkipping(t *testing.T, b *policy.Bundle, id *age.X25519Identity, forge func(i int, o *policy.Outcome, in *auditlog.PolicyInput), skip int) string {
+	t.Helper()
 	ctx := context.Background()
 	key, _ := newKeys(t)
 	dir := t.TempDir()
@@ -86,6 +93,9 @@ func writeInputsLog(t *testing.T, b *policy.Bundle, id *age.X25519Identity, forg
 			PolicyMode: "enforcing", PolicyBundle: b.Digest(), Outcome: auditlog.OutcomeForwarded, PolicyInput: in}
 		if !o.Allow {
 			rec.Outcome, rec.Reason = auditlog.OutcomeRefused, o.Reason
+		}
+		if i == skip {
+			continue
 		}
 		rc, err := w.Append(ctx, rec)
 		if err != nil {
@@ -148,6 +158,14 @@ func TestReplayFindsForgedDecisionInputs(t *testing.T) {
 				in.Time = time.Date(2019, 6, 1, 12, 0, 0, 0, time.UTC)
 			}
 		}, 4, "decided at 2019-06-01T12:00:00Z, but its record was written at"},
+		// A forwarded call's record is written within its result's latency
+		// (900µs) of the decision, so 10 minutes before is too long ago
+		// though well within the 24 hours of a call without a result.
+		{"time of a forwarded call set back 10 minutes", func(i int, o *policy.Outcome, in *auditlog.PolicyInput) {
+			if i == 1 {
+				in.Time = in.Time.Add(-10 * time.Minute)
+			}
+		}, 1, "within the call's latency (900µs, its result record"},
 		{"time set forward", func(i int, o *policy.Outcome, in *auditlog.PolicyInput) {
 			if i == 1 {
 				in.Time = in.Time.Add(time.Hour)
@@ -171,5 +189,42 @@ func TestReplayFindsForgedDecisionInputs(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestReplayFindsAToolMissingWithACallMissing: session s1's git__push
+// (session_calls 2) is missing from the log, so git__log's tools_used may
+// hold a tool the log does not show; but every tool the log shows must be
+// in it: git__log's tools_used emptied lacks fs__read_file, forwarded by
+// call 1. The honest log with the same call missing has no such finding.
+func TestReplayFindsAToolMissingWithACallMissing(t *testing.T) {
+	bdir, b := inputsBundle(t)
+	_, id := newKeys(t)
+	ctx := context.Background()
+	for _, forged := range []bool{false, true} {
+		dir := writeInputsLogSkipping(t, b, id, func(i int, o *policy.Outcome, in *auditlog.PolicyInput) {
+			if i == 4 && forged {
+				in.ToolsUsed = nil
+			}
+		}, 3)
+		for name, opts := range map[string]Options{"--policy": {Policies: []string{bdir}, Identities: []age.Identity{id}}, "no --policy": {}} {
+			rep, err := Run(ctx, dir, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := rep.Calls[len(rep.Calls)-1]
+			if c.Tool != "git__log" {
+				t.Fatalf("last call %s", c.Tool)
+			}
+			if !forged {
+				if c.Inconsistent != "" {
+					t.Errorf("honest, %s: inconsistent %q", name, c.Inconsistent)
+				}
+				continue
+			}
+			if !rep.Findings() || !strings.Contains(c.Inconsistent, "without [fs__read_file]") || !strings.Contains(c.Inconsistent, "fs__read_file from record ") {
+				t.Errorf("%s: findings %v, inconsistent %q", name, rep.Findings(), c.Inconsistent)
+			}
+		}
 	}
 }
