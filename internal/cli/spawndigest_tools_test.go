@@ -89,14 +89,15 @@ func toolServer(t *testing.T, names ...string) string {
 // --name) is not 1-64 characters of [A-Za-z0-9_-] is printed as refused,
 // with the reason, and gets no pin; the length limit depends on --name.
 func TestSpawnDigestToolsRefusesBadExposedNames(t *testing.T) {
-	long := strings.Repeat("a", 61) // x__ + 61 = 64 characters; files__ + 61 = 68
-	srv := toolServer(t, "ok", "read.file", long)
+	long := strings.Repeat("a", 61)   // x__ + 61 = 64 characters; files__ + 61 = 68
+	longer := strings.Repeat("a", 62) // x__ + 62 = 65 characters: one too many
+	srv := toolServer(t, "ok", "read.file", long, longer)
 	for _, c := range []struct {
 		name    string
 		refused []string
 	}{
-		{"x", []string{"read.file"}},
-		{"files", []string{long, "read.file"}}, // sorted by name
+		{"x", []string{longer, "read.file"}},
+		{"files", []string{long, longer, "read.file"}}, // sorted by name
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			code, out, errOut := runCLI(t, "--output", "json", "spawn-digest", "--tools", "--name", c.name, "--", srv)
@@ -122,11 +123,13 @@ func TestSpawnDigestToolsRefusesBadExposedNames(t *testing.T) {
 					t.Errorf("tool %+v", tp)
 				}
 			}
-			if !slices.Equal(refused, c.refused) || len(doc.Tools) != 3 {
+			if !slices.Equal(refused, c.refused) || len(doc.Tools) != 4 {
 				t.Fatalf("refused %q of %+v, want %q refused", refused, doc.Tools, c.refused)
 			}
 			code, out, _ = runCLI(t, "spawn-digest", "--tools", "--name", c.name, "--", srv)
-			if code != 0 || !strings.Contains(out, "# read.file: refused by the gateway: ") || strings.Contains(out, `"read.file": sha256`) {
+			// A refused tool is a comment only: no key line, not even one
+			// without a pin.
+			if code != 0 || !strings.Contains(out, "# read.file: refused by the gateway: ") || strings.Contains(out, `"read.file":`) {
 				t.Fatalf("exit %d, text output:\n%s", code, out)
 			}
 		})

@@ -63,6 +63,18 @@ func TestSpawnDigestArgsRoundTrip(t *testing.T) {
 	}
 }
 
+// TestSpawnDigestRefusesArgumentsThatAreNotUTF8: cmcp.yaml cannot hold an
+// argument that is not UTF-8, so spawn-digest refuses it (exit 2), the
+// command's and every later argument's alike.
+func TestSpawnDigestRefusesArgumentsThatAreNotUTF8(t *testing.T) {
+	for _, args := range [][]string{{"sh\xff"}, {"sh", "\xff"}, {"sh", "-c", "x\xfe"}} {
+		code, out, errOut := runCLI(t, append([]string{"spawn-digest", "--"}, args...)...)
+		if code != 2 || !strings.Contains(errOut, "is not UTF-8") || out != "" {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want exit 2, \"is not UTF-8\"", args, code, out, errOut)
+		}
+	}
+}
+
 // hostile holds what a file name or a server's tool name may carry to
 // break out of a YAML comment or value: line breaks of every kind, "#",
 // ":", quotes, and a whole admin section after them.
