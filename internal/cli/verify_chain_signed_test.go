@@ -98,6 +98,25 @@ func TestVerifyChainSegmentWithoutItsOwnCheckpointIsNotVerified(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &doc); err != nil || code != ui.ExitLogSig || doc.Status != "failed" || doc.CoveredThrough != nil || doc.Records != 4 || doc.ExitCode != ui.ExitLogSig {
 		t.Fatalf("forged records after the carried checkpoint, JSON: exit %d, %+v, %v\n%s", code, doc, err, out)
 	}
+
+	// The first segment: its genuine genesis record, which no checkpoint
+	// before it signs, and forged, linked records after it.
+	seg1 := filepath.Join(l, "epoch-000001", "seg-000001.jsonl")
+	ls1 := readLines(t, seg1)
+	tmpl = ls1[1]
+	if kindOf(tmpl) == "checkpoint" {
+		tmpl = ls1[2]
+	}
+	writeLines(t, seg1, forgeAfter(t, ls1, 1, 3, tmpl, ""))
+	code, out, errOut = runCLI(t, "verify-chain", "--segment", seg1, "--key", w)
+	if code != ui.ExitLogSig || !strings.Contains(out, "NOT VERIFIED") || strings.Contains(out, "Result: VERIFIED") {
+		t.Fatalf("the genesis and forged records after it: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, _ = runCLI(t, "-o", "json", "verify-chain", "--segment", seg1, "--key", w)
+	doc.Status, doc.CoveredThrough = "", nil
+	if err := json.Unmarshal([]byte(out), &doc); err != nil || code != ui.ExitLogSig || doc.Status != "failed" || doc.CoveredThrough != nil {
+		t.Fatalf("the genesis and forged records after it, JSON: exit %d, %+v, %v\n%s", code, doc, err, out)
+	}
 }
 
 // segmentLog writes a sealed log of several segments; it returns its

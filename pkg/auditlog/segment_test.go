@@ -144,4 +144,20 @@ func TestVerifySegmentNeedsACheckpointInTheFile(t *testing.T) {
 	if !errors.As(err, &ve) || ve.Class != ClassUnsigned || r.Checkpoints != 0 || r.CoveredThrough != nil || r.Records != 4 {
 		t.Fatalf("segment without a checkpoint: %+v, %v", r, err)
 	}
+
+	// The first segment: the genuine genesis, which no checkpoint before
+	// it signs, followed by forged, linked records.
+	seg1 := filepath.Join(dir, "epoch-000001", "seg-000001.jsonl")
+	b, _ = os.ReadFile(seg1)
+	lines = bytes.Split(bytes.TrimSuffix(b, []byte("\n")), []byte("\n"))
+	first, _ = parseLine(lines[0])
+	forged = [][]byte{lines[0]}
+	for i := range 3 {
+		forged = append(forged, appendLine(nil, tmpl.Kind, tmpl.Body, hashOf(forged[i]), first.Seq+1+int64(i), "2099-01-01T00:00:00Z"))
+	}
+	os.WriteFile(seg1, append(bytes.Join(forged, []byte("\n")), '\n'), 0o600)
+	r, err = VerifySegment(seg1, VerifyOptions{Keys: keys})
+	if !errors.As(err, &ve) || ve.Class != ClassUnsigned || r.Checkpoints != 0 || r.CoveredThrough != nil || r.Records != 4 {
+		t.Fatalf("first segment without a checkpoint: %+v, %v", r, err)
+	}
 }
