@@ -285,4 +285,23 @@ func TestProveAnUnsignedRecordOfACrashedEpoch(t *testing.T) {
 	if code, out, errOut := runCLI(t, "verify-chain", dir, "--prove", "0", "--epoch", "1"); code != 0 || !strings.HasPrefix(out, auditlog.ProofHeader) {
 		t.Fatalf("signed record: exit %d\n%s%s", code, out, errOut)
 	}
+
+	// A record after the last checkpoint of the newest epoch, still open
+	// (no later epoch began): a checkpoint may yet cover it, so it is
+	// "not covered yet", a usage error, never UNSIGNED.
+	ctx := context.Background()
+	live := filepath.Join(t.TempDir(), "audit")
+	w := openRarelySigning(t, live)
+	w.Append(ctx, &auditlog.Session{ID: "s1", Event: "start", Agent: "alice"})
+	if err := w.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	w.Append(ctx, &auditlog.Session{ID: "s2", Event: "start", Agent: "alice"})
+	open := snapshot(t, live)
+	w.Close()
+	last = len(readLines(t, filepath.Join(open, "epoch-000001", "seg-000001.jsonl"))) - 1
+	code, out, errOut = runCLI(t, "verify-chain", open, "--prove", fmt.Sprint(last), "--epoch", "1")
+	if code != ui.ExitUsage || !strings.Contains(errOut, "no checkpoint covers it yet") || strings.Contains(errOut, "UNSIGNED") {
+		t.Fatalf("record %d after the newest epoch's last checkpoint: exit %d\n%s%s", last, code, out, errOut)
+	}
 }
