@@ -107,6 +107,18 @@ func TestScriptChangedAfterStartIsRefused(t *testing.T) {
 				os.Rename(p, p+".away")
 				os.Rename(p+".away", p)
 			}},
+		// The path, not only the file: the script's directory renamed and
+		// the path made again with other bytes leaves the measured file
+		// as it was, linked and unwritten, but no longer at its path.
+		{name: "sh's directory renamed and the path made again", body: shServer, interp: shPin(t), want: "is no longer the file measured at that path",
+			change: func(t *testing.T, p, mark string) {
+				dir := filepath.Dir(p)
+				if err := os.Rename(dir, dir+".old"); err != nil {
+					t.Error(err)
+				}
+				os.Mkdir(dir, 0o755)
+				os.WriteFile(p, []byte(shServer+"# other bytes\n"), 0o755)
+			}},
 		{name: "sh written in place", body: shServer, interp: shPin(t), want: "was changed (written, renamed or linked) after it was measured",
 			change: func(t *testing.T, p, mark string) {
 				time.Sleep(20 * time.Millisecond) // a visible change of the times
@@ -195,16 +207,32 @@ func TestTargetChangedAfterMeasureIsRefused(t *testing.T) {
 	f.Close()
 	server := answerInitialize + "cat >/dev/null\n"
 	for _, c := range []struct {
-		name   string
-		tree   bool
-		before bool // change before exec, else after the start
-		change func(t *testing.T, dir, script string)
-		want   string
+		name    string
+		tree    bool
+		before  bool // change before exec, else after the start
+		atOnce  bool // refused by Spawn, before a child is recorded started
+		viaLink bool // the script is dir/cur/server.sh, cur a symlink to a
+		change  func(t *testing.T, dir, script string)
+		want    string
 	}{
 		{name: "file untouched"},
 		{name: "tree untouched", tree: true},
-		{name: "file written before exec", before: true, want: "measure target",
+		{name: "file written before exec", before: true, atOnce: true, want: "measure target",
 			change: func(t *testing.T, dir, script string) { appendTo(t, script, "# more\n") }},
+		// A path component, a symlink, re-pointed at a directory holding
+		// another server.sh: the measured file is untouched, but the path
+		// the child reads names another.
+		{name: "file behind a re-pointed symlink", viaLink: true, want: "is no longer the file measured at that path",
+			change: func(t *testing.T, dir, script string) {
+				os.Mkdir(filepath.Join(dir, "b"), 0o755)
+				os.WriteFile(filepath.Join(dir, "b", "server.sh"), []byte(server+"# other bytes\n"), 0o644)
+				if err := os.Symlink("b", filepath.Join(dir, "cur.new")); err != nil {
+					t.Error(err)
+				}
+				if err := os.Rename(filepath.Join(dir, "cur.new"), filepath.Join(dir, "cur")); err != nil {
+					t.Error(err)
+				}
+			}},
 		{name: "file renamed over after start", want: "was removed or replaced (renamed over)",
 			change: func(t *testing.T, dir, script string) { renameOver(t, script, server) }},
 		{name: "tree file written before exec", tree: true, before: true, want: "server.sh",
@@ -213,6 +241,20 @@ func TestTargetChangedAfterMeasureIsRefused(t *testing.T) {
 			change: func(t *testing.T, dir, script string) { appendTo(t, script, "# more\n") }},
 		{name: "tree file renamed over after start", tree: true, want: "server.sh",
 			change: func(t *testing.T, dir, script string) { renameOver(t, script, server) }},
+		// Same length, its mtime set back: only the change time shows it.
+		{name: "tree file rewritten keeping its size and mtime", tree: true, want: "a.js",
+			change: func(t *testing.T, dir, script string) {
+				p := filepath.Join(dir, "lib", "a.js")
+				st, err := os.Stat(p)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				os.WriteFile(p, []byte("b"), 0o644)
+				if err := os.Chtimes(p, st.ModTime(), st.ModTime()); err != nil {
+					t.Error(err)
+				}
+			}},
 		{name: "tree file added after start", tree: true, want: "lib",
 			change: func(t *testing.T, dir, script string) {
 				os.WriteFile(filepath.Join(dir, "lib", "extra.js"), []byte("x"), 0o644)
@@ -221,6 +263,15 @@ func TestTargetChangedAfterMeasureIsRefused(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
 			script := filepath.Join(dir, "server.sh")
+			if c.viaLink {
+				if err := os.Mkdir(filepath.Join(dir, "a"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Symlink("a", filepath.Join(dir, "cur")); err != nil {
+					t.Fatal(err)
+				}
+				script = filepath.Join(dir, "cur", "server.sh")
+			}
 			if err := os.WriteFile(script, []byte(server), 0o644); err != nil {
 				t.Fatal(err)
 			}
@@ -280,6 +331,13 @@ func TestTargetChangedAfterMeasureIsRefused(t *testing.T) {
 			got := evs.all()
 			if last := got[len(got)-1]; !last.Refused || last.PID == 0 || !strings.Contains(last.Reason, c.want) {
 				t.Fatalf("spawn events %+v, want the last a refusal of the child that ran", got)
+			}
+			if c.atOnce {
+				// Refused when the child started, not once it answered: no
+				// spawn record says it started.
+				if len(got) != 1 || strings.Contains(err.Error(), "checked once the child answered") {
+					t.Fatalf("err = %v, spawn events %+v: want the spawn refused at once, its only record the refusal", err, got)
+				}
 			}
 		})
 	}
