@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -45,10 +46,17 @@ const probeTimeout = 60 * time.Second
 
 // toolsYAML renders pins as a catalog: section to paste into cmcp.yaml.
 // The tool names are the server's: quoted as keys, and in the comment
-// naming a refused tool (commentText), never written raw.
+// naming a refused tool (commentText), never written raw. When no tool is
+// pinned (the server lists none, or the gateway would refuse each) the
+// entry is "tools: {}", which refuses every tool: "tools:" with nothing
+// after it is refused at load.
 func toolsYAML(name string, pins []gateway.ToolPin) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "catalog:\n  upstreams:\n    %s:\n      tools:\n", yamlQuote(name))
+	tools := "tools: {}  # no tool pinned: every tool is refused"
+	if slices.ContainsFunc(pins, func(p gateway.ToolPin) bool { return p.Error == "" }) {
+		tools = "tools:"
+	}
+	fmt.Fprintf(&b, "catalog:\n  upstreams:\n    %s:\n      %s\n", yamlQuote(name), tools)
 	for _, p := range pins {
 		if p.Error != "" {
 			fmt.Fprintf(&b, "        # %s: refused by the gateway: %s\n", commentText(p.Name), commentText(p.Error))

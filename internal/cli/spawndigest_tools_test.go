@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/confidential-mcp/cmcp/internal/config"
 	"github.com/confidential-mcp/cmcp/internal/ui"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 )
@@ -131,6 +132,56 @@ func TestSpawnDigestToolsRefusesBadExposedNames(t *testing.T) {
 			// without a pin.
 			if code != 0 || !strings.Contains(out, "# read.file: refused by the gateway: ") || strings.Contains(out, `"read.file":`) {
 				t.Fatalf("exit %d, text output:\n%s", code, out)
+			}
+		})
+	}
+}
+
+// TestSpawnDigestToolsNoneAcceptedLoads: a server without tools, or one
+// whose every tool the gateway would refuse, gets "tools: {}" (every tool
+// refused), not "tools:" with nothing after it, which config.Load refuses;
+// the refused tools stay listed beneath as comments. What is printed,
+// pasted under upstreams: as it says, loads.
+func TestSpawnDigestToolsNoneAcceptedLoads(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		tools   []string
+		comment string
+	}{
+		{"no tools", nil, ""},
+		{"every tool refused", []string{"read.file"}, "# read.file: refused by the gateway: "},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			srv := toolServer(t, c.tools...)
+			code, out, errOut := runCLI(t, "spawn-digest", "--tools", "--name", "files", "--", srv)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, errOut)
+			}
+			if !strings.Contains(out, "      tools: {}") || !strings.Contains(out, c.comment) {
+				t.Fatalf("output lacks tools: {} (and %q):\n%s", c.comment, out)
+			}
+			entry, cat, ok := strings.Cut(out, "catalog:\n")
+			if !ok {
+				t.Fatalf("no catalog section:\n%s", out)
+			}
+			p := filepath.Join(t.TempDir(), "cmcp.yaml")
+			if err := os.WriteFile(p, []byte("version: 1\nserver: {tee: software}\naudit: {dir: audit}\nupstreams:\n"+entry+"catalog:\n"+cat), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := config.Load(p)
+			if err != nil {
+				t.Fatalf("the printed output does not load: %v\n%s", err, out)
+			}
+			if pins := cfg.ToolPins("files"); pins == nil || len(pins) != 0 {
+				t.Fatalf("loads as pins %v, want none accepted (tools: {})", pins)
+			}
+			code, out, _ = runCLI(t, "--output", "json", "spawn-digest", "--tools", "--name", "files", "--", srv)
+			var doc struct {
+				ToolsFlow string `json:"tools_flow"`
+				ToolsYAML string `json:"tools_yaml"`
+			}
+			if err := json.Unmarshal([]byte(out), &doc); code != 0 || err != nil || doc.ToolsFlow != "{}" || !strings.Contains(doc.ToolsYAML, "tools: {}") {
+				t.Fatalf("json: exit %d, %v: %s", code, err, out)
 			}
 		})
 	}
