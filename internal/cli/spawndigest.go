@@ -25,6 +25,9 @@ type spawnDigestOptions struct {
 	Target string
 	Check  string
 	Name   string
+	// Namespace is the entry's namespace: setting. false (a single
+	// upstream) exposes tools by their own names, which --tools checks.
+	Namespace bool
 }
 
 func (o *spawnDigestOptions) AddFlags(fs *pflag.FlagSet) {
@@ -32,6 +35,7 @@ func (o *spawnDigestOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Target, "target", "", "also measure this script (file digest) or package directory (tree digest)")
 	fs.StringVar(&o.Check, "check", "", "re-measure every pinned stdio upstream of this cmcp.yaml and compare with its pins")
 	fs.StringVar(&o.Name, "name", "", "upstream name in the printed cmcp.yaml entry (default: from the command)")
+	fs.BoolVar(&o.Namespace, "namespace", true, "the entry's namespace: setting; --namespace=false (only for a single upstream) prints namespace: false and has --tools check tool names as exposed unprefixed, not as NAME__tool")
 }
 
 func newSpawnDigestCmd(e *env) *cobra.Command {
@@ -73,6 +77,7 @@ Use it as the release gate in CI.
 Large trees show progress on a terminal.`,
 		Example: `  cmcp spawn-digest -- ls
   cmcp spawn-digest --tools --name files -- ./bin/sample-server --root /srv/data
+  cmcp spawn-digest --tools --namespace=false --name files -- ./bin/sample-server
   cmcp spawn-digest --name files -- ./bin/sample-server --root /srv/data
   cmcp spawn-digest --target ./node_modules/@acme/server -- node ./node_modules/@acme/server/dist/index.js
   cmcp spawn-digest --output json -- ls | jq -r .command_digest
@@ -81,8 +86,8 @@ Large trees show progress on a terminal.`,
 			switch {
 			case o.Check != "" && len(args) > 0:
 				return fmt.Errorf("give either --check CONFIG or a COMMAND, not both")
-			case o.Check != "" && (o.Target != "" || o.Name != ""):
-				return fmt.Errorf("--target and --name apply to a COMMAND, not to --check")
+			case o.Check != "" && (o.Target != "" || o.Name != "" || cmd.Flags().Changed("namespace")):
+				return fmt.Errorf("--target, --name and --namespace apply to a COMMAND, not to --check")
 			case o.Check == "" && len(args) == 0:
 				return fmt.Errorf("missing COMMAND: spawn-digest [--target FILE|DIR] -- COMMAND [ARGS...], or --check CONFIG")
 			case len(args) > 0 && args[0] == "":
@@ -144,6 +149,9 @@ func runSpawnDigest(ctx context.Context, e *env, p *ui.Printer, o *spawnDigestOp
 		return err
 	}
 	u := upstreamEntry(name, r)
+	if !o.Namespace {
+		u.Namespace = &o.Namespace
+	}
 	for _, v := range [][2]string{{"the command", u.Stdio.Command}, {"the directory", u.Stdio.Dir}, {"--target", u.Pin.Target}} {
 		if err := validUTF8(v[0], v[1]); err != nil {
 			return err
@@ -152,7 +160,7 @@ func runSpawnDigest(ctx context.Context, e *env, p *ui.Printer, o *spawnDigestOp
 	y := entryYAML(u, r)
 	doc := spawnDigestDoc{SchemaVersion: ui.SchemaVersion, Result: r, Upstream: u, YAML: y}
 	if o.Tools {
-		pins, err := toolPins(ctx, e, name, r)
+		pins, err := toolPins(ctx, e, name, r, o.Namespace)
 		if err != nil {
 			return err
 		}
@@ -251,6 +259,9 @@ func entryYAML(u config.Upstream, r *measure.Result) string {
 	}
 	if t := r.Target; t != nil {
 		fmt.Fprintf(&b, "      target: %s\n      target_digest: %s  # %s\n", yamlQuote(t.Path), t.Digest, targetText(t))
+	}
+	if !u.Namespaced() {
+		b.WriteString("    namespace: false  # tools exposed by their own names: only with a single upstream\n")
 	}
 	return b.String()
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/confidential-mcp/cmcp/internal/catalog"
 	"github.com/confidential-mcp/cmcp/internal/gateway"
 	"github.com/confidential-mcp/cmcp/internal/measure"
 	"github.com/confidential-mcp/cmcp/internal/ui"
@@ -16,7 +17,9 @@ import (
 
 // toolPins spawns the server just measured in r (executing exactly the
 // measured bytes), lists its tools and returns their definition pins.
-func toolPins(ctx context.Context, e *env, name string, r *measure.Result) ([]gateway.ToolPin, error) {
+// namespaced is the printed entry's namespace: setting: the tool names are
+// checked as the gateway will expose them.
+func toolPins(ctx context.Context, e *env, name string, r *measure.Result, namespaced bool) ([]gateway.ToolPin, error) {
 	spec := upstream.StdioSpec{Name: name, Command: r.Resolved, Args: r.Args, Pin: r.CommandDigest, StopGrace: 2 * time.Second}
 	if t := r.Target; t != nil {
 		spec.MeasurePath, spec.MeasurePin = t.Path, t.Digest
@@ -26,9 +29,9 @@ func toolPins(ctx context.Context, e *env, name string, r *measure.Result) ([]ga
 	}
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	// The entry printed leaves namespace: at its default (true): tools
-	// are exposed as "<name>__<tool>", which the gateway checks.
-	pins, err := gateway.ProbeTools(ctx, spec, true, e.environ, e.stderr)
+	// With namespace: true (the default) tools are exposed as
+	// "<name>__<tool>", which the gateway checks; with false, as named.
+	pins, err := gateway.ProbeTools(ctx, spec, namespaced, e.environ, e.stderr)
 	if err != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return nil, ui.Errorf(ui.ExitRuntime, "list the tools of %s: it did not answer initialize and tools/list within %s, and was stopped", r.Resolved, probeTimeout).
@@ -36,6 +39,21 @@ func toolPins(ctx context.Context, e *env, name string, r *measure.Result) ([]ga
 		}
 		return nil, ui.Errorf(ui.ExitRuntime, "list the tools of %s: %w", r.Resolved, err).
 			Hint("the server must speak MCP on stdin/stdout; check that it starts with these arguments (its stderr, if any, is above)")
+	}
+	if namespaced {
+		// A name refused only for its "<name>__" prefix is accepted by a
+		// gateway whose single upstream has namespace: false: say so.
+		for i, p := range pins {
+			if p.Error == "" {
+				continue
+			}
+			if _, err := catalog.Exposed(name, p.Name, true); err == nil || err.Error() != p.Error {
+				continue // refused for another reason
+			}
+			if _, err := catalog.Exposed(name, p.Name, false); err == nil {
+				pins[i].Error += "; with namespace: false (a single upstream) it is exposed as named: spawn-digest --namespace=false pins it"
+			}
+		}
 	}
 	return pins, nil
 }

@@ -186,3 +186,64 @@ func TestSpawnDigestToolsNoneAcceptedLoads(t *testing.T) {
 		})
 	}
 }
+
+// TestSpawnDigestToolsNamespaceFalse: with namespace: false (a single
+// upstream) the gateway exposes tools by their own names, so a tool name
+// too long for NAME__tool is accepted there. --namespace=false checks the
+// names as that gateway would, pins such a tool and prints namespace:
+// false in the entry; the output loads with the pin. Without the flag
+// the refusal says that --namespace=false exists, when namespacing is
+// what makes the name too long (and only then).
+func TestSpawnDigestToolsNamespaceFalse(t *testing.T) {
+	long := strings.Repeat("t", 60) // files__ + 60 = 67 characters
+	srv := toolServer(t, long, "read.file")
+
+	code, out, errOut := runCLI(t, "spawn-digest", "--tools", "--name", "files", "--", srv)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, l := range strings.Split(out, "\n") {
+		switch {
+		case strings.Contains(l, "# "+long+": refused"):
+			if !strings.Contains(l, "--namespace=false") {
+				t.Errorf("the refusal of %s does not say --namespace=false exists:\n%s", long, l)
+			}
+		case strings.Contains(l, "# read.file: refused"):
+			if strings.Contains(l, "--namespace") {
+				t.Errorf("read.file is refused however it is exposed, yet the refusal names --namespace:\n%s", l)
+			}
+		}
+	}
+
+	code, out, errOut = runCLI(t, "spawn-digest", "--tools", "--namespace=false", "--name", "files", "--", srv)
+	if code != 0 {
+		t.Fatalf("--namespace=false: exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(out, "    namespace: false") || !strings.Contains(out, `"`+long+`": sha256:`) || !strings.Contains(out, "# read.file: refused by the gateway: ") {
+		t.Fatalf("--namespace=false output:\n%s", out)
+	}
+	entry, cat, _ := strings.Cut(out, "catalog:\n")
+	p := filepath.Join(t.TempDir(), "cmcp.yaml")
+	if err := os.WriteFile(p, []byte("version: 1\nserver: {tee: software}\naudit: {dir: audit}\nupstreams:\n"+entry+"catalog:\n"+cat), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(p)
+	if err != nil {
+		t.Fatalf("the printed output does not load: %v\n%s", err, out)
+	}
+	if u := cfg.Upstreams[0]; u.Namespaced() || len(cfg.ToolPins("files")) != 1 || cfg.ToolPins("files")[long].IsZero() {
+		t.Fatalf("loads as namespaced %v, pins %v\n%s", u.Namespaced(), cfg.ToolPins("files"), out)
+	}
+
+	code, out, _ = runCLI(t, "--output", "json", "spawn-digest", "--tools", "--namespace=false", "--name", "files", "--", srv)
+	var doc struct {
+		Upstream config.Upstream `json:"upstream"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); code != 0 || err != nil || doc.Upstream.Namespaced() {
+		t.Fatalf("json: exit %d, %v, upstream %+v", code, err, doc.Upstream)
+	}
+
+	if code, _, errOut := runCLI(t, "spawn-digest", "--namespace=false", "--check", p); code != ui.ExitUsage {
+		t.Fatalf("--namespace with --check: exit %d: %s", code, errOut)
+	}
+}
