@@ -520,8 +520,10 @@ func (l *loader) validate(c *Config, root *yaml.Node, dir string) {
 // validateCatalogUpstreams refuses pins for an upstream that is not
 // configured: a misspelt name ("file" for "files") would leave the real
 // upstream unpinned, running on whatever definitions it shows first. For
-// the same reason it refuses an entry without tools (absent or empty):
-// tools: {} is how to refuse every tool.
+// the same reason it refuses an entry that says nothing (files: {}) and a
+// tools key left empty: tools: {} is how to refuse every tool. An entry
+// with drift: and no tools key sets the drift of an unpinned upstream,
+// whose baseline is the definitions it shows first.
 func (l *loader) validateCatalogUpstreams(c *Config, root *yaml.Node) {
 	if c.Catalog == nil {
 		return
@@ -533,17 +535,19 @@ func (l *loader) validateCatalogUpstreams(c *Config, root *yaml.Node) {
 	entries := valueNode(valueNode(root, "catalog"), "upstreams")
 	for _, name := range slices.Sorted(maps.Keys(c.Catalog.Upstreams)) {
 		if slices.Contains(names, name) {
-			// An entry pins its upstream's tools: without a tools: key,
-			// or with it empty (a placeholder pasted with nothing after
-			// it), it would pin nothing and the upstream would run on
-			// whatever definitions it shows first, while tools: {}
-			// refuses every tool. Neither is what it looks like.
-			if c.Catalog.Upstreams[name].Tools == nil {
+			// An entry pins its upstream's tools, or sets its drift: a
+			// tools key with nothing after it (a placeholder pasted
+			// empty) or an entry with no key at all would pin nothing,
+			// and the upstream would run on whatever definitions it
+			// shows first, while tools: {} refuses every tool. Neither is
+			// what it looks like.
+			e := c.Catalog.Upstreams[name]
+			if e.Tools == nil {
 				hint := fmt.Sprintf("paste the output of cmcp spawn-digest --tools for %s under tools:; write tools: {} to refuse every tool of %s; "+
-					"or remove the entry to run %s without tool pins (the definitions it shows first in a run are its baseline)", name, name, name)
+					"or remove the entry, or leave only its drift:, to run %s without tool pins (the definitions it shows first in a run are its baseline)", name, name, name)
 				if k := keyNode(valueNode(entries, name), "tools"); k != nil && k.Kind == yaml.ScalarNode && k.Value == "tools" {
 					l.errorf(k, "catalog.upstreams."+name+".tools", hint, "is empty, so it pins nothing: %s would run on whatever tool definitions it shows first", name)
-				} else {
+				} else if e.Drift == "" {
 					l.errorf(keyNode(entries, name), "catalog.upstreams."+name, hint, "has no tools: key, so it pins nothing: %s would run on whatever tool definitions it shows first", name)
 				}
 			}

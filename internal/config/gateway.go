@@ -245,6 +245,8 @@ func ageProblem(err error) string {
 //	      drift: warn             # per upstream
 //	      tools:                  # from `cmcp spawn-digest --tools`
 //	        read_file: sha256:...
+//	    web:
+//	      drift: warn             # no tools key: unpinned, first-seen baseline
 //
 // Every name under upstreams must be a configured upstream's: Load refuses
 // any other (a misspelt name would leave the real upstream unpinned).

@@ -182,7 +182,8 @@ func TestAuditRecipientsParsedAtLoad(t *testing.T) {
 func TestCatalogEntryWithoutToolsRefused(t *testing.T) {
 	for _, tc := range []struct{ name, entry, want string }{
 		{"empty entry", "    files: {}\n", "c.yaml:8:5: catalog.upstreams.files: has no tools: key, so it pins nothing"},
-		{"drift only", "    files:\n      drift: warn\n", "c.yaml:8:5: catalog.upstreams.files: has no tools: key, so it pins nothing"},
+		{"entry null", "    files:\n", "c.yaml:8:5: catalog.upstreams.files: has no tools: key, so it pins nothing"},
+		{"drift with tools null", "    files:\n      drift: warn\n      tools:\n", "c.yaml:10:7: catalog.upstreams.files.tools: is empty, so it pins nothing"},
 		{"tools left empty", "    files:\n      tools:\n", "c.yaml:9:7: catalog.upstreams.files.tools: is empty, so it pins nothing"},
 		{"tools null", "    files:\n      tools: null\n", "c.yaml:9:7: catalog.upstreams.files.tools: is empty, so it pins nothing"},
 	} {
@@ -211,5 +212,31 @@ func TestCatalogEntryWithoutToolsRefused(t *testing.T) {
 	}
 	if c, err := LoadBytes("c.yaml", []byte(gwBase)); err != nil || c.ToolPins("files") != nil {
 		t.Fatalf("no catalog entry: %v, pins %v", err, c.ToolPins("files"))
+	}
+}
+
+// TestCatalogDriftOnlyEntryIsFirstSeenBaseline: an entry that sets only
+// drift: (no tools key) is how to choose refuse or warn for an upstream
+// left unpinned, whose baseline is the definitions it shows first: it
+// loads, with no pins and its own drift setting. An entry with neither
+// (files: {}, files: with nothing) and one whose tools key is there but
+// empty are still refused (TestCatalogEntryWithoutToolsRefused).
+func TestCatalogDriftOnlyEntryIsFirstSeenBaseline(t *testing.T) {
+	for _, tc := range []struct {
+		name, catalog string
+		warn          bool
+	}{
+		{"warn under refuse", "catalog:\n  drift: refuse\n  upstreams:\n    files:\n      drift: warn\n", true},
+		{"refuse under warn", "catalog:\n  drift: warn\n  upstreams: {files: {drift: refuse}}\n", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := LoadBytes("c.yaml", []byte(gwBase+tc.catalog))
+			if err != nil {
+				t.Fatalf("an entry with only drift: is refused: %v", err)
+			}
+			if c.ToolPins("files") != nil || c.DriftWarn("files") != tc.warn {
+				t.Fatalf("loads as pins %v, drift warn %v; want no pins (first-seen baseline), warn %v", c.ToolPins("files"), c.DriftWarn("files"), tc.warn)
+			}
+		})
 	}
 }
