@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -69,9 +70,12 @@ whose pin has no interpreter digest). It exits 5 if any pin mismatches or any fi
 is missing, 3 if a file exists but cannot be measured, 0 if every pin matches.
 Before measuring, it reads the files serve reads at start (server.tls cert,
 key and client_ca, an HTTP upstream's ca_file, bearer_token_file and
-headers_from_file) and exits 4, at the setting's line, if one is missing or
-unusable; a credential variable (bearer_token_env, headers_from_env) unset
-in its own environment is a warning, as serve may run in another.
+headers_from_file) and exits 4, at the setting's line, if one is there but
+unusable (a ca_file without a PEM certificate, an empty credential file).
+A file that is missing or not readable here, and a credential variable
+(bearer_token_env, headers_from_env) unset in its own environment, is a
+warning, as secrets are often deployed only where serve runs: the pins
+still decide the exit code. serve itself refuses to start without them.
 Use it as the release gate in CI.
 
 Large trees show progress on a terminal.`,
@@ -400,12 +404,27 @@ func runSpawnCheck(ctx context.Context, e *env, p *ui.Printer, path string) erro
 	if err != nil {
 		return err
 	}
-	// What serve would refuse at start that can be seen from here: files
-	// it reads (TLS, CA and credential files) are errors; credential
-	// variables are looked up in this environment, which need not be
-	// serve's, so one unset is a warning.
+	// What serve would refuse at start that can be seen from here: a
+	// file it reads (TLS, CA and credential files) that is there but
+	// unusable is an error. One that is not there, or not readable here,
+	// is a warning, as is a credential variable unset in this
+	// environment: secrets are often deployed only where serve runs, and
+	// the pins are what this gate checks.
 	if err := c.CheckFiles(); err != nil {
-		return err
+		var all, bad config.Errors
+		if !errors.As(err, &all) {
+			return err
+		}
+		for _, fe := range all {
+			if errors.Is(fe, fs.ErrNotExist) || errors.Is(fe, fs.ErrPermission) {
+				p.Warnf("%v; not checked here: cmcp serve refuses to start unless it can read it", fe)
+				continue
+			}
+			bad = append(bad, fe)
+		}
+		if len(bad) > 0 {
+			return bad
+		}
 	}
 	var unset config.Errors
 	if errors.As(c.CheckEnv(func(k string) (string, bool) { v := e.getenv(k); return v, v != "" }, "this environment; cmcp serve needs it in its own"), &unset) {

@@ -80,7 +80,14 @@ type Error struct {
 	Field     string // the setting, e.g. upstreams[0].pin.command
 	Msg       string
 	Hint      string // what to do, if there is something to say
+	// err is the cause, when there is one to test for (a file that could
+	// not be read: fs.ErrNotExist, fs.ErrPermission); see Unwrap.
+	err error
 }
+
+// Unwrap returns the cause, if any: errors.Is(e, fs.ErrNotExist) tells a
+// file that is not there from one that is there but unusable.
+func (e *Error) Unwrap() error { return e.err }
 
 func (e *Error) Error() string {
 	var b strings.Builder

@@ -18,7 +18,9 @@ import (
 // server.tls's cert, key and client_ca. Load does not read them (they are
 // secrets, and SIGHUP re-reads the credential files itself); serve checks
 // them before it opens the audit log, and spawn-digest --check too. Each
-// problem is an *Error at the setting's line.
+// problem is an *Error at the setting's line; one about a file that could
+// not be opened or read wraps the cause (errors.Is fs.ErrNotExist or
+// fs.ErrPermission), which --check only warns about.
 func (c *Config) CheckFiles() error {
 	var errs Errors
 	add := func(e *Error) {
@@ -133,7 +135,9 @@ func (c *Config) fileError(path valuePath, field string, err error) *Error {
 	case errors.Is(err, fs.ErrPermission):
 		hint = "make the file readable to the user cmcp runs as"
 	}
-	return c.errorAt(path, field, hint, "%v", err)
+	e := c.errorAt(path, field, hint, "%v", err)
+	e.err = err
+	return e
 }
 
 // checkPEM reports a file that does not hold a PEM certificate.
