@@ -134,9 +134,11 @@ func (g *Gateway) HTTPHandler(o HTTPOptions) http.Handler {
 		stall = g.opts.CallTimeout
 	}
 	maxSessions, maxPerAgent := (&config.Server{MaxSessions: o.MaxSessions, MaxSessionsPerAgent: o.MaxSessionsPerAgent}).SessionBounds()
-	// Unset, the bound per agent may be the bound in all (SessionBounds):
-	// then only raising server.max_sessions raises it.
-	perAgentInherited := o.MaxSessionsPerAgent <= 0 && maxPerAgent == maxSessions
+	// Unset, the bound per agent is the bound in all when that is below
+	// the default (SessionBounds): then raising server.max_sessions
+	// raises it. At or above the default it is the default, which only
+	// server.max_sessions_per_agent raises.
+	perAgentInherited := o.MaxSessionsPerAgent <= 0 && maxSessions < config.DefaultMaxSessionsPerAgent
 	idleEnd := fmt.Sprintf("idle ones end after %s, server.session_timeout", timeout)
 	if timeout == 0 {
 		idleEnd = "idle ones do not end: server.session_timeout is off"

@@ -161,6 +161,30 @@ func TestSessionBoundInheritedNamesMaxSessions(t *testing.T) {
 	}
 }
 
+// TestSessionBoundAtDefaultNamesMaxSessionsPerAgent: with only
+// server.max_sessions set, at or above the default bound per agent (64),
+// the bound per agent is that default, not inherited: raising
+// server.max_sessions does not raise it, so the refusal must not tell the
+// operator to (it did at max_sessions: 64, where the two are equal).
+func TestSessionBoundAtDefaultNamesMaxSessionsPerAgent(t *testing.T) {
+	const tok = "alice-token-0123456789"
+	if _, per := (&config.Server{MaxSessions: 2 * config.DefaultMaxSessionsPerAgent}).SessionBounds(); per != config.DefaultMaxSessionsPerAgent {
+		t.Fatalf("raising server.max_sessions raises the bound per agent to %d: the refusal below would be wrong to name it", per)
+	}
+	h := newHarness(t, hconf{maxSessions: config.DefaultMaxSessionsPerAgent, tokens: []Token{{Digest: TokenDigest(tok), Identity: "alice"}}})
+	for range config.DefaultMaxSessionsPerAgent {
+		if _, _, sid := h.initAs(tok); sid == "" {
+			t.Fatal("no session")
+		}
+	}
+	resp, body, _ := h.initAs(tok)
+	refusedSession(t, resp, body, http.StatusTooManyRequests, `agent "alice" already has as many open sessions as server.max_sessions_per_agent allows (64`,
+		"raise server.max_sessions_per_agent")
+	if strings.Contains(body, "raise server.max_sessions ") || strings.Contains(body, "raise server.max_sessions\"") || strings.Contains(body, "one agent may hold them all") {
+		t.Fatalf("the refusal tells the operator to raise server.max_sessions, which leaves the bound per agent at its default: %s", body)
+	}
+}
+
 // TestSessionBoundsFreedWhenSessionsEnd: a session ended by the idle
 // timeout, or by a SIGHUP that withdrew the token it was opened with,
 // gives its place back.
