@@ -520,7 +520,7 @@ func Spawn(ctx context.Context, spec StdioSpec, environ []string, hooks Hooks, s
 	}
 	for _, w := range watches {
 		if fw, ok := w.(*fileWatch); ok {
-			if why := fw.changed(); why != "" {
+			if why, _ := fw.changed(); why != "" {
 				c.Stop()
 				return refuse(why+"; the child was stopped", changedHint, ErrPinMismatch)
 			}
@@ -549,9 +549,12 @@ const changedHint = "retry once the files are no longer being changed; if the ch
 func (c *Child) verifyMeasured() error {
 	defer c.closeWatches()
 	for _, w := range c.watches {
-		why := w.changed()
+		why, hint := w.changed()
 		if why == "" {
 			continue
+		}
+		if hint == "" {
+			hint = changedHint
 		}
 		reason := why + " (checked once the child answered the MCP handshake); the child was stopped"
 		fault := fmt.Errorf("upstream %q: %s", c.name, reason)
@@ -565,7 +568,7 @@ func (c *Child) verifyMeasured() error {
 				err = errors.Join(err, herr)
 			}
 		}
-		return &SpawnError{Upstream: c.name, Reason: reason, Hint: changedHint, Err: err}
+		return &SpawnError{Upstream: c.name, Reason: reason, Hint: hint, Err: err}
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -28,17 +29,18 @@ type treeStat struct {
 	key fileKey
 }
 
-func (w *treeWatch) changed() string {
+func (w *treeWatch) changed() (why, hint string) {
 	if w.unknown {
-		return fmt.Sprintf("measure target %s cannot be checked", w.path)
+		return fmt.Sprintf("measure target %s cannot be checked", w.path), ""
 	}
 	root, err := treeRoot(w.path)
 	if err != nil || root != w.root {
-		return fmt.Sprintf("measure target %s no longer resolves to the directory measured (%s)", w.path, w.root)
+		return fmt.Sprintf("measure target %s no longer resolves to the directory measured (%s)", w.path, w.root), ""
 	}
 	// A file's change is named rather than its directory's (a rename
 	// over a file changes both).
 	dirChanged := ""
+	var added []string // entries of changed directories not measured
 	for _, e := range w.entries {
 		k, err := lstatKey(filepath.Join(root, filepath.FromSlash(e.rel)))
 		switch {
@@ -47,11 +49,48 @@ func (w *treeWatch) changed() string {
 			if dirChanged == "" {
 				dirChanged = fmt.Sprintf("measure target %s changed after it was measured: an entry of directory %s was added, removed or renamed", w.path, e.rel)
 			}
+			added = append(added, w.added(root, e.rel)...)
+		case pyBytecode(e.rel):
+			return fmt.Sprintf("measure target %s changed after it was measured: the server wrote Python bytecode into it (%s was written, replaced or removed)", w.path, e.rel), bytecodeHint
 		default:
-			return fmt.Sprintf("measure target %s changed after it was measured: %s was written, replaced or removed", w.path, e.rel)
+			return fmt.Sprintf("measure target %s changed after it was measured: %s was written, replaced or removed", w.path, e.rel), ""
 		}
 	}
-	return dirChanged
+	if dirChanged != "" && len(added) > 0 && !slices.ContainsFunc(added, func(rel string) bool { return !pyBytecode(rel) }) {
+		return fmt.Sprintf("measure target %s changed after it was measured: the server wrote Python bytecode into it (%s added)", w.path, strings.Join(added, ", ")), bytecodeHint
+	}
+	return dirChanged, ""
+}
+
+// bytecodeHint is what to do about a Python server that wrote its
+// bytecode into its measured tree (a fresh tree's first run does). The
+// README prefers a tree pinned without __pycache__ (a .pyc in a pinned
+// tree can be switched on by a touch), so the env variables come first.
+const bytecodeHint = "the server wrote into its --target tree, which must not change: set PYTHONDONTWRITEBYTECODE=1 " +
+	"(or PYTHONPYCACHEPREFIX, a directory outside the tree) in the upstream's stdio.env and pin the tree without __pycache__, " +
+	"or pin the tree after a first run has written its __pycache__ (cmcp spawn-digest --target again, then update the pin)"
+
+// pyBytecode reports whether rel (slash-separated, in a tree) is Python
+// bytecode: a __pycache__ directory or what is in one, or a .pyc file.
+func pyBytecode(rel string) bool {
+	return strings.HasSuffix(rel, ".pyc") || slices.Contains(strings.Split(rel, "/"), "__pycache__")
+}
+
+// added lists the entries of directory rel of the tree (rooted at root)
+// that were not there when it was measured.
+func (w *treeWatch) added(root, rel string) []string {
+	des, err := os.ReadDir(filepath.Join(root, filepath.FromSlash(rel)))
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, de := range des {
+		p := path.Join(rel, de.Name())
+		if _, found := slices.BinarySearchFunc(w.entries, p, func(e treeStat, p string) int { return strings.Compare(e.rel, p) }); !found {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 func (w *treeWatch) close() {}

@@ -18,8 +18,9 @@ import (
 
 // watch re-checks a measured file or tree.
 type watch interface {
-	// changed says what changed since the measurement, or "".
-	changed() string
+	// changed says what changed since the measurement, or "", and what
+	// to do about it when there is more to say than changedHint.
+	changed() (why, hint string)
 	close()
 }
 
@@ -43,21 +44,21 @@ func newFileWatch(what, path string, f *os.File, before stamp) (*fileWatch, erro
 	return &fileWatch{what: what, path: path, f: f, before: before, id: id}, nil
 }
 
-func (w *fileWatch) changed() string {
+func (w *fileWatch) changed() (why, hint string) {
 	id, nlink, err := fdKey(w.f)
 	if err != nil {
-		return fmt.Sprintf("%s %s cannot be checked (%v)", w.what, w.path, err)
+		return fmt.Sprintf("%s %s cannot be checked (%v)", w.what, w.path, err), ""
 	}
 	if nlink == 0 {
-		return fmt.Sprintf("%s %s was removed or replaced (renamed over) after it was measured", w.what, w.path)
+		return fmt.Sprintf("%s %s was removed or replaced (renamed over) after it was measured", w.what, w.path), ""
 	}
 	if at, err := statKey(w.path); err != nil || at.dev != id.dev || at.ino != id.ino {
-		return fmt.Sprintf("%s %s is no longer the file measured at that path (it was replaced or moved)", w.what, w.path)
+		return fmt.Sprintf("%s %s is no longer the file measured at that path (it was replaced or moved)", w.what, w.path), ""
 	}
 	if after, err := stampOf(w.f); err != nil || after != w.before {
-		return fmt.Sprintf("%s %s was changed (written, renamed or linked) after it was measured", w.what, w.path)
+		return fmt.Sprintf("%s %s was changed (written, renamed or linked) after it was measured", w.what, w.path), ""
 	}
-	return ""
+	return "", ""
 }
 
 func (w *fileWatch) close() { w.f.Close() }
