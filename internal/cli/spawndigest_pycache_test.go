@@ -54,7 +54,7 @@ for line in sys.stdin:
 
 // pycacheAdvice is what the operator must be told when a Python server
 // wrote its bytecode into its measured --target tree.
-var pycacheAdvice = []string{"wrote into its --target tree", "__pycache__", "PYTHONDONTWRITEBYTECODE=1", "PYTHONPYCACHEPREFIX", "after a first run"}
+var pycacheAdvice = []string{"wrote into its --target tree", "__pycache__", "PYTHONDONTWRITEBYTECODE=1", "after a first run"}
 
 // TestSpawnDigestSaysThePythonServerWroteIntoItsTarget: a Python server
 // on a fresh tree writes __pycache__ into its --target tree, so the first

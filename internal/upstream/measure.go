@@ -65,9 +65,12 @@ func (w *treeWatch) changed() (why, hint string) {
 // bytecodeHint is what to do about a Python server that wrote its
 // bytecode into its measured tree (a fresh tree's first run does). The
 // README prefers a tree pinned without __pycache__ (a .pyc in a pinned
-// tree can be switched on by a touch), so the env variables come first.
+// tree can be switched on by a touch; a tree re-measured before every
+// spawn cannot gain one), so PYTHONDONTWRITEBYTECODE comes first.
+// PYTHONPYCACHEPREFIX is no way out: the bytecode it points python at is
+// measured by no pin (config refuses it as code-loading).
 const bytecodeHint = "the server wrote into its --target tree, which must not change: set PYTHONDONTWRITEBYTECODE=1 " +
-	"(or PYTHONPYCACHEPREFIX, a directory outside the tree) in the upstream's stdio.env and pin the tree without __pycache__, " +
+	"in the upstream's stdio.env and pin the tree without __pycache__, " +
 	"or pin the tree after a first run has written its __pycache__ (cmcp spawn-digest --target again, then update the pin)"
 
 // pyBytecode reports whether rel (slash-separated, in a tree) is Python
