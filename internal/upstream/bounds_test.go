@@ -429,12 +429,16 @@ func (a *slowAgent) answer(ctx context.Context) {
 // TestServerRequestsBounded: an upstream that sends thousands of requests
 // (here roots/list) during one call has at most maxServerRequests of them
 // waiting for the agent at once; the others are answered at once with
-// CodeTooManyServerRequests, without a goroutine each, and the call goes
-// on to its result. On an HTTP upstream's call stream (raw call) and from
-// a stdio child (through its MCP client session).
+// CodeTooManyServerRequests, never waiting for the agent, and the call
+// goes on to its result. On an HTTP upstream's call stream (raw call) no
+// goroutine is started for them; from a stdio child (through its MCP
+// client session) go-sdk dispatches each request on a goroutine of its
+// own, which the bound ends at once: they come and go as the child writes
+// and do not pile up (unbounded, all 2000 would wait out the agent's hold
+// together), but a loaded machine sees a few hundred at a time.
 func TestServerRequestsBounded(t *testing.T) {
 	const hold = 300 * time.Millisecond
-	check := func(t *testing.T, a *slowAgent, base int, res json.RawMessage, err error) {
+	check := func(t *testing.T, a *slowAgent, base int, res json.RawMessage, err error, maxGoroutines int64) {
 		t.Helper()
 		t.Logf("result %s, err %v; %d requests reached the agent, at most %d at once; at most %d goroutines more", res, err, a.total.Load(), a.peak.Load(), a.goroutines.Load()-int64(base))
 		if err != nil {
@@ -454,7 +458,7 @@ func TestServerRequestsBounded(t *testing.T) {
 		if refused == 0 || answered+refused != floodRequests || int64(answered) != a.total.Load() {
 			t.Fatalf("the upstream had %d answers and %d refusals of its %d requests, the agent %d", answered, refused, floodRequests, a.total.Load())
 		}
-		if g := a.goroutines.Load() - int64(base); g > 200 {
+		if g := a.goroutines.Load() - int64(base); g > maxGoroutines {
 			t.Fatalf("%d goroutines more while %d requests came at once", g, floodRequests)
 		}
 	}
@@ -513,7 +517,7 @@ func TestServerRequestsBounded(t *testing.T) {
 		}})
 		base := runtime.NumGoroutine()
 		res, err := conn.RawCall(rawCallCtx(t), "tools/call", callParams("flood", "{}"))
-		check(t, a, base, res, err)
+		check(t, a, base, res, err, 200)
 	})
 
 	t.Run("stdio child", func(t *testing.T) {
@@ -539,7 +543,7 @@ func TestServerRequestsBounded(t *testing.T) {
 		t.Cleanup(func() { conn.Close() })
 		base := runtime.NumGoroutine()
 		res, err := conn.RawCall(rawCallCtx(t), "tools/call", callParams("flood", "{}"))
-		check(t, a, base, res, err)
+		check(t, a, base, res, err, floodRequests/2)
 	})
 }
 
