@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/confidential-mcp/cmcp/internal/proctest"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
@@ -146,9 +146,9 @@ func TestServeAsPID1ReapsOrphans(t *testing.T) {
 	}
 	call("orphans")
 
-	init := childOf(t, gw.Process.Pid)
+	init := proctest.ChildOf(t, gw.Process.Pid)
 	deadline := time.Now().Add(15 * time.Second)
-	for z := zombiesOf(t, init); len(z) > 0; z = zombiesOf(t, init) {
+	for z := proctest.ZombiesOf(t, init); len(z) > 0; z = proctest.ZombiesOf(t, init) {
 		if time.Now().After(deadline) {
 			t.Fatalf("zombies left with process 1 (host pid %d) as parent: %v", init, z)
 		}
@@ -173,68 +173,4 @@ func TestServeAsPID1ReapsOrphans(t *testing.T) {
 	if n := strings.Count(logs(), "cmcp: running as PID 1"); n != 1 {
 		t.Fatalf("stderr says %d times that cmcp acts as init, want once:\n%s", n, logs())
 	}
-}
-
-// pstat is what /proc/PID/stat says of a process.
-type pstat struct {
-	pid, ppid int
-	state     string
-	comm      string
-}
-
-func processes(t *testing.T) []pstat {
-	t.Helper()
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ps []pstat
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue // gone meanwhile
-		}
-		s := string(b)
-		i, j := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-		if i < 0 || j < i {
-			continue
-		}
-		f := strings.Fields(s[j+1:])
-		if len(f) < 2 {
-			continue
-		}
-		ppid, _ := strconv.Atoi(f[1])
-		ps = append(ps, pstat{pid: pid, ppid: ppid, state: f[0], comm: s[i+1 : j]})
-	}
-	return ps
-}
-
-// zombiesOf lists the zombies whose parent is pid.
-func zombiesOf(t *testing.T, pid int) []pstat {
-	var z []pstat
-	for _, p := range processes(t) {
-		if p.ppid == pid && p.state == "Z" {
-			z = append(z, p)
-		}
-	}
-	return z
-}
-
-// childOf returns the pid of parent's child (unshare -f has one).
-func childOf(t *testing.T, parent int) int {
-	t.Helper()
-	for range 100 {
-		for _, p := range processes(t) {
-			if p.ppid == parent {
-				return p.pid
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("process %d has no child", parent)
-	return 0
 }

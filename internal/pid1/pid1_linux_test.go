@@ -6,11 +6,12 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/confidential-mcp/cmcp/internal/proctest"
 )
 
 // The test binary is the program when PID1_TEST is set: Run first (as
@@ -90,70 +91,6 @@ func underInit(t *testing.T, mode string) *exec.Cmd {
 	return c
 }
 
-// proc is one line of /proc/PID/stat.
-type proc struct {
-	pid, ppid int
-	state     string
-	comm      string
-}
-
-func procs(t *testing.T) []proc {
-	t.Helper()
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ps []proc
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue // gone meanwhile
-		}
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+1:])
-		if len(f) < 2 {
-			continue
-		}
-		ppid, _ := strconv.Atoi(f[1])
-		ps = append(ps, proc{pid: pid, ppid: ppid, state: f[0], comm: s[strings.IndexByte(s, '(')+1 : i]})
-	}
-	return ps
-}
-
-// ZombiesOf lists the zombies whose parent is pid.
-func zombiesOf(t *testing.T, pid int) []proc {
-	var z []proc
-	for _, p := range procs(t) {
-		if p.ppid == pid && p.state == "Z" {
-			z = append(z, p)
-		}
-	}
-	return z
-}
-
-// childOf returns the pid of parent's only child, waiting for it.
-func childOf(t *testing.T, parent int) int {
-	t.Helper()
-	for range 100 {
-		for _, p := range procs(t) {
-			if p.ppid == parent {
-				return p.pid
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("process %d has no child", parent)
-	return 0
-}
-
 // TestInitReapsOrphans: run as process 1 (a container without --init), the
 // program's orphaned grandchildren, whether they end by themselves or are
 // killed, are reaped, and SIGTERM sent to process 1 reaches the program,
@@ -175,10 +112,10 @@ func TestInitReapsOrphans(t *testing.T) {
 	if line, err := r.ReadString('\n'); line != "ready\n" {
 		t.Fatalf("program: %q %v; stderr:\n%s", line, err, stderr.String())
 	}
-	init := childOf(t, c.Process.Pid)
+	init := proctest.ChildOf(t, c.Process.Pid)
 	deadline := time.Now().Add(10 * time.Second)
 	time.Sleep(500 * time.Millisecond) // every grandchild has ended
-	for z := zombiesOf(t, init); len(z) > 0; z = zombiesOf(t, init) {
+	for z := proctest.ZombiesOf(t, init); len(z) > 0; z = proctest.ZombiesOf(t, init) {
 		if time.Now().After(deadline) {
 			t.Fatalf("zombies left with process 1 (host pid %d) as parent: %v", init, z)
 		}
