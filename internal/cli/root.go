@@ -57,7 +57,7 @@ func mainWithEnv(args []string, stdin io.Reader, stdout, stderr io.Writer, envir
 	if !errors.As(err, &ue) && !errors.As(err, &coder) && isCobraUsageError(err) {
 		code = ui.ExitUsage
 	}
-	fmt.Fprintf(stderr, "cmcp: error: %v\n", err)
+	fmt.Fprintf(stderr, "cmcp: error: %s\n", ui.CleanLines(err.Error()))
 	for _, h := range ui.HintsOf(err) {
 		fmt.Fprintf(stderr, "cmcp: hint: %s\n", h)
 	}

@@ -26,7 +26,7 @@ var codeEnv = map[string]string{
 	"PYTHONSTARTUP":        "python runs the file it names in interactive mode",
 	"PYTHONINSPECT":        "python reads code from standard input after the script ends, where the gateway writes agents' messages",
 	"PYTHONUSERBASE":       "python runs usercustomize.py and the .pth files of the site-packages under it",
-	"PYTHONPYCACHEPREFIX":  "python runs the bytecode (.pyc) it finds under the directory it names instead of compiling the modules it imports, and no pin covers that directory",
+	"PYTHONPYCACHEPREFIX":  "python runs the bytecode (.pyc) it finds under the directory it names instead of compiling the modules it imports, and no pin covers that directory (to keep bytecode out of a pinned tree, set PYTHONDONTWRITEBYTECODE=1 instead)",
 	"PYTHONBREAKPOINT":     "python imports and calls the function it names at breakpoint()",
 	"PYTHONWARNINGS":       "python imports the module of a warning category it names",
 	"PERL5LIB":             "perl loads modules from the directories it lists before its own",

@@ -116,7 +116,7 @@ func (p *Printer) Printf(format string, args ...any) { fmt.Fprintf(p.Out, format
 
 // Warnf writes a warning line to Err.
 func (p *Printer) Warnf(format string, args ...any) {
-	fmt.Fprintf(p.Err, "cmcp: warning: "+format+"\n", args...)
+	fmt.Fprintf(p.Err, "cmcp: warning: %s\n", CleanLines(fmt.Sprintf(format, args...)))
 }
 
 var (

@@ -166,6 +166,20 @@ func Clean(s string) string {
 	return b.String()
 }
 
+// CleanLines is Clean for text of several lines (a warning, an error that
+// may quote a log or an agent): each line is cleaned, the line breaks
+// between them kept.
+func CleanLines(s string) string {
+	if isClean(strings.ReplaceAll(s, "\n", " ")) {
+		return s
+	}
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		lines[i] = Clean(l)
+	}
+	return strings.Join(lines, "\n")
+}
+
 // isClean reports whether Clean would leave s as it is.
 func isClean(s string) bool {
 	for i := 0; i < len(s); i++ {

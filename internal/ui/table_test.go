@@ -155,3 +155,23 @@ func TestTableRowsNeutralisesControlCharacters(t *testing.T) {
 		t.Errorf("a cell's colour does not end with it:\n%q", out.String())
 	}
 }
+
+// TestWarningsAreCleaned: a warning quoting text from a log or an agent (a
+// forged session id carrying an OSC title and a clear-screen) reaches the
+// terminal escaped, like the tables; the line breaks of a warning of
+// several lines are kept.
+func TestWarningsAreCleaned(t *testing.T) {
+	var out, errOut strings.Builder
+	p := &Printer{Out: &out, Err: &errOut}
+	p.Warnf("epoch 1, session %s: the recorded session_calls are not 0..0", "EVIL\x1b]0;pwned\x07\x1b[2J")
+	p.Warnf("first line\nsecond\tline")
+	got := errOut.String()
+	if strings.ContainsAny(got, "\x1b\x07\t") {
+		t.Fatalf("a raw control character reached the terminal: %q", got)
+	}
+	want := "cmcp: warning: epoch 1, session EVIL\\x1b]0;pwned\\x07\\x1b[2J: the recorded session_calls are not 0..0\n" +
+		"cmcp: warning: first line\nsecond line\n"
+	if got != want {
+		t.Fatalf("warnings:\n%q\nwant\n%q", got, want)
+	}
+}
