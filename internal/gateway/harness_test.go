@@ -193,6 +193,7 @@ func newHarness(t testing.TB, c hconf) *harness {
 	mux.Handle("/mcp", g.HTTPHandler(HTTPOptions{Tokens: c.tokens, TokenSet: c.tokenSet, MaxRequestBytes: 1 << 20, SessionTimeout: c.idle, BodyTimeout: c.bodyTimeout, WriteStallTimeout: c.stall,
 		MaxSessions: c.maxSessions, MaxSessionsPerAgent: c.maxPerAgent}))
 	srv := httptest.NewUnstartedServer(mux)
+	srv.Listener = LowWatermarkListener(srv.Listener) // as Serve's
 	if c.sndbuf > 0 {
 		srv.Listener = sndbufListener{srv.Listener, c.sndbuf}
 	}

@@ -454,7 +454,7 @@ func listenMCP(addr *net.TCPAddr, listen string, hasAuth bool) (net.Listener, er
 		ln.Close()
 		return nil, ui.WithCode(ui.ExitConfig, fmt.Errorf("%s: %w", listen, err))
 	}
-	return ln, nil
+	return LowWatermarkListener(ln), nil
 }
 
 func tokens(s *config.Server) []Token {

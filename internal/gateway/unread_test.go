@@ -145,6 +145,39 @@ func TestUnreadAnswerEndsItsSession(t *testing.T) {
 		}
 	})
 
+	t.Run("slow reader, the kernel's own buffers", func(t *testing.T) {
+		// The kernel's autotuned buffers hold megabytes: without a bound
+		// on what a connection queues unsent (LowWatermarkListener), a
+		// blocked write went on only once about a third of that had
+		// drained, which a reader at this pace takes longer than the
+		// stall bound to read, and the answer was cut part way.
+		const stall = 500 * time.Millisecond
+		h := newHarness(t, hconf{idle: 2 * time.Second, stall: stall})
+		cs := h.connect("", nil)
+		addr := h.srv.Listener.Addr().String()
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		postOn(t, conn, addr, cs.ID(), bigEchoCall("steady", 700_000)) // about 8.4 MB
+		// 64 KiB every 60 ms (about 1 MB/s): never a stall bound without
+		// reading.
+		resp, err := http.ReadResponse(bufio.NewReaderSize(slowReader{r: conn, step: 64 << 10, pause: 60 * time.Millisecond}, 64<<10), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		if err != nil || resp.StatusCode != 200 || !strings.Contains(string(b), `"id":"steady"`) || !strings.Contains(string(b), `"result"`) || len(b) < 8_000_000 {
+			t.Fatalf("steady reader got %d, %d bytes, %v", resp.StatusCode, len(b), err)
+		}
+		for _, res := range kinds(h.records(), "result") {
+			if res.Body["reason"] != nil {
+				t.Errorf("result record of a delivered answer: %v", res.Body)
+			}
+		}
+	})
+
 	t.Run("late event on the call's stream", func(t *testing.T) {
 		h := newHarness(t, hconf{idle: 10 * time.Second, stall: stall})
 		cs := h.connect("", &mcp.ClientOptions{ElicitationHandler: func(ctx context.Context, _ *mcp.ElicitRequest) (*mcp.ElicitResult, error) {

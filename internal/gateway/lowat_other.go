@@ -1,0 +1,8 @@
+//go:build !linux
+
+package gateway
+
+import "net"
+
+// setNotSentLowat does nothing where TCP_NOTSENT_LOWAT is not set this way.
+func setNotSentLowat(*net.TCPConn, int) {}
