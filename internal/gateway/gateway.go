@@ -516,11 +516,15 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	for _, s := range sessions {
 		s.cut(endShutdown)
 	}
-	// A probe still connecting finishes (cut, or bounded by the connect
+	// A probe still connecting finishes (cut by probeStop; one waiting
+	// for an agent's shared connection is bounded by the connect
 	// timeout) before the shared connections are closed: one it made is
-	// closed below, and its records are written before the seal.
-	pctx, pcancel := context.WithTimeout(context.Background(), liveCloseWait)
-	g.probes.wait(pctx)
+	// closed below, and its records are written before the seal. The
+	// wait ends with ctx: the probes were cut when Shutdown began.
+	pctx, pcancel := context.WithTimeout(ctx, liveCloseWait)
+	if g.probes.wait(pctx); g.probes.n.Load() > 0 {
+		g.logger.Warn("shutdown: upstream probes still connecting; their records may be missing from the sealed log", "probes", g.probes.n.Load())
+	}
 	pcancel()
 	var wg sync.WaitGroup
 	for _, s := range sessions {

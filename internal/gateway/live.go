@@ -146,10 +146,11 @@ func (st *upState) reprobe() {
 // upstream stays; a per-session upstream's probe connection is closed.
 func (st *upState) probe(ctx context.Context) error {
 	if st.opts.Shared {
-		// Waited for even when Shutdown cuts the probe (the attempt
-		// would go on without it, bounded by the connect timeout):
-		// Shutdown closes the shared connection once probes are done.
-		_, err := st.sharedLive(context.WithoutCancel(ctx))
+		// Waited for even when Shutdown cuts the probe: a connection
+		// the probe starts ends with g.probeCtx (sharedConnect), one an
+		// agent started is bounded by the connect timeout. Shutdown
+		// closes the shared connection once probes are done.
+		_, err := st.sharedConnect(context.WithoutCancel(ctx), true)
 		return err
 	}
 	lv, err := st.connect(ctx, nil)

@@ -477,6 +477,16 @@ func (st *upState) markLoaded() {
 
 // sharedLive returns the upstream's shared connection, (re)starting it.
 func (st *upState) sharedLive(ctx context.Context) (*live, error) {
+	return st.sharedConnect(ctx, false)
+}
+
+// sharedConnect is sharedLive; for the background probe (probe set), a
+// connection it starts is cut when the probes stop (Shutdown), as a
+// per-session upstream's probe is, rather than left to the connect
+// timeout: its records (the child's exit, the failure) are then written
+// before the seal. An agent's connection, shared by whoever waits for
+// it, is not cut by anyone's context.
+func (st *upState) sharedConnect(ctx context.Context, probe bool) (*live, error) {
 	st.mu.Lock()
 	lv := st.shared
 	st.mu.Unlock()
@@ -493,7 +503,17 @@ func (st *upState) sharedLive(ctx context.Context) (*live, error) {
 		if cur != nil {
 			go cur.close(cur.dead().Error())
 		}
-		lv, err := st.connect(context.WithoutCancel(ctx), nil)
+		cctx := context.WithoutCancel(ctx)
+		stop := func() bool { return true }
+		if probe {
+			// Not cancelled once connected unless the probes had
+			// already stopped: the connection lives on in its context.
+			var cancel context.CancelFunc
+			cctx, cancel = context.WithCancel(cctx)
+			stop = context.AfterFunc(st.g.probeCtx, cancel)
+		}
+		lv, err := st.connect(cctx, nil)
+		stop()
 		st.mu.Lock()
 		st.shared = lv // nil on error
 		st.loaded = st.loaded || err == nil

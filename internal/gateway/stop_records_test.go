@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -132,4 +133,79 @@ upstreams:
 			checkStoppedLog(t, filepath.Join(st.dir, "audit"), st.logs.String())
 		})
 	}
+}
+
+func init() { childModes["failhang"] = failThenHangChild }
+
+// failThenHangChild exits at once (a failed start) until the file
+// CMCP_TEST_MARK exists; then it starts but never answers the MCP
+// handshake, reading its stdin until the gateway closes it.
+func failThenHangChild() {
+	if _, err := os.Stat(os.Getenv("CMCP_TEST_MARK")); err != nil {
+		fmt.Fprintln(os.Stderr, "child: exiting at start on purpose")
+		os.Exit(3)
+	}
+	io.Copy(io.Discard, os.Stdin)
+}
+
+// TestStopCutsTheSharedUpstreamsProbe: a stop (SIGTERM) while the
+// background re-probe of a shared upstream whose connection failed is
+// starting its child (which never answers the handshake; connect_timeout
+// 50 s) cuts that probe at once, as a per-session upstream's: Serve returns
+// within shutdown_grace, and the probe child's exit and the upstream's
+// failure are recorded before the seal.
+func TestStopCutsTheSharedUpstreamsProbe(t *testing.T) {
+	mark := filepath.Join(t.TempDir(), "hang")
+	const grace = 3 * time.Second
+	// The mode is the first entry of the child's env mapping: the mark's
+	// path is the second.
+	st := serveStdioMode(t, "failhang, CMCP_TEST_MARK: "+mark,
+		fmt.Sprintf("  connect_timeout: 50s\n  shutdown_grace: %s\n  child_stop_grace: 1s\n", grace),
+		"    lifecycle: shared\n")
+	if err := os.WriteFile(mark, nil, 0o600); err != nil { // the next probe's child hangs
+		t.Fatal(err)
+	}
+	audit := filepath.Join(st.dir, "audit")
+	before := len(readRecords(t, audit)) // the failed starts
+	probePid := ""
+	eventually(t, 15*time.Second, func() string {
+		for _, r := range kinds(readRecords(t, audit)[before:], "spawn") {
+			if r.Body["outcome"] == "started" {
+				probePid = fmt.Sprint(r.Body["pid"])
+				return ""
+			}
+		}
+		return "no probe child started"
+	})
+	time.Sleep(300 * time.Millisecond) // in its handshake
+	st.signal()
+	t0 := time.Now()
+	select {
+	case err := <-st.done:
+		if err != nil {
+			t.Fatalf("Serve: %v\n%s", err, st.logs.String())
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("Serve did not return\n%s", st.logs.String())
+	}
+	if d := time.Since(t0); d > grace+2*time.Second {
+		t.Errorf("Serve returned %v after the stop, want within shutdown_grace (%v)", d.Round(time.Millisecond), grace)
+	}
+	time.Sleep(200 * time.Millisecond) // a record written after Serve returned would show in the log
+	rs := readRecords(t, audit)
+	started, exited, failed := false, false, false
+	for _, r := range rs {
+		switch {
+		case r.Kind == "seal":
+			if !exited || !failed {
+				t.Errorf("before the seal: probe child %s exit recorded %v, upstream failure recorded %v", probePid, exited, failed)
+			}
+		case r.Kind == "spawn" && fmt.Sprint(r.Body["pid"]) == probePid:
+			started = true
+			exited = exited || r.Body["outcome"] == "exited"
+		case r.Kind == "upstream" && r.Body["event"] == "failed" && started:
+			failed = true
+		}
+	}
+	checkStoppedLog(t, audit, st.logs.String())
 }
