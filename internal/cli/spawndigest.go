@@ -397,6 +397,9 @@ type spawnCheckDoc struct {
 	Config        string        `json:"config"`
 	OK            bool          `json:"ok"`
 	Results       []measure.Row `json:"results"`
+	// Warnings are what serve would refuse at start that this machine
+	// cannot check (a missing credential file, an unset variable).
+	Warnings []string `json:"warnings"`
 }
 
 func runSpawnCheck(ctx context.Context, e *env, p *ui.Printer, path string) error {
@@ -410,6 +413,7 @@ func runSpawnCheck(ctx context.Context, e *env, p *ui.Printer, path string) erro
 	// is a warning, as is a credential variable unset in this
 	// environment: secrets are often deployed only where serve runs, and
 	// the pins are what this gate checks.
+	warnings := []string{}
 	if err := c.CheckFiles(); err != nil {
 		var all, bad config.Errors
 		if !errors.As(err, &all) {
@@ -417,7 +421,7 @@ func runSpawnCheck(ctx context.Context, e *env, p *ui.Printer, path string) erro
 		}
 		for _, fe := range all {
 			if errors.Is(fe, fs.ErrNotExist) || errors.Is(fe, fs.ErrPermission) {
-				p.Warnf("%v; not checked here: cmcp serve refuses to start unless it can read it", fe)
+				warnings = append(warnings, fmt.Sprintf("%v; not checked here: cmcp serve refuses to start unless it can read it", fe))
 				continue
 			}
 			bad = append(bad, fe)
@@ -429,8 +433,11 @@ func runSpawnCheck(ctx context.Context, e *env, p *ui.Printer, path string) erro
 	var unset config.Errors
 	if errors.As(c.CheckEnv(func(k string) (string, bool) { v := e.getenv(k); return v, v != "" }, "this environment; cmcp serve needs it in its own"), &unset) {
 		for _, u := range unset {
-			p.Warnf("%v", u)
+			warnings = append(warnings, u.Error())
 		}
+	}
+	for _, w := range warnings {
+		p.Warnf("%s", w)
 	}
 	prog := treeProgress(p)
 	rows, err := measure.Check(ctx, c, e.environ, prog.add)
@@ -450,7 +457,7 @@ func runSpawnCheck(ctx context.Context, e *env, p *ui.Printer, path string) erro
 		}
 	}
 	if p.JSONOut {
-		if err := p.JSON(spawnCheckDoc{SchemaVersion: ui.SchemaVersion, Config: c.Path, OK: len(failed) == 0, Results: rows}); err != nil {
+		if err := p.JSON(spawnCheckDoc{SchemaVersion: ui.SchemaVersion, Config: c.Path, OK: len(failed) == 0, Results: rows, Warnings: warnings}); err != nil {
 			return err
 		}
 	} else {
