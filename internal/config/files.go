@@ -160,11 +160,32 @@ func (c *Config) checkCredential(path valuePath, field, file string) *Error {
 	if err != nil {
 		return c.fileError(path, field, err)
 	}
-	switch v := strings.TrimRight(string(b), "\r\n"); {
-	case v == "":
+	switch _, err := Credential(b); {
+	case errors.Is(err, ErrCredentialEmpty):
 		return c.errorAt(path, field, fmt.Sprintf("write the credential into %s, on one line", file), "%s is empty", file)
-	case strings.ContainsAny(v, "\r\n"):
+	case err != nil:
 		return c.errorAt(path, field, fmt.Sprintf("keep only the credential in %s, on one line", file), "%s holds more than one line", file)
 	}
 	return nil
+}
+
+// Errors of Credential.
+var (
+	ErrCredentialEmpty     = errors.New("is empty")
+	ErrCredentialMultiLine = errors.New("holds more than one line")
+)
+
+// Credential is the credential a credential file holds (bearer_token_file,
+// headers_from_file): its content without the trailing line break, which
+// must be neither empty nor more than one line. Serve reads credential
+// files with it, and CheckFiles checks them with it.
+func Credential(b []byte) (string, error) {
+	v := strings.TrimRight(string(b), "\r\n")
+	switch {
+	case v == "":
+		return "", ErrCredentialEmpty
+	case strings.ContainsAny(v, "\r\n"):
+		return "", ErrCredentialMultiLine
+	}
+	return v, nil
 }

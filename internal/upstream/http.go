@@ -457,9 +457,9 @@ func readCredentials(o HTTPOptions, errf func(string, ...any) error) (http.Heade
 		if err != nil {
 			return "", errf("%s: %w", what, err)
 		}
-		v := strings.TrimRight(string(b), "\r\n")
-		if v == "" {
-			return "", errf("%s: %s is empty", what, path)
+		v, err := config.Credential(b)
+		if err != nil {
+			return "", errf("%s: %s %w", what, path, err)
 		}
 		return v, nil
 	}
