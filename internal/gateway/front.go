@@ -86,10 +86,10 @@ type HTTPOptions struct {
 	// closed, and the request is over, so that its session can become
 	// idle and end. The answer is written in pieces of writeStallChunk
 	// bytes, each of which must be taken by the connection within the
-	// bound: a slow reader that keeps reading is not cut. (The kernel
-	// takes more of an answer only once its send buffer, up to a few MiB,
-	// is about half drained: a reader must read that much within the
-	// bound.) GET streams are not bounded.
+	// bound: a slow reader that keeps reading is not cut, provided the
+	// connection queues little unsent (LowWatermarkListener: without it
+	// the kernel takes more of an answer only once a third of a send
+	// buffer of several MiB has drained). GET streams are not bounded.
 	WriteStallTimeout time.Duration
 	// MaxSessions bounds the open sessions; past it a request that would
 	// open one gets 503 (0: config.DefaultMaxSessions).
