@@ -415,3 +415,27 @@ func TestReplayEscapesAgentText(t *testing.T) {
 		}
 	}
 }
+
+// TestReplayOfARecordOfAnotherFormIsALogError: a record whose member
+// has another JSON type than the gateway writes (a policy_mode that is an
+// array) stops replay with an audit-log integrity exit status (10) and a
+// message naming the record and member, not "unexpected internal failure" (1).
+func TestReplayOfARecordOfAnotherFormIsALogError(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "log")
+	if err := os.CopyFS(dir, os.DirFS("../../testdata/auditlog/log")); err != nil {
+		t.Fatal(err)
+	}
+	seg := filepath.Join(dir, "epoch-000001", "seg-000001.jsonl")
+	b, err := os.ReadFile(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = bytes.Replace(b, []byte(`"policy_mode":"enforcing"`), []byte(`"policy_mode":[1]`), 1)
+	if err := os.WriteFile(seg, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runCLI(t, "replay", dir, "--unverified")
+	if code != ui.ExitLogInteg || !strings.Contains(errOut, "cannot be read") || !strings.Contains(errOut, "policy_mode") {
+		t.Fatalf("exit %d\n%s%s", code, out, errOut)
+	}
+}

@@ -380,10 +380,10 @@ func Run(ctx context.Context, dir string, opts Options) (*Report, error) {
 		}
 	}
 	if st.failed != nil {
-		if rep.Unverified != "" {
-			return nil, fmt.Errorf("the unverified log cannot be read: %w", st.failed)
+		if errors.Is(st.failed, context.Canceled) || errors.Is(st.failed, context.DeadlineExceeded) {
+			return nil, st.failed
 		}
-		return nil, st.failed
+		return nil, &ReadError{Err: st.failed, Unverified: rep.Unverified != ""}
 	}
 	recorded, facts, checks := st.recorded, st.facts, st.checks
 	var verified []string

@@ -3,6 +3,7 @@ package replay
 import (
 	"context"
 	"errors"
+	"io/fs"
 
 	"github.com/confidential-mcp/cmcp/internal/ui"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
@@ -14,6 +15,41 @@ type NotVerifiedError struct{ Err error }
 
 func (e *NotVerifiedError) Error() string { return "the audit log does not verify: " + e.Err.Error() }
 func (e *NotVerifiedError) Unwrap() error { return e.Err }
+
+// ReadError is a log replay could not read to the end: a record that is
+// not one a gateway writes (a member of another type: forged, and
+// re-signed if the log verified), or a file it could not read.
+type ReadError struct {
+	Err        error
+	Unverified bool // the log did not verify (Options.Unverified)
+}
+
+func (e *ReadError) Error() string {
+	if e.Unverified {
+		return "the unverified log cannot be read: " + e.Err.Error()
+	}
+	return "the log cannot be read: " + e.Err.Error()
+}
+
+func (e *ReadError) Unwrap() error { return e.Err }
+
+// ExitCode is the error's own code if it has one, verify-chain's for a
+// verification failure, ui.ExitIO for a file that could not be read, and
+// ui.ExitLogInteg (a record not in the form the gateway writes) otherwise.
+func (e *ReadError) ExitCode() int {
+	var c ui.Coder
+	var ve *auditlog.VerifyError
+	var pe *fs.PathError
+	switch {
+	case errors.As(e.Err, &c):
+		return c.ExitCode()
+	case errors.As(e.Err, &ve):
+		return ui.LogFailureCode(string(ve.Class))
+	case errors.As(e.Err, &pe):
+		return ui.ExitIO
+	}
+	return ui.ExitLogInteg
+}
 
 // ExitCode is the verify-chain exit code of the failure's class.
 func (e *NotVerifiedError) ExitCode() int {
