@@ -262,8 +262,9 @@ type Child struct {
 // the digest and the start (its status change time moved) gets the child
 // stopped and the spawn refused. The program sees its real path, which
 // interpreters (node, npx, python) need. With spec.Sealed the child
-// executes a sealed memfd copy instead (or the kept copy, when the file on
-// disk hashes to the same digest), whose bytes nothing can change even while
+// executes a sealed memfd copy instead (the kept copy, without reading the
+// file, while the file's stat is unchanged since it was measured, or when
+// it hashes to the same digest), whose bytes nothing can change even while
 // it runs; the program then sees the memfd as its path. A "#!" script's
 // interpreter is measured and pinned as well, and the child executes the
 // interpreter's descriptor (/proc/self/fd/4) with the script as

@@ -8,6 +8,9 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -22,15 +25,38 @@ import (
 // child runs. The program sees the memfd as its own path, which
 // interpreters cannot work with, so this is for static binaries.
 //
-// Copying a large binary on every spawn would cost time and memory, so the
-// last sealed copy of each resolved path is kept. Every spawn still hashes
-// the file on disk; the kept copy is executed only when its digest is that
-// hash (the same bytes), and a file whose digest changed is copied and
-// sealed again, replacing the kept copy.
+// Measure once: copying and hashing a large binary on every spawn would
+// cost time and memory (a 12 MB server took milliseconds of the gateway's
+// CPU per new session), so the last sealed copy of each resolved path is
+// kept, with what the file on disk was when it was measured (device,
+// inode, size, modification and status change times: fileKey). A spawn
+// stats the path: if the file is still that one, unchanged, the kept copy
+// is executed without reading the file or hashing anything. Otherwise the
+// file is measured again: hashed on disk, and the kept copy executed only
+// when its digest is that hash (the same bytes); a file whose digest
+// changed is copied and sealed again, replacing the kept copy, and its
+// digest is what the pin is compared with (a changed file is refused as it
+// always was). What runs is the copy's bytes either way: the stat decides
+// only whether a changed file is noticed before the spawn.
+//
+// A file's times move with every write, but only at the file system's
+// granularity (a clock tick, a second on some), so a file changed less
+// than stampMargin before it was measured, or changed while it was, is not
+// taken as unchanged by its stat: it is measured again at the next spawn.
+// A write through a shared writable mapping on tmpfs moves no time at all:
+// the copy still runs the bytes measured, but such a change is noticed
+// only once something else changes the file's stat.
 
 // maxImages bounds how many resolved paths keep a sealed copy; the least
 // recently used is dropped first (its running children keep their own).
 const maxImages = 16
+
+// stampMargin is how long before its measurement a file must have last
+// changed for its stat to stand for its bytes at later spawns.
+var stampMargin = 2 * time.Second
+
+// imageMeasures counts the files sealedImage read and hashed (tests).
+var imageMeasures atomic.Int64
 
 // images is the process's cache of sealed copies, shared by every upstream
 // (two upstreams running node share one copy of it).
@@ -46,6 +72,10 @@ type image struct {
 	f    *os.File // sealed memfd, owned by the cache
 	d    digest.Digest
 	used uint64
+	// key is the file on disk when it was last measured, and keyed says
+	// it may stand for the bytes at the next spawn (see stampMargin).
+	key   fileKey
+	keyed bool
 }
 
 // memfdCreate is unix.MemfdCreate; tests replace it to see a refusal.
@@ -72,16 +102,32 @@ func (e *sealError) hint() string {
 	return h
 }
 
-// sealedImage measures the file at path and returns a sealed copy of it to
-// execute, with the digest of exactly the copy's bytes. The caller owns f
-// (close-on-exec; pass it to the child as an extra file).
+// sealedImage returns a sealed copy of the file at path to execute, with
+// the digest of exactly the copy's bytes: the kept copy if the file is
+// unchanged since it was measured, else the file measured again (and
+// copied if its bytes changed). The caller owns f (close-on-exec; pass it
+// to the child as an extra file).
 func sealedImage(path string) (f *os.File, d digest.Digest, err error) {
-	disk, dd, err := digest.OpenFile(path)
+	if f, d, ok := images.unchanged(path); ok {
+		return f, d, nil
+	}
+	measured := time.Now()
+	disk, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, digest.Digest{}, fmt.Errorf("open %s: %w", path, err)
+	}
+	defer disk.Close()
+	key, _, err := fdKey(disk)
+	if err != nil {
+		return nil, digest.Digest{}, fmt.Errorf("stat %s: %w", path, err)
+	}
+	dd, err := digest.File(disk)
 	if err != nil {
 		return nil, digest.Digest{}, err
 	}
-	defer disk.Close()
+	imageMeasures.Add(1)
 	if f, ok := images.get(path, dd); ok {
+		images.rekey(path, dd, key, stableSince(disk, path, key, measured))
 		return f, dd, nil
 	}
 	if testHookBeforeSealedCopy != nil {
@@ -103,8 +149,29 @@ func sealedImage(path string) (f *os.File, d digest.Digest, err error) {
 		m.Close()
 		return nil, digest.Digest{}, &sealError{op: "dup", err: err}
 	}
-	images.put(path, m, d)
+	// The key stands for the copy only if the file did not change from
+	// before its digest to after its copy.
+	images.put(path, m, d, key, d.Equal(dd) && stableSince(disk, path, key, measured))
 	return f, d, nil
+}
+
+// stableSince reports whether the file open as disk, whose key was key
+// before it was read, is still that file at path with that key, and last
+// changed at least stampMargin before measured (when it was first read).
+func stableSince(disk *os.File, path string, key fileKey, measured time.Time) bool {
+	after, nlink, err := fdKey(disk)
+	if err != nil || after != key || nlink == 0 {
+		return false
+	}
+	if at, err := statKey(path); err != nil || at != key {
+		return false
+	}
+	changed := time.Unix(key.ctime.Unix())
+	mtime := time.Unix(key.mtime.Unix())
+	if mtime.After(changed) {
+		changed = mtime
+	}
+	return changed.Add(stampMargin).Before(measured)
 }
 
 // sealedCopy copies src from offset 0 into a new memfd and seals it
@@ -158,6 +225,29 @@ func dupCloexec(f *os.File) (*os.File, error) {
 	return os.NewFile(uintptr(fd), f.Name()), nil
 }
 
+// unchanged returns a descriptor of the kept copy of path and its digest
+// if the file at path is, by its stat, the one measured and unchanged
+// since (image.keyed).
+func (c *imageCache) unchanged(path string) (*os.File, digest.Digest, bool) {
+	k, err := statKey(path)
+	if err != nil {
+		return nil, digest.Digest{}, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	im := c.m[path]
+	if im == nil || !im.keyed || im.key != k {
+		return nil, digest.Digest{}, false
+	}
+	f, err := dupCloexec(im.f)
+	if err != nil {
+		return nil, digest.Digest{}, false
+	}
+	c.tick++
+	im.used = c.tick
+	return f, im.d, true
+}
+
 // get returns a descriptor of the kept copy of path if its digest is d.
 func (c *imageCache) get(path string, d digest.Digest) (*os.File, bool) {
 	c.mu.Lock()
@@ -175,16 +265,27 @@ func (c *imageCache) get(path string, d digest.Digest) (*os.File, bool) {
 	return f, true
 }
 
-// put keeps f (digest d) as the copy of path, closing the one it replaces
-// and, past maxImages paths, the least recently used.
-func (c *imageCache) put(path string, f *os.File, d digest.Digest) {
+// rekey records that the file at path was measured again with key (keyed:
+// it may stand for the bytes) and still hashes to the kept copy's digest d.
+func (c *imageCache) rekey(path string, d digest.Digest, key fileKey, keyed bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if im := c.m[path]; im != nil && im.d.Equal(d) {
+		im.key, im.keyed = key, keyed
+	}
+}
+
+// put keeps f (digest d, measured from the file with key) as the copy of
+// path, closing the one it replaces and, past maxImages paths, the least
+// recently used.
+func (c *imageCache) put(path string, f *os.File, d digest.Digest, key fileKey, keyed bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.tick++
 	if old := c.m[path]; old != nil {
 		old.f.Close()
 	}
-	c.m[path] = &image{f: f, d: d, used: c.tick}
+	c.m[path] = &image{f: f, d: d, used: c.tick, key: key, keyed: keyed}
 	for len(c.m) > maxImages {
 		var lru string
 		for p, im := range c.m {
