@@ -100,6 +100,7 @@ func credentialEnv(c *Config) map[string]string {
 				}
 			}
 		}
+		credentialSourceEnv(f, u.HTTP, out)
 	}
 	return out
 }

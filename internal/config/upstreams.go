@@ -119,6 +119,9 @@ type HTTP struct {
 	HeadersFromFile map[string]string `yaml:"headers_from_file" json:"headers_from_file,omitempty"`
 	// ConnectTimeout bounds connect and TLS handshake, e.g. "10s".
 	ConnectTimeout time.Duration `yaml:"connect_timeout" json:"connect_timeout,omitempty"`
+	// Credential mints the credential for each calling identity (see
+	// CredentialSource); nil: the static credentials above, or none.
+	Credential *CredentialSource `yaml:"credential" json:"credential,omitempty"`
 }
 
 // Endpoint is URL without its query and user info, either of which may
@@ -287,6 +290,7 @@ func (l *loader) validateUpstreams(c *Config, seq *yaml.Node, dir string) {
 			if h.ConnectTimeout < 0 {
 				l.errorf(in("http", "connect_timeout"), f+".http.connect_timeout", "", "negative duration")
 			}
+			l.validateCredential(valueNode(n, "http"), f, u, dir)
 			h.CAFile = absPath(dir, h.CAFile)
 			h.BearerTokenFile = absPath(dir, h.BearerTokenFile)
 			for k, v := range h.HeadersFromFile {

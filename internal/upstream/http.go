@@ -19,6 +19,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/confidential-mcp/cmcp/internal/config"
+	"github.com/confidential-mcp/cmcp/internal/credential"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
@@ -51,6 +52,10 @@ type HTTPOptions struct {
 	ConnectTimeout time.Duration
 	// LookupEnv reads the gateway's environment (default os.LookupEnv).
 	LookupEnv func(string) (string, bool)
+	// Credentials, if set, mints the Authorization of each connection for
+	// the identity it serves (ConnectOptions.Identity), instead of a
+	// static bearer token (which must then not be set).
+	Credentials *credential.Broker
 }
 
 // HTTPUpstream is a configured, not yet connected, HTTP upstream: an MCP
@@ -170,6 +175,9 @@ func NewHTTP(o HTTPOptions) (*HTTPUpstream, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.Credentials != nil && hdr.Get("Authorization") != "" {
+		return nil, errf("a credential source and a static Authorization (bearer_token_env / bearer_token_file / a header) are both set; keep one")
+	}
 	up.opts = o
 	up.cred = &credentialTransport{upstream: o.Name, base: tr, endpoint: &endpoint, query: u.RawQuery}
 	up.cred.header.Store(&hdr)
@@ -235,15 +243,34 @@ func (h *HTTPUpstream) URL() string { return h.url }
 // HTTPClient is the pinned, credentialed client (for tests and probes).
 func (h *HTTPUpstream) HTTPClient() *http.Client { return h.client }
 
+// Credentials is the broker that mints the upstream's per-identity
+// credentials, or nil.
+func (h *HTTPUpstream) Credentials() *credential.Broker { return h.opts.Credentials }
+
+// clientFor is the client of one connection: the upstream's pinned,
+// credentialed client, and, with a credential source, the credential
+// minted for id on every request.
+func (h *HTTPUpstream) clientFor(id *credential.Identity) (*http.Client, error) {
+	b := h.opts.Credentials
+	if b == nil {
+		return h.client, nil
+	}
+	if id == nil || id.Name == "" {
+		return nil, fmt.Errorf("upstream %q: its %s credential is minted per identity, and this connection serves none "+
+			"(an unauthenticated agent, or the gateway's own probe)", h.name, b.Source())
+	}
+	return &http.Client{Transport: &credential.Transport{Broker: b, Identity: *id, Base: h.client.Transport}, CheckRedirect: h.client.CheckRedirect}, nil
+}
+
 // transport returns a go-sdk transport for one new MCP session with the
-// upstream, and where the key of the connection that carries its first
-// answer (to initialize) is kept. Sessions share the connection pool and
-// the pin.
-func (h *HTTPUpstream) transport() (mcp.Transport, *firstKey) {
-	key := &firstKey{base: h.client.Transport}
+// upstream over client, and where the key of the connection that carries
+// its first answer (to initialize) is kept. Sessions share the connection
+// pool and the pin.
+func (h *HTTPUpstream) transport(client *http.Client) (mcp.Transport, *firstKey) {
+	key := &firstKey{base: client.Transport}
 	return &mcp.StreamableClientTransport{
 		Endpoint:   h.url,
-		HTTPClient: &http.Client{Transport: key, CheckRedirect: h.client.CheckRedirect},
+		HTTPClient: &http.Client{Transport: key, CheckRedirect: client.CheckRedirect},
 		MaxRetries: 2,
 	}, key
 }
@@ -277,7 +304,11 @@ func (h *HTTPUpstream) Connect(ctx context.Context, client *mcp.Client, opts Con
 	// Intercept wrapper would silently cut the session off from them.
 	// Intercept sees the messages on the streams of raw calls instead
 	// (httpRaw); the client session's handlers take the rest.
-	tr, key := h.transport()
+	hc, err := h.clientFor(opts.Identity)
+	if err != nil {
+		return nil, err
+	}
+	tr, key := h.transport(hc)
 	client.AddReceivingMiddleware(limitServerRequests())
 	cs, err := client.Connect(ctx, tr, &mcp.ClientSessionOptions{ProtocolVersion: ProtocolVersion})
 	if err != nil {
@@ -292,7 +323,7 @@ func (h *HTTPUpstream) Connect(ctx context.Context, client *mcp.Client, opts Con
 	if init := cs.InitializeResult(); init != nil && init.ProtocolVersion != "" {
 		version = init.ProtocolVersion
 	}
-	raw := &httpRaw{up: h, session: cs.ID(), version: version, intercept: opts.Intercept, serverRequest: opts.ServerRequest}
+	raw := &httpRaw{up: h, client: hc, session: cs.ID(), version: version, intercept: opts.Intercept, serverRequest: opts.ServerRequest}
 	conn.raw = raw.call
 	return conn, nil
 }

@@ -26,8 +26,9 @@ import (
 // GET stream, notifications) stays with go-sdk.
 type httpRaw struct {
 	up            *HTTPUpstream
-	session       string // Mcp-Session-Id ("" for a sessionless server)
-	version       string // the negotiated protocol version
+	client        *http.Client // the connection's: the upstream's, or with the identity's credential
+	session       string       // Mcp-Session-Id ("" for a sessionless server)
+	version       string       // the negotiated protocol version
 	intercept     func(jsonrpc.Message) bool
 	serverRequest func(context.Context, *jsonrpc.Request) (json.RawMessage, error)
 	next          atomic.Uint64
@@ -241,6 +242,14 @@ func (c *httpRaw) resume(ctx context.Context, cs *callStream) error {
 	return err
 }
 
+// httpClient is the connection's client (the upstream's if none is set).
+func (c *httpRaw) httpClient() *http.Client {
+	if c.client != nil {
+		return c.client
+	}
+	return c.up.client
+}
+
 // sessionHeaders sets the headers of a request in the connection's session.
 func (c *httpRaw) sessionHeaders(h http.Header) {
 	if c.session != "" {
@@ -261,7 +270,7 @@ func (c *httpRaw) getEvents(ctx context.Context, lastID string) (*http.Response,
 	h.Set("Accept", "text/event-stream")
 	h.Set("Last-Event-ID", lastID)
 	c.sessionHeaders(h)
-	resp, err := c.up.client.Do(req)
+	resp, err := c.httpClient().Do(req)
 	if err != nil {
 		return nil, c.up.explain("resume", err)
 	}
@@ -335,7 +344,7 @@ func (c *httpRaw) post(ctx context.Context, body []byte) (*http.Response, error)
 	h["Content-Type"] = []string{"application/json"}
 	h["Accept"] = []string{"application/json, text/event-stream"}
 	c.sessionHeaders(h)
-	return c.up.client.Do(req)
+	return c.httpClient().Do(req)
 }
 
 // statusError is the error for a call the upstream refused with a non-2xx

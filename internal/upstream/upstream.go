@@ -10,6 +10,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/confidential-mcp/cmcp/internal/credential"
 )
 
 // ProtocolVersion is the MCP protocol version the gateway speaks to every
@@ -110,6 +112,10 @@ type ConnectOptions struct {
 	// way at most maxServerRequests run at once, per call here and per
 	// connection there.
 	ServerRequest func(ctx context.Context, req *jsonrpc.Request) (json.RawMessage, error)
+	// Identity is who the connection serves: an HTTP upstream with a
+	// credential source mints its credential for this identity (and
+	// refuses to connect without one).
+	Identity *credential.Identity
 }
 
 // maxServerRequests bounds the requests (sampling, elicitation, roots) an
