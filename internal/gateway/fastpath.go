@@ -260,6 +260,15 @@ func (s *session) refuseAmbiguousCall(req *jsonrpc.Request, line []byte) (id jso
 	}
 	where, dup := rpcwire.DuplicateName(line)
 	if !dup {
+		if where, what, bad := rpcwire.NotUTF8(line); bad {
+			code, kind := int64(jsonrpc.CodeInvalidParams), "invalid params"
+			if !strings.HasPrefix(string(where), "/params/") {
+				code, kind = jsonrpc.CodeInvalidRequest, "invalid request"
+			}
+			why := notUTF8Why(where, what)
+			s.recordRefusedCall(req.ID, toolNameOf(req.Params), kind+": "+why+"; the agent was answered with a JSON-RPC error")
+			return req.ID, &jsonrpc.Error{Code: code, Message: "cmcp: " + why}, true
+		}
 		return jsonrpc.ID{}, nil, false
 	}
 	id, code, kind := req.ID, int64(jsonrpc.CodeInvalidParams), "invalid params"
@@ -276,6 +285,24 @@ func (s *session) refuseAmbiguousCall(req *jsonrpc.Request, line []byte) (id jso
 	why := repeatedMember(where) + ": JSON readers disagree on which one counts, so nothing was forwarded; send each member once"
 	s.recordRefusedCall(id, tool, kind+": "+why+"; the agent was answered with a JSON-RPC error")
 	return id, &jsonrpc.Error{Code: code, Message: "cmcp: " + why}, true
+}
+
+// notUTF8Why says why a tools/call whose text is not UTF-8 (rpcwire.NotUTF8:
+// what, at where) is refused, naming the part of the call without quoting
+// it. Such text must not reach an upstream: a server that writes it back
+// as it came (Python's does) writes a line no strict reader takes, which
+// would get a shared child stopped under every other agent's calls.
+func notUTF8Why(where jsontext.Pointer, what string) string {
+	part := "the tools/call message"
+	switch w := string(where); {
+	case w == "/params/arguments" || strings.HasPrefix(w, "/params/arguments/"):
+		part = "arguments"
+	case w == "/params/_meta" || strings.HasPrefix(w, "/params/_meta/"):
+		part = "_meta"
+	case w == "/params/name":
+		part = "the tool name"
+	}
+	return fmt.Sprintf("%s: text that is not UTF-8, %s: the call is not valid JSON text in UTF-8 (RFC 8259 §8.1), which servers read differently, so nothing was forwarded; send text as UTF-8, each \\u surrogate escape with its pair", part, what)
 }
 
 // repeatedMember says which member of a tools/call message is repeated

@@ -115,6 +115,18 @@ func (s *session) relay(ctx context.Context, params toolCall, after *func(undeli
 	if a := bytes.TrimLeft(args, " \t\r\n"); len(a) == 0 || a[0] != '{' {
 		return refuse(fault(jsonrpc.CodeInvalidParams, "tools/call arguments must be a JSON object (MCP), not %s; nothing was forwarded", jsonKind(a)))
 	}
+	// The fronts refuse such text in the whole message (refuseAmbiguousCall);
+	// this holds for any other way a call gets here.
+	for _, part := range []struct {
+		b     []byte
+		where jsontext.Pointer
+	}{{args, "/params/arguments"}, {params.Meta, "/params/_meta"}} {
+		if rpcwire.MayBeNotUTF8(part.b) {
+			if where, what, bad := rpcwire.NotUTF8(part.b); bad {
+				return refuse(fault(jsonrpc.CodeInvalidParams, "%s", notUTF8Why(part.where+where, what)))
+			}
+		}
+	}
 	st, toolName, entry := s.route(params.Name)
 	if st == nil {
 		return refuse(fault(CodeUnknownTool, "unknown tool %q; call tools/list to see the tools this gateway exposes", params.Name))

@@ -849,11 +849,13 @@ func TestRefusedArgumentsLeaveNoNameInTheLog(t *testing.T) {
 		t.Fatalf("%d call records, want %d", len(calls), len(refused))
 	}
 	for i, c := range calls {
-		// A repeated member name (the first two) is refused by the front
-		// before the policy sees the call (TestRepeatedMemberNamesInACallAreRefused):
-		// its record has a reason but no policy input.
+		// A repeated member name (the first two) and text that is not
+		// UTF-8 (the last) are refused by the front before the policy sees
+		// the call (TestRepeatedMemberNamesInACallAreRefused,
+		// TestAgentTextThatIsNotUTF8IsRefused): its record has a reason but
+		// no policy input.
 		in, _ := c.Body["policy_input"].(map[string]any)
-		if c.Body["decision"] != "deny" || c.Body["outcome"] != "refused" || (i >= 2) != (len(toStrings(in["errors"])) == 1) || !strings.Contains(fmt.Sprint(c.Body["reason"]), "arguments: ") {
+		if c.Body["decision"] != "deny" || c.Body["outcome"] != "refused" || (i == 2) != (len(toStrings(in["errors"])) == 1) || !strings.Contains(fmt.Sprint(c.Body["reason"]), "arguments: ") {
 			t.Fatalf("call record %v", c.Body)
 		}
 	}

@@ -861,6 +861,12 @@ func (s *session) upstreamError(lv *live, err error) error {
 		s.drop(lv)
 		return fault(CodeUpstreamFailed, "%v", f)
 	}
+	// An answer only this call gets wrong: the connection stays (a
+	// shared child's other calls are not this one's to end).
+	var bad *upstream.BadAnswerError
+	if errors.As(err, &bad) {
+		return fault(CodeUpstreamFailed, "%v", bad)
+	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return fault(CodeUpstreamFailed, "upstream %q: %v", lv.st.name, err)
 	}

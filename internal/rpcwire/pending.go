@@ -17,7 +17,8 @@ type Pending struct {
 	mu   sync.Mutex
 	next uint64
 	m    map[string]chan *jsonrpc.Response
-	err  error // the connection failed: every request fails with this
+	err  error            // the connection failed: every request fails with this
+	one  map[string]error // requests failed alone (FailOne), until ErrOf reads them
 	// Dropped, if set, is told of an answer whose request no longer
 	// waits (it ended, was cancelled, or was never sent): it is dropped.
 	Dropped func(id string)
@@ -80,6 +81,36 @@ func (p *Pending) Fail(err error) {
 		close(ch)
 		delete(p.m, id)
 	}
+}
+
+// FailOne ends the wait for id alone with err: its channel is closed, and
+// ErrOf(id) gives err. It reports whether id was waiting.
+func (p *Pending) FailOne(id string, err error) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ch := p.m[id]
+	if ch == nil {
+		return false
+	}
+	delete(p.m, id)
+	if p.one == nil {
+		p.one = map[string]error{}
+	}
+	p.one[id] = err
+	close(ch)
+	return true
+}
+
+// ErrOf is why the wait for id ended without a response (its channel was
+// closed): its own failure (FailOne), else the table's.
+func (p *Pending) ErrOf(id string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err, ok := p.one[id]; ok {
+		delete(p.one, id)
+		return err
+	}
+	return p.err
 }
 
 // Err is the table's failure, or nil.

@@ -60,3 +60,22 @@ func TestPendingSaysWhatItDrops(t *testing.T) {
 		t.Fatalf("dropped %q", dropped)
 	}
 }
+
+// TestPendingFailOne: one request failed alone gets its own error; the
+// table and the other requests go on.
+func TestPendingFailOne(t *testing.T) {
+	p := &Pending{Prefix: "x-"}
+	id1, ch1, _ := p.Register()
+	id2, ch2, _ := p.Register()
+	bad := errors.New("bad answer")
+	if !p.FailOne(id1, bad) || p.FailOne(id1, bad) {
+		t.Fatal("FailOne: the first must take the request, the second nothing")
+	}
+	if _, ok := <-ch1; ok || !errors.Is(p.ErrOf(id1), bad) {
+		t.Fatalf("the failed request: %v", p.ErrOf(id1))
+	}
+	rid, _ := jsonrpc.MakeID(id2)
+	if !p.Deliver(&jsonrpc.Response{ID: rid}) || (<-ch2).ID.Raw() != id2 || p.Err() != nil {
+		t.Fatal("the other request did not get its answer")
+	}
+}

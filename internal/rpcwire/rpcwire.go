@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"unicode/utf8"
 
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
@@ -239,4 +240,35 @@ func DuplicateName(b []byte) (string, bool) {
 		return string(se.JSONPointer), true
 	}
 	return "", false
+}
+
+// NotUTF8 reports whether the JSON value b is valid JSON but for its text,
+// which is not UTF-8 (RFC 8259 §8.1): bytes that are not UTF-8, or a
+// \uXXXX escape of half a surrogate pair without the other half, which no
+// UTF-8 text can hold. where is the JSON Pointer (RFC 6901) of the value
+// holding the first such string (in b's own members, a name may be bad
+// too), and what says which of the two it is. Readers differ on such text:
+// go-sdk's replaces it with U+FFFD, Python's keeps it and writes it back
+// out as it came, which a strict reader (this package's) refuses.
+func NotUTF8(b []byte) (where jsontext.Pointer, what string, bad bool) {
+	if jsontext.Value(b).IsValid(jsontext.AllowDuplicateNames(true)) ||
+		!jsontext.Value(b).IsValid(jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true)) {
+		return "", "", false
+	}
+	what = "a lone surrogate escape (half a UTF-16 pair, \\uD800 to \\uDFFF, without its other half)"
+	if !utf8.Valid(b) {
+		what = "bytes that are not UTF-8"
+	}
+	dec := jsontext.NewDecoder(bytes.NewReader(b), jsontext.AllowDuplicateNames(true))
+	var se *jsontext.SyntacticError
+	if err := dec.SkipValue(); errors.As(err, &se) {
+		where = se.JSONPointer
+	}
+	return where, what, true
+}
+
+// MayBeNotUTF8 is a quick test for NotUTF8: false means b's text is
+// certainly UTF-8 (b may still be invalid JSON otherwise).
+func MayBeNotUTF8(b []byte) bool {
+	return !utf8.Valid(b) || bytes.Contains(b, []byte(`\ud`)) || bytes.Contains(b, []byte(`\uD`))
 }

@@ -72,7 +72,7 @@ func (c *childConn) rawCall(ctx context.Context, method string, params json.RawM
 	select {
 	case resp, ok := <-ch:
 		if !ok {
-			return nil, c.raw.Err()
+			return nil, c.raw.ErrOf(id)
 		}
 		if resp.Error != nil {
 			return nil, resp.Error

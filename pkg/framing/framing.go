@@ -86,6 +86,11 @@ type Reader struct {
 	buf  bytes.Buffer
 	dec  jsontext.Decoder
 	err  error // sticky: once desynchronised, always desynchronised
+	// AllowInvalidUTF8, if set, lets through a line that is a JSON-RPC
+	// message but for text that is not UTF-8 (bytes that are not, or a
+	// lone surrogate escape), for the caller to decide about: such text
+	// can fail the one message without desynchronising the stream.
+	AllowInvalidUTF8 bool
 }
 
 // NewReader returns a Reader of r that refuses messages longer than maxSize
@@ -185,7 +190,11 @@ func (r *Reader) check(src *bytes.Buffer) string {
 	}
 	// The decoder reads a *bytes.Buffer in place, without copying; the
 	// newline is trailing whitespace to it.
-	r.dec.Reset(src)
+	if r.AllowInvalidUTF8 {
+		r.dec.Reset(src, jsontext.AllowInvalidUTF8(true))
+	} else {
+		r.dec.Reset(src)
+	}
 	switch k := r.dec.PeekKind(); k {
 	case '{':
 	case '[':

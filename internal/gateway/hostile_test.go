@@ -1,0 +1,211 @@
+package gateway
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func init() { childModes["hostile"] = hostileChild }
+
+// hostileChild is a stdio server that reads a line at a time, as the
+// Python and TypeScript SDKs' servers do, and writes what a careless or
+// hostile server writes. Its tools:
+//   - echo answers with the text argument's JSON token as the agent sent
+//     it (Python's json.dumps writes a lone surrogate back as "\ud800");
+//   - cut answers with a lone surrogate escape whatever it is asked (a
+//     JavaScript server that cuts a string between the halves of a pair);
+//   - nullerror and nullresult answer with "id": null;
+//   - wait answers after a second and a half;
+//   - pid answers with its process id.
+//
+// Every call it runs is appended to CMCP_TEST_SEEN, one a line.
+// With CMCP_TEST_EARLY set it writes an answer to id 1 before it has read
+// anything.
+func hostileChild() {
+	if os.Getenv("CMCP_TEST_EARLY") != "" {
+		fmt.Println(`{"jsonrpc":"2.0","id":1,"result":{}}`)
+	}
+	var mu sync.Mutex
+	reply := func(id json.RawMessage, result string) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Printf(`{"jsonrpc":"2.0","id":%s,"result":%s}`+"\n", id, result)
+	}
+	in := bufio.NewScanner(os.Stdin)
+	in.Buffer(make([]byte, 1<<20), 4<<20)
+	for in.Scan() {
+		var m struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+			Params struct {
+				Name      string                     `json:"name"`
+				Arguments map[string]json.RawMessage `json:"arguments"`
+			} `json:"params"`
+		}
+		if json.Unmarshal(in.Bytes(), &m) != nil {
+			continue
+		}
+		switch m.Method {
+		case "initialize":
+			reply(m.ID, `{"protocolVersion":"2025-11-25","capabilities":{"tools":{}},"serverInfo":{"name":"hostile","version":"1"}}`)
+		case "tools/list":
+			var tools []string
+			for _, n := range []string{"echo", "cut", "nullerror", "nullresult", "wait", "pid"} {
+				tools = append(tools, `{"name":"`+n+`","inputSchema":{"type":"object"}}`)
+			}
+			reply(m.ID, `{"tools":[`+strings.Join(tools, ",")+`]}`)
+		case "ping":
+			reply(m.ID, `{}`)
+		case "tools/call":
+			if f, err := os.OpenFile(os.Getenv("CMCP_TEST_SEEN"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600); err == nil {
+				fmt.Fprintf(f, "%s\n", in.Bytes())
+				f.Close()
+			}
+			text := func(t string) string { return `{"content":[{"type":"text","text":` + t + `}]}` }
+			switch m.Params.Name {
+			case "echo":
+				reply(m.ID, text(string(m.Params.Arguments["text"])))
+			case "cut":
+				reply(m.ID, text(`"\ud83d"`))
+			case "nullerror":
+				mu.Lock()
+				fmt.Println(`{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}`)
+				mu.Unlock()
+			case "nullresult":
+				mu.Lock()
+				fmt.Println(`{"jsonrpc":"2.0","id":null,"result":{}}`)
+				mu.Unlock()
+			case "wait":
+				go func(id json.RawMessage) {
+					time.Sleep(1500 * time.Millisecond)
+					reply(id, text(`"waited"`))
+				}(m.ID)
+			case "pid":
+				reply(m.ID, text(fmt.Sprintf(`"%d"`, os.Getpid())))
+			}
+		}
+	}
+}
+
+// TestAgentTextThatIsNotUTF8IsRefused: arguments or _meta holding a lone
+// surrogate escape or bytes that are not UTF-8 are refused with -32602 and
+// a call record saying why, and never reach the upstream: a shared child
+// that echoes them back (Python's json.dumps does) would write a line the
+// gateway cannot read, and be stopped under every other agent's calls. A
+// valid pair goes through.
+func TestAgentTextThatIsNotUTF8IsRefused(t *testing.T) {
+	for _, front := range fronts {
+		t.Run(front, func(t *testing.T) {
+			seen := t.TempDir() + "/seen"
+			h := newHarness(t, hconf{mode: "hostile", shared: true, env: map[string]string{"CMCP_TEST_SEEN": seen}, callTimeout: 10 * time.Second})
+			other := h.connect("", nil)
+			pid := pidOf(t, other, "t__pid")
+			bad := []struct{ name, params, why string }{
+				{"lone high surrogate", `"name":"t__echo","arguments":{"text":"\ud800"}`, `lone surrogate`},
+				{"lone low surrogate", `"name":"t__echo","arguments":{"text":"a\udc00"}`, `lone surrogate`},
+				{"bytes not UTF-8", "\"name\":\"t__echo\",\"arguments\":{\"text\":\"\xff\xfe\"}", `not UTF-8`},
+				{"in a member name", `"name":"t__echo","arguments":{"\udfff":1}`, `lone surrogate`},
+				{"in _meta", `"_meta":{"k":"\ud800"},"name":"t__echo","arguments":{"text":"x"}`, `lone surrogate`},
+			}
+			for _, c := range bad {
+				got := rawExchange(t, h, front, `{"jsonrpc":"2.0","id":"x","method":"tools/call","params":{`+c.params+`}}`)
+				last := got[len(got)-1]
+				var resp struct {
+					Error *struct {
+						Code    int64  `json:"code"`
+						Message string `json:"message"`
+					} `json:"error"`
+				}
+				if json.Unmarshal([]byte(last), &resp) != nil || resp.Error == nil || resp.Error.Code != -32602 || !strings.Contains(resp.Error.Message, c.why) {
+					t.Errorf("%s: answer %s, want -32602 saying %q", c.name, last, c.why)
+				}
+			}
+			ok := rawExchange(t, h, front, `{"jsonrpc":"2.0","id":"x","method":"tools/call","params":{"name":"t__echo","arguments":{"text":"\ud83d\ude00"}}}`)
+			if last := ok[len(ok)-1]; !strings.Contains(last, `"result"`) || !strings.Contains(last, `\ud83d\ude00`) {
+				t.Errorf("a valid surrogate pair: %s", last)
+			}
+			if got := pidOf(t, other, "t__pid"); got != pid {
+				t.Errorf("the shared child changed (pid %d, then %d): an agent's text got it stopped", pid, got)
+			}
+			b, _ := os.ReadFile(seen)
+			if n := strings.Count(string(b), "\n"); n != 3 || strings.Contains(string(b), `\ud800`) || strings.Contains(string(b), "\xff") {
+				t.Errorf("the child ran %d calls, want 3 (pid, the pair, pid):\n%s", n, b)
+			}
+			refused := 0
+			for _, r := range kinds(h.records(), "call") {
+				if r.Body["outcome"] == "refused" {
+					refused++
+					if why, _ := r.Body["reason"].(string); !strings.Contains(why, "not valid JSON text in UTF-8") {
+						t.Errorf("refusal record says %q", why)
+					}
+				}
+			}
+			if refused != len(bad) {
+				t.Errorf("%d refused call records, want %d", refused, len(bad))
+			}
+		})
+	}
+}
+
+// TestAnAnswerThatIsNotUTF8FailsOnlyItsCall: a shared child that answers
+// one call with a lone surrogate escape (a server that cut a string between
+// the halves of a pair) fails that call with -32067 naming the upstream and
+// why; the child is kept and another agent's call waiting on it at the same
+// time is answered.
+func TestAnAnswerThatIsNotUTF8FailsOnlyItsCall(t *testing.T) {
+	h := newHarness(t, hconf{mode: "hostile", shared: true, env: map[string]string{"CMCP_TEST_SEEN": t.TempDir() + "/seen"}, callTimeout: 10 * time.Second})
+	a, b := h.connect("", nil), h.connect("", nil)
+	pid := pidOf(t, b, "t__pid")
+	waited := make(chan error, 1)
+	go func() {
+		res, err := call(t, b, "t__wait", nil)
+		if err == nil && firstText(res) != "waited" {
+			err = fmt.Errorf("answer %q", firstText(res))
+		}
+		waited <- err
+	}()
+	waitForwarded(t, h.dir, "t__wait", 1)
+	_, err := call(t, a, "t__cut", nil)
+	if wireCode(err) != CodeUpstreamFailed || !strings.Contains(err.Error(), `upstream "t"`) || !strings.Contains(err.Error(), "lone surrogate") {
+		t.Fatalf("the cut answer: %v", err)
+	}
+	if err := <-waited; err != nil {
+		t.Fatalf("the other agent's call: %v", err)
+	}
+	if got := pidOf(t, a, "t__pid"); got != pid {
+		t.Errorf("the shared child was replaced (pid %d, then %d)", pid, got)
+	}
+	for _, r := range kinds(h.records(), "result") {
+		if r.Body["outcome"] == "upstream_error" && fmt.Sprint(r.Body["error_code"]) != "-32067" {
+			t.Errorf("result record: %v", r.Body)
+		}
+	}
+}
+
+// TestNullIDFromAServerIsAnUpstreamFault: a server that answers a call
+// with "id": null (an error or a result) broke the protocol: the agent is
+// answered -32067 naming the upstream, and the result record says so, not
+// -32600 "invalid request" as if the upstream had answered that.
+func TestNullIDFromAServerIsAnUpstreamFault(t *testing.T) {
+	for _, tool := range []string{"nullerror", "nullresult"} {
+		t.Run(tool, func(t *testing.T) {
+			h := newHarness(t, hconf{mode: "hostile", env: map[string]string{"CMCP_TEST_SEEN": t.TempDir() + "/seen"}, callTimeout: 10 * time.Second})
+			cs := h.connect("", nil)
+			_, err := call(t, cs, "t__"+tool, nil)
+			if wireCode(err) != CodeUpstreamFailed || !strings.Contains(err.Error(), `upstream "t"`) || !strings.Contains(err.Error(), `"id": null`) {
+				t.Fatalf("got %v (code %d), want -32067 naming the upstream and the null id", err, wireCode(err))
+			}
+			res := kinds(h.records(), "result")
+			last := res[len(res)-1].Body
+			if last["outcome"] != "upstream_error" || fmt.Sprint(last["error_code"]) != "-32067" {
+				t.Errorf("result record: %v", last)
+			}
+		})
+	}
+}
