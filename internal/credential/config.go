@@ -2,6 +2,7 @@ package credential
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 
@@ -56,6 +57,37 @@ func FromConfig(name, endpoint string, c *config.CredentialSource, env Env) (*Br
 }
 
 // oauthSource builds the OAuth sources.
-func oauthSource(name string, c *config.CredentialSource, _ Env) (Source, error) {
+func oauthSource(name string, c *config.CredentialSource, env Env) (Source, error) {
+	o := c.OAuth
+	cl := &OAuthClient{Upstream: name, Issuer: o.Issuer, TokenEndpoint: o.TokenEndpoint, AuthorizationEndpoint: o.AuthorizationEndpoint,
+		ClientID: o.ClientID, Scopes: o.Scopes, Resource: o.Resource}
+	switch {
+	case o.ClientSecretEnv != "":
+		lookup := env.LookupEnv
+		if lookup == nil {
+			lookup = os.LookupEnv
+		}
+		v, ok := lookup(o.ClientSecretEnv)
+		if !ok || v == "" {
+			return nil, fmt.Errorf("upstream %q: credential.oauth.client_secret_env: environment variable %s is not set (or empty) in the gateway's environment", name, o.ClientSecretEnv)
+		}
+		cl.ClientSecret = NewSecret(v)
+	case o.ClientSecretFile != "":
+		b, err := os.ReadFile(o.ClientSecretFile)
+		if err != nil {
+			return nil, fmt.Errorf("upstream %q: credential.oauth.client_secret_file: %w", name, err)
+		}
+		v, err := config.Credential(b)
+		if err != nil {
+			return nil, fmt.Errorf("upstream %q: credential.oauth.client_secret_file: %s %w", name, o.ClientSecretFile, err)
+		}
+		cl.ClientSecret = NewSecret(v)
+	}
+	switch c.Source {
+	case config.SourceClientCredentials:
+		return &ClientCredentials{Client: cl}, nil
+	case config.SourceTokenExchange:
+		return &TokenExchange{Client: cl, SubjectTokenType: o.SubjectTokenType}, nil
+	}
 	return nil, fmt.Errorf("upstream %q: credential source %s is not available yet", name, c.Source)
 }

@@ -40,6 +40,17 @@ type Upstream struct {
 	refused  int
 	accepted map[string]int // identity -> accepted requests
 	srv      *http.Server
+	verify   func(token string) (identity string, err error)
+}
+
+// Trust makes the upstream accept, besides its token service's tokens,
+// every token verify accepts (a JWT of an authorization server), as the
+// identity verify returns; each one counts as minted when first seen, and
+// lags like a minted one.
+func (u *Upstream) Trust(verify func(token string) (identity string, err error)) {
+	u.mu.Lock()
+	u.verify = verify
+	u.mu.Unlock()
 }
 
 type issued struct {
@@ -196,7 +207,20 @@ func (u *Upstream) auth(next http.Handler) http.Handler {
 		tok, ok := strings.CutPrefix(h, "Bearer ")
 		u.mu.Lock()
 		u.seen = append(u.seen, h)
-		is := u.tokens[tok]
+		is, verify := u.tokens[tok], u.verify
+		u.mu.Unlock()
+		if is == nil && ok && verify != nil {
+			if id, err := verify(tok); err == nil {
+				u.mu.Lock()
+				if is = u.tokens[tok]; is == nil {
+					is = &issued{identity: id, left: u.lag}
+					u.tokens[tok] = is
+					u.mints[id]++
+				}
+				u.mu.Unlock()
+			}
+		}
+		u.mu.Lock()
 		switch {
 		case !ok || is == nil || is.revoked:
 			ok = false
