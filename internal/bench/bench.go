@@ -212,3 +212,123 @@ func CPUTime(pid int) (time.Duration, error) {
 	}
 	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
 }
+
+// Calls runs callers goroutines over sessions (caller i uses session i mod
+// len(sessions)), each making warmup untimed calls and then calls timed
+// ones of the tool and arguments params gives for the call's number.
+func Calls(ctx context.Context, sessions []*mcp.ClientSession, callers, calls, warmup int, params func(n int64) *mcp.CallToolParams) (Result, error) {
+	if len(sessions) < 1 || callers < 1 || calls < 1 {
+		return Result{}, fmt.Errorf("bench: sessions, callers and calls must be at least 1")
+	}
+	var n atomic.Int64
+	call := func(s *mcp.ClientSession) error {
+		p := params(n.Add(1))
+		res, err := s.CallTool(ctx, p)
+		if err != nil {
+			return err
+		}
+		if res.IsError {
+			return fmt.Errorf("tool %s returned isError: %v", p.Name, res.Content)
+		}
+		return nil
+	}
+	for i := range callers {
+		for range warmup {
+			if err := call(sessions[i%len(sessions)]); err != nil {
+				return Result{}, fmt.Errorf("bench: warm-up call: %w", err)
+			}
+		}
+	}
+	lat := make([][]time.Duration, callers)
+	errs := make([]error, callers)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range callers {
+		lat[i] = make([]time.Duration, 0, calls)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := sessions[i%len(sessions)]
+			<-start
+			for range calls {
+				t0 := time.Now()
+				if err := call(s); err != nil {
+					errs[i] = err
+					return
+				}
+				lat[i] = append(lat[i], time.Since(t0))
+			}
+		}()
+	}
+	t0 := time.Now()
+	close(start)
+	wg.Wait()
+	elapsed := time.Since(t0)
+	for _, err := range errs {
+		if err != nil {
+			return Result{}, fmt.Errorf("bench: call: %w", err)
+		}
+	}
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	return Result{Concurrency: callers, Calls: len(all), P50: percentile(all, 0.50), P99: percentile(all, 0.99),
+		CallsPerSec: float64(len(all)) / elapsed.Seconds()}, nil
+}
+
+// NewSessions opens n sessions one after another, each timed from the
+// start of its connect (the MCP handshake) to the answer of its first
+// call (first), and closed untimed before the next one opens.
+func NewSessions(ctx context.Context, connect Connector, n int, first *mcp.CallToolParams) (Result, error) {
+	lat := make([]time.Duration, 0, n)
+	t0 := time.Now()
+	for i := range n {
+		start := time.Now()
+		s, err := connect(ctx)
+		if err != nil {
+			return Result{}, fmt.Errorf("bench: new session %d: %w", i, err)
+		}
+		res, err := s.CallTool(ctx, first)
+		if err == nil && res.IsError {
+			err = fmt.Errorf("tool %s returned isError: %v", first.Name, res.Content)
+		}
+		if err != nil {
+			s.Close()
+			return Result{}, fmt.Errorf("bench: first call of new session %d: %w", i, err)
+		}
+		lat = append(lat, time.Since(start))
+		if err := s.Close(); err != nil {
+			return Result{}, fmt.Errorf("bench: close new session %d: %w", i, err)
+		}
+	}
+	elapsed := time.Since(t0)
+	slices.Sort(lat)
+	return Result{Concurrency: 1, Calls: n, P50: percentile(lat, 0.50), P99: percentile(lat, 0.99), CallsPerSec: float64(n) / elapsed.Seconds()}, nil
+}
+
+// SchedCPU returns the CPU time the threads of process pid have run so
+// far, in nanoseconds (the sum of /proc/<pid>/task/*/schedstat): finer
+// than CPUTime's clock ticks, for costs of a few milliseconds. Threads
+// that already exited are not counted (a Go process keeps its threads).
+func SchedCPU(pid int) (time.Duration, error) {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return 0, err
+	}
+	var sum time.Duration
+	for _, t := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, t.Name()))
+		if err != nil {
+			continue // the thread exited meanwhile
+		}
+		f := strings.Fields(string(b))
+		if len(f) < 1 {
+			return 0, fmt.Errorf("unexpected schedstat of thread %s of %d", t.Name(), pid)
+		}
+		ns, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("schedstat of thread %s of %d: %w", t.Name(), pid, err)
+		}
+		sum += time.Duration(ns)
+	}
+	return sum, nil
+}
