@@ -41,8 +41,10 @@ import (
 //	  tee: auto                     # auto (hardware required), sev-snp, tdx or software (development:
 //	                                # unattested); unset: hardware if present, else software with a warning
 type Server struct {
-	Listen          string        `yaml:"listen" json:"listen,omitempty"`
-	Tokens          []Token       `yaml:"tokens" json:"tokens,omitempty"`
+	Listen string  `yaml:"listen" json:"listen,omitempty"`
+	Tokens []Token `yaml:"tokens" json:"tokens,omitempty"`
+	// OAuth accepts OAuth 2.1 access tokens (oauth.go) beside Tokens.
+	OAuth           *OAuth        `yaml:"oauth" json:"oauth,omitempty"`
 	TLS             *TLS          `yaml:"tls" json:"tls,omitempty"`
 	StdioIdentity   string        `yaml:"stdio_identity" json:"stdio_identity,omitempty"`
 	SessionTimeout  time.Duration `yaml:"session_timeout" json:"session_timeout,omitempty"`
@@ -132,6 +134,11 @@ func (s *Server) Validate() error {
 			return valueAt("tokens", i, "sha256").errorf("server.tokens[%d] (%s): the same token digest is listed twice (first as server.tokens[%d])", i, t.Identity, first)
 		}
 		seen[t.SHA256.String()] = i
+	}
+	if s.OAuth != nil {
+		if err := s.OAuth.validate(); err != nil {
+			return err
+		}
 	}
 	if s.TLS != nil && (s.TLS.Cert == "" || s.TLS.Key == "") {
 		return valueAt("tls").errorf("server.tls: cert and key are both required")

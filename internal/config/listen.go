@@ -52,12 +52,12 @@ func (c *Config) CheckListeners(flag string, stdio bool) (*ListenCheck, error) {
 			return nil, errs
 		}
 		out.MCP = a
-		authenticated := len(s.Tokens) > 0 || (s.TLS != nil && s.TLS.ClientCA != "")
+		authenticated := len(s.Tokens) > 0 || s.OAuth != nil || (s.TLS != nil && s.TLS.ClientCA != "")
 		switch {
 		case !authenticated && !isLoopback(a):
-			report(mcpField, mcpPos, "configure bearer tokens (server.tokens) or mutual TLS (server.tls.client_ca), or listen on a loopback address such as "+DefaultListen,
-				"refusing to listen on %s without authentication: it is not a loopback address, and neither server.tokens nor server.tls.client_ca is set", describe(listen, a))
-		case len(s.Tokens) > 0 && s.TLS == nil && !isLoopback(a):
+			report(mcpField, mcpPos, "configure bearer tokens (server.tokens), OAuth (server.oauth) or mutual TLS (server.tls.client_ca), or listen on a loopback address such as "+DefaultListen,
+				"refusing to listen on %s without authentication: it is not a loopback address, and none of server.tokens, server.oauth and server.tls.client_ca is set", describe(listen, a))
+		case (len(s.Tokens) > 0 || s.OAuth != nil) && s.TLS == nil && !isLoopback(a):
 			out.Warnings = append(out.Warnings, fmt.Sprintf("%s %s is not a loopback address and server.tls is not set: agents' bearer tokens cross the network in cleartext (configure server.tls)", mcpSource, describe(listen, a)))
 		}
 	}
