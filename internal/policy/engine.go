@@ -70,12 +70,27 @@ func (e *Engine) Bundle() *Bundle { return e.cur.Load().bundle }
 // Mode is the mode in force.
 func (e *Engine) Mode() Mode { return e.cur.Load().mode }
 
+// withGroups is the sorted union of an agent's configured groups and the
+// groups its credential names (configured alone when it names none: no
+// copy).
+func withGroups(configured, credential []string) []string {
+	if len(credential) == 0 {
+		return configured
+	}
+	all := slices.Concat(configured, credential)
+	slices.Sort(all)
+	return slices.Compact(all)
+}
+
 // GroupsOf lists the groups of an agent, sorted.
 func (e *Engine) GroupsOf(agent string) []string { return slices.Clone(e.cur.Load().groups[agent]) }
 
 // Call is one tools/call as the gateway sees it.
 type Call struct {
-	Agent         string
+	Agent string
+	// Groups are groups the agent's credential names (an OAuth token's
+	// groups claim), Group parents beside the config's policy.groups.
+	Groups        []string
 	Session       string
 	Tool          string // exposed name
 	ToolName      string // name at the upstream
@@ -106,7 +121,7 @@ func (e *Engine) DecideCall(c Call) Outcome {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	r := Request{
-		Action: ActionCallTool, Agent: c.Agent, Groups: st.groups[c.Agent],
+		Action: ActionCallTool, Agent: c.Agent, Groups: withGroups(st.groups[c.Agent], c.Groups),
 		Tool: c.Tool, ToolName: c.ToolName, Upstream: c.Upstream, EvidenceClass: c.EvidenceClass,
 		Annotations: c.Annotations, Arguments: c.Arguments,
 		Session: Session{ID: c.Session, Calls: f.calls, ToolsUsed: f.used},
@@ -135,7 +150,7 @@ func (e *Engine) Visible(agent, session string, t Call) bool {
 	f := e.facts(session)
 	f.mu.Lock()
 	r := Request{
-		Action: ActionListTools, Agent: agent, Groups: st.groups[agent],
+		Action: ActionListTools, Agent: agent, Groups: withGroups(st.groups[agent], t.Groups),
 		Tool: t.Tool, ToolName: t.ToolName, Upstream: t.Upstream, EvidenceClass: t.EvidenceClass,
 		Annotations: t.Annotations,
 		Session:     Session{ID: session, Calls: f.calls, ToolsUsed: f.used},
@@ -147,8 +162,10 @@ func (e *Engine) Visible(agent, session string, t Call) bool {
 
 // Access is one read_resource or get_prompt request as the gateway sees it.
 type Access struct {
-	Action        Action // ActionReadResource or ActionGetPrompt
-	Agent         string
+	Action Action // ActionReadResource or ActionGetPrompt
+	Agent  string
+	// Groups are as a Call's: from the agent's credential.
+	Groups        []string
 	Session       string
 	Upstream      string
 	EvidenceClass string
@@ -161,7 +178,7 @@ func (e *Engine) accessRequest(st *engineState, a Access) Request {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return Request{
-		Action: a.Action, Agent: a.Agent, Groups: st.groups[a.Agent],
+		Action: a.Action, Agent: a.Agent, Groups: withGroups(st.groups[a.Agent], a.Groups),
 		Upstream: a.Upstream, EvidenceClass: a.EvidenceClass, URI: a.URI, Prompt: a.Prompt,
 		Session: Session{ID: a.Session, Calls: f.calls, ToolsUsed: f.used},
 		Time:    e.now().UTC().Truncate(time.Millisecond),

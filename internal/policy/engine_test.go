@@ -366,3 +366,38 @@ func TestContextLeftOut(t *testing.T) {
 		}
 	}
 }
+
+// TestCredentialGroupsAreGroupParents: groups an agent's credential names
+// (an OAuth token's groups claim) are Group parents of its principal, as
+// the config's policy.groups are, for calls, listing and reads; and the
+// decided request holds them for replay.
+func TestCredentialGroupsAreGroupParents(t *testing.T) {
+	b := load(t, "../../examples/policy/allow-list")
+	e := NewEngine(b, Enforcing, map[string][]string{"ops": {"carol"}})
+	call := Call{Agent: "dave@example.com", Session: "s1", Tool: "fs__read_file", ToolName: "read_file", Upstream: "fs", EvidenceClass: "spawn-measured", Annotations: DefaultAnnotations}
+	if o := e.DecideCall(call); o.Allow {
+		t.Fatalf("dave without groups: allowed (%+v)", o)
+	}
+	if e.Visible(call.Agent, "s1", call) {
+		t.Fatal("dave without groups sees the tool")
+	}
+	call.Groups = []string{"ops", "eng"}
+	o := e.DecideCall(call)
+	if !o.Allow || !slices.Equal(o.Request.Groups, []string{"eng", "ops"}) {
+		t.Fatalf("dave in ops by his token: %+v", o)
+	}
+	if d := b.Decide(&o.Request); !d.Allow {
+		t.Fatal("the decided request does not rebuild the decision")
+	}
+	if !e.Visible(call.Agent, "s1", call) {
+		t.Fatal("dave in ops by his token does not see the tool")
+	}
+	// Merged with the configured groups, without duplicates.
+	o = e.DecideCall(Call{Agent: "carol", Groups: []string{"ops", "x"}, Session: "s2", Tool: "fs__read_file", Upstream: "fs"})
+	if !slices.Equal(o.Request.Groups, []string{"ops", "x"}) {
+		t.Fatalf("carol's groups %v", o.Request.Groups)
+	}
+	if g := e.GroupsOf("carol"); !slices.Equal(g, []string{"ops"}) {
+		t.Fatalf("configured groups changed: %v", g)
+	}
+}
