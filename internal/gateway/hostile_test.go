@@ -209,3 +209,26 @@ func TestNullIDFromAServerIsAnUpstreamFault(t *testing.T) {
 		})
 	}
 }
+
+// TestServerAnsweringBeforeAskedIsNamed: a server that writes an answer
+// to id 1 before it has read anything has that line taken for its answer
+// to the handshake. The gateway stops it, and the agent, the gateway log
+// and the spawn record say why (the handshake's answer), not only that the
+// child was killed by the gateway's own SIGTERM.
+func TestServerAnsweringBeforeAskedIsNamed(t *testing.T) {
+	h := newHarness(t, hconf{mode: "hostile", env: map[string]string{"CMCP_TEST_EARLY": "1", "CMCP_TEST_SEEN": t.TempDir() + "/seen"}, callTimeout: 10 * time.Second})
+	cs := h.connect("", nil)
+	_, err := call(t, cs, "t__echo", map[string]any{"text": "x"})
+	t.Logf("the agent was told: %v", err)
+	if err == nil || strings.Contains(err.Error(), "signal") || !strings.Contains(err.Error(), "initialize") {
+		t.Errorf("the agent was told %v; want the handshake's fault, not the gateway's own signal", err)
+	}
+	if l := h.logs.String(); strings.Contains(l, "killed by signal 15") {
+		t.Errorf("the gateway log blames a signal:\n%s", l)
+	}
+	for _, s := range kinds(h.records(), "spawn") {
+		if r, _ := s.Body["reason"].(string); s.Body["outcome"] == "exited" && (strings.Contains(r, "signal 15") || !strings.Contains(r, "initialize")) {
+			t.Errorf("spawn record: %v", s.Body)
+		}
+	}
+}

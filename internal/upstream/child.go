@@ -163,6 +163,16 @@ func (s *Stdio) Connect(ctx context.Context, client *mcp.Client, opts ConnectOpt
 	client.AddReceivingMiddleware(limitServerRequests())
 	cs, err := client.Connect(ctx, t, &mcp.ClientSessionOptions{ProtocolVersion: ProtocolVersion})
 	if err != nil {
+		if child.fault.Load() == nil && (t.conn == nil || !t.conn.stdoutEnded.Load()) && !child.exited() {
+			// Running, its stdout open: the handshake failed on what
+			// the child wrote (or did not write in time). That is why it
+			// is stopped, not the SIGTERM the gateway then sends it.
+			f := fmt.Errorf("upstream %q: initialize: %w: the gateway stopped the child", s.Spec.Name, err)
+			if ctx.Err() == nil {
+				f = fmt.Errorf("upstream %q: initialize: the child's answer to the MCP handshake was refused (%w): the gateway stopped the child; a server must write nothing to stdout before it has read initialize (a line written earlier is taken for its answer)", s.Spec.Name, err)
+			}
+			child.fault.CompareAndSwap(nil, &f)
+		}
 		fault := child.Fault()
 		child.Stop()
 		if fault != nil {

@@ -62,6 +62,7 @@ type childConn struct {
 	*rpcwire.Inbox // Read
 	intercept      func(jsonrpc.Message) bool
 	raw            rpcwire.Pending
+	stdoutEnded    atomic.Bool // the child's stdout ended (EOF): it exited, or closed it
 }
 
 func (c *childConn) readLoop() {
@@ -112,6 +113,7 @@ func (c *childConn) readLoop() {
 			de.Upstream = c.child.name
 			c.child.fail(de)
 		} else if errors.Is(err, io.EOF) || errors.Is(err, os.ErrClosed) {
+			c.stdoutEnded.Store(true)
 			err = c.child.exitFault()
 		} else {
 			err = fmt.Errorf("upstream %q: read stdout: %w", c.child.name, err)
@@ -261,6 +263,11 @@ func (c *childConn) Close() error {
 		err = *p
 	}
 	c.raw.Fail(err)
+	if !c.child.handshook.Load() {
+		// go-sdk closes the connection when the handshake fails: Connect
+		// stops the child then, once it has recorded why.
+		return nil
+	}
 	return c.child.Stop()
 }
 
