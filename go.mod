@@ -7,6 +7,7 @@ require (
 	filippo.io/age v1.3.2
 	github.com/cedar-policy/cedar-go v1.9.2
 	github.com/charmbracelet/colorprofile v0.4.3
+	github.com/coder/websocket v1.8.15
 	github.com/go-jose/go-jose/v4 v4.1.9
 	github.com/go-json-experiment/json v1.27.2
 	github.com/google/go-configfs-tsm v0.3.3

@@ -32,10 +32,15 @@ type childTransport struct {
 	child     *Child
 	intercept func(jsonrpc.Message) bool
 	conn      *childConn // set by Connect
+	rawPrefix string     // "" = rawIDPrefix
 }
 
 func (t *childTransport) Connect(ctx context.Context) (mcp.Connection, error) {
-	c := &childConn{child: t.child, Inbox: rpcwire.NewInbox(), intercept: t.intercept, raw: rpcwire.Pending{Prefix: rawIDPrefix}}
+	prefix := t.rawPrefix
+	if prefix == "" {
+		prefix = rawIDPrefix
+	}
+	c := &childConn{child: t.child, Inbox: rpcwire.NewInbox(), intercept: t.intercept, raw: rpcwire.Pending{Prefix: prefix}}
 	if l := t.child.hooks.Log; l != nil {
 		// A late answer (its call was cancelled or timed out) is normal;
 		// one to an id never sent, or a second one, is the child's fault.

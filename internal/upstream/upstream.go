@@ -50,12 +50,27 @@ type Conn struct {
 	// Ref identifies this connection in the audit log (for a child: its
 	// spawn record's details; for HTTP: the endpoint).
 	Ref string
+	// Machine is the machine of a tunnel upstream's connection ("" for
+	// other kinds).
+	Machine string
 
 	closeOnce sync.Once
 	closeErr  error
 	close     func() error
 	fault     func() error
 	raw       func(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error)
+	machine   func(ctx context.Context, id string) (*Conn, error)
+}
+
+// OnMachine returns the connection to machine id of the same tunnel
+// upstream, opening a session on it at first use (the connection itself
+// when it is on that machine). Only a tunnel upstream's connections have
+// machines: for any other it fails.
+func (c *Conn) OnMachine(ctx context.Context, id string) (*Conn, error) {
+	if c.machine == nil {
+		return nil, errors.New("not a tunnel upstream: it has no machines")
+	}
+	return c.machine(ctx, id)
 }
 
 // NewConn is for Upstream implementations: it wraps a session, its evidence

@@ -1,0 +1,260 @@
+package upstream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/confidential-mcp/cmcp/internal/rpcwire"
+	"github.com/confidential-mcp/cmcp/internal/tunnel"
+	"github.com/confidential-mcp/cmcp/pkg/framing"
+)
+
+// ClassTunnel is the evidence class of an upstream reached through a
+// machine's tunnel: what the connector says it measured is its claim,
+// recorded as such, never the gateway's own measurement.
+const ClassTunnel = "tunnel"
+
+// ErrNoMachine is wrapped by the error of a Connect or route to a tunnel
+// upstream with no live machine of the id asked for (or none at all).
+var ErrNoMachine = errors.New("no such live machine")
+
+// Tunnel is an upstream served by the machines that registered under it
+// with `cmcp connect` (tunnel.Hub). A connection starts on one machine
+// (the one asked for, or the first live one by id) and reaches the others
+// through Conn.Machine, each with its own session on that machine.
+type Tunnel struct {
+	name string
+	hub  *tunnel.Hub
+	// OpenTimeout bounds the start of a session on a machine (0: 30 s).
+	OpenTimeout time.Duration
+	// Log receives the warnings of dropped answers.
+	Log interface {
+		Warn(msg string, args ...any)
+	}
+}
+
+// NewTunnel returns the tunnel upstream name whose machines register with hub.
+func NewTunnel(name string, hub *tunnel.Hub) *Tunnel { return &Tunnel{name: name, hub: hub} }
+
+// Name implements Upstream.
+func (t *Tunnel) Name() string { return t.name }
+
+// Hub is the hub the upstream's machines register with.
+func (t *Tunnel) Hub() *tunnel.Hub { return t.hub }
+
+type machineKey struct{}
+
+// WithMachine asks Connect for machine id.
+func WithMachine(ctx context.Context, id string) context.Context {
+	return context.WithValue(ctx, machineKey{}, id)
+}
+
+// Connect implements Upstream: a session on the machine named by
+// WithMachine, or else on the first live machine.
+func (t *Tunnel) Connect(ctx context.Context, client *mcp.Client, opts ConnectOptions) (*Conn, error) {
+	id, _ := ctx.Value(machineKey{}).(string)
+	first, err := t.connectOn(ctx, id, client, opts)
+	if err != nil {
+		return nil, err
+	}
+	// The others, on demand, each with a client like the first one's.
+	var mu sync.Mutex
+	subs := map[string]*Conn{first.Machine: first}
+	first.machine = func(ctx context.Context, id string) (*Conn, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if c := subs[id]; c != nil && c.Fault() == nil {
+			return c, nil
+		}
+		c, err := t.connectOn(ctx, id, mcp.NewClient(&mcp.Implementation{Name: "cmcp", Version: "tunnel"}, nil), opts)
+		if err != nil {
+			return nil, err
+		}
+		subs[id] = c
+		return c, nil
+	}
+	closeFirst := first.close
+	first.close = func() error {
+		mu.Lock()
+		var others []*Conn
+		for id, c := range subs {
+			if c != first {
+				others = append(others, c)
+			}
+			delete(subs, id)
+		}
+		mu.Unlock()
+		errs := []error{closeFirst()}
+		for _, c := range others {
+			errs = append(errs, c.Close())
+		}
+		return errors.Join(errs...)
+	}
+	return first, nil
+}
+
+// LiveMachines names the live machines, for errors.
+func (t *Tunnel) LiveMachines() []string {
+	var ids []string
+	for _, m := range t.hub.Machines(t.name) {
+		ids = append(ids, m.ID)
+	}
+	return ids
+}
+
+func (t *Tunnel) connectOn(ctx context.Context, id string, client *mcp.Client, opts ConnectOptions) (*Conn, error) {
+	var m *tunnel.Machine
+	if id == "" {
+		if ms := t.hub.Machines(t.name); len(ms) > 0 {
+			m = ms[0]
+		}
+	} else {
+		m = t.hub.Machine(t.name, id)
+	}
+	if m == nil {
+		live := t.LiveMachines()
+		what := "no machine is connected"
+		if len(live) > 0 {
+			what = "live machines: " + strings.Join(live, ", ")
+		}
+		if id != "" {
+			return nil, fmt.Errorf("upstream %q: machine %q is not connected (%s): %w", t.name, id, what, ErrNoMachine)
+		}
+		return nil, fmt.Errorf("upstream %q unavailable: %s; start `cmcp connect` on a machine that serves it: %w", t.name, what, ErrNoMachine)
+	}
+	timeout := t.OpenTimeout
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	octx, cancel := context.WithTimeout(ctx, timeout)
+	s, err := m.Open(octx)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("upstream %q: %w", t.name, err)
+	}
+	tc := &tunnelConn{s: s, Inbox: rpcwire.NewInbox(), intercept: opts.Intercept, raw: rpcwire.Pending{Prefix: rawIDPrefix}, name: t.name}
+	if t.Log != nil {
+		var last atomic.Int64
+		tc.raw.Dropped = func(rid string) {
+			now := time.Now().UnixNano()
+			if l0 := last.Load(); now-l0 < int64(time.Second) || !last.CompareAndSwap(l0, now) {
+				return
+			}
+			t.Log.Warn("a machine answered a request that no longer waits (or was never sent); the answer was dropped",
+				"upstream", t.name, "machine", m.ID, "id", framing.Excerpt([]byte(rid)))
+		}
+	}
+	go tc.readLoop()
+	client.AddReceivingMiddleware(limitServerRequests())
+	cs, err := client.Connect(ctx, &tunnelTransport{c: tc}, &mcp.ClientSessionOptions{ProtocolVersion: ProtocolVersion})
+	if err != nil {
+		s.Close()
+		if f := s.Err(); f != nil && !strings.HasSuffix(f.Error(), "session closed") {
+			return nil, f
+		}
+		return nil, fmt.Errorf("upstream %q: machine %q: initialize: %w", t.name, m.ID, err)
+	}
+	conn := NewConn(cs, ClassTunnel, "machine "+m.ID, s.Close, s.Err)
+	conn.Machine = m.ID
+	conn.raw = tc.rawCall
+	return conn, nil
+}
+
+type tunnelTransport struct{ c *tunnelConn }
+
+func (t *tunnelTransport) Connect(context.Context) (mcp.Connection, error) { return t.c, nil }
+
+// tunnelConn is an mcp.Connection over one session on a machine's tunnel,
+// with raw calls beside the SDK's, as childConn has.
+type tunnelConn struct {
+	s              *tunnel.Session
+	*rpcwire.Inbox // Read
+	intercept      func(jsonrpc.Message) bool
+	raw            rpcwire.Pending
+	name           string
+}
+
+func (c *tunnelConn) readLoop() {
+	for {
+		b, err := c.s.Read(context.Background())
+		if err != nil {
+			c.raw.Fail(err)
+			c.Fail(err)
+			return
+		}
+		msg, err := rpcwire.DecodeMessage(b)
+		if err != nil {
+			err = fmt.Errorf("upstream %q: machine %q sent something that is not a JSON-RPC message (it starts %s); the session was closed", c.name, c.s.Machine().ID, framing.Excerpt(b))
+			c.s.Close()
+			c.raw.Fail(err)
+			c.Fail(err)
+			return
+		}
+		if resp, ok := msg.(*jsonrpc.Response); ok && c.raw.Deliver(resp) {
+			continue
+		}
+		if c.intercept != nil && c.intercept(msg) {
+			continue
+		}
+		if !c.Deliver(msg) {
+			c.raw.Fail(fmt.Errorf("upstream %q: connection closed", c.name))
+			return
+		}
+	}
+}
+
+func (c *tunnelConn) Write(ctx context.Context, msg jsonrpc.Message) error {
+	b, err := jsonrpc.EncodeMessage(msg)
+	if err != nil {
+		return err
+	}
+	return c.s.Write(ctx, b)
+}
+
+func (c *tunnelConn) Close() error {
+	c.Inbox.Close()
+	c.raw.Fail(fmt.Errorf("upstream %q: connection closed", c.name))
+	return c.s.Close()
+}
+
+func (c *tunnelConn) SessionID() string { return "" }
+
+func (c *tunnelConn) rawCall(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	id, ch, err := c.raw.Register()
+	if err != nil {
+		return nil, err
+	}
+	if err := c.s.Write(ctx, encodeRequest(id, method, params)); err != nil {
+		c.raw.Forget(id)
+		return nil, err
+	}
+	Waiting(ctx)
+	select {
+	case resp, ok := <-ch:
+		if !ok {
+			return nil, c.raw.Err()
+		}
+		if resp.Error != nil {
+			return nil, resp.Error
+		}
+		return resp.Result, nil
+	case <-ctx.Done():
+		c.raw.Forget(id)
+		nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelWriteWait)
+		_ = c.s.Write(nctx, cancelledNotification(id, ctx.Err()))
+		cancel()
+		return nil, ctx.Err()
+	}
+}
