@@ -68,6 +68,11 @@ type CredentialOAuth struct {
 	// SubjectTokenType is token_exchange's subject_token_type (default
 	// urn:ietf:params:oauth:token-type:access_token).
 	SubjectTokenType string `yaml:"subject_token_type" json:"subject_token_type,omitempty"`
+	// LoginURL is, for authorization_code, the gateway's external URL of
+	// this upstream's sign-in pages, served on the MCP listener under its
+	// path: LoginURL/start?id=... is the link a URL elicitation sends a
+	// person to, and LoginURL/callback the redirect URI to register.
+	LoginURL string `yaml:"login_url" json:"login_url,omitempty"`
 	// AllowPlaintext permits http:// endpoints that are not loopback.
 	AllowPlaintext bool `yaml:"allow_plaintext" json:"allow_plaintext,omitempty"`
 }
@@ -193,13 +198,28 @@ func (l *loader) validateCredential(hn *yaml.Node, f string, u *Upstream, dir st
 	if o.ClientID == "" {
 		l.errorf(at("oauth"), f+".oauth.client_id", "", "missing: the client id registered at the authorization server")
 	}
-	if o.Issuer == "" && o.TokenEndpoint == "" {
+	if o.Issuer == "" && o.TokenEndpoint == "" && c.Source != SourceAuthorizationCode {
 		l.errorf(at("oauth"), f+".oauth", "", "missing: issuer (its metadata is discovered) or token_endpoint")
 	}
-	if c.Source == SourceAuthorizationCode && o.Issuer == "" && o.AuthorizationEndpoint == "" {
-		l.errorf(at("oauth"), f+".oauth.authorization_endpoint", "", "missing: authorization_code needs it, or issuer to discover it")
+	if c.Source == SourceAuthorizationCode {
+		// Without issuer and endpoints: discovered from the upstream's
+		// 401 and its protected resource metadata (RFC 9728).
+		if o.TokenEndpoint != "" && o.AuthorizationEndpoint == "" && o.Issuer == "" {
+			l.errorf(at("oauth"), f+".oauth.authorization_endpoint", "", "missing: authorization_code needs it with token_endpoint (or give issuer)")
+		}
+		if o.LoginURL == "" {
+			l.errorf(at("oauth"), f+".oauth.login_url", "e.g. https://gateway.example/oauth/upstream/"+u.Name+" (register <login_url>/callback at the authorization server)",
+				"missing: the gateway's URL of the sign-in pages a URL elicitation sends a person to")
+		}
+	} else if o.LoginURL != "" {
+		l.errorf(at("oauth", "login_url"), f+".oauth.login_url", "remove it", "applies to source: authorization_code only")
 	}
-	for _, e := range []struct{ key, v string }{{"issuer", o.Issuer}, {"token_endpoint", o.TokenEndpoint}, {"authorization_endpoint", o.AuthorizationEndpoint}} {
+	if o.LoginURL != "" {
+		if pu, err := url.Parse(o.LoginURL); err == nil && (pu.Path == "" || pu.Path == "/" || strings.HasSuffix(pu.Path, "/") || pu.RawQuery != "" || pu.Fragment != "") {
+			l.errorf(at("oauth", "login_url"), f+".oauth.login_url", "", "%q: want a path of its own without a trailing slash, query or fragment, e.g. /oauth/upstream/%s", o.LoginURL, u.Name)
+		}
+	}
+	for _, e := range []struct{ key, v string }{{"issuer", o.Issuer}, {"token_endpoint", o.TokenEndpoint}, {"authorization_endpoint", o.AuthorizationEndpoint}, {"login_url", o.LoginURL}} {
 		if e.v == "" {
 			continue
 		}

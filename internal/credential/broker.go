@@ -6,6 +6,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -140,6 +141,34 @@ func NewBroker(upstream string, src Source, o Options) *Broker {
 		b.shared, b.isShared = s.SharedIdentity(), true
 	}
 	return b
+}
+
+// SourceImpl is the broker's source (the gateway mounts an
+// *AuthorizationCode's Handler).
+func (b *Broker) SourceImpl() Source { return b.src }
+
+// UseUpstreamClient gives an OAuth source the upstream's own (pinned)
+// client, for discovering its authorization server from its 401.
+func (b *Broker) UseUpstreamClient(hc *http.Client) {
+	var c *OAuthClient
+	switch s := b.src.(type) {
+	case *AuthorizationCode:
+		c = s.Client
+	case *TokenExchange:
+		c = s.Client
+	case *ClientCredentials:
+		c = s.Client
+	}
+	if c != nil && c.UpstreamHTTP == nil {
+		c.UpstreamHTTP = hc
+	}
+}
+
+// forgetGrants drops the grants of an authorization_code source.
+func (b *Broker) forgetGrants(names []string) {
+	if s, ok := b.src.(*AuthorizationCode); ok {
+		s.Forget(names...)
+	}
 }
 
 // Upstream is the upstream's name.
@@ -295,6 +324,7 @@ func (b *Broker) Refused(ctx context.Context, id Identity, c *Credential) (*Cred
 // Forget drops the credentials of the identities named (their tokens were
 // revoked: a reload removed them); it returns how many it dropped.
 func (b *Broker) Forget(names ...string) int {
+	b.forgetGrants(names)
 	if b.isShared {
 		return 0
 	}

@@ -14,6 +14,9 @@ import (
 type Env struct {
 	LookupEnv func(string) (string, bool)
 	OnMint    func(Minted)
+	// OnSignIn is called when an identity finished an authorization_code
+	// sign-in (elicitationID: the URL elicitation it completes).
+	OnSignIn func(identity, elicitationID string)
 }
 
 // FromConfig builds the broker of upstream name from its credential:
@@ -40,7 +43,7 @@ func FromConfig(name, endpoint string, c *config.CredentialSource, env Env) (*Br
 		}
 		src = &Exec{Command: cmd, Args: e.Args, Env: e.Env, Timeout: e.Timeout}
 	default:
-		s, err := oauthSource(name, c, env)
+		s, err := oauthSource(name, endpoint, c, env)
 		if err != nil {
 			return nil, err
 		}
@@ -57,10 +60,10 @@ func FromConfig(name, endpoint string, c *config.CredentialSource, env Env) (*Br
 }
 
 // oauthSource builds the OAuth sources.
-func oauthSource(name string, c *config.CredentialSource, env Env) (Source, error) {
+func oauthSource(name, endpoint string, c *config.CredentialSource, env Env) (Source, error) {
 	o := c.OAuth
 	cl := &OAuthClient{Upstream: name, Issuer: o.Issuer, TokenEndpoint: o.TokenEndpoint, AuthorizationEndpoint: o.AuthorizationEndpoint,
-		ClientID: o.ClientID, Scopes: o.Scopes, Resource: o.Resource}
+		ClientID: o.ClientID, Scopes: o.Scopes, Resource: o.Resource, ResourceURL: endpoint}
 	switch {
 	case o.ClientSecretEnv != "":
 		lookup := env.LookupEnv
@@ -88,6 +91,8 @@ func oauthSource(name string, c *config.CredentialSource, env Env) (Source, erro
 		return &ClientCredentials{Client: cl}, nil
 	case config.SourceTokenExchange:
 		return &TokenExchange{Client: cl, SubjectTokenType: o.SubjectTokenType}, nil
+	case config.SourceAuthorizationCode:
+		return &AuthorizationCode{Client: cl, LoginURL: o.LoginURL, OnComplete: env.OnSignIn}, nil
 	}
-	return nil, fmt.Errorf("upstream %q: credential source %s is not available yet", name, c.Source)
+	return nil, fmt.Errorf("upstream %q: unknown credential source %q", name, c.Source)
 }

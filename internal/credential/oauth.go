@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/oauthex"
 )
 
 // OAuthClient is the gateway as an OAuth client of an upstream's
@@ -36,6 +38,12 @@ type OAuthClient struct {
 	// HTTP is the client for the authorization server (default: one with
 	// a 30 s timeout, no proxy, no redirects).
 	HTTP *http.Client
+	// ResourceURL is the upstream's endpoint: with neither Issuer nor
+	// TokenEndpoint, the authorization server is discovered from the
+	// upstream's 401 answer and its RFC 9728 protected resource metadata,
+	// fetched with UpstreamHTTP (the upstream's pinned client).
+	ResourceURL  string
+	UpstreamHTTP *http.Client
 
 	once sync.Mutex
 	done bool
@@ -72,6 +80,16 @@ func (c *OAuthClient) endpoints(ctx context.Context, needAuthorize bool) error {
 	if c.done || (c.TokenEndpoint != "" && (!needAuthorize || c.AuthorizationEndpoint != "")) {
 		return nil
 	}
+	if c.Issuer == "" && c.TokenEndpoint == "" && c.ResourceURL != "" {
+		prm, err := DiscoverResource(ctx, c.UpstreamHTTP, c.ResourceURL)
+		if err != nil {
+			return fmt.Errorf("upstream %q: %w; or configure credential.oauth.issuer", c.Upstream, err)
+		}
+		c.Issuer = prm.AuthorizationServers[0]
+		if c.Resource == "" {
+			c.Resource = prm.Resource
+		}
+	}
 	if c.Issuer == "" {
 		return fmt.Errorf("upstream %q: no token endpoint and no issuer to discover it from", c.Upstream)
 	}
@@ -87,6 +105,59 @@ func (c *OAuthClient) endpoints(ctx context.Context, needAuthorize bool) error {
 	}
 	c.done = true
 	return nil
+}
+
+// DiscoverResource finds the protected resource metadata (RFC 9728) of
+// the MCP endpoint resource: from the resource_metadata of the
+// WWW-Authenticate challenge of an unauthenticated request (as the MCP
+// authorization spec has servers send), else at the well-known URIs
+// (path-inserted, then the root). It must name at least one
+// authorization server.
+func DiscoverResource(ctx context.Context, hc *http.Client, resource string) (*oauthex.ProtectedResourceMetadata, error) {
+	if hc == nil {
+		hc = defaultOAuthHTTP()
+	}
+	u, err := url.Parse(resource)
+	if err != nil || u.Host == "" {
+		return nil, fmt.Errorf("resource %q is not a URL", resource)
+	}
+	var candidates []string
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, resource, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	if resp, err := hc.Do(req); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusUnauthorized {
+			if cs, err := oauthex.ParseWWWAuthenticate(resp.Header.Values("WWW-Authenticate")); err == nil {
+				for _, c := range cs {
+					if m := c.Params["resource_metadata"]; c.Scheme == "bearer" && m != "" {
+						candidates = append(candidates, m)
+					}
+				}
+			}
+		}
+	}
+	origin := u.Scheme + "://" + u.Host
+	if p := strings.TrimSuffix(u.Path, "/"); p != "" {
+		candidates = append(candidates, origin+"/.well-known/oauth-protected-resource"+p)
+	}
+	candidates = append(candidates, origin+"/.well-known/oauth-protected-resource")
+	var errs []string
+	for _, m := range candidates {
+		prm, err := oauthex.GetProtectedResourceMetadata(ctx, m, resource, hc)
+		if err != nil {
+			errs = append(errs, err.Error())
+			continue
+		}
+		if len(prm.AuthorizationServers) == 0 {
+			errs = append(errs, m+": names no authorization server")
+			continue
+		}
+		return prm, nil
+	}
+	return nil, fmt.Errorf("discover the upstream's authorization server (RFC 9728): %s", strings.Join(errs, "; "))
 }
 
 // AuthServerMeta is what the gateway reads of an authorization server's

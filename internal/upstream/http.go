@@ -188,6 +188,9 @@ func NewHTTP(o HTTPOptions) (*HTTPUpstream, error) {
 		// all); one without a Location is not followed either.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
+	if o.Credentials != nil {
+		o.Credentials.UseUpstreamClient(up.client)
+	}
 	return up, nil
 }
 

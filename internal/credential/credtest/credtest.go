@@ -41,6 +41,16 @@ type Upstream struct {
 	accepted map[string]int // identity -> accepted requests
 	srv      *http.Server
 	verify   func(token string) (identity string, err error)
+	issuer   string // advertised in 401s and the protected resource metadata
+}
+
+// Advertise makes the upstream an MCP resource server of issuer: its 401
+// answers carry resource_metadata (RFC 9728), served at
+// /.well-known/oauth-protected-resource/mcp.
+func (u *Upstream) Advertise(issuer string) {
+	u.mu.Lock()
+	u.issuer = issuer
+	u.mu.Unlock()
 }
 
 // Trust makes the upstream accept, besides its token service's tokens,
@@ -78,6 +88,17 @@ func Start(t testing.TB) *Upstream {
 	mcpHandler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil)
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /mint", u.mint)
+	mux.HandleFunc("GET /.well-known/oauth-protected-resource/mcp", func(w http.ResponseWriter, r *http.Request) {
+		u.mu.Lock()
+		iss := u.issuer
+		u.mu.Unlock()
+		if iss == "" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]any{"resource": u.URL, "authorization_servers": []string{iss}, "bearer_methods_supported": []string{"header"}})
+	})
 	mux.Handle("/mcp", u.auth(mcpHandler))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -235,7 +256,14 @@ func (u *Upstream) auth(next http.Handler) http.Handler {
 		}
 		u.mu.Unlock()
 		if !ok {
-			w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token"`)
+			u.mu.Lock()
+			advertised := u.issuer != ""
+			u.mu.Unlock()
+			if advertised {
+				w.Header().Set("WWW-Authenticate", `Bearer resource_metadata="`+strings.TrimSuffix(u.URL, "/mcp")+`/.well-known/oauth-protected-resource/mcp"`)
+			} else {
+				w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token"`)
+			}
 			http.Error(w, "unknown, revoked or not yet valid token", http.StatusUnauthorized)
 			return
 		}
