@@ -213,6 +213,8 @@ func kindOf(b []byte) (Kind, bool) {
 		return KindPolicy, true
 	case "admin":
 		return KindAdmin, true
+	case "credential_minted":
+		return KindCredential, true
 	}
 	return "", false
 }

@@ -45,6 +45,7 @@ func fastCases() map[string]Record {
 		"stderr":      &Stderr{Upstream: "fs", Bytes: 1 << 40, Lines: -1},
 		"policy":      &Policy{Event: "loaded", Bundle: sampleDigest, Reason: "\t"},
 		"admin":       &Admin{Action: "checkpoint", Actor: "😀"},
+		"credential":  &CredentialMinted{Upstream: "gh", Identity: "alice@example.com", Source: "exec", Reason: "first", Expires: "2026-01-02T03:04:05Z", Fingerprint: "hmac-sha256:00"},
 		"call/zero":   &Call{},
 		"result/zero": &Result{},
 		"call/minimal": &Call{Session: "s", Agent: "a", Tool: "t", Upstream: "u", EvidenceClass: "e", Decision: DecisionDeny,

@@ -16,21 +16,22 @@ type Kind string
 // Record kinds. The writer itself writes genesis, segment, checkpoint,
 // recovery and seal; callers of Append write the others.
 const (
-	KindGenesis    Kind = "genesis"    // first record of an epoch: who, what, which key, evidence
-	KindSegment    Kind = "segment"    // first record of every segment file after the first
-	KindCheckpoint Kind = "checkpoint" // in-band signed checkpoint (C2SP signed note)
-	KindRecovery   Kind = "recovery"   // what was cut from a crashed predecessor epoch
-	KindSeal       Kind = "seal"       // clean shutdown; followed by the final checkpoint
-	KindSpawn      Kind = "spawn"      // a stdio upstream process was measured and started (or refused)
-	KindUpstream   Kind = "upstream"   // an upstream connected, failed or went away
-	KindDrift      Kind = "drift"      // a tool definition differs from its pin
-	KindSession    Kind = "session"    // an agent session started or ended
-	KindCall       Kind = "call"       // one tools/call request and its policy decision
-	KindAccess     Kind = "access"     // one resources/read, resources/subscribe, prompts/get or completion/complete request and its policy decision
-	KindResult     Kind = "result"     // the outcome of a forwarded call
-	KindStderr     Kind = "stderr"     // byte counts of an upstream's stderr (never the bytes)
-	KindPolicy     Kind = "policy"     // a policy bundle was loaded, reloaded or rejected
-	KindAdmin      Kind = "admin"      // an operator action: kill switch, forced checkpoint
+	KindGenesis    Kind = "genesis"           // first record of an epoch: who, what, which key, evidence
+	KindSegment    Kind = "segment"           // first record of every segment file after the first
+	KindCheckpoint Kind = "checkpoint"        // in-band signed checkpoint (C2SP signed note)
+	KindRecovery   Kind = "recovery"          // what was cut from a crashed predecessor epoch
+	KindSeal       Kind = "seal"              // clean shutdown; followed by the final checkpoint
+	KindSpawn      Kind = "spawn"             // a stdio upstream process was measured and started (or refused)
+	KindUpstream   Kind = "upstream"          // an upstream connected, failed or went away
+	KindDrift      Kind = "drift"             // a tool definition differs from its pin
+	KindSession    Kind = "session"           // an agent session started or ended
+	KindCall       Kind = "call"              // one tools/call request and its policy decision
+	KindAccess     Kind = "access"            // one resources/read, resources/subscribe, prompts/get or completion/complete request and its policy decision
+	KindResult     Kind = "result"            // the outcome of a forwarded call
+	KindStderr     Kind = "stderr"            // byte counts of an upstream's stderr (never the bytes)
+	KindPolicy     Kind = "policy"            // a policy bundle was loaded, reloaded or rejected
+	KindAdmin      Kind = "admin"             // an operator action: kill switch, forced checkpoint
+	KindCredential Kind = "credential_minted" // an upstream credential was minted for an identity (never the credential)
 )
 
 // writerKinds are written only by the Writer itself.
@@ -41,6 +42,7 @@ var knownKinds = map[Kind]bool{
 	KindGenesis: true, KindSegment: true, KindCheckpoint: true, KindRecovery: true, KindSeal: true,
 	KindSpawn: true, KindUpstream: true, KindDrift: true, KindSession: true, KindCall: true,
 	KindAccess: true, KindResult: true, KindStderr: true, KindPolicy: true, KindAdmin: true,
+	KindCredential: true,
 }
 
 // Record is one typed record body. Every type below implements it.
@@ -359,6 +361,19 @@ type Admin struct {
 	Reason string `json:"reason,omitzero"`
 }
 
+// CredentialMinted says who got a new upstream credential, when (the
+// record's ts), from which source, until when and which one: a keyed
+// fingerprint, never the credential itself.
+type CredentialMinted struct {
+	Upstream    string `json:"upstream"`
+	Identity    string `json:"identity"`
+	Source      string `json:"source"`           // exec, client_credentials, token_exchange, authorization_code
+	Reason      string `json:"reason"`           // first, expiring, refused
+	Expires     string `json:"expires,omitzero"` // RFC 3339 UTC; absent when the source did not say
+	Fingerprint string `json:"fingerprint"`      // hmac-sha256:<24 hex>, keyed per gateway run
+	Session     string `json:"session,omitzero"` // the session whose call minted it, if known
+}
+
 func (*Genesis) Kind() Kind          { return KindGenesis }
 func (*Segment) Kind() Kind          { return KindSegment }
 func (*CheckpointRecord) Kind() Kind { return KindCheckpoint }
@@ -374,6 +389,7 @@ func (*Result) Kind() Kind           { return KindResult }
 func (*Stderr) Kind() Kind           { return KindStderr }
 func (*Policy) Kind() Kind           { return KindPolicy }
 func (*Admin) Kind() Kind            { return KindAdmin }
+func (*CredentialMinted) Kind() Kind { return KindCredential }
 
 // newRecord returns an empty record of kind k.
 func newRecord(k Kind) (Record, error) {
@@ -408,6 +424,8 @@ func newRecord(k Kind) (Record, error) {
 		return new(Policy), nil
 	case KindAdmin:
 		return new(Admin), nil
+	case KindCredential:
+		return new(CredentialMinted), nil
 	}
 	return nil, fmt.Errorf("unknown record kind %q", k)
 }
