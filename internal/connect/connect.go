@@ -41,6 +41,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/confidential-mcp/cmcp/internal/buildinfo"
+	"github.com/confidential-mcp/cmcp/internal/tunnel"
 	"github.com/confidential-mcp/cmcp/internal/tunnel/wire"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
@@ -290,7 +291,7 @@ func (c *Connector) once(ctx context.Context) (registered bool, err error) {
 	if ws.Subprotocol() != wire.Subprotocol {
 		return false, fmt.Errorf("%s did not accept the tunnel protocol %s: is it a cmcp gateway's tunnel endpoint?", c.url, wire.Subprotocol)
 	}
-	ws.SetReadLimit(wire.MaxFrame)
+	ws.SetReadLimit(-1) // tunnel.ReadFrame bounds each message
 	t := &tun{c: c, ws: ws, sessions: map[string]*session{}, done: make(chan struct{})}
 	if c.o.RequireAttested {
 		if err := t.attest(dctx, resp.TLS); err != nil {
@@ -380,18 +381,18 @@ func (t *tun) write(ctx context.Context, b []byte) error {
 }
 
 func (t *tun) read(ctx context.Context) (*wire.Frame, error) {
-	typ, b, err := t.ws.Read(ctx)
+	f, err := tunnel.ReadFrame(ctx, t.ws)
 	if err != nil {
 		var ce websocket.CloseError
 		if errors.As(err, &ce) {
 			return nil, fmt.Errorf("the gateway closed the tunnel (%d %s)", ce.Code, ce.Reason)
 		}
+		if errors.Is(err, tunnel.ErrTooLarge) {
+			return nil, fmt.Errorf("the gateway sent %w", err)
+		}
 		return nil, err
 	}
-	if typ != websocket.MessageText {
-		return nil, errors.New("the gateway sent a binary message")
-	}
-	return wire.Decode(b)
+	return f, nil
 }
 
 func (t *tun) host() wire.Host {

@@ -24,6 +24,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -258,7 +259,7 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.Close(websocket.StatusPolicyViolation, "cmcp: the connector must offer subprotocol "+wire.Subprotocol)
 		return
 	}
-	c.SetReadLimit(wire.MaxFrame)
+	c.SetReadLimit(-1) // ReadFrame bounds each message
 	h.serve(c, tlsState, remote)
 }
 
@@ -287,7 +288,7 @@ func (h *Hub) serve(c *websocket.Conn, tlsState *tls.ConnectionState, remote str
 	ev := Event{Remote: remote}
 	ctx, cancel := context.WithTimeout(context.Background(), h.o.RegisterTimeout)
 	defer cancel()
-	f, err := readFrame(ctx, c)
+	f, err := ReadFrame(ctx, c)
 	if err != nil {
 		h.refuse(c, ev, wire.CodeBadFrame, fmt.Sprintf("no register frame within %v: %v", h.o.RegisterTimeout, err))
 		return
@@ -311,7 +312,7 @@ func (h *Hub) serve(c *websocket.Conn, tlsState *tls.ConnectionState, remote str
 			return
 		}
 		ev.Attested = true
-		if f, err = readFrame(ctx, c); err != nil {
+		if f, err = ReadFrame(ctx, c); err != nil {
 			h.refuse(c, ev, wire.CodeBadFrame, fmt.Sprintf("no register frame after the evidence within %v: %v", h.o.RegisterTimeout, err))
 			return
 		}
@@ -418,10 +419,43 @@ func authorized(u *Upstream, token, machine string) bool {
 	return ok
 }
 
-func readFrame(ctx context.Context, c *websocket.Conn) (*wire.Frame, error) {
-	typ, b, err := c.Read(ctx)
+// ErrTooLarge is the read error of a WebSocket message over wire.MaxFrame.
+var ErrTooLarge = fmt.Errorf("a message over the limit of %d bytes", wire.MaxFrame)
+
+// ReadFrame reads one frame. A message over wire.MaxFrame is not read
+// past the limit: the error is ErrTooLarge and the caller ends the tunnel
+// (coder/websocket's own limit would close with a handshake that waits
+// for a peer busy writing the rest).
+func ReadFrame(ctx context.Context, c *websocket.Conn) (*wire.Frame, error) {
+	return readFrameCounting(ctx, c, nil)
+}
+
+// countingReader adds what it reads to n.
+type countingReader struct {
+	r io.Reader
+	n *atomic.Int64
+}
+
+func (c countingReader) Read(p []byte) (int, error) {
+	k, err := c.r.Read(p)
+	c.n.Add(int64(k))
+	return k, err
+}
+
+func readFrameCounting(ctx context.Context, c *websocket.Conn, n *atomic.Int64) (*wire.Frame, error) {
+	typ, r, err := c.Reader(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if n != nil {
+		r = countingReader{r, n}
+	}
+	b, err := io.ReadAll(io.LimitReader(r, wire.MaxFrame+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > wire.MaxFrame {
+		return nil, ErrTooLarge
 	}
 	if typ != websocket.MessageText {
 		return nil, errors.New("a binary message: the tunnel carries text frames only")
@@ -444,6 +478,9 @@ type Machine struct {
 
 	host     atomic.Pointer[wire.Host]
 	lastBeat atomic.Int64 // unix ns of the last heartbeat frame
+	// readBytes counts the bytes of data messages read: a pong queued
+	// behind a long message comes late, but the tunnel is not half-open.
+	readBytes atomic.Int64
 	live     atomic.Bool
 
 	mu       sync.Mutex
@@ -576,9 +613,15 @@ func (m *Machine) heartbeat() {
 			return
 		case <-t.C:
 		}
+		before := m.readBytes.Load()
 		ctx, cancel := context.WithTimeout(context.Background(), period)
 		err := m.c.Ping(ctx)
 		cancel()
+		if err != nil && m.readBytes.Load() != before && m.Err() == nil {
+			// Data flowed while the pong did not come: it waits behind
+			// a long message. Not half-open; the next ping decides.
+			continue
+		}
 		if err != nil {
 			if m.Err() == nil {
 				m.drop(fmt.Errorf("no pong within the heartbeat period of %v (a half-open or stalled connection)", period), websocket.StatusInternalError)
@@ -590,13 +633,13 @@ func (m *Machine) heartbeat() {
 
 func (m *Machine) readLoop() error {
 	for {
-		f, err := readFrame(context.Background(), m.c)
+		f, err := readFrameCounting(context.Background(), m.c, &m.readBytes)
 		if err != nil {
+			if errors.Is(err, ErrTooLarge) {
+				return fmt.Errorf("the connector sent %w", err)
+			}
 			var ce websocket.CloseError
 			if errors.As(err, &ce) {
-				if ce.Code == websocket.StatusMessageTooBig {
-					return fmt.Errorf("the connector sent a message over the limit of %d bytes", wire.MaxFrame)
-				}
 				return fmt.Errorf("the connector closed the tunnel (%d %s)", ce.Code, ce.Reason)
 			}
 			if m.Err() != nil {
