@@ -481,7 +481,7 @@ type Machine struct {
 	// readBytes counts the bytes of data messages read: a pong queued
 	// behind a long message comes late, but the tunnel is not half-open.
 	readBytes atomic.Int64
-	live     atomic.Bool
+	live      atomic.Bool
 
 	mu       sync.Mutex
 	sessions map[string]*Session
