@@ -165,7 +165,7 @@ func New(o Options) (*Connector, error) {
 	if o.Token == "" {
 		return nil, errors.New("no machine token: the gateway accepts machines only with one of the upstream's tokens")
 	}
-	if o.RequireAttested && o.Reference == nil {
+	if o.RequireAttested && o.Reference == nil && !o.AllowSoftware {
 		return nil, errors.New("attestation needs reference values: without them any code on genuine hardware would pass")
 	}
 	c := &Connector{o: o}
@@ -353,7 +353,18 @@ func (t *tun) attest(ctx context.Context, cs *tls.ConnectionState) error {
 	if err != nil {
 		return &VerifyError{Err: fmt.Errorf("the gateway's evidence bundle: %w", err)}
 	}
-	r, err := evidence.Verify(b, evidence.VerifyOptions{Roots: t.c.o.Roots, Reference: t.c.o.Reference, ExpectNonce: nonce, ExpectStatement: st, AllowSoftware: t.c.o.AllowSoftware})
+	ref := t.c.o.Reference
+	if b.Platform == evidence.PlatformSoftware && t.c.o.AllowSoftware {
+		// Reference values are for hardware; software evidence matches
+		// none. Allowed for development, it is checked for its binding
+		// (this channel, this nonce) only, and said so.
+		ref = nil
+		t.c.o.Log.Warn("the gateway runs without hardware attestation (software evidence, allowed by --allow-software): its binding to this TLS channel is checked, its code is not")
+	}
+	if ref == nil && b.Platform != evidence.PlatformSoftware {
+		return &VerifyError{Err: fmt.Errorf("the gateway gave %s evidence and there are no reference values to check its code against: give --reference", b.Platform)}
+	}
+	r, err := evidence.Verify(b, evidence.VerifyOptions{Roots: t.c.o.Roots, Reference: ref, ExpectNonce: nonce, ExpectStatement: st, AllowSoftware: t.c.o.AllowSoftware})
 	if err != nil {
 		return &VerifyError{Err: err}
 	}
