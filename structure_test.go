@@ -20,6 +20,7 @@ type listedPackage struct {
 	Dir        string
 	GoFiles    []string
 	CgoFiles   []string
+	Imports    []string
 	Deps       []string
 }
 
@@ -102,4 +103,47 @@ func TestPackageDocComments(t *testing.T) {
 func firstLine(s string) string {
 	line, _, _ := strings.Cut(s, "\n")
 	return line
+}
+
+// TestOnlyTheServerAssemblyReadsConfig: of the packages `cmcp serve` runs
+// (internal/server and what it depends on), only the server assembly
+// imports internal/config: it turns the file into plain option structs
+// for the gateway core, its fronts and the upstreams, so that the core's
+// behaviour follows from its options and not from where a setting sits
+// in cmcp.yaml. The command line (internal/cli) loads the file for every
+// verb and is not among them.
+func TestOnlyTheServerAssemblyReadsConfig(t *testing.T) {
+	const (
+		module = "github.com/confidential-mcp/cmcp/"
+		config = module + "internal/config"
+		server = module + "internal/server"
+	)
+	mayRead := map[string]string{
+		server: "the server assembly",
+		// Not moved yet: the HTTP upstream's options from the file
+		// (HTTPOptionsFromConfig) and the rules it shares with
+		// spawn-digest --check (config.Credential, RedactedURL,
+		// CodeLoadingEnv, header names).
+		module + "internal/upstream": "known exception",
+		// Not moved yet: the broker of an upstream's credential: section
+		// (credential.FromConfig), reached through the upstream's options.
+		module + "internal/credential": "known exception",
+	}
+	runs := goList(t, append([]string{"-deps"}, "./internal/server")...)
+	seen := 0
+	for _, p := range runs {
+		if !strings.HasPrefix(p.ImportPath, module) || p.ImportPath == config {
+			continue
+		}
+		seen++
+		if !slices.Contains(p.Imports, config) {
+			continue
+		}
+		if _, ok := mayRead[p.ImportPath]; !ok {
+			t.Errorf("%s imports %s; only %s may (the core and the fronts get plain option structs from it)", p.ImportPath, config, server)
+		}
+	}
+	if seen < 5 {
+		t.Fatalf("go list -deps ./internal/server listed %d of the module's packages: the check saw nothing", seen)
+	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/confidential-mcp/cmcp/internal/config"
 	"github.com/confidential-mcp/cmcp/internal/gateway"
+	"github.com/confidential-mcp/cmcp/internal/server"
 	"github.com/confidential-mcp/cmcp/internal/ui"
 )
 
@@ -96,7 +97,7 @@ operator clears it.`,
 			}
 			logger := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
 			tuneGC(e)
-			gateway.TuneGC(e.environ)
+			server.TuneGC(e.environ)
 			// A gateway whose log reader went away (`cmcp serve 2>&1 |
 			// head`, a restarted log shipper) keeps serving: otherwise Go
 			// kills a process whose write to stderr meets a closed pipe,
@@ -109,18 +110,18 @@ operator clears it.`,
 			defer stop()
 			// A path argument is relative to the working directory, as
 			// verify-chain's and replay's are; audit.dir in the file is
-			// relative to the file (gateway.Serve resolves it so).
+			// relative to the file (server.Serve resolves it so).
 			auditDir := o.AuditDir
 			if auditDir != "" {
 				if auditDir, err = filepath.Abs(auditDir); err != nil {
 					return ui.Errorf(ui.ExitIO, "--audit-dir %s: %w", o.AuditDir, err)
 				}
 			}
-			so := gateway.ServeOptions{Stdio: o.Stdio, Listen: o.Listen, AuditDir: auditDir, Environ: e.environ, Logger: logger, Metrics: gateway.NewMetrics()}
+			so := server.ServeOptions{Stdio: o.Stdio, Listen: o.Listen, AuditDir: auditDir, Environ: e.environ, Logger: logger, Metrics: gateway.NewMetrics()}
 			if o.Stdio {
 				so.Stdin, so.Stdout = readCloser(e.stdin), writeCloser(e.stdout)
 			}
-			return gateway.Serve(ctx, cfg, so)
+			return server.Serve(ctx, cfg, so)
 		},
 	}
 	o.AddFlags(cmd.Flags())

@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/confidential-mcp/cmcp/internal/sessionbounds"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
@@ -90,8 +91,8 @@ const DefaultListen = "127.0.0.1:8080"
 // open a session per window or task and leave idle ones to the session
 // timeout, and still leaving the rest to the others.
 const (
-	DefaultMaxSessions         = 256
-	DefaultMaxSessionsPerAgent = 64
+	DefaultMaxSessions         = sessionbounds.DefaultTotal
+	DefaultMaxSessionsPerAgent = sessionbounds.DefaultPerAgent
 )
 
 // SessionBounds returns server.max_sessions and
@@ -101,15 +102,10 @@ const (
 // more per agent than in all (Validate refuses that only when both are
 // set).
 func (s *Server) SessionBounds() (total, perAgent int) {
-	total = DefaultMaxSessions
-	if s != nil && s.MaxSessions > 0 {
-		total = s.MaxSessions
+	if s == nil {
+		return sessionbounds.Resolve(0, 0)
 	}
-	perAgent = min(DefaultMaxSessionsPerAgent, total)
-	if s != nil && s.MaxSessionsPerAgent > 0 {
-		perAgent = s.MaxSessionsPerAgent
-	}
-	return total, perAgent
+	return sessionbounds.Resolve(s.MaxSessions, s.MaxSessionsPerAgent)
 }
 
 // Validate checks the server section.

@@ -14,7 +14,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/confidential-mcp/cmcp/internal/config"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
@@ -44,7 +43,7 @@ type AdminOptions struct {
 	// Addr is the listen address (host:port). It must never be the MCP
 	// listener's address: agents must not reach this endpoint.
 	Addr string
-	// Listener, if set, is Addr already bound (Serve binds it before the
+	// Listener, if set, is Addr already bound (server.Serve binds it before the
 	// audit log is opened); Start serves on it instead of listening.
 	Listener net.Listener
 	// TokenDigest is "sha256:<hex>" of the admin bearer token. Required:
@@ -354,13 +353,20 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	_ = enc.Encode(v)
 }
 
+// AdminConfig is the admin: section: the listener's address and the
+// SHA-256 digest of its bearer token.
+type AdminConfig struct {
+	Listen      string
+	TokenSHA256 digest.Digest
+}
+
 // StartAdmin starts the admin listener of the `admin:` section for a running
 // gateway g and its audit log w, and registers the gauges that only exist
 // once both run (audit queue depth, health and append errors, live
 // sessions). Shut it down with
 // (*Admin).Shutdown before closing w. ln, if not nil, is c.Listen already
 // bound.
-func StartAdmin(c *config.Admin, ln net.Listener, g *Gateway, w *auditlog.Writer, m *Metrics, logger *slog.Logger) (*Admin, error) {
+func StartAdmin(c AdminConfig, ln net.Listener, g *Gateway, w *auditlog.Writer, m *Metrics, logger *slog.Logger) (*Admin, error) {
 	if m == nil {
 		m = NewMetrics()
 	}
@@ -385,7 +391,7 @@ func StartAdmin(c *config.Admin, ln net.Listener, g *Gateway, w *auditlog.Writer
 		Metrics:     m,
 		Log:         w,
 		Ready: func() error {
-			if g.closing.Load() {
+			if g.Draining() {
 				// Draining: the MCP listener takes no new connection.
 				return errors.New("shutting down: draining the calls in flight")
 			}

@@ -13,14 +13,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
-	"github.com/confidential-mcp/cmcp/internal/config"
-	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
-)
-
-const (
-	testAdminToken = "admin-token-0123456789abcdef"
-	testAgentToken = "agent-token-0123456789abcdef"
 )
 
 // adminFixture is a real gateway (stdio upstream, audit log) with its admin
@@ -78,18 +71,6 @@ func (f *adminFixture) do(t *testing.T, method, path, token, body string) (int, 
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
-}
-
-// adminRecords returns the admin records in the audit log so far.
-func adminRecords(t *testing.T, dir string) []*auditlog.Admin {
-	t.Helper()
-	var out []*auditlog.Admin
-	for _, e := range logEntries(t, dir) {
-		if a, ok := e.Rec.(*auditlog.Admin); ok {
-			out = append(out, a)
-		}
-	}
-	return out
 }
 
 func TestAdminRequiresItsOwnToken(t *testing.T) {
@@ -242,7 +223,7 @@ func TestAdminReadiness(t *testing.T) {
 
 func TestStartAdminFromConfig(t *testing.T) {
 	h := newHarness(t, hconf{tokens: []Token{{Digest: TokenDigest(testAgentToken), Identity: "agent-a"}}})
-	a, err := StartAdmin(&config.Admin{Listen: "127.0.0.1:0", TokenSHA256: digest.Bytes([]byte(testAdminToken))}, nil, h.g, h.w, NewMetrics(), nil)
+	a, err := StartAdmin(AdminConfig{Listen: "127.0.0.1:0", TokenSHA256: digest.Bytes([]byte(testAdminToken))}, nil, h.g, h.w, NewMetrics(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

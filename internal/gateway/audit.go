@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"strings"
 
-	"github.com/confidential-mcp/cmcp/internal/config"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
@@ -51,7 +50,7 @@ func StdioHooks(log AuditLog, logger *slog.Logger, m *Metrics) upstream.Hooks {
 			// what /proc/<pid>/environ shows.
 			rec.EnvNames = ev.EnvNames
 			rec.Env = log.Commit(envPayload(ev.Env))
-			if code := codeEnvNames(ev.EnvNames); len(code) > 0 {
+			if code := upstream.CodeEnvNames(ev.EnvNames); len(code) > 0 {
 				rec.Reason = joinReason(rec.Reason, "the environment sets variables that load code the pin does not cover: "+strings.Join(code, ", "))
 			}
 			if m != nil {
@@ -107,17 +106,6 @@ func envPayload(env []string) []byte {
 		b = append(append(b, kv...), 0)
 	}
 	return b
-}
-
-// codeEnvNames are the names that load code (config.CodeLoadingEnv).
-func codeEnvNames(names []string) []string {
-	var out []string
-	for _, n := range names {
-		if config.CodeLoadingEnv(n) != "" {
-			out = append(out, n)
-		}
-	}
-	return out
 }
 
 // pinText is d, or "none".

@@ -57,7 +57,7 @@ func twoUpstreams(t *testing.T, mark string) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &lockedWriter{b: &strings.Builder{}}
+	logs := &lockedWriter{}
 	logger := slog.New(slog.NewTextHandler(logs, nil))
 	mk := func(name, tools string, env map[string]string) UpstreamOptions {
 		env[childEnv], env["CMCP_TEST_TOOLS"], env["CMCP_TEST_ID"] = "named", tools, name

@@ -21,7 +21,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/confidential-mcp/cmcp/internal/config"
+	"github.com/confidential-mcp/cmcp/internal/sessionbounds"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
@@ -92,11 +92,11 @@ type HTTPOptions struct {
 	// buffer of several MiB has drained). GET streams are not bounded.
 	WriteStallTimeout time.Duration
 	// MaxSessions bounds the open sessions; past it a request that would
-	// open one gets 503 (0: config.DefaultMaxSessions).
+	// open one gets 503 (0: sessionbounds.DefaultTotal).
 	MaxSessions int
 	// MaxSessionsPerAgent bounds one identity's open sessions; past it a
 	// request of that identity that would open one gets 429 (0:
-	// config.DefaultMaxSessionsPerAgent, or MaxSessions if that is less).
+	// sessionbounds.DefaultPerAgent, or MaxSessions if that is less).
 	MaxSessionsPerAgent int
 }
 
@@ -133,12 +133,12 @@ func (g *Gateway) HTTPHandler(o HTTPOptions) http.Handler {
 	if stall <= 0 {
 		stall = g.opts.CallTimeout
 	}
-	maxSessions, maxPerAgent := (&config.Server{MaxSessions: o.MaxSessions, MaxSessionsPerAgent: o.MaxSessionsPerAgent}).SessionBounds()
+	maxSessions, maxPerAgent := sessionbounds.Resolve(o.MaxSessions, o.MaxSessionsPerAgent)
 	// Unset, the bound per agent is the bound in all when that is below
-	// the default (SessionBounds): then raising server.max_sessions
-	// raises it. At or above the default it is the default, which only
-	// server.max_sessions_per_agent raises.
-	perAgentInherited := o.MaxSessionsPerAgent <= 0 && maxSessions < config.DefaultMaxSessionsPerAgent
+	// the default (sessionbounds.Resolve): then raising
+	// server.max_sessions raises it. At or above the default it is the
+	// default, which only server.max_sessions_per_agent raises.
+	perAgentInherited := sessionbounds.PerAgentInherited(o.MaxSessions, o.MaxSessionsPerAgent)
 	idleEnd := fmt.Sprintf("idle ones end after %s, server.session_timeout", timeout)
 	if timeout == 0 {
 		idleEnd = "idle ones do not end: server.session_timeout is off"
@@ -573,24 +573,6 @@ func (l *everySecond) allow() (bool, int64) {
 	return true, l.quiet.Swap(0)
 }
 
-// CheckListen refuses to listen on a non-loopback address without any
-// authentication configured. A host name counts as loopback only if it
-// resolves to a loopback address (as net.Listen resolves it); serve checks
-// the address it bound too.
-func CheckListen(addr string, authenticated bool) error {
-	if authenticated {
-		return nil
-	}
-	a, err := net.ResolveTCPAddr("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("listen address %q: %w", addr, err)
-	}
-	if !config.IsLoopbackListener(a) {
-		return fmt.Errorf("refusing to listen on %s without authentication: configure bearer tokens (or mutual TLS) for the MCP endpoint, or listen on a loopback address such as 127.0.0.1", addr)
-	}
-	return nil
-}
-
 func (g *Gateway) sessionByID(id string) *session {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -606,7 +588,7 @@ func (g *Gateway) ServeStdio(ctx context.Context, in io.ReadCloser, out io.Write
 }
 
 // serveStdio is ServeStdio; inputEnded, if set, is called once in ends,
-// while the requests read are still being answered (Serve bounds that
+// while the requests read are still being answered (server.Serve bounds that
 // by server.shutdown_grace).
 func (g *Gateway) serveStdio(ctx context.Context, in io.ReadCloser, out io.WriteCloser, identity string, inputEnded func()) error {
 	if identity == "" {

@@ -1,8 +1,9 @@
-// Package gateway is cmcp serve: the MCP front ends (Streamable HTTP and
-// stdio) that agents talk to, their authentication and sessions, the catalog
-// of upstream tools, the call pipeline (route, decide, record durably,
-// forward, record the result) and faithful forwarding of everything else MCP
-// carries between an agent and its upstreams.
+// Package gateway is the core of cmcp serve: the MCP front ends (Streamable
+// HTTP and stdio) that agents talk to, their authentication and sessions,
+// the catalog of upstream tools, the call pipeline (route, decide, record
+// durably, forward, record the result) and faithful forwarding of
+// everything else MCP carries between an agent and its upstreams. It takes
+// plain options; internal/server builds it from the configuration.
 package gateway
 
 import (
@@ -87,7 +88,7 @@ type Options struct {
 	// session's own calls are found within listRecheckDelay of the call.
 	ListRecheck time.Duration
 	// KillSwitchFile is where the engaged kill switch's state is kept
-	// (killswitch.go; Serve puts it in the audit directory). Start engages
+	// (killswitch.go; server.Serve puts it in the audit directory). Start engages
 	// the switch if the file is there or cannot be read. "": the switch
 	// lives in memory only.
 	KillSwitchFile string

@@ -164,45 +164,6 @@ func TestAuthentication(t *testing.T) {
 	}
 }
 
-func TestCheckListen(t *testing.T) {
-	for _, tc := range []struct {
-		addr string
-		auth bool
-		ok   bool
-	}{{"127.0.0.1:0", false, true}, {"[::1]:9", false, true}, {"localhost:1", false, true}, {"0.0.0.0:9", false, false}, {"10.1.2.3:9", false, false}, {"0.0.0.0:9", true, true}} {
-		err := CheckListen(tc.addr, tc.auth)
-		if (err == nil) != tc.ok {
-			t.Errorf("CheckListen(%q, %v) = %v", tc.addr, tc.auth, err)
-		}
-	}
-}
-
-// rawPost sends body to the MCP endpoint (in a fresh session unless sid).
-func rawPost(t *testing.T, url, sid string, body []byte) (int, string) {
-	t.Helper()
-	resp, b := rawPostResp(t, url, sid, body)
-	return resp.StatusCode, string(b)
-}
-
-// rawPostResp is rawPost with the whole response (its body read).
-func rawPostResp(t *testing.T, url, sid string, body []byte) (*http.Response, []byte) {
-	t.Helper()
-	req, _ := http.NewRequest("POST", url, bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	if sid != "" {
-		req.Header.Set("Mcp-Session-Id", sid)
-		req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp, b
-}
-
 func TestBadInput(t *testing.T) {
 	h := newHarness(t, hconf{})
 	cs := h.connect("", nil)
@@ -422,19 +383,6 @@ func TestChildExitsAtStart(t *testing.T) {
 	if !strings.Contains(err.Error(), "exit status 3") && !strings.Contains(err.Error(), "closed") {
 		t.Fatalf("error does not say the child exited: %v", err)
 	}
-}
-
-func pidOf(t *testing.T, cs *mcp.ClientSession, tool string) int {
-	t.Helper()
-	res, err := call(t, cs, tool, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, err := strconv.Atoi(firstText(res))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pid
 }
 
 func TestChildDiesMidCall(t *testing.T) {

@@ -6,24 +6,19 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
-	"encoding/json"
-	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/confidential-mcp/cmcp/internal/gwtest"
 	"github.com/confidential-mcp/cmcp/internal/policy"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
@@ -35,26 +30,7 @@ func TestMain(m *testing.M) {
 		runChild(mode)
 		return
 	}
-	if cfg := os.Getenv(gatewayEnv); cfg != "" {
-		runGatewayProcess(cfg)
-		return
-	}
 	os.Exit(m.Run())
-}
-
-// selfDigest is the pin of the test binary, which is also the upstream.
-func selfDigest(t testing.TB) (string, digest.Digest) {
-	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, d, err := digest.OpenFile(exe)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	return exe, d
 }
 
 type hconf struct {
@@ -142,7 +118,7 @@ func newHarness(t testing.TB, c hconf) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &lockedWriter{b: &strings.Builder{}}
+	logs := &lockedWriter{}
 	logger := slog.New(slog.NewTextHandler(logs, nil))
 	env := map[string]string{childEnv: c.mode}
 	for k, v := range c.env {
@@ -226,44 +202,6 @@ func (l sndbufListener) Accept() (net.Conn, error) {
 	return c, err
 }
 
-func clip(s string, n int) string {
-	if len(s) > n {
-		return s[:n] + "..."
-	}
-	return s
-}
-
-type lockedWriter struct {
-	mu sync.Mutex
-	b  *strings.Builder
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.b.Len() > 1<<20 {
-		return len(p), nil
-	}
-	return l.b.Write(p)
-}
-
-func (l *lockedWriter) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-type bearer struct {
-	tok  string
-	base http.RoundTripper
-}
-
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.tok)
-	return b.base.RoundTrip(r)
-}
-
 // connect opens an agent session with a go-sdk client.
 func (h *harness) connect(token string, opts *mcp.ClientOptions) *mcp.ClientSession {
 	h.t.Helper()
@@ -282,7 +220,7 @@ func (h *harness) tryConnect(token string, opts *mcp.ClientOptions) (*mcp.Client
 func (h *harness) tryConnectClient(token string, c *mcp.Client) (*mcp.ClientSession, error) {
 	hc := &http.Client{Transport: http.DefaultTransport}
 	if token != "" {
-		hc.Transport = bearer{tok: token, base: http.DefaultTransport}
+		hc.Transport = gwtest.Bearer{Tok: token, Base: http.DefaultTransport}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -333,102 +271,11 @@ func (h *harness) connectClientVia(front string, c *mcp.Client) *mcp.ClientSessi
 	return cs
 }
 
-func call(t *testing.T, cs *mcp.ClientSession, name string, args any) (*mcp.CallToolResult, error) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if args == nil {
-		args = map[string]any{}
-	}
-	return cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
-}
-
-func wireCode(err error) int64 {
-	var we *jsonrpc.Error
-	if errors.As(err, &we) {
-		return we.Code
-	}
-	return 0
-}
-
-func firstText(r *mcp.CallToolResult) string {
-	if r == nil || len(r.Content) == 0 {
-		return ""
-	}
-	if tc, ok := r.Content[0].(*mcp.TextContent); ok {
-		return tc.Text
-	}
-	return ""
-}
-
-type rec struct {
-	Kind string         `json:"kind"`
-	Seq  string         `json:"seq"`
-	Body map[string]any `json:"body"`
-}
-
 // records reads every record the gateway wrote so far.
 func (h *harness) records() []rec {
 	h.t.Helper()
 	h.g.results.Wait() // result records are appended after the response
 	return readRecords(h.t, h.dir)
-}
-
-func readRecords(t testing.TB, dir string) []rec {
-	t.Helper()
-	var out []rec
-	files, _ := filepath.Glob(filepath.Join(dir, "*", "seg-*.jsonl"))
-	for _, f := range files {
-		fh, err := os.Open(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sc := bufio.NewScanner(fh)
-		sc.Buffer(make([]byte, 1<<20), 8<<20)
-		for sc.Scan() {
-			var r rec
-			if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-				t.Fatalf("%s: %v", f, err)
-			}
-			out = append(out, r)
-		}
-		fh.Close()
-	}
-	return out
-}
-
-func kinds(rs []rec, kind string) []rec {
-	var out []rec
-	for _, r := range rs {
-		if r.Kind == kind {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
-// eventually polls f until it returns "" or the deadline passes.
-func eventually(t *testing.T, d time.Duration, f func() string) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	msg := ""
-	for time.Now().Before(deadline) {
-		if msg = f(); msg == "" {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("condition not met after %s: %s", d, msg)
-}
-
-func pidAlive(pid int) bool {
-	// Signal 0 checks existence; a zombie is not alive for us.
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	f := strings.Fields(string(b))
-	return len(f) > 2 && f[2] != "Z"
 }
 
 // rawSender opens an initialised session with h over front ("http" or

@@ -90,7 +90,7 @@ func TestCallMetaReachesTheUpstreamAsSent(t *testing.T) {
 		for _, front := range fronts {
 			t.Run(up+"-upstream/"+front, func(t *testing.T) {
 				seen := filepath.Join(t.TempDir(), "seen")
-				bodies := &lockedWriter{b: &strings.Builder{}}
+				bodies := &lockedWriter{}
 				h := newHarness(t, hconf{mode: "teestdin", env: map[string]string{"CMCP_TEST_SEEN": seen}, http: up == "http", upstreamBodies: bodies})
 				got := rawExchange(t, h, front, `{"jsonrpc":"2.0","id":"x","method":"tools/call","params":{"_meta":`+before+agentTok+after+`,"name":"t__progress","arguments":{}}}`)
 				if last := got[len(got)-1]; !strings.Contains(last, `"result"`) || !strings.Contains(last, "progressed") {

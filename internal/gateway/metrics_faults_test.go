@@ -10,7 +10,6 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/confidential-mcp/cmcp/internal/config"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
@@ -114,7 +113,7 @@ func TestCallMetricsNameGatewayFaults(t *testing.T) {
 	t.Run("audit log fails", func(t *testing.T) {
 		m := NewMetrics()
 		h := newHarness(t, hconf{decider: denyTool{"t__fail"}, metrics: m})
-		a, err := StartAdmin(&config.Admin{Listen: "127.0.0.1:0", TokenSHA256: digest.Bytes([]byte(testAdminToken))}, nil, h.g, h.w, m, nil)
+		a, err := StartAdmin(AdminConfig{Listen: "127.0.0.1:0", TokenSHA256: digest.Bytes([]byte(testAdminToken))}, nil, h.g, h.w, m, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,57 +4,12 @@ import (
 	"bytes"
 	"context"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 	"unicode/utf8"
 )
-
-// sampleLine is one sample of the Prometheus text format (no timestamps).
-var sampleLine = regexp.MustCompile(`^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?:[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\.)*",?)*\})? (\S+)$`)
-
-// parseExposition checks the text format line by line (every sample's
-// family was declared with HELP and TYPE before it) and returns the samples
-// as "name{labels}" -> value.
-func parseExposition(t *testing.T, text string) map[string]float64 {
-	t.Helper()
-	typed := map[string]string{}
-	out := map[string]float64{}
-	for i, line := range strings.Split(strings.TrimSuffix(text, "\n"), "\n") {
-		switch {
-		case strings.HasPrefix(line, "# HELP "):
-		case strings.HasPrefix(line, "# TYPE "):
-			f := strings.Fields(line)
-			if len(f) != 4 {
-				t.Fatalf("line %d: bad TYPE line %q", i+1, line)
-			}
-			if _, dup := typed[f[2]]; dup {
-				t.Fatalf("line %d: family %s declared twice", i+1, f[2])
-			}
-			typed[f[2]] = f[3]
-		default:
-			m := sampleLine.FindStringSubmatch(line)
-			if m == nil {
-				t.Fatalf("line %d: not a valid sample: %q", i+1, line)
-			}
-			fam := m[1]
-			if typed[fam] == "" {
-				fam = strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(fam, "_bucket"), "_sum"), "_count")
-			}
-			if typed[fam] == "" {
-				t.Fatalf("line %d: sample %s before its TYPE", i+1, m[1])
-			}
-			v, err := strconv.ParseFloat(m[3], 64)
-			if err != nil {
-				t.Fatalf("line %d: value %q: %v", i+1, m[3], err)
-			}
-			out[m[1]+m[2]] = v
-		}
-	}
-	return out
-}
 
 func TestMetricsExposition(t *testing.T) {
 	m := NewMetrics()

@@ -11,7 +11,6 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"io"
 	"math/big"
@@ -135,42 +134,6 @@ func testUpstreamListChanged(t *testing.T, hc hconf) {
 	if got["fail"] != "removed/refused" || got["sneaky"] != "new/refused" {
 		t.Fatalf("drift records: %v", got)
 	}
-}
-
-// certs makes a CA, a server certificate for 127.0.0.1 and a client
-// certificate for subject CN=agent-7.
-func certs(t *testing.T) (ca *x509.CertPool, server, client tls.Certificate, caPEM []byte) {
-	t.Helper()
-	key := func() *ecdsa.PrivateKey {
-		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return k
-	}
-	caKey := key()
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"}, NotBefore: time.Now().Add(-time.Hour),
-		NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caCert, _ := x509.ParseCertificate(caDER)
-	ca = x509.NewCertPool()
-	ca.AddCert(caCert)
-	leaf := func(serial int64, subj pkix.Name, usage x509.ExtKeyUsage, ips []net.IP) tls.Certificate {
-		k := key()
-		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: subj, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-			ExtKeyUsage: []x509.ExtKeyUsage{usage}, IPAddresses: ips, KeyUsage: x509.KeyUsageDigitalSignature}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &k.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: k}
-	}
-	server = leaf(2, pkix.Name{CommonName: "cmcp"}, x509.ExtKeyUsageServerAuth, []net.IP{net.ParseIP("127.0.0.1")})
-	client = leaf(3, pkix.Name{CommonName: "agent-7", Organization: []string{"acme"}}, x509.ExtKeyUsageClientAuth, nil)
-	return ca, server, client, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
 }
 
 func TestMutualTLSIdentity(t *testing.T) {

@@ -4,18 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/confidential-mcp/cmcp/internal/config"
 	"github.com/confidential-mcp/cmcp/internal/policy"
-	"github.com/confidential-mcp/cmcp/internal/ui"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
@@ -162,92 +156,10 @@ func (g *Gateway) ReloadPolicy(ctx context.Context, dir string, expect digest.Di
 	return nil
 }
 
-// PolicyFromConfig loads the bundle named by the configuration's policy
-// section and starts an engine on it; nil without a policy section. A bundle
-// that does not parse, does not validate or does not match policy.expect is
-// an error that names the file, line and reason.
-func PolicyFromConfig(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*policy.Engine, error) {
-	p := cfg.Policy
-	if p == nil {
-		return nil, nil
-	}
-	mode, err := policy.ParseMode(p.Mode)
-	if err != nil {
-		return nil, ui.WithCode(ui.ExitConfig, fmt.Errorf("%s: %w", cfg.Path, err))
-	}
-	b, err := policy.Load(ctx, cfg.Resolve(p.Dir), policy.LoadOptions{Expect: p.Expect})
-	if err != nil {
-		return nil, fmt.Errorf("%s: policy: %w", cfg.Path, err)
-	}
-	if p.Expect.IsZero() && logger != nil {
-		logger.Warn("the policy bundle is not pinned: any bundle in its directory is accepted; pin it", "policy.expect", b.Digest().String())
-	}
-	return policy.NewEngine(b, mode, p.Groups), nil
-}
-
-// ReloadPolicyFromConfig reads the configuration file again and reloads
-// the bundle its policy section names, with the pin, mode and groups it
-// gives now. Nothing else in the file is applied (SIGHUP does more:
-// reload.go). A refused reload is recorded and the old bundle stays in
-// force.
-func (g *Gateway) ReloadPolicyFromConfig(ctx context.Context, path string) error {
-	eng := g.opts.Policy
-	if eng == nil {
-		return fmt.Errorf("no policy is configured: a policy section can only be added with a restart (the genesis record names the policy)")
-	}
-	cfg, err := config.Load(path)
-	if err != nil {
-		return g.rejectPolicyReload(ctx, fmt.Errorf("reload refused: %w", err))
-	}
-	return g.reloadPolicyFrom(ctx, cfg)
-}
-
-// rejectPolicyReload records and logs a refused policy reload.
-func (g *Gateway) rejectPolicyReload(ctx context.Context, err error) error {
+// RejectPolicyReload records and logs a refused policy reload.
+func (g *Gateway) RejectPolicyReload(ctx context.Context, err error) error {
 	eng := g.opts.Policy
 	g.record(ctx, &auditlog.Policy{Event: "rejected", Previous: eng.Bundle().Digest(), Mode: string(eng.Mode()), Reason: err.Error()})
 	g.logger.Error("policy reload refused; the old bundle stays in force", "bundle", eng.Bundle().Digest().String(), "err", err)
 	return err
-}
-
-// reloadPolicyFrom reloads the bundle the loaded configuration cfg names
-// (the gateway runs a policy).
-func (g *Gateway) reloadPolicyFrom(ctx context.Context, cfg *config.Config) error {
-	reject := func(err error) error { return g.rejectPolicyReload(ctx, err) }
-	path := cfg.Path
-	if cfg.Policy == nil {
-		return reject(fmt.Errorf("reload refused: %s has no policy section any more; a gateway drops its policy only with a restart", path))
-	}
-	mode, err := policy.ParseMode(cfg.Policy.Mode)
-	if err != nil {
-		return reject(fmt.Errorf("reload refused: %w", err))
-	}
-	return g.ReloadPolicy(ctx, cfg.Resolve(cfg.Policy.Dir), cfg.Policy.Expect, mode, cfg.Policy.Groups)
-}
-
-// reloadOnSIGHUP reloads the configuration file at path on every SIGHUP
-// (reload.go: the policy, the agents' tokens and the admin token; other
-// changes are named as needing a restart) until ctx ends or the returned
-// stop is called.
-func reloadOnSIGHUP(ctx context.Context, g *Gateway, path string, rt *reloadTargets, logger *slog.Logger) (stop func()) {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	done := make(chan struct{})
-	go func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-done:
-				return
-			case <-hup:
-				logger.Info("SIGHUP: reloading the configuration", "config", path)
-				g.reloadConfig(ctx, path, rt) // logs and records every outcome
-			}
-		}
-	}()
-	return func() {
-		signal.Stop(hup)
-		close(done)
-	}
 }

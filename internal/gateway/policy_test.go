@@ -21,49 +21,11 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/confidential-mcp/cmcp/internal/config"
 	"github.com/confidential-mcp/cmcp/internal/policy"
 	"github.com/confidential-mcp/cmcp/internal/replay"
-	"github.com/confidential-mcp/cmcp/internal/ui"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
-
-const testPolicy = `
-@id("list-all")
-permit (principal, action == Action::"list_tools", resource)
-unless { principal == Agent::"reader" && !resource.annotations.readOnlyHint };
-
-@id("staff-calls")
-permit (principal in Group::"staff", action == Action::"call_tool", resource);
-
-@id("reader-read-only")
-permit (principal == Agent::"reader", action == Action::"call_tool", resource)
-when { resource.annotations.readOnlyHint };
-
-@id("no-secret")
-forbid (principal, action == Action::"call_tool", resource)
-when { context.arguments has text && context.arguments.text == "secret" };
-`
-
-// policyBundle writes a bundle (the example schema with a text argument)
-// and returns its directory.
-func policyBundle(t *testing.T, policies string) string {
-	t.Helper()
-	sch, err := os.ReadFile("../../examples/policy/schema.cedarschema")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	sch = []byte(strings.Replace(string(sch), "  path?: String,", "  path?: String,\n  text?: String,", 1))
-	if err := os.WriteFile(filepath.Join(dir, "schema.cedarschema"), sch, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "policy.cedar"), []byte(policies), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
 
 func engine(t *testing.T, dir string, mode policy.Mode) *policy.Engine {
 	t.Helper()
@@ -405,132 +367,6 @@ func TestReplayCatchesFlipInGatewayLog(t *testing.T) {
 		if c.Index == flipped && (c.Replay.Decision != "deny" || !slices.Equal(c.Replay.PolicyIDs, []string{"no-secret"})) {
 			t.Fatalf("flipped record replays as %+v", c.Replay)
 		}
-	}
-}
-
-// logEntry is one record of an audit log, decoded, with its index.
-type logEntry struct {
-	Index int64
-	Kind  auditlog.Kind
-	Rec   auditlog.Record
-}
-
-// logEntries reads and decodes every record of the audit log in dir.
-func logEntries(t *testing.T, dir string) []logEntry {
-	t.Helper()
-	r, err := auditlog.NewReader(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	var out []logEntry
-	for {
-		e, err := r.Next()
-		if err == io.EOF {
-			return out
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		rec, err := e.Decode()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, logEntry{Index: e.Index, Kind: e.Kind, Rec: rec})
-	}
-}
-
-func readGenesis(t *testing.T, dir string, id age.Identity) (*auditlog.Genesis, *auditlog.Opener) {
-	t.Helper()
-	r, err := auditlog.NewReader(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	e, err := r.Next()
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec, err := e.Decode()
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := rec.(*auditlog.Genesis)
-	o, err := auditlog.NewOpener(g, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := o.LoadVault(filepath.Dir(e.Pos.File), id); err != nil {
-		t.Fatal(err)
-	}
-	return g, o
-}
-
-func TestPolicyFromConfigAndSIGHUPReload(t *testing.T) {
-	dir := policyBundle(t, testPolicy)
-	ctx := context.Background()
-	d1, err := digest.Tree(ctx, dir, digest.TreeOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfgPath := filepath.Join(t.TempDir(), "cmcp.yaml")
-	writeCfg := func(expect digest.Digest, mode string) {
-		rel, _ := filepath.Rel(filepath.Dir(cfgPath), dir)
-		y := "version: 1\npolicy:\n  dir: " + rel + "\n  expect: " + expect.String() + "\n  mode: " + mode + "\n  groups:\n    staff: [agent-a]\n"
-		if err := os.WriteFile(cfgPath, []byte(y), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	writeCfg(d1, "enforcing")
-	cfg, err := config.Load(cfgPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := PolicyFromConfig(ctx, cfg, nil)
-	if err != nil || eng.Bundle().Digest() != d1 || eng.Mode() != policy.Enforcing || !slices.Equal(eng.GroupsOf("agent-a"), []string{"staff"}) {
-		t.Fatalf("engine %v %v", eng, err)
-	}
-	// A wrong pin stops the gateway from starting, naming the digests.
-	writeCfg(digest.Bytes([]byte("other")), "enforcing")
-	cfg2, _ := config.Load(cfgPath)
-	if _, err := PolicyFromConfig(ctx, cfg2, nil); err == nil || !strings.Contains(err.Error(), "does not match the pin") || ui.CodeOf(err) != ui.ExitMismatch {
-		t.Fatalf("got %v", err)
-	}
-
-	h := newHarness(t, hconf{tokens: policyTokens, policy: eng})
-	a := h.connect("tok-a", nil)
-	// The bundle changes but the config still pins the old digest: refused.
-	os.WriteFile(filepath.Join(dir, "policy.cedar"), []byte(`@id("all") permit (principal, action, resource);`), 0o644)
-	writeCfg(d1, "advisory")
-	if err := h.g.ReloadPolicyFromConfig(ctx, cfgPath); err == nil || !strings.Contains(err.Error(), "does not match the pin") {
-		t.Fatalf("got %v", err)
-	}
-	if _, err := call(t, a, "t__echo", map[string]any{"text": "secret"}); wireCode(err) != CodeDenied {
-		t.Fatalf("old bundle not in force: %v", err)
-	}
-	// The operator pins the new bundle and sends SIGHUP again.
-	d2, _ := digest.Tree(ctx, dir, digest.TreeOptions{})
-	writeCfg(d2, "advisory")
-	if err := h.g.ReloadPolicyFromConfig(ctx, cfgPath); err != nil {
-		t.Fatal(err)
-	}
-	if eng.Bundle().Digest() != d2 || eng.Mode() != policy.Advisory {
-		t.Fatalf("not switched: %s %s", eng.Bundle().Digest(), eng.Mode())
-	}
-	if _, err := call(t, a, "t__echo", map[string]any{"text": "secret"}); err != nil {
-		t.Fatalf("new bundle: %v", err)
-	}
-	// A config that no longer parses: refused, recorded.
-	os.WriteFile(cfgPath, []byte("version: 1\npolicy: [\n"), 0o644)
-	if err := h.g.ReloadPolicyFromConfig(ctx, cfgPath); err == nil || !strings.Contains(err.Error(), "cmcp.yaml") {
-		t.Fatalf("got %v", err)
-	}
-	var events []string
-	for _, p := range kinds(h.records(), "policy") {
-		events = append(events, p.Body["event"].(string))
-	}
-	if !slices.Equal(events, []string{"loaded", "rejected", "reloaded", "rejected"}) {
-		t.Fatalf("policy events %v", events)
 	}
 }
 

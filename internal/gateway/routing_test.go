@@ -162,7 +162,7 @@ func newResGateway(t *testing.T, ups ...resUp) *resGateway {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &lockedWriter{b: &strings.Builder{}}
+	logs := &lockedWriter{}
 	logger := slog.New(slog.NewTextHandler(logs, nil))
 	rg := &resGateway{seen: seen, https: map[string]*resHTTP{}}
 	var uos []UpstreamOptions

@@ -7,8 +7,6 @@ import (
 	"net/http"
 	"sync"
 	"syscall"
-
-	"github.com/confidential-mcp/cmcp/internal/config"
 )
 
 // sessionSlots counts the HTTP front's open sessions, in all and per
@@ -105,15 +103,4 @@ func WarnFileLimit(logger *slog.Logger, maxSessions, perSession int) {
 		logger.Warn(fmt.Sprintf("server.max_sessions (%d) with %d per-session stdio upstream(s) may need about %d file descriptors, more than this process may open (%d): raise the limit (ulimit -n, systemd LimitNOFILE=) or lower server.max_sessions",
 			maxSessions, perSession, need, lim.Cur))
 	}
-}
-
-// perSessionStdio counts the stdio upstreams that run a child per session.
-func perSessionStdio(cfg *config.Config) int {
-	n := 0
-	for _, u := range cfg.Upstreams {
-		if u.Stdio != nil && !u.Shared() {
-			n++
-		}
-	}
-	return n
 }

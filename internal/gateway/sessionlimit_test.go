@@ -212,10 +212,9 @@ func TestSessionBoundsFreedWhenSessionsEnd(t *testing.T) {
 		if _, _, sid := h.initAs(old); sid == "" {
 			t.Fatal("no session")
 		}
-		started, _ := config.LoadBytes("cmcp.yaml", []byte("version: 1\n"))
-		rotated := &config.Config{Server: &config.Server{Tokens: []config.Token{{Identity: "alice", SHA256: TokenDigest(next)}}}}
+		rotated := ReloadedTokens{Agents: []Token{{Identity: "alice", Digest: TokenDigest(next)}}}
 		var restart []string
-		if err := h.g.reloadTokens(context.Background(), rotated, &reloadTargets{started: started, tokens: ts}, &restart); err != nil {
+		if err := h.g.ReloadTokens(context.Background(), rotated, &ReloadTargets{Tokens: ts}, &restart); err != nil {
 			t.Fatal(err)
 		}
 		eventually(t, 5*time.Second, func() string {
@@ -241,7 +240,7 @@ func TestWarnFileLimit(t *testing.T) {
 		{"few sessions", 1, 1, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			logs := &lockedWriter{b: &strings.Builder{}}
+			logs := &lockedWriter{}
 			WarnFileLimit(slog.New(slog.NewTextHandler(logs, nil)), tc.maxSessions, tc.upstream)
 			got := logs.String()
 			if warned := strings.Contains(got, "server.max_sessions") && strings.Contains(got, "ulimit -n"); warned != tc.warns {

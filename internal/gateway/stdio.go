@@ -473,14 +473,16 @@ func (c *agentConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 	return c.writeLine(b)
 }
 
-// testHookAgentRead, if set, sees each message go-sdk reads from a stdio
-// agent, before go-sdk has it.
-var testHookAgentRead func(jsonrpc.Message)
+// TestHookAgentRead, if set, sees each message go-sdk reads from a stdio
+// agent, before go-sdk has it. For tests only (internal/server's delay
+// what go-sdk reads to order it against the agent's EOF); set it before
+// the session starts.
+var TestHookAgentRead func(jsonrpc.Message)
 
 func (c *agentConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 	msg, err := c.Inbox.Read(ctx)
-	if testHookAgentRead != nil && err == nil {
-		testHookAgentRead(msg)
+	if TestHookAgentRead != nil && err == nil {
+		TestHookAgentRead(msg)
 	}
 	return msg, err
 }

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/confidential-mcp/cmcp/internal/config"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -64,11 +63,10 @@ func TestWithdrawnTokenEndsTheGETStreamItOpened(t *testing.T) {
 	if !waitOne(5 * time.Second) {
 		t.Fatal("GET stream (token A) delivers nothing before the reload")
 	}
-	started, _ := config.LoadBytes("cmcp.yaml", []byte("version: 1\n"))
-	rt := &reloadTargets{started: started, tokens: ts}
-	next := &config.Config{Server: &config.Server{Tokens: []config.Token{{Identity: "alice", SHA256: TokenDigest(tokB)}}}}
+	rt := &ReloadTargets{Tokens: ts}
+	next := ReloadedTokens{Agents: []Token{{Identity: "alice", Digest: TokenDigest(tokB)}}}
 	var restart []string
-	if err := h.g.reloadTokens(context.Background(), next, rt, &restart); err != nil {
+	if err := h.g.ReloadTokens(context.Background(), next, rt, &restart); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(500 * time.Millisecond)

@@ -937,6 +937,18 @@ func childEnv(spec StdioSpec, environ []string) []string {
 	return out
 }
 
+// CodeEnvNames are the names among names of variables that load code
+// (config.CodeLoadingEnv), in order.
+func CodeEnvNames(names []string) []string {
+	var out []string
+	for _, n := range names {
+		if config.CodeLoadingEnv(n) != "" {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
 // codeEnvIn reports whether env sets a variable that loads code.
 func codeEnvIn(env []string) bool {
 	return slices.ContainsFunc(envNames(env), func(name string) bool { return config.CodeLoadingEnv(name) != "" })

@@ -1,4 +1,4 @@
-package gateway
+package server
 
 import (
 	"context"
@@ -17,6 +17,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/confidential-mcp/cmcp/internal/config"
+	"github.com/confidential-mcp/cmcp/internal/gateway"
+	"github.com/confidential-mcp/cmcp/internal/gwtest"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 )
 
@@ -53,7 +55,7 @@ upstreams:
   - name: t
     stdio: {command: %s, env: {%s: server}}
     pin: {command: %s}
-`, TokenDigest("tok-1"), exe, childEnv, pin)), 0o600)
+`, gateway.TokenDigest("tok-1"), exe, childEnv, pin)), 0o600)
 	cfg, err := config.Load(cfgPath)
 	if err != nil {
 		t.Fatal(err)
@@ -62,7 +64,7 @@ upstreams:
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- Serve(ctx, cfg, ServeOptions{Environ: os.Environ(), Started: func(ep string, _ *Gateway, _ *auditlog.Writer) { ready <- ep }})
+		done <- Serve(ctx, cfg, ServeOptions{Environ: os.Environ(), Started: func(ep string, _ *gateway.Gateway, _ *auditlog.Writer) { ready <- ep }})
 	}()
 	var endpoint string
 	select {
@@ -78,7 +80,7 @@ upstreams:
 	connect := func(tc *tls.Config, hdr http.RoundTripper) (*mcp.ClientSession, error) {
 		var rt http.RoundTripper = &http.Transport{TLSClientConfig: tc}
 		if hdr != nil {
-			rt = bearer{tok: "tok-1", base: rt}
+			rt = gwtest.Bearer{Tok: "tok-1", Base: rt}
 		}
 		c := mcp.NewClient(&mcp.Implementation{Name: "tls-agent", Version: "1"}, nil)
 		return c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: &http.Client{Transport: rt}, MaxRetries: -1}, nil)

@@ -1,4 +1,4 @@
-package gateway
+package server
 
 import (
 	"bufio"
@@ -29,6 +29,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/confidential-mcp/cmcp/internal/config"
+	"github.com/confidential-mcp/cmcp/internal/gateway"
 	"github.com/confidential-mcp/cmcp/internal/ui"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
@@ -51,11 +52,11 @@ func serveYAMLWith(t *testing.T, dir, yaml string, o ServeOptions) (string, stri
 	ctx, cancel := context.WithCancel(context.Background())
 	started := make(chan string, 1)
 	done := make(chan error, 1)
-	logs := &strings.Builder{}
+	logs := &lockedWriter{}
 	go func() {
-		o.Logger = slog.New(slog.NewTextHandler(&lockedWriter{b: logs}, nil))
-		o.Metrics = NewMetrics()
-		o.Started = func(endpoint string, _ *Gateway, _ *auditlog.Writer) { started <- endpoint }
+		o.Logger = slog.New(slog.NewTextHandler(logs, nil))
+		o.Metrics = gateway.NewMetrics()
+		o.Started = func(endpoint string, _ *gateway.Gateway, _ *auditlog.Writer) { started <- endpoint }
 		done <- Serve(ctx, cfg, o)
 	}()
 	var endpoint string
@@ -78,36 +79,6 @@ func serveYAMLWith(t *testing.T, dir, yaml string, o ServeOptions) (string, stri
 		}
 	})
 	return endpoint, filepath.Join(dir, "audit")
-}
-
-// connectWith opens an agent session with a bearer token ("" for none).
-func connectWith(endpoint, token string) (*mcp.ClientSession, error) {
-	hc := &http.Client{Transport: http.DefaultTransport}
-	if token != "" {
-		hc.Transport = bearer{tok: token, base: http.DefaultTransport}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c := mcp.NewClient(&mcp.Implementation{Name: "ops-test", Version: "1"}, nil)
-	return c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: hc, MaxRetries: -1}, nil)
-}
-
-func httpDo(t *testing.T, method, url, token string) (int, string) {
-	t.Helper()
-	req, err := http.NewRequest(method, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
 }
 
 // TestServeAdminListenerIsSeparate runs `serve` with an agent token and an
@@ -137,7 +108,7 @@ upstreams:
       env: {%s: server}
     pin:
       command: %s
-`, TokenDigest(testAgentToken), adminAddr, TokenDigest(testAdminToken), exe, childEnv, pin)
+`, gateway.TokenDigest(testAgentToken), adminAddr, gateway.TokenDigest(testAdminToken), exe, childEnv, pin)
 	endpoint, auditDir := serveYAML(t, dir, yaml, os.Environ())
 	mcpBase := strings.TrimSuffix(endpoint, "/mcp")
 	admin := "http://" + adminAddr
@@ -178,8 +149,8 @@ upstreams:
 	}
 	_, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "t__echo", Arguments: map[string]any{"text": "b"}})
 	var je *jsonrpc.Error
-	if !errors.As(err, &je) || je.Code != CodeKillSwitch {
-		t.Fatalf("call while engaged: %v, want code %d", err, CodeKillSwitch)
+	if !errors.As(err, &je) || je.Code != gateway.CodeKillSwitch {
+		t.Fatalf("call while engaged: %v, want code %d", err, gateway.CodeKillSwitch)
 	}
 	if code, body := httpDo(t, "POST", admin+"/admin/kill-switch/clear", testAdminToken); code != 200 {
 		t.Fatalf("clear: %d %s", code, body)
@@ -313,21 +284,12 @@ upstreams:
 		defer cancel()
 		_, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "remote__echo", Arguments: map[string]any{"text": "hi"}})
 		var je *jsonrpc.Error
-		if !errors.As(err, &je) || je.Code != CodeUpstreamUnavailable ||
+		if !errors.As(err, &je) || je.Code != gateway.CodeUpstreamUnavailable ||
 			!strings.Contains(je.Message, `upstream "remote"`) || !strings.Contains(je.Message, "does not match tls_pin") {
-			t.Fatalf("call through a wrong pin: %v, want code %d naming the upstream and the pin", err, CodeUpstreamUnavailable)
+			t.Fatalf("call through a wrong pin: %v, want code %d naming the upstream and the pin", err, gateway.CodeUpstreamUnavailable)
 		}
 		t.Logf("refused as expected: %s", je.Message)
 	})
-}
-
-func readAuditRecords(t *testing.T, dir string) []auditlog.Record {
-	t.Helper()
-	var out []auditlog.Record
-	for _, e := range logEntries(t, dir) {
-		out = append(out, e.Rec)
-	}
-	return out
 }
 
 // TestServeConfigLimits: the server section's limits, read from a real
@@ -380,8 +342,8 @@ upstreams:
 	start := time.Now()
 	_, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "t__hang", Arguments: map[string]any{}})
 	var je *jsonrpc.Error
-	if !errors.As(err, &je) || je.Code != CodeUpstreamTimeout {
-		t.Fatalf("hung call with call_timeout 1s: %v, want code %d", err, CodeUpstreamTimeout)
+	if !errors.As(err, &je) || je.Code != gateway.CodeUpstreamTimeout {
+		t.Fatalf("hung call with call_timeout 1s: %v, want code %d", err, gateway.CodeUpstreamTimeout)
 	}
 	if d := time.Since(start); d > 15*time.Second {
 		t.Fatalf("the timeout took %v", d)
@@ -433,7 +395,7 @@ upstreams:
       env: {%s: server}
     pin:
       command: %s
-`, TokenDigest("s3cret").String(), exe, childEnv, pin)
+`, gateway.TokenDigest("s3cret").String(), exe, childEnv, pin)
 	endpoint, _ := serveYAMLWith(t, dir, yaml, ServeOptions{Environ: os.Environ(), IdleConnTimeout: 300 * time.Millisecond})
 	host := strings.TrimSuffix(strings.TrimPrefix(endpoint, "http://"), "/mcp")
 	conn, err := net.Dial("tcp", host)
@@ -487,7 +449,7 @@ upstreams:
       env: {%s: server}
     pin:
       command: %s
-`, TokenDigest("alice-token").String(), TokenDigest("bob-token").String(), exe, childEnv, pin)
+`, gateway.TokenDigest("alice-token").String(), gateway.TokenDigest("bob-token").String(), exe, childEnv, pin)
 	endpoint, _ := serveYAMLWith(t, dir, yaml, ServeOptions{Environ: os.Environ(), IdleConnTimeout: 300 * time.Millisecond})
 	host := strings.TrimSuffix(strings.TrimPrefix(endpoint, "http://"), "/mcp")
 	alice, err := connectWith(endpoint, "alice-token")
@@ -585,7 +547,7 @@ upstreams:
       env: {%s: server}
     pin:
       command: %s
-`, TokenDigest("alice-token").String(), TokenDigest("bob-token").String(), exe, childEnv, pin)
+`, gateway.TokenDigest("alice-token").String(), gateway.TokenDigest("bob-token").String(), exe, childEnv, pin)
 	endpoint, _ := serveYAMLWith(t, dir, yaml, ServeOptions{Environ: os.Environ()})
 	alice, err := connectWith(endpoint, "alice-token")
 	if err != nil {
@@ -665,7 +627,7 @@ type stdioServe struct {
 	dir    string // the configuration's directory (audit/ below it)
 	cs     *mcp.ClientSession
 	ctx    context.Context // the agent's (30 s)
-	g      *Gateway
+	g      *gateway.Gateway
 	in     io.Closer  // the agent's end of cmcp's stdin
 	signal func()     // SIGTERM: ends Serve's context
 	done   chan error // Serve's return
@@ -701,7 +663,7 @@ func serveStdioMode(t *testing.T, mode, server string, stdio ...string) *stdioSe
 func startServeStdio(t *testing.T, mode, server string, stdio ...string) (*stdioServe, *io.PipeWriter, *io.PipeReader) {
 	t.Helper()
 	exe, pin := selfDigest(t)
-	st := &stdioServe{dir: t.TempDir(), done: make(chan error, 1), logs: &lockedWriter{b: &strings.Builder{}}}
+	st := &stdioServe{dir: t.TempDir(), done: make(chan error, 1), logs: &lockedWriter{}}
 	path := filepath.Join(st.dir, "cmcp.yaml")
 	yaml := fmt.Sprintf(`version: 1
 server:
@@ -729,10 +691,10 @@ upstreams:
 	sig, signal := context.WithCancel(context.Background())
 	t.Cleanup(signal)
 	st.signal = signal
-	gw := make(chan *Gateway, 1)
+	gw := make(chan *gateway.Gateway, 1)
 	go func() {
-		st.done <- Serve(sig, cfg, ServeOptions{Stdio: true, Stdin: inR, Stdout: outW, Environ: os.Environ(), Metrics: NewMetrics(),
-			Logger: slog.New(slog.NewTextHandler(st.logs, nil)), Started: func(_ string, g *Gateway, _ *auditlog.Writer) { gw <- g }})
+		st.done <- Serve(sig, cfg, ServeOptions{Stdio: true, Stdin: inR, Stdout: outW, Environ: os.Environ(), Metrics: gateway.NewMetrics(),
+			Logger: slog.New(slog.NewTextHandler(st.logs, nil)), Started: func(_ string, g *gateway.Gateway, _ *auditlog.Writer) { gw <- g }})
 	}()
 	select {
 	case st.g = <-gw:
@@ -800,14 +762,14 @@ func TestServeStdioDrainsOnSignal(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	st.signal()
 	eventually(t, 5*time.Second, func() string {
-		if !st.g.closing.Load() {
+		if !st.g.Draining() {
 			return "the gateway is not shutting down yet"
 		}
 		return ""
 	})
 	_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "t__echo", Arguments: map[string]any{"text": "late"}})
-	if wireCode(err) != CodeShuttingDown {
-		t.Fatalf("a call during the drain: %v, want %d", err, CodeShuttingDown)
+	if wireCode(err) != gateway.CodeShuttingDown {
+		t.Fatalf("a call during the drain: %v, want %d", err, gateway.CodeShuttingDown)
 	}
 	a := <-inflight
 	if a.err != nil || firstText(a.res) != "slept 1s" {

@@ -1,14 +1,16 @@
-package gateway
+package server
 
 import (
 	"net"
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/confidential-mcp/cmcp/internal/gateway"
 )
 
 // TestServeListenerBoundsUnsentBytes: the connections cmcp serve's MCP
-// listener accepts queue at most notSentLowat bytes unsent
+// listener accepts queue at most gateway.NotSentLowat bytes unsent
 // (TCP_NOTSENT_LOWAT), so that a write of an answer goes on as the agent
 // reads (TestUnreadAnswerEndsItsSession shows what that changes).
 func TestServeListenerBoundsUnsentBytes(t *testing.T) {
@@ -46,7 +48,7 @@ func TestServeListenerBoundsUnsentBytes(t *testing.T) {
 	if err := raw.Control(func(fd uintptr) { v, gerr = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_NOTSENT_LOWAT) }); err != nil || gerr != nil {
 		t.Fatal(err, gerr)
 	}
-	if v != notSentLowat {
-		t.Fatalf("TCP_NOTSENT_LOWAT of an accepted connection: %d, want %d", v, notSentLowat)
+	if v != gateway.NotSentLowat {
+		t.Fatalf("TCP_NOTSENT_LOWAT of an accepted connection: %d, want %d", v, gateway.NotSentLowat)
 	}
 }

@@ -3,11 +3,11 @@
 // The tests in this file run real MCP peers from npm and need them installed:
 //
 //	eval "$(bash scripts/peers.sh)"
-//	go test -tags peers -run ServerEverything ./internal/gateway
+//	go test -tags peers -run ServerEverything ./internal/server
 //
 // scripts/test.sh (CI) does exactly that.
 
-package gateway
+package server
 
 import (
 	"context"
@@ -26,6 +26,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/confidential-mcp/cmcp/internal/gateway"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
@@ -43,7 +44,7 @@ func needEverything(t *testing.T) everythingPeer {
 	if p.node == "" || p.tree == "" || p.js == "" {
 		t.Fatal(`@modelcontextprotocol/server-everything is not installed for this test: run
 	eval "$(bash scripts/peers.sh)"
-	go test -tags peers -run ServerEverything ./internal/gateway
+	go test -tags peers -run ServerEverything ./internal/server
 (CMCP_NODE22, CMCP_SERVER_EVERYTHING_DIR and CMCP_SERVER_EVERYTHING_JS must be set)`)
 	}
 	return p
@@ -222,8 +223,8 @@ func TestServerEverythingTreeMismatchRefused(t *testing.T) {
 	if !errors.As(err, &je) {
 		t.Fatalf("call to a mismatched upstream: err = %v, want a JSON-RPC error", err)
 	}
-	if je.Code != CodeUpstreamUnavailable || !strings.Contains(je.Message, `upstream "se"`) || !strings.Contains(je.Message, wrong.String()) {
-		t.Fatalf("got %d %q, want code %d naming the upstream and the pin", je.Code, je.Message, CodeUpstreamUnavailable)
+	if je.Code != gateway.CodeUpstreamUnavailable || !strings.Contains(je.Message, `upstream "se"`) || !strings.Contains(je.Message, wrong.String()) {
+		t.Fatalf("got %d %q, want code %d naming the upstream and the pin", je.Code, je.Message, gateway.CodeUpstreamUnavailable)
 	}
 	t.Logf("refused as expected: %d %s", je.Code, je.Message)
 }
@@ -286,7 +287,7 @@ upstreams:
 		defer cancel()
 		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "se__echo", Arguments: map[string]any{"message": "x"}})
 		var je *jsonrpc.Error
-		if !errors.As(err, &je) || je.Code != CodeUpstreamUnavailable || !strings.Contains(je.Message, filepath.Join(other, "node")) || !strings.Contains(je.Message, nodePin.String()) {
+		if !errors.As(err, &je) || je.Code != gateway.CodeUpstreamUnavailable || !strings.Contains(je.Message, filepath.Join(other, "node")) || !strings.Contains(je.Message, nodePin.String()) {
 			t.Fatalf("got %v, want -32062 naming the other node and the pin", err)
 		}
 	})

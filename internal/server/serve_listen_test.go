@@ -1,4 +1,4 @@
-package gateway
+package server
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/confidential-mcp/cmcp/internal/gateway"
 	"github.com/confidential-mcp/cmcp/internal/ui"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
@@ -38,7 +39,7 @@ func TestServeChecksListenersBeforeOpeningTheLog(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			yaml := fmt.Sprintf("version: 1\nserver:\n%s  tee: software\naudit:\n  dir: audit\nadmin:\n  listen: %s\n  token_sha256: %s\nupstreams:\n  - name: t\n    stdio:\n      command: %s\n      env: {%s: server}\n    pin:\n      command: %s\n",
-				tc.server, adminAddr, TokenDigest(testAdminToken), exe, childEnv, pin)
+				tc.server, adminAddr, gateway.TokenDigest(testAdminToken), exe, childEnv, pin)
 			cfg, _ := loadConfigFile(t, dir, yaml)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
@@ -60,19 +61,17 @@ func TestServeWarnsOfCleartextCredentials(t *testing.T) {
 	exe, pin := selfDigest(t)
 	dir := t.TempDir()
 	yaml := fmt.Sprintf("version: 1\nserver:\n  listen: 0.0.0.0:0\n  tee: software\n  tokens: [{identity: a, sha256: %s}]\naudit:\n  dir: audit\nadmin:\n  listen: 0.0.0.0:0\n  token_sha256: %s\nupstreams:\n  - name: t\n    stdio:\n      command: %s\n      env: {%s: server}\n    pin:\n      command: %s\n",
-		TokenDigest(testAgentToken), TokenDigest(testAdminToken), exe, childEnv, pin)
+		gateway.TokenDigest(testAgentToken), gateway.TokenDigest(testAdminToken), exe, childEnv, pin)
 	cfg, _ := loadConfigFile(t, dir, yaml)
-	logs := &lockedWriter{b: &strings.Builder{}}
+	logs := &lockedWriter{}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	err := Serve(ctx, cfg, ServeOptions{Environ: os.Environ(), Logger: slog.New(slog.NewTextHandler(logs, nil)),
-		Started: func(string, *Gateway, *auditlog.Writer) { cancel() }})
+		Started: func(string, *gateway.Gateway, *auditlog.Writer) { cancel() }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs.mu.Lock()
-	got := logs.b.String()
-	logs.mu.Unlock()
+	got := logs.String()
 	for _, want := range []string{
 		"server.listen 0.0.0.0:0 is not a loopback address and server.tls is not set: agents' bearer tokens cross the network in cleartext",
 		"admin.listen 0.0.0.0:0 is not a loopback address and the admin listener has no TLS: the admin token crosses the network in cleartext",
@@ -97,7 +96,7 @@ func TestServeRecordsTheLoadedConfigDigest(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	err := Serve(ctx, cfg, ServeOptions{Environ: os.Environ(), Logger: slog.New(slog.DiscardHandler),
-		Started: func(string, *Gateway, *auditlog.Writer) { cancel() }})
+		Started: func(string, *gateway.Gateway, *auditlog.Writer) { cancel() }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +121,7 @@ func TestServePortTakenWritesNoEpoch(t *testing.T) {
 	addr := taken.Addr().String()
 	for _, tc := range []struct{ name, admin, flag, want, hint string }{
 		{"--listen", "", addr, "listen on " + addr + ": ", "stop it, or serve on a free address with --listen"},
-		{"admin.listen", "admin:\n  listen: " + addr + "\n  token_sha256: " + TokenDigest(testAdminToken).String() + "\n", "127.0.0.1:0", "admin listener: ", "set admin.listen in "},
+		{"admin.listen", "admin:\n  listen: " + addr + "\n  token_sha256: " + gateway.TokenDigest(testAdminToken).String() + "\n", "127.0.0.1:0", "admin listener: ", "set admin.listen in "},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -157,7 +156,7 @@ func TestServeAuditDirInUse(t *testing.T) {
 	defer cancel()
 	var second error
 	err := Serve(ctx, cfg, ServeOptions{Environ: os.Environ(), Logger: slog.New(slog.DiscardHandler),
-		Started: func(string, *Gateway, *auditlog.Writer) {
+		Started: func(string, *gateway.Gateway, *auditlog.Writer) {
 			cfg2, _ := loadConfigFile(t, t.TempDir(), yaml)
 			cfg2.Path, cfg2.Audit.Dir = path, filepath.Join(dir, "audit")
 			second = Serve(context.Background(), cfg2, ServeOptions{Environ: os.Environ(), Logger: slog.New(slog.DiscardHandler)})
@@ -181,17 +180,15 @@ func TestServeSaysHowToVerifyTheSealedLog(t *testing.T) {
 	dir := t.TempDir()
 	yaml := fmt.Sprintf("version: 1\nserver:\n  listen: 127.0.0.1:0\n  tee: software\naudit:\n  dir: audit\nupstreams:\n  - name: t\n    stdio:\n      command: %s\n      env: {%s: server}\n    pin:\n      command: %s\n", exe, childEnv, pin)
 	cfg, _ := loadConfigFile(t, dir, yaml)
-	logs := &lockedWriter{b: &strings.Builder{}}
+	logs := &lockedWriter{}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	err := Serve(ctx, cfg, ServeOptions{Environ: os.Environ(), Logger: slog.New(slog.NewTextHandler(logs, nil)),
-		Started: func(string, *Gateway, *auditlog.Writer) { cancel() }})
+		Started: func(string, *gateway.Gateway, *auditlog.Writer) { cancel() }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs.mu.Lock()
-	got := strings.TrimSpace(logs.b.String())
-	logs.mu.Unlock()
+	got := strings.TrimSpace(logs.String())
 	last := got[strings.LastIndexByte(got, '\n')+1:]
 	if want := `msg="audit log sealed; verify it with: cmcp verify-chain ` + filepath.Join(dir, "audit") + `" epoch=1`; !strings.Contains(last, want) {
 		t.Errorf("the gateway's last log line is %q, want %q", last, want)

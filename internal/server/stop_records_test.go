@@ -1,4 +1,4 @@
-package gateway
+package server
 
 import (
 	"context"
@@ -15,6 +15,19 @@ import (
 
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 )
+
+func init() { childModes["failhang"] = failThenHangChild }
+
+// failThenHangChild exits at once (a failed start) until the file
+// CMCP_TEST_MARK exists; then it starts but never answers the MCP
+// handshake, reading its stdin until the gateway closes it.
+func failThenHangChild() {
+	if _, err := os.Stat(os.Getenv("CMCP_TEST_MARK")); err != nil {
+		fmt.Fprintln(os.Stderr, "child: exiting at start on purpose")
+		os.Exit(3)
+	}
+	io.Copy(io.Discard, os.Stdin)
+}
 
 // checkStoppedLog checks the audit log of a gateway that stopped
 // gracefully: it verifies and is sealed, and before the seal it holds the
@@ -133,19 +146,6 @@ upstreams:
 			checkStoppedLog(t, filepath.Join(st.dir, "audit"), st.logs.String())
 		})
 	}
-}
-
-func init() { childModes["failhang"] = failThenHangChild }
-
-// failThenHangChild exits at once (a failed start) until the file
-// CMCP_TEST_MARK exists; then it starts but never answers the MCP
-// handshake, reading its stdin until the gateway closes it.
-func failThenHangChild() {
-	if _, err := os.Stat(os.Getenv("CMCP_TEST_MARK")); err != nil {
-		fmt.Fprintln(os.Stderr, "child: exiting at start on purpose")
-		os.Exit(3)
-	}
-	io.Copy(io.Discard, os.Stdin)
 }
 
 // TestStopCutsTheSharedUpstreamsProbe: a stop (SIGTERM) while the

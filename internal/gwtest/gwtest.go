@@ -1,0 +1,147 @@
+// Package gwtest is what the gateway's and the server assembly's tests
+// share: the test binary as a real upstream MCP server (RunChild), the
+// audit records a test reads back, and small client helpers.
+package gwtest
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/confidential-mcp/cmcp/pkg/digest"
+)
+
+// SelfDigest is the path and pin of the test binary, which is also the
+// upstream.
+func SelfDigest(t testing.TB) (string, digest.Digest) {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, d, err := digest.OpenFile(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	return exe, d
+}
+
+// LockedWriter collects what is written to it (the first MiB), for logs
+// written from several goroutines.
+type LockedWriter struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *LockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.b.Len() > 1<<20 {
+		return len(p), nil
+	}
+	return l.b.Write(p)
+}
+
+func (l *LockedWriter) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// Call calls a tool with a 30 s bound.
+func Call(t *testing.T, cs *mcp.ClientSession, name string, args any) (*mcp.CallToolResult, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if args == nil {
+		args = map[string]any{}
+	}
+	return cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+}
+
+// WireCode is the JSON-RPC error code of err (0: none).
+func WireCode(err error) int64 {
+	var we *jsonrpc.Error
+	if errors.As(err, &we) {
+		return we.Code
+	}
+	return 0
+}
+
+// FirstText is the text of a result's first content item.
+func FirstText(r *mcp.CallToolResult) string {
+	if r == nil || len(r.Content) == 0 {
+		return ""
+	}
+	if tc, ok := r.Content[0].(*mcp.TextContent); ok {
+		return tc.Text
+	}
+	return ""
+}
+
+// Rec is an audit record as a test reads it.
+type Rec struct {
+	Kind string         `json:"kind"`
+	Seq  string         `json:"seq"`
+	Body map[string]any `json:"body"`
+}
+
+// ReadRecords reads every record in the epochs under dir.
+func ReadRecords(t testing.TB, dir string) []Rec {
+	t.Helper()
+	var out []Rec
+	files, _ := filepath.Glob(filepath.Join(dir, "*", "seg-*.jsonl"))
+	for _, f := range files {
+		fh, err := os.Open(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(fh)
+		sc.Buffer(make([]byte, 1<<20), 8<<20)
+		for sc.Scan() {
+			var r Rec
+			if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			out = append(out, r)
+		}
+		fh.Close()
+	}
+	return out
+}
+
+// Kinds are the records of rs of one kind.
+func Kinds(rs []Rec, kind string) []Rec {
+	var out []Rec
+	for _, r := range rs {
+		if r.Kind == kind {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// Eventually polls f until it returns "" or the deadline passes.
+func Eventually(t *testing.T, d time.Duration, f func() string) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	msg := ""
+	for time.Now().Before(deadline) {
+		if msg = f(); msg == "" {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("condition not met after %s: %s", d, msg)
+}

@@ -1,0 +1,47 @@
+package server
+
+import (
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+)
+
+// TestEachStartSignsWithANewKey: every start of the gateway opens a new
+// epoch signed by a freshly generated key (FORMAT.md section 8), so a key
+// that leaks from one run cannot sign records of another; the new epoch's
+// genesis names the previous one.
+func TestEachStartSignsWithANewKey(t *testing.T) {
+	exe, pin := selfDigest(t)
+	dir := t.TempDir()
+	cfg := fmt.Sprintf(`version: 1
+server: {listen: "127.0.0.1:0", tee: software}
+audit: {dir: audit}
+upstreams:
+  - name: t
+    stdio: {command: %s, env: {%s: server}}
+    pin: {command: %s}
+`, exe, childEnv, pin)
+	var auditDir string
+	for i := range 2 {
+		t.Run(fmt.Sprintf("start %d", i+1), func(t *testing.T) {
+			_, auditDir = serveYAML(t, dir, cfg, os.Environ())
+		})
+	}
+	var geneses []*auditlog.Genesis
+	for _, r := range readAuditRecords(t, auditDir) {
+		if g, ok := r.(*auditlog.Genesis); ok {
+			geneses = append(geneses, g)
+		}
+	}
+	if len(geneses) != 2 {
+		t.Fatalf("%d genesis records after two starts, want 2", len(geneses))
+	}
+	if geneses[0].Key == geneses[1].Key || geneses[0].Key == "" {
+		t.Fatalf("both starts signed with key %q", geneses[0].Key)
+	}
+	if p := geneses[1].Predecessor; p == nil || p.Epoch != 1 || p.Origin != geneses[0].Origin {
+		t.Fatalf("second genesis predecessor = %+v, want epoch 1 %s", p, geneses[0].Origin)
+	}
+}

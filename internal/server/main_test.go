@@ -1,0 +1,22 @@
+package server
+
+import (
+	"os"
+	"testing"
+
+	"github.com/confidential-mcp/cmcp/internal/gwtest"
+)
+
+// The test binary doubles as the upstream MCP server (gwtest.RunChild)
+// and, for the crash tests, as a gateway process (runGatewayProcess).
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(gwtest.ChildEnv); mode != "" {
+		gwtest.RunChild(mode)
+		return
+	}
+	if cfg := os.Getenv(gatewayEnv); cfg != "" {
+		runGatewayProcess(cfg)
+		return
+	}
+	os.Exit(m.Run())
+}
