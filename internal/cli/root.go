@@ -122,6 +122,7 @@ servers itself and refuses to run code whose digest does not match its pin.` + "
 	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"text", "json"}, cobra.ShellCompDirectiveNoFileComp))
 	root.AddCommand(
 		newServeCmd(e),
+		newConnectCmd(e),
 		newVersionCmd(e),
 		newSpawnDigestCmd(e),
 		newAttestCmd(e),
