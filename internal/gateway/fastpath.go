@@ -205,9 +205,14 @@ func (s *session) stdioFast(c *agentConn) func(*jsonrpc.Request) (bool, func(fun
 		return true, func(resume func()) {
 			defer s.g.inflight.Done()
 			defer cancel()
-			defer calls.remove(req.ID)
+			// Out of the in-flight table before the answer is written: the
+			// agent may send its next request with this id as soon as it
+			// reads the answer (TestReusedIDIsNotInFlight).
+			done := sync.OnceFunc(func() { calls.remove(req.ID) })
+			defer done()
 			var appendResult func(undelivered string)
 			res, err := s.relay(upstream.WithWaiting(context.WithValue(cctx, stdioKey{}, c), resume), call, &appendResult)
+			done()
 			// Cancelled by the agent: no response. Cut by the session's
 			// end: err says why, and the connection is still open.
 			if cctx.Err() == nil || sessionEndOf(cctx) != nil {
@@ -595,11 +600,17 @@ func (s *session) httpFast(w http.ResponseWriter, r *http.Request, maxBytes int6
 			writeRPCError(w, http.StatusBadRequest, m.ID, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: fmt.Sprintf("duplicate in-flight request ID %v", m.ID.Raw())})
 			return true
 		}
-		defer s.fast.remove(m.ID)
+		// Out of the in-flight table before the answer is written, not
+		// when the handler returns: an agent that has read the answer may
+		// send its next request with this id at once, on another
+		// connection (TestReusedIDIsNotInFlight).
+		done := sync.OnceFunc(func() { s.fast.remove(m.ID) })
+		defer done()
 		sk := &sseSink{s: s, w: w, rc: http.NewResponseController(w)}
 		defer sk.close()
 		var appendResult func(undelivered string)
 		res, err := s.relay(context.WithValue(ctx, sinkKey{}, sk), call, &appendResult)
+		done()
 		if appendResult != nil {
 			// After the response is written, and without holding up the
 			// handler's return: the connection reads the agent's next

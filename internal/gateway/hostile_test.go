@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -231,4 +233,84 @@ func TestServerAnsweringBeforeAskedIsNamed(t *testing.T) {
 			t.Errorf("spawn record: %v", s.Body)
 		}
 	}
+}
+
+// TestReusedIDIsNotInFlight: JSON-RPC asks only that ids be unique among
+// the requests in flight. An agent that sends its next call with the id of
+// the call just answered is not refused as "duplicate in-flight request
+// ID": the id is out of the gateway's in-flight table before the answer
+// is on its way (it was removed only after, so a quick agent's next
+// request could find it there). Stress: 8 sessions on each front, each
+// sending id 9 one call after another.
+func TestReusedIDIsNotInFlight(t *testing.T) {
+	h := newHarness(t, hconf{mode: "hostile", shared: true, env: map[string]string{"CMCP_TEST_SEEN": os.DevNull}, callTimeout: 10 * time.Second})
+	const sessions, calls = 8, 60
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var bad []string
+	for i := 0; i < sessions; i++ {
+		for _, front := range fronts {
+			send := rawSender(t, h, front)
+			if front == "http" {
+				send = freshConnSender(t, h)
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for j := 0; j < calls; j++ {
+					tool := "pid"
+					if j%2 == 1 {
+						tool = "cut" // answered -32067
+					}
+					got := send(`{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"t__` + tool + `","arguments":{}}}`)
+					if strings.Contains(got, "duplicate") || !strings.Contains(got, `"id":9`) {
+						mu.Lock()
+						bad = append(bad, front+": "+got)
+						mu.Unlock()
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	if len(bad) > 0 {
+		t.Fatalf("%d of %d calls refused, the first: %s", len(bad), 2*sessions*calls, bad[0])
+	}
+}
+
+// freshConnSender is rawSender's HTTP sender with a new connection for
+// each request: the agent has the answer once it has read its
+// Content-Length bytes and sends the next request at once, while the
+// gateway's handler of the answered one may still be returning.
+func freshConnSender(t *testing.T, h *harness) func(line string) string {
+	t.Helper()
+	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	var sid string
+	post := func(line string) string {
+		req, _ := http.NewRequest("POST", h.url, strings.NewReader(line))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if sid != "" {
+			req.Header.Set("Mcp-Session-Id", sid)
+			req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return "post: " + err.Error()
+		}
+		defer resp.Body.Close()
+		if sid == "" {
+			sid = resp.Header.Get("Mcp-Session-Id")
+		}
+		b, _ := io.ReadAll(resp.Body)
+		for _, l := range strings.Split(string(b), "\n") {
+			if d, ok := strings.CutPrefix(l, "data: "); ok && strings.Contains(d, `"id":`) {
+				return d
+			}
+		}
+		return string(b)
+	}
+	post(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
+	post(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	return post
 }
