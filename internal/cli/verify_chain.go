@@ -27,6 +27,7 @@ type verifyChainOptions struct {
 	Proof          string
 	Segment        string
 	RequireSigned  bool
+	Strict         bool
 	Evidence       chainEvidenceOptions
 }
 
@@ -39,6 +40,7 @@ func (o *verifyChainOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Proof, "proof", "", "check the offline proof in FILE (needs --key; no log needed)")
 	fs.StringVar(&o.Segment, "segment", "", "verify one segment FILE on its own, from the checkpoint and tree frontier it starts with (needs --key)")
 	fs.BoolVar(&o.RequireSigned, "require-signed", false, "fail (exit 11) when an earlier epoch holds records its key never signed: the tail a crashed gateway left, which anyone able to write the disk before the restart could have altered (implied by --require-attested)")
+	fs.BoolVar(&o.Strict, "strict", false, "fail (exit 10) when the audit directory holds files or directories that are not part of the log (each is a warning without it)")
 	o.Evidence.AddFlags(fs)
 }
 
@@ -66,6 +68,13 @@ come after the last checkpoint (the unsealed tail): they are outside the
 result ("VERIFIED through record N"). The tail a crashed gateway left in an
 earlier epoch was never signed by that epoch's key: it is listed as
 UNSIGNED, and --require-signed (implied by --require-attested) fails on it.
+
+A file or directory in the audit directory or an epoch directory that is
+not part of the log (a segment copied as seg-000003.jsonl.bak, a name with
+seven digits, an epoch directory renamed) is never verified: each is listed
+as a warning (in the JSON under "stray" too), and --strict fails on them
+(exit 10). What the writer leaves beside the log (.lock, a cut tail kept
+as seg-NNNNNN.jsonl.torn-TIME, an aborted-epoch-... directory) is not listed.
 
 On failure it names the epoch, segment file, line, byte offset and record
 index, with the expected and computed values, and exits with a code for
@@ -219,6 +228,7 @@ type verifyChainDoc struct {
 	Unsigned        []auditlog.UnsignedRange  `json:"unsigned"` // records of earlier epochs their key never signed
 	External        []*auditlog.ExternalCheck `json:"external_checkpoints"`
 	Warnings        []string                  `json:"warnings"`
+	Stray           []string                  `json:"stray"` // entries of the directory that are not part of the log
 	Evidence        []*genesisEvidence        `json:"evidence"`
 	Failure         *auditlog.VerifyError     `json:"failure,omitempty"`
 	ExitCode        int                       `json:"exit_code"`
@@ -232,7 +242,7 @@ func cpDoc(cp *auditlog.Checkpoint) *checkpointDoc {
 }
 
 func runVerifyChain(p *ui.Printer, dir string, o *verifyChainOptions, keys []string) error {
-	opt := auditlog.VerifyOptions{Keys: keys, RequireSigned: o.RequireSigned || o.Evidence.RequireAttested}
+	opt := auditlog.VerifyOptions{Keys: keys, RequireSigned: o.RequireSigned || o.Evidence.RequireAttested, Strict: o.Strict}
 	ce, err := newChainEvidence(&o.Evidence)
 	if err != nil {
 		return err
@@ -292,7 +302,7 @@ func runVerifyChain(p *ui.Printer, dir string, o *verifyChainOptions, keys []str
 	if p.JSONOut {
 		doc := verifyChainDoc{SchemaVersion: ui.SchemaVersion, Status: "verified", Dir: dir, Epochs: rep.Epochs, Records: rep.SignedRecords, UnsignedRecords: rep.Records - rep.SignedRecords,
 			Checkpoints: rep.Checkpoints, KeysTrusted: rep.KeysTrusted, Newest: cpDoc(rep.Newest), NewestEpoch: rep.NewestEpoch, Unsealed: rep.Unsealed, Unsigned: rep.Unsigned,
-			External: rep.External, Warnings: rep.Warnings, Evidence: ce.Results, Failure: ve, ExitCode: code}
+			External: rep.External, Warnings: rep.Warnings, Stray: rep.Stray, Evidence: ce.Results, Failure: ve, ExitCode: code}
 		if doc.Epochs == nil {
 			doc.Epochs = []*auditlog.EpochResult{}
 		}
@@ -301,6 +311,9 @@ func runVerifyChain(p *ui.Printer, dir string, o *verifyChainOptions, keys []str
 		}
 		if doc.Warnings == nil {
 			doc.Warnings = []string{}
+		}
+		if doc.Stray == nil {
+			doc.Stray = []string{}
 		}
 		if doc.Unsigned == nil {
 			doc.Unsigned = []auditlog.UnsignedRange{}

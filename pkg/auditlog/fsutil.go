@@ -117,3 +117,50 @@ func openRegular(path string) (*os.File, error) {
 	}
 	return f, nil
 }
+
+// strayEntries lists, as paths relative to dir with forward slashes and
+// sorted, the entries of the audit directory dir and of its epoch
+// directories that are not part of the log: anything but epoch-NNNNNN
+// directories, seg-NNNNNN.jsonl and vault.jsonl in them, and what the
+// writer itself leaves beside them (.lock, a cut tail kept as
+// seg-NNNNNN.jsonl.torn-TIME, an epoch moved aside as aborted-epoch-...).
+// A copy of a segment or an epoch under another name is never verified:
+// it is listed so that nobody takes it for verified.
+func strayEntries(dir string, epochs []int) ([]string, error) {
+	var out []string
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range ents {
+		name := e.Name()
+		_, epoch := parseNumbered(name, "epoch-", "")
+		switch {
+		case epoch && e.IsDir():
+		case name == ".lock" && e.Type().IsRegular():
+		case e.IsDir() && strings.HasPrefix(name, "aborted-epoch-"):
+		default:
+			out = append(out, name)
+		}
+	}
+	for _, n := range epochs {
+		ents, err := os.ReadDir(filepath.Join(dir, epochName(n)))
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range ents {
+			name := e.Name()
+			_, seg := parseNumbered(name, "seg-", ".jsonl")
+			torn := false
+			if i := strings.Index(name, ".jsonl.torn-"); i > 0 {
+				_, torn = parseNumbered(name[:i+len(".jsonl")], "seg-", ".jsonl")
+			}
+			if (seg || torn || name == VaultFile) && !e.IsDir() {
+				continue
+			}
+			out = append(out, epochName(n)+"/"+name)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}

@@ -58,6 +58,10 @@ type VerifyOptions struct {
 	// started; it cannot tell who wrote them. Without it they are reported
 	// in Report.Unsigned and a warning.
 	RequireSigned bool
+	// Strict fails the log (ClassIntegrity) when its directory holds
+	// entries that are not part of it (Report.Stray). Without it each is
+	// a warning.
+	Strict bool
 }
 
 // UnsignedRange is a run of records that no signature of their epoch's key
@@ -100,6 +104,11 @@ type Report struct {
 	Unsigned                []UnsignedRange  `json:"unsigned"`     // records of earlier epochs that no signature of theirs covers
 	External                []*ExternalCheck `json:"external"`
 	Warnings                []string         `json:"warnings"`
+	// Stray lists the files and directories in the log's directory and
+	// its epoch directories that are not part of the log, and so were not
+	// verified (a segment copied aside, a name with seven digits, an epoch
+	// directory renamed): relative to Dir, with forward slashes, sorted.
+	Stray []string `json:"stray"`
 }
 
 // LogBytes returns the total size of the segment files under dir (for a
@@ -393,6 +402,20 @@ func Verify(dir string, opt VerifyOptions) (*Report, error) {
 		return rep, &VerifyError{Class: ClassUnsigned, Pos: Position{Epoch: u.Epoch, Index: u.First},
 			Msg:  fmt.Sprintf("records %d-%d of epoch %d are not signed by the epoch's key (the writer stopped before signing them); epoch %d's genesis only records that they were on disk when it started", u.First, u.Last, u.Epoch, u.By),
 			Hint: "without --require-signed the log verifies with these records reported as unsigned; whether to trust them depends on who could write the audit disk while the gateway was down"}
+	}
+
+	stray, err := strayEntries(dir, epochs)
+	if err != nil {
+		return rep, ioFailure(Position{}, err)
+	}
+	rep.Stray = stray
+	for _, p := range stray {
+		rep.Warnings = append(rep.Warnings, fmt.Sprintf("%s is not part of the log and was not verified: only epoch-NNNNNN/seg-NNNNNN.jsonl files are (six digits); a copy of a segment or an epoch under another name proves nothing (move it out of the audit directory)", filepath.FromSlash(p)))
+	}
+	if opt.Strict && len(stray) > 0 {
+		return rep, &VerifyError{Class: ClassIntegrity,
+			Msg:  fmt.Sprintf("%s holds %d entries that are not part of the log (--strict): %s", dir, len(stray), strings.Join(stray, ", ")),
+			Hint: "move them out of the audit directory; without --strict each is a warning"}
 	}
 
 	// Warnings: what was not established.
