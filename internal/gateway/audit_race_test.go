@@ -19,6 +19,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/confidential-mcp/cmcp/internal/front/stdiofront"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 )
 
@@ -443,7 +444,7 @@ func TestCallRecordHoldsTheRequestID(t *testing.T) {
 // with an error (found in review of the id checks).
 func TestResponsesKeepTheirIDs(t *testing.T) {
 	for _, l := range []string{`{"jsonrpc":"2.0","id":7.0,"result":{}}`, `{"jsonrpc":"2.0","id":1e0,"result":{}}`} {
-		if msg, _, code, why := decodeAgentLine([]byte(l)); msg == nil {
+		if msg, _, code, why := stdiofront.DecodeLine([]byte(l)); msg == nil {
 			t.Errorf("stdio: %s refused (%d %s)", l, code, why)
 		}
 	}

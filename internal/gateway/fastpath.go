@@ -20,6 +20,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	segjson "github.com/segmentio/encoding/json"
 
+	"github.com/confidential-mcp/cmcp/internal/front/stdiofront"
 	"github.com/confidential-mcp/cmcp/internal/rpcwire"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
@@ -174,7 +175,7 @@ func encodeResponse(id jsonrpc.ID, result json.RawMessage, err error) []byte {
 // of an initialised session, returning the call to run (the read loop runs
 // it), and the cancellations of those calls; it reports whether it took
 // the request.
-func (s *session) stdioFast(c *agentConn) func(*jsonrpc.Request) (bool, func(func())) {
+func (s *session) stdioFast(c *stdiofront.Conn) func(*jsonrpc.Request) (bool, func(func())) {
 	calls := &s.fast
 	return func(req *jsonrpc.Request) (bool, func(func())) {
 		switch req.Method {
@@ -216,7 +217,7 @@ func (s *session) stdioFast(c *agentConn) func(*jsonrpc.Request) (bool, func(fun
 			// Cancelled by the agent: no response. Cut by the session's
 			// end: err says why, and the connection is still open.
 			if cctx.Err() == nil || sessionEndOf(cctx) != nil {
-				_ = c.writeLine(encodeResponse(req.ID, res, err))
+				_ = c.WriteLine(encodeResponse(req.ID, res, err))
 			}
 			s.answering.Done()
 			if appendResult != nil {
@@ -741,7 +742,7 @@ func (s *session) warnAgent(ctx context.Context, msg string, d Decision, data ma
 		_ = sinkFrom(ctx).notify("notifications/message", p)
 	case ctx.Value(stdioKey{}) != nil:
 		if b, err := encodeNotification("notifications/message", p); err == nil {
-			_ = ctx.Value(stdioKey{}).(*agentConn).writeLine(b)
+			_ = ctx.Value(stdioKey{}).(*stdiofront.Conn).WriteLine(b)
 		}
 	default:
 		if ss := s.downSession(); ss != nil {

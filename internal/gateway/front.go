@@ -21,6 +21,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/confidential-mcp/cmcp/internal/front/stdiofront"
 	"github.com/confidential-mcp/cmcp/internal/sessionbounds"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
@@ -595,8 +596,8 @@ func (g *Gateway) serveStdio(ctx context.Context, in io.ReadCloser, out io.Write
 		identity = AnonymousIdentity
 	}
 	s := g.newSession(identity, "stdio")
-	err := s.srv.Run(ctx, &agentStdio{in: in, out: out, fast: s.stdioFast, passed: s.recordUndecodableCall, badID: s.recordBadIDCall,
-		ambiguous: s.refuseAmbiguousCall, unanswered: &s.unanswered, inputEnded: inputEnded, agentReqs: &s.agentReqs})
+	err := s.srv.Run(ctx, &stdiofront.Transport{In: in, Out: out, Fast: s.stdioFast, Passed: s.recordUndecodableCall, BadID: s.recordBadIDCall,
+		Ambiguous: s.refuseAmbiguousCall, Unanswered: &s.unanswered, InputEnded: inputEnded, AgentReqs: &s.agentReqs})
 	s.end(endedFor("the agent closed the stdio connection"))
 	if err != nil && (errors.Is(err, io.EOF) || errors.Is(err, context.Canceled)) {
 		return nil

@@ -13,6 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/confidential-mcp/cmcp/internal/catalog"
+	"github.com/confidential-mcp/cmcp/internal/front/stdiofront"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
@@ -760,17 +761,17 @@ func (lv *live) toAgent(ctx context.Context, method string, params mcp.Params) (
 	inputGone := func() error {
 		return fault(CodeSessionEnded, "%s from upstream %q: the agent closed its input (EOF on stdin) and can answer no request; the session ends once its calls are answered", method, lv.st.name)
 	}
-	if s.agentReqs.hasEnded() {
+	if s.agentReqs.HasEnded() {
 		return nil, inputGone()
 	}
 	// dctx's values (the call's stream), ctx's end, or the end of the
-	// agent's input before it answered (agentRequests, stdio only).
+	// agent's input before it answered (stdiofront.AgentRequests, stdio only).
 	dctx, cancel := context.WithCancelCause(context.WithoutCancel(dctx))
 	defer cancel(nil)
 	defer context.AfterFunc(ctx, func() { cancel(nil) })()
-	req := &agentRequest{cancel: cancel}
-	defer s.agentReqs.done(req)
-	dctx = withAgentRequest(dctx, req)
+	req := stdiofront.NewAgentRequest(cancel)
+	defer s.agentReqs.Done(req)
+	dctx = stdiofront.WithAgentRequest(dctx, req)
 	if sk := sinkFrom(dctx); sk != nil {
 		// The call route picked may just have ended (an upstream child
 		// cannot say which call a request belongs to): then the request
@@ -794,7 +795,7 @@ func (lv *live) toAgent(ctx context.Context, method string, params mcp.Params) (
 	default:
 		return nil, errNotForwarded
 	}
-	if err != nil && errors.Is(context.Cause(dctx), errAgentInputEnded) {
+	if err != nil && errors.Is(context.Cause(dctx), stdiofront.ErrInputEnded) {
 		return nil, inputGone()
 	}
 	return res, err

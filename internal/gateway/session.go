@@ -17,6 +17,7 @@ import (
 	"github.com/yosida95/uritemplate/v3"
 
 	"github.com/confidential-mcp/cmcp/internal/catalog"
+	"github.com/confidential-mcp/cmcp/internal/front/stdiofront"
 	"github.com/confidential-mcp/cmcp/internal/policy"
 	"github.com/confidential-mcp/cmcp/internal/rpcwire"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
@@ -105,12 +106,12 @@ type session struct {
 	sdkCut     atomic.Bool
 	serverReqs rpcwire.Pending // requests to the agent on fast-call streams
 	// unanswered are the requests a stdio agent sent that are not answered
-	// yet, whichever path answers them (stdio.go): the end waits for those
+	// yet, whichever path answers them (internal/front/stdiofront): the end waits for those
 	// read before it, including the ones go-sdk has not dispatched yet.
-	unanswered unanswered
+	unanswered stdiofront.Unanswered
 	// agentReqs are the requests sent to a stdio agent (sampling,
 	// elicitation, roots) that it has not answered, until its input ends.
-	agentReqs agentRequests
+	agentReqs stdiofront.AgentRequests
 
 	// What tools/list last showed the agent (or what it was last told
 	// changed), as sorted names, once it has listed; see recheckList.
@@ -324,7 +325,7 @@ func (s *session) cutAndAnswer(e *sessionEnd) {
 	s.cut(e)
 	wctx, cancel := context.WithTimeout(context.Background(), cutAnswerWait)
 	s.answering.wait(wctx)
-	left := s.unanswered.wait(wctx.Done())
+	left := s.unanswered.Wait(wctx.Done())
 	cancel()
 	if n := s.answering.n.Load(); n > 0 || left > 0 {
 		s.g.logger.Warn("session ended with requests whose answers could not be written in time", "session", s.id, "requests", max(n, int64(left)), "waited", cutAnswerWait)

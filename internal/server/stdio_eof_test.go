@@ -13,6 +13,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
+	"github.com/confidential-mcp/cmcp/internal/front/stdiofront"
 	"github.com/confidential-mcp/cmcp/internal/gateway"
 )
 
@@ -247,7 +248,7 @@ func TestServeStdioAnswerSentBeforeEOFIsUsed(t *testing.T) {
 	// go-sdk gets the agent's answer only once the EOF after it has been
 	// read and handled (as it may when the two are read together).
 	var eof atomic.Bool
-	gateway.TestHookAgentRead = func(msg jsonrpc.Message) {
+	stdiofront.TestHookAgentRead = func(msg jsonrpc.Message) {
 		if _, ok := msg.(*jsonrpc.Response); ok {
 			for !eof.Load() {
 				time.Sleep(time.Millisecond)
@@ -255,7 +256,7 @@ func TestServeStdioAnswerSentBeforeEOFIsUsed(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	t.Cleanup(func() { gateway.TestHookAgentRead = nil })
+	t.Cleanup(func() { stdiofront.TestHookAgentRead = nil })
 	const (
 		initialize  = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{"sampling":{}},"clientInfo":{"name":"sh","version":"1"}}}`
 		initialized = `{"jsonrpc":"2.0","method":"notifications/initialized"}`

@@ -1,4 +1,4 @@
-package gateway
+package stdiofront
 
 import (
 	"testing"
@@ -13,7 +13,7 @@ import (
 // use counts once; closing the connection ends every wait.
 func TestUnanswered(t *testing.T) {
 	id := func(n int64) jsonrpc.ID { i, _ := jsonrpc.MakeID(float64(n)); return i }
-	var u unanswered
+	var u Unanswered
 	if !u.read(id(1)) || !u.read(id(2)) {
 		t.Fatal("a request with a new id is not tracked")
 	}
@@ -24,7 +24,7 @@ func TestUnanswered(t *testing.T) {
 		t.Fatal("a notification is tracked")
 	}
 	done := make(chan int, 1)
-	go func() { done <- u.wait(nil) }()
+	go func() { done <- u.Wait(nil) }()
 	u.answered(id(1))
 	time.Sleep(20 * time.Millisecond)
 	u.read(id(3)) // read after the wait began
@@ -44,10 +44,10 @@ func TestUnanswered(t *testing.T) {
 	}
 	stop := make(chan struct{})
 	close(stop)
-	if left := u.wait(stop); left != 1 {
+	if left := u.Wait(stop); left != 1 {
 		t.Fatalf("wait with request 3 unanswered, stopped: %d, want 1", left)
 	}
-	go func() { done <- u.wait(nil) }()
+	go func() { done <- u.Wait(nil) }()
 	time.Sleep(20 * time.Millisecond)
 	u.close()
 	select {

@@ -1,4 +1,4 @@
-package gateway
+package stdiofront
 
 import (
 	"bufio"
@@ -25,7 +25,7 @@ func FuzzAgentLine(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		trimmed := bytes.TrimSpace(b)
 		if len(trimmed) > 0 {
-			msg, _, code, why := decodeAgentLine(trimmed)
+			msg, _, code, why := DecodeLine(trimmed)
 			if msg == nil && (why == "" || (code != jsonrpc.CodeParseError && code != jsonrpc.CodeInvalidRequest)) {
 				t.Fatalf("%q: no message and code %d %q", b, code, why)
 			}

@@ -1,4 +1,11 @@
-package gateway
+// Package stdiofront is the stdio front of cmcp serve --stdio: newline-
+// delimited JSON-RPC with one agent on stdin and stdout. It reads and
+// bounds the agent's lines, answers a bad line with an error that says
+// what was wrong, offers each request to the core's fast path first, and
+// tracks the requests in both directions so that the end of the agent's
+// input ends the session only once what it sent is answered. It speaks to
+// the gateway core only through Transport's hooks.
+package stdiofront
 
 import (
 	"bufio"
@@ -25,61 +32,63 @@ const maxAgentLine = 16 << 20
 // next messages before it is on its way to the upstream.
 const resumeAfter = 200 * time.Microsecond
 
-// agentStdio is the transport of `cmcp serve --stdio`: newline-delimited
+// Transport is the transport of `cmcp serve --stdio`: newline-delimited
 // JSON-RPC with the agent on the other end. Unlike an upstream's stdout, a
 // bad line from the agent does not end the session: it is answered with a
 // JSON-RPC error that says what was wrong, and the next line is read.
-type agentStdio struct {
-	in  io.ReadCloser
-	out io.WriteCloser
-	// fast, if set, returns the fast path of the connection: it sees every
+type Transport struct {
+	In  io.ReadCloser
+	Out io.WriteCloser
+	// Fast, if set, returns the fast path of the connection: it sees every
 	// request first and reports whether it took it, with the work to run
-	// for it, if any (fastpath.go). The work calls resume once it no
+	// for it, if any (the gateway's fastpath.go). The work calls resume once it no
 	// longer needs to hold up reading.
-	fast func(*agentConn) func(*jsonrpc.Request) (bool, func(resume func()))
-	// passed, if set, sees every request the fast path did not take, just
+	Fast func(*Conn) func(*jsonrpc.Request) (bool, func(resume func()))
+	// Passed, if set, sees every request the fast path did not take, just
 	// before go-sdk gets it.
-	passed func(*jsonrpc.Request)
-	// badID, if set, sees every line refused for its id (rpcwire.BadID).
-	badID func(line []byte, why string)
-	// ambiguous, if set, sees every request the strict decoder did not
-	// take, with its line, before passed: when it refuses the request it
+	Passed func(*jsonrpc.Request)
+	// BadID, if set, sees every line refused for its id (rpcwire.BadID).
+	BadID func(line []byte, why string)
+	// Ambiguous, if set, sees every request the strict decoder did not
+	// take, with its line, before Passed: when it refuses the request it
 	// returns the error to answer it with (and the id to answer).
-	ambiguous func(req *jsonrpc.Request, line []byte) (jsonrpc.ID, *jsonrpc.Error, bool)
-	// unanswered, if set, tracks the requests read from the agent until
+	Ambiguous func(req *jsonrpc.Request, line []byte) (jsonrpc.ID, *jsonrpc.Error, bool)
+	// Unanswered, if set, tracks the requests read from the agent until
 	// they are answered (the session's end waits for them too).
-	unanswered *unanswered
-	// inputEnded, if set, is called once the agent's input ends (EOF on
+	Unanswered *Unanswered
+	// InputEnded, if set, is called once the agent's input ends (EOF on
 	// stdin, or a read error), before the wait for the answers to the
 	// requests read (see endOfInput).
-	inputEnded func()
-	// agentReqs, if set, tracks the requests written to the agent until
+	InputEnded func()
+	// AgentReqs, if set, tracks the requests written to the agent until
 	// their answer is read; the end of the input withdraws the others.
-	agentReqs *agentRequests
+	AgentReqs *AgentRequests
 }
 
-func (t *agentStdio) Connect(context.Context) (mcp.Connection, error) {
-	c := &agentConn{t: t, Inbox: rpcwire.NewInbox(), unanswered: t.unanswered}
+// Connect starts reading the agent's lines.
+func (t *Transport) Connect(context.Context) (mcp.Connection, error) {
+	c := &Conn{t: t, Inbox: rpcwire.NewInbox(), unanswered: t.Unanswered}
 	if c.unanswered == nil {
-		c.unanswered = &unanswered{}
+		c.unanswered = &Unanswered{}
 	}
-	if t.fast != nil {
-		c.fast = t.fast(c)
+	if t.Fast != nil {
+		c.fast = t.Fast(c)
 	}
 	go c.readLoop()
 	return c, nil
 }
 
-type agentConn struct {
-	t              *agentStdio
+// Conn is the connection to the agent.
+type Conn struct {
+	t              *Transport
 	*rpcwire.Inbox // Read
 	wmu            sync.Mutex
 	fast           func(*jsonrpc.Request) (bool, func(resume func()))
-	unanswered     *unanswered
+	unanswered     *Unanswered
 }
 
-func (c *agentConn) readLoop() {
-	c.read(bufio.NewReaderSize(c.t.in, 64<<10), 1)
+func (c *Conn) readLoop() {
+	c.read(bufio.NewReaderSize(c.t.In, 64<<10), 1)
 }
 
 // read reads lines from br (line n next) until the stream ends. When the
@@ -91,7 +100,7 @@ func (c *agentConn) readLoop() {
 // the upstream (upstream.WithWaiting), so that starting it is not on the
 // call's path either, or after resumeAfter if the call takes longer to
 // get there (a policy refusal, an upstream to start, a slow disk).
-func (c *agentConn) read(br *bufio.Reader, n int) {
+func (c *Conn) read(br *bufio.Reader, n int) {
 	for ; ; n++ {
 		line, tooLong, err := readLine(br, maxAgentLine)
 		if err != nil {
@@ -106,10 +115,10 @@ func (c *agentConn) read(br *bufio.Reader, n int) {
 		if len(trimmed) == 0 {
 			continue
 		}
-		msg, strict, code, why := decodeAgentLine(trimmed)
-		if msg == nil && code == jsonrpc.CodeInvalidRequest && c.t.badID != nil {
+		msg, strict, code, why := DecodeLine(trimmed)
+		if msg == nil && code == jsonrpc.CodeInvalidRequest && c.t.BadID != nil {
 			if bad := rpcwire.BadID(trimmed); bad != "" {
-				c.t.badID(trimmed, bad)
+				c.t.BadID(trimmed, bad)
 			}
 		}
 		if msg == nil {
@@ -141,22 +150,22 @@ func (c *agentConn) read(br *bufio.Reader, n int) {
 					continue
 				}
 			}
-			if !strict && c.t.ambiguous != nil {
-				if id, e, refused := c.t.ambiguous(req, trimmed); refused {
+			if !strict && c.t.Ambiguous != nil {
+				if id, e, refused := c.t.Ambiguous(req, trimmed); refused {
 					b, _ := jsonrpc.EncodeMessage(&jsonrpc.Response{ID: id, Error: e})
-					c.writeLine(b)
+					c.WriteLine(b)
 					continue
 				}
 			}
-			if c.t.passed != nil {
-				c.t.passed(req)
+			if c.t.Passed != nil {
+				c.t.Passed(req)
 			}
 			if req.IsCall() {
 				c.unanswered.read(req.ID) // go-sdk answers it through Write
 			}
 		}
-		if r, ok := msg.(*jsonrpc.Response); ok && c.t.agentReqs != nil {
-			c.t.agentReqs.answered(r.ID)
+		if r, ok := msg.(*jsonrpc.Response); ok && c.t.AgentReqs != nil {
+			c.t.AgentReqs.answered(r.ID)
 		}
 		if !c.Deliver(msg) {
 			return
@@ -175,16 +184,16 @@ func (c *agentConn) read(br *bufio.Reader, n int) {
 // the session ended otherwise (cmcp serve's shutdown, at
 // server.shutdown_grace after the EOF, cuts and answers the calls still
 // running first).
-func (c *agentConn) endOfInput(err error) {
+func (c *Conn) endOfInput(err error) {
 	if !c.unanswered.isClosed() { // not the read cut by Close
-		if c.t.agentReqs != nil {
-			c.t.agentReqs.end()
+		if c.t.AgentReqs != nil {
+			c.t.AgentReqs.end()
 		}
-		if c.t.inputEnded != nil {
-			c.t.inputEnded()
+		if c.t.InputEnded != nil {
+			c.t.InputEnded()
 		}
 	}
-	c.unanswered.wait(nil) // Close ends the wait
+	c.unanswered.Wait(nil) // Close ends the wait
 	c.Fail(err)
 }
 
@@ -192,7 +201,7 @@ func (c *agentConn) endOfInput(err error) {
 // (or, for the fast path, until the call is over: one the agent cancelled
 // gets no answer), by id: a request whose id is in use already is
 // answered as a duplicate, and only the first counts.
-type unanswered struct {
+type Unanswered struct {
 	mu      sync.Mutex
 	n       uint64         // requests read
 	ids     map[any]uint64 // the id of each unanswered request -> its n
@@ -200,14 +209,14 @@ type unanswered struct {
 	closed  bool           // the connection is closed: no answer will be written
 }
 
-func (u *unanswered) isClosed() bool {
+func (u *Unanswered) isClosed() bool {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return u.closed
 }
 
 // close says that the connection is closed: waiting is over.
-func (u *unanswered) close() {
+func (u *Unanswered) close() {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.closed = true
@@ -219,7 +228,7 @@ func (u *unanswered) close() {
 
 // read notes a request read; it reports whether the request is tracked
 // (false for no id, or an id an unanswered request has already).
-func (u *unanswered) read(id jsonrpc.ID) bool {
+func (u *Unanswered) read(id jsonrpc.ID) bool {
 	if !id.IsValid() {
 		return false
 	}
@@ -236,7 +245,7 @@ func (u *unanswered) read(id jsonrpc.ID) bool {
 	return true
 }
 
-func (u *unanswered) answered(id jsonrpc.ID) {
+func (u *Unanswered) answered(id jsonrpc.ID) {
 	if !id.IsValid() {
 		return
 	}
@@ -255,7 +264,7 @@ func (u *unanswered) answered(id jsonrpc.ID) {
 // wait returns once every request read before it was called is answered,
 // the connection is closed, or stop is closed; it returns how many of them
 // are not answered.
-func (u *unanswered) wait(stop <-chan struct{}) int {
+func (u *Unanswered) Wait(stop <-chan struct{}) int {
 	u.mu.Lock()
 	upTo := u.n
 	u.mu.Unlock()
@@ -284,57 +293,62 @@ func (u *unanswered) wait(stop <-chan struct{}) int {
 	}
 }
 
-// agentRequests tracks the requests the gateway writes to a stdio agent
+// AgentRequests tracks the requests the gateway writes to a stdio agent
 // (an upstream's sampling, elicitation or roots request, forwarded by
 // toAgent) until the agent's answer is read. When the agent's input ends
 // (EOF: it is done sending), those it has not answered can never be: end
 // withdraws exactly them, and a request written after it is withdrawn at
 // once. One whose answer was read before the EOF is left to go-sdk, which
 // has it queued.
-type agentRequests struct {
+type AgentRequests struct {
 	mu      sync.Mutex
 	ended   bool
-	pending map[any]*agentRequest // by request id
+	pending map[any]*AgentRequest // by request id
 }
 
-// agentRequest is one request toAgent sends: cancel withdraws it.
-type agentRequest struct {
+// AgentRequest is one request toAgent sends: cancel withdraws it.
+type AgentRequest struct {
 	cancel context.CancelCauseFunc
 }
 
-// errAgentInputEnded is the cause with which agentRequests withdraws a
+// NewAgentRequest is a request to the agent that cancel withdraws.
+func NewAgentRequest(cancel context.CancelCauseFunc) *AgentRequest {
+	return &AgentRequest{cancel: cancel}
+}
+
+// ErrInputEnded is the cause with which AgentRequests withdraws a
 // request.
-var errAgentInputEnded = errors.New("the agent closed its input")
+var ErrInputEnded = errors.New("the agent closed its input")
 
 type agentRequestKey struct{}
 
-// withAgentRequest marks ctx, the context of a request to the agent, as
-// req, which req.cancel withdraws (with errAgentInputEnded) when the agent
+// WithAgentRequest marks ctx, the context of a request to the agent, as
+// req, which req.cancel withdraws (with ErrInputEnded) when the agent
 // can no longer answer it.
-func withAgentRequest(ctx context.Context, req *agentRequest) context.Context {
+func WithAgentRequest(ctx context.Context, req *AgentRequest) context.Context {
 	return context.WithValue(ctx, agentRequestKey{}, req)
 }
 
 // sent notes a request about to be written with ctx.
-func (r *agentRequests) sent(ctx context.Context, id jsonrpc.ID) {
-	req, _ := ctx.Value(agentRequestKey{}).(*agentRequest)
+func (r *AgentRequests) sent(ctx context.Context, id jsonrpc.ID) {
+	req, _ := ctx.Value(agentRequestKey{}).(*AgentRequest)
 	if req == nil || !id.IsValid() {
 		return
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.ended {
-		req.cancel(errAgentInputEnded)
+		req.cancel(ErrInputEnded)
 		return
 	}
 	if r.pending == nil {
-		r.pending = map[any]*agentRequest{}
+		r.pending = map[any]*AgentRequest{}
 	}
 	r.pending[id.Raw()] = req
 }
 
 // done forgets req, whose caller has its outcome.
-func (r *agentRequests) done(req *agentRequest) {
+func (r *AgentRequests) Done(req *AgentRequest) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for id, p := range r.pending {
@@ -345,7 +359,7 @@ func (r *agentRequests) done(req *agentRequest) {
 }
 
 // answered notes that the agent's answer to id was read.
-func (r *agentRequests) answered(id jsonrpc.ID) {
+func (r *AgentRequests) answered(id jsonrpc.ID) {
 	if !id.IsValid() {
 		return
 	}
@@ -356,17 +370,17 @@ func (r *agentRequests) answered(id jsonrpc.ID) {
 
 // end notes the end of the agent's input and withdraws the requests it did
 // not answer.
-func (r *agentRequests) end() {
+func (r *AgentRequests) end() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.ended = true
 	for _, req := range r.pending {
-		req.cancel(errAgentInputEnded)
+		req.cancel(ErrInputEnded)
 	}
 	r.pending = nil
 }
 
-func (r *agentRequests) hasEnded() bool {
+func (r *AgentRequests) HasEnded() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.ended
@@ -394,10 +408,10 @@ func readLine(br *bufio.Reader, max int) (line []byte, tooLong bool, err error) 
 	}
 }
 
-// decodeAgentLine decodes one line from the agent; strict reports that
+// DecodeLine decodes one line from the agent; strict reports that
 // rpcwire.DecodeFast took it (it is valid JSON in the strict sense).
 // Otherwise msg is nil with a JSON-RPC error code and the reason.
-func decodeAgentLine(b []byte) (msg jsonrpc.Message, strict bool, code int64, why string) {
+func DecodeLine(b []byte) (msg jsonrpc.Message, strict bool, code int64, why string) {
 	if msg, ok := rpcwire.DecodeFast(b); ok { // one valid JSON object: no need to scan it twice
 		if req, isReq := msg.(*jsonrpc.Request); isReq && !req.ID.IsValid() && !strings.HasPrefix(req.Method, "notifications/") {
 			// An explicit null id: a request go-sdk would take for a
@@ -438,7 +452,7 @@ func idOf(b []byte) json.RawMessage {
 	return nil
 }
 
-func (c *agentConn) reject(id json.RawMessage, code int64, msg string) {
+func (c *Conn) reject(id json.RawMessage, code int64, msg string) {
 	if id == nil {
 		id = json.RawMessage("null")
 	}
@@ -447,30 +461,30 @@ func (c *agentConn) reject(id json.RawMessage, code int64, msg string) {
 		ID      json.RawMessage `json:"id"`
 		Error   jsonrpc.Error   `json:"error"`
 	}{"2.0", id, jsonrpc.Error{Code: code, Message: msg}})
-	c.writeLine(b)
+	c.WriteLine(b)
 }
 
-func (c *agentConn) writeLine(b []byte) error {
+func (c *Conn) WriteLine(b []byte) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	_, err := c.t.out.Write(append(b, '\n'))
+	_, err := c.t.Out.Write(append(b, '\n'))
 	return err
 }
 
-func (c *agentConn) Write(ctx context.Context, msg jsonrpc.Message) error {
+func (c *Conn) Write(ctx context.Context, msg jsonrpc.Message) error {
 	switch m := msg.(type) {
 	case *jsonrpc.Response:
 		defer c.unanswered.answered(m.ID) // once written (or not writable)
 	case *jsonrpc.Request:
-		if m.IsCall() && c.t.agentReqs != nil {
-			c.t.agentReqs.sent(ctx, m.ID)
+		if m.IsCall() && c.t.AgentReqs != nil {
+			c.t.AgentReqs.sent(ctx, m.ID)
 		}
 	}
 	b, err := jsonrpc.EncodeMessage(msg)
 	if err != nil {
 		return err
 	}
-	return c.writeLine(b)
+	return c.WriteLine(b)
 }
 
 // TestHookAgentRead, if set, sees each message go-sdk reads from a stdio
@@ -479,7 +493,7 @@ func (c *agentConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 // the session starts.
 var TestHookAgentRead func(jsonrpc.Message)
 
-func (c *agentConn) Read(ctx context.Context) (jsonrpc.Message, error) {
+func (c *Conn) Read(ctx context.Context) (jsonrpc.Message, error) {
 	msg, err := c.Inbox.Read(ctx)
 	if TestHookAgentRead != nil && err == nil {
 		TestHookAgentRead(msg)
@@ -487,13 +501,13 @@ func (c *agentConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 	return msg, err
 }
 
-func (c *agentConn) Close() error {
+func (c *Conn) Close() error {
 	c.unanswered.close()
 	if c.Inbox.Close() {
-		c.t.in.Close()
-		c.t.out.Close()
+		c.t.In.Close()
+		c.t.Out.Close()
 	}
 	return nil
 }
 
-func (c *agentConn) SessionID() string { return "" }
+func (c *Conn) SessionID() string { return "" }
