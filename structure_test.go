@@ -147,3 +147,40 @@ func TestOnlyTheServerAssemblyReadsConfig(t *testing.T) {
 		t.Fatalf("go list -deps ./internal/server listed %d of the module's packages: the check saw nothing", seen)
 	}
 }
+
+// TestOnlyTheCLIRenders: the terminal renderer (lipgloss, through
+// internal/ui) is the command line's business. Domain packages (config,
+// policy, replay, measure, gateway, upstream, ...) report failures as
+// internal/exitcode errors and never depend on the renderer, so a library
+// caller or a server build does not carry it.
+func TestOnlyTheCLIRenders(t *testing.T) {
+	mayRender := []string{
+		"github.com/confidential-mcp/cmcp/cmd/cmcp",
+		"github.com/confidential-mcp/cmcp/internal/cli",
+		"github.com/confidential-mcp/cmcp/internal/ui",
+	}
+	for _, p := range goList(t, "./...") {
+		if slices.Contains(mayRender, p.ImportPath) {
+			continue
+		}
+		for _, d := range p.Deps {
+			if strings.HasPrefix(d, "charm.land/lipgloss") || d == "github.com/confidential-mcp/cmcp/internal/ui" {
+				t.Errorf("%s depends on %s (see `go list -deps %s`); only %s may render: return an internal/exitcode error instead", p.ImportPath, d, p.ImportPath, strings.Join(mayRender, ", "))
+				break
+			}
+		}
+	}
+}
+
+// TestLibrariesDoNotImportInternal: pkg/ is what an outside verifier
+// imports, so it must build on its own: nothing under pkg/ may depend on
+// the module's internal packages.
+func TestLibrariesDoNotImportInternal(t *testing.T) {
+	for _, p := range goList(t, "./pkg/...") {
+		for _, d := range p.Deps {
+			if strings.HasPrefix(d, "github.com/confidential-mcp/cmcp/internal/") {
+				t.Errorf("%s depends on %s; packages under pkg/ must not depend on internal/", p.ImportPath, d)
+			}
+		}
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/internal/tee"
 	"github.com/confidential-mcp/cmcp/internal/ui"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
@@ -38,23 +39,23 @@ func (n *nonceFlags) add(fs *pflag.FlagSet, what string) {
 func (n *nonceFlags) get() ([]byte, error) {
 	switch {
 	case n.Hex != "" && n.File != "":
-		return nil, ui.Errorf(ui.ExitUsage, "give --nonce or --nonce-file, not both")
+		return nil, exitcode.Errorf(exitcode.ExitUsage, "give --nonce or --nonce-file, not both")
 	case n.Hex != "":
 		b, err := hex.DecodeString(strings.TrimPrefix(n.Hex, "0x"))
 		if err != nil {
-			return nil, ui.Errorf(ui.ExitUsage, "--nonce: not hex: %v", err)
+			return nil, exitcode.Errorf(exitcode.ExitUsage, "--nonce: not hex: %v", err)
 		}
 		if len(b) == 0 || len(b) > evidence.MaxNonceSize {
-			return nil, ui.Errorf(ui.ExitUsage, "--nonce: %d bytes, want 1 to %d", len(b), evidence.MaxNonceSize)
+			return nil, exitcode.Errorf(exitcode.ExitUsage, "--nonce: %d bytes, want 1 to %d", len(b), evidence.MaxNonceSize)
 		}
 		return b, nil
 	case n.File != "":
 		b, err := readInput(n.File)
 		if err != nil {
-			return nil, ui.WithCode(ui.ExitIO, fmt.Errorf("--nonce-file: %w", err))
+			return nil, exitcode.WithCode(exitcode.ExitIO, fmt.Errorf("--nonce-file: %w", err))
 		}
 		if len(b) == 0 || len(b) > evidence.MaxNonceSize {
-			return nil, ui.Errorf(ui.ExitUsage, "--nonce-file %s: %d bytes, want 1 to %d", n.File, len(b), evidence.MaxNonceSize)
+			return nil, exitcode.Errorf(exitcode.ExitUsage, "--nonce-file %s: %d bytes, want 1 to %d", n.File, len(b), evidence.MaxNonceSize)
 		}
 		return b, nil
 	}
@@ -68,17 +69,17 @@ func readPublicKey(path string) (ed25519.PublicKey, error) {
 	if _, serr := os.Stat(path); errors.Is(serr, fs.ErrNotExist) && (strings.HasPrefix(path, "ed25519:") || isHex64(path)) {
 		pub, err := evidence.ParsePublicKey([]byte(path))
 		if err != nil {
-			return nil, ui.Errorf(ui.ExitUsage, "--key %s: %v", path, err)
+			return nil, exitcode.Errorf(exitcode.ExitUsage, "--key %s: %v", path, err)
 		}
 		return pub, nil
 	}
 	data, err := readInput(path)
 	if err != nil {
-		return nil, ui.WithCode(ui.ExitIO, fmt.Errorf("--key: %w", err))
+		return nil, exitcode.WithCode(exitcode.ExitIO, fmt.Errorf("--key: %w", err))
 	}
 	pub, err := evidence.ParsePublicKey(data)
 	if err != nil {
-		return nil, ui.Errorf(ui.ExitUsage, "--key %s: %v", path, err)
+		return nil, exitcode.Errorf(exitcode.ExitUsage, "--key %s: %v", path, err)
 	}
 	return pub, nil
 }
@@ -89,7 +90,7 @@ func parseStatement(s string) (digest.Digest, error) {
 	}
 	d, err := digest.Parse(s)
 	if err != nil {
-		return digest.Digest{}, ui.Errorf(ui.ExitUsage, "--statement: %v", err)
+		return digest.Digest{}, exitcode.Errorf(exitcode.ExitUsage, "--statement: %v", err)
 	}
 	return d, nil
 }
@@ -170,7 +171,7 @@ func runAttest(cmd *cobra.Command, e *env, o *attestOptions) error {
 		return err
 	}
 	if nonce == nil {
-		return ui.Errorf(ui.ExitUsage, "a nonce is required: --nonce HEX or --nonce-file FILE").
+		return exitcode.Errorf(exitcode.ExitUsage, "a nonce is required: --nonce HEX or --nonce-file FILE").
 			Hint("the verifier chooses the nonce, e.g. --nonce $(openssl rand -hex 32), and checks it with 'cmcp attest verify --nonce'")
 	}
 	stmt, err := parseStatement(o.Statement)
@@ -181,11 +182,11 @@ func runAttest(cmd *cobra.Command, e *env, o *attestOptions) error {
 	for _, f := range o.Certs {
 		data, err := readInput(f)
 		if err != nil {
-			return ui.WithCode(ui.ExitIO, fmt.Errorf("--cert: %w", err))
+			return exitcode.WithCode(exitcode.ExitIO, fmt.Errorf("--cert: %w", err))
 		}
 		parsed, err := evidence.ParseCertificates(data)
 		if err != nil {
-			return ui.Errorf(ui.ExitUsage, "--cert %s: %v", f, err)
+			return exitcode.Errorf(exitcode.ExitUsage, "--cert %s: %v", f, err)
 		}
 		for _, c := range parsed {
 			certs = append(certs, c.Raw)
@@ -201,14 +202,14 @@ func runAttest(cmd *cobra.Command, e *env, o *attestOptions) error {
 	if err != nil {
 		var nh *tee.NoHardwareError
 		if errors.As(err, &nh) {
-			return ui.WithCode(ui.ExitIO, err)
+			return exitcode.WithCode(exitcode.ExitIO, err)
 		}
-		return ui.WithCode(ui.ExitUsage, err)
+		return exitcode.WithCode(exitcode.ExitUsage, err)
 	}
 	if len(certs) > 0 {
 		snp, ok := prov.(*tee.SNPProvider)
 		if !ok {
-			return ui.Errorf(ui.ExitUsage, "--cert applies to SEV-SNP only, the provider is %s", prov.Platform())
+			return exitcode.Errorf(exitcode.ExitUsage, "--cert applies to SEV-SNP only, the provider is %s", prov.Platform())
 		}
 		snp.ExtraCert = certs
 	}
@@ -234,11 +235,11 @@ func runAttest(cmd *cobra.Command, e *env, o *attestOptions) error {
 	b, err := prov.Attest(cmd.Context(), pub, nonce, stmt)
 	if err != nil {
 		dropKey()
-		return ui.WithCode(ui.ExitIO, fmt.Errorf("attest with %s via %s: %w", prov.Platform(), prov.Collector(), err))
+		return exitcode.WithCode(exitcode.ExitIO, fmt.Errorf("attest with %s via %s: %w", prov.Platform(), prov.Collector(), err))
 	}
 	if err := evidence.WriteFile(o.Out, b); err != nil {
 		dropKey()
-		return ui.WithCode(ui.ExitIO, fmt.Errorf("write evidence: %w", err))
+		return exitcode.WithCode(exitcode.ExitIO, fmt.Errorf("write evidence: %w", err))
 	}
 	if !b.Attested {
 		p.Warnf("wrote software evidence to %s: unattested, no hardware, development only", o.Out)
@@ -274,21 +275,21 @@ func writePrivateKey(path string, priv ed25519.PrivateKey) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		if errors.Is(err, fs.ErrExist) {
-			return ui.Errorf(ui.ExitIO, "--key-out %s exists: a private key is never overwritten", path).
+			return exitcode.Errorf(exitcode.ExitIO, "--key-out %s exists: a private key is never overwritten", path).
 				Hint("to bind the key it holds again, pass --key %s; for a new key, give another --key-out FILE", path)
 		}
-		return ui.WithCode(ui.ExitIO, fmt.Errorf("--key-out: %w", err))
+		return exitcode.WithCode(exitcode.ExitIO, fmt.Errorf("--key-out: %w", err))
 	}
 	if err := pem.Encode(f, &pem.Block{Type: "PRIVATE KEY", Bytes: der}); err != nil {
 		f.Close()
 		os.Remove(path)
-		return ui.WithCode(ui.ExitIO, err)
+		return exitcode.WithCode(exitcode.ExitIO, err)
 	}
 	if err := f.Sync(); err != nil {
 		f.Close()
-		return ui.WithCode(ui.ExitIO, err)
+		return exitcode.WithCode(exitcode.ExitIO, err)
 	}
-	return ui.WithCode(ui.ExitIO, f.Close())
+	return exitcode.WithCode(exitcode.ExitIO, f.Close())
 }
 
 type attestVerifyOptions struct {
@@ -403,63 +404,63 @@ func runAttestVerify(e *env, o *attestVerifyOptions, args []string) error {
 	opts.AllowSoftware = o.AllowSoftware
 	if o.At != "" {
 		if opts.Now, err = time.Parse(time.RFC3339, o.At); err != nil {
-			return ui.Errorf(ui.ExitUsage, "--at: %v", err)
+			return exitcode.Errorf(exitcode.ExitUsage, "--at: %v", err)
 		}
 	}
 	if o.Reference != "" {
 		if opts.Reference, err = evidence.ReadReferenceFile(o.Reference); err != nil {
 			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
-				return ui.WithCode(ui.ExitIO, fmt.Errorf("--reference: %w", err))
+				return exitcode.WithCode(exitcode.ExitIO, fmt.Errorf("--reference: %w", err))
 			}
-			return ui.WithCode(ui.ExitUsage, fmt.Errorf("--reference: %w", err))
+			return exitcode.WithCode(exitcode.ExitUsage, fmt.Errorf("--reference: %w", err))
 		}
 	}
 	if o.Roots != "" {
 		data, err := readInput(o.Roots)
 		if err != nil {
-			return ui.WithCode(ui.ExitIO, fmt.Errorf("--roots: %w", err))
+			return exitcode.WithCode(exitcode.ExitIO, fmt.Errorf("--roots: %w", err))
 		}
 		if opts.Roots, err = evidence.ParseRoots(data, o.Roots); err != nil {
-			return ui.Errorf(ui.ExitUsage, "--roots %s: %v", o.Roots, err)
+			return exitcode.Errorf(exitcode.ExitUsage, "--roots %s: %v", o.Roots, err)
 		}
 	}
 	var res *evidence.Result
 	file := o.RawReport
 	if o.RawReport != "" {
 		if opts.ExpectKey != nil || !opts.ExpectStatement.IsZero() || opts.ExpectNonce != nil {
-			return ui.Errorf(ui.ExitUsage, "--key, --statement and --nonce check a cmcp binding: raw evidence has none")
+			return exitcode.Errorf(exitcode.ExitUsage, "--key, --statement and --nonce check a cmcp binding: raw evidence has none")
 		}
 		raw, err := readInput(o.RawReport)
 		if err != nil {
-			return ui.WithCode(ui.ExitIO, fmt.Errorf("--raw-report: %w", err))
+			return exitcode.WithCode(exitcode.ExitIO, fmt.Errorf("--raw-report: %w", err))
 		}
 		var certs [][]byte
 		for _, f := range o.Certs {
 			c, err := readInput(f)
 			if err != nil {
-				return ui.WithCode(ui.ExitIO, fmt.Errorf("--cert: %w", err))
+				return exitcode.WithCode(exitcode.ExitIO, fmt.Errorf("--cert: %w", err))
 			}
 			certs = append(certs, c)
 		}
 		if res, err = evidence.VerifyRaw(raw, certs, opts); err != nil {
-			return ui.WithCode(ui.ExitUsage, err)
+			return exitcode.WithCode(exitcode.ExitUsage, err)
 		}
 	} else {
 		file = args[0]
 		data, err := readInput(file)
 		if err != nil {
-			return ui.WithCode(ui.ExitIO, err)
+			return exitcode.WithCode(exitcode.ExitIO, err)
 		}
 		b, err := evidence.Decode(data)
 		if err != nil {
-			e := ui.Errorf(ui.ExitEvidence, "%s: %v", file, err)
+			e := exitcode.Errorf(exitcode.ExitEvidence, "%s: %v", file, err)
 			if evidence.DetectRaw(data) != "" {
 				e.Hint("this looks like a raw report or quote: use --raw-report %s", file)
 			}
 			return e
 		}
 		if res, err = evidence.Verify(b, opts); err != nil {
-			return ui.WithCode(ui.ExitFailure, err)
+			return exitcode.WithCode(exitcode.ExitFailure, err)
 		}
 	}
 	if p.JSONOut {
@@ -477,14 +478,14 @@ func attestVerifyErr(res *evidence.Result) error {
 	if err == nil {
 		return nil
 	}
-	code := ui.ExitEvidence
+	code := exitcode.ExitEvidence
 	switch res.Failure() {
 	case evidence.FailBinding:
-		code = ui.ExitBinding
+		code = exitcode.ExitBinding
 	case evidence.FailRefValue:
-		code = ui.ExitRefValue
+		code = exitcode.ExitRefValue
 	}
-	ue := ui.WithCode(code, err).(*ui.Error)
+	ue := exitcode.WithCode(code, err).(*exitcode.Error)
 	if c := res.Claim(evidence.ClaimEvidence); c != nil && c.Status == evidence.StatusContraindicated && res.Platform == evidence.PlatformSoftware {
 		ue.Hint("software evidence is unattested; --allow-software reports it as a warning for development")
 	}

@@ -21,8 +21,8 @@ import (
 	stest "github.com/google/go-sev-guest/testing"
 	"golang.org/x/sys/unix"
 
+	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/internal/tee"
-	"github.com/confidential-mcp/cmcp/internal/ui"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 	"github.com/confidential-mcp/cmcp/pkg/evidence"
 )
@@ -63,7 +63,7 @@ func TestAttestSoftwareProduceVerify(t *testing.T) {
 		t.Fatal(err)
 	}
 	r = runAttestCLI(t, dir, "attest", "--nonce", "a1b2c3d4", "--provider", "software", "--out", "other.json")
-	if r.code != ui.ExitIO || !strings.Contains(r.stderr, "never overwritten") {
+	if r.code != exitcode.ExitIO || !strings.Contains(r.stderr, "never overwritten") {
 		t.Fatalf("key overwrite: %+v", r)
 	}
 	if keyAfter, _ := os.ReadFile(filepath.Join(dir, "cmcp-attest-key.pem")); !bytes.Equal(keyAfter, keyBefore) {
@@ -71,7 +71,7 @@ func TestAttestSoftwareProduceVerify(t *testing.T) {
 	}
 	// Software evidence never verifies as hardware.
 	r = runAttestCLI(t, dir, "attest", "verify", "cmcp-evidence.json")
-	if r.code != ui.ExitEvidence || !strings.Contains(r.stdout, "UNATTESTED") || !strings.Contains(r.stderr, "--allow-software") {
+	if r.code != exitcode.ExitEvidence || !strings.Contains(r.stdout, "UNATTESTED") || !strings.Contains(r.stderr, "--allow-software") {
 		t.Fatalf("verify software: %+v", r)
 	}
 	key := filepath.Join(dir, "cmcp-attest-key.pem")
@@ -80,11 +80,11 @@ func TestAttestSoftwareProduceVerify(t *testing.T) {
 		t.Fatalf("verify software allowed: %+v", r)
 	}
 	r = runAttestCLI(t, dir, "attest", "verify", "cmcp-evidence.json", "--allow-software", "--nonce", "ffff")
-	if r.code != ui.ExitBinding || !strings.Contains(r.stderr, "not the expected nonce") {
+	if r.code != exitcode.ExitBinding || !strings.Contains(r.stderr, "not the expected nonce") {
 		t.Fatalf("verify wrong nonce: %+v", r)
 	}
 	r = runAttestCLI(t, dir, "attest", "verify", "cmcp-evidence.json", "--allow-software", "--statement", digest.Bytes([]byte("x")).String())
-	if r.code != ui.ExitBinding {
+	if r.code != exitcode.ExitBinding {
 		t.Fatalf("verify other statement: %+v", r)
 	}
 	r = runAttestCLI(t, dir, "-o", "json", "attest", "verify", "cmcp-evidence.json", "--allow-software")
@@ -101,18 +101,18 @@ func TestAttestUsageAndPlainMachine(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"attest"}, ui.ExitUsage, "nonce is required"},
-		{[]string{"attest", "--nonce", "xyz"}, ui.ExitUsage, "not hex"},
-		{[]string{"attest", "--nonce", "00", "--statement", "md5:00"}, ui.ExitUsage, "--statement"},
-		{[]string{"attest", "--nonce", "00", "--provider", "sgx"}, ui.ExitUsage, "unknown provider"},
-		{[]string{"attest", "--nonce", "00", "--key", "/nonexistent"}, ui.ExitIO, "--key"},
-		{[]string{"attest", "verify"}, ui.ExitUsage, "want one evidence bundle"},
+		{[]string{"attest"}, exitcode.ExitUsage, "nonce is required"},
+		{[]string{"attest", "--nonce", "xyz"}, exitcode.ExitUsage, "not hex"},
+		{[]string{"attest", "--nonce", "00", "--statement", "md5:00"}, exitcode.ExitUsage, "--statement"},
+		{[]string{"attest", "--nonce", "00", "--provider", "sgx"}, exitcode.ExitUsage, "unknown provider"},
+		{[]string{"attest", "--nonce", "00", "--key", "/nonexistent"}, exitcode.ExitIO, "--key"},
+		{[]string{"attest", "verify"}, exitcode.ExitUsage, "want one evidence bundle"},
 		// The vendor libraries register std flags; cobra never sees them.
-		{[]string{"attest", "--nonce", "00", "--sev_guest_device_path", "/x"}, ui.ExitUsage, "unknown flag"},
-		{[]string{"attest", "verify", "x", "--tdx_guest_device_path=/x"}, ui.ExitUsage, "unknown flag"},
-		{[]string{"attest", "verify", "a", "--raw-report", "b"}, ui.ExitUsage, "not both"},
-		{[]string{"attest", "verify", "/nonexistent.json"}, ui.ExitIO, "no such file"},
-		{[]string{"attest", "verify", "--raw-report", "x", "--nonce", "00"}, ui.ExitUsage, "raw evidence has none"},
+		{[]string{"attest", "--nonce", "00", "--sev_guest_device_path", "/x"}, exitcode.ExitUsage, "unknown flag"},
+		{[]string{"attest", "verify", "x", "--tdx_guest_device_path=/x"}, exitcode.ExitUsage, "unknown flag"},
+		{[]string{"attest", "verify", "a", "--raw-report", "b"}, exitcode.ExitUsage, "not both"},
+		{[]string{"attest", "verify", "/nonexistent.json"}, exitcode.ExitIO, "no such file"},
+		{[]string{"attest", "verify", "--raw-report", "x", "--nonce", "00"}, exitcode.ExitUsage, "raw evidence has none"},
 	}
 	for _, c := range cases {
 		r := runAttestCLI(t, dir, c.args...)
@@ -129,7 +129,7 @@ func TestAttestUsageAndPlainMachine(t *testing.T) {
 			t.Errorf("plain machine: stderr lacks %q: %s", want, r.stderr)
 		}
 	}
-	if r.code != ui.ExitIO {
+	if r.code != exitcode.ExitIO {
 		t.Errorf("plain machine exit %d", r.code)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "cmcp-attest-key.pem")); err == nil {
@@ -188,14 +188,14 @@ func TestAttestVerifyRawGenuine(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "tampered.dat"), bad, 0o644)
 	os.WriteFile(filepath.Join(dir, "short.dat"), raw[:600], 0o644)
 	for _, f := range []string{"tampered.dat", "short.dat"} {
-		if r := runAttestCLI(t, dir, "attest", "verify", "--raw-report", f, at); r.code != ui.ExitEvidence {
+		if r := runAttestCLI(t, dir, "attest", "verify", "--raw-report", f, at); r.code != exitcode.ExitEvidence {
 			t.Errorf("%s: %+v", f, r)
 		}
 	}
 	// The genuine SEV-SNP report in go-sev-guest's testdata: chain and
 	// signature verify, its debug policy is rejected; with PEM VCEK too.
 	r = runAttestCLI(t, "", "attest", "verify", "--raw-report", ev+"snp-milan-v2-report.bin", "--cert", ev+"snp-milan-vcek.der", at)
-	if r.code != ui.ExitRefValue || !strings.Contains(r.stdout, "chain to AMD ARK-Milan") || !strings.Contains(r.stderr, "allows debugging") {
+	if r.code != exitcode.ExitRefValue || !strings.Contains(r.stdout, "chain to AMD ARK-Milan") || !strings.Contains(r.stderr, "allows debugging") {
 		t.Fatalf("SNP genuine: %+v", r)
 	}
 	der, _ := os.ReadFile(ev + "snp-milan-vcek.der")
@@ -203,10 +203,10 @@ func TestAttestVerifyRawGenuine(t *testing.T) {
 	snp, _ := os.ReadFile(ev + "snp-milan-v2-report.bin")
 	snp[0x90] ^= 1
 	os.WriteFile(filepath.Join(dir, "snp-tampered.bin"), snp, 0o644)
-	if r := runAttestCLI(t, dir, "attest", "verify", "--raw-report", "snp-tampered.bin", "--cert", "vcek.pem", at); r.code != ui.ExitEvidence {
+	if r := runAttestCLI(t, dir, "attest", "verify", "--raw-report", "snp-tampered.bin", "--cert", "vcek.pem", at); r.code != exitcode.ExitEvidence {
 		t.Fatalf("SNP tampered: %+v", r)
 	}
-	if r := runAttestCLI(t, "", "attest", "verify", "--raw-report", ev+"snp-milan-v2-report.bin", at); r.code != ui.ExitEvidence || !strings.Contains(r.stderr, "--cert") {
+	if r := runAttestCLI(t, "", "attest", "verify", "--raw-report", ev+"snp-milan-v2-report.bin", at); r.code != exitcode.ExitEvidence || !strings.Contains(r.stderr, "--cert") {
 		t.Fatalf("SNP without VCEK: %+v", r)
 	}
 }
@@ -268,11 +268,11 @@ func TestAttestVerifySNPBundle(t *testing.T) {
 	}{
 		{"good", []string{"--reference", "ref.json"}, 0, "verdict: WARNING"},
 		// Without --roots (an empty --roots= is a usage error now).
-		{"embedded roots only", nil, ui.ExitEvidence, "of the embedded roots"},
-		{"wrong nonce", []string{"--nonce", "beef"}, ui.ExitBinding, "not the expected nonce"},
-		{"wrong key", []string{"--key", "other.pub"}, ui.ExitBinding, "not the expected key"},
-		{"measurement", []string{"--reference", "other.json"}, ui.ExitRefValue, "not among"},
-		{"bad reference file", []string{"--reference", "bad.json"}, ui.ExitUsage, "unknown object member name"},
+		{"embedded roots only", nil, exitcode.ExitEvidence, "of the embedded roots"},
+		{"wrong nonce", []string{"--nonce", "beef"}, exitcode.ExitBinding, "not the expected nonce"},
+		{"wrong key", []string{"--key", "other.pub"}, exitcode.ExitBinding, "not the expected key"},
+		{"measurement", []string{"--reference", "other.json"}, exitcode.ExitRefValue, "not among"},
+		{"bad reference file", []string{"--reference", "bad.json"}, exitcode.ExitUsage, "unknown object member name"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

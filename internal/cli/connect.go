@@ -15,7 +15,7 @@ import (
 
 	"github.com/confidential-mcp/cmcp/internal/config"
 	"github.com/confidential-mcp/cmcp/internal/connect"
-	"github.com/confidential-mcp/cmcp/internal/ui"
+	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 	"github.com/confidential-mcp/cmcp/pkg/evidence"
@@ -114,20 +114,20 @@ cmcp attest verify. SIGTERM or SIGINT stops the connector and its children.`,
 func runConnect(cmd *cobra.Command, e *env, o *connectOptions, args []string) error {
 	for _, f := range []struct{ flag, v string }{{"--gateway", o.Gateway}, {"--token-file", o.TokenFile}, {"--name", o.Name}, {"--machine-id", o.MachineID}} {
 		if f.v == "" {
-			return ui.Errorf(ui.ExitUsage, "%s is required", f.flag)
+			return exitcode.Errorf(exitcode.ExitUsage, "%s is required", f.flag)
 		}
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(o.LogLevel)); err != nil {
-		return ui.Errorf(ui.ExitUsage, "--log-level %q: want debug, info, warn or error", o.LogLevel)
+		return exitcode.Errorf(exitcode.ExitUsage, "--log-level %q: want debug, info, warn or error", o.LogLevel)
 	}
 	b, err := os.ReadFile(o.TokenFile)
 	if err != nil {
-		return ui.Errorf(ui.ExitIO, "--token-file: %w", err)
+		return exitcode.Errorf(exitcode.ExitIO, "--token-file: %w", err)
 	}
 	token, err := config.Credential(b)
 	if err != nil {
-		return ui.Errorf(ui.ExitConfig, "--token-file %s: %w", o.TokenFile, err)
+		return exitcode.Errorf(exitcode.ExitConfig, "--token-file %s: %w", o.TokenFile, err)
 	}
 	co := connect.Options{Gateway: o.Gateway, Token: token, Upstream: o.Name, MachineID: o.MachineID, MachineName: o.MachineName,
 		Environ: e.environ, HTTP: o.HTTP, RequireAttested: o.RequireAttested, AllowSoftware: o.AllowSoftware,
@@ -140,10 +140,10 @@ func runConnect(cmd *cobra.Command, e *env, o *connectOptions, args []string) er
 		}
 	}
 	if sources != 1 {
-		return ui.Errorf(ui.ExitUsage, "give the server one way: a command after --, --http URL, or -c cmcp.yaml")
+		return exitcode.Errorf(exitcode.ExitUsage, "give the server one way: a command after --, --http URL, or -c cmcp.yaml")
 	}
 	if o.Config != "" && (o.Pin != "" || o.Target != "" || o.TargetPin != "" || o.InterpreterPin != "" || o.AllowUnmeasured) {
-		return ui.Errorf(ui.ExitUsage, "-c takes the pins from the configuration: drop --pin, --target, --target-pin, --interpreter-pin and --allow-unmeasured")
+		return exitcode.Errorf(exitcode.ExitUsage, "-c takes the pins from the configuration: drop --pin, --target, --target-pin, --interpreter-pin and --allow-unmeasured")
 	}
 	switch {
 	case len(args) > 0:
@@ -156,11 +156,11 @@ func runConnect(cmd *cobra.Command, e *env, o *connectOptions, args []string) er
 				continue
 			}
 			if *p.to, err = digest.Parse(p.v); err != nil {
-				return ui.Errorf(ui.ExitUsage, "%s: %w", p.flag, err)
+				return exitcode.Errorf(exitcode.ExitUsage, "%s: %w", p.flag, err)
 			}
 		}
 		if (o.Target == "") != (o.TargetPin == "") {
-			return ui.Errorf(ui.ExitUsage, "--target and --target-pin go together")
+			return exitcode.Errorf(exitcode.ExitUsage, "--target and --target-pin go together")
 		}
 		co.Stdio = spec
 	case o.Config != "":
@@ -175,7 +175,7 @@ func runConnect(cmd *cobra.Command, e *env, o *connectOptions, args []string) er
 			}
 		}
 		if u == nil || u.Stdio == nil {
-			return ui.Errorf(ui.ExitConfig, "%s has no stdio upstream named %q", o.Config, o.Name)
+			return exitcode.Errorf(exitcode.ExitConfig, "%s has no stdio upstream named %q", o.Config, o.Name)
 		}
 		spec := &upstream.StdioSpec{Name: u.Name, Command: u.Stdio.Command, Args: u.Stdio.Args, Dir: u.Stdio.Dir, Env: u.Stdio.Env, EnvAllow: u.Stdio.EnvAllow,
 			Sealed: u.Stdio.Sealed, AllowUnmeasured: u.AllowUnmeasured, AllowCodeEnv: u.AllowCodeEnv, StopGrace: 5 * time.Second}
@@ -187,32 +187,32 @@ func runConnect(cmd *cobra.Command, e *env, o *connectOptions, args []string) er
 	if o.CAFile != "" {
 		pem, err := os.ReadFile(o.CAFile)
 		if err != nil {
-			return ui.Errorf(ui.ExitIO, "--ca-file: %w", err)
+			return exitcode.Errorf(exitcode.ExitIO, "--ca-file: %w", err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return ui.Errorf(ui.ExitConfig, "--ca-file %s holds no PEM certificate", o.CAFile)
+			return exitcode.Errorf(exitcode.ExitConfig, "--ca-file %s holds no PEM certificate", o.CAFile)
 		}
 		co.TLS = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}
 	if o.Reference != "" {
 		if co.Reference, err = evidence.ReadReferenceFile(o.Reference); err != nil {
-			return ui.Errorf(ui.ExitConfig, "--reference: %w", err)
+			return exitcode.Errorf(exitcode.ExitConfig, "--reference: %w", err)
 		}
 	}
 	if o.RequireAttested && o.Reference == "" && !o.AllowSoftware {
-		return ui.Errorf(ui.ExitUsage, "--require-attested needs --reference (the values the gateway's code must match)")
+		return exitcode.Errorf(exitcode.ExitUsage, "--require-attested needs --reference (the values the gateway's code must match)")
 	}
 	if !o.RequireAttested && (o.Reference != "" || o.AllowSoftware) {
-		return ui.Errorf(ui.ExitUsage, "--reference and --allow-software apply only with --require-attested")
+		return exitcode.Errorf(exitcode.ExitUsage, "--reference and --allow-software apply only with --require-attested")
 	}
 	c, err := connect.New(co)
 	if err != nil {
-		code := ui.ExitConfig
+		code := exitcode.ExitConfig
 		if errors.Is(err, upstream.ErrPinMismatch) || errors.Is(err, upstream.ErrUnpinned) {
-			code = ui.ExitMismatch
+			code = exitcode.ExitMismatch
 		}
-		ue := ui.WithCode(code, err).(*ui.Error)
+		ue := exitcode.WithCode(code, err).(*exitcode.Error)
 		if errors.Is(err, upstream.ErrUnpinned) {
 			ue.Hint("pin it: cmcp spawn-digest -- %s (then --pin), or run it unpinned with --allow-unmeasured", "COMMAND")
 		}
@@ -223,12 +223,12 @@ func runConnect(cmd *cobra.Command, e *env, o *connectOptions, args []string) er
 	if err := c.Run(ctx); err != nil {
 		var ve *connect.VerifyError
 		if errors.As(err, &ve) && ve.Result != nil {
-			var ae *ui.Error
+			var ae *exitcode.Error
 			if errors.As(attestVerifyErr(ve.Result), &ae) {
-				return &ui.Error{Code: ae.Code, Err: err, Hints: ae.Hints}
+				return &exitcode.Error{Code: ae.Code, Err: err, Hints: ae.Hints}
 			}
 		}
-		return ui.WithCode(ui.ExitEvidence, err)
+		return exitcode.WithCode(exitcode.ExitEvidence, err)
 	}
 	return nil
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/cobra/doc"
 
-	"github.com/confidential-mcp/cmcp/internal/ui"
+	"github.com/confidential-mcp/cmcp/internal/exitcode"
 )
 
 // docsDate is the date printed in the man pages. It is fixed so that the
@@ -69,12 +69,12 @@ func generateDocs() (map[string][]byte, error) {
 	return out, nil
 }
 
-// withExitStatus inserts an EXIT STATUS section (from ui.ExitCodes) before
+// withExitStatus inserts an EXIT STATUS section (from exitcode.ExitCodes) before
 // SEE ALSO, or at the end.
 func withExitStatus(page []byte) []byte {
 	var s bytes.Buffer
 	s.WriteString(".SH EXIT STATUS\n")
-	for _, c := range ui.ExitCodes {
+	for _, c := range exitcode.ExitCodes {
 		fmt.Fprintf(&s, ".TP\n\\fB%d\\fP\n%s\n", c.Code, c.Meaning)
 	}
 	s.WriteString("\n")

@@ -6,7 +6,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/confidential-mcp/cmcp/internal/ui"
+	"github.com/confidential-mcp/cmcp/internal/exitcode"
 )
 
 // rejectEmptyFlags refuses a string flag given with an empty value
@@ -35,7 +35,7 @@ func rejectEmptyFlags(cmd *cobra.Command) error {
 	if bad == nil {
 		return nil
 	}
-	return ui.Errorf(ui.ExitUsage, "--%s was given an empty value", bad.Name).
+	return exitcode.Errorf(exitcode.ExitUsage, "--%s was given an empty value", bad.Name).
 		Hint("give --%s a value, or leave the flag out (is a shell variable unset?)", bad.Name)
 }
 
@@ -51,7 +51,7 @@ func rejectEmptyArgs(cmd *cobra.Command, args []string) error {
 		return nil
 	}
 	if i := slices.Index(args, ""); i >= 0 {
-		return ui.Errorf(ui.ExitUsage, "argument %d of %s is empty", i+1, cmd.CommandPath()).
+		return exitcode.Errorf(exitcode.ExitUsage, "argument %d of %s is empty", i+1, cmd.CommandPath()).
 			Hint("give a path, or leave the argument out (is a shell variable unset?)")
 	}
 	return nil

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/confidential-mcp/cmcp/internal/ui"
+	"github.com/confidential-mcp/cmcp/internal/exitcode"
 )
 
 // TestHugeInputsAreRefused: every file read whole for a flag or an argument
@@ -30,14 +30,14 @@ func TestHugeInputsAreRefused(t *testing.T) {
 		code int
 		want string
 	}{
-		{"bundle", []string{"attest", "verify", big}, ui.ExitIO, "larger than 64 MiB"},
-		{"raw report", []string{"attest", "verify", "--raw-report", big}, ui.ExitIO, "--raw-report: read " + big + ": larger than 64 MiB"},
-		{"certificate", []string{"attest", "verify", "--raw-report", report, "--cert", big}, ui.ExitIO, "--cert: read " + big + ": larger than"},
-		{"roots", []string{"attest", "verify", "--raw-report", report, "--roots", big}, ui.ExitIO, "--roots: read " + big},
-		{"reference", []string{"attest", "verify", "--raw-report", report, "--reference", big}, ui.ExitUsage, "not reference values: larger than"},
-		{"nonce file", []string{"attest", "--provider", "software", "--nonce-file", big, "--key-out", filepath.Join(dir, "k.pem"), "--out", filepath.Join(dir, "e.json")}, ui.ExitIO, "--nonce-file: read " + big},
-		{"proof", []string{"verify-chain", "--proof", big, "--key", l.vkey}, ui.ExitIO, "--proof: read " + big},
-		{"checkpoint", []string{"verify-chain", l.dir, "--key", l.vkey, "--checkpoint", big}, ui.ExitIO, "--checkpoint: read " + big},
+		{"bundle", []string{"attest", "verify", big}, exitcode.ExitIO, "larger than 64 MiB"},
+		{"raw report", []string{"attest", "verify", "--raw-report", big}, exitcode.ExitIO, "--raw-report: read " + big + ": larger than 64 MiB"},
+		{"certificate", []string{"attest", "verify", "--raw-report", report, "--cert", big}, exitcode.ExitIO, "--cert: read " + big + ": larger than"},
+		{"roots", []string{"attest", "verify", "--raw-report", report, "--roots", big}, exitcode.ExitIO, "--roots: read " + big},
+		{"reference", []string{"attest", "verify", "--raw-report", report, "--reference", big}, exitcode.ExitUsage, "not reference values: larger than"},
+		{"nonce file", []string{"attest", "--provider", "software", "--nonce-file", big, "--key-out", filepath.Join(dir, "k.pem"), "--out", filepath.Join(dir, "e.json")}, exitcode.ExitIO, "--nonce-file: read " + big},
+		{"proof", []string{"verify-chain", "--proof", big, "--key", l.vkey}, exitcode.ExitIO, "--proof: read " + big},
+		{"checkpoint", []string{"verify-chain", l.dir, "--key", l.vkey, "--checkpoint", big}, exitcode.ExitIO, "--checkpoint: read " + big},
 	}
 	if fi, err := os.Stat("/dev/zero"); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
 		cases = append(cases, struct {
@@ -45,7 +45,7 @@ func TestHugeInputsAreRefused(t *testing.T) {
 			args []string
 			code int
 			want string
-		}{"endless device", []string{"attest", "verify", "--raw-report", "/dev/zero"}, ui.ExitIO, "read /dev/zero: larger than 64 MiB"})
+		}{"endless device", []string{"attest", "verify", "--raw-report", "/dev/zero"}, exitcode.ExitIO, "read /dev/zero: larger than 64 MiB"})
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/internal/replay"
 	"github.com/confidential-mcp/cmcp/internal/ui"
 )
@@ -54,13 +55,13 @@ func (o *replayOptions) options() (replay.Options, error) {
 	opts := replay.Options{Policies: o.policies, WhatIf: o.whatIf, Unverified: o.unverified,
 		Filter: replay.Filter{Session: o.session, Agent: o.agent, Tool: o.tool, Decision: o.decision}}
 	if o.unverified && o.requireSign {
-		return opts, ui.Errorf(ui.ExitUsage, "--unverified and --require-signed contradict each other: a log replayed unverified proves nothing signed").
+		return opts, exitcode.Errorf(exitcode.ExitUsage, "--unverified and --require-signed contradict each other: a log replayed unverified proves nothing signed").
 			Hint("drop --unverified to fail (exit 11) where the log's records are not signed, or --require-signed to look at a log that does not verify")
 	}
 	switch o.decision {
 	case "", "allow", "deny":
 	default:
-		return opts, ui.Errorf(ui.ExitUsage, "--decision %q: want allow or deny", o.decision)
+		return opts, exitcode.Errorf(exitcode.ExitUsage, "--decision %q: want allow or deny", o.decision)
 	}
 	for _, t := range []struct {
 		flag, v string
@@ -71,7 +72,7 @@ func (o *replayOptions) options() (replay.Options, error) {
 		}
 		v, err := time.Parse(time.RFC3339Nano, t.v)
 		if err != nil {
-			return opts, ui.Errorf(ui.ExitUsage, "%s %q: want an RFC 3339 time such as 2026-11-30T01:00:00Z", t.flag, t.v)
+			return opts, exitcode.Errorf(exitcode.ExitUsage, "%s %q: want an RFC 3339 time such as 2026-11-30T01:00:00Z", t.flag, t.v)
 		}
 		*t.dst = v
 	}
@@ -85,19 +86,19 @@ func (o *replayOptions) options() (replay.Options, error) {
 	for _, f := range o.checkpoints {
 		b, err := readInput(f)
 		if err != nil {
-			return opts, ui.Errorf(ui.ExitIO, "--checkpoint: %w", err)
+			return opts, exitcode.Errorf(exitcode.ExitIO, "--checkpoint: %w", err)
 		}
 		opts.Verify.Checkpoints = append(opts.Verify.Checkpoints, b)
 	}
 	for _, path := range o.identities {
 		f, err := os.Open(path)
 		if err != nil {
-			return opts, ui.Errorf(ui.ExitIO, "--identity: %w", err)
+			return opts, exitcode.Errorf(exitcode.ExitIO, "--identity: %w", err)
 		}
 		ids, err := age.ParseIdentities(f)
 		f.Close()
 		if err != nil {
-			return opts, ui.Errorf(ui.ExitUsage, "--identity %s: %w", path, err).Hint("the file must hold age identities (AGE-SECRET-KEY-1...), as written by age-keygen")
+			return opts, exitcode.Errorf(exitcode.ExitUsage, "--identity %s: %w", path, err).Hint("the file must hold age identities (AGE-SECRET-KEY-1...), as written by age-keygen")
 		}
 		opts.Identities = append(opts.Identities, ids...)
 	}
@@ -189,10 +190,10 @@ inconsistent.`,
 			}
 			s := rep.Summary
 			if rep.Findings() {
-				return ui.Errorf(ui.ExitReplay, "replay found %d decision(s) that differ from the record, %d tampered payload(s), %d incomplete record(s), %d inconsistent call record(s)", s.Differs, s.Tampered, s.Incomplete, s.Inconsistent)
+				return exitcode.Errorf(exitcode.ExitReplay, "replay found %d decision(s) that differ from the record, %d tampered payload(s), %d incomplete record(s), %d inconsistent call record(s)", s.Differs, s.Tampered, s.Incomplete, s.Inconsistent)
 			}
 			if o.requireSign && s.Unsigned > 0 {
-				return ui.Errorf(ui.ExitLogSig, "%d of the calls are in records no checkpoint of their epoch's key signs (--require-signed)", s.Unsigned).
+				return exitcode.Errorf(exitcode.ExitLogSig, "%d of the calls are in records no checkpoint of their epoch's key signs (--require-signed)", s.Unsigned).
 					Hint("the newest epoch's tail is signed at its next checkpoint (or at shutdown); a crashed epoch's tail never is: whether to trust it depends on who could write the audit disk while the gateway was down")
 			}
 			return nil

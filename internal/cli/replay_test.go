@@ -16,6 +16,7 @@ import (
 
 	"filippo.io/age"
 
+	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/internal/policy"
 	"github.com/confidential-mcp/cmcp/internal/ui"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
@@ -122,12 +123,12 @@ func TestReplayCommand(t *testing.T) {
 
 	flipped := replayLog(t, id, 1)
 	out, errs, code = run("replay", flipped, "--policy", bundle, "--identity", idFile)
-	if code != ui.ExitReplay || !strings.Contains(out, "differs: recorded allow by [fs-path-outside-data], replay gives deny") || !strings.Contains(errs, "1 decision(s) that differ") {
+	if code != exitcode.ExitReplay || !strings.Contains(out, "differs: recorded allow by [fs-path-outside-data], replay gives deny") || !strings.Contains(errs, "1 decision(s) that differ") {
 		t.Fatalf("flipped: code %d\n%s\n%s", code, out, errs)
 	}
 
 	_, errs, code = run("replay", log, "--policy", "../../examples/policy/allow-list")
-	if code != ui.ExitMismatch || !strings.Contains(errs, "--what-if") {
+	if code != exitcode.ExitMismatch || !strings.Contains(errs, "--what-if") {
 		t.Fatalf("other bundle: code %d\n%s", code, errs)
 	}
 	out, errs, code = run("replay", log, "--what-if", "../../examples/policy/allow-list", "--identity", idFile)
@@ -140,7 +141,7 @@ func TestReplayCommand(t *testing.T) {
 	data = bytes.Replace(data, []byte(`"front":"http"`), []byte(`"front":"htt0"`), 1)
 	os.WriteFile(seg, data, 0o644)
 	_, errs, code = run("replay", log)
-	if code != ui.ExitLogInteg || !strings.Contains(errs, "--unverified") {
+	if code != exitcode.ExitLogInteg || !strings.Contains(errs, "--unverified") {
 		t.Fatalf("unverified log: code %d\n%s", code, errs)
 	}
 	out, errs, code = run("replay", log, "--unverified")
@@ -154,7 +155,7 @@ func TestReplayCommand(t *testing.T) {
 	}
 
 	_, errs, code = run("replay", log, "--decision", "maybe")
-	if code != ui.ExitUsage {
+	if code != exitcode.ExitUsage {
 		t.Fatalf("bad flag: code %d %s", code, errs)
 	}
 }
@@ -219,7 +220,7 @@ func TestReplayFilters(t *testing.T) {
 	}
 	for _, flag := range []string{"--since", "--until"} {
 		_, errs, code := run("replay", log, flag, "yesterday")
-		if code != ui.ExitUsage || !strings.Contains(errs, flag) || !strings.Contains(errs, "RFC 3339") {
+		if code != exitcode.ExitUsage || !strings.Contains(errs, flag) || !strings.Contains(errs, "RFC 3339") {
 			t.Fatalf("%s yesterday: code %d, %s", flag, code, errs)
 		}
 	}
@@ -238,11 +239,11 @@ func TestReplayCommandReportsAnInconsistentRecord(t *testing.T) {
 	})
 	const why = "inconsistent: recorded deny in mode enforcing, yet forwarded"
 	out, errs, code := run("replay", log)
-	if code != ui.ExitReplay || !strings.Contains(out, "RECORD CHECK") || !strings.Contains(out, why) || !strings.Contains(out, "1 inconsistent call record(s)") || !strings.Contains(errs, "1 inconsistent call record(s)") {
+	if code != exitcode.ExitReplay || !strings.Contains(out, "RECORD CHECK") || !strings.Contains(out, why) || !strings.Contains(out, "1 inconsistent call record(s)") || !strings.Contains(errs, "1 inconsistent call record(s)") {
 		t.Fatalf("timeline: code %d\n%s\n%s", code, out, errs)
 	}
 	out, errs, code = run("replay", log, "--policy", "../../examples/policy/path-guard")
-	if code != ui.ExitReplay || strings.Contains(out, "RECORD CHECK") || !strings.Contains(out, why) {
+	if code != exitcode.ExitReplay || strings.Contains(out, "RECORD CHECK") || !strings.Contains(out, why) {
 		t.Fatalf("--policy: code %d\n%s\n%s", code, out, errs)
 	}
 }
@@ -292,7 +293,7 @@ func TestReplayCommandMarksUnsignedCalls(t *testing.T) {
 		}
 	}
 	_, errs, code = run("replay", log, "--require-signed")
-	if code != ui.ExitLogSig || !strings.Contains(errs, "3 of the calls are in records no checkpoint of their epoch's key signs") {
+	if code != exitcode.ExitLogSig || !strings.Contains(errs, "3 of the calls are in records no checkpoint of their epoch's key signs") {
 		t.Fatalf("--require-signed: code %d\n%s", code, errs)
 	}
 	out, _, code = run("-o", "json", "replay", log)
@@ -435,7 +436,7 @@ func TestReplayOfARecordOfAnotherFormIsALogError(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, out, errOut := runCLI(t, "replay", dir, "--unverified")
-	if code != ui.ExitLogInteg || !strings.Contains(errOut, "cannot be read") || !strings.Contains(errOut, "policy_mode") {
+	if code != exitcode.ExitLogInteg || !strings.Contains(errOut, "cannot be read") || !strings.Contains(errOut, "policy_mode") {
 		t.Fatalf("exit %d\n%s%s", code, out, errOut)
 	}
 }

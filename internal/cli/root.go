@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/internal/pid1"
 	"github.com/confidential-mcp/cmcp/internal/ui"
 )
@@ -49,19 +50,19 @@ func mainWithEnv(args []string, stdin io.Reader, stdout, stderr io.Writer, envir
 	root.SetArgs(args)
 	err := root.Execute()
 	if err == nil {
-		return ui.ExitOK
+		return exitcode.ExitOK
 	}
-	code := ui.CodeOf(err)
-	var ue *ui.Error
-	var coder ui.Coder
+	code := exitcode.CodeOf(err)
+	var ue *exitcode.Error
+	var coder exitcode.Coder
 	if !errors.As(err, &ue) && !errors.As(err, &coder) && isCobraUsageError(err) {
-		code = ui.ExitUsage
+		code = exitcode.ExitUsage
 	}
 	fmt.Fprintf(stderr, "cmcp: error: %s\n", ui.CleanLines(err.Error()))
-	for _, h := range ui.HintsOf(err) {
+	for _, h := range exitcode.HintsOf(err) {
 		fmt.Fprintf(stderr, "cmcp: hint: %s\n", h)
 	}
-	if code == ui.ExitUsage && len(ui.HintsOf(err)) == 0 {
+	if code == exitcode.ExitUsage && len(exitcode.HintsOf(err)) == 0 {
 		fmt.Fprintf(stderr, "cmcp: hint: run '%s --help' for usage\n", commandPath(root, args))
 	}
 	return code
@@ -116,7 +117,7 @@ servers itself and refuses to run code whose digest does not match its pin.` + "
 	root.SetOut(e.stdout)
 	root.SetErr(e.stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
-		return ui.WithCode(ui.ExitUsage, err)
+		return exitcode.WithCode(exitcode.ExitUsage, err)
 	})
 	e.out.AddFlags(root.PersistentFlags())
 	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"text", "json"}, cobra.ShellCompDirectiveNoFileComp))
@@ -135,7 +136,7 @@ servers itself and refuses to run code whose digest does not match its pin.` + "
 func exitCodesText() string {
 	var b strings.Builder
 	b.WriteString("Exit codes:\n")
-	for _, c := range ui.ExitCodes {
+	for _, c := range exitcode.ExitCodes {
 		fmt.Fprintf(&b, "  %2d  %s\n", c.Code, c.Meaning)
 	}
 	return strings.TrimRight(b.String(), "\n")
@@ -145,6 +146,6 @@ func exitCodesText() string {
 // the usage exit code.
 func usageArgs(v cobra.PositionalArgs) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
-		return ui.WithCode(ui.ExitUsage, v(cmd, args))
+		return exitcode.WithCode(exitcode.ExitUsage, v(cmd, args))
 	}
 }

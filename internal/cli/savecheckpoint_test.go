@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/confidential-mcp/cmcp/internal/ui"
+	"github.com/confidential-mcp/cmcp/internal/exitcode"
 )
 
 // TestVerifyChainSaveCheckpointChecksTheOldOne: --save-checkpoint onto a
@@ -22,20 +22,20 @@ func TestVerifyChainSaveCheckpointChecksTheOldOne(t *testing.T) {
 
 	// The intact log: checked against the old checkpoint, then saved.
 	code, out, errOut := runCLI(t, "verify-chain", l.dir, "--key", l.vkey, "--save-checkpoint", saved)
-	if code != ui.ExitOK || !strings.Contains(out, "consistent with the saved checkpoint") || !strings.Contains(out, "Saved checkpoint") {
+	if code != exitcode.ExitOK || !strings.Contains(out, "consistent with the saved checkpoint") || !strings.Contains(out, "Saved checkpoint") {
 		t.Fatalf("intact log: exit %d\n%s\n%s", code, out, errOut)
 	}
 	// Named both ways (--checkpoint F --save-checkpoint F) it is read once.
 	code, out, errOut = runCLI(t, "verify-chain", l.dir, "--key", l.vkey, "--checkpoint", saved, "--save-checkpoint", filepath.Join(filepath.Dir(saved), ".", filepath.Base(saved)))
-	if code != ui.ExitOK || strings.Count(out, "consistent with the saved checkpoint") != 1 {
+	if code != exitcode.ExitOK || strings.Count(out, "consistent with the saved checkpoint") != 1 {
 		t.Fatalf("--checkpoint and --save-checkpoint on one file: exit %d\n%s\n%s", code, out, errOut)
 	}
 
 	// Rolled back: truncation is detected and the saved checkpoint is kept.
 	writeLines(t, segPath(l), readLines(t, segPath(l))[:200])
 	code, out, errOut = runCLI(t, "verify-chain", l.dir, "--key", l.vkey, "--save-checkpoint", saved)
-	if code != ui.ExitLogTrunc || !strings.Contains(out+errOut, "has 200 records but the saved checkpoint commits to") {
-		t.Fatalf("rolled-back log: exit %d, want %d\n%s\n%s", code, ui.ExitLogTrunc, out, errOut)
+	if code != exitcode.ExitLogTrunc || !strings.Contains(out+errOut, "has 200 records but the saved checkpoint commits to") {
+		t.Fatalf("rolled-back log: exit %d, want %d\n%s\n%s", code, exitcode.ExitLogTrunc, out, errOut)
 	}
 	after, err := os.ReadFile(saved)
 	if err != nil || !bytes.Equal(before, after) {
@@ -44,7 +44,7 @@ func TestVerifyChainSaveCheckpointChecksTheOldOne(t *testing.T) {
 
 	// A --save-checkpoint file that cannot be read is an I/O error.
 	dirAsFile := t.TempDir()
-	if code, _, errOut := runCLI(t, "verify-chain", l.dir, "--key", l.vkey, "--save-checkpoint", dirAsFile); code != ui.ExitIO || !strings.Contains(errOut, "--save-checkpoint") {
+	if code, _, errOut := runCLI(t, "verify-chain", l.dir, "--key", l.vkey, "--save-checkpoint", dirAsFile); code != exitcode.ExitIO || !strings.Contains(errOut, "--save-checkpoint") {
 		t.Fatalf("directory as --save-checkpoint: exit %d\n%s", code, errOut)
 	}
 }
@@ -60,11 +60,11 @@ func TestVerifyChainCheckpointFileNotACheckpoint(t *testing.T) {
 	os.WriteFile(other, []byte(junk), 0o644)
 
 	code, _, errOut := runCLI(t, "verify-chain", l.dir, "--key", l.vkey, "--checkpoint", other)
-	if code != ui.ExitUsage || !strings.Contains(errOut, "--checkpoint "+other+": malformed checkpoint: size") || len(errOut) > 600 {
+	if code != exitcode.ExitUsage || !strings.Contains(errOut, "--checkpoint "+other+": malformed checkpoint: size") || len(errOut) > 600 {
 		t.Fatalf("--checkpoint junk: exit %d\n%s", code, errOut)
 	}
 	code, _, errOut = runCLI(t, "verify-chain", l.dir, "--key", l.vkey, "--save-checkpoint", other)
-	if code != ui.ExitUsage || !strings.Contains(errOut, "--save-checkpoint "+other+": the file exists and holds no checkpoint") {
+	if code != exitcode.ExitUsage || !strings.Contains(errOut, "--save-checkpoint "+other+": the file exists and holds no checkpoint") {
 		t.Fatalf("--save-checkpoint onto junk: exit %d\n%s", code, errOut)
 	}
 	if b, _ := os.ReadFile(other); string(b) != junk {

@@ -13,9 +13,9 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/confidential-mcp/cmcp/internal/config"
+	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/internal/gateway"
 	"github.com/confidential-mcp/cmcp/internal/server"
-	"github.com/confidential-mcp/cmcp/internal/ui"
 )
 
 type serveOptions struct {
@@ -93,7 +93,7 @@ operator clears it.`,
 			}
 			var level slog.Level
 			if err := level.UnmarshalText([]byte(o.LogLevel)); err != nil {
-				return ui.Errorf(ui.ExitUsage, "--log-level %q: want debug, info, warn or error", o.LogLevel)
+				return exitcode.Errorf(exitcode.ExitUsage, "--log-level %q: want debug, info, warn or error", o.LogLevel)
 			}
 			logger := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
 			tuneGC(e)
@@ -114,7 +114,7 @@ operator clears it.`,
 			auditDir := o.AuditDir
 			if auditDir != "" {
 				if auditDir, err = filepath.Abs(auditDir); err != nil {
-					return ui.Errorf(ui.ExitIO, "--audit-dir %s: %w", o.AuditDir, err)
+					return exitcode.Errorf(exitcode.ExitIO, "--audit-dir %s: %w", o.AuditDir, err)
 				}
 			}
 			so := server.ServeOptions{Stdio: o.Stdio, Listen: o.Listen, AuditDir: auditDir, Environ: e.environ, Logger: logger, Metrics: gateway.NewMetrics()}

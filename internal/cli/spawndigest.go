@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/confidential-mcp/cmcp/internal/config"
+	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/internal/gateway"
 	"github.com/confidential-mcp/cmcp/internal/measure"
 	"github.com/confidential-mcp/cmcp/internal/ui"
@@ -135,7 +136,7 @@ func runSpawnDigest(ctx context.Context, e *env, p *ui.Printer, o *spawnDigestOp
 		name = nameFromCommand(args[0])
 	}
 	if err := config.ValidateName(name); err != nil {
-		return ui.Errorf(ui.ExitUsage, "--name: %w", err)
+		return exitcode.Errorf(exitcode.ExitUsage, "--name: %w", err)
 	}
 	for i, a := range args {
 		what := fmt.Sprintf("argument %d", i)
@@ -322,7 +323,7 @@ func commentText(s string) string {
 // Unicode, so bytes that are not UTF-8 would load back as other bytes.
 func validUTF8(what, s string) error {
 	if !utf8.ValidString(s) {
-		return ui.Errorf(ui.ExitUsage, "%s %s is not UTF-8: cmcp.yaml cannot hold it", what, yamlQuote(s))
+		return exitcode.Errorf(exitcode.ExitUsage, "%s %s is not UTF-8: cmcp.yaml cannot hold it", what, yamlQuote(s))
 	}
 	return nil
 }
@@ -443,7 +444,7 @@ func runSpawnCheck(ctx context.Context, e *env, p *ui.Printer, path string) erro
 	rows, err := measure.Check(ctx, c, e.environ, prog.add)
 	prog.done()
 	if err != nil {
-		return ui.WithCode(ui.ExitFailure, err)
+		return exitcode.WithCode(exitcode.ExitFailure, err)
 	}
 	var failed []measure.Row
 	total := 0
@@ -482,7 +483,7 @@ func runSpawnCheck(ctx context.Context, e *env, p *ui.Printer, path string) erro
 	}
 	if total == 0 {
 		// A release gate that checked nothing must not pass.
-		return ui.Errorf(ui.ExitMismatch, "%s pins no stdio upstream: nothing was checked", path).
+		return exitcode.Errorf(exitcode.ExitMismatch, "%s pins no stdio upstream: nothing was checked", path).
 			Hint("pin each stdio upstream's command (cmcp spawn-digest -- COMMAND) instead of allow_unmeasured")
 	}
 	if !p.JSONOut {

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/confidential-mcp/cmcp/internal/catalog"
+	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/internal/gateway"
 	"github.com/confidential-mcp/cmcp/internal/measure"
-	"github.com/confidential-mcp/cmcp/internal/ui"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 )
 
@@ -34,16 +34,16 @@ func toolPins(ctx context.Context, e *env, name string, r *measure.Result, names
 	pins, err := gateway.ProbeTools(ctx, spec, namespaced, e.environ, e.stderr)
 	if err != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return nil, ui.Errorf(ui.ExitRuntime, "list the tools of %s: it did not answer initialize and tools/list within %s, and was stopped", r.Resolved, probeTimeout).
+			return nil, exitcode.Errorf(exitcode.ExitRuntime, "list the tools of %s: it did not answer initialize and tools/list within %s, and was stopped", r.Resolved, probeTimeout).
 				Hint("the server must speak MCP on stdin/stdout; check that it starts with these arguments (its stderr, if any, is above)")
 		}
 		var se *upstream.SpawnError
 		if errors.As(err, &se) && errors.Is(err, upstream.ErrPinMismatch) && se.Hint != "" {
 			// Refused for what it measured (a --target the server
 			// wrote into, say): the refusal says what to do.
-			return nil, ui.Errorf(ui.ExitRuntime, "list the tools of %s: upstream %q unavailable: %s", r.Resolved, se.Upstream, se.Reason).Hint("%s", se.Hint)
+			return nil, exitcode.Errorf(exitcode.ExitRuntime, "list the tools of %s: upstream %q unavailable: %s", r.Resolved, se.Upstream, se.Reason).Hint("%s", se.Hint)
 		}
-		return nil, ui.Errorf(ui.ExitRuntime, "list the tools of %s: %w", r.Resolved, err).
+		return nil, exitcode.Errorf(exitcode.ExitRuntime, "list the tools of %s: %w", r.Resolved, err).
 			Hint("the server must speak MCP on stdin/stdout; check that it starts with these arguments (its stderr, if any, is above)")
 	}
 	if namespaced {

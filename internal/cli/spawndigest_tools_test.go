@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/confidential-mcp/cmcp/internal/config"
-	"github.com/confidential-mcp/cmcp/internal/ui"
+	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 )
 
@@ -48,7 +48,7 @@ func TestSpawnDigestTools(t *testing.T) {
 	// A program that is not an MCP server.
 	stderr.Reset()
 	code := Main([]string{"spawn-digest", "--tools", "--", "true"}, strings.NewReader(""), &stdout, &stderr)
-	if code != ui.ExitRuntime || !strings.Contains(stderr.String(), "list the tools of") || !strings.Contains(stderr.String(), "cmcp: hint:") {
+	if code != exitcode.ExitRuntime || !strings.Contains(stderr.String(), "list the tools of") || !strings.Contains(stderr.String(), "cmcp: hint:") {
 		t.Fatalf("non-MCP program: exit %d: %s", code, stderr.String())
 	}
 
@@ -59,7 +59,7 @@ func TestSpawnDigestTools(t *testing.T) {
 	}
 	stderr.Reset()
 	code = Main([]string{"spawn-digest", "--tools", "--", fails}, strings.NewReader(""), &stdout, &stderr)
-	if code != ui.ExitRuntime || !strings.Contains(stderr.String(), "FATAL: missing API_KEY") {
+	if code != exitcode.ExitRuntime || !strings.Contains(stderr.String(), "FATAL: missing API_KEY") {
 		t.Fatalf("a server failing at start: exit %d, its stderr not shown: %s", code, stderr.String())
 	}
 }
@@ -243,7 +243,7 @@ func TestSpawnDigestToolsNamespaceFalse(t *testing.T) {
 		t.Fatalf("json: exit %d, %v, upstream %+v", code, err, doc.Upstream)
 	}
 
-	if code, _, errOut := runCLI(t, "spawn-digest", "--namespace=false", "--check", p); code != ui.ExitUsage {
+	if code, _, errOut := runCLI(t, "spawn-digest", "--namespace=false", "--check", p); code != exitcode.ExitUsage {
 		t.Fatalf("--namespace with --check: exit %d: %s", code, errOut)
 	}
 }

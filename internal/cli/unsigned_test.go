@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/confidential-mcp/cmcp/internal/ui"
+	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 )
 
@@ -75,7 +75,7 @@ func TestUnsignedResultOfASignedCall(t *testing.T) {
 	for _, stage := range []string{"newest epoch", "after restart"} {
 		if stage == "after restart" {
 			openRarelySigning(t, crashed).Close() // the next start's recovery
-			if code, out, errs := runCLI(t, "verify-chain", crashed, "--require-signed"); code != ui.ExitLogSig {
+			if code, out, errs := runCLI(t, "verify-chain", crashed, "--require-signed"); code != exitcode.ExitLogSig {
 				t.Fatalf("%s: verify-chain --require-signed exit %d\n%s%s", stage, code, out, errs)
 			}
 		}
@@ -89,7 +89,7 @@ func TestUnsignedResultOfASignedCall(t *testing.T) {
 		if code != 0 || !strings.Contains(row, "UNSIGNED") && !strings.Contains(row, "yes") {
 			t.Fatalf("%s: replay exit %d, the call's row is not marked unsigned: %q\n%s%s", stage, code, row, out, errs)
 		}
-		if _, errs, code := run("replay", crashed, "--require-signed"); code != ui.ExitLogSig {
+		if _, errs, code := run("replay", crashed, "--require-signed"); code != exitcode.ExitLogSig {
 			t.Fatalf("%s: replay --require-signed exit %d\n%s", stage, code, errs)
 		}
 	}
@@ -138,7 +138,7 @@ func TestTornBytesInAnEarlierEpochFail(t *testing.T) {
 	f.WriteString(`{"body":{"agent":"mallory"`)
 	f.Close()
 	code, out, errs := runCLI(t, "verify-chain", crashed)
-	if code != ui.ExitLogInteg || !strings.Contains(errs, "epoch 1 ends with an incomplete line of 26 bytes, but epoch 2 follows it") {
+	if code != exitcode.ExitLogInteg || !strings.Contains(errs, "epoch 1 ends with an incomplete line of 26 bytes, but epoch 2 follows it") {
 		t.Fatalf("exit %d\n%s%s", code, out, errs)
 	}
 }

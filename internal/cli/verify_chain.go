@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/internal/ui"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 )
@@ -95,16 +96,16 @@ the class of failure:
 			if o.prove != "" {
 				n, err := strconv.ParseInt(o.prove, 10, 64)
 				if err != nil || n < 0 {
-					return ui.Errorf(ui.ExitUsage, "--prove %q: want a record index (0, 1, ...)", o.prove)
+					return exitcode.Errorf(exitcode.ExitUsage, "--prove %q: want a record index (0, 1, ...)", o.prove)
 				}
 				o.Prove = n
 			}
 			if cmd.Flags().Changed("epoch") {
 				if o.Prove < 0 {
-					return ui.Errorf(ui.ExitUsage, "--epoch selects the epoch of the record that --prove proves: give --prove N with it")
+					return exitcode.Errorf(exitcode.ExitUsage, "--epoch selects the epoch of the record that --prove proves: give --prove N with it")
 				}
 				if o.Epoch < 1 {
-					return ui.Errorf(ui.ExitUsage, "--epoch %d: epochs are numbered from 1 (without --epoch: the newest)", o.Epoch)
+					return exitcode.Errorf(exitcode.ExitUsage, "--epoch %d: epochs are numbered from 1 (without --epoch: the newest)", o.Epoch)
 				}
 			}
 			keys, err := o.loadKeys()
@@ -114,18 +115,18 @@ the class of failure:
 			p := e.printer()
 			if o.Segment != "" {
 				if len(args) > 0 || o.Proof != "" || o.Prove >= 0 || len(o.Checkpoints) > 0 || o.SaveCheckpoint != "" {
-					return ui.Errorf(ui.ExitUsage, "--segment verifies one file on its own: give no DIR, --proof, --prove, --checkpoint or --save-checkpoint with it")
+					return exitcode.Errorf(exitcode.ExitUsage, "--segment verifies one file on its own: give no DIR, --proof, --prove, --checkpoint or --save-checkpoint with it")
 				}
 				return runVerifySegment(p, o.Segment, keys)
 			}
 			if o.Proof != "" {
 				if len(args) > 0 || o.Prove >= 0 || len(o.Checkpoints) > 0 || o.SaveCheckpoint != "" {
-					return ui.Errorf(ui.ExitUsage, "--proof checks a proof on its own: give no DIR, --prove, --checkpoint or --save-checkpoint with it")
+					return exitcode.Errorf(exitcode.ExitUsage, "--proof checks a proof on its own: give no DIR, --prove, --checkpoint or --save-checkpoint with it")
 				}
 				return runVerifyProof(p, o.Proof, keys)
 			}
 			if len(args) != 1 {
-				return ui.Errorf(ui.ExitUsage, "give the audit directory to verify (or --proof FILE)")
+				return exitcode.Errorf(exitcode.ExitUsage, "give the audit directory to verify (or --proof FILE)")
 			}
 			if o.Prove >= 0 {
 				return runProve(p, args[0], o, keys)
@@ -144,7 +145,7 @@ func (o *verifyChainOptions) loadKeys() ([]string, error) {
 		if fi, err := os.Stat(k); err == nil && fi.Mode().IsRegular() {
 			f, err := os.Open(k)
 			if err != nil {
-				return nil, ui.Errorf(ui.ExitIO, "--key %s: %w", k, err)
+				return nil, exitcode.Errorf(exitcode.ExitIO, "--key %s: %w", k, err)
 			}
 			sc := bufio.NewScanner(f)
 			n := 0
@@ -158,10 +159,10 @@ func (o *verifyChainOptions) loadKeys() ([]string, error) {
 			}
 			f.Close()
 			if err := sc.Err(); err != nil {
-				return nil, ui.Errorf(ui.ExitIO, "--key %s: %w", k, err)
+				return nil, exitcode.Errorf(exitcode.ExitIO, "--key %s: %w", k, err)
 			}
 			if n == 0 {
-				return nil, ui.Errorf(ui.ExitUsage, "--key %s: the file holds no key", k)
+				return nil, exitcode.Errorf(exitcode.ExitUsage, "--key %s: the file holds no key", k)
 			}
 			continue
 		}
@@ -175,30 +176,30 @@ func (o *verifyChainOptions) loadKeys() ([]string, error) {
 
 // verifyErr gives a library error its exit code (keeping an existing one).
 func verifyErr(err error) error {
-	var ue *ui.Error
+	var ue *exitcode.Error
 	if errors.As(err, &ue) {
 		return err
 	}
 	var ve *auditlog.VerifyError
 	if errors.As(err, &ve) {
-		return ui.WithCode(failureCode(ve), err)
+		return exitcode.WithCode(failureCode(ve), err)
 	}
-	return ui.WithCode(ui.ExitIO, err)
+	return exitcode.WithCode(exitcode.ExitIO, err)
 }
 
 // failureCode is the exit code for a verification failure: the code of an
 // underlying error that has one (e.g. from the genesis evidence check),
 // else the code of its class.
 func failureCode(ve *auditlog.VerifyError) int {
-	var c ui.Coder
+	var c exitcode.Coder
 	if ve.Err != nil && errors.As(ve.Err, &c) {
 		return c.ExitCode()
 	}
-	var ue *ui.Error
+	var ue *exitcode.Error
 	if ve.Err != nil && errors.As(ve.Err, &ue) {
 		return ue.Code
 	}
-	return ui.LogFailureCode(string(ve.Class))
+	return exitcode.LogFailureCode(string(ve.Class))
 }
 
 type checkpointDoc struct {
@@ -251,10 +252,10 @@ func runVerifyChain(p *ui.Printer, dir string, o *verifyChainOptions, keys []str
 	for _, f := range o.Checkpoints {
 		b, err := readInput(f)
 		if err != nil {
-			return ui.Errorf(ui.ExitIO, "--checkpoint: %w", err)
+			return exitcode.Errorf(exitcode.ExitIO, "--checkpoint: %w", err)
 		}
 		if _, err := auditlog.ParseCheckpoint(b); err != nil {
-			return ui.Errorf(ui.ExitUsage, "--checkpoint %s: %v", f, err).
+			return exitcode.Errorf(exitcode.ExitUsage, "--checkpoint %s: %v", f, err).
 				Hint("give a checkpoint note saved earlier with --save-checkpoint (origin, size, root hash, a blank line, signatures)")
 		}
 		opt.Checkpoints = append(opt.Checkpoints, b)
@@ -267,12 +268,12 @@ func runVerifyChain(p *ui.Printer, dir string, o *verifyChainOptions, keys []str
 		switch {
 		case err == nil:
 			if _, perr := auditlog.ParseCheckpoint(b); perr != nil {
-				return ui.Errorf(ui.ExitUsage, "--save-checkpoint %s: the file exists and holds no checkpoint: %v", o.SaveCheckpoint, perr).
+				return exitcode.Errorf(exitcode.ExitUsage, "--save-checkpoint %s: the file exists and holds no checkpoint: %v", o.SaveCheckpoint, perr).
 					Hint("choose another file, or remove this one if it is not a checkpoint you saved")
 			}
 			opt.Checkpoints = append(opt.Checkpoints, b)
 		case !errors.Is(err, os.ErrNotExist):
-			return ui.Errorf(ui.ExitIO, "--save-checkpoint: %w", err)
+			return exitcode.Errorf(exitcode.ExitIO, "--save-checkpoint: %w", err)
 		}
 	}
 	prog := p.Progress("verifying", auditlog.LogBytes(dir))
@@ -282,9 +283,9 @@ func runVerifyChain(p *ui.Printer, dir string, o *verifyChainOptions, keys []str
 
 	var ve *auditlog.VerifyError
 	if err != nil && !errors.As(err, &ve) {
-		return ui.WithCode(ui.ExitIO, err)
+		return exitcode.WithCode(exitcode.ExitIO, err)
 	}
-	code := ui.ExitOK
+	code := exitcode.ExitOK
 	if ve != nil {
 		code = failureCode(ve)
 	} else if w := ce.unmeasuredWarning(); w != "" {
@@ -327,7 +328,7 @@ func runVerifyChain(p *ui.Printer, dir string, o *verifyChainOptions, keys []str
 			doc.Status, doc.Failure = "failed", unsigned
 		}
 		if err := p.JSON(doc); err != nil {
-			return ui.WithCode(ui.ExitIO, err)
+			return exitcode.WithCode(exitcode.ExitIO, err)
 		}
 	} else if ve != nil {
 		if ve.IsVerification() {
@@ -338,17 +339,17 @@ func runVerifyChain(p *ui.Printer, dir string, o *verifyChainOptions, keys []str
 		ce.print(p)
 	}
 	if ve != nil {
-		return ui.WithCode(code, ve)
+		return exitcode.WithCode(code, ve)
 	}
 	if unsigned != nil {
-		return ui.WithCode(code, unsigned)
+		return exitcode.WithCode(code, unsigned)
 	}
 	if o.SaveCheckpoint != "" {
 		if rep.Newest == nil {
-			return ui.Errorf(ui.ExitIO, "--save-checkpoint: the log has no checkpoint to save")
+			return exitcode.Errorf(exitcode.ExitIO, "--save-checkpoint: the log has no checkpoint to save")
 		}
 		if err := writeFileAtomic(o.SaveCheckpoint, rep.Newest.Note); err != nil {
-			return ui.Errorf(ui.ExitIO, "--save-checkpoint: %w", err)
+			return exitcode.Errorf(exitcode.ExitIO, "--save-checkpoint: %w", err)
 		}
 		if !p.JSONOut {
 			p.Printf("Saved checkpoint %s size %d to %s\n", rep.Newest.Origin, rep.Newest.Size, o.SaveCheckpoint)
@@ -470,7 +471,7 @@ func printFailure(p *ui.Printer, ve *auditlog.VerifyError) {
 
 func runProve(p *ui.Printer, dir string, o *verifyChainOptions, keys []string) error {
 	if len(o.Checkpoints) > 0 || o.SaveCheckpoint != "" {
-		return ui.Errorf(ui.ExitUsage, "--prove makes a proof; run --checkpoint and --save-checkpoint separately")
+		return exitcode.Errorf(exitcode.ExitUsage, "--prove makes a proof; run --checkpoint and --save-checkpoint separately")
 	}
 	prog := p.Progress("verifying", auditlog.LogBytes(dir))
 	pr, err := auditlog.Prove(dir, o.Epoch, o.Prove, auditlog.VerifyOptions{Keys: keys, Progress: prog.Add})
@@ -493,13 +494,13 @@ func runProve(p *ui.Printer, dir string, o *verifyChainOptions, keys []string) e
 func runVerifyProof(p *ui.Printer, file string, keys []string) error {
 	b, err := readInput(file)
 	if err != nil {
-		return ui.Errorf(ui.ExitIO, "--proof: %w", err)
+		return exitcode.Errorf(exitcode.ExitIO, "--proof: %w", err)
 	}
 	res, err := auditlog.VerifyProof(b, keys)
 	if err != nil {
 		var ve *auditlog.VerifyError
 		if errors.As(err, &ve) && ve.Class == auditlog.ClassUsage {
-			return ui.WithCode(ui.ExitUsage, err)
+			return exitcode.WithCode(exitcode.ExitUsage, err)
 		}
 		if p.JSONOut {
 			p.JSON(struct {
@@ -565,12 +566,12 @@ func runVerifySegment(p *ui.Printer, file string, keys []string) error {
 			Newest   *checkpointDoc        `json:"newest_checkpoint,omitempty"`
 			Failure  *auditlog.VerifyError `json:"failure,omitempty"`
 			ExitCode int                   `json:"exit_code"`
-		}{ui.SchemaVersion, "verified", res, cpDoc(res.LastCheckpoint), nil, ui.ExitOK}
+		}{ui.SchemaVersion, "verified", res, cpDoc(res.LastCheckpoint), nil, exitcode.ExitOK}
 		if unsigned {
 			doc.Status, doc.Failure, doc.ExitCode = "failed", ve, failureCode(ve)
 		}
 		if err := p.JSON(doc); err != nil {
-			return ui.WithCode(ui.ExitIO, err)
+			return exitcode.WithCode(exitcode.ExitIO, err)
 		}
 		return verifyErr(err)
 	}

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/confidential-mcp/cmcp/internal/ui"
+	"github.com/confidential-mcp/cmcp/internal/exitcode"
 )
 
 // TestVerifyChainEpochFlag: --epoch is checked like --prove. Before, -1 became
@@ -18,11 +18,11 @@ func TestVerifyChainEpochFlag(t *testing.T) {
 		code int
 		want string
 	}{
-		{"negative", []string{"--epoch", "-1", "--prove", "1"}, ui.ExitUsage, "epochs are numbered from 1"},
-		{"zero", []string{"--epoch", "0", "--prove", "1"}, ui.ExitUsage, "epochs are numbered from 1"},
-		{"absent epoch", []string{"--epoch", "9", "--prove", "1"}, ui.ExitUsage, "has epochs 1-1; there is no epoch 9"},
-		{"without --prove", []string{"--epoch", "1"}, ui.ExitUsage, "give --prove N with it"},
-		{"good", []string{"--epoch", "1", "--prove", "1"}, ui.ExitOK, ""},
+		{"negative", []string{"--epoch", "-1", "--prove", "1"}, exitcode.ExitUsage, "epochs are numbered from 1"},
+		{"zero", []string{"--epoch", "0", "--prove", "1"}, exitcode.ExitUsage, "epochs are numbered from 1"},
+		{"absent epoch", []string{"--epoch", "9", "--prove", "1"}, exitcode.ExitUsage, "has epochs 1-1; there is no epoch 9"},
+		{"without --prove", []string{"--epoch", "1"}, exitcode.ExitUsage, "give --prove N with it"},
+		{"good", []string{"--epoch", "1", "--prove", "1"}, exitcode.ExitOK, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			code, out, errOut := runCLI(t, append([]string{"verify-chain", l.dir, "--key", l.vkey}, c.args...)...)

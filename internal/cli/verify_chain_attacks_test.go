@@ -28,8 +28,8 @@ import (
 	stest "github.com/google/go-sev-guest/testing"
 	"golang.org/x/mod/sumdb/tlog"
 
+	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/internal/tee"
-	"github.com/confidential-mcp/cmcp/internal/ui"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 	"github.com/confidential-mcp/cmcp/pkg/evidence"
@@ -203,7 +203,7 @@ func TestForgedCrashedTailIsUnsigned(t *testing.T) {
 	// --require-attested (which implies --require-signed) refuses the log:
 	// records 9-13 of epoch 1 were never signed by its key.
 	code, out, errOut := runCLI(t, "verify-chain", dir, "--key", k1, "--key", k2, "--roots", f.roots, "--require-attested", "--checkpoint", saved)
-	if code != ui.ExitLogSig || !strings.Contains(errOut, fmt.Sprintf("records %d-%d of epoch 1 are not signed by the epoch's key", cp+1, len(ls)-1)) {
+	if code != exitcode.ExitLogSig || !strings.Contains(errOut, fmt.Sprintf("records %d-%d of epoch 1 are not signed by the epoch's key", cp+1, len(ls)-1)) {
 		t.Fatalf("--require-attested on a log with a forged unsigned tail: exit %d\n%s%s", code, out, errOut)
 	}
 	// Without it the log verifies, and says plainly that those records are
@@ -256,7 +256,7 @@ func TestRecordsAfterSealAreRefused(t *testing.T) {
 	// Before a restart, verify-chain refuses them.
 	ls = append(readLines(t, seg), ls[n:]...)
 	writeLines(t, seg, ls)
-	if code, out, errOut := runCLI(t, "verify-chain", filepath.Dir(filepath.Dir(seg)), "--key", k1, "--key", k2, "--roots", f.roots); code != ui.ExitLogInteg || !strings.Contains(errOut, "after the epoch's seal") {
+	if code, out, errOut := runCLI(t, "verify-chain", filepath.Dir(filepath.Dir(seg)), "--key", k1, "--key", k2, "--roots", f.roots); code != exitcode.ExitLogInteg || !strings.Contains(errOut, "after the epoch's seal") {
 		t.Fatalf("records after a seal: exit %d\n%s%s", code, out, errOut)
 	}
 }
@@ -328,7 +328,7 @@ func TestEpochBorrowingAnOriginIsRefused(t *testing.T) {
 	// verify-chain refuses the epoch, and the genuine gateway refuses to
 	// start on top of it.
 	code, out, errOut := runCLI(t, "verify-chain", dir, "--key", k1, "--roots", f.roots, "--checkpoint", saved)
-	if code != ui.ExitLogInteg || !strings.Contains(errOut, "does not name epoch-000002") {
+	if code != exitcode.ExitLogInteg || !strings.Contains(errOut, "does not name epoch-000002") {
 		t.Fatalf("an epoch borrowing epoch 1's origin and key: exit %d\n%s%s", code, out, errOut)
 	}
 	_, key, _ := ed25519.GenerateKey(rand.Reader)

@@ -21,7 +21,7 @@ import (
 
 	"golang.org/x/mod/sumdb/tlog"
 
-	"github.com/confidential-mcp/cmcp/internal/ui"
+	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
@@ -140,8 +140,8 @@ func TestTailRewrittenAfterRestartFails(t *testing.T) {
 	rechain(t, ls, cp+1, anyKey)
 	writeLines(t, seg, ls)
 	code, out, errOut := runCLI(t, "verify-chain", dir, "--roots", f.roots)
-	if code != ui.ExitLogInteg || !strings.Contains(errOut, "epoch 1") {
-		t.Fatalf("a crashed epoch's tail rewritten after the restart: exit %d, want %d\n%s%s", code, ui.ExitLogInteg, out, errOut)
+	if code != exitcode.ExitLogInteg || !strings.Contains(errOut, "epoch 1") {
+		t.Fatalf("a crashed epoch's tail rewritten after the restart: exit %d, want %d\n%s%s", code, exitcode.ExitLogInteg, out, errOut)
 	}
 }
 
@@ -188,8 +188,8 @@ func TestSealedEpochRewrittenWithItsOwnKeyFails(t *testing.T) {
 		t.Fatalf("the re-signed epoch alone: exit %d\n%s%s", code, out, errOut)
 	}
 	code, out, errOut := runCLI(t, args...)
-	if code != ui.ExitLogInteg || !strings.Contains(errOut, "epoch 1's records hash to another root than epoch 2's genesis recorded") {
-		t.Fatalf("a sealed epoch re-signed after the next began: exit %d, want %d\n%s%s", code, ui.ExitLogInteg, out, errOut)
+	if code != exitcode.ExitLogInteg || !strings.Contains(errOut, "epoch 1's records hash to another root than epoch 2's genesis recorded") {
+		t.Fatalf("a sealed epoch re-signed after the next began: exit %d, want %d\n%s%s", code, exitcode.ExitLogInteg, out, errOut)
 	}
 }
 
@@ -210,8 +210,8 @@ func TestRecordsAppendedToACrashedEpochAfterRestartFail(t *testing.T) {
 	writeLines(t, seg, ls)
 	code, out, errOut := runCLI(t, args...)
 	want := fmt.Sprintf("epoch 1 has %d records but had %d when epoch 2 began: 2 records were appended to it afterwards", n+2, n)
-	if code != ui.ExitLogInteg || !strings.Contains(errOut, want) {
-		t.Fatalf("records appended to a crashed epoch after the restart: exit %d, want %d and %q\n%s%s", code, ui.ExitLogInteg, want, out, errOut)
+	if code != exitcode.ExitLogInteg || !strings.Contains(errOut, want) {
+		t.Fatalf("records appended to a crashed epoch after the restart: exit %d, want %d and %q\n%s%s", code, exitcode.ExitLogInteg, want, out, errOut)
 	}
 }
 
@@ -241,8 +241,8 @@ func TestGenesisWithAFlippedSealedFlagFails(t *testing.T) {
 	})
 	writeLines(t, seg, ls)
 	code, out, errOut := runCLI(t, args...)
-	if code != ui.ExitLogInteg || !strings.Contains(errOut, "epoch 2's genesis says epoch 1 was sealed=false, the log says true") {
-		t.Fatalf("a flipped sealed flag: exit %d, want %d\n%s%s", code, ui.ExitLogInteg, out, errOut)
+	if code != exitcode.ExitLogInteg || !strings.Contains(errOut, "epoch 2's genesis says epoch 1 was sealed=false, the log says true") {
+		t.Fatalf("a flipped sealed flag: exit %d, want %d\n%s%s", code, exitcode.ExitLogInteg, out, errOut)
 	}
 }
 
@@ -271,8 +271,8 @@ func TestRecoveryRecordThatDisagreesFails(t *testing.T) {
 	editPredecessor(t, ls2, k2, func(p map[string]any) { p["root"] = root })
 	writeLines(t, seg2, ls2)
 	code, out, errOut := runCLI(t, args...)
-	if code != ui.ExitLogInteg || !strings.Contains(errOut, "epoch 2's recovery record does not describe epoch 1 as it is now") {
-		t.Fatalf("a recovery record that disagrees with its genesis: exit %d, want %d\n%s%s", code, ui.ExitLogInteg, out, errOut)
+	if code != exitcode.ExitLogInteg || !strings.Contains(errOut, "epoch 2's recovery record does not describe epoch 1 as it is now") {
+		t.Fatalf("a recovery record that disagrees with its genesis: exit %d, want %d\n%s%s", code, exitcode.ExitLogInteg, out, errOut)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/internal/ui"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/evidence"
@@ -51,19 +52,19 @@ func newChainEvidence(o *chainEvidenceOptions) (*chainEvidence, error) {
 	if o.Roots != "" {
 		data, err := readInput(o.Roots)
 		if err != nil {
-			return nil, ui.WithCode(ui.ExitIO, fmt.Errorf("--roots: %w", err))
+			return nil, exitcode.WithCode(exitcode.ExitIO, fmt.Errorf("--roots: %w", err))
 		}
 		if c.opts.Roots, err = evidence.ParseRoots(data, o.Roots); err != nil {
-			return nil, ui.Errorf(ui.ExitUsage, "--roots %s: %v", o.Roots, err)
+			return nil, exitcode.Errorf(exitcode.ExitUsage, "--roots %s: %v", o.Roots, err)
 		}
 	}
 	if o.Reference != "" {
 		rv, err := evidence.ReadReferenceFile(o.Reference)
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
-				return nil, ui.WithCode(ui.ExitIO, fmt.Errorf("--reference: %w", err))
+				return nil, exitcode.WithCode(exitcode.ExitIO, fmt.Errorf("--reference: %w", err))
 			}
-			return nil, ui.WithCode(ui.ExitUsage, fmt.Errorf("--reference: %w", err))
+			return nil, exitcode.WithCode(exitcode.ExitUsage, fmt.Errorf("--reference: %w", err))
 		}
 		c.opts.Reference = rv
 	}

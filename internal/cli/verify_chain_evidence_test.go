@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/internal/tee"
-	"github.com/confidential-mcp/cmcp/internal/ui"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 	"github.com/confidential-mcp/cmcp/pkg/evidence"
@@ -71,7 +71,7 @@ func TestVerifyChainSoftwareGenesisEvidence(t *testing.T) {
 		t.Fatalf("json: %v %s", err, out)
 	}
 	code, _, errb = runCLI(t, "verify-chain", dir, "--require-attested")
-	if code != ui.ExitLogKey || !strings.Contains(errb, "software evidence") {
+	if code != exitcode.ExitLogKey || !strings.Contains(errb, "software evidence") {
 		t.Fatalf("--require-attested on software: %d %s", code, errb)
 	}
 
@@ -82,13 +82,13 @@ func TestVerifyChainSoftwareGenesisEvidence(t *testing.T) {
 	} {
 		dir := evidenceLog(t, softwareEvidence(t, mut), evidence.PlatformSoftware)
 		code, out, errb := runCLI(t, "verify-chain", dir)
-		if code != ui.ExitLogKey || !strings.Contains(out+errb, "not the expected") {
+		if code != exitcode.ExitLogKey || !strings.Contains(out+errb, "not the expected") {
 			t.Errorf("other %s bound: %d\n%s\n%s", name, code, out, errb)
 		}
 	}
 	// The genesis platform and the evidence disagree.
 	dir = evidenceLog(t, softwareEvidence(t, nil), evidence.PlatformSEVSNP)
-	if code, out, errb := runCLI(t, "verify-chain", dir); code != ui.ExitLogKey || !strings.Contains(out+errb, `genesis says platform "sev-snp" but its evidence is "software"`) {
+	if code, out, errb := runCLI(t, "verify-chain", dir); code != exitcode.ExitLogKey || !strings.Contains(out+errb, `genesis says platform "sev-snp" but its evidence is "software"`) {
 		t.Errorf("platform mismatch: %d\n%s\n%s", code, out, errb)
 	}
 	// No evidence at all: a warning, a failure with --require-attested.
@@ -96,7 +96,7 @@ func TestVerifyChainSoftwareGenesisEvidence(t *testing.T) {
 	if code, out, _ := runCLI(t, "verify-chain", dir); code != 0 || !strings.Contains(out, "carries no attestation evidence") {
 		t.Errorf("no evidence: %d %s", code, out)
 	}
-	if code, _, _ := runCLI(t, "verify-chain", dir, "--require-attested"); code != ui.ExitLogKey {
+	if code, _, _ := runCLI(t, "verify-chain", dir, "--require-attested"); code != exitcode.ExitLogKey {
 		t.Errorf("no evidence, --require-attested: %d", code)
 	}
 	// Reference values cannot be checked without hardware evidence: no
@@ -104,11 +104,11 @@ func TestVerifyChainSoftwareGenesisEvidence(t *testing.T) {
 	// the auditor's values unapplied).
 	ref := filepath.Join(t.TempDir(), "ref.json")
 	os.WriteFile(ref, []byte(`{"sev-snp": {"measurements": ["`+strings.Repeat("77", 48)+`"]}}`), 0o644)
-	if code, out, errb := runCLI(t, "verify-chain", dir, "--reference", ref); code != ui.ExitLogKey || !strings.Contains(errb, "reference values (--reference) cannot be checked") {
+	if code, out, errb := runCLI(t, "verify-chain", dir, "--reference", ref); code != exitcode.ExitLogKey || !strings.Contains(errb, "reference values (--reference) cannot be checked") {
 		t.Errorf("no evidence, --reference: %d\n%s\n%s", code, out, errb)
 	}
 	dir = evidenceLog(t, softwareEvidence(t, nil), evidence.PlatformSoftware)
-	if code, out, errb := runCLI(t, "verify-chain", dir, "--reference", ref); code != ui.ExitLogKey || !strings.Contains(out+errb, `no "software" section`) {
+	if code, out, errb := runCLI(t, "verify-chain", dir, "--reference", ref); code != exitcode.ExitLogKey || !strings.Contains(out+errb, `no "software" section`) {
 		t.Errorf("software evidence, --reference: %d\n%s\n%s", code, out, errb)
 	}
 }
@@ -132,14 +132,14 @@ func TestVerifyChainSNPGenesisEvidence(t *testing.T) {
 	}
 	// The fake chain does not reach the embedded AMD roots.
 	code, out, errb = runCLI(t, "verify-chain", dir)
-	if code != ui.ExitLogKey || !strings.Contains(out+errb, "ARK-Milan of the embedded roots") {
+	if code != exitcode.ExitLogKey || !strings.Contains(out+errb, "ARK-Milan of the embedded roots") {
 		t.Fatalf("SNP genesis, embedded roots: %d\n%s\n%s", code, out, errb)
 	}
 	// Reference values apply to the genesis evidence too.
 	ref := filepath.Join(t.TempDir(), "ref.json")
 	os.WriteFile(ref, []byte(`{"sev-snp": {"measurements": ["`+strings.Repeat("00", 48)+`"]}}`), 0o644)
 	code, out, errb = runCLI(t, "verify-chain", dir, "--roots", roots, "--reference", ref)
-	if code != ui.ExitLogKey || !strings.Contains(out+errb, "launch measurement 7777") {
+	if code != exitcode.ExitLogKey || !strings.Contains(out+errb, "launch measurement 7777") {
 		t.Fatalf("SNP genesis, other measurement: %d\n%s\n%s", code, out, errb)
 	}
 }

@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/mod/sumdb/note"
 
-	"github.com/confidential-mcp/cmcp/internal/ui"
+	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 )
 
@@ -61,8 +61,8 @@ func TestVerifyChainForgedSavedCheckpoint(t *testing.T) {
 		code int
 		want string
 	}{
-		{"bad signature", badSig, ui.ExitLogSig, "has a bad signature"},
-		{"another key", otherKey, ui.ExitLogKey, "is not signed by a trusted key"},
+		{"bad signature", badSig, exitcode.ExitLogSig, "has a bad signature"},
+		{"another key", otherKey, exitcode.ExitLogKey, "is not signed by a trusted key"},
 	} {
 		for _, withKey := range []bool{true, false} {
 			name := tc.name + ", the epoch's key"

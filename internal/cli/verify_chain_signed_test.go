@@ -14,7 +14,7 @@ import (
 
 	"golang.org/x/mod/sumdb/tlog"
 
-	"github.com/confidential-mcp/cmcp/internal/ui"
+	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 )
 
@@ -84,7 +84,7 @@ func TestVerifyChainSegmentWithoutItsOwnCheckpointIsNotVerified(t *testing.T) {
 	}
 	writeLines(t, seg, forgeAfter(t, ls, 1, 3, tmpl, ""))
 	code, out, errOut = runCLI(t, "verify-chain", "--segment", seg, "--key", w)
-	if code != ui.ExitLogSig || !strings.Contains(out, "NOT VERIFIED") || strings.Contains(out, "✓ 0 checkpoints") ||
+	if code != exitcode.ExitLogSig || !strings.Contains(out, "NOT VERIFIED") || strings.Contains(out, "✓ 0 checkpoints") ||
 		strings.Contains(out, "Verified segment") || strings.Contains(out, "Result: VERIFIED") {
 		t.Fatalf("forged records after the carried checkpoint: exit %d\n%s%s", code, out, errOut)
 	}
@@ -95,7 +95,7 @@ func TestVerifyChainSegmentWithoutItsOwnCheckpointIsNotVerified(t *testing.T) {
 		Records        int64  `json:"records"`
 		ExitCode       int    `json:"exit_code"`
 	}
-	if err := json.Unmarshal([]byte(out), &doc); err != nil || code != ui.ExitLogSig || doc.Status != "failed" || doc.CoveredThrough != nil || doc.Records != 4 || doc.ExitCode != ui.ExitLogSig {
+	if err := json.Unmarshal([]byte(out), &doc); err != nil || code != exitcode.ExitLogSig || doc.Status != "failed" || doc.CoveredThrough != nil || doc.Records != 4 || doc.ExitCode != exitcode.ExitLogSig {
 		t.Fatalf("forged records after the carried checkpoint, JSON: exit %d, %+v, %v\n%s", code, doc, err, out)
 	}
 
@@ -109,12 +109,12 @@ func TestVerifyChainSegmentWithoutItsOwnCheckpointIsNotVerified(t *testing.T) {
 	}
 	writeLines(t, seg1, forgeAfter(t, ls1, 1, 3, tmpl, ""))
 	code, out, errOut = runCLI(t, "verify-chain", "--segment", seg1, "--key", w)
-	if code != ui.ExitLogSig || !strings.Contains(out, "NOT VERIFIED") || strings.Contains(out, "Result: VERIFIED") {
+	if code != exitcode.ExitLogSig || !strings.Contains(out, "NOT VERIFIED") || strings.Contains(out, "Result: VERIFIED") {
 		t.Fatalf("the genesis and forged records after it: exit %d\n%s%s", code, out, errOut)
 	}
 	code, out, _ = runCLI(t, "-o", "json", "verify-chain", "--segment", seg1, "--key", w)
 	doc.Status, doc.CoveredThrough = "", nil
-	if err := json.Unmarshal([]byte(out), &doc); err != nil || code != ui.ExitLogSig || doc.Status != "failed" || doc.CoveredThrough != nil {
+	if err := json.Unmarshal([]byte(out), &doc); err != nil || code != exitcode.ExitLogSig || doc.Status != "failed" || doc.CoveredThrough != nil {
 		t.Fatalf("the genesis and forged records after it, JSON: exit %d, %+v, %v\n%s", code, doc, err, out)
 	}
 }
@@ -202,11 +202,11 @@ func TestNewestEpochWithOnlyItsGenesis(t *testing.T) {
 	seg1 := filepath.Join(dir, "epoch-000001", "seg-000001.jsonl")
 	writeLines(t, seg1, readLines(t, seg1)[:1])
 	code, out, errOut = runCLI(t, "verify-chain", dir)
-	if code != ui.ExitLogSig || !strings.Contains(out, "Result: NOT VERIFIED: no checkpoint in the log signs any of its records") || strings.Contains(out, "✓ 0 checkpoints") {
+	if code != exitcode.ExitLogSig || !strings.Contains(out, "Result: NOT VERIFIED: no checkpoint in the log signs any of its records") || strings.Contains(out, "✓ 0 checkpoints") {
 		t.Fatalf("no checkpoint: exit %d\n%s%s", code, out, errOut)
 	}
 	code, out, _ = runCLI(t, "-o", "json", "verify-chain", dir)
-	if code != ui.ExitLogSig || !strings.Contains(out, `"status": "failed"`) || !strings.Contains(out, `"class": "unsigned"`) {
+	if code != exitcode.ExitLogSig || !strings.Contains(out, `"status": "failed"`) || !strings.Contains(out, `"class": "unsigned"`) {
 		t.Fatalf("no checkpoint, JSON: exit %d\n%s", code, out)
 	}
 
@@ -277,7 +277,7 @@ func TestProveAnUnsignedRecordOfACrashedEpoch(t *testing.T) {
 	dir := crashedOnceRestarted(t)
 	last := len(readLines(t, filepath.Join(dir, "epoch-000001", "seg-000001.jsonl"))) - 1
 	code, out, errOut := runCLI(t, "verify-chain", dir, "--prove", fmt.Sprint(last), "--epoch", "1")
-	if code != ui.ExitLogSig || !strings.Contains(errOut, "UNSIGNED") || !strings.Contains(errOut, "no proof can exist") ||
+	if code != exitcode.ExitLogSig || !strings.Contains(errOut, "UNSIGNED") || !strings.Contains(errOut, "no proof can exist") ||
 		strings.Contains(errOut, "unsealed tail") || strings.Contains(errOut, "--help") {
 		t.Fatalf("exit %d\n%s%s", code, out, errOut)
 	}
@@ -301,7 +301,7 @@ func TestProveAnUnsignedRecordOfACrashedEpoch(t *testing.T) {
 	w.Close()
 	last = len(readLines(t, filepath.Join(open, "epoch-000001", "seg-000001.jsonl"))) - 1
 	code, out, errOut = runCLI(t, "verify-chain", open, "--prove", fmt.Sprint(last), "--epoch", "1")
-	if code != ui.ExitUsage || !strings.Contains(errOut, "no checkpoint covers it yet") || strings.Contains(errOut, "UNSIGNED") {
+	if code != exitcode.ExitUsage || !strings.Contains(errOut, "no checkpoint covers it yet") || strings.Contains(errOut, "UNSIGNED") {
 		t.Fatalf("record %d after the newest epoch's last checkpoint: exit %d\n%s%s", last, code, out, errOut)
 	}
 }

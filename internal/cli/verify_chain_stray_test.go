@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/confidential-mcp/cmcp/internal/ui"
+	"github.com/confidential-mcp/cmcp/internal/exitcode"
 )
 
 // TestVerifyChainListsStrayFiles: files and directories in an audit log
@@ -74,7 +74,7 @@ func TestVerifyChainListsStrayFiles(t *testing.T) {
 		t.Errorf("%d warnings about stray entries in the JSON, want %d: %q", n, len(stray), doc.Warnings)
 	}
 	code, out, errOut = runCLI(t, append([]string{"verify-chain", "--strict", dir}, keyArgs...)...)
-	if code != ui.ExitLogInteg || !strings.Contains(out+errOut, "not part of the log") || !strings.Contains(out+errOut, "seg-0000011.jsonl") {
+	if code != exitcode.ExitLogInteg || !strings.Contains(out+errOut, "not part of the log") || !strings.Contains(out+errOut, "seg-0000011.jsonl") {
 		t.Fatalf("--strict: exit %d\n%s%s", code, out, errOut)
 	}
 }

@@ -20,7 +20,7 @@ import (
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
 
-	"github.com/confidential-mcp/cmcp/internal/ui"
+	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
@@ -187,11 +187,11 @@ func TestVerifyChainTamperMatrix(t *testing.T) {
 		want     []string // substrings of stdout+stderr
 	}
 	tests := []tc{
-		{"intact", nil, true, false, ui.ExitOK, []string{"VERIFIED", "consistent with the saved checkpoint"}},
+		{"intact", nil, true, false, exitcode.ExitOK, []string{"VERIFIED", "consistent with the saved checkpoint"}},
 		{"byte flipped in a record", func(t *testing.T, l *testLog, ls [][]byte) [][]byte {
 			ls[100] = replaceOnce(t, ls[100], "fs__read", "fs__reae")
 			return ls
-		}, false, false, ui.ExitLogInteg, []string{"FAIL integrity", "record:    101 (call)", "line:      102", "offset:    byte ", "record 100 was modified", "expected:", "computed:"}},
+		}, false, false, exitcode.ExitLogInteg, []string{"FAIL integrity", "record:    101 (call)", "line:      102", "offset:    byte ", "record 100 was modified", "expected:", "computed:"}},
 		{"byte flipped in a checkpoint", func(t *testing.T, l *testLog, ls [][]byte) [][]byte {
 			i := firstCheckpointAfter(ls, 100)
 			var n struct {
@@ -208,7 +208,7 @@ func TestVerifyChainTamperMatrix(t *testing.T) {
 			flipped := string(c) + root[1:]
 			ls[i] = replaceOnce(t, ls[i], root, flipped)
 			return ls
-		}, false, false, ui.ExitLogSig, []string{"FAIL signature", "(checkpoint)", "signature does not verify"}},
+		}, false, false, exitcode.ExitLogSig, []string{"FAIL signature", "(checkpoint)", "signature does not verify"}},
 		{"byte flipped in a signature", func(t *testing.T, l *testLog, ls [][]byte) [][]byte {
 			i := firstCheckpointAfter(ls, 100)
 			j := bytes.LastIndex(ls[i], []byte(`\n"}`)) - 10
@@ -219,68 +219,68 @@ func TestVerifyChainTamperMatrix(t *testing.T) {
 				ls[i][j] = 'A'
 			}
 			return ls
-		}, false, false, ui.ExitLogSig, []string{"FAIL signature", "(checkpoint)"}},
+		}, false, false, exitcode.ExitLogSig, []string{"FAIL signature", "(checkpoint)"}},
 		{"record deleted", func(t *testing.T, l *testLog, ls [][]byte) [][]byte {
 			return append(ls[:100:100], ls[101:]...)
-		}, false, false, ui.ExitLogInteg, []string{"sequence number 101, expected 100", "line:      101"}},
+		}, false, false, exitcode.ExitLogInteg, []string{"sequence number 101, expected 100", "line:      101"}},
 		{"record duplicated", func(t *testing.T, l *testLog, ls [][]byte) [][]byte {
 			out := append([][]byte{}, ls[:101]...)
 			out = append(out, ls[100])
 			return append(out, ls[101:]...)
-		}, false, false, ui.ExitLogInteg, []string{"sequence number 100, expected 101", "line:      102"}},
+		}, false, false, exitcode.ExitLogInteg, []string{"sequence number 100, expected 101", "line:      102"}},
 		{"records swapped", func(t *testing.T, l *testLog, ls [][]byte) [][]byte {
 			ls[100], ls[101] = ls[101], ls[100]
 			return ls
-		}, false, false, ui.ExitLogInteg, []string{"sequence number 101, expected 100"}},
+		}, false, false, exitcode.ExitLogInteg, []string{"sequence number 101, expected 100"}},
 		{"line made non-canonical", func(t *testing.T, l *testLog, ls [][]byte) [][]byte {
 			ls[100] = replaceOnce(t, ls[100], `"agent":`, `"agent": `)
 			return ls
-		}, false, false, ui.ExitLogInteg, []string{"not in RFC 8785 canonical form", "record:    100", "line:      101"}},
+		}, false, false, exitcode.ExitLogInteg, []string{"not in RFC 8785 canonical form", "record:    100", "line:      101"}},
 		{"duplicate JSON keys", func(t *testing.T, l *testLog, ls [][]byte) [][]byte {
 			ls[100] = replaceOnce(t, ls[100], `"agent":"agent-a"`, `"agent":"agent-a","agent":"agent-b"`)
 			return ls
-		}, false, false, ui.ExitLogInteg, []string{`duplicate object member name "agent"`, "record:    100"}},
+		}, false, false, exitcode.ExitLogInteg, []string{`duplicate object member name "agent"`, "record:    100"}},
 		{"invalid UTF-8", func(t *testing.T, l *testLog, ls [][]byte) [][]byte {
 			ls[100] = replaceOnce(t, ls[100], "agent-a", "agent-\xff")
 			return ls
-		}, false, false, ui.ExitLogInteg, []string{"invalid UTF-8", "record:    100"}},
+		}, false, false, exitcode.ExitLogInteg, []string{"invalid UTF-8", "record:    100"}},
 		{"line of several megabytes", func(t *testing.T, l *testLog, ls [][]byte) [][]byte {
 			ls[100] = replaceOnce(t, ls[100], "agent-a", strings.Repeat("A", 6<<20))
 			return ls
-		}, false, false, ui.ExitLogInteg, []string{"longer than", "line:      101"}},
+		}, false, false, exitcode.ExitLogInteg, []string{"longer than", "line:      101"}},
 		{"log rewritten with another key", func(t *testing.T, l *testLog, ls [][]byte) [][]byte {
 			_, other, _ := ed25519.GenerateKey(rand.Reader)
 			forged := writeTestLog(t, filepath.Join(t.TempDir(), "forged"), other, 300)
 			return readLines(t, segPath(forged))
-		}, false, false, ui.ExitLogKey, []string{"FAIL key", "not among the trusted keys", "record:    0 (genesis)"}},
+		}, false, false, exitcode.ExitLogKey, []string{"FAIL key", "not among the trusted keys", "record:    0 (genesis)"}},
 		{"checkpoints re-signed with another key", func(t *testing.T, l *testLog, ls [][]byte) [][]byte {
 			_, other, _ := ed25519.GenerateKey(rand.Reader)
 			ls[100] = replaceOnce(t, ls[100], "fs__read", "fs__rm")
 			rechain(t, ls, 100, other)
 			return ls
-		}, false, false, ui.ExitLogKey, []string{"FAIL key", "not signed by the epoch's key"}},
+		}, false, false, exitcode.ExitLogKey, []string{"FAIL key", "not signed by the epoch's key"}},
 		{"truncated, no external checkpoint", func(t *testing.T, l *testLog, ls [][]byte) [][]byte {
 			return ls[:200]
-		}, false, false, ui.ExitOK, []string{"truncation of the tail cannot be detected", "unsealed tail: 45 records", "not sealed"}},
+		}, false, false, exitcode.ExitOK, []string{"truncation of the tail cannot be detected", "unsealed tail: 45 records", "not sealed"}},
 		{"truncated, against a saved checkpoint", func(t *testing.T, l *testLog, ls [][]byte) [][]byte {
 			return ls[:200]
-		}, true, false, ui.ExitLogTrunc, []string{"FAIL truncation", "has 200 records but the saved checkpoint commits to"}},
+		}, true, false, exitcode.ExitLogTrunc, []string{"FAIL truncation", "has 200 records but the saved checkpoint commits to"}},
 		{"history regenerated with the real key, no external checkpoint", func(t *testing.T, l *testLog, ls [][]byte) [][]byte {
 			ls[100] = replaceOnce(t, ls[100], `"decision":"allow"`, `"decision":"deny"`)
 			rechain(t, ls, 100, l.key)
 			return ls
-		}, false, false, ui.ExitOK, []string{"VERIFIED", "truncation of the tail cannot be detected"}},
+		}, false, false, exitcode.ExitOK, []string{"VERIFIED", "truncation of the tail cannot be detected"}},
 		{"history regenerated with the real key, against a saved checkpoint", func(t *testing.T, l *testLog, ls [][]byte) [][]byte {
 			ls[100] = replaceOnce(t, ls[100], `"decision":"allow"`, `"decision":"deny"`)
 			rechain(t, ls, 100, l.key)
 			return ls
-		}, true, false, ui.ExitLogFork, []string{"FAIL fork", "SECURITY ERROR", "saved checkpoint:"}},
+		}, true, false, exitcode.ExitLogFork, []string{"FAIL fork", "SECURITY ERROR", "saved checkpoint:"}},
 		{"records appended after the seal", func(t *testing.T, l *testLog, ls [][]byte) [][]byte {
 			n := len(ls)
 			ls = append(ls, bytes.Replace(ls[100], []byte(`"seq":"100"`), []byte(`"seq":"`+strconv.Itoa(n)+`"`), 1))
 			rechain(t, ls, n, l.key)
 			return ls
-		}, true, false, ui.ExitLogInteg, []string{"FAIL integrity", "after the epoch's seal"}},
+		}, true, false, exitcode.ExitLogInteg, []string{"FAIL integrity", "after the epoch's seal"}},
 		{"records appended after the last checkpoint", func(t *testing.T, l *testLog, ls [][]byte) [][]byte {
 			if kindOf(ls[len(ls)-2]) != "seal" {
 				t.Fatal("the base log is not sealed")
@@ -292,8 +292,8 @@ func TestVerifyChainTamperMatrix(t *testing.T) {
 			}
 			rechain(t, ls, n, l.key)
 			return ls
-		}, false, false, ui.ExitOK, []string{"unsealed tail: 3 records", "not covered by any signature", "not sealed"}},
-		{"no key given", nil, false, true, ui.ExitOK, []string{"trust not established"}},
+		}, false, false, exitcode.ExitOK, []string{"unsealed tail: 3 records", "not covered by any signature", "not sealed"}},
+		{"no key given", nil, false, true, exitcode.ExitOK, []string{"trust not established"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -348,7 +348,7 @@ func TestVerifyChainEpochs(t *testing.T) {
 		os.CopyFS(d, os.DirFS(dir))
 		os.RemoveAll(filepath.Join(d, "epoch-000002"))
 		code, out, errOut := runCLI(t, append([]string{"verify-chain", d}, keyArgs...)...)
-		if code != ui.ExitLogTrunc || !strings.Contains(out+errOut, "epoch 2 is missing") {
+		if code != exitcode.ExitLogTrunc || !strings.Contains(out+errOut, "epoch 2 is missing") {
 			t.Fatalf("exit %d\n%s%s", code, out, errOut)
 		}
 	})
@@ -357,7 +357,7 @@ func TestVerifyChainEpochs(t *testing.T) {
 		os.CopyFS(d, os.DirFS(dir))
 		os.RemoveAll(filepath.Join(d, "epoch-000003"))
 		code, out, errOut := runCLI(t, append([]string{"verify-chain", d, "--checkpoint", cp}, keyArgs...)...)
-		if code != ui.ExitLogTrunc || !strings.Contains(out+errOut, "no epoch of this log has that origin") {
+		if code != exitcode.ExitLogTrunc || !strings.Contains(out+errOut, "no epoch of this log has that origin") {
 			t.Fatalf("exit %d\n%s%s", code, out, errOut)
 		}
 	})
@@ -366,7 +366,7 @@ func TestVerifyChainEpochs(t *testing.T) {
 		os.CopyFS(d, os.DirFS(dir))
 		os.RemoveAll(filepath.Join(d, "epoch-000001"))
 		code, out, errOut := runCLI(t, append([]string{"verify-chain", d}, keyArgs...)...)
-		if code != ui.ExitLogTrunc || !strings.Contains(out+errOut, "earlier epochs were deleted") {
+		if code != exitcode.ExitLogTrunc || !strings.Contains(out+errOut, "earlier epochs were deleted") {
 			t.Fatalf("exit %d\n%s%s", code, out, errOut)
 		}
 	})
@@ -380,7 +380,7 @@ func TestVerifyChainEpochs(t *testing.T) {
 		rechain(t, ls, n, key)
 		writeLines(t, p, ls)
 		code, out, errOut := runCLI(t, append([]string{"verify-chain", d}, keyArgs...)...)
-		if code != ui.ExitLogInteg || !strings.Contains(out+errOut, "after the epoch's seal") {
+		if code != exitcode.ExitLogInteg || !strings.Contains(out+errOut, "after the epoch's seal") {
 			t.Fatalf("exit %d\n%s%s", code, out, errOut)
 		}
 	})
@@ -394,25 +394,25 @@ func TestVerifyChainBadInput(t *testing.T) {
 		wantCode int
 		want     string
 	}{
-		{"empty directory", func(t *testing.T) string { return t.TempDir() }, ui.ExitUsage, "not an audit log"},
+		{"empty directory", func(t *testing.T) string { return t.TempDir() }, exitcode.ExitUsage, "not an audit log"},
 		{"not a log", func(t *testing.T) string {
 			d := t.TempDir()
 			os.WriteFile(filepath.Join(d, "notes.txt"), []byte("hello\n"), 0o644)
 			return d
-		}, ui.ExitUsage, "not an audit log"},
-		{"missing directory", func(t *testing.T) string { return filepath.Join(t.TempDir(), "nope") }, ui.ExitIO, "no such file"},
-		{"a file, not a directory", func(t *testing.T) string { return segPath(l) }, ui.ExitUsage, "is not a directory"},
+		}, exitcode.ExitUsage, "not an audit log"},
+		{"missing directory", func(t *testing.T) string { return filepath.Join(t.TempDir(), "nope") }, exitcode.ExitIO, "no such file"},
+		{"a file, not a directory", func(t *testing.T) string { return segPath(l) }, exitcode.ExitUsage, "is not a directory"},
 		{"segment replaced by a directory", func(t *testing.T) string {
 			l2, _ := base(t)
 			os.Remove(segPath(l2))
 			os.Mkdir(segPath(l2), 0o700)
 			return l2.dir
-		}, ui.ExitIO, "not a regular file"},
+		}, exitcode.ExitIO, "not a regular file"},
 		{"segment missing", func(t *testing.T) string {
 			l2, _ := base(t)
 			os.Remove(segPath(l2))
 			return l2.dir
-		}, ui.ExitLogInteg, "holds no segment files"},
+		}, exitcode.ExitLogInteg, "holds no segment files"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -424,12 +424,12 @@ func TestVerifyChainBadInput(t *testing.T) {
 	}
 	t.Run("bad key", func(t *testing.T) {
 		code, _, errOut := runCLI(t, "verify-chain", l.dir, "--key", "nonsense")
-		if code != ui.ExitUsage || !strings.Contains(errOut, "not a note verifier key") {
+		if code != exitcode.ExitUsage || !strings.Contains(errOut, "not a note verifier key") {
 			t.Fatalf("exit %d\n%s", code, errOut)
 		}
 	})
 	t.Run("no arguments", func(t *testing.T) {
-		if code, _, _ := runCLI(t, "verify-chain"); code != ui.ExitUsage {
+		if code, _, _ := runCLI(t, "verify-chain"); code != exitcode.ExitUsage {
 			t.Fatalf("exit %d", code)
 		}
 	})
@@ -484,8 +484,8 @@ func TestVerifyChainPermissionDenied(t *testing.T) {
 	if strings.Contains(out.String(), "fork/exec") || code == -1 {
 		t.Fatalf("could not start the unprivileged child: %v %s", err, out.String())
 	}
-	if code != ui.ExitIO || !strings.Contains(out.String(), "permission denied") {
-		t.Fatalf("exit %d, want %d with 'permission denied':\n%s", code, ui.ExitIO, out.String())
+	if code != exitcode.ExitIO || !strings.Contains(out.String(), "permission denied") {
+		t.Fatalf("exit %d, want %d with 'permission denied':\n%s", code, exitcode.ExitIO, out.String())
 	}
 }
 
@@ -508,21 +508,21 @@ func TestVerifyChainProofs(t *testing.T) {
 	lines[1] = "extra " + base64.StdEncoding.EncodeToString(rec)
 	bad := filepath.Join(t.TempDir(), "bad.proof")
 	os.WriteFile(bad, []byte(strings.Join(lines, "\n")), 0o644)
-	if code, out, errOut := runCLI(t, "verify-chain", "--proof", bad, "--key", l.vkey); code != ui.ExitLogInteg || !strings.Contains(out+errOut, "inclusion proof does not verify") {
+	if code, out, errOut := runCLI(t, "verify-chain", "--proof", bad, "--key", l.vkey); code != exitcode.ExitLogInteg || !strings.Contains(out+errOut, "inclusion proof does not verify") {
 		t.Fatalf("tampered proof: exit %d\n%s%s", code, out, errOut)
 	}
 	_, other, _ := ed25519.GenerateKey(rand.Reader)
 	vk, _ := note.NewEd25519VerifierKey("someone-else", other.Public().(ed25519.PublicKey))
-	if code, _, errOut := runCLI(t, "verify-chain", "--proof", pf, "--key", vk); code != ui.ExitLogKey {
+	if code, _, errOut := runCLI(t, "verify-chain", "--proof", pf, "--key", vk); code != exitcode.ExitLogKey {
 		t.Fatalf("foreign key: exit %d\n%s", code, errOut)
 	}
-	if code, _, _ := runCLI(t, "verify-chain", "--proof", pf); code != ui.ExitUsage {
+	if code, _, _ := runCLI(t, "verify-chain", "--proof", pf); code != exitcode.ExitUsage {
 		t.Fatalf("no key: exit %d", code)
 	}
 	// A record in the unsealed tail cannot be proved yet.
 	ls := readLines(t, segPath(l))
 	writeLines(t, segPath(l), ls[:len(ls)-2])
-	if code, _, errOut := runCLI(t, "verify-chain", l.dir, "--key", l.vkey, "--prove", strconv.Itoa(len(ls)-3)); code != ui.ExitUsage || !strings.Contains(errOut, "unsealed tail") {
+	if code, _, errOut := runCLI(t, "verify-chain", l.dir, "--key", l.vkey, "--prove", strconv.Itoa(len(ls)-3)); code != exitcode.ExitUsage || !strings.Contains(errOut, "unsealed tail") {
 		t.Fatalf("unsealed: exit %d\n%s", code, errOut)
 	}
 	_ = sha256.Sum256
@@ -539,10 +539,10 @@ func TestVerifyChainSegment(t *testing.T) {
 	ls[3] = replaceOnce(t, ls[3], `"agent":"a"`, `"agent":"b"`)
 	writeLines(t, seg, ls)
 	code, out, errOut = runCLI(t, "verify-chain", "--segment", seg, "--key", key)
-	if code != ui.ExitLogInteg || !strings.Contains(out, "line:      5") {
+	if code != exitcode.ExitLogInteg || !strings.Contains(out, "line:      5") {
 		t.Fatalf("tampered segment: exit %d\n%s%s", code, out, errOut)
 	}
-	if code, _, _ := runCLI(t, "verify-chain", "--segment", seg); code != ui.ExitUsage {
+	if code, _, _ := runCLI(t, "verify-chain", "--segment", seg); code != exitcode.ExitUsage {
 		t.Fatalf("no key: exit %d", code)
 	}
 }

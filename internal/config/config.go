@@ -27,7 +27,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/confidential-mcp/cmcp/internal/ui"
+	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
@@ -106,8 +106,8 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
-// ExitCode is ui.ExitConfig.
-func (e *Error) ExitCode() int { return ui.ExitConfig }
+// ExitCode is exitcode.ExitConfig.
+func (e *Error) ExitCode() int { return exitcode.ExitConfig }
 
 // Hints returns the hint, if any.
 func (e *Error) Hints() []string {
@@ -131,8 +131,8 @@ func (es Errors) Error() string {
 	return strings.Join(lines, "\n")
 }
 
-// ExitCode is ui.ExitConfig.
-func (es Errors) ExitCode() int { return ui.ExitConfig }
+// ExitCode is exitcode.ExitConfig.
+func (es Errors) ExitCode() int { return exitcode.ExitConfig }
 
 // Hints returns the distinct hints of all errors.
 func (es Errors) Hints() []string {
@@ -168,7 +168,7 @@ func Load(path string) (*Config, error) {
 	}
 	abs, err := filepath.Abs(path)
 	if err != nil {
-		return nil, ui.Errorf(ui.ExitIO, "read config: %w", err)
+		return nil, exitcode.Errorf(exitcode.ExitIO, "read config: %w", err)
 	}
 	c, err := parse(path, abs, data)
 	if err != nil {
@@ -184,14 +184,14 @@ func readFile(path string) ([]byte, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		if errors.Is(err, fs.ErrPermission) {
-			return nil, ui.Errorf(ui.ExitIO, "read config: %w", err).Hint("run cmcp as a user who can read %s, or make it readable to this user", path)
+			return nil, exitcode.Errorf(exitcode.ExitIO, "read config: %w", err).Hint("run cmcp as a user who can read %s, or make it readable to this user", path)
 		}
-		return nil, ui.Errorf(ui.ExitIO, "read config: %w", err).Hint("pass the path of a cmcp.yaml file")
+		return nil, exitcode.Errorf(exitcode.ExitIO, "read config: %w", err).Hint("pass the path of a cmcp.yaml file")
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return nil, ui.Errorf(ui.ExitIO, "read config: %w", err)
+		return nil, exitcode.Errorf(exitcode.ExitIO, "read config: %w", err)
 	}
 	if !fi.Mode().IsRegular() {
 		what := "a " + fi.Mode().Type().String() + " file"
@@ -205,14 +205,14 @@ func readFile(path string) ([]byte, error) {
 		case t&os.ModeDevice != 0:
 			what = "a device"
 		}
-		return nil, ui.Errorf(ui.ExitIO, "read config: %s is %s, not a regular file", path, what).Hint("pass the path of a cmcp.yaml file")
+		return nil, exitcode.Errorf(exitcode.ExitIO, "read config: %s is %s, not a regular file", path, what).Hint("pass the path of a cmcp.yaml file")
 	}
 	if fi.Size() > MaxFileBytes {
 		return nil, tooLarge(path, fmt.Sprintf("%d bytes", fi.Size()))
 	}
 	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
 	if err != nil {
-		return nil, ui.Errorf(ui.ExitIO, "read config: %w", err)
+		return nil, exitcode.Errorf(exitcode.ExitIO, "read config: %w", err)
 	}
 	if len(data) > MaxFileBytes { // it grew since the Stat
 		return nil, tooLarge(path, fmt.Sprintf("more than %d bytes", MaxFileBytes))

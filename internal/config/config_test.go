@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/confidential-mcp/cmcp/internal/ui"
+	"github.com/confidential-mcp/cmcp/internal/exitcode"
 )
 
 const (
@@ -179,11 +179,11 @@ func TestLoadErrors(t *testing.T) {
 			if !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("error:\n  %v\nwant it to contain:\n  %s", err, tt.want)
 			}
-			if ui.CodeOf(err) != ui.ExitConfig {
-				t.Errorf("exit code %d, want %d", ui.CodeOf(err), ui.ExitConfig)
+			if exitcode.CodeOf(err) != exitcode.ExitConfig {
+				t.Errorf("exit code %d, want %d", exitcode.CodeOf(err), exitcode.ExitConfig)
 			}
-			if tt.hint != "" && !strings.Contains(strings.Join(ui.HintsOf(err), "\n"), tt.hint) {
-				t.Errorf("hints %q do not mention %q", ui.HintsOf(err), tt.hint)
+			if tt.hint != "" && !strings.Contains(strings.Join(exitcode.HintsOf(err), "\n"), tt.hint) {
+				t.Errorf("hints %q do not mention %q", exitcode.HintsOf(err), tt.hint)
 			}
 			var ce *Error
 			if !errors.As(err, &ce) {
@@ -291,10 +291,10 @@ func TestLoadErrorsSayWhatToDo(t *testing.T) {
 			if err == nil {
 				t.Fatal("loaded, want an error")
 			}
-			if !strings.Contains(err.Error(), tt.want) || ui.CodeOf(err) != ui.ExitConfig {
-				t.Fatalf("error (exit %d):\n  %v\nwant it to contain:\n  %s", ui.CodeOf(err), err, tt.want)
+			if !strings.Contains(err.Error(), tt.want) || exitcode.CodeOf(err) != exitcode.ExitConfig {
+				t.Fatalf("error (exit %d):\n  %v\nwant it to contain:\n  %s", exitcode.CodeOf(err), err, tt.want)
 			}
-			if hs := strings.Join(ui.HintsOf(err), "\n"); !strings.Contains(hs, tt.hint) {
+			if hs := strings.Join(exitcode.HintsOf(err), "\n"); !strings.Contains(hs, tt.hint) {
 				t.Fatalf("hints %q do not say %q", hs, tt.hint)
 			}
 		})
@@ -347,8 +347,8 @@ func TestLoadReportsEveryProblem(t *testing.T) {
 
 func TestLoadMissingFile(t *testing.T) {
 	_, err := Load(filepath.Join(t.TempDir(), "nope.yaml"))
-	if ui.CodeOf(err) != ui.ExitIO || !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("err = %v (code %d)", err, ui.CodeOf(err))
+	if exitcode.CodeOf(err) != exitcode.ExitIO || !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("err = %v (code %d)", err, exitcode.CodeOf(err))
 	}
 }
 
@@ -367,8 +367,8 @@ func FuzzLoad(f *testing.F) {
 			if !strings.HasPrefix(err.Error(), "f.yaml") && !strings.Contains(err.Error(), "problems in the configuration") {
 				t.Fatalf("error does not name the file: %v", err)
 			}
-			if ui.CodeOf(err) != ui.ExitConfig {
-				t.Fatalf("exit code %d for %v", ui.CodeOf(err), err)
+			if exitcode.CodeOf(err) != exitcode.ExitConfig {
+				t.Fatalf("exit code %d for %v", exitcode.CodeOf(err), err)
 			}
 			return
 		}
@@ -412,8 +412,8 @@ func TestLoadFileBound(t *testing.T) {
 	runtime.ReadMemStats(&before)
 	_, err = Load(big)
 	runtime.ReadMemStats(&after)
-	if err == nil || !strings.Contains(err.Error(), "big.yaml: the file is 104857600 bytes; a configuration is at most 1048576 bytes (1 MiB)") || ui.CodeOf(err) != ui.ExitConfig {
-		t.Fatalf("100 MB file: %v (exit %d)", err, ui.CodeOf(err))
+	if err == nil || !strings.Contains(err.Error(), "big.yaml: the file is 104857600 bytes; a configuration is at most 1048576 bytes (1 MiB)") || exitcode.CodeOf(err) != exitcode.ExitConfig {
+		t.Fatalf("100 MB file: %v (exit %d)", err, exitcode.CodeOf(err))
 	}
 	if d := after.TotalAlloc - before.TotalAlloc; d > 4<<20 {
 		t.Errorf("refusing a 100 MB file allocated %d bytes", d)
@@ -449,8 +449,8 @@ func TestLoadRefusesNonRegularFiles(t *testing.T) {
 		go func() { _, err := Load(path); done <- err }()
 		select {
 		case err := <-done:
-			if err == nil || !strings.Contains(err.Error(), want) || ui.CodeOf(err) != ui.ExitIO {
-				t.Errorf("%s: %v (exit %d), want %q", path, err, ui.CodeOf(err), want)
+			if err == nil || !strings.Contains(err.Error(), want) || exitcode.CodeOf(err) != exitcode.ExitIO {
+				t.Errorf("%s: %v (exit %d), want %q", path, err, exitcode.CodeOf(err), want)
 			}
 		case <-time.After(5 * time.Second):
 			t.Fatalf("Load(%s) blocks", path)
@@ -467,10 +467,10 @@ func TestNamespaceFalseNeedsASingleUpstream(t *testing.T) {
 	two := "version: 1\nupstreams:\n  - name: a\n    stdio: {command: x}\n    allow_unmeasured: true\n    namespace: false\n  - name: b\n    stdio: {command: y}\n    allow_unmeasured: true\n"
 	_, err := LoadBytes("c.yaml", []byte(two))
 	want := "c.yaml:6:16: upstreams[0] (a).namespace: namespace: false is only allowed with a single upstream (there are 2)"
-	if err == nil || !strings.Contains(err.Error(), want) || ui.CodeOf(err) != ui.ExitConfig {
-		t.Fatalf("err = %v (exit %d), want exit 4 and %q", err, ui.CodeOf(err), want)
+	if err == nil || !strings.Contains(err.Error(), want) || exitcode.CodeOf(err) != exitcode.ExitConfig {
+		t.Fatalf("err = %v (exit %d), want exit 4 and %q", err, exitcode.CodeOf(err), want)
 	}
-	if hs := strings.Join(ui.HintsOf(err), "\n"); !strings.Contains(hs, "remove namespace: false") {
+	if hs := strings.Join(exitcode.HintsOf(err), "\n"); !strings.Contains(hs, "remove namespace: false") {
 		t.Errorf("hints %q do not say what to do", hs)
 	}
 	one := "version: 1\nupstreams:\n  - name: a\n    stdio: {command: x}\n    allow_unmeasured: true\n    namespace: false\n"

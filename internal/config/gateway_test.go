@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/confidential-mcp/cmcp/internal/ui"
+	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
@@ -129,8 +129,8 @@ func TestCatalogPinsForUnknownUpstreamRefused(t *testing.T) {
 			if !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error:\n  %v\nwant it to contain:\n  %s", err, tc.want)
 			}
-			if ui.CodeOf(err) != ui.ExitConfig || !strings.Contains(strings.Join(ui.HintsOf(err), "\n"), tc.hint) {
-				t.Fatalf("exit code %d, hints %q: want %d and %q", ui.CodeOf(err), ui.HintsOf(err), ui.ExitConfig, tc.hint)
+			if exitcode.CodeOf(err) != exitcode.ExitConfig || !strings.Contains(strings.Join(exitcode.HintsOf(err), "\n"), tc.hint) {
+				t.Fatalf("exit code %d, hints %q: want %d and %q", exitcode.CodeOf(err), exitcode.HintsOf(err), exitcode.ExitConfig, tc.hint)
 			}
 		})
 	}
@@ -158,13 +158,13 @@ func TestAuditRecipientsParsedAtLoad(t *testing.T) {
 			if err == nil {
 				t.Fatal("loaded: an invalid recipient was accepted")
 			}
-			if !strings.Contains(err.Error(), tc.want) || ui.CodeOf(err) != ui.ExitConfig {
-				t.Fatalf("error (exit %d):\n  %v\nwant it to contain:\n  %s", ui.CodeOf(err), err, tc.want)
+			if !strings.Contains(err.Error(), tc.want) || exitcode.CodeOf(err) != exitcode.ExitConfig {
+				t.Fatalf("error (exit %d):\n  %v\nwant it to contain:\n  %s", exitcode.CodeOf(err), err, tc.want)
 			}
-			if hs := strings.Join(ui.HintsOf(err), "\n"); !strings.Contains(hs, tc.hint) {
+			if hs := strings.Join(exitcode.HintsOf(err), "\n"); !strings.Contains(hs, tc.hint) {
 				t.Errorf("hints %q do not mention %q", hs, tc.hint)
 			}
-			if tc.notWant != "" && strings.Contains(err.Error()+strings.Join(ui.HintsOf(err), "\n"), tc.notWant) {
+			if tc.notWant != "" && strings.Contains(err.Error()+strings.Join(exitcode.HintsOf(err), "\n"), tc.notWant) {
 				t.Errorf("the error repeats the secret key: %v", err)
 			}
 		})
@@ -192,10 +192,10 @@ func TestCatalogEntryWithoutToolsRefused(t *testing.T) {
 			if err == nil {
 				t.Fatal("loaded: a catalog entry without tools would trust the tools first seen")
 			}
-			if !strings.Contains(err.Error(), tc.want) || ui.CodeOf(err) != ui.ExitConfig {
-				t.Fatalf("error (exit %d):\n  %v\nwant it to contain:\n  %s", ui.CodeOf(err), err, tc.want)
+			if !strings.Contains(err.Error(), tc.want) || exitcode.CodeOf(err) != exitcode.ExitConfig {
+				t.Fatalf("error (exit %d):\n  %v\nwant it to contain:\n  %s", exitcode.CodeOf(err), err, tc.want)
 			}
-			hs := strings.Join(ui.HintsOf(err), "\n")
+			hs := strings.Join(exitcode.HintsOf(err), "\n")
 			for _, h := range []string{"cmcp spawn-digest --tools", "tools: {}", "remove the entry"} {
 				if !strings.Contains(hs, h) {
 					t.Errorf("hints %q do not say %q", hs, h)

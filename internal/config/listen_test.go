@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/confidential-mcp/cmcp/internal/ui"
+	"github.com/confidential-mcp/cmcp/internal/exitcode"
 )
 
 // TestCheckListeners: after --listen, the MCP endpoint without tokens or
@@ -68,11 +68,11 @@ func TestCheckListeners(t *testing.T) {
 				}
 				return
 			}
-			if err == nil || !strings.HasPrefix(err.Error(), filepath.Dir(path)+"/") || !strings.Contains(err.Error(), tc.want) || ui.CodeOf(err) != ui.ExitConfig {
-				t.Fatalf("err = %v (exit %d), want %q", err, ui.CodeOf(err), tc.want)
+			if err == nil || !strings.HasPrefix(err.Error(), filepath.Dir(path)+"/") || !strings.Contains(err.Error(), tc.want) || exitcode.CodeOf(err) != exitcode.ExitConfig {
+				t.Fatalf("err = %v (exit %d), want %q", err, exitcode.CodeOf(err), tc.want)
 			}
-			if tc.hint != "" && !strings.Contains(strings.Join(ui.HintsOf(err), "\n"), tc.hint) {
-				t.Errorf("hints %q, want %q", ui.HintsOf(err), tc.hint)
+			if tc.hint != "" && !strings.Contains(strings.Join(exitcode.HintsOf(err), "\n"), tc.hint) {
+				t.Errorf("hints %q, want %q", exitcode.HintsOf(err), tc.hint)
 			}
 		})
 	}

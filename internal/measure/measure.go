@@ -16,7 +16,7 @@ import (
 	"strings"
 
 	"github.com/confidential-mcp/cmcp/internal/config"
-	"github.com/confidential-mcp/cmcp/internal/ui"
+	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
@@ -181,7 +181,7 @@ func treeHint(err error) string {
 
 // fileError gives err the I/O exit code and a hint.
 func fileError(err error, hint string) error {
-	e := ui.WithCode(ui.ExitIO, err).(*ui.Error)
+	e := exitcode.WithCode(exitcode.ExitIO, err).(*exitcode.Error)
 	if errors.Is(err, fs.ErrPermission) {
 		e.Hint("run cmcp as a user who can read the file: the gateway reads it to measure it")
 	} else if hint != "" {
@@ -330,8 +330,8 @@ func finish(r Row, err error) Row {
 }
 
 // CheckError summarises the failed rows: it names every upstream with its
-// pinned and actual digests. Its exit code is ui.ExitMismatch if a pin
-// mismatched or a file is missing, else ui.ExitIO.
+// pinned and actual digests. Its exit code is exitcode.ExitMismatch if a pin
+// mismatched or a file is missing, else exitcode.ExitIO.
 type CheckError struct {
 	Config string
 	Failed []Row
@@ -355,17 +355,17 @@ func (e *CheckError) Error() string {
 	return b.String()
 }
 
-// ExitCode implements ui.Coder.
+// ExitCode implements exitcode.Coder.
 func (e *CheckError) ExitCode() int {
 	for _, r := range e.Failed {
 		if r.Status != StatusError {
-			return ui.ExitMismatch
+			return exitcode.ExitMismatch
 		}
 	}
-	return ui.ExitIO
+	return exitcode.ExitIO
 }
 
-// Hints implements ui.Hinter.
+// Hints implements exitcode.Hinter.
 func (e *CheckError) Hints() []string {
 	return []string{"if the change is expected, re-pin with: cmcp spawn-digest [--target PATH] -- COMMAND, and update the config; otherwise find out who changed the file"}
 }

@@ -19,7 +19,7 @@ import (
 	"github.com/cedar-policy/cedar-go/x/exp/schema"
 	"github.com/cedar-policy/cedar-go/x/exp/schema/validate"
 
-	"github.com/confidential-mcp/cmcp/internal/ui"
+	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
@@ -96,13 +96,13 @@ func (e *LoadError) Error() string {
 	return "policy bundle: " + loc + ": " + e.Reason
 }
 
-// ExitCode is ui.ExitMismatch for a pin mismatch, ui.ExitIO when the bundle
-// cannot be read, and ui.ExitConfig otherwise.
+// ExitCode is exitcode.ExitMismatch for a pin mismatch, exitcode.ExitIO when the bundle
+// cannot be read, and exitcode.ExitConfig otherwise.
 func (e *LoadError) ExitCode() int {
 	if e.code != 0 {
 		return e.code
 	}
-	return ui.ExitConfig
+	return exitcode.ExitConfig
 }
 
 // Hints says what to do about it.
@@ -135,7 +135,7 @@ const (
 func Load(ctx context.Context, dir string, opts LoadOptions) (*Bundle, error) {
 	st, err := os.Stat(dir)
 	if err != nil {
-		return nil, &LoadError{File: dir, Reason: fmt.Sprintf("cannot read bundle directory: %v", errors.Unwrap(err)), code: ui.ExitIO,
+		return nil, &LoadError{File: dir, Reason: fmt.Sprintf("cannot read bundle directory: %v", errors.Unwrap(err)), code: exitcode.ExitIO,
 			Hint: "policy.dir must name a directory of .cedar files and one .cedarschema"}
 	}
 	if !st.IsDir() {
@@ -156,7 +156,7 @@ func Load(ctx context.Context, dir string, opts LoadOptions) (*Bundle, error) {
 		return nil, err
 	}
 	if !opts.Expect.IsZero() && !opts.Expect.Equal(d) {
-		return nil, &LoadError{File: dir, code: ui.ExitMismatch,
+		return nil, &LoadError{File: dir, code: exitcode.ExitMismatch,
 			Reason: fmt.Sprintf("digest %s does not match the pin %s", d, opts.Expect),
 			Hint:   fmt.Sprintf("if this bundle is the one you approved, set policy.expect: %s", d)}
 	}
@@ -198,7 +198,7 @@ func readBundle(ctx context.Context, dir string, progress func(files, bytes int6
 			return nil, digest.Digest{}, &LoadError{File: dir, Reason: strings.TrimPrefix(err.Error(), "tree "+dir+": "),
 				Hint: fmt.Sprintf("a bundle holds at most %d files and directories, and each policy or schema at most %d bytes", maxBundleFiles, maxFileBytes)}
 		}
-		return nil, digest.Digest{}, &LoadError{File: dir, Reason: fmt.Sprintf("cannot read: %v", strings.TrimPrefix(err.Error(), "tree "+dir+": ")), code: ui.ExitIO}
+		return nil, digest.Digest{}, &LoadError{File: dir, Reason: fmt.Sprintf("cannot read: %v", strings.TrimPrefix(err.Error(), "tree "+dir+": ")), code: exitcode.ExitIO}
 	}
 	var s snapshot
 	var schemas []string

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/confidential-mcp/cmcp/internal/ui"
+	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
@@ -126,7 +126,7 @@ func TestBundleReadIsBounded(t *testing.T) {
 		dir := bundle(t, map[string]string{"schema.cedarschema": sch, "a.cedar": policy + strings.Repeat("//\n", maxFileBytes/3+1)})
 		_, err := Load(context.Background(), dir, LoadOptions{})
 		var le *LoadError
-		if !errors.As(err, &le) || le.ExitCode() != ui.ExitConfig || !strings.Contains(err.Error(), "a.cedar") || !strings.Contains(err.Error(), "larger than") {
+		if !errors.As(err, &le) || le.ExitCode() != exitcode.ExitConfig || !strings.Contains(err.Error(), "a.cedar") || !strings.Contains(err.Error(), "larger than") {
 			t.Fatalf("got %v", err)
 		}
 	})
@@ -157,7 +157,7 @@ func TestBundleReadIsBounded(t *testing.T) {
 		}
 		_, err := Load(context.Background(), dir, LoadOptions{})
 		var le *LoadError
-		if !errors.As(err, &le) || le.ExitCode() != ui.ExitConfig || le.File != dir || !strings.Contains(err.Error(), fmt.Sprintf("more than %d", maxBundleFiles)) {
+		if !errors.As(err, &le) || le.ExitCode() != exitcode.ExitConfig || le.File != dir || !strings.Contains(err.Error(), fmt.Sprintf("more than %d", maxBundleFiles)) {
 			t.Fatalf("got %v", err)
 		}
 	})

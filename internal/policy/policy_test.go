@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/confidential-mcp/cmcp/internal/ui"
+	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
@@ -489,51 +489,51 @@ func TestLoadErrors(t *testing.T) {
 		code  int
 	}{
 		{"syntax", map[string]string{"schema.cedarschema": sch, "a.cedar": "permit (principal, action, resource);\n\npermit (principal, action, resource)\n  when { 1 ++ 2 };\n"},
-			"a.cedar", 4, "syntax", ui.ExitConfig},
+			"a.cedar", 4, "syntax", exitcode.ExitConfig},
 		{"unknown attribute", map[string]string{"schema.cedarschema": sch, "a.cedar": "permit (principal, action, resource);\n@id(\"x\")\nforbid (principal, action, resource) when { resource.owner == \"me\" };\n"},
-			"a.cedar", 2, "attribute `owner` on entity type `Tool` not found", ui.ExitConfig},
+			"a.cedar", 2, "attribute `owner` on entity type `Tool` not found", exitcode.ExitConfig},
 		{"unguarded optional argument", map[string]string{"schema.cedarschema": sch, "a.cedar": "forbid (principal, action == Action::\"call_tool\", resource) when { context.arguments.path == \"/\" };\n"},
-			"a.cedar", 1, "optional attribute `arguments.path`", ui.ExitConfig},
+			"a.cedar", 1, "optional attribute `arguments.path`", exitcode.ExitConfig},
 		{"unknown entity type", map[string]string{"schema.cedarschema": sch, "a.cedar": "permit (principal == User::\"x\", action, resource);\n"},
-			"a.cedar", 1, "does not validate", ui.ExitConfig},
+			"a.cedar", 1, "does not validate", exitcode.ExitConfig},
 		{"duplicate id", map[string]string{"schema.cedarschema": sch, "a.cedar": "@id(\"p\") permit (principal, action, resource);\n", "b.cedar": "\n@id(\"p\") forbid (principal, action, resource);\n"},
-			"b.cedar", 2, `policy id "p" is already used at a.cedar:1:1`, ui.ExitConfig},
-		{"no schema", map[string]string{"a.cedar": "permit (principal, action, resource);"}, "", 0, "no .cedarschema", ui.ExitConfig},
-		{"two schemas", map[string]string{"a.cedarschema": sch, "b.cedarschema": sch, "a.cedar": "permit (principal, action, resource);"}, "", 0, "more than one .cedarschema", ui.ExitConfig},
-		{"no policies", map[string]string{"schema.cedarschema": sch}, "", 0, "no .cedar policy files", ui.ExitConfig},
-		{"schema syntax", map[string]string{"schema.cedarschema": "entity Agent;\nentity", "a.cedar": "permit (principal, action, resource);"}, "schema.cedarschema", 2, "schema syntax", ui.ExitConfig},
+			"b.cedar", 2, `policy id "p" is already used at a.cedar:1:1`, exitcode.ExitConfig},
+		{"no schema", map[string]string{"a.cedar": "permit (principal, action, resource);"}, "", 0, "no .cedarschema", exitcode.ExitConfig},
+		{"two schemas", map[string]string{"a.cedarschema": sch, "b.cedarschema": sch, "a.cedar": "permit (principal, action, resource);"}, "", 0, "more than one .cedarschema", exitcode.ExitConfig},
+		{"no policies", map[string]string{"schema.cedarschema": sch}, "", 0, "no .cedar policy files", exitcode.ExitConfig},
+		{"schema syntax", map[string]string{"schema.cedarschema": "entity Agent;\nentity", "a.cedar": "permit (principal, action, resource);"}, "schema.cedarschema", 2, "schema syntax", exitcode.ExitConfig},
 		{"schema not the entity model", map[string]string{
 			"schema.cedarschema": strings.Replace(sch, "  name: String,", "  name: Long,", 1), "a.cedar": "permit (principal, action, resource);"},
-			"schema.cedarschema", 0, "does not describe the gateway's entity model", ui.ExitConfig},
+			"schema.cedarschema", 0, "does not describe the gateway's entity model", exitcode.ExitConfig},
 		{"ipaddr argument", map[string]string{
 			"schema.cedarschema": strings.Replace(sch, "  path?: String,", "  path?: String,\n  host?: ipaddr,", 1), "a.cedar": "permit (principal, action, resource);"},
-			"schema.cedarschema", 0, `context.arguments: "host" is declared ipaddr, but no JSON argument converts to an ipaddr`, ui.ExitConfig},
+			"schema.cedarschema", 0, `context.arguments: "host" is declared ipaddr, but no JSON argument converts to an ipaddr`, exitcode.ExitConfig},
 		{"datetime in a set", map[string]string{
 			"schema.cedarschema": strings.Replace(sch, "  path?: String,", "  path?: String,\n  when?: Set<datetime>,", 1), "a.cedar": "permit (principal, action, resource);"},
-			"schema.cedarschema", 0, `"when[]" is declared datetime`, ui.ExitConfig},
+			"schema.cedarschema", 0, `"when[]" is declared datetime`, exitcode.ExitConfig},
 		{"duration in a record", map[string]string{
 			"schema.cedarschema": strings.Replace(sch, "  path?: String,", "  path?: String,\n  opts?: { ttl?: duration },", 1), "a.cedar": "permit (principal, action, resource);"},
-			"schema.cedarschema", 0, `"opts.ttl" is declared duration`, ui.ExitConfig},
+			"schema.cedarschema", 0, `"opts.ttl" is declared duration`, exitcode.ExitConfig},
 		{"entity argument", map[string]string{
 			"schema.cedarschema": strings.Replace(sch, "  path?: String,", "  path?: String,\n  owner?: Agent,", 1), "a.cedar": "permit (principal, action, resource);"},
-			"schema.cedarschema", 0, `"owner" is declared as the entity type Agent, but no JSON argument converts to an entity`, ui.ExitConfig},
+			"schema.cedarschema", 0, `"owner" is declared as the entity type Agent, but no JSON argument converts to an entity`, exitcode.ExitConfig},
 		{"has on an undeclared argument", map[string]string{"schema.cedarschema": sch, "a.cedar": "permit (principal, action, resource);\n@id(\"x\")\nforbid (principal, action == Action::\"call_tool\", resource) when { context.arguments has debug };\n"},
-			"a.cedar", 2, `context.arguments: "debug" is tested with has, but the schema's CallArgs does not declare it, so the test is always false`, ui.ExitConfig},
+			"a.cedar", 2, `context.arguments: "debug" is tested with has, but the schema's CallArgs does not declare it, so the test is always false`, exitcode.ExitConfig},
 		{"has on an undeclared member of a declared record", map[string]string{
 			"schema.cedarschema": strings.Replace(sch, "  path?: String,", "  path?: String,\n  target?: { host: String },", 1),
 			"a.cedar":            "forbid (principal, action == Action::\"call_tool\", resource) when { context.arguments has target && context.arguments.target has port };\n"},
-			"a.cedar", 1, `"target.port" is tested with has`, ui.ExitConfig},
+			"a.cedar", 1, `"target.port" is tested with has`, exitcode.ExitConfig},
 		{"has through if and a record literal", map[string]string{
 			"schema.cedarschema": strings.Replace(sch, "  path?: String,", "  path?: String,\n  target?: { host: String },", 1),
 			"a.cedar":            "\nforbid (principal, action == Action::\"call_tool\", resource) when { context.arguments has target && {a: (if context.arguments has path then context.arguments.target else context.arguments.target)}.a has port };\n"},
-			"a.cedar", 2, `"target.port" is tested with has`, ui.ExitConfig},
+			"a.cedar", 2, `"target.port" is tested with has`, exitcode.ExitConfig},
 		{"has when CallArgs declares nothing", map[string]string{
 			"schema.cedarschema": strings.Replace(sch, "  path?: String,", "", 1),
 			"a.cedar":            "forbid (principal, action == Action::\"call_tool\", resource) when { {c: context}.c.arguments has path };\n"},
-			"a.cedar", 1, `"path" is tested with has`, ui.ExitConfig},
+			"a.cedar", 1, `"path" is tested with has`, exitcode.ExitConfig},
 		{"schema missing an action", map[string]string{
 			"schema.cedarschema": sch[:strings.Index(sch, "action list_tools")], "a.cedar": "permit (principal, action, resource);"},
-			"schema.cedarschema", 0, "list_tools", ui.ExitConfig},
+			"schema.cedarschema", 0, "list_tools", exitcode.ExitConfig},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -573,7 +573,7 @@ func TestPin(t *testing.T) {
 	}
 	_, err = Load(context.Background(), dir, LoadOptions{Expect: b.Digest()})
 	var le *LoadError
-	if !errors.As(err, &le) || le.ExitCode() != ui.ExitMismatch || !strings.Contains(err.Error(), "does not match the pin "+b.Digest().String()) {
+	if !errors.As(err, &le) || le.ExitCode() != exitcode.ExitMismatch || !strings.Contains(err.Error(), "does not match the pin "+b.Digest().String()) {
 		t.Fatalf("got %v", err)
 	}
 	if h := le.Hints(); len(h) != 1 || !strings.Contains(h[0], "policy.expect: sha256:") {

@@ -9,8 +9,8 @@ import (
 
 	"filippo.io/age"
 
+	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/internal/policy"
-	"github.com/confidential-mcp/cmcp/internal/ui"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
@@ -282,8 +282,8 @@ func TestReplayRefusesABundleOnlyACallNames(t *testing.T) {
 		return r.Outcome == auditlog.OutcomeForwarded
 	}})
 	_, err = Run(context.Background(), dir, Options{Policies: []string{"testdata/recorded", "testdata/next"}, Identities: []age.Identity{id}})
-	var ue *ui.Error
-	if !errors.As(err, &ue) || ue.Code != ui.ExitMismatch || !strings.Contains(err.Error(), next.Digest().String()+", which the log never recorded") {
+	var ue *exitcode.Error
+	if !errors.As(err, &ue) || ue.Code != exitcode.ExitMismatch || !strings.Contains(err.Error(), next.Digest().String()+", which the log never recorded") {
 		t.Fatalf("got %v", err)
 	}
 	rep, err := Run(context.Background(), dir, Options{Policies: []string{"testdata/recorded"}, Identities: []age.Identity{id}})

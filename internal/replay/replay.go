@@ -20,8 +20,8 @@ import (
 
 	"filippo.io/age"
 
+	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/internal/policy"
-	"github.com/confidential-mcp/cmcp/internal/ui"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
@@ -486,7 +486,7 @@ func Run(ctx context.Context, dir string, opts Options) (*Report, error) {
 			if len(have) == 0 {
 				have = []string{"none"}
 			}
-			return nil, ui.Errorf(ui.ExitMismatch, "policy bundle %s has digest %s, which the log never recorded (recorded: %s)", rep.Bundles[d.String()], d, strings.Join(have, ", ")).
+			return nil, exitcode.Errorf(exitcode.ExitMismatch, "policy bundle %s has digest %s, which the log never recorded (recorded: %s)", rep.Bundles[d.String()], d, strings.Join(have, ", ")).
 				Hint("--policy replays the bundle that decided the calls; to try another bundle use --what-if %s", b.Dir())
 		}
 	}

@@ -16,8 +16,8 @@ import (
 
 	"filippo.io/age"
 
+	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/internal/policy"
-	"github.com/confidential-mcp/cmcp/internal/ui"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 )
 
@@ -309,8 +309,8 @@ func TestReplayRefusesOtherBundle(t *testing.T) {
 	key, id := newKeys(t)
 	f := writeLog(t, key, id, -1)
 	_, err := Run(context.Background(), f.dir, Options{Policies: []string{"testdata/next"}})
-	var ue *ui.Error
-	if !errors.As(err, &ue) || ue.Code != ui.ExitMismatch || !strings.Contains(err.Error(), "which the log never recorded (recorded: "+f.bundle.Digest().String()) {
+	var ue *exitcode.Error
+	if !errors.As(err, &ue) || ue.Code != exitcode.ExitMismatch || !strings.Contains(err.Error(), "which the log never recorded (recorded: "+f.bundle.Digest().String()) {
 		t.Fatalf("got %v", err)
 	}
 }
@@ -393,7 +393,7 @@ func TestReplayRefusesUnverifiedLog(t *testing.T) {
 	}
 	_, err = Run(context.Background(), f.dir, Options{Policies: []string{"testdata/recorded"}})
 	var nv *NotVerifiedError
-	if !errors.As(err, &nv) || nv.ExitCode() != ui.ExitLogInteg || !strings.Contains(strings.Join(ui.HintsOf(err), " "), "--unverified") {
+	if !errors.As(err, &nv) || nv.ExitCode() != exitcode.ExitLogInteg || !strings.Contains(strings.Join(exitcode.HintsOf(err), " "), "--unverified") {
 		t.Fatalf("got %v", err)
 	}
 	rep, err := Run(context.Background(), f.dir, Options{Policies: []string{"testdata/recorded"}, Unverified: true})

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"io/fs"
 
-	"github.com/confidential-mcp/cmcp/internal/ui"
+	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 )
 
@@ -34,30 +34,30 @@ func (e *ReadError) Error() string {
 func (e *ReadError) Unwrap() error { return e.Err }
 
 // ExitCode is the error's own code if it has one, verify-chain's for a
-// verification failure, ui.ExitIO for a file that could not be read, and
-// ui.ExitLogInteg (a record not in the form the gateway writes) otherwise.
+// verification failure, exitcode.ExitIO for a file that could not be read, and
+// exitcode.ExitLogInteg (a record not in the form the gateway writes) otherwise.
 func (e *ReadError) ExitCode() int {
-	var c ui.Coder
+	var c exitcode.Coder
 	var ve *auditlog.VerifyError
 	var pe *fs.PathError
 	switch {
 	case errors.As(e.Err, &c):
 		return c.ExitCode()
 	case errors.As(e.Err, &ve):
-		return ui.LogFailureCode(string(ve.Class))
+		return exitcode.LogFailureCode(string(ve.Class))
 	case errors.As(e.Err, &pe):
-		return ui.ExitIO
+		return exitcode.ExitIO
 	}
-	return ui.ExitLogInteg
+	return exitcode.ExitLogInteg
 }
 
 // ExitCode is the verify-chain exit code of the failure's class.
 func (e *NotVerifiedError) ExitCode() int {
 	var ve *auditlog.VerifyError
 	if !errors.As(e.Err, &ve) {
-		return ui.ExitIO
+		return exitcode.ExitIO
 	}
-	return ui.LogFailureCode(string(ve.Class))
+	return exitcode.LogFailureCode(string(ve.Class))
 }
 
 // Hints says how to go on.

@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/confidential-mcp/cmcp/internal/ui"
+	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 )
 
@@ -56,7 +56,7 @@ func TestReplayRefusesTruncationFoundAtTheEnd(t *testing.T) {
 	opts := Options{Policies: []string{"testdata/recorded"}, Verify: auditlog.VerifyOptions{Checkpoints: [][]byte{saved}}}
 	rep, err := Run(context.Background(), f.dir, opts)
 	var nv *NotVerifiedError
-	if !errors.As(err, &nv) || nv.ExitCode() != ui.ExitLogTrunc || rep != nil {
+	if !errors.As(err, &nv) || nv.ExitCode() != exitcode.ExitLogTrunc || rep != nil {
 		t.Fatalf("got %v, %v", rep, err)
 	}
 	opts.Unverified = true

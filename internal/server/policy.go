@@ -9,9 +9,9 @@ import (
 	"syscall"
 
 	"github.com/confidential-mcp/cmcp/internal/config"
+	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/internal/gateway"
 	"github.com/confidential-mcp/cmcp/internal/policy"
-	"github.com/confidential-mcp/cmcp/internal/ui"
 )
 
 // PolicyFromConfig loads the bundle named by the configuration's policy
@@ -25,7 +25,7 @@ func PolicyFromConfig(ctx context.Context, cfg *config.Config, logger *slog.Logg
 	}
 	mode, err := policy.ParseMode(p.Mode)
 	if err != nil {
-		return nil, ui.WithCode(ui.ExitConfig, fmt.Errorf("%s: %w", cfg.Path, err))
+		return nil, exitcode.WithCode(exitcode.ExitConfig, fmt.Errorf("%s: %w", cfg.Path, err))
 	}
 	b, err := policy.Load(ctx, cfg.Resolve(p.Dir), policy.LoadOptions{Expect: p.Expect})
 	if err != nil {

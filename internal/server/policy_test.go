@@ -17,9 +17,9 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/confidential-mcp/cmcp/internal/config"
+	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/internal/gateway"
 	"github.com/confidential-mcp/cmcp/internal/policy"
-	"github.com/confidential-mcp/cmcp/internal/ui"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
@@ -52,7 +52,7 @@ func TestPolicyFromConfigAndSIGHUPReload(t *testing.T) {
 	// A wrong pin stops the gateway from starting, naming the digests.
 	writeCfg(digest.Bytes([]byte("other")), "enforcing")
 	cfg2, _ := config.Load(cfgPath)
-	if _, err := PolicyFromConfig(ctx, cfg2, nil); err == nil || !strings.Contains(err.Error(), "does not match the pin") || ui.CodeOf(err) != ui.ExitMismatch {
+	if _, err := PolicyFromConfig(ctx, cfg2, nil); err == nil || !strings.Contains(err.Error(), "does not match the pin") || exitcode.CodeOf(err) != exitcode.ExitMismatch {
 		t.Fatalf("got %v", err)
 	}
 

@@ -31,10 +31,10 @@ import (
 
 	"github.com/confidential-mcp/cmcp/internal/buildinfo"
 	"github.com/confidential-mcp/cmcp/internal/config"
+	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/internal/gateway"
 	"github.com/confidential-mcp/cmcp/internal/policy"
 	"github.com/confidential-mcp/cmcp/internal/tee"
-	"github.com/confidential-mcp/cmcp/internal/ui"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
@@ -181,7 +181,7 @@ func (s *serve) settings() error {
 		cfg.Audit = &a
 	}
 	if cfg.Audit == nil {
-		return ui.Errorf(ui.ExitConfig, "%s: no audit: section: the gateway never runs calls unrecorded", cfg.Path).
+		return exitcode.Errorf(exitcode.ExitConfig, "%s: no audit: section: the gateway never runs calls unrecorded", cfg.Path).
 			Hint("add an audit: section with dir: audit/, or pass --audit-dir DIR")
 	}
 	return nil
@@ -201,7 +201,7 @@ func (s *serve) policy() error {
 		s.eng = eng
 	}
 	if len(s.cfg.Upstreams) == 0 {
-		return ui.Errorf(ui.ExitConfig, "%s: no upstreams: the gateway has nothing to serve", s.cfg.Path).Hint("add an upstream; see examples/cmcp.yaml")
+		return exitcode.Errorf(exitcode.ExitConfig, "%s: no upstreams: the gateway has nothing to serve", s.cfg.Path).Hint("add an upstream; see examples/cmcp.yaml")
 	}
 	return nil
 }
@@ -252,7 +252,7 @@ func (s *serve) bindListeners() error {
 		if srvCfg.TLS != nil {
 			tc, err := serverTLS(cfg, srvCfg.TLS)
 			if err != nil {
-				return ui.WithCode(ui.ExitConfig, err)
+				return exitcode.WithCode(exitcode.ExitConfig, err)
 			}
 			s.ln = tls.NewListener(s.ln, tc)
 			s.scheme = "https"
@@ -260,7 +260,7 @@ func (s *serve) bindListeners() error {
 	}
 	if cfg.Admin != nil {
 		if s.adminLn, err = net.Listen("tcp", cfg.Admin.Listen); err != nil {
-			e := ui.Errorf(ui.ExitRuntime, "admin listener: %w", err)
+			e := exitcode.Errorf(exitcode.ExitRuntime, "admin listener: %w", err)
 			if errors.Is(err, syscall.EADDRINUSE) {
 				e.Hint("another process is listening on %s (another cmcp serve?): stop it, or set admin.listen in %s to a free address", cfg.Admin.Listen, cfg.Path)
 			}
@@ -296,7 +296,7 @@ func (s *serve) measure() error {
 		prov, err = tee.Detect(tee.Options{Provider: tee.Software})
 	}
 	if err != nil {
-		return ui.WithCode(ui.ExitRuntime, fmt.Errorf("attestation: %w", err))
+		return exitcode.WithCode(exitcode.ExitRuntime, fmt.Errorf("attestation: %w", err))
 	}
 	s.prov = prov
 	s.gwInfo.Platform = prov.Platform()
@@ -334,7 +334,7 @@ func (s *serve) openAuditLog() error {
 	auditDir := cfg.Resolve(cfg.Audit.Dir)
 	s.auditDir = auditDir
 	if err := os.MkdirAll(auditDir, 0o700); err != nil {
-		return ui.Errorf(ui.ExitIO, "audit log directory: %w", err)
+		return exitcode.Errorf(exitcode.ExitIO, "audit log directory: %w", err)
 	}
 	prov, nonce, ctx := s.prov, s.nonce, s.ctx
 	w, err := auditlog.Open(auditDir, auditlog.Options{
@@ -360,12 +360,12 @@ func (s *serve) openAuditLog() error {
 	if err != nil {
 		// A log damaged where recovery may not cut (before its last
 		// checkpoint) is an integrity finding: verify-chain's exit code.
-		code := ui.ExitIO
+		code := exitcode.ExitIO
 		var ve *auditlog.VerifyError
 		if errors.As(err, &ve) && ve.IsVerification() {
-			code = ui.LogFailureCode(string(ve.Class))
+			code = exitcode.LogFailureCode(string(ve.Class))
 		}
-		e := ui.Errorf(code, "open audit log in %s: %w", auditDir, err)
+		e := exitcode.Errorf(code, "open audit log in %s: %w", auditDir, err)
 		if errors.Is(err, auditlog.ErrInUse) {
 			e.Hint("another cmcp serve is writing to this directory: stop it first (it seals its log), or give this gateway its own audit directory (--audit-dir DIR, or audit.dir in %s)", cfg.Path)
 		}
@@ -376,7 +376,7 @@ func (s *serve) openAuditLog() error {
 	s.undo = append(s.undo, func(err error) error {
 		if cerr := w.Close(); cerr != nil {
 			if err == nil {
-				err = ui.Errorf(ui.ExitIO, "close audit log: %w", cerr)
+				err = exitcode.Errorf(exitcode.ExitIO, "close audit log: %w", cerr)
 			}
 			return err
 		}
@@ -405,10 +405,10 @@ func (s *serve) startGateway() error {
 		CallTimeout: srvCfg.CallTimeout, ConnectTimeout: srvCfg.ConnectTimeout, Environ: o.Environ, Metrics: o.Metrics,
 		KillSwitchFile: filepath.Join(s.auditDir, gateway.KillSwitchStateFile)})
 	if err != nil {
-		return ui.WithCode(ui.ExitConfig, err)
+		return exitcode.WithCode(exitcode.ExitConfig, err)
 	}
 	if err := g.Start(s.ctx); err != nil {
-		return ui.WithCode(ui.ExitRuntime, err)
+		return exitcode.WithCode(exitcode.ExitRuntime, err)
 	}
 	s.g = g
 	for _, u := range g.Upstreams() {
@@ -458,7 +458,7 @@ func (s *serve) startAdmin() error {
 	adm, err := gateway.StartAdmin(gateway.AdminConfig{Listen: c.Listen, TokenSHA256: c.TokenSHA256}, s.adminLn, s.g, s.w, s.o.Metrics, s.logger)
 	if err != nil {
 		s.shutdown()
-		return ui.WithCode(ui.ExitRuntime, err)
+		return exitcode.WithCode(exitcode.ExitRuntime, err)
 	}
 	s.hup.Admin.Store(adm)
 	s.onReturn(func() {
@@ -580,7 +580,7 @@ func (s *serve) serveHTTP() error {
 	case <-s.ctx.Done():
 	case err := <-errc:
 		s.shutdown()
-		return ui.Errorf(ui.ExitRuntime, "serve %s: %w", endpoint, err)
+		return exitcode.Errorf(exitcode.ExitRuntime, "serve %s: %w", endpoint, err)
 	}
 	return s.drainHTTP(hs, &posts)
 }
@@ -631,7 +631,7 @@ func CheckListen(addr string, authenticated bool) error {
 func listenMCP(addr *net.TCPAddr, listen string, hasAuth bool) (net.Listener, error) {
 	ln, err := net.ListenTCP("tcp", addr)
 	if err != nil {
-		e := ui.Errorf(ui.ExitRuntime, "listen on %s: %w", listen, err)
+		e := exitcode.Errorf(exitcode.ExitRuntime, "listen on %s: %w", listen, err)
 		if errors.Is(err, syscall.EADDRINUSE) {
 			e.Hint("another process is listening on %s (another cmcp serve?): stop it, or serve on a free address with --listen, e.g. --listen 127.0.0.1:9000", listen)
 		}
@@ -639,7 +639,7 @@ func listenMCP(addr *net.TCPAddr, listen string, hasAuth bool) (net.Listener, er
 	}
 	if err := CheckListen(ln.Addr().String(), hasAuth); err != nil {
 		ln.Close()
-		return nil, ui.WithCode(ui.ExitConfig, fmt.Errorf("%s: %w", listen, err))
+		return nil, exitcode.WithCode(exitcode.ExitConfig, fmt.Errorf("%s: %w", listen, err))
 	}
 	return gateway.LowWatermarkListener(ln), nil
 }
@@ -739,7 +739,7 @@ func buildUpstreams(cfg *config.Config, s *config.Server, environ []string) ([]g
 		case u.HTTP != nil:
 			h, err := upstream.NewHTTP(upstream.HTTPOptionsFromConfig(u.Name, u.HTTP, lookupIn(environ)))
 			if err != nil {
-				return nil, ui.WithCode(ui.ExitConfig, err)
+				return nil, exitcode.WithCode(exitcode.ExitConfig, err)
 			}
 			uo.Upstream = h
 			uo.Transport, uo.Class = "http", h.Class()

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/confidential-mcp/cmcp/internal/ui"
+	"github.com/confidential-mcp/cmcp/internal/exitcode"
 )
 
 // TestServeChecksUpstreamFilesBeforeOpeningTheLog: an HTTP upstream's
@@ -64,10 +64,10 @@ func TestServeChecksUpstreamFilesBeforeOpeningTheLog(t *testing.T) {
 			defer cancel()
 			err := Serve(ctx, cfg, ServeOptions{Listen: "127.0.0.1:0", Environ: os.Environ(), Logger: slog.New(slog.DiscardHandler)})
 			want := strings.ReplaceAll(tc.want, "$DIR", dir)
-			if err == nil || !strings.Contains(err.Error(), want) || ui.CodeOf(err) != ui.ExitConfig {
-				t.Fatalf("serve: %v (exit %d), want exit 4 and %q", err, ui.CodeOf(err), want)
+			if err == nil || !strings.Contains(err.Error(), want) || exitcode.CodeOf(err) != exitcode.ExitConfig {
+				t.Fatalf("serve: %v (exit %d), want exit 4 and %q", err, exitcode.CodeOf(err), want)
 			}
-			if hs := strings.Join(ui.HintsOf(err), "\n"); !strings.Contains(hs, tc.hint) {
+			if hs := strings.Join(exitcode.HintsOf(err), "\n"); !strings.Contains(hs, tc.hint) {
 				t.Errorf("hints %q do not say %q", hs, tc.hint)
 			}
 			if _, err := os.Stat(filepath.Join(dir, "audit")); !os.IsNotExist(err) {

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/internal/gateway"
-	"github.com/confidential-mcp/cmcp/internal/ui"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
@@ -44,8 +44,8 @@ func TestServeChecksListenersBeforeOpeningTheLog(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			err := Serve(ctx, cfg, ServeOptions{Listen: tc.flag, Environ: os.Environ(), Logger: slog.New(slog.DiscardHandler)})
-			if err == nil || !strings.Contains(err.Error(), tc.want) || ui.CodeOf(err) != ui.ExitConfig {
-				t.Fatalf("serve: %v (exit %d), want exit 4 and %q", err, ui.CodeOf(err), tc.want)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || exitcode.CodeOf(err) != exitcode.ExitConfig {
+				t.Fatalf("serve: %v (exit %d), want exit 4 and %q", err, exitcode.CodeOf(err), tc.want)
 			}
 			if _, err := os.Stat(filepath.Join(dir, "audit")); !os.IsNotExist(err) {
 				t.Errorf("the audit directory was created before the addresses were checked (%v)", err)
@@ -131,10 +131,10 @@ func TestServePortTakenWritesNoEpoch(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			err := Serve(ctx, cfg, ServeOptions{Listen: tc.flag, Environ: os.Environ(), Logger: slog.New(slog.DiscardHandler)})
-			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "address already in use") || ui.CodeOf(err) != ui.ExitRuntime {
-				t.Fatalf("serve: %v (exit %d), want exit 6 and %q", err, ui.CodeOf(err), tc.want)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "address already in use") || exitcode.CodeOf(err) != exitcode.ExitRuntime {
+				t.Fatalf("serve: %v (exit %d), want exit 6 and %q", err, exitcode.CodeOf(err), tc.want)
 			}
-			if h := strings.Join(ui.HintsOf(err), "\n"); !strings.Contains(h, "another process is listening on "+addr) || !strings.Contains(h, tc.hint) {
+			if h := strings.Join(exitcode.HintsOf(err), "\n"); !strings.Contains(h, "another process is listening on "+addr) || !strings.Contains(h, tc.hint) {
 				t.Errorf("hints %q, want one saying %q", h, tc.hint)
 			}
 			if _, err := os.Stat(filepath.Join(dir, "audit")); !os.IsNotExist(err) {
@@ -165,10 +165,10 @@ func TestServeAuditDirInUse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if second == nil || !strings.Contains(second.Error(), "is in use by another writer") || ui.CodeOf(second) != ui.ExitIO {
-		t.Fatalf("second serve on the same audit directory: %v (exit %d), want exit 3, in use", second, ui.CodeOf(second))
+	if second == nil || !strings.Contains(second.Error(), "is in use by another writer") || exitcode.CodeOf(second) != exitcode.ExitIO {
+		t.Fatalf("second serve on the same audit directory: %v (exit %d), want exit 3, in use", second, exitcode.CodeOf(second))
 	}
-	if h := strings.Join(ui.HintsOf(second), "\n"); !strings.Contains(h, "another cmcp serve is writing to this directory: stop it first") || !strings.Contains(h, "--audit-dir DIR, or audit.dir in "+path) {
+	if h := strings.Join(exitcode.HintsOf(second), "\n"); !strings.Contains(h, "another cmcp serve is writing to this directory: stop it first") || !strings.Contains(h, "--audit-dir DIR, or audit.dir in "+path) {
 		t.Errorf("hints %q, want what to do", h)
 	}
 }

@@ -29,8 +29,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/confidential-mcp/cmcp/internal/config"
+	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/internal/gateway"
-	"github.com/confidential-mcp/cmcp/internal/ui"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
@@ -827,7 +827,7 @@ func TestServeRefusesLogDamagedBeforeCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = Serve(context.Background(), cfg, ServeOptions{Listen: "127.0.0.1:0", Environ: os.Environ(), Logger: slog.New(slog.DiscardHandler)})
-	if code := ui.CodeOf(err); code != ui.ExitLogInteg || !strings.Contains(err.Error(), "checkpoint") {
+	if code := exitcode.CodeOf(err); code != exitcode.ExitLogInteg || !strings.Contains(err.Error(), "checkpoint") {
 		t.Fatalf("serve on a damaged log: exit %d, %v", code, err)
 	}
 	if eps, _ := filepath.Glob(filepath.Join(auditDir, "epoch-*")); len(eps) != 1 {

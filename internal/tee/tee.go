@@ -93,7 +93,7 @@ func (e *NoHardwareError) Error() string {
 	return fmt.Sprintf("%s (probed %s)", what, strings.Join(e.Probes, "; "))
 }
 
-// Hints implements the ui.Hinter convention.
+// Hints implements the exitcode.Hinter convention.
 func (e *NoHardwareError) Hints() []string {
 	return []string{
 		"run inside an AMD SEV-SNP or Intel TDX confidential VM whose kernel exposes configfs-tsm or the guest device",

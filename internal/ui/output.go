@@ -1,3 +1,6 @@
+// Package ui renders cmcp's output: lipgloss styling for people, versioned
+// JSON for programs and the single error voice. The exit codes and the error
+// type it prints live in internal/errs.
 package ui
 
 import (
@@ -12,6 +15,7 @@ import (
 	"charm.land/lipgloss/v2"
 	"charm.land/lipgloss/v2/table"
 	"github.com/charmbracelet/colorprofile"
+	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/spf13/pflag"
 	"golang.org/x/term"
 )
@@ -42,12 +46,12 @@ func (o *Options) Validate() error {
 	switch o.Output {
 	case "text", "json":
 	default:
-		return Errorf(ExitUsage, "--output %q: want text or json", o.Output)
+		return exitcode.Errorf(exitcode.ExitUsage, "--output %q: want text or json", o.Output)
 	}
 	switch o.Color {
 	case "auto", "always", "never":
 	default:
-		return Errorf(ExitUsage, "--color %q: want auto, always or never", o.Color)
+		return exitcode.Errorf(exitcode.ExitUsage, "--color %q: want auto, always or never", o.Color)
 	}
 	return nil
 }

@@ -2,10 +2,10 @@ package ui
 
 import (
 	"bytes"
-	"errors"
-	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/confidential-mcp/cmcp/internal/exitcode"
 )
 
 func TestPrinterColour(t *testing.T) {
@@ -45,40 +45,11 @@ func TestPrinterColour(t *testing.T) {
 
 func TestOptionsValidate(t *testing.T) {
 	for _, o := range []Options{{"xml", "auto"}, {"text", "sometimes"}} {
-		if err := o.Validate(); CodeOf(err) != ExitUsage {
-			t.Errorf("Validate(%+v) = %v (code %d), want a usage error", o, err, CodeOf(err))
+		if err := o.Validate(); exitcode.CodeOf(err) != exitcode.ExitUsage {
+			t.Errorf("Validate(%+v) = %v (code %d), want a usage error", o, err, exitcode.CodeOf(err))
 		}
 	}
 	if err := (&Options{"json", "never"}).Validate(); err != nil {
 		t.Fatal(err)
-	}
-}
-
-type coded struct{}
-
-func (coded) Error() string   { return "coded" }
-func (coded) ExitCode() int   { return ExitLogFork }
-func (coded) Hints() []string { return []string{"from the library"} }
-
-func TestCodesAndHints(t *testing.T) {
-	if CodeOf(nil) != ExitOK || CodeOf(errors.New("x")) != ExitFailure {
-		t.Fatal("nil must be 0 and an uncoded error 1")
-	}
-	err := fmt.Errorf("open log: %w", Errorf(ExitIO, "read: %w", coded{}).Hint("check the path"))
-	if CodeOf(err) != ExitIO {
-		t.Fatalf("outermost *Error must decide the code, got %d", CodeOf(err))
-	}
-	if h := HintsOf(err); len(h) != 2 || h[0] != "check the path" || h[1] != "from the library" {
-		t.Fatalf("hints = %q", h)
-	}
-	if CodeOf(fmt.Errorf("wrapped: %w", coded{})) != ExitLogFork {
-		t.Fatal("a Coder in the chain must give its code")
-	}
-	seen := map[int]bool{}
-	for _, c := range ExitCodes {
-		if seen[c.Code] {
-			t.Fatalf("exit code %d listed twice", c.Code)
-		}
-		seen[c.Code] = true
 	}
 }

@@ -43,7 +43,7 @@ func (e *PinMismatchError) Error() string {
 		e.Upstream, e.Got, e.Want)
 }
 
-// ExitCode makes cli.Main exit with ui.ExitMismatch (5) for a pin mismatch.
+// ExitCode makes cli.Main exit with exitcode.ExitMismatch (5) for a pin mismatch.
 func (e *PinMismatchError) ExitCode() int { return 5 }
 
 // ErrNoPeerCertificate is returned when a TLS peer sent no certificate at all.

@@ -1,6 +1,7 @@
-// Package ui renders cmcp's output: lipgloss styling for people, versioned
-// JSON for programs, the single error voice and the documented exit codes.
-package ui
+// Package exitcode holds cmcp's documented exit codes and the error type that
+// carries one (with hints for the reader) through the domain packages to
+// cli.Main. It renders nothing: internal/ui turns an error into text.
+package exitcode
 
 import (
 	"errors"
