@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/confidential-mcp/cmcp/internal/contain"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
@@ -55,6 +56,9 @@ type AdminOptions struct {
 	// Ready reports whether the gateway can serve calls (audit log open,
 	// catalog loaded); nil means ready.
 	Ready func() error
+	// Containment, if set, names how the upstream children's descendants
+	// are contained (contain.Info); /readyz says it to the admin token.
+	Containment func() string
 	// BeforeScrape, if set, runs before /metrics is written (to refresh
 	// gauges such as upstream health).
 	BeforeScrape func()
@@ -219,13 +223,17 @@ func (a *Admin) readyz(w http.ResponseWriter, r *http.Request) {
 	if why == "" && a.o.Kill.KillSwitch() {
 		why = "kill switch engaged"
 	}
+	contained := ""
+	if a.o.Containment != nil && a.authorized(r) {
+		contained = "containment: " + a.o.Containment() + "\n"
+	}
 	if why == "" {
-		io.WriteString(w, "ready\n")
+		io.WriteString(w, "ready\n"+contained)
 		return
 	}
 	w.WriteHeader(http.StatusServiceUnavailable)
 	if a.authorized(r) {
-		fmt.Fprintf(w, "not ready: %s\n", why)
+		fmt.Fprintf(w, "not ready: %s\n%s", why, contained)
 		return
 	}
 	io.WriteString(w, "not ready\n")
@@ -390,6 +398,7 @@ func StartAdmin(c AdminConfig, ln net.Listener, g *Gateway, w *auditlog.Writer, 
 		Kill:        g,
 		Metrics:     m,
 		Log:         w,
+		Containment: func() string { return contain.Current().String() },
 		Ready: func() error {
 			if g.Draining() {
 				// Draining: the MCP listener takes no new connection.

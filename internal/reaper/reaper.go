@@ -11,7 +11,9 @@
 // every group still registered and exits. It runs in its own process group
 // and ignores SIGINT, SIGTERM and SIGHUP, so that a Ctrl-C to the gateway's
 // terminal does not end it first. A grandchild that leaves its group
-// (setsid, setpgid) is not covered.
+// (setsid, setpgid) is covered where the child has a cgroup of its own
+// (package contain): "c<path>" and "C<path>" lines register and forget
+// it, and the reaper writes its cgroup.kill.
 package reaper
 
 import (
@@ -24,8 +26,11 @@ import (
 	"os/signal"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
+
+	"github.com/confidential-mcp/cmcp/internal/contain"
 )
 
 // env marks the reaper process.
@@ -42,10 +47,19 @@ func init() {
 func run(r io.Reader) int {
 	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE)
 	groups := map[int]bool{}
+	cgroups := map[string]bool{}
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		line := sc.Text()
 		if len(line) < 2 {
+			continue
+		}
+		switch line[0] {
+		case 'c':
+			cgroups[line[1:]] = true
+			continue
+		case 'C':
+			delete(cgroups, line[1:])
 			continue
 		}
 		pgid, err := strconv.Atoi(line[1:])
@@ -61,6 +75,10 @@ func run(r io.Reader) int {
 	}
 	for pgid := range groups {
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	}
+	// A cgroup holds what left its group too (setsid).
+	for path := range cgroups {
+		contain.KillPath(path)
 	}
 	return 0
 }
@@ -87,15 +105,20 @@ func Start() (*Reaper, error) {
 		ExtraFiles:  []*os.File{pr},
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
 	}
+	release := contain.Starting() // its own group: never taken for an orphan
 	if err := cmd.Start(); err != nil {
+		release()
 		pr.Close()
 		pw.Close()
 		return nil, fmt.Errorf("start the reaper (%s run again): %w", cmd.Path, err)
 	}
+	contain.OwnLocked(cmd.Process.Pid)
+	release()
 	pr.Close()
 	r := &Reaper{w: pw, cmd: cmd}
 	go func() {
 		err := cmd.Wait()
+		contain.Disown(cmd.Process.Pid)
 		r.mu.Lock()
 		if r.err == nil {
 			r.err = fmt.Errorf("the reaper process ended: %v", err)
@@ -116,13 +139,15 @@ func (r *Reaper) Add(pgid int) error { return r.send('+', pgid) }
 // Remove forgets process group pgid (its leader has been reaped).
 func (r *Reaper) Remove(pgid int) error { return r.send('-', pgid) }
 
-func (r *Reaper) send(op byte, pgid int) error {
+func (r *Reaper) send(op byte, pgid int) error { return r.sendLine(string(op) + strconv.Itoa(pgid)) }
+
+func (r *Reaper) sendLine(line string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.err != nil {
 		return r.err
 	}
-	if _, err := r.w.WriteString(string(op) + strconv.Itoa(pgid) + "\n"); err != nil {
+	if _, err := r.w.WriteString(line + "\n"); err != nil {
 		r.err = fmt.Errorf("the reaper process is gone: %w", err)
 		return r.err
 	}
@@ -143,9 +168,10 @@ func (r *Reaper) Close() error {
 // The process's reaper and the groups registered with it, so that a
 // reaper that ended (killed by someone) is replaced with every group.
 var (
-	mu     sync.Mutex
-	cur    *Reaper
-	groups = map[int]bool{}
+	mu      sync.Mutex
+	cur     *Reaper
+	groups  = map[int]bool{}
+	cgroups = map[string]bool{}
 )
 
 // Ready starts the process's reaper (again, if it ended) unless it runs:
@@ -182,7 +208,39 @@ func ready() error {
 			return err
 		}
 	}
+	for p := range cgroups {
+		if err := r.sendLine("c" + p); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// WatchCgroup registers a child's cgroup (contain.Group) with the
+// process's reaper: every process in it is killed (cgroup.kill) if the
+// gateway dies before ForgetCgroup. Call it after Watch of the child's
+// group (which starts the reaper).
+func WatchCgroup(path string) error {
+	if runtime.GOOS != "linux" || strings.ContainsAny(path, "\n") {
+		return nil
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	cgroups[path] = true
+	if cur != nil && cur.sendLine("c"+path) == nil {
+		return nil
+	}
+	return ready()
+}
+
+// ForgetCgroup unregisters a cgroup that was ended and removed.
+func ForgetCgroup(path string) {
+	mu.Lock()
+	defer mu.Unlock()
+	delete(cgroups, path)
+	if cur != nil {
+		_ = cur.sendLine("C" + path)
+	}
 }
 
 // Watch registers process group pgid with the process's reaper, starting

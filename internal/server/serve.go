@@ -31,6 +31,7 @@ import (
 
 	"github.com/confidential-mcp/cmcp/internal/buildinfo"
 	"github.com/confidential-mcp/cmcp/internal/config"
+	"github.com/confidential-mcp/cmcp/internal/contain"
 	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/internal/gateway"
 	"github.com/confidential-mcp/cmcp/internal/policy"
@@ -396,6 +397,17 @@ func (s *serve) openAuditLog() error {
 // upstreams.
 func (s *serve) startGateway() error {
 	o, srvCfg, logger, w := s.o, s.srv, s.logger, s.w
+	// Before the first child: what its descendants can and cannot leave.
+	ci := contain.Setup()
+	if ci.Mode == contain.ModeNone {
+		logger.Warn("the upstream children's descendants are not contained: one that leaves its process group (setsid) can outlive its child and the gateway", "containment", ci.String())
+	} else {
+		logger.Info("upstream children contained", "containment", ci.String())
+	}
+	s.undo = append(s.undo, func(err error) error {
+		contain.KillOrphans(nil) // every child is stopped by now
+		return err
+	})
 	for _, u := range s.ups {
 		if st, ok := u.Upstream.(*upstream.Stdio); ok {
 			st.Hooks = gateway.StdioHooks(w, logger, o.Metrics)

@@ -21,6 +21,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/confidential-mcp/cmcp/internal/config"
+	"github.com/confidential-mcp/cmcp/internal/contain"
 	"github.com/confidential-mcp/cmcp/internal/reaper"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
@@ -247,6 +248,7 @@ type Child struct {
 	waitErr  error
 	stopOnce sync.Once
 	fault    atomic.Pointer[error]
+	cgroup   *contain.Group // the child's own cgroup, or nil
 	// handshook is set once the MCP handshake with the child is done.
 	handshook atomic.Bool
 
@@ -473,9 +475,30 @@ func Spawn(ctx context.Context, spec StdioSpec, environ []string, hooks Hooks, s
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
 	// The reaper kills the child's group if the gateway dies: the
 	// parent-death signal reaches the child only, not what it starts.
+	// A cgroup of its own, where one can be made (package contain): it
+	// holds what leaves the child's group too, and is ended with it.
+	cg, cgErr := contain.NewGroup(spec.Name)
+	if cgErr != nil {
+		cg = nil // the subreaper still brings its orphans back
+	}
+	if cg != nil {
+		cg.Apply(cmd.SysProcAttr)
+	}
 	err = reaper.Ready()
 	if err == nil {
+		release := contain.Starting()
 		err = cmd.Start()
+		if err != nil && cg != nil {
+			// clone3 into a cgroup refused (an older kernel, a
+			// security module): started without one.
+			_ = cg.Kill(0)
+			cg, cmd.SysProcAttr.UseCgroupFD = nil, false
+			err = cmd.Start()
+		}
+		if err == nil {
+			contain.OwnLocked(cmd.Process.Pid)
+		}
+		release()
 	} else {
 		err = fmt.Errorf("the gateway's reaper process, which kills a child's process group if the gateway dies, is not running: %w", err)
 	}
@@ -483,6 +506,7 @@ func Spawn(ctx context.Context, spec StdioSpec, environ []string, hooks Hooks, s
 	outW.Close()
 	errW.Close()
 	if err != nil {
+		_ = cg.Kill(0)
 		inW.Close()
 		outR.Close()
 		errR.Close()
@@ -500,14 +524,18 @@ func Spawn(ctx context.Context, spec StdioSpec, environ []string, hooks Hooks, s
 	if grace <= 0 {
 		grace = 5 * time.Second
 	}
-	c := &Child{path: path, session: ev.Session, name: spec.Name, class: ev.Class, cmd: cmd, pid: cmd.Process.Pid, grace: grace, hooks: hooks,
+	c := &Child{path: path, session: ev.Session, name: spec.Name, class: ev.Class, cmd: cmd, pid: cmd.Process.Pid, grace: grace, hooks: hooks, cgroup: cg,
 		stdin: stdin, stdout: stdout, wsem: make(chan struct{}, 1), stopping: make(chan struct{}), wtimeout: writeTimeout, done: make(chan struct{}), reported: make(chan struct{}), stderrDone: make(chan struct{})}
 	ev.PID = c.pid // a refusal from here on is of a child that ran
 	go c.pumpStderr(stderr, spec)
 	if hooks.Stderr != nil {
 		go c.reportStderr()
 	}
-	if err := reaper.Watch(c.pid); err != nil {
+	err = reaper.Watch(c.pid)
+	if err == nil && cg != nil {
+		err = reaper.WatchCgroup(cg.Path())
+	}
+	if err != nil {
 		go c.reap()
 		c.Stop()
 		return refuse(fmt.Sprintf("the gateway's reaper process cannot watch the child's process group (%v); the child was stopped", err), "", err)
@@ -805,6 +833,17 @@ func (c *Child) reap() {
 	c.sigmu.Unlock()
 	reaper.Forget(c.pid)
 	c.waitErr = c.cmd.Wait()
+	contain.Disown(c.pid)
+	// What the child started and left behind ends with it, whatever
+	// group or session it moved to: its cgroup, or without one, every
+	// orphan the gateway adopted as subreaper (their parent is gone: an
+	// orphan cannot be traced to the child it came from).
+	if c.cgroup != nil {
+		_ = c.cgroup.Kill(c.grace)
+		reaper.ForgetCgroup(c.cgroup.Path())
+	} else {
+		contain.KillOrphans(nil)
+	}
 	select {
 	case <-c.stderrDone:
 	case <-time.After(c.grace):
