@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -19,9 +20,11 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/confidential-mcp/cmcp/internal/front/stdiofront"
+	"github.com/confidential-mcp/cmcp/internal/rpcwire"
 	"github.com/confidential-mcp/cmcp/internal/sessionbounds"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
@@ -237,6 +240,9 @@ func (g *Gateway) HTTPHandler(o HTTPOptions) http.Handler {
 				refuseUnread(w, r, http.StatusServiceUnavailable, "cmcp: the gateway is shutting down")
 				return
 			}
+			if refuseWithoutSession(w, r) {
+				return
+			}
 			release, limit, open := g.slots.take(who, maxSessions, maxPerAgent)
 			if release == nil {
 				g.refuseSession(w, r, who, limit, open, idleEnd, perAgentInherited, &sessionWarn)
@@ -259,6 +265,41 @@ func (g *Gateway) HTTPHandler(o HTTPOptions) http.Handler {
 		}
 		sdk.ServeHTTP(w, r)
 	})
+}
+
+// refuseWithoutSession answers a POST without Mcp-Session-Id whose message
+// is not an initialize request: HTTP 400 (the Streamable HTTP transport's
+// answer to a request without its session) with JSON-RPC -32600 and the
+// request's id, instead of go-sdk's HTTP 200 with a JSON-RPC error of code
+// 0. Anything it cannot read is left to go-sdk, body unchanged.
+func refuseWithoutSession(w http.ResponseWriter, r *http.Request) bool {
+	body, err := io.ReadAll(r.Body)
+	rest := r.Body
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(body), rest), rest}
+	if err != nil {
+		return false
+	}
+	msg, err := rpcwire.DecodeMessage(body)
+	if err != nil {
+		return false
+	}
+	var id jsonrpc.ID
+	switch m := msg.(type) {
+	case *jsonrpc.Request:
+		if m.Method == "initialize" {
+			return false
+		}
+		id = m.ID
+	case *jsonrpc.Response:
+	default:
+		return false
+	}
+	writeRPCError(w, http.StatusBadRequest, id, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest,
+		Message: "cmcp: missing Mcp-Session-Id header: every request but initialize must carry the session id that the answer to initialize gave (MCP Streamable HTTP); send initialize first"})
+	return true
 }
 
 // writeStallChunk is the most a single write of a POST's response puts

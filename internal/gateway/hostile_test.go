@@ -314,3 +314,30 @@ func freshConnSender(t *testing.T, h *harness) func(line string) string {
 	post(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
 	return post
 }
+
+// TestRequestWithoutSessionIsHTTP400: a POST without Mcp-Session-Id whose
+// message is not initialize is answered HTTP 400 (the Streamable HTTP
+// transport's answer) with a real JSON-RPC code, -32600, and the
+// request's id; go-sdk answered HTTP 200 with code 0.
+func TestRequestWithoutSessionIsHTTP400(t *testing.T) {
+	h := newHarness(t, hconf{})
+	for _, body := range []string{
+		`{"jsonrpc":"2.0","id":7,"method":"tools/list"}`,
+		`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"t__echo","arguments":{}}}`,
+	} {
+		resp, b := rawPostResp(t, h.url, "", []byte(body))
+		var m struct {
+			ID    any `json:"id"`
+			Error *struct {
+				Code int64 `json:"code"`
+			} `json:"error"`
+		}
+		if resp.StatusCode != http.StatusBadRequest || json.Unmarshal(b, &m) != nil || m.Error == nil || m.Error.Code != -32600 || m.ID != float64(7) || !strings.Contains(string(b), "Mcp-Session-Id") {
+			t.Errorf("%s: HTTP %d %s; want 400 with JSON-RPC -32600 and id 7", body, resp.StatusCode, b)
+		}
+	}
+	// initialize still opens a session.
+	if resp, b := rawPostResp(t, h.url, "", []byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)); resp.StatusCode != 200 || resp.Header.Get("Mcp-Session-Id") == "" {
+		t.Errorf("initialize: HTTP %d %s", resp.StatusCode, b)
+	}
+}
