@@ -38,7 +38,9 @@ upstreams:
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := credential.Env{LookupEnv: func(k string) (string, bool) { return map[string]string{"TE_SECRET": "env-secret"}[k], k == "TE_SECRET" }}
+	env := credential.Env{LookupEnv: func(k string) (string, bool) {
+		return map[string]string{"TE_SECRET": "env-secret"}[k], k == "TE_SECRET"
+	}}
 	want := map[string]string{"ex": "exec", "cc": "client_credentials", "te": "token_exchange", "ac": "authorization_code"}
 	for _, u := range c.Upstreams {
 		b, err := credential.FromConfig(u.Name, u.HTTP.URL, u.HTTP.Credential, env)
