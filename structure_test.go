@@ -125,9 +125,6 @@ func TestOnlyTheServerAssemblyReadsConfig(t *testing.T) {
 		// spawn-digest --check (config.Credential, RedactedURL,
 		// CodeLoadingEnv, header names).
 		module + "internal/upstream": "known exception",
-		// Not moved yet: the broker of an upstream's credential: section
-		// (credential.FromConfig), reached through the upstream's options.
-		module + "internal/credential": "known exception",
 	}
 	runs := goList(t, append([]string{"-deps"}, "./internal/server")...)
 	seen := 0

@@ -171,6 +171,10 @@ func (b *Broker) forgetGrants(names []string) {
 	}
 }
 
+// PerIdentity reports whether the source mints a credential for each
+// identity (all but client_credentials).
+func (b *Broker) PerIdentity() bool { return !b.isShared }
+
 // Upstream is the upstream's name.
 func (b *Broker) Upstream() string { return b.upstream }
 

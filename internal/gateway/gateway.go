@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/confidential-mcp/cmcp/internal/catalog"
+	"github.com/confidential-mcp/cmcp/internal/credential"
 	"github.com/confidential-mcp/cmcp/internal/policy"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
@@ -58,6 +59,9 @@ type UpstreamOptions struct {
 	// Class is the evidence class the configuration promises (recorded
 	// for calls refused before any connection was made).
 	Class string
+	// Credentials, for an HTTP upstream with a credential source, is the
+	// broker that mints its credentials (also set in its HTTPOptions).
+	Credentials *credential.Broker
 }
 
 // Options configures a Gateway.
@@ -228,6 +232,10 @@ func (g *Gateway) Start(ctx context.Context) error {
 	g.recordPolicyLoaded(ctx)
 	for _, name := range g.order {
 		st := g.ups[name]
+		if st.perIdentity() {
+			g.logger.Info("upstream connects on each identity's first call (its credential is minted per identity)", "upstream", name, "source", st.opts.Credentials.Source())
+			continue
+		}
 		if err := st.load(ctx); err != nil {
 			g.logger.Warn("upstream unavailable", "upstream", name, "err", err)
 		}

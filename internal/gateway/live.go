@@ -94,8 +94,8 @@ const (
 // listed; a shared upstream's probe restarts its shared connection.
 func (st *upState) reprobe() {
 	g := st.g
-	if g.closing.Load() || g.probeCtx.Err() != nil {
-		return
+	if g.closing.Load() || g.probeCtx.Err() != nil || st.perIdentity() {
+		return // a per-identity upstream has no connection of its own to probe with
 	}
 	st.mu.Lock()
 	if st.probing {
@@ -197,7 +197,7 @@ func (st *upState) dial(ctx context.Context, s *session) (*live, error) {
 	client.AddReceivingMiddleware(lv.serverRequests)
 	cctx := upstream.WithSession(ctx, sessID)
 	conn, err := connectWithin(cctx, g.opts.ConnectTimeout, func(ctx context.Context) (*upstream.Conn, error) {
-		return st.opts.Upstream.Connect(ctx, client, upstream.ConnectOptions{Intercept: lv.intercept, ServerRequest: lv.serverRequest})
+		return st.opts.Upstream.Connect(ctx, client, upstream.ConnectOptions{Intercept: lv.intercept, ServerRequest: lv.serverRequest, Identity: st.identityFor(s)})
 	})
 	if err != nil && errors.Is(err, errConnectTimeout) {
 		err = fmt.Errorf("upstream %q did not complete the MCP handshake within %s: %w", st.name, g.opts.ConnectTimeout, err)

@@ -162,9 +162,12 @@ func (s *session) relay(ctx context.Context, params toolCall, after *func(undeli
 		// The upstream is known but its catalog is not loaded (it could not
 		// be started so far): try again, re-measured.
 		upstream.Waiting(ctx)
-		if err := st.load(ctx); err != nil {
+		if err := st.loadFor(ctx, s); err != nil {
 			if se := sessionEndOf(ctx); se != nil {
 				return refuse(se.fault())
+			}
+			if cf := s.credentialFault(err); cf != nil {
+				return refuse(cf)
 			}
 			return refuse(fault(CodeUpstreamUnavailable, "%v", err))
 		}
@@ -176,6 +179,9 @@ func (s *session) relay(ctx context.Context, params toolCall, after *func(undeli
 	if err != nil {
 		if se := sessionEndOf(ctx); se != nil {
 			return refuse(se.fault()) // its session ended while the upstream started
+		}
+		if cf := s.credentialFault(err); cf != nil {
+			return refuse(cf)
 		}
 		return refuse(fault(CodeUpstreamUnavailable, "%v", err))
 	}

@@ -112,6 +112,7 @@ func (g *Gateway) ReloadTokens(ctx context.Context, next ReloadedTokens, rt *Rel
 				}
 			}
 			slices.Sort(removed)
+			g.forgetCredentials(removed)
 			nowOf = map[digest.Digest]string{}
 			for _, t := range next {
 				nowOf[t.Digest] = t.Identity

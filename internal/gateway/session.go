@@ -804,6 +804,9 @@ func forward[R any](s *session, ctx context.Context, name string, tok any, f fun
 		if se := sessionEndOf(ctx); se != nil {
 			return zero, se.fault()
 		}
+		if cf := s.credentialFault(err); cf != nil {
+			return zero, cf
+		}
 		return zero, fault(CodeUpstreamUnavailable, "%v", err)
 	}
 	upTok, release := lv.track(ctx, s, tok)

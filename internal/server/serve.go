@@ -135,6 +135,8 @@ type serve struct {
 	key    ed25519.PrivateKey
 	nonce  []byte
 	ups    []gateway.UpstreamOptions
+	// minted records the upstream credentials the brokers mint.
+	minted mintRecorder
 
 	auditDir string
 	w        *auditlog.Writer
@@ -318,7 +320,7 @@ func (s *serve) measure() error {
 // that a configuration they refuse leaves no epoch; stdio upstreams get
 // the log's hooks once it is open.
 func (s *serve) buildUpstreams() error {
-	ups, err := buildUpstreams(s.cfg, s.srv, s.o.Environ)
+	ups, err := buildUpstreams(s.cfg, s.srv, s.o.Environ, &s.minted)
 	s.ups = ups
 	return err
 }
@@ -413,12 +415,15 @@ func (s *serve) startGateway() error {
 			st.Hooks = gateway.StdioHooks(w, logger, o.Metrics)
 		}
 	}
+	s.minted.log.Store(w)
+	s.minted.logger.Store(logger)
 	g, err := gateway.New(gateway.Options{Version: s.gwInfo.Version, Upstreams: s.ups, Log: w, Decider: o.Decider, Filter: o.Filter, Policy: s.eng, Logger: logger,
 		CallTimeout: srvCfg.CallTimeout, ConnectTimeout: srvCfg.ConnectTimeout, Environ: o.Environ, Metrics: o.Metrics,
 		KillSwitchFile: filepath.Join(s.auditDir, gateway.KillSwitchStateFile)})
 	if err != nil {
 		return exitcode.WithCode(exitcode.ExitConfig, err)
 	}
+	s.minted.gw.Store(g)
 	if err := g.Start(s.ctx); err != nil {
 		return exitcode.WithCode(exitcode.ExitRuntime, err)
 	}
@@ -557,6 +562,9 @@ func (s *serve) serveHTTP() error {
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", g.HTTPHandler(gateway.HTTPOptions{Tokens: tokens(srvCfg), TokenSet: s.hup.Tokens, ClientCerts: srvCfg.TLS != nil && srvCfg.TLS.ClientCA != "",
 		SessionTimeout: srvCfg.SessionTimeout, MaxRequestBytes: srvCfg.MaxRequestBytes, MaxSessions: srvCfg.MaxSessions, MaxSessionsPerAgent: srvCfg.MaxSessionsPerAgent}))
+	if err := loginHandlers(mux, s.ups); err != nil {
+		return exitcode.WithCode(exitcode.ExitConfig, err)
+	}
 	maxSessions, _ := srvCfg.SessionBounds()
 	gateway.WarnFileLimit(logger, maxSessions, perSessionStdio(s.cfg))
 	// Requests other than the long-lived GET streams are counted, so that
@@ -725,7 +733,7 @@ func checkStartFiles(cfg *config.Config, environ []string, stdio bool) error {
 // buildUpstreams turns the configuration's upstreams into gateway
 // upstreams; a stdio upstream's Hooks are left for the caller to set once
 // the audit log is open.
-func buildUpstreams(cfg *config.Config, s *config.Server, environ []string) ([]gateway.UpstreamOptions, error) {
+func buildUpstreams(cfg *config.Config, s *config.Server, environ []string, minted *mintRecorder) ([]gateway.UpstreamOptions, error) {
 	var out []gateway.UpstreamOptions
 	for i := range cfg.Upstreams {
 		u := &cfg.Upstreams[i]
@@ -749,7 +757,15 @@ func buildUpstreams(cfg *config.Config, s *config.Server, environ []string) ([]g
 			uo.Upstream = &upstream.Stdio{Spec: spec, Environ: environ, Share: share}
 			uo.Transport = "stdio"
 		case u.HTTP != nil:
-			h, err := upstream.NewHTTP(upstream.HTTPOptionsFromConfig(u.Name, u.HTTP, lookupIn(environ)))
+			ho := upstream.HTTPOptionsFromConfig(u.Name, u.HTTP, lookupIn(environ))
+			if c := u.HTTP.Credential; c != nil {
+				b, err := credentialBroker(u.Name, u.HTTP.Endpoint(), c, credentialEnv{LookupEnv: lookupIn(environ), OnMint: minted.record, OnSignIn: minted.signedIn})
+				if err != nil {
+					return nil, exitcode.WithCode(exitcode.ExitConfig, err)
+				}
+				ho.Credentials, uo.Credentials = b, b
+			}
+			h, err := upstream.NewHTTP(ho)
 			if err != nil {
 				return nil, exitcode.WithCode(exitcode.ExitConfig, err)
 			}

@@ -1,4 +1,4 @@
-package credential_test
+package server
 
 import (
 	"os"
@@ -12,7 +12,7 @@ import (
 
 // TestFromConfig: each configured source becomes its broker; a secret
 // that is not where the configuration says is a clear error without it.
-func TestFromConfig(t *testing.T) {
+func TestCredentialBrokerFromConfig(t *testing.T) {
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "secret.txt"), []byte("file-secret\n"), 0o600)
 	c, err := config.LoadBytes(filepath.Join(dir, "c.yaml"), []byte(`version: 1
@@ -38,12 +38,12 @@ upstreams:
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := credential.Env{LookupEnv: func(k string) (string, bool) {
+	env := credentialEnv{LookupEnv: func(k string) (string, bool) {
 		return map[string]string{"TE_SECRET": "env-secret"}[k], k == "TE_SECRET"
 	}}
 	want := map[string]string{"ex": "exec", "cc": "client_credentials", "te": "token_exchange", "ac": "authorization_code"}
 	for _, u := range c.Upstreams {
-		b, err := credential.FromConfig(u.Name, u.HTTP.URL, u.HTTP.Credential, env)
+		b, err := credentialBroker(u.Name, u.HTTP.URL, u.HTTP.Credential, env)
 		if err != nil {
 			t.Fatalf("%s: %v", u.Name, err)
 		}
@@ -54,7 +54,7 @@ upstreams:
 			t.Errorf("exec command %q not resolved on PATH", e.Command)
 		}
 	}
-	_, err = credential.FromConfig("te", "https://te.example/mcp", c.Upstreams[2].HTTP.Credential, credential.Env{LookupEnv: func(string) (string, bool) { return "", false }})
+	_, err = credentialBroker("te", "https://te.example/mcp", c.Upstreams[2].HTTP.Credential, credentialEnv{LookupEnv: func(string) (string, bool) { return "", false }})
 	if err == nil || !strings.Contains(err.Error(), `upstream "te": credential.oauth.client_secret_env: environment variable TE_SECRET is not set`) {
 		t.Fatalf("missing secret: %v", err)
 	}
