@@ -121,7 +121,7 @@ func openRegular(path string) (*os.File, error) {
 // strayEntries lists, as paths relative to dir with forward slashes and
 // sorted, the entries of the audit directory dir and of its epoch
 // directories that are not part of the log: anything but epoch-NNNNNN
-// directories, seg-NNNNNN.jsonl and vault.jsonl in them, and what the
+// directories, seg-NNNNNN.jsonl, vault.jsonl and witness.jsonl in them, and what the
 // writer itself leaves beside them (.lock, a cut tail kept as
 // seg-NNNNNN.jsonl.torn-TIME, an epoch moved aside as aborted-epoch-...).
 // A copy of a segment or an epoch under another name is never verified:
@@ -155,7 +155,7 @@ func strayEntries(dir string, epochs []int) ([]string, error) {
 			if i := strings.Index(name, ".jsonl.torn-"); i > 0 {
 				_, torn = parseNumbered(name[:i+len(".jsonl")], "seg-", ".jsonl")
 			}
-			if (seg || torn || name == VaultFile) && !e.IsDir() {
+			if (seg || torn || name == VaultFile || name == WitnessFile) && !e.IsDir() {
 				continue
 			}
 			out = append(out, epochName(n)+"/"+name)

@@ -225,6 +225,7 @@ type scanOptions struct {
 	tolerateTail bool
 	onRecord     func(e *Entry) error // see VerifyOptions.OnRecord
 	decode       func(k Kind) bool    // see VerifyOptions.Decode
+	onLeaf       func(h tlog.Hash)    // every record's leaf hash, in order
 }
 
 // EpochResult is what verifying one epoch established.
@@ -547,6 +548,9 @@ func scanEpoch(dir string, epoch int, opt scanOptions) (*EpochResult, error) {
 				}
 			}
 			fr.append(l.hash)
+			if opt.onLeaf != nil {
+				opt.onLeaf(l.hash)
+			}
 			prev = l.hash
 			if opt.keepLeaves {
 				res.Leaves = append(res.Leaves, l.hash)

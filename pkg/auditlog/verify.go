@@ -62,6 +62,18 @@ type VerifyOptions struct {
 	// entries that are not part of it (Report.Stray). Without it each is
 	// a warning.
 	Strict bool
+	// Witnesses are cosignature verifier keys (c2sp.org/tlog-cosignature,
+	// "<name>+<hash>+<base64(0x04||key)>") of the witnesses the auditor
+	// trusts. With them the newest checkpoint of the log, as a log
+	// checkpoint (FORMAT.md section 11), must carry WitnessQuorum valid
+	// cosignatures of theirs (default: all of them); any cosignature of
+	// theirs anywhere in the log that does not verify fails the log.
+	Witnesses     []string
+	WitnessQuorum int
+	// WitnessMaxAge, if set, also requires the quorum's cosignatures on
+	// the newest checkpoint to be at most that old (Now, default time.Now).
+	WitnessMaxAge time.Duration
+	Now           func() time.Time
 }
 
 // UnsignedRange is a run of records that no signature of their epoch's key
@@ -109,6 +121,9 @@ type Report struct {
 	// verified (a segment copied aside, a name with seven digits, an epoch
 	// directory renamed): relative to Dir, with forward slashes, sorted.
 	Stray []string `json:"stray"`
+	// Log is the log identity and its witnessed checkpoints (nil when no
+	// epoch names a log identity).
+	Log *LogReport `json:"log,omitempty"`
 }
 
 // LogBytes returns the total size of the segment files under dir (for a
@@ -202,8 +217,13 @@ func Verify(dir string, opt VerifyOptions) (*Report, error) {
 		return rep, ve
 	}
 
+	lc, err := newLogCheck(&opt, dir, epochs)
+	if err != nil {
+		return rep, err
+	}
 	for i, e := range epochs {
-		res, err := scanEpoch(dir, e, scanOptions{trusted: trusted, wantRoots: wantRoots, progress: opt.Progress, evidence: opt.VerifyEvidence, onRecord: opt.OnRecord, decode: opt.Decode})
+		base := lc.fr.clone()
+		res, err := scanEpoch(dir, e, scanOptions{trusted: trusted, wantRoots: wantRoots, progress: opt.Progress, evidence: opt.VerifyEvidence, onRecord: opt.OnRecord, decode: opt.Decode, onLeaf: lc.leaf})
 		if err != nil && res.empty && i > 0 && i == len(epochs)-1 {
 			// The newest epoch holds no complete record: a start that
 			// stopped before its genesis was durable (or one under way).
@@ -221,6 +241,9 @@ func Verify(dir string, opt VerifyOptions) (*Report, error) {
 			if res.empty && len(epochs) == 1 && errors.As(err, &ve) && ve.Hint == "" {
 				ve.Hint = "if the gateway's first start failed before its genesis record was durable (a full disk), this is what it left: the next start moves the epoch aside and begins again; there is no record to verify"
 			}
+			return rep, err
+		}
+		if err := lc.genesis(res, base); err != nil {
 			return rep, err
 		}
 		rep.Records += res.Records
@@ -417,12 +440,16 @@ func Verify(dir string, opt VerifyOptions) (*Report, error) {
 			Msg:  fmt.Sprintf("%s holds %d entries that are not part of the log (--strict): %s", dir, len(stray), strings.Join(stray, ", ")),
 			Hint: "move them out of the audit directory; without --strict each is a warning"}
 	}
+	if err := lc.finish(rep); err != nil {
+		return rep, err
+	}
+	witnessed := rep.Log != nil && rep.Log.Witnessed != nil
 
 	// Warnings: what was not established.
 	if trusted == nil {
 		rep.Warnings = append(rep.Warnings, "trust not established: no --key given, so each epoch was checked against the key in its own genesis record; anyone able to rewrite the whole directory could have produced it (pass the gateway's key with --key, or check the genesis attestation)")
 	}
-	if len(exts) == 0 {
+	if len(exts) == 0 && !witnessed {
 		rep.Warnings = append(rep.Warnings, "truncation of the tail cannot be detected without a checkpoint kept outside the log: a log cut after its last checkpoint, or whose newest epoch was deleted, verifies as complete (save one with --save-checkpoint and pass it with --checkpoint next time)")
 	}
 	if last.Unsealed > 0 {

@@ -82,6 +82,10 @@ type Options struct {
 	// signed checkpoint once it is durable, e.g. to hand it to a goroutine
 	// that exports it to a witness or a remote sink.
 	OnCheckpoint func(note []byte)
+	// Log, if set, gives the gateway a stable log identity across epochs
+	// (FORMAT.md section 11): the genesis binds it, and after every durable
+	// checkpoint record the writer signs a log checkpoint with its key.
+	Log *LogIdentity
 }
 
 // Receipt tells an appender where its record went.
@@ -213,6 +217,14 @@ type Writer struct {
 	tsBuf    []byte
 	dirty    bool
 	cpNotes  [][]byte
+
+	// log tree (Options.Log), guarded by cmu
+	logSigner note.Signer
+	logVkey   string
+	logBase   frontier
+	logFr     frontier
+	logLeaves []tlog.Hash     // leaves since the last log checkpoint made
+	logCPs    []LogCheckpoint // made, not yet published
 }
 
 // Origin returns the epoch's origin (the checkpoint origin and key name).
@@ -277,6 +289,14 @@ func (o *Options) setDefaults() error {
 	}
 	if o.Vault && len(o.Recipients) == 0 {
 		return errors.New("options: the payload vault needs age recipients")
+	}
+	if o.Log != nil {
+		if o.Log.Origin == "" || strings.ContainsAny(o.Log.Origin, " +\t\n") {
+			return fmt.Errorf("options: log origin %q must be non-empty, without spaces or '+'", o.Log.Origin)
+		}
+		if len(o.Log.Key) != ed25519.PrivateKeySize {
+			return errors.New("options: the log key must be an Ed25519 private key")
+		}
 	}
 	return nil
 }
@@ -345,6 +365,20 @@ func Open(dir string, opts Options) (*Writer, error) {
 		return nil, err
 	}
 	w.keys = newKeyDeriver(w.secret)
+	var logInfo *LogInfo
+	if opts.Log != nil {
+		if w.logSigner, w.logVkey, err = NewNoteKeys(opts.Log.Origin, opts.Log.Key); err != nil {
+			return nil, fmt.Errorf("log key: %w", err)
+		}
+		if w.logBase, err = logBaseOf(dir, pred); err != nil {
+			return nil, fmt.Errorf("the log tree of the earlier epochs: %w", err)
+		}
+		w.logFr = w.logBase.clone()
+		logInfo = &LogInfo{Origin: opts.Log.Origin, Key: w.logVkey, Size: w.logBase.n, Frontier: [][]byte{}}
+		for _, h := range w.logBase.hashes {
+			logInfo.Frontier = append(logInfo.Frontier, append([]byte(nil), h[:]...))
+		}
+	}
 
 	g := &Genesis{
 		Origin:           w.origin,
@@ -362,6 +396,7 @@ func Open(dir string, opts Options) (*Writer, error) {
 		PolicyMode:       opts.PolicyMode,
 		Commitments:      CommitmentInfo{Scheme: CommitmentScheme},
 		Predecessor:      pred,
+		Log:              logInfo,
 		Extra:            opts.Extra,
 	}
 	if opts.Durability == DurabilityInterval {
@@ -477,6 +512,10 @@ func (w *Writer) addLine(kind Kind, body []byte, ts string) Receipt {
 	w.buf = append(w.buf, '\n')
 	r := Receipt{Epoch: w.epoch, Index: w.seq, Hash: h}
 	w.fr.append(h)
+	if w.logSigner != nil {
+		w.logFr.append(h)
+		w.logLeaves = append(w.logLeaves, h)
+	}
 	w.prev = h
 	w.seq++
 	w.sinceCP++
@@ -498,7 +537,27 @@ func (w *Writer) addCheckpoint() error {
 	w.sinceCP = 0
 	w.lastNote = string(msg)
 	w.cpNotes = append(w.cpNotes, msg)
+	if w.logSigner != nil {
+		root := w.logFr.root()
+		lmsg, err := note.Sign(&note.Note{Text: checkpointBody(w.opts.Log.Origin, w.logFr.n, root)}, w.logSigner)
+		if err != nil {
+			return fmt.Errorf("sign log checkpoint: %w", err)
+		}
+		w.logCPs = append(w.logCPs, LogCheckpoint{Note: lmsg, Size: w.logFr.n, Root: root, Leaves: w.logLeaves})
+		w.logLeaves = nil
+	}
 	return nil
+}
+
+// LogVerifierKey returns the note verifier key of the log key (empty
+// without Options.Log).
+func (w *Writer) LogVerifierKey() string { return w.logVkey }
+
+// LogBase returns the log tree of the records of the epochs before this
+// one: its size (the log index of this epoch's genesis) and compact range,
+// to start a LogTree that LogCheckpoint.Leaves then extend.
+func (w *Writer) LogBase() (int64, []tlog.Hash) {
+	return w.logBase.n, append([]tlog.Hash(nil), w.logBase.hashes...)
 }
 
 // flush writes the pending buffer (and the vault before it) in one write
@@ -567,7 +626,7 @@ func (w *Writer) flushVault(sync bool) error {
 
 // publish makes the checkpoints written so far visible (after they are durable).
 func (w *Writer) publish() {
-	if len(w.cpNotes) == 0 {
+	if len(w.cpNotes) == 0 && len(w.logCPs) == 0 {
 		return
 	}
 	last := w.cpNotes[len(w.cpNotes)-1]
@@ -580,6 +639,12 @@ func (w *Writer) publish() {
 		}
 	}
 	w.cpNotes = w.cpNotes[:0]
+	if w.opts.Log != nil && w.opts.Log.OnCheckpoint != nil {
+		for _, c := range w.logCPs {
+			w.opts.Log.OnCheckpoint(c)
+		}
+	}
+	w.logCPs = w.logCPs[:0]
 }
 
 func (w *Writer) setFatal(err error) *FatalError {

@@ -1,0 +1,534 @@
+package auditlog
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+	"golang.org/x/mod/sumdb/note"
+	"golang.org/x/mod/sumdb/tlog"
+)
+
+// LogIdentity is a gateway's stable log identity: one origin and one
+// Ed25519 key for every epoch, so that a witness can follow the gateway
+// across restarts (FORMAT.md section 11). The epochs' own keys still sign
+// the epochs' checkpoints; the log key signs log checkpoints over the log
+// tree, whose leaves are the records of every epoch in order.
+type LogIdentity struct {
+	// Origin is the log checkpoint origin and the log key's note name,
+	// e.g. "example.com/gw1". It must not contain spaces or '+'.
+	Origin string
+	// Key signs the log checkpoints. Keep it across restarts
+	// (LoadOrCreateLogKey), outside the audit directory.
+	Key ed25519.PrivateKey
+	// OnCheckpoint, if set, is called (with the writer's lock held: keep it
+	// short, never call the Writer from it) with each log checkpoint once
+	// the epoch checkpoint record it follows is durable.
+	OnCheckpoint func(LogCheckpoint)
+}
+
+// LogCheckpoint is a signed checkpoint of the log tree.
+type LogCheckpoint struct {
+	Note []byte    // C2SP signed note, signed by the log key
+	Size int64     // log tree size: every record of every epoch so far
+	Root tlog.Hash // log tree root
+	// Leaves are the leaf hashes of log entries [Size-len(Leaves), Size):
+	// the records since the previous log checkpoint of this writer (for the
+	// first one, since the epoch's base), so that a LogTree can follow.
+	Leaves []tlog.Hash
+}
+
+// LogInfo is the genesis member that binds an epoch to the log identity:
+// the log origin and key, and the log tree of every earlier epoch's
+// records (size and compact range). The genesis statement covers it, so
+// the epoch's attestation evidence binds the log key too.
+type LogInfo struct {
+	Origin   string   `json:"origin"`
+	Key      string   `json:"key"`         // note verifier key of the log key (name = Origin)
+	Size     int64    `json:"size,string"` // records of all earlier epochs = log index of this genesis
+	Frontier [][]byte `json:"frontier"`    // RFC 6962 compact range of those records, largest subtree first
+}
+
+// LoadOrCreateLogKey reads the log key kept at path (a note private key,
+// "PRIVATE+KEY+<origin>+<hash>+<base64>", as x/mod/sumdb/note writes them)
+// or, if path does not exist, creates one for origin there (mode 0600).
+// A key made for another origin is refused.
+func LoadOrCreateLogKey(path, origin string) (ed25519.PrivateKey, error) {
+	if strings.ContainsAny(origin, " +\t\n") || origin == "" {
+		return nil, fmt.Errorf("log origin %q: must be non-empty, without spaces or '+'", origin)
+	}
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		skey, _, err := note.GenerateKey(rand.Reader, origin)
+		if err != nil {
+			return nil, fmt.Errorf("generate the log key: %w", err)
+		}
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return nil, fmt.Errorf("create the log key's directory: %w", err)
+		}
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("create the log key %s: %w", path, err)
+		}
+		_, werr := f.WriteString(skey + "\n")
+		if err := errors.Join(werr, f.Sync(), f.Close()); err != nil {
+			os.Remove(path)
+			return nil, fmt.Errorf("write the log key %s: %w", path, err)
+		}
+		if err := syncDir(filepath.Dir(path)); err != nil {
+			return nil, err
+		}
+		b = []byte(skey)
+	} else if err != nil {
+		return nil, fmt.Errorf("read the log key: %w", err)
+	}
+	return parseLogKey(path, strings.TrimSpace(string(b)), origin)
+}
+
+func parseLogKey(path, skey, origin string) (ed25519.PrivateKey, error) {
+	// PRIVATE+KEY+<name>+<hash8>+<base64(0x01||seed)>
+	parts := strings.SplitN(skey, "+", 5)
+	if len(parts) != 5 || parts[0] != "PRIVATE" || parts[1] != "KEY" {
+		return nil, fmt.Errorf("log key %s is not a note private key (want PRIVATE+KEY+<origin>+<hash>+<base64>)", path)
+	}
+	if parts[2] != origin {
+		return nil, fmt.Errorf("log key %s is for origin %q, not %q: a log keeps its origin; move the key aside to start a new log identity", path, parts[2], origin)
+	}
+	raw, err := base64.StdEncoding.DecodeString(parts[4])
+	if err != nil || len(raw) != 1+ed25519.SeedSize || raw[0] != 0x01 {
+		return nil, fmt.Errorf("log key %s: not an Ed25519 note key", path)
+	}
+	return ed25519.NewKeyFromSeed(raw[1:]), nil
+}
+
+// nodesOf returns the compact range [0, n) as (lo, hi) pairs, largest first.
+func nodesOf(n int64) [][2]int64 {
+	var out [][2]int64
+	var lo int64
+	for k := 62; k >= 0; k-- {
+		if n>>k&1 == 1 {
+			out = append(out, [2]int64{lo, lo + 1<<k})
+			lo += 1 << k
+		}
+	}
+	return out
+}
+
+// LogTree follows the log tree in memory from a floor (a compact range of
+// its first entries) and proves consistency between two of its sizes, as a
+// witness client must (c2sp.org/tlog-witness). Proofs from a size below
+// the floor read the log's records from the audit directory.
+type LogTree struct {
+	dir    string
+	floor  frontier
+	leaves []tlog.Hash // entries [floor.n, floor.n+len(leaves))
+}
+
+// NewLogTree starts a log tree of the audit directory dir at size base with
+// the compact range hashes of [0, base) (Writer.LogBase).
+func NewLogTree(dir string, base int64, hashes []tlog.Hash) (*LogTree, error) {
+	var hs [][]byte
+	for _, h := range hashes {
+		hs = append(hs, h[:])
+	}
+	f, err := frontierFrom(base, hs)
+	if err != nil {
+		return nil, err
+	}
+	return &LogTree{dir: dir, floor: f}, nil
+}
+
+// Size is the number of entries the tree holds.
+func (t *LogTree) Size() int64 { return t.floor.n + int64(len(t.leaves)) }
+
+// Append adds entries at the end.
+func (t *LogTree) Append(leaves ...tlog.Hash) { t.leaves = append(t.leaves, leaves...) }
+
+// Floor is the size below which proofs need the records on disk.
+func (t *LogTree) Floor() int64 { return t.floor.n }
+
+// Trim forgets the entries before size to (it becomes the floor): proofs
+// from sizes at or above it stay in memory.
+func (t *LogTree) Trim(to int64) {
+	if to <= t.floor.n || to > t.Size() {
+		return
+	}
+	k := to - t.floor.n
+	for _, h := range t.leaves[:k] {
+		t.floor.append(h)
+	}
+	t.leaves = append([]tlog.Hash(nil), t.leaves[k:]...)
+}
+
+// Root returns the root of the first n entries (floor <= n <= Size).
+func (t *LogTree) Root(n int64) (tlog.Hash, error) {
+	if n < t.floor.n || n > t.Size() {
+		return tlog.Hash{}, fmt.Errorf("log tree root at %d: outside [%d, %d]", n, t.floor.n, t.Size())
+	}
+	f := t.floor.clone()
+	for _, h := range t.leaves[:n-t.floor.n] {
+		f.append(h)
+	}
+	return f.root(), nil
+}
+
+// node returns the hash of the perfect subtree over entries [lo, hi).
+func (t *LogTree) node(lo, hi int64) (tlog.Hash, error) {
+	fl := t.floor.n
+	switch {
+	case hi <= fl:
+		for i, nd := range nodesOf(fl) {
+			if nd[0] == lo && nd[1] == hi {
+				return t.floor.hashes[i], nil
+			}
+		}
+		return tlog.Hash{}, fmt.Errorf("log tree node [%d, %d) lies before the floor %d", lo, hi, fl)
+	case lo >= fl:
+		if hi-fl > int64(len(t.leaves)) {
+			return tlog.Hash{}, fmt.Errorf("log tree node [%d, %d) lies beyond the tree's %d entries", lo, hi, t.Size())
+		}
+		return subtree(t.leaves[lo-fl : hi-fl]), nil
+	}
+	mid := lo + (hi-lo)/2
+	l, err := t.node(lo, mid)
+	if err != nil {
+		return tlog.Hash{}, err
+	}
+	r, err := t.node(mid, hi)
+	if err != nil {
+		return tlog.Hash{}, err
+	}
+	return tlog.NodeHash(l, r), nil
+}
+
+func subtree(ls []tlog.Hash) tlog.Hash {
+	if len(ls) == 1 {
+		return ls[0]
+	}
+	m := len(ls) / 2
+	return tlog.NodeHash(subtree(ls[:m]), subtree(ls[m:]))
+}
+
+type nodeReader struct{ t *LogTree }
+
+func (r nodeReader) ReadHashes(idx []int64) ([]tlog.Hash, error) {
+	out := make([]tlog.Hash, len(idx))
+	for i, x := range idx {
+		level, n := tlog.SplitStoredHashIndex(x)
+		lo := n << level
+		h, err := r.t.node(lo, lo+1<<level)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = h
+	}
+	return out, nil
+}
+
+// Prove returns the RFC 6962 consistency proof from size old to size n
+// (0 < old <= n <= Size). Below the floor it reads the log tree's entries
+// from the audit directory.
+func (t *LogTree) Prove(old, n int64) (tlog.TreeProof, error) {
+	if old <= 0 || old > n || n > t.Size() {
+		return nil, fmt.Errorf("log tree consistency proof %d -> %d: needs 0 < old <= new <= %d", old, n, t.Size())
+	}
+	if old >= t.floor.n {
+		return tlog.ProveTree(n, old, nodeReader{t})
+	}
+	leaves, err := ReadLogLeaves(t.dir, t.floor.n)
+	if err != nil {
+		return nil, fmt.Errorf("log tree consistency proof from %d (before the floor %d): %w", old, t.floor.n, err)
+	}
+	full := &LogTree{dir: t.dir, leaves: append(leaves, t.leaves...)}
+	return tlog.ProveTree(n, old, nodeReader{full})
+}
+
+// ReadLogLeaves returns the leaf hashes of the first n entries of the log
+// tree of the audit directory dir: the records of its epochs in order. It
+// does not verify the log (Verify does); it reads what is on disk.
+func ReadLogLeaves(dir string, n int64) ([]tlog.Hash, error) {
+	out := make([]tlog.Hash, 0, n)
+	epochs, err := listEpochs(dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range epochs {
+		ed := filepath.Join(dir, epochName(e))
+		segs, err := listSegments(ed)
+		if err != nil {
+			return nil, err
+		}
+		for _, s := range segs {
+			if int64(len(out)) == n {
+				return out, nil
+			}
+			f, err := os.Open(filepath.Join(ed, segmentName(s)))
+			if err != nil {
+				return nil, err
+			}
+			br := bufio.NewReaderSize(f, 1<<20)
+			for int64(len(out)) < n {
+				line, err := br.ReadBytes('\n')
+				if err == io.EOF {
+					break // an incomplete last line is no record
+				}
+				if err != nil {
+					f.Close()
+					return nil, err
+				}
+				out = append(out, tlog.RecordHash(line[:len(line)-1]))
+			}
+			f.Close()
+		}
+	}
+	if int64(len(out)) < n {
+		return nil, fmt.Errorf("the log holds %d records, fewer than the %d asked for", len(out), n)
+	}
+	return out, nil
+}
+
+// Cosignatures (c2sp.org/tlog-cosignature, cosignature/v1, Ed25519).
+
+const sigCosignatureV1 = 0x04
+
+type cosigVerifier struct {
+	name string
+	hash uint32
+	pub  ed25519.PublicKey
+}
+
+func (v *cosigVerifier) Name() string    { return v.name }
+func (v *cosigVerifier) KeyHash() uint32 { return v.hash }
+func (v *cosigVerifier) Verify(msg, sig []byte) bool {
+	if len(sig) != 8+ed25519.SignatureSize {
+		return false
+	}
+	var t uint64
+	for _, b := range sig[:8] {
+		t = t<<8 | uint64(b)
+	}
+	m := make([]byte, 0, 64+len(msg))
+	m = fmt.Appendf(m, "cosignature/v1\ntime %d\n", t)
+	m = append(m, msg...)
+	return ed25519.Verify(v.pub, m, sig[8:])
+}
+
+// NewCosignatureVerifier parses a witness's cosignature verifier key
+// ("<name>+<hash8>+<base64(0x04 || Ed25519 public key)>") into a
+// note.Verifier that checks cosignature/v1 signatures.
+func NewCosignatureVerifier(vkey string) (note.Verifier, error) {
+	name, rest, ok := strings.Cut(vkey, "+")
+	h16, b64k, ok2 := strings.Cut(rest, "+")
+	if !ok || !ok2 || name == "" || len(h16) != 8 {
+		return nil, fmt.Errorf("witness key %q: want <name>+<8 hex digits>+<base64 key>", clip(vkey))
+	}
+	raw, err := base64.StdEncoding.DecodeString(b64k)
+	if err != nil {
+		return nil, fmt.Errorf("witness key %q: %w", clip(vkey), err)
+	}
+	if len(raw) != 1+ed25519.PublicKeySize || raw[0] != sigCosignatureV1 {
+		return nil, fmt.Errorf("witness key %q is not an Ed25519 cosignature key (want type 0x04 and 32 bytes; a 0x01 key is a log's note key, not a witness's)", clip(vkey))
+	}
+	var want uint32
+	if _, err := fmt.Sscanf(h16, "%08x", &want); err != nil {
+		return nil, fmt.Errorf("witness key %q: key hash: %w", clip(vkey), err)
+	}
+	v := &cosigVerifier{name: name, pub: ed25519.PublicKey(raw[1:]), hash: noteKeyHash(name, raw)}
+	if v.hash != want {
+		return nil, fmt.Errorf("witness key %q: key hash %08x does not match the key (%08x)", clip(vkey), want, v.hash)
+	}
+	return v, nil
+}
+
+// CosignatureTime returns the timestamp of a cosignature/v1 signature
+// (seconds since the Unix epoch) from its base64 form as a note.Signature.
+func CosignatureTime(sig note.Signature) (int64, error) {
+	raw, err := base64.StdEncoding.DecodeString(sig.Base64)
+	if err != nil || len(raw) != 4+8+ed25519.SignatureSize {
+		return 0, fmt.Errorf("not a cosignature/v1 signature")
+	}
+	var t uint64
+	for _, b := range raw[4:12] {
+		t = t<<8 | uint64(b)
+	}
+	return int64(t), nil
+}
+
+func noteKeyHash(name string, key []byte) uint32 {
+	h := sha256.Sum256(append(append([]byte(name), '\n'), key...))
+	return uint32(h[0])<<24 | uint32(h[1])<<16 | uint32(h[2])<<8 | uint32(h[3])
+}
+
+// Cosigned log checkpoints (witness.jsonl).
+
+// WitnessFile is the file in an epoch directory that keeps the log
+// checkpoints with the witnesses' cosignatures (FORMAT.md section 11). It is
+// not part of the tree: cosignatures authenticate themselves.
+const WitnessFile = "witness.jsonl"
+
+// CosignedLine is one line of witness.jsonl.
+type CosignedLine struct {
+	Note string `json:"note"` // a log checkpoint: the log key's signature and one or more cosignatures
+}
+
+// AppendCosigned appends a cosigned log checkpoint to the epoch directory's
+// witness.jsonl and syncs it.
+func AppendCosigned(epochDir string, signed []byte) error {
+	raw, err := jsonv2.Marshal(&CosignedLine{Note: string(signed)}, jsonv2.Deterministic(true))
+	if err != nil {
+		return fmt.Errorf("encode a %s line: %w", WitnessFile, err)
+	}
+	body := jsontext.Value(raw)
+	if err := body.Canonicalize(); err != nil {
+		return fmt.Errorf("encode a %s line: %w", WitnessFile, err)
+	}
+	f, err := os.OpenFile(filepath.Join(epochDir, WitnessFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", WitnessFile, err)
+	}
+	_, werr := f.Write(append(body, '\n'))
+	if err := errors.Join(werr, fdatasync(f), f.Close()); err != nil {
+		return fmt.Errorf("write %s: %w", filepath.Join(epochDir, WitnessFile), err)
+	}
+	return nil
+}
+
+// readCosigned reads an epoch's witness.jsonl (absent: none).
+func readCosigned(epochDir string) ([][]byte, error) {
+	b, err := os.ReadFile(filepath.Join(epochDir, WitnessFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out [][]byte
+	for i, line := range bytes.Split(b, []byte("\n")) {
+		if len(line) == 0 {
+			if i == bytes.Count(b, []byte("\n")) {
+				break
+			}
+			return nil, fmt.Errorf("%s line %d is empty", WitnessFile, i+1)
+		}
+		var c CosignedLine
+		if err := jsonv2.Unmarshal(line, &c, jsonv2.RejectUnknownMembers(true)); err != nil {
+			return nil, fmt.Errorf("%s line %d: %w", WitnessFile, i+1, err)
+		}
+		out = append(out, []byte(c.Note))
+	}
+	return out, nil
+}
+
+// logBaseOf returns the log tree of every record before the new epoch:
+// the previous epoch's genesis gives the tree before it (or, when it has no
+// log member, the epochs before it are read), and the previous epoch's
+// records, as recovery left them (pred.Size), are folded in.
+func logBaseOf(dir string, pred *Predecessor) (frontier, error) {
+	if pred == nil {
+		return frontier{}, nil
+	}
+	g, err := readGenesis(dir, pred.Epoch)
+	if err != nil {
+		return frontier{}, err
+	}
+	var f frontier
+	var epochs []int
+	if g.Log != nil {
+		if f, err = frontierFrom(g.Log.Size, g.Log.Frontier); err != nil {
+			return frontier{}, fmt.Errorf("epoch %d's genesis: log frontier: %w", pred.Epoch, err)
+		}
+		epochs = []int{pred.Epoch}
+	} else {
+		all, err := listEpochs(dir)
+		if err != nil {
+			return frontier{}, err
+		}
+		for _, e := range all {
+			if e <= pred.Epoch {
+				epochs = append(epochs, e)
+			}
+		}
+	}
+	for _, e := range epochs {
+		limit := int64(-1)
+		if e == pred.Epoch {
+			limit = pred.Size
+		}
+		n, err := foldEpochLeaves(filepath.Join(dir, epochName(e)), limit, &f)
+		if err != nil {
+			return frontier{}, err
+		}
+		if limit >= 0 && n != limit {
+			return frontier{}, fmt.Errorf("epoch %d holds %d records, recovery found %d", e, n, limit)
+		}
+	}
+	return f, nil
+}
+
+// foldEpochLeaves appends the leaf hashes of an epoch's records (at most
+// limit of them, unless limit < 0) to f and returns how many.
+func foldEpochLeaves(edir string, limit int64, f *frontier) (int64, error) {
+	segs, err := listSegments(edir)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, s := range segs {
+		fh, err := os.Open(filepath.Join(edir, segmentName(s)))
+		if err != nil {
+			return n, err
+		}
+		br := bufio.NewReaderSize(fh, 1<<20)
+		for limit < 0 || n < limit {
+			line, err := br.ReadBytes('\n')
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				fh.Close()
+				return n, err
+			}
+			f.append(tlog.RecordHash(line[:len(line)-1]))
+			n++
+		}
+		fh.Close()
+	}
+	return n, nil
+}
+
+// readGenesis decodes the genesis record of an epoch.
+func readGenesis(dir string, epoch int) (*Genesis, error) {
+	fh, err := os.Open(filepath.Join(dir, epochName(epoch), segmentName(1)))
+	if err != nil {
+		return nil, err
+	}
+	defer fh.Close()
+	line, err := bufio.NewReaderSize(fh, 64<<10).ReadBytes('\n')
+	if err != nil {
+		return nil, fmt.Errorf("epoch %d: read the genesis record: %w", epoch, err)
+	}
+	e, err := parseLine(line[:len(line)-1])
+	if err != nil {
+		return nil, fmt.Errorf("epoch %d: genesis record: %w", epoch, err)
+	}
+	r, err := DecodeBody(KindGenesis, e.Body)
+	if err != nil {
+		return nil, fmt.Errorf("epoch %d: %w", epoch, err)
+	}
+	g, ok := r.(*Genesis)
+	if !ok || e.Kind != KindGenesis {
+		return nil, fmt.Errorf("epoch %d: the first record is not a genesis record", epoch)
+	}
+	return g, nil
+}
