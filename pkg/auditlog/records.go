@@ -139,7 +139,7 @@ type Genesis struct {
 	PolicyMode       string          `json:"policy_mode,omitzero"`
 	Commitments      CommitmentInfo  `json:"commitments"`
 	Predecessor      *Predecessor    `json:"predecessor,omitzero"`
-	Log              *LogInfo        `json:"log,omitzero"` // the stable log identity (FORMAT.md section 11)
+	Log              *LogInfo        `json:"log,omitzero"`       // the stable log identity (FORMAT.md section 11)
 	Statement        digest.Digest   `json:"statement,omitzero"` // digest of this body without statement and evidence
 	Evidence         json.RawMessage `json:"evidence,omitzero"`  // attestation evidence (opaque; pkg/evidence)
 	Extra            json.RawMessage `json:"extra,omitzero"`     // deployment-specific facts (opaque, canonical JSON)
