@@ -10,6 +10,8 @@
 #   - @modelcontextprotocol/conformance and inspector-cli, and
 #     server-everything in a prefix of its own (pinned as a tree)
 #   - go-sdk's conformance everything-server, built from the module proxy
+#   - litewitness and witnessctl (filippo.io/torchwood), a real C2SP witness,
+#     built from the module proxy (v0.6.1: later versions need Go 1.27)
 #
 # Everything lands in $CMCP_PEERS_DIR (default: $HOME/.cache/cmcp-peers), so a
 # second run only checks versions and returns in well under a second. Runs that
@@ -21,6 +23,7 @@ CONFORMANCE_VERSION="0.1.16"
 SERVER_EVERYTHING_VERSION="2026.8.31"
 INSPECTOR_CLI_VERSION="1.0.3"
 GO_SDK_VERSION="v1.8.0"
+TORCHWOOD_VERSION="v0.6.1"
 
 dir="${CMCP_PEERS_DIR:-${HOME}/.cache/cmcp-peers}"
 mkdir -p "$dir"
@@ -94,6 +97,18 @@ if [ ! -x "$everything" ] || [ "$(cat "$everything.version" 2>/dev/null)" != "$G
   echo "$GO_SDK_VERSION" >"$everything.version"
 fi
 
+# litewitness and witnessctl, the same way.
+litewitness="$bin_dir/litewitness"
+witnessctl="$bin_dir/witnessctl"
+if [ ! -x "$litewitness" ] || [ ! -x "$witnessctl" ] || [ "$(cat "$litewitness.version" 2>/dev/null)" != "$TORCHWOOD_VERSION" ]; then
+  log "go install filippo.io/torchwood/cmd/{litewitness,witnessctl}@$TORCHWOOD_VERSION"
+  mkdir -p "$bin_dir"
+  (cd "$dir" && GOBIN="$bin_dir" go install \
+    "filippo.io/torchwood/cmd/litewitness@$TORCHWOOD_VERSION" \
+    "filippo.io/torchwood/cmd/witnessctl@$TORCHWOOD_VERSION" >&2)
+  echo "$TORCHWOOD_VERSION" >"$litewitness.version"
+fi
+
 cat <<EOF
 export CMCP_PEERS_DIR='$dir'
 export CMCP_NODE22='$node22'
@@ -102,4 +117,6 @@ export CMCP_SERVER_EVERYTHING_DIR='$se_dir'
 export CMCP_SERVER_EVERYTHING_JS='$se_js'
 export CMCP_INSPECTOR_CLI_DIR='$mcp/inspector-cli/build'
 export CMCP_EVERYTHING_SERVER='$everything'
+export CMCP_LITEWITNESS='$litewitness'
+export CMCP_WITNESSCTL='$witnessctl'
 EOF
