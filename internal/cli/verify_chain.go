@@ -30,6 +30,9 @@ type verifyChainOptions struct {
 	RequireSigned  bool
 	Strict         bool
 	Evidence       chainEvidenceOptions
+	Witnesses      []string
+	WitnessQuorum  int
+	WitnessMaxAge  time.Duration
 }
 
 func (o *verifyChainOptions) AddFlags(fs *pflag.FlagSet) {
@@ -42,6 +45,9 @@ func (o *verifyChainOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Segment, "segment", "", "verify one segment FILE on its own, from the checkpoint and tree frontier it starts with (needs --key)")
 	fs.BoolVar(&o.RequireSigned, "require-signed", false, "fail (exit 11) when an earlier epoch holds records its key never signed: the tail a crashed gateway left, which anyone able to write the disk before the restart could have altered (implied by --require-attested)")
 	fs.BoolVar(&o.Strict, "strict", false, "fail (exit 10) when the audit directory holds files or directories that are not part of the log (each is a warning without it)")
+	fs.StringArrayVar(&o.Witnesses, "witness", nil, "trusted witness cosignature key (name+hash+base64, type 0x04), or a file with one per line; repeatable: the newest checkpoint must carry their cosignatures (detects truncation and forks without a saved checkpoint)")
+	fs.IntVar(&o.WitnessQuorum, "witness-quorum", 0, "how many of the --witness keys must have cosigned the newest checkpoint (default: all)")
+	fs.DurationVar(&o.WitnessMaxAge, "witness-max-age", 0, "also require the quorum's cosignatures on the newest checkpoint to be at most this old (catches a log cut back to an earlier witnessed point)")
 	o.Evidence.AddFlags(fs)
 }
 
@@ -63,8 +69,15 @@ names the last record the file's last checkpoint signs; a file without a
 checkpoint of its own is NOT VERIFIED (exit 11), as the checkpoint it
 starts from signs none of its records.
 
-Without a checkpoint kept outside the log, truncation of the tail cannot be
-detected; verify-chain says so every time, and reports how many records
+With --witness (and --witness-quorum N), the newest checkpoint, as a log
+checkpoint of the gateway's stable log identity, must carry valid
+cosignatures of N of the given witnesses (c2sp.org/tlog-cosignature); every
+cosignature of theirs in the log must verify. Witnesses cosign only a log
+that extends what they saw before, so truncation and forks of the tail are
+then detected with no saved state, and the result says so.
+
+Without a checkpoint kept outside the log or witnesses, truncation of the
+tail cannot be detected; verify-chain says so every time, and reports how many records
 come after the last checkpoint (the unsealed tail): they are outside the
 result ("VERIFIED through record N"). The tail a crashed gateway left in an
 earlier epoch was never signed by that epoch's key: it is listed as
@@ -87,6 +100,7 @@ the class of failure:
   14 fork   2 usage   3 I/O`,
 		Example: `  cmcp verify-chain /var/lib/cmcp/audit --key "$(cat gateway.vkey)" --save-checkpoint seen.cp
   cmcp verify-chain /var/lib/cmcp/audit --key gateway.vkey --checkpoint seen.cp
+  cmcp verify-chain /var/lib/cmcp/audit --key gateway.vkey --witness w1.vkey --witness w2.vkey --witness-quorum 2
   cmcp verify-chain /var/lib/cmcp/audit --prove 4321 > r4321.proof
   cmcp verify-chain --proof r4321.proof --key gateway.vkey
   cmcp verify-chain --segment /var/lib/cmcp/audit/epoch-000003/seg-000007.jsonl --key gateway.vkey`,
@@ -228,11 +242,17 @@ type verifyChainDoc struct {
 	Unsealed        int64                     `json:"unsealed_tail"`
 	Unsigned        []auditlog.UnsignedRange  `json:"unsigned"` // records of earlier epochs their key never signed
 	External        []*auditlog.ExternalCheck `json:"external_checkpoints"`
-	Warnings        []string                  `json:"warnings"`
 	Stray           []string                  `json:"stray"` // entries of the directory that are not part of the log
-	Evidence        []*genesisEvidence        `json:"evidence"`
-	Failure         *auditlog.VerifyError     `json:"failure,omitempty"`
-	ExitCode        int                       `json:"exit_code"`
+	// Log is the gateway's stable log identity and, with --witness, the
+	// newest checkpoint's cosignatures; TailProtected says whether
+	// truncation and forks of the tail were checked (a saved checkpoint or
+	// witnesses), which the warnings otherwise say they were not.
+	Log           *auditlog.LogReport   `json:"log,omitempty"`
+	TailProtected string                `json:"tail_protected_by"` // witnesses, saved-checkpoint, none
+	Warnings      []string              `json:"warnings"`
+	Evidence      []*genesisEvidence    `json:"evidence"`
+	Failure       *auditlog.VerifyError `json:"failure,omitempty"`
+	ExitCode      int                   `json:"exit_code"`
 }
 
 func cpDoc(cp *auditlog.Checkpoint) *checkpointDoc {
@@ -242,8 +262,53 @@ func cpDoc(cp *auditlog.Checkpoint) *checkpointDoc {
 	return &checkpointDoc{Origin: cp.Origin, Size: cp.Size, Root: cp.Root.String(), Note: string(cp.Note)}
 }
 
+// loadWitnesses expands --witness values that name files and checks them.
+func (o *verifyChainOptions) loadWitnesses() ([]string, error) {
+	var out []string
+	for _, k := range o.Witnesses {
+		if fi, err := os.Stat(k); err == nil && fi.Mode().IsRegular() {
+			b, err := os.ReadFile(k)
+			if err != nil {
+				return nil, ui.Errorf(ui.ExitIO, "--witness %s: %w", k, err)
+			}
+			n := 0
+			for _, l := range strings.Split(string(b), "\n") {
+				if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+					out = append(out, l)
+					n++
+				}
+			}
+			if n == 0 {
+				return nil, ui.Errorf(ui.ExitUsage, "--witness %s: the file holds no key", k)
+			}
+			continue
+		}
+		out = append(out, k)
+	}
+	for _, k := range out {
+		if _, err := auditlog.NewCosignatureVerifier(k); err != nil {
+			return nil, ui.Errorf(ui.ExitUsage, "--witness: %v", err).Hint("give the witness's cosignature verifier key, as it publishes it (litewitness logs it at start: vkey=...)")
+		}
+	}
+	if o.WitnessQuorum < 0 || o.WitnessQuorum > len(out) {
+		return nil, ui.Errorf(ui.ExitUsage, "--witness-quorum %d: want 1 to the number of --witness keys (%d)", o.WitnessQuorum, len(out))
+	}
+	if len(out) == 0 && o.WitnessMaxAge != 0 {
+		return nil, ui.Errorf(ui.ExitUsage, "--witness-max-age needs --witness")
+	}
+	if o.WitnessMaxAge < 0 {
+		return nil, ui.Errorf(ui.ExitUsage, "--witness-max-age %s: want a positive duration", o.WitnessMaxAge)
+	}
+	return out, nil
+}
+
 func runVerifyChain(p *ui.Printer, dir string, o *verifyChainOptions, keys []string) error {
 	opt := auditlog.VerifyOptions{Keys: keys, RequireSigned: o.RequireSigned || o.Evidence.RequireAttested, Strict: o.Strict}
+	wits, err := o.loadWitnesses()
+	if err != nil {
+		return err
+	}
+	opt.Witnesses, opt.WitnessQuorum, opt.WitnessMaxAge = wits, o.WitnessQuorum, o.WitnessMaxAge
 	ce, err := newChainEvidence(&o.Evidence)
 	if err != nil {
 		return err
@@ -303,7 +368,7 @@ func runVerifyChain(p *ui.Printer, dir string, o *verifyChainOptions, keys []str
 	if p.JSONOut {
 		doc := verifyChainDoc{SchemaVersion: ui.SchemaVersion, Status: "verified", Dir: dir, Epochs: rep.Epochs, Records: rep.SignedRecords, UnsignedRecords: rep.Records - rep.SignedRecords,
 			Checkpoints: rep.Checkpoints, KeysTrusted: rep.KeysTrusted, Newest: cpDoc(rep.Newest), NewestEpoch: rep.NewestEpoch, Unsealed: rep.Unsealed, Unsigned: rep.Unsigned,
-			External: rep.External, Warnings: rep.Warnings, Stray: rep.Stray, Evidence: ce.Results, Failure: ve, ExitCode: code}
+			External: rep.External, Log: rep.Log, TailProtected: tailProtection(rep), Warnings: rep.Warnings, Stray: rep.Stray, Evidence: ce.Results, Failure: ve, ExitCode: code}
 		if doc.Epochs == nil {
 			doc.Epochs = []*auditlog.EpochResult{}
 		}
@@ -401,6 +466,16 @@ func printReport(p *ui.Printer, rep *auditlog.Report) {
 	}
 	if rep.Unsealed == 0 {
 		p.Printf("  %s unsealed tail: none; every record of the newest epoch is covered by a signed checkpoint\n", check)
+	}
+	if rep.Log != nil {
+		p.Printf("  %s log identity %s: one log tree over every epoch (%s), each genesis binds it\n", check, rep.Log.Origin, plural(int(rep.Log.Size), "record"))
+		if rep.Log.Cosigned > 0 {
+			p.Printf("  %s %s kept in the log: signed by the log key, roots match the records, every cosignature of a given witness valid\n", check, plural(rep.Log.Cosigned, "cosigned log checkpoint"))
+		}
+	}
+	if wc := witnessedOf(rep); wc != nil {
+		p.Printf("  %s WITNESSED: the newest checkpoint (log size %d) is cosigned by %s (quorum %d) as of %s: truncation and forks of the tail are detected without a saved checkpoint\n",
+			check, wc.Size, strings.Join(wc.Witnesses, ", "), wc.Quorum, wc.Time.Format(time.RFC3339))
 	}
 	for _, x := range rep.External {
 		p.Printf("  %s consistent with the saved checkpoint %s size %d (epoch %d now has %d records)\n", check, x.Origin, x.Size, x.Epoch, x.Records)
@@ -620,4 +695,22 @@ func sameFile(a, b string) bool {
 	fa, errA := os.Stat(a)
 	fb, errB := os.Stat(b)
 	return errA == nil && errB == nil && os.SameFile(fa, fb)
+}
+
+func witnessedOf(rep *auditlog.Report) *auditlog.WitnessedCheckpoint {
+	if rep == nil || rep.Log == nil {
+		return nil
+	}
+	return rep.Log.Witnessed
+}
+
+// tailProtection names what detected truncation and forks of the tail.
+func tailProtection(rep *auditlog.Report) string {
+	switch {
+	case witnessedOf(rep) != nil:
+		return "witnesses"
+	case rep != nil && len(rep.External) > 0:
+		return "saved-checkpoint"
+	}
+	return "none"
 }

@@ -268,7 +268,6 @@ func (lc *logCheck) finish(rep *Report) error {
 			}
 		}
 	}
-	lr.Witnessed = wc
 	if len(wc.Witnesses) < lc.opt.WitnessQuorum {
 		names := "none"
 		if len(wc.Witnesses) > 0 {
@@ -294,6 +293,7 @@ func (lc *logCheck) finish(rep *Report) error {
 					wc.Time.Format(time.RFC3339), age.Round(time.Second), lc.opt.WitnessMaxAge)}
 		}
 	}
+	lr.Witnessed = wc
 	return nil
 }
 
