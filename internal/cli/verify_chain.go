@@ -33,6 +33,8 @@ type verifyChainOptions struct {
 	Witnesses      []string
 	WitnessQuorum  int
 	WitnessMaxAge  time.Duration
+	Receipt        string
+	MakeReceipt    string
 }
 
 func (o *verifyChainOptions) AddFlags(fs *pflag.FlagSet) {
@@ -48,6 +50,8 @@ func (o *verifyChainOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&o.Witnesses, "witness", nil, "trusted witness cosignature key (name+hash+base64, type 0x04), or a file with one per line; repeatable: the newest checkpoint must carry their cosignatures (detects truncation and forks without a saved checkpoint)")
 	fs.IntVar(&o.WitnessQuorum, "witness-quorum", 0, "how many of the --witness keys must have cosigned the newest checkpoint (default: all)")
 	fs.DurationVar(&o.WitnessMaxAge, "witness-max-age", 0, "also require the quorum's cosignatures on the newest checkpoint to be at most this old (catches a log cut back to an earlier witnessed point)")
+	fs.StringVar(&o.Receipt, "receipt", "", "verify the session receipt in FILE on its own, without the log (with --key, --witness, the evidence flags)")
+	fs.StringVar(&o.MakeReceipt, "make-receipt", "", "write the receipt of session `ID` (its records, their inclusion proofs, the genesis and its evidence, the witnessed log checkpoint) to stdout")
 	o.Evidence.AddFlags(fs)
 }
 
@@ -103,6 +107,8 @@ the class of failure:
   cmcp verify-chain /var/lib/cmcp/audit --key gateway.vkey --witness w1.vkey --witness w2.vkey --witness-quorum 2
   cmcp verify-chain /var/lib/cmcp/audit --prove 4321 > r4321.proof
   cmcp verify-chain --proof r4321.proof --key gateway.vkey
+  cmcp verify-chain /var/lib/cmcp/audit --make-receipt 01JB7Q... > session.receipt
+  cmcp verify-chain --receipt session.receipt --key gateway.vkey --witness w1.vkey
   cmcp verify-chain --segment /var/lib/cmcp/audit/epoch-000003/seg-000007.jsonl --key gateway.vkey`,
 		Args: usageArgs(cobra.MaximumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -133,6 +139,12 @@ the class of failure:
 				}
 				return runVerifySegment(p, o.Segment, keys)
 			}
+			if o.Receipt != "" {
+				if len(args) > 0 || o.Proof != "" || o.Prove >= 0 || len(o.Checkpoints) > 0 || o.SaveCheckpoint != "" || o.MakeReceipt != "" {
+					return ui.Errorf(ui.ExitUsage, "--receipt checks a receipt on its own: give no DIR, --proof, --prove, --make-receipt, --checkpoint or --save-checkpoint with it")
+				}
+				return runVerifyReceipt(p, o, keys)
+			}
 			if o.Proof != "" {
 				if len(args) > 0 || o.Prove >= 0 || len(o.Checkpoints) > 0 || o.SaveCheckpoint != "" {
 					return exitcode.Errorf(exitcode.ExitUsage, "--proof checks a proof on its own: give no DIR, --prove, --checkpoint or --save-checkpoint with it")
@@ -144,6 +156,9 @@ the class of failure:
 			}
 			if o.Prove >= 0 {
 				return runProve(p, args[0], o, keys)
+			}
+			if o.MakeReceipt != "" {
+				return runMakeReceipt(p, args[0], o, keys)
 			}
 			return runVerifyChain(p, args[0], o, keys)
 		},
@@ -713,4 +728,90 @@ func tailProtection(rep *auditlog.Report) string {
 		return "saved-checkpoint"
 	}
 	return "none"
+}
+
+func runMakeReceipt(p *ui.Printer, dir string, o *verifyChainOptions, keys []string) error {
+	if len(o.Checkpoints) > 0 || o.SaveCheckpoint != "" {
+		return ui.Errorf(ui.ExitUsage, "--make-receipt writes a receipt; run --checkpoint and --save-checkpoint separately")
+	}
+	ce, err := newChainEvidence(&o.Evidence)
+	if err != nil {
+		return err
+	}
+	r, err := auditlog.MakeReceipt(dir, o.MakeReceipt, auditlog.VerifyOptions{Keys: keys, VerifyEvidence: ce.check})
+	if err != nil {
+		return verifyErr(err)
+	}
+	b, err := r.Encode()
+	if err != nil {
+		return ui.WithCode(ui.ExitIO, err)
+	}
+	_, err = p.Out.Write(b)
+	return err
+}
+
+func runVerifyReceipt(p *ui.Printer, o *verifyChainOptions, keys []string) error {
+	b, err := readInput(o.Receipt)
+	if err != nil {
+		return ui.Errorf(ui.ExitIO, "--receipt: %w", err)
+	}
+	wits, err := o.loadWitnesses()
+	if err != nil {
+		return err
+	}
+	ce, err := newChainEvidence(&o.Evidence)
+	if err != nil {
+		return err
+	}
+	opt := auditlog.ReceiptOptions{Keys: keys, Witnesses: wits, WitnessQuorum: o.WitnessQuorum, VerifyEvidence: ce.check}
+	res, err := auditlog.VerifyReceipt(b, opt)
+	if err != nil {
+		var ve *auditlog.VerifyError
+		if errors.As(err, &ve) && ve.Class == auditlog.ClassUsage {
+			return ui.WithCode(ui.ExitUsage, err)
+		}
+		if p.JSONOut {
+			p.JSON(struct {
+				SchemaVersion int                   `json:"schema_version"`
+				Status        string                `json:"status"`
+				Failure       *auditlog.VerifyError `json:"failure"`
+			}{ui.SchemaVersion, "failed", ve})
+		} else if ve != nil {
+			printFailure(p, ve)
+		}
+		return verifyErr(err)
+	}
+	if p.JSONOut {
+		return p.JSON(struct {
+			SchemaVersion int    `json:"schema_version"`
+			Status        string `json:"status"`
+			*auditlog.ReceiptResult
+			Checkpoint *checkpointDoc     `json:"checkpoint"`
+			Evidence   []*genesisEvidence `json:"evidence"`
+		}{ui.SchemaVersion, "verified", res, cpDoc(res.Checkpoint), ce.Results})
+	}
+	check, warn := p.OK("✓"), p.Warn("!")
+	p.Printf("Verified session receipt %s\n", p.Bold(res.Session))
+	kinds := make([]string, 0, len(res.Kinds))
+	for k, n := range res.Kinds {
+		kinds = append(kinds, fmt.Sprintf("%d %s", n, k))
+	}
+	slices.Sort(kinds)
+	p.Printf("  %s %s of session %s (%s), each canonical and included in epoch %d's checkpoint (tree size %d, root %s)\n",
+		check, plural(res.Records, "record"), res.Session, strings.Join(kinds, ", "), res.Epoch, res.Checkpoint.Size, res.Checkpoint.Root)
+	p.Printf("  %s the checkpoint is signed by the key the epoch's genesis names (%s), and the genesis is in the tree\n", check, res.Origin)
+	p.Printf("  %s payloads stay sealed: the records hold commitments (HMAC), not the arguments and results\n", check)
+	if res.KeysTrusted {
+		p.Printf("  %s the epoch's key is a trusted key (--key)\n", check)
+	}
+	ce.print(p)
+	if w := res.Log; w != nil {
+		p.Printf("  %s WITNESSED: the checkpoint's record is in log %s at size %d, cosigned by %s (quorum %d) as of %s\n",
+			check, res.LogOrigin, w.Size, strings.Join(w.Witnesses, ", "), w.Quorum, w.Time.Format(time.RFC3339))
+	}
+	for _, w := range res.Warnings {
+		p.Printf("  %s %s\n", warn, w)
+	}
+	p.Printf("Result: %s: what the gateway recorded for session %s is in the log it signed\n", p.OK("VERIFIED"), res.Session)
+	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -116,5 +117,37 @@ func TestVerifyChainWitnessed(t *testing.T) {
 	_, out, _ = runCLI(t, "verify-chain", dir)
 	if !strings.Contains(out, "truncation of the tail cannot be detected") {
 		t.Fatalf("without --witness:\n%s", out)
+	}
+}
+
+// TestVerifyChainReceipt: --make-receipt writes a session's receipt from
+// the log, and --receipt verifies it alone (the log removed), with the
+// witness; an altered record in it exits 10.
+func TestVerifyChainReceipt(t *testing.T) {
+	dir, lw := witnessedLog(t)
+	code, receipt, errOut := runCLI(t, "verify-chain", dir, "--make-receipt", "3")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, errOut)
+	}
+	f := filepath.Join(t.TempDir(), "s3.receipt")
+	if err := os.WriteFile(f, []byte(receipt), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runCLI(t, "verify-chain", "--receipt", f, "--witness", lw.Vkey)
+	if code != 0 || !strings.Contains(out, "1 record of session 3 (1 session)") || !strings.Contains(out, "WITNESSED: the checkpoint's record is in log example.com/gw1") ||
+		!strings.Contains(out, "Result: VERIFIED") {
+		t.Fatalf("exit %d\n%s%s", code, out, errOut)
+	}
+	bad := strings.Replace(receipt, `\"event\":\"start\"`, `\"event\":\"end\"`, 1)
+	if bad == receipt {
+		t.Fatalf("the receipt holds no session start record:\n%s", receipt)
+	}
+	os.WriteFile(f, []byte(bad), 0o600)
+	code, out, errOut = runCLI(t, "verify-chain", "--receipt", f, "--witness", lw.Vkey)
+	if code != ui.ExitLogInteg || !strings.Contains(out+errOut, "is not in the tree the checkpoint signs") {
+		t.Fatalf("exit %d\n%s%s", code, out, errOut)
 	}
 }

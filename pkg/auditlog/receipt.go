@@ -1,0 +1,466 @@
+package auditlog
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	jsonv2 "github.com/go-json-experiment/json"
+	"golang.org/x/mod/sumdb/note"
+	"golang.org/x/mod/sumdb/tlog"
+)
+
+// ReceiptFormat is the format member of a session receipt.
+const ReceiptFormat = "cmcp-receipt/v1"
+
+// SessionReceipt is what the gateway recorded for one session, verifiable
+// without the rest of the log (FORMAT.md section 12): the session's
+// records and the epoch's genesis (its key, statement and attestation
+// evidence), each with an inclusion proof against a checkpoint signed by
+// the epoch's key, and, with a log identity, that checkpoint's record with
+// an inclusion proof against a log checkpoint its witnesses cosigned.
+// Payloads stay sealed: records hold commitments, never payloads.
+type SessionReceipt struct {
+	Format     string          `json:"format"`
+	Session    string          `json:"session"`
+	Epoch      int             `json:"epoch"`
+	Created    time.Time       `json:"created"`
+	Checkpoint string          `json:"checkpoint"` // epoch checkpoint note, size N
+	Genesis    ReceiptRecord   `json:"genesis"`
+	Records    []ReceiptRecord `json:"records"`
+	Log        *ReceiptLog     `json:"log,omitempty"`
+}
+
+// ReceiptRecord is one record line and its inclusion proof.
+type ReceiptRecord struct {
+	Index int64    `json:"index"`
+	Line  string   `json:"line"`
+	Proof []string `json:"proof"` // base64 hashes, RFC 6962 inclusion proof
+}
+
+// ReceiptLog ties the epoch checkpoint to the witnessed log tree: Record is
+// the checkpoint record (index N of the epoch, log entry log.size + N) and
+// its inclusion proof against Checkpoint, a log checkpoint with the log
+// key's signature and the witnesses' cosignatures.
+type ReceiptLog struct {
+	Checkpoint string        `json:"checkpoint"`
+	Record     ReceiptRecord `json:"record"`
+}
+
+// sessionOf returns the session a gateway record belongs to ("" if none).
+func sessionOf(k Kind, body []byte) string {
+	var m struct {
+		ID      string `json:"id"`
+		Session string `json:"session"`
+	}
+	if jsonv2.Unmarshal(body, &m) != nil {
+		return ""
+	}
+	if k == KindSession {
+		return m.ID
+	}
+	if writerKinds[k] {
+		return ""
+	}
+	return m.Session
+}
+
+// MakeReceipt builds the receipt of a session from the audit directory: the
+// epoch that holds the session's records is verified, and its newest
+// checkpoint must cover them (the gateway forces one first). opt is as for
+// Verify (Keys, VerifyEvidence).
+func MakeReceipt(dir, session string, opt VerifyOptions) (*SessionReceipt, error) {
+	if session == "" {
+		return nil, &VerifyError{Class: ClassUsage, Msg: "receipt: no session id given"}
+	}
+	var trusted map[string]bool
+	if len(opt.Keys) > 0 {
+		var err error
+		if trusted, err = ParseKeys(opt.Keys); err != nil {
+			return nil, err
+		}
+	}
+	epochs, err := listEpochs(dir)
+	if err != nil {
+		return nil, ioFailure(Position{}, err)
+	}
+	for i := len(epochs) - 1; i >= 0; i-- {
+		e := epochs[i]
+		type hit struct {
+			idx  int64
+			line []byte
+		}
+		var hits []hit
+		var genesisLine []byte
+		cpLines := map[int64][]byte{}
+		res, err := scanEpoch(dir, e, scanOptions{trusted: trusted, keepLeaves: true, evidence: opt.VerifyEvidence, onRecord: func(en *Entry) error {
+			switch {
+			case en.Index == 0:
+				genesisLine = slices.Clone(en.Line)
+			case en.Kind == KindCheckpoint:
+				cpLines[en.Index] = slices.Clone(en.Line)
+			case sessionOf(en.Kind, en.Body) == session:
+				hits = append(hits, hit{en.Index, slices.Clone(en.Line)})
+			}
+			return nil
+		}})
+		if err != nil {
+			if res.empty && i == len(epochs)-1 && i > 0 {
+				continue // an aborted start
+			}
+			return nil, err
+		}
+		if len(hits) == 0 {
+			continue
+		}
+		cp := res.LastCheckpoint
+		last := hits[len(hits)-1].idx
+		if cp == nil || last >= cp.Size {
+			return nil, &VerifyError{Class: ClassUsage, Pos: Position{Epoch: e, Index: last},
+				Msg:  fmt.Sprintf("session %s has records after epoch %d's newest checkpoint: no signature covers them yet", session, e),
+				Hint: "ask the gateway for the receipt (it signs a checkpoint first), or wait for its next checkpoint (by default within a second)"}
+		}
+		st := make(memStore, 0, 2*cp.Size)
+		for j := int64(0); j < cp.Size; j++ {
+			hs, err := tlog.StoredHashesForRecordHash(j, res.Leaves[j], st)
+			if err != nil {
+				return nil, err
+			}
+			st = append(st, hs...)
+		}
+		prove := func(idx int64, line []byte) (ReceiptRecord, error) {
+			p, err := tlog.ProveRecord(cp.Size, idx, st)
+			if err != nil {
+				return ReceiptRecord{}, fmt.Errorf("receipt: inclusion proof of record %d: %w", idx, err)
+			}
+			rr := ReceiptRecord{Index: idx, Line: string(line), Proof: []string{}}
+			for _, h := range p {
+				rr.Proof = append(rr.Proof, h.String())
+			}
+			return rr, nil
+		}
+		r := &SessionReceipt{Format: ReceiptFormat, Session: session, Epoch: e, Created: time.Now().UTC(), Checkpoint: string(cp.Note), Records: []ReceiptRecord{}}
+		if r.Genesis, err = prove(0, genesisLine); err != nil {
+			return nil, err
+		}
+		for _, h := range hits {
+			rr, err := prove(h.idx, h.line)
+			if err != nil {
+				return nil, err
+			}
+			r.Records = append(r.Records, rr)
+		}
+		if g := res.Genesis; g.Log != nil {
+			if r.Log, err = receiptLog(dir, e, g.Log, cp.Size, cpLines[cp.Size]); err != nil {
+				return nil, err
+			}
+		}
+		return r, nil
+	}
+	return nil, &VerifyError{Class: ClassUsage, Msg: fmt.Sprintf("receipt: no record of session %q in %s", session, dir)}
+}
+
+// receiptLog proves the epoch checkpoint record at index n in the log tree
+// against the smallest cosigned log checkpoint that covers it.
+func receiptLog(dir string, epoch int, li *LogInfo, n int64, cpLine []byte) (*ReceiptLog, error) {
+	notes, err := readCosigned(fmt.Sprintf("%s/%s", dir, epochName(epoch)))
+	if err != nil {
+		return nil, err
+	}
+	at := li.Size + n
+	var best []byte
+	var bestSize int64
+	for _, raw := range notes {
+		cp, err := ParseCheckpoint(raw)
+		if err != nil || cp.Size <= at {
+			continue
+		}
+		if best == nil || cp.Size < bestSize {
+			best, bestSize = raw, cp.Size
+		}
+	}
+	if best == nil {
+		return nil, nil // not witnessed (yet): the receipt rests on the epoch key alone
+	}
+	// Every cosignature of that size, merged into one note.
+	text, _, _ := bytes.Cut(best, []byte("\n\n"))
+	var sigs []string
+	for _, raw := range notes {
+		t, s, _ := bytes.Cut(raw, []byte("\n\n"))
+		if !bytes.Equal(t, text) {
+			continue
+		}
+		for _, l := range strings.SplitAfter(string(s), "\n") {
+			if l != "" && !slices.Contains(sigs, l) {
+				sigs = append(sigs, l)
+			}
+		}
+	}
+	merged := string(text) + "\n\n" + strings.Join(sigs, "")
+	leaves, err := ReadLogLeaves(dir, bestSize)
+	if err != nil {
+		return nil, err
+	}
+	st := make(memStore, 0, 2*len(leaves))
+	for j, l := range leaves {
+		hs, err := tlog.StoredHashesForRecordHash(int64(j), l, st)
+		if err != nil {
+			return nil, err
+		}
+		st = append(st, hs...)
+	}
+	p, err := tlog.ProveRecord(bestSize, at, st)
+	if err != nil {
+		return nil, fmt.Errorf("receipt: log inclusion proof: %w", err)
+	}
+	rr := ReceiptRecord{Index: n, Line: string(cpLine), Proof: []string{}}
+	for _, h := range p {
+		rr.Proof = append(rr.Proof, h.String())
+	}
+	return &ReceiptLog{Checkpoint: merged, Record: rr}, nil
+}
+
+// Encode returns the receipt as JSON (one document, indented).
+func (r *SessionReceipt) Encode() ([]byte, error) {
+	b, err := jsonv2.Marshal(r, jsonv2.Deterministic(true))
+	if err != nil {
+		return nil, err
+	}
+	var out bytes.Buffer
+	if err := json.Indent(&out, b, "", "  "); err != nil {
+		return nil, err
+	}
+	out.WriteByte('\n')
+	return out.Bytes(), nil
+}
+
+// ReceiptOptions control VerifyReceipt.
+type ReceiptOptions struct {
+	Keys           []string // trusted epoch keys (as Verify)
+	VerifyEvidence func(g *Genesis) error
+	Witnesses      []string // as Verify: the receipt's log checkpoint must carry WitnessQuorum of them
+	WitnessQuorum  int
+}
+
+// ReceiptResult is what VerifyReceipt established.
+type ReceiptResult struct {
+	Session     string               `json:"session"`
+	Epoch       int                  `json:"epoch"`
+	Origin      string               `json:"origin"`
+	Records     int                  `json:"records"`
+	Kinds       map[Kind]int         `json:"kinds"`
+	Checkpoint  *Checkpoint          `json:"-"`
+	KeysTrusted bool                 `json:"keys_trusted"`
+	Attested    bool                 `json:"attested"` // the genesis evidence was checked
+	Log         *WitnessedCheckpoint `json:"witnessed,omitempty"`
+	LogOrigin   string               `json:"log_origin,omitempty"`
+	Warnings    []string             `json:"warnings"`
+}
+
+// VerifyReceipt checks a session receipt offline: every record line is
+// canonical, belongs to the session and is included in the epoch
+// checkpoint, which the genesis key signs; the genesis key is trusted
+// (Keys) or its evidence verified (VerifyEvidence); with a log checkpoint,
+// the epoch checkpoint's record is included in it, the log key of the
+// genesis signs it and the given witnesses' cosignatures verify.
+func VerifyReceipt(b []byte, opt ReceiptOptions) (*ReceiptResult, error) {
+	bad := func(c Class, format string, a ...any) error {
+		return &VerifyError{Class: c, Msg: "receipt: " + fmt.Sprintf(format, a...)}
+	}
+	var r SessionReceipt
+	if err := jsonv2.Unmarshal(b, &r, jsonv2.RejectUnknownMembers(true)); err != nil {
+		return nil, &VerifyError{Class: ClassUsage, Msg: fmt.Sprintf("receipt: not a session receipt: %v", err)}
+	}
+	if r.Format != ReceiptFormat {
+		return nil, &VerifyError{Class: ClassUsage, Msg: fmt.Sprintf("receipt: format %q, want %q", r.Format, ReceiptFormat)}
+	}
+	res := &ReceiptResult{Session: r.Session, Epoch: r.Epoch, Kinds: map[Kind]int{}, Warnings: []string{}}
+	// The genesis: key, statement, evidence.
+	ge, err := parseLine([]byte(r.Genesis.Line))
+	if err != nil || ge.Kind != KindGenesis || ge.Seq != 0 || r.Genesis.Index != 0 {
+		return nil, bad(ClassIntegrity, "the genesis line is not a canonical genesis record at index 0 (%v)", err)
+	}
+	gr, err := DecodeBody(KindGenesis, ge.Body)
+	if err != nil {
+		return nil, bad(ClassIntegrity, "genesis: %v", err)
+	}
+	g := gr.(*Genesis)
+	if st, err := StatementOf(ge.Body); err != nil || st != g.Statement {
+		return nil, bad(ClassIntegrity, "the genesis statement does not match its body")
+	}
+	if g.Epoch != r.Epoch {
+		return nil, bad(ClassIntegrity, "the genesis is epoch %d's, the receipt says epoch %d", g.Epoch, r.Epoch)
+	}
+	res.Origin = g.Origin
+	if len(opt.Keys) > 0 {
+		set, err := ParseKeys(opt.Keys)
+		if err != nil {
+			return nil, err
+		}
+		if !set[g.Key] {
+			return nil, bad(ClassKey, "epoch %d's key %s is not a trusted key (--key)", g.Epoch, clip(g.Key))
+		}
+		res.KeysTrusted = true
+	}
+	if opt.VerifyEvidence != nil {
+		if err := opt.VerifyEvidence(g); err != nil {
+			return nil, &VerifyError{Class: ClassKey, Msg: fmt.Sprintf("receipt: genesis evidence: %v", err), Err: err}
+		}
+		res.Attested = true
+	}
+	if !res.KeysTrusted {
+		res.Warnings = append(res.Warnings, "no --key given: the epoch's key is trusted only as far as its genesis evidence binds it (see the evidence verdict); without either, anyone could have made this receipt")
+	}
+	ev, err := note.NewVerifier(g.Key)
+	if err != nil {
+		return nil, bad(ClassIntegrity, "genesis key: %v", err)
+	}
+	cp, err := OpenCheckpoint([]byte(r.Checkpoint), note.VerifierList(ev))
+	if err != nil {
+		var uv *note.UnverifiedNoteError
+		if errors.As(err, &uv) {
+			return nil, bad(ClassKey, "the checkpoint is not signed by the epoch's key")
+		}
+		return nil, bad(ClassSignature, "the checkpoint: %v", err)
+	}
+	if cp.Origin != g.Origin {
+		return nil, bad(ClassIntegrity, "the checkpoint's origin %s is not the epoch's %s", cp.Origin, g.Origin)
+	}
+	res.Checkpoint = cp
+	check := func(rr ReceiptRecord, size int64) (envelope, error) {
+		e, err := parseLine([]byte(rr.Line))
+		if err != nil {
+			return e, bad(ClassIntegrity, "record %d is not canonical: %v", rr.Index, err)
+		}
+		if e.Seq != rr.Index {
+			return e, bad(ClassIntegrity, "record %d has seq %d", rr.Index, e.Seq)
+		}
+		if rr.Index >= size {
+			return e, bad(ClassIntegrity, "record %d is not covered by a checkpoint of size %d", rr.Index, size)
+		}
+		return e, nil
+	}
+	incl := func(rr ReceiptRecord, at, size int64, root tlog.Hash) error {
+		var p tlog.RecordProof
+		for _, s := range rr.Proof {
+			h, err := tlog.ParseHash(s)
+			if err != nil {
+				return bad(ClassIntegrity, "record %d: proof hash %q: %v", rr.Index, clip(s), err)
+			}
+			p = append(p, h)
+		}
+		if err := tlog.CheckRecord(p, size, root, at, tlog.RecordHash([]byte(rr.Line))); err != nil {
+			return bad(ClassIntegrity, "record %d is not in the tree the checkpoint signs (size %d): %v", rr.Index, size, err)
+		}
+		return nil
+	}
+	if _, err := check(r.Genesis, cp.Size); err != nil {
+		return nil, err
+	}
+	if err := incl(r.Genesis, 0, cp.Size, cp.Root); err != nil {
+		return nil, err
+	}
+	prev := int64(0)
+	for _, rr := range r.Records {
+		e, err := check(rr, cp.Size)
+		if err != nil {
+			return nil, err
+		}
+		if rr.Index <= prev {
+			return nil, bad(ClassIntegrity, "records are not in log order (record %d after %d)", rr.Index, prev)
+		}
+		prev = rr.Index
+		if s := sessionOf(e.Kind, e.Body); s != r.Session {
+			return nil, bad(ClassIntegrity, "record %d (%s) belongs to session %q, not %q", rr.Index, e.Kind, s, r.Session)
+		}
+		if err := incl(rr, rr.Index, cp.Size, cp.Root); err != nil {
+			return nil, err
+		}
+		res.Kinds[e.Kind]++
+	}
+	res.Records = len(r.Records)
+	if len(r.Records) == 0 {
+		return nil, bad(ClassIntegrity, "it holds no record of the session")
+	}
+	// The witnessed log.
+	if r.Log == nil {
+		if len(opt.Witnesses) > 0 {
+			return nil, bad(ClassTruncation, "--witness: the receipt holds no cosigned log checkpoint")
+		}
+		return res, nil
+	}
+	if g.Log == nil {
+		return nil, bad(ClassIntegrity, "it holds a log checkpoint, but the genesis names no log identity")
+	}
+	res.LogOrigin = g.Log.Origin
+	lv, err := note.NewVerifier(g.Log.Key)
+	if err != nil {
+		return nil, bad(ClassIntegrity, "genesis log key: %v", err)
+	}
+	list := []note.Verifier{lv}
+	for _, k := range opt.Witnesses {
+		v, err := NewCosignatureVerifier(k)
+		if err != nil {
+			return nil, &VerifyError{Class: ClassUsage, Msg: "--witness: " + err.Error()}
+		}
+		list = append(list, v)
+	}
+	n, err := note.Open([]byte(r.Log.Checkpoint), note.VerifierList(list...))
+	if err != nil {
+		var bs *note.InvalidSignatureError
+		if errors.As(err, &bs) {
+			return nil, bad(ClassSignature, "the log checkpoint: the signature of %s does not verify", bs.Name)
+		}
+		return nil, bad(ClassKey, "the log checkpoint is not signed by the log key: %v", err)
+	}
+	lcp, err := parseBody(n.Text)
+	if err != nil || lcp.Origin != g.Log.Origin {
+		return nil, bad(ClassIntegrity, "the log checkpoint is not one of %s", g.Log.Origin)
+	}
+	wc := &WitnessedCheckpoint{Size: lcp.Size, Root: b64(lcp.Root), Epoch: r.Epoch, Index: cp.Size, Quorum: opt.WitnessQuorum, Witnesses: []string{}, Note: r.Log.Checkpoint}
+	var newest int64
+	for _, s := range n.Sigs {
+		if s.Name == lv.Name() && s.Hash == lv.KeyHash() {
+			continue
+		}
+		wc.Witnesses = append(wc.Witnesses, s.Name)
+		if t, err := CosignatureTime(s); err == nil && (newest == 0 || t < newest) {
+			newest = t
+		}
+	}
+	if newest > 0 {
+		wc.Time = time.Unix(newest, 0).UTC()
+	}
+	// The epoch checkpoint's own record, in the log tree.
+	if r.Log.Record.Index != cp.Size {
+		return nil, bad(ClassIntegrity, "the log proof is for record %d, the checkpoint is record %d", r.Log.Record.Index, cp.Size)
+	}
+	ce, err := parseLine([]byte(r.Log.Record.Line))
+	if err != nil || ce.Kind != KindCheckpoint || ce.Seq != cp.Size {
+		return nil, bad(ClassIntegrity, "the log proof's record is not the checkpoint record %d", cp.Size)
+	}
+	cr, err := DecodeBody(KindCheckpoint, ce.Body)
+	if err != nil || cr.(*CheckpointRecord).Note != r.Checkpoint {
+		return nil, bad(ClassIntegrity, "the log proof's checkpoint record does not hold the receipt's checkpoint")
+	}
+	if err := incl(r.Log.Record, g.Log.Size+cp.Size, lcp.Size, lcp.Root); err != nil {
+		return nil, err
+	}
+	if q := opt.WitnessQuorum; len(opt.Witnesses) > 0 {
+		if q == 0 {
+			q = len(opt.Witnesses)
+		}
+		if len(wc.Witnesses) < q {
+			return nil, bad(ClassTruncation, "the log checkpoint carries %d of the %d cosignatures required (cosigned by: %s)", len(wc.Witnesses), q, strings.Join(wc.Witnesses, ", "))
+		}
+		wc.Quorum = q
+		res.Log = wc
+	} else if len(wc.Witnesses) > 0 {
+		res.Warnings = append(res.Warnings, fmt.Sprintf("the log checkpoint carries cosignatures of %s, not checked: pass their keys with --witness", strings.Join(wc.Witnesses, ", ")))
+	}
+	return res, nil
+}

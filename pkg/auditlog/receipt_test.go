@@ -1,0 +1,117 @@
+package auditlog
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// TestSessionReceipt: a receipt made from the log verifies on its own (no
+// log), with the epoch key and a witness's cosignature; it proves the
+// session's records (commitments, never payloads) and nothing of other
+// sessions; an altered record, a record of another session, an untrusted
+// key, a cosignature that does not verify and a missing quorum each fail.
+func TestSessionReceipt(t *testing.T) {
+	dir := t.TempDir()
+	logKey := testKey(t)
+	var cps []LogCheckpoint
+	w, err := Open(dir, Options{Key: testKey(t), Name: "test.example/audit", CheckpointEvery: 4,
+		Log: &LogIdentity{Origin: "test.example/gw1", Key: logKey, OnCheckpoint: func(c LogCheckpoint) { cps = append(cps, c) }}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		for _, s := range []string{"s1", "s2"} {
+			c := sampleCall(w, i)
+			c.Session = s
+			if _, err := w.Append(context.Background(), c); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := w.Append(context.Background(), &Session{ID: "s1", Event: "end", Agent: "agent-a"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	vkey := w.VerifierKey()
+	_, ed := w.Epoch()
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wit := newTestCosigner(t, "w1.example/w")
+	for _, c := range cps {
+		if err := AppendCosigned(ed, cosign(t, c.Note, wit)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := MakeReceipt(dir, "s1", VerifyOptions{Keys: []string{vkey}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := r.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), "/tmp/") {
+		t.Fatalf("the receipt holds a payload: %s", b)
+	}
+	opt := ReceiptOptions{Keys: []string{vkey}, Witnesses: []string{wit.vkey()}, WitnessQuorum: 1}
+	res, err := VerifyReceipt(b, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Records != 11 || res.Kinds[KindCall] != 10 || res.Kinds[KindSession] != 1 || res.Log == nil || len(res.Log.Witnesses) != 1 || !res.KeysTrusted {
+		t.Fatalf("result %+v", res)
+	}
+
+	mutate := func(f func(r *SessionReceipt)) []byte {
+		var c SessionReceipt
+		if err := json.Unmarshal(b, &c); err != nil {
+			t.Fatal(err)
+		}
+		f(&c)
+		out, _ := c.Encode()
+		return out
+	}
+	other, err := MakeReceipt(dir, "s2", VerifyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		b    []byte
+		opt  ReceiptOptions
+		c    Class
+		want string
+	}{
+		{"altered record", mutate(func(r *SessionReceipt) {
+			r.Records[3].Line = strings.Replace(r.Records[3].Line, `"allow"`, `"deny"`, 1)
+		}), opt, ClassIntegrity, "is not in the tree the checkpoint signs"},
+		{"another session's record", mutate(func(r *SessionReceipt) {
+			r.Records[0] = other.Records[0]
+		}), opt, ClassIntegrity, `belongs to session "s2"`},
+		{"untrusted key", b, ReceiptOptions{Keys: []string{mustVkey(t, "test.example/x", testKey(t))}}, ClassKey, "is not a trusted key"},
+		{"bad cosignature", mutate(func(r *SessionReceipt) {
+			i := strings.LastIndex(r.Log.Checkpoint, " ") + 1
+			sig := []byte(r.Log.Checkpoint[i:])
+			if sig[10] == 'A' {
+				sig[10] = 'B'
+			} else {
+				sig[10] = 'A'
+			}
+			r.Log.Checkpoint = r.Log.Checkpoint[:i] + string(sig)
+		}), opt, ClassSignature, "w1.example/w does not verify"},
+		{"quorum", b, ReceiptOptions{Keys: []string{vkey}, Witnesses: []string{wit.vkey(), newTestCosigner(t, "w2.example/w").vkey()}, WitnessQuorum: 2}, ClassTruncation, "carries 1 of the 2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := VerifyReceipt(tc.b, tc.opt)
+			wantClass(t, err, tc.c, tc.want)
+		})
+	}
+	if _, err := MakeReceipt(dir, "nobody", VerifyOptions{}); err == nil || !strings.Contains(err.Error(), "no record of session") {
+		t.Fatalf("unknown session: %v", err)
+	}
+}
