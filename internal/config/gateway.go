@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"net/url"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -190,11 +191,33 @@ func (s *Server) ListenOrDefault() string {
 //	  durability: group           # strict, group (default) or interval
 //	  recipients: [age1...]       # auditors who may open commitments
 //	  vault: false                # keep sealed payloads for replay (needs recipients)
+//	  log:                        # a stable log identity across restarts (FORMAT.md section 11)
+//	    origin: example.com/gw1
+//	    key_file: state/log.key   # created at the first start (0600); keep it
+//	  witnesses:                  # C2SP witnesses that cosign the log checkpoints (need log)
+//	    - url: https://witness.example/
+//	      key: witness.example/w+1234abcd+B...   # its cosignature verifier key
+//	      name: w1                # optional: for status and logs
 type Audit struct {
-	Dir        string   `yaml:"dir" json:"dir"`
-	Durability string   `yaml:"durability" json:"durability,omitempty"`
-	Recipients []string `yaml:"recipients" json:"recipients,omitempty"`
-	Vault      bool     `yaml:"vault" json:"vault,omitempty"`
+	Dir        string    `yaml:"dir" json:"dir"`
+	Durability string    `yaml:"durability" json:"durability,omitempty"`
+	Recipients []string  `yaml:"recipients" json:"recipients,omitempty"`
+	Vault      bool      `yaml:"vault" json:"vault,omitempty"`
+	Log        *AuditLog `yaml:"log" json:"log,omitempty"`
+	Witnesses  []Witness `yaml:"witnesses" json:"witnesses,omitempty"`
+}
+
+// AuditLog is audit.log: the gateway's stable log identity.
+type AuditLog struct {
+	Origin  string `yaml:"origin" json:"origin"`
+	KeyFile string `yaml:"key_file" json:"key_file"`
+}
+
+// Witness is one of audit.witnesses.
+type Witness struct {
+	Name string `yaml:"name" json:"name,omitempty"`
+	URL  string `yaml:"url" json:"url"`
+	Key  string `yaml:"key" json:"key"`
 }
 
 // Validate checks the audit section.
@@ -221,6 +244,36 @@ func (a *Audit) Validate() error {
 	}
 	if a.Vault && len(a.Recipients) == 0 {
 		return valueAt("vault").errorf("audit.vault needs audit.recipients: the vault is encrypted to them")
+	}
+	if l := a.Log; l != nil {
+		if l.Origin == "" || strings.ContainsAny(l.Origin, " +\t\n") {
+			return valueAt("log", "origin").hintf("a stable name for this gateway's log, like example.com/gw1 (no spaces or '+')",
+				"audit.log.origin %q: want a non-empty name without spaces or '+'", l.Origin)
+		}
+		if l.KeyFile == "" {
+			return valueAt("log").hintf("a path outside audit.dir, e.g. state/log.key: the gateway creates the key there at its first start",
+				"audit.log.key_file is required: the log key must survive restarts")
+		}
+	}
+	seen := map[string]int{}
+	for i, w := range a.Witnesses {
+		if a.Log == nil {
+			return valueAt("witnesses").hintf("add audit.log with an origin and a key_file",
+				"audit.witnesses needs audit.log: a witness follows one log origin and key across restarts")
+		}
+		v, err := auditlog.NewCosignatureVerifier(w.Key)
+		if err != nil {
+			return valueAt("witnesses", i, "key").hintf("the witness's cosignature verifier key, as it publishes it (litewitness logs it at start: vkey=...)",
+				"audit.witnesses[%d].key: %v", i, err)
+		}
+		if u, err := url.Parse(w.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return valueAt("witnesses", i, "url").errorf("audit.witnesses[%d].url %q: want an http:// or https:// URL (the client posts to URL/add-checkpoint)", i, w.URL)
+		}
+		id := v.Name()
+		if j, ok := seen[id]; ok {
+			return valueAt("witnesses", i, "key").errorf("audit.witnesses[%d] has the key name of audit.witnesses[%d] (%s): each witness once", i, j, id)
+		}
+		seen[id] = i
 	}
 	return nil
 }

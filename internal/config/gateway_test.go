@@ -240,3 +240,35 @@ func TestCatalogDriftOnlyEntryIsFirstSeenBaseline(t *testing.T) {
 		})
 	}
 }
+
+// TestAuditWitnessesConfig: audit.log and audit.witnesses are checked when
+// the file is loaded, each mistake at its line: a witness without a log
+// identity, a note key (0x01) where a cosignature key (0x04) belongs, a
+// URL that is not http(s), the same witness twice, a log without key_file.
+func TestAuditWitnessesConfig(t *testing.T) {
+	const wkey = "w1.example/lw+dfb3ff4d+BNEu0LtVxWpuP4GlDHsZ9uu3jofTmCdUymWF+mUkWcRL"
+	const noteKey = "w1.example/lw+4c3cb4d2+AWH5u3HGeBXxEbw6tTQKbVpPbl8OdFGSjVNNb7VHV7qX"
+	okLog := "  log: {origin: example.com/gw1, key_file: state/log.key}\n"
+	for _, tc := range []struct{ name, audit, want string }{
+		{"no log", "  witnesses:\n    - {url: 'http://127.0.0.1:1', key: '" + wkey + "'}\n", "c.yaml:5:5: audit.witnesses needs audit.log"},
+		{"note key", okLog + "  witnesses:\n    - {url: 'http://127.0.0.1:1', key: '" + noteKey + "'}\n", "c.yaml:6:40: audit.witnesses[0].key: witness key \"w1.example/lw+4c3cb4d2+AWH5u3HGeBXxEbw6tTQKbVpPbl8OdFGSjVNNb7VHV7qX\" is not an Ed25519 cosignature key"},
+		{"url", okLog + "  witnesses:\n    - {url: 'ftp://x', key: '" + wkey + "'}\n", `c.yaml:6:13: audit.witnesses[0].url "ftp://x"`},
+		{"twice", okLog + "  witnesses:\n    - {url: 'http://a', key: '" + wkey + "'}\n    - {url: 'http://b', key: '" + wkey + "'}\n", "c.yaml:7:30: audit.witnesses[1] has the key name of audit.witnesses[0]"},
+		{"key file", "  log: {origin: example.com/gw1}\n", "c.yaml:4:8: audit.log.key_file is required"},
+		{"origin", "  log: {origin: 'a b', key_file: k}\n", `c.yaml:4:17: audit.log.origin "a b"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := LoadBytes("c.yaml", []byte("version: 1\naudit:\n  dir: a\n"+tc.audit))
+			if err == nil || !strings.Contains(err.Error(), tc.want) || ui.CodeOf(err) != ui.ExitConfig {
+				t.Fatalf("error (exit %d):\n  %v\nwant it to contain:\n  %s", ui.CodeOf(err), err, tc.want)
+			}
+		})
+	}
+	c, err := LoadBytes("c.yaml", []byte("version: 1\naudit:\n  dir: a\n"+okLog+"  witnesses:\n    - {url: 'http://127.0.0.1:1', key: '"+wkey+"', name: w1}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Audit.Log.Origin != "example.com/gw1" || len(c.Audit.Witnesses) != 1 || c.Audit.Witnesses[0].Name != "w1" {
+		t.Fatalf("loaded %+v", c.Audit)
+	}
+}
