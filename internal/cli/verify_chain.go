@@ -58,7 +58,7 @@ func (o *verifyChainOptions) AddFlags(fs *pflag.FlagSet) {
 func newVerifyChainCmd(e *env) *cobra.Command {
 	o := &verifyChainOptions{}
 	cmd := &cobra.Command{
-		Use:   "verify-chain DIR | --proof FILE --key KEY | --segment FILE --key KEY",
+		Use:   "verify-chain DIR... | --proof FILE --key KEY | --segment FILE --key KEY | --receipt FILE",
 		Short: "Verify an audit log offline: canonical records, hash links, Merkle tree, signed checkpoints",
 		Long: `verify-chain verifies every epoch and segment of an audit directory: the
 canonical form of every line, sequence numbers, hash links, the RFC 6962
@@ -72,6 +72,10 @@ and every later checkpoint in the file authenticates them. The result
 names the last record the file's last checkpoint signs; a file without a
 checkpoint of its own is NOT VERIFIED (exit 11), as the checkpoint it
 starts from signs none of its records.
+
+Several directories (one per gateway of a fleet, each with its own keys,
+evidence and log) are verified at once with the same --key, --witness and
+evidence flags: one verdict table, and the exit code of the first failure.
 
 With --witness (and --witness-quorum N), the newest checkpoint, as a log
 checkpoint of the gateway's stable log identity, must carry valid
@@ -110,7 +114,7 @@ the class of failure:
   cmcp verify-chain /var/lib/cmcp/audit --make-receipt 01JB7Q... > session.receipt
   cmcp verify-chain --receipt session.receipt --key gateway.vkey --witness w1.vkey
   cmcp verify-chain --segment /var/lib/cmcp/audit/epoch-000003/seg-000007.jsonl --key gateway.vkey`,
-		Args: usageArgs(cobra.MaximumNArgs(1)),
+		Args: usageArgs(cobra.ArbitraryArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Prove = -1
 			if o.prove != "" {
@@ -150,6 +154,12 @@ the class of failure:
 					return exitcode.Errorf(exitcode.ExitUsage, "--proof checks a proof on its own: give no DIR, --prove, --checkpoint or --save-checkpoint with it")
 				}
 				return runVerifyProof(p, o.Proof, keys)
+			}
+			if len(args) > 1 {
+				if o.Prove >= 0 || o.MakeReceipt != "" || len(o.Checkpoints) > 0 || o.SaveCheckpoint != "" {
+					return ui.Errorf(ui.ExitUsage, "several audit directories (a fleet) are verified together: give no --prove, --make-receipt, --checkpoint or --save-checkpoint with them")
+				}
+				return runVerifyFleet(p, args, o, keys)
 			}
 			if len(args) != 1 {
 				return exitcode.Errorf(exitcode.ExitUsage, "give the audit directory to verify (or --proof FILE)")
@@ -813,5 +823,122 @@ func runVerifyReceipt(p *ui.Printer, o *verifyChainOptions, keys []string) error
 		p.Printf("  %s %s\n", warn, w)
 	}
 	p.Printf("Result: %s: what the gateway recorded for session %s is in the log it signed\n", p.OK("VERIFIED"), res.Session)
+	return nil
+}
+
+// fleetRow is one gateway's verdict in a fleet verification.
+type fleetRow struct {
+	Dir       string                `json:"dir"`
+	Status    string                `json:"status"`
+	Origin    string                `json:"log_origin,omitempty"`
+	Epochs    int                   `json:"epochs"`
+	Records   int64                 `json:"records"`
+	Witnessed []string              `json:"witnessed_by"`
+	Sealed    bool                  `json:"sealed"`
+	Warnings  []string              `json:"warnings"`
+	Failure   *auditlog.VerifyError `json:"failure,omitempty"`
+	ExitCode  int                   `json:"exit_code"`
+}
+
+func runVerifyFleet(p *ui.Printer, dirs []string, o *verifyChainOptions, keys []string) error {
+	wits, err := o.loadWitnesses()
+	if err != nil {
+		return err
+	}
+	var rows []*fleetRow
+	var first *auditlog.VerifyError
+	code := ui.ExitOK
+	origins := map[string]string{}
+	for _, dir := range dirs {
+		ce, err := newChainEvidence(&o.Evidence)
+		if err != nil {
+			return err
+		}
+		opt := auditlog.VerifyOptions{Keys: keys, RequireSigned: o.RequireSigned || o.Evidence.RequireAttested, VerifyEvidence: ce.check,
+			Witnesses: wits, WitnessQuorum: o.WitnessQuorum, WitnessMaxAge: o.WitnessMaxAge}
+		rep, err := auditlog.Verify(dir, opt)
+		row := &fleetRow{Dir: dir, Status: "verified", Witnessed: []string{}, Warnings: []string{}}
+		var ve *auditlog.VerifyError
+		if err != nil && !errors.As(err, &ve) {
+			ve = &auditlog.VerifyError{Class: auditlog.ClassIO, Msg: err.Error()}
+		}
+		if ve == nil && rep.Newest == nil {
+			ve = &auditlog.VerifyError{Class: auditlog.ClassUnsigned, Msg: "no checkpoint in the log signs any of its records"}
+		}
+		if rep != nil {
+			row.Epochs, row.Records, row.Warnings = len(rep.Epochs), rep.Records, append(row.Warnings, rep.Warnings...)
+			if len(rep.Epochs) > 0 {
+				row.Sealed = rep.Epochs[len(rep.Epochs)-1].Sealed
+			}
+			if rep.Log != nil {
+				row.Origin = rep.Log.Origin
+				if rep.Log.Witnessed != nil {
+					row.Witnessed = rep.Log.Witnessed.Witnesses
+				}
+			}
+		}
+		if ve == nil && row.Origin != "" {
+			if other, ok := origins[row.Origin]; ok {
+				ve = &auditlog.VerifyError{Class: auditlog.ClassIntegrity, Msg: fmt.Sprintf("log origin %s is also the origin of %s: each gateway of a fleet keeps its own log identity", row.Origin, other)}
+			}
+			origins[row.Origin] = dir
+		}
+		if ve != nil {
+			row.Status, row.Failure, row.ExitCode = "failed", ve, failureCode(ve)
+			if first == nil {
+				first, code = ve, row.ExitCode
+			}
+		}
+		rows = append(rows, row)
+	}
+	if p.JSONOut {
+		status := "verified"
+		if first != nil {
+			status = "failed"
+		}
+		if err := p.JSON(struct {
+			SchemaVersion int         `json:"schema_version"`
+			Status        string      `json:"status"`
+			Gateways      []*fleetRow `json:"gateways"`
+			ExitCode      int         `json:"exit_code"`
+		}{ui.SchemaVersion, status, rows, code}); err != nil {
+			return ui.WithCode(ui.ExitIO, err)
+		}
+	} else {
+		p.Printf("Fleet of %s\n", plural(len(rows), "audit log"))
+		tr := make([][]string, 0, len(rows))
+		for _, r := range rows {
+			verdict := p.OK("VERIFIED")
+			if r.Failure != nil {
+				verdict = p.Bad("FAIL " + string(r.Failure.Class))
+			}
+			wit := "-"
+			if len(r.Witnessed) > 0 {
+				wit = strings.Join(r.Witnessed, ", ")
+			}
+			origin := r.Origin
+			if origin == "" {
+				origin = "-"
+			}
+			tr = append(tr, []string{r.Dir, origin, fmt.Sprint(r.Epochs), fmt.Sprint(r.Records), wit, verdict})
+		}
+		p.Table([]string{"gateway log", "log origin", "epochs", "records", "witnessed by", "verdict"}, tr)
+		for _, r := range rows {
+			if r.Failure != nil {
+				p.Printf("  %s %s: %s\n", p.Bad("✗"), r.Dir, r.Failure.Error())
+			}
+			for _, w := range r.Warnings {
+				p.Printf("  %s %s: %s\n", p.Warn("!"), r.Dir, w)
+			}
+		}
+		if first == nil {
+			p.Printf("Result: %s: all %s\n", p.OK("VERIFIED"), plural(len(rows), "audit log"))
+		} else {
+			p.Printf("Result: %s\n", p.Bad("NOT VERIFIED"))
+		}
+	}
+	if first != nil {
+		return ui.WithCode(code, first)
+	}
 	return nil
 }

@@ -26,9 +26,15 @@ import (
 func witnessedLog(t *testing.T) (string, *litewitness.Server) {
 	t.Helper()
 	lw := litewitness.Start(t, "w1.example/lw")
+	return witnessedLogAt(t, lw, "example.com/gw1"), lw
+}
+
+// witnessedLogAt writes a log of origin that lw witnesses.
+func witnessedLogAt(t *testing.T, lw *litewitness.Server, origin string) string {
+	t.Helper()
 	_, logKey, _ := ed25519.GenerateKey(rand.Reader)
-	_, vkey, _ := auditlog.NewNoteKeys("example.com/gw1", logKey)
-	lw.AddLog("example.com/gw1", vkey)
+	_, vkey, _ := auditlog.NewNoteKeys(origin, logKey)
+	lw.AddLog(origin, vkey)
 	dir := filepath.Join(t.TempDir(), "audit")
 	for range 2 {
 		c, err := witness.New(witness.Config{Witnesses: []witness.Witness{{URL: lw.URL, Key: lw.Vkey}}, LogKey: vkey, AuditDir: dir})
@@ -36,7 +42,7 @@ func witnessedLog(t *testing.T) (string, *litewitness.Server) {
 			t.Fatal(err)
 		}
 		_, k, _ := ed25519.GenerateKey(rand.Reader)
-		w, err := auditlog.Open(dir, auditlog.Options{Key: k, Name: "example.com/audit", Log: &auditlog.LogIdentity{Origin: "example.com/gw1", Key: logKey, OnCheckpoint: c.Submit}})
+		w, err := auditlog.Open(dir, auditlog.Options{Key: k, Name: "example.com/audit", Log: &auditlog.LogIdentity{Origin: origin, Key: logKey, OnCheckpoint: c.Submit}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -60,7 +66,7 @@ func witnessedLog(t *testing.T) (string, *litewitness.Server) {
 			t.Fatal(err)
 		}
 	}
-	return dir, lw
+	return dir
 }
 
 // TestVerifyChainWitnessed: verify-chain --witness verifies a log with no
@@ -149,5 +155,37 @@ func TestVerifyChainReceipt(t *testing.T) {
 	code, out, errOut = runCLI(t, "verify-chain", "--receipt", f, "--witness", lw.Vkey)
 	if code != ui.ExitLogInteg || !strings.Contains(out+errOut, "is not in the tree the checkpoint signs") {
 		t.Fatalf("exit %d\n%s%s", code, out, errOut)
+	}
+}
+
+// TestVerifyChainFleet: three gateways' logs, each with its own log
+// identity, verified at once against one witness: one table, all
+// VERIFIED; one of them cut in its tail fails alone, with exit 13, and the
+// others stay VERIFIED.
+func TestVerifyChainFleet(t *testing.T) {
+	lw := litewitness.Start(t, "w1.example/lw")
+	var dirs []string
+	for i := 1; i <= 3; i++ {
+		dirs = append(dirs, witnessedLogAt(t, lw, fmt.Sprintf("example.com/gw%d", i)))
+	}
+	args := append([]string{"verify-chain", "--witness", lw.Vkey}, dirs...)
+	code, out, errOut := runCLI(t, args...)
+	if code != 0 || strings.Count(out, "VERIFIED") != 4 || !strings.Contains(out, "example.com/gw3") || !strings.Contains(out, "Result: VERIFIED: all 3 audit logs") {
+		t.Fatalf("exit %d\n%s%s", code, out, errOut)
+	}
+	seg := filepath.Join(dirs[1], "epoch-000002", "seg-000001.jsonl")
+	b, _ := os.ReadFile(seg)
+	lines := strings.SplitAfter(string(b), "\n")
+	os.WriteFile(seg, []byte(strings.Join(lines[:len(lines)-4], "")), 0o600)
+	code, out, errOut = runCLI(t, append(args, "-o", "json")...)
+	var doc struct {
+		Status   string `json:"status"`
+		Gateways []struct {
+			Dir, Status, Origin string
+		} `json:"gateways"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil || code != ui.ExitLogTrunc || doc.Status != "failed" || len(doc.Gateways) != 3 ||
+		doc.Gateways[0].Status != "verified" || doc.Gateways[1].Status != "failed" || doc.Gateways[2].Status != "verified" {
+		t.Fatalf("exit %d: %v\n%s%s", code, err, out, errOut)
 	}
 }
