@@ -12,6 +12,8 @@
 #   - go-sdk's conformance everything-server, built from the module proxy
 #   - litewitness and witnessctl (filippo.io/torchwood), a real C2SP witness,
 #     built from the module proxy (v0.6.1: later versions need Go 1.27)
+#   - HAProxy from Debian's packages (apt-get, as root), the load balancer of
+#     the fleet test (docs/fleet.md)
 #
 # Everything lands in $CMCP_PEERS_DIR (default: $HOME/.cache/cmcp-peers), so a
 # second run only checks versions and returns in well under a second. Runs that
@@ -109,6 +111,26 @@ if [ ! -x "$litewitness" ] || [ ! -x "$witnessctl" ] || [ "$(cat "$litewitness.v
   echo "$TORCHWOOD_VERSION" >"$litewitness.version"
 fi
 
+# HAProxy, from Debian (bookworm: 2.6).
+haproxy="$(command -v haproxy || true)"
+if [ -z "$haproxy" ] && [ -x /usr/sbin/haproxy ]; then
+  haproxy=/usr/sbin/haproxy
+fi
+if [ -z "$haproxy" ]; then
+  if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
+    echo "peers: haproxy is not installed and this is not a root Debian machine: apt-get install haproxy" >&2
+    exit 1
+  fi
+  log "apt-get install haproxy"
+  apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy >&2
+  haproxy=/usr/sbin/haproxy
+fi
+case "$("$haproxy" -v 2>/dev/null | head -n1)" in
+  "HAProxy version 2."*) ;;
+  *) echo "peers: $haproxy does not run as HAProxy 2.x" >&2; exit 1 ;;
+esac
+
 cat <<EOF
 export CMCP_PEERS_DIR='$dir'
 export CMCP_NODE22='$node22'
@@ -119,4 +141,5 @@ export CMCP_INSPECTOR_CLI_DIR='$mcp/inspector-cli/build'
 export CMCP_EVERYTHING_SERVER='$everything'
 export CMCP_LITEWITNESS='$litewitness'
 export CMCP_WITNESSCTL='$witnessctl'
+export CMCP_HAPROXY='$haproxy'
 EOF
