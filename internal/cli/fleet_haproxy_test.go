@@ -4,6 +4,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -57,7 +58,8 @@ func freeAddr(t *testing.T) string {
 // docs/fleet.md configures it). Sessions are driven through it; one gateway
 // is killed: only its sessions end (their next call fails), every call of
 // the other sessions is answered, and new sessions start on the others.
-// Then the three logs verify at once (the killed one unsealed).
+// Then the three logs verify at once (the killed one unsealed) and replay
+// as one timeline.
 func TestFleetBehindHAProxy(t *testing.T) {
 	haproxy := os.Getenv("CMCP_HAPROXY")
 	if haproxy == "" {
@@ -278,5 +280,34 @@ backend gw
 	code, out, errOut := runCLI(t, "verify-chain", filepath.Join(gws[0].dir, "audit"), filepath.Join(gws[1].dir, "audit"), filepath.Join(gws[2].dir, "audit"))
 	if code != 0 || !strings.Contains(out, "Result: VERIFIED: all 3 audit logs") || !strings.Contains(out, "is not sealed") {
 		t.Fatalf("verify the fleet: exit %d\n%s%s", code, out, errOut)
+	}
+	// And replayed at once: one timeline, every session and call naming
+	// its gateway's log, the calls in time order.
+	dirs := []string{filepath.Join(gws[0].dir, "audit"), filepath.Join(gws[1].dir, "audit"), filepath.Join(gws[2].dir, "audit")}
+	code, out, errOut = runCLI(t, append([]string{"replay", "-o", "json"}, dirs...)...)
+	var doc struct {
+		Sessions []struct{ Gateway, ID string } `json:"sessions"`
+		Calls    []struct {
+			Gateway string    `json:"gateway"`
+			Time    time.Time `json:"time"`
+			Tool    string    `json:"tool"`
+		} `json:"calls"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil || code != 0 {
+		t.Fatalf("replay the fleet: exit %d: %v\n%s", code, err, errOut)
+	}
+	per := map[string]int{}
+	for i, c := range doc.Calls {
+		per[c.Gateway]++
+		if i > 0 && c.Time.Before(doc.Calls[i-1].Time) {
+			t.Fatalf("replay's fleet timeline is not in time order at call %d", i)
+		}
+	}
+	// 6 sessions x 3 calls before the kill, 4 x 5 after on gw1 and gw3, 4 new.
+	if len(per) != 3 || len(doc.Calls) != 18+20+4 || per[dirs[1]] != 6 {
+		t.Fatalf("replay's fleet timeline: %d calls, per gateway %v", len(doc.Calls), per)
+	}
+	if _, out, _ := runCLI(t, append([]string{"replay"}, dirs...)...); !strings.Contains(out, "GATEWAY") {
+		t.Fatalf("replay's fleet session table has no GATEWAY column:\n%s", out)
 	}
 }

@@ -113,7 +113,7 @@ type replayDoc struct {
 func newReplayCmd(e *env) *cobra.Command {
 	o := &replayOptions{}
 	cmd := &cobra.Command{
-		Use:   "replay LOGDIR",
+		Use:   "replay LOGDIR...",
 		Short: "Rebuild sessions and calls from an audit log and re-check every policy decision",
 		Long: `replay verifies an audit log (as verify-chain does), then prints its
 timeline: sessions, agents, calls, upstreams and their evidence classes,
@@ -152,13 +152,17 @@ enforcing mode, a mode or bundle that no genesis or policy record of its
 epoch put in force, a call forwarded without a policy decision in an epoch
 that runs a policy.
 
+Several LOGDIRs (the gateways of a fleet, each with its own log) are
+verified and replayed each, then shown as one timeline: every session and
+call names its gateway's log, calls in time order.
+
 Exit status 30 when a decision differs, a payload was tampered with, a
 record names a bundle without the decision's input, or a call record is
 inconsistent.`,
 		Example: `  cmcp replay /var/lib/cmcp/audit
   cmcp replay /var/lib/cmcp/audit --policy policy/ --identity auditor.key
   cmcp replay /var/lib/cmcp/audit --what-if policy-next/ --agent alice`,
-		Args: usageArgs(cobra.ExactArgs(1)),
+		Args: usageArgs(cobra.MinimumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts, err := o.options()
 			if err != nil {
@@ -170,10 +174,20 @@ inconsistent.`,
 			p := e.printer()
 			prog := p.Progress("reading records", 0)
 			opts.Progress = func(n int64) { prog.Add(4096) }
-			rep, err := replay.Run(cmd.Context(), args[0], opts)
+			var reps []*replay.Report
+			for _, dir := range args {
+				r, err := replay.Run(cmd.Context(), dir, opts)
+				if err != nil {
+					prog.Done()
+					return err
+				}
+				reps = append(reps, r)
+			}
 			prog.Done()
-			if err != nil {
-				return err
+			rep := reps[0]
+			if len(reps) > 1 {
+				// A fleet: one timeline of every gateway's log.
+				rep = replay.Merge(reps)
 			}
 			if rep.Unverified != "" {
 				p.Warnf("UNVERIFIED: the log does not verify (%s); every line below is marked", rep.Unverified)
@@ -230,9 +244,18 @@ func printReplay(p *ui.Printer, rep *replay.Report, o *replayOptions) {
 	checking := len(o.policies) > 0 || o.whatIf != ""
 	// The tables are streamed (TableRows): a log may hold millions of calls.
 	if !checking && len(rep.Sessions) > 0 {
-		p.TableRows(head("SESSION", "AGENT", "FRONT", "CLIENT", "START", "END", "CALLS"), len(rep.Sessions), func(i int) []string {
+		fleet := rep.Sessions[0].Gateway != ""
+		h := []string{"SESSION", "AGENT", "FRONT", "CLIENT", "START", "END", "CALLS"}
+		if fleet {
+			h = append([]string{"GATEWAY"}, h...)
+		}
+		p.TableRows(head(h...), len(rep.Sessions), func(i int) []string {
 			s := rep.Sessions[i]
-			return mark([]string{ui.Clean(s.ID), ui.Clean(s.Agent), ui.Clean(s.Front), ui.Clean(s.Client), stamp(s.Start), stamp(s.End), fmt.Sprint(s.Calls)}, s.Unsigned)
+			row := []string{ui.Clean(s.ID), ui.Clean(s.Agent), ui.Clean(s.Front), ui.Clean(s.Client), stamp(s.Start), stamp(s.End), fmt.Sprint(s.Calls)}
+			if fleet {
+				row = append([]string{ui.Clean(s.Gateway)}, row...)
+			}
+			return mark(row, s.Unsigned)
 		})
 	}
 	// With --policy the REPLAY column says inconsistent; without it a
@@ -265,7 +288,11 @@ func printReplay(p *ui.Printer, rep *replay.Report, o *replayOptions) {
 		}
 		// Every text from the log goes through ui.Clean, before it is
 		// styled: an agent or a forged record chooses it.
-		row := []string{fmt.Sprintf("%d:%d", c.Epoch, c.Index), stamp(c.Time), ui.Clean(c.Session), ui.Clean(c.Agent), ui.Clean(tool), ui.Clean(c.EvidenceClass),
+		at := fmt.Sprintf("%d:%d", c.Epoch, c.Index)
+		if c.Gateway != "" {
+			at = ui.Clean(c.Gateway) + " " + at // a fleet: the gateway's log
+		}
+		row := []string{at, stamp(c.Time), ui.Clean(c.Session), ui.Clean(c.Agent), ui.Clean(tool), ui.Clean(c.EvidenceClass),
 			decisionWord(p, c.Decision), ui.Clean(strings.Join(c.PolicyIDs, ",")), ui.Clean(c.Mode), ui.Clean(outcome), latency}
 		if len(o.policies) > 0 {
 			row = append(row, checkWord(p, c.Replay))

@@ -109,6 +109,7 @@ const (
 // access record and decided as action read_resource or get_prompt. An
 // access has Action and Method set, no Tool and never a result record.
 type Call struct {
+	Gateway string    `json:"gateway,omitempty"` // the audit directory, in a fleet (Merge)
 	Epoch   int       `json:"epoch"`
 	Index   int64     `json:"index"`
 	Time    time.Time `json:"time"`
@@ -158,6 +159,7 @@ const ResultNone = "none"
 
 // Session is one agent session of the timeline.
 type Session struct {
+	Gateway    string    `json:"gateway,omitempty"` // the audit directory, in a fleet (Merge)
 	Epoch      int       `json:"epoch"`
 	ID         string    `json:"id"`
 	Agent      string    `json:"agent"`
