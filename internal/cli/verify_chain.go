@@ -854,7 +854,7 @@ func runVerifyFleet(p *ui.Printer, dirs []string, o *verifyChainOptions, keys []
 		if err != nil {
 			return err
 		}
-		opt := auditlog.VerifyOptions{Keys: keys, RequireSigned: o.RequireSigned || o.Evidence.RequireAttested, VerifyEvidence: ce.check,
+		opt := auditlog.VerifyOptions{Keys: keys, RequireSigned: o.RequireSigned || o.Evidence.RequireAttested, Strict: o.Strict, VerifyEvidence: ce.check,
 			Witnesses: wits, WitnessQuorum: o.WitnessQuorum, WitnessMaxAge: o.WitnessMaxAge}
 		rep, err := auditlog.Verify(dir, opt)
 		row := &fleetRow{Dir: dir, Status: "verified", Witnessed: []string{}, Warnings: []string{}}
