@@ -145,7 +145,7 @@ the class of failure:
 			}
 			if o.Receipt != "" {
 				if len(args) > 0 || o.Proof != "" || o.Prove >= 0 || len(o.Checkpoints) > 0 || o.SaveCheckpoint != "" || o.MakeReceipt != "" {
-					return ui.Errorf(ui.ExitUsage, "--receipt checks a receipt on its own: give no DIR, --proof, --prove, --make-receipt, --checkpoint or --save-checkpoint with it")
+					return exitcode.Errorf(exitcode.ExitUsage, "--receipt checks a receipt on its own: give no DIR, --proof, --prove, --make-receipt, --checkpoint or --save-checkpoint with it")
 				}
 				return runVerifyReceipt(p, o, keys)
 			}
@@ -157,7 +157,7 @@ the class of failure:
 			}
 			if len(args) > 1 {
 				if o.Prove >= 0 || o.MakeReceipt != "" || len(o.Checkpoints) > 0 || o.SaveCheckpoint != "" {
-					return ui.Errorf(ui.ExitUsage, "several audit directories (a fleet) are verified together: give no --prove, --make-receipt, --checkpoint or --save-checkpoint with them")
+					return exitcode.Errorf(exitcode.ExitUsage, "several audit directories (a fleet) are verified together: give no --prove, --make-receipt, --checkpoint or --save-checkpoint with them")
 				}
 				return runVerifyFleet(p, args, o, keys)
 			}
@@ -294,7 +294,7 @@ func (o *verifyChainOptions) loadWitnesses() ([]string, error) {
 		if fi, err := os.Stat(k); err == nil && fi.Mode().IsRegular() {
 			b, err := os.ReadFile(k)
 			if err != nil {
-				return nil, ui.Errorf(ui.ExitIO, "--witness %s: %w", k, err)
+				return nil, exitcode.Errorf(exitcode.ExitIO, "--witness %s: %w", k, err)
 			}
 			n := 0
 			for _, l := range strings.Split(string(b), "\n") {
@@ -304,7 +304,7 @@ func (o *verifyChainOptions) loadWitnesses() ([]string, error) {
 				}
 			}
 			if n == 0 {
-				return nil, ui.Errorf(ui.ExitUsage, "--witness %s: the file holds no key", k)
+				return nil, exitcode.Errorf(exitcode.ExitUsage, "--witness %s: the file holds no key", k)
 			}
 			continue
 		}
@@ -312,17 +312,17 @@ func (o *verifyChainOptions) loadWitnesses() ([]string, error) {
 	}
 	for _, k := range out {
 		if _, err := auditlog.NewCosignatureVerifier(k); err != nil {
-			return nil, ui.Errorf(ui.ExitUsage, "--witness: %v", err).Hint("give the witness's cosignature verifier key, as it publishes it (litewitness logs it at start: vkey=...)")
+			return nil, exitcode.Errorf(exitcode.ExitUsage, "--witness: %v", err).Hint("give the witness's cosignature verifier key, as it publishes it (litewitness logs it at start: vkey=...)")
 		}
 	}
 	if o.WitnessQuorum < 0 || o.WitnessQuorum > len(out) {
-		return nil, ui.Errorf(ui.ExitUsage, "--witness-quorum %d: want 1 to the number of --witness keys (%d)", o.WitnessQuorum, len(out))
+		return nil, exitcode.Errorf(exitcode.ExitUsage, "--witness-quorum %d: want 1 to the number of --witness keys (%d)", o.WitnessQuorum, len(out))
 	}
 	if len(out) == 0 && o.WitnessMaxAge != 0 {
-		return nil, ui.Errorf(ui.ExitUsage, "--witness-max-age needs --witness")
+		return nil, exitcode.Errorf(exitcode.ExitUsage, "--witness-max-age needs --witness")
 	}
 	if o.WitnessMaxAge < 0 {
-		return nil, ui.Errorf(ui.ExitUsage, "--witness-max-age %s: want a positive duration", o.WitnessMaxAge)
+		return nil, exitcode.Errorf(exitcode.ExitUsage, "--witness-max-age %s: want a positive duration", o.WitnessMaxAge)
 	}
 	return out, nil
 }
@@ -742,7 +742,7 @@ func tailProtection(rep *auditlog.Report) string {
 
 func runMakeReceipt(p *ui.Printer, dir string, o *verifyChainOptions, keys []string) error {
 	if len(o.Checkpoints) > 0 || o.SaveCheckpoint != "" {
-		return ui.Errorf(ui.ExitUsage, "--make-receipt writes a receipt; run --checkpoint and --save-checkpoint separately")
+		return exitcode.Errorf(exitcode.ExitUsage, "--make-receipt writes a receipt; run --checkpoint and --save-checkpoint separately")
 	}
 	ce, err := newChainEvidence(&o.Evidence)
 	if err != nil {
@@ -754,7 +754,7 @@ func runMakeReceipt(p *ui.Printer, dir string, o *verifyChainOptions, keys []str
 	}
 	b, err := r.Encode()
 	if err != nil {
-		return ui.WithCode(ui.ExitIO, err)
+		return exitcode.WithCode(exitcode.ExitIO, err)
 	}
 	_, err = p.Out.Write(b)
 	return err
@@ -763,7 +763,7 @@ func runMakeReceipt(p *ui.Printer, dir string, o *verifyChainOptions, keys []str
 func runVerifyReceipt(p *ui.Printer, o *verifyChainOptions, keys []string) error {
 	b, err := readInput(o.Receipt)
 	if err != nil {
-		return ui.Errorf(ui.ExitIO, "--receipt: %w", err)
+		return exitcode.Errorf(exitcode.ExitIO, "--receipt: %w", err)
 	}
 	wits, err := o.loadWitnesses()
 	if err != nil {
@@ -778,7 +778,7 @@ func runVerifyReceipt(p *ui.Printer, o *verifyChainOptions, keys []string) error
 	if err != nil {
 		var ve *auditlog.VerifyError
 		if errors.As(err, &ve) && ve.Class == auditlog.ClassUsage {
-			return ui.WithCode(ui.ExitUsage, err)
+			return exitcode.WithCode(exitcode.ExitUsage, err)
 		}
 		if p.JSONOut {
 			p.JSON(struct {
@@ -847,7 +847,7 @@ func runVerifyFleet(p *ui.Printer, dirs []string, o *verifyChainOptions, keys []
 	}
 	var rows []*fleetRow
 	var first *auditlog.VerifyError
-	code := ui.ExitOK
+	code := exitcode.ExitOK
 	origins := map[string]string{}
 	for _, dir := range dirs {
 		ce, err := newChainEvidence(&o.Evidence)
@@ -902,7 +902,7 @@ func runVerifyFleet(p *ui.Printer, dirs []string, o *verifyChainOptions, keys []
 			Gateways      []*fleetRow `json:"gateways"`
 			ExitCode      int         `json:"exit_code"`
 		}{ui.SchemaVersion, status, rows, code}); err != nil {
-			return ui.WithCode(ui.ExitIO, err)
+			return exitcode.WithCode(exitcode.ExitIO, err)
 		}
 	} else {
 		p.Printf("Fleet of %s\n", plural(len(rows), "audit log"))
@@ -938,7 +938,7 @@ func runVerifyFleet(p *ui.Printer, dirs []string, o *verifyChainOptions, keys []
 		}
 	}
 	if first != nil {
-		return ui.WithCode(code, first)
+		return exitcode.WithCode(code, first)
 	}
 	return nil
 }

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/confidential-mcp/cmcp/internal/ui"
+	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/internal/witness"
 	"github.com/confidential-mcp/cmcp/internal/witness/litewitness"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
@@ -110,12 +110,12 @@ func TestVerifyChainWitnessed(t *testing.T) {
 	// A second witness that never saw the log: quorum 2 fails, exit 13.
 	other := litewitness.Start(t, "w2.example/lw")
 	code, out, errOut = runCLI(t, "verify-chain", dir, "--witness", lw.Vkey, "--witness", other.Vkey, "--witness-quorum", "2")
-	if code != ui.ExitLogTrunc || !strings.Contains(out+errOut, "carries 1 of the 2 cosignatures") {
+	if code != exitcode.ExitLogTrunc || !strings.Contains(out+errOut, "carries 1 of the 2 cosignatures") {
 		t.Fatalf("exit %d\n%s%s", code, out, errOut)
 	}
 	// A note key where a cosignature key belongs.
 	code, out, errOut = runCLI(t, "verify-chain", dir, "--witness", "example.com/gw1+01234567+AQAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA")
-	if code != ui.ExitUsage || !strings.Contains(errOut, "not an Ed25519 cosignature key") {
+	if code != exitcode.ExitUsage || !strings.Contains(errOut, "not an Ed25519 cosignature key") {
 		t.Fatalf("exit %d\n%s%s", code, out, errOut)
 	}
 	// Without --witness the same log still warns (the witnesses are the
@@ -153,7 +153,7 @@ func TestVerifyChainReceipt(t *testing.T) {
 	}
 	os.WriteFile(f, []byte(bad), 0o600)
 	code, out, errOut = runCLI(t, "verify-chain", "--receipt", f, "--witness", lw.Vkey)
-	if code != ui.ExitLogInteg || !strings.Contains(out+errOut, "is not in the tree the checkpoint signs") {
+	if code != exitcode.ExitLogInteg || !strings.Contains(out+errOut, "is not in the tree the checkpoint signs") {
 		t.Fatalf("exit %d\n%s%s", code, out, errOut)
 	}
 }
@@ -184,7 +184,7 @@ func TestVerifyChainFleet(t *testing.T) {
 			Dir, Status, Origin string
 		} `json:"gateways"`
 	}
-	if err := json.Unmarshal([]byte(out), &doc); err != nil || code != ui.ExitLogTrunc || doc.Status != "failed" || len(doc.Gateways) != 3 ||
+	if err := json.Unmarshal([]byte(out), &doc); err != nil || code != exitcode.ExitLogTrunc || doc.Status != "failed" || len(doc.Gateways) != 3 ||
 		doc.Gateways[0].Status != "verified" || doc.Gateways[1].Status != "failed" || doc.Gateways[2].Status != "verified" {
 		t.Fatalf("exit %d: %v\n%s%s", code, err, out, errOut)
 	}

@@ -259,8 +259,8 @@ func TestAuditWitnessesConfig(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := LoadBytes("c.yaml", []byte("version: 1\naudit:\n  dir: a\n"+tc.audit))
-			if err == nil || !strings.Contains(err.Error(), tc.want) || ui.CodeOf(err) != ui.ExitConfig {
-				t.Fatalf("error (exit %d):\n  %v\nwant it to contain:\n  %s", ui.CodeOf(err), err, tc.want)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || exitcode.CodeOf(err) != exitcode.ExitConfig {
+				t.Fatalf("error (exit %d):\n  %v\nwant it to contain:\n  %s", exitcode.CodeOf(err), err, tc.want)
 			}
 		})
 	}
