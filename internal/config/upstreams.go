@@ -36,6 +36,7 @@ import (
 //	      target: ./server              # optional: a script or package directory
 //	      target_digest: sha256:...     # its file or tree digest
 //	    lifecycle: per-session          # per-session (default) or shared
+//	    warm_spares: 0                  # per-session children/sessions kept ready (0-16)
 //	    namespace: true                 # expose tools as files__<tool> (default)
 //	  - name: remote
 //	    http:
@@ -59,7 +60,15 @@ type Upstream struct {
 	Lifecycle string `yaml:"lifecycle" json:"lifecycle,omitempty"`
 	// Namespace exposes tools as "<name>__<tool>"; default true.
 	Namespace *bool `yaml:"namespace" json:"namespace,omitempty"`
+	// WarmSpares is how many connections of a per-session upstream (stdio
+	// children, HTTP sessions) the gateway keeps started, measured and
+	// initialised ahead of demand, each handed to one agent session and
+	// never reused; 0 (the default) keeps none.
+	WarmSpares int `yaml:"warm_spares" json:"warm_spares,omitempty"`
 }
+
+// MaxWarmSpares bounds an upstream's warm_spares.
+const MaxWarmSpares = 16
 
 // Stdio describes how to spawn a stdio upstream.
 type Stdio struct {
@@ -230,6 +239,16 @@ func (l *loader) validateUpstreams(c *Config, seq *yaml.Node, dir string) {
 		case "", LifecyclePerSession, LifecycleShared:
 		default:
 			l.errorf(at("lifecycle"), f+".lifecycle", "", "%q: want per-session or shared", u.Lifecycle)
+		}
+		switch {
+		case u.WarmSpares < 0 || u.WarmSpares > MaxWarmSpares:
+			l.errorf(at("warm_spares"), f+".warm_spares", "", "%d: want 0 (none) to %d", u.WarmSpares, MaxWarmSpares)
+		case u.WarmSpares > 0 && u.Shared():
+			l.errorf(at("warm_spares"), f+".warm_spares", "remove warm_spares, or use lifecycle: per-session",
+				"a shared upstream has one connection for every session: warm spares are for per-session upstreams")
+		case u.WarmSpares > 0 && u.HTTP != nil && u.HTTP.Credential != nil && u.HTTP.Credential.PerIdentity():
+			l.errorf(at("warm_spares"), f+".warm_spares", "remove warm_spares",
+				"credentials of source %s are minted for the identity of each session, which a connection made before any session cannot carry", u.HTTP.Credential.Source)
 		}
 		switch {
 		case u.Stdio == nil && u.HTTP == nil:

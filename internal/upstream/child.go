@@ -193,6 +193,7 @@ func (s *Stdio) Connect(ctx context.Context, client *mcp.Client, opts ConnectOpt
 	ref := fmt.Sprintf("pid %d", child.pid)
 	conn := NewConn(cs, child.class, ref, child.Stop, child.Fault)
 	conn.raw = t.conn.rawCall
+	conn.assign, conn.changed = child.assign, child.changed
 	return conn, nil
 }
 
@@ -226,7 +227,11 @@ var (
 type Child struct {
 	path    string
 	name    string
-	session string
+	session atomic.Pointer[string] // the agent session it serves (Assign)
+	// keys are the stats of the files measured to run it (the command, a
+	// script's interpreter) before they were measured: changed says so
+	// once one differs at its path.
+	keys map[string]fileKey
 	class   string
 	cmd     *exec.Cmd
 	pid     int
@@ -305,6 +310,12 @@ func Spawn(ctx context.Context, spec StdioSpec, environ []string, hooks Hooks, s
 		return refuse(err.Error(), "check the upstream's command in the configuration", err)
 	}
 	ev.Path = path
+	// What the file at path is before it is measured: a child made ahead
+	// of demand is not handed out once it changed (Conn.Changed).
+	keys := map[string]fileKey{}
+	if k, err := statKey(path); err == nil {
+		keys[path] = k
+	}
 	var f *os.File
 	var d digest.Digest
 	var before stamp
@@ -408,6 +419,9 @@ func Spawn(ctx context.Context, spec StdioSpec, environ []string, hooks Hooks, s
 		ev.Reason = fmt.Sprintf("%s is a #! script whose interpreter cannot be measured (%v)", path, ierr)
 	case in != nil:
 		ev.Interpreter, ev.InterpreterDig, ev.InterpreterPin = in.script.Resolved, in.d, spec.InterpreterPin
+		if k, _, err := fdKey(in.f); err == nil {
+			keys[in.script.Resolved] = k
+		}
 		switch {
 		case !spec.InterpreterPin.IsZero():
 			if !in.d.Equal(spec.InterpreterPin) {
@@ -524,8 +538,9 @@ func Spawn(ctx context.Context, spec StdioSpec, environ []string, hooks Hooks, s
 	if grace <= 0 {
 		grace = 5 * time.Second
 	}
-	c := &Child{path: path, session: ev.Session, name: spec.Name, class: ev.Class, cmd: cmd, pid: cmd.Process.Pid, grace: grace, hooks: hooks, cgroup: cg,
+	c := &Child{path: path, keys: keys, name: spec.Name, class: ev.Class, cmd: cmd, pid: cmd.Process.Pid, grace: grace, hooks: hooks, cgroup: cg,
 		stdin: stdin, stdout: stdout, wsem: make(chan struct{}, 1), stopping: make(chan struct{}), wtimeout: writeTimeout, done: make(chan struct{}), reported: make(chan struct{}), stderrDone: make(chan struct{})}
+	c.session.Store(&ev.Session)
 	ev.PID = c.pid // a refusal from here on is of a child that ran
 	go c.pumpStderr(stderr, spec)
 	if hooks.Stderr != nil {
@@ -626,6 +641,20 @@ var testHookBeforeExec func(path string)
 // testHookAfterSpawn, if set, runs in Connect once the child started and
 // before the MCP handshake.
 var testHookAfterSpawn func(c *Child)
+
+// assign names the agent session the child serves (a warm spare's).
+func (c *Child) assign(session string) { c.session.Store(&session) }
+
+// changed says which measured file differs at its path from what it was
+// before it was measured, or is "".
+func (c *Child) changed() string {
+	for _, p := range slices.Sorted(maps.Keys(c.keys)) {
+		if k, err := statKey(p); err != nil || k != c.keys[p] {
+			return fmt.Sprintf("%s changed on disk after the child was measured and started", p)
+		}
+	}
+	return ""
+}
 
 // PID is the child's process id (and process group id).
 func (c *Child) PID() int { return c.pid }
@@ -922,7 +951,7 @@ func (c *Child) reportStderr() {
 		case <-t.C:
 			if n := c.stderrBytes.Load(); n != last {
 				last = n
-				c.hooks.Stderr(ExitEvent{Path: c.path, Class: c.class, Session: c.session, Upstream: c.name, PID: c.pid, ExitCode: -1,
+				c.hooks.Stderr(ExitEvent{Path: c.path, Class: c.class, Session: *c.session.Load(), Upstream: c.name, PID: c.pid, ExitCode: -1,
 					StderrBytes: n, StderrLines: c.stderrLines.Load(), Dropped: c.dropped.Load()})
 			}
 		}
@@ -930,7 +959,7 @@ func (c *Child) reportStderr() {
 }
 
 func (c *Child) reportExit() {
-	ev := ExitEvent{Path: c.path, Class: c.class, Session: c.session, Upstream: c.name, PID: c.pid, ExitCode: -1, StderrBytes: c.stderrBytes.Load(), StderrLines: c.stderrLines.Load(), Dropped: c.dropped.Load()}
+	ev := ExitEvent{Path: c.path, Class: c.class, Session: *c.session.Load(), Upstream: c.name, PID: c.pid, ExitCode: -1, StderrBytes: c.stderrBytes.Load(), StderrLines: c.stderrLines.Load(), Dropped: c.dropped.Load()}
 	if ps := c.cmd.ProcessState; ps != nil {
 		ev.ExitCode = ps.ExitCode()
 		if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {

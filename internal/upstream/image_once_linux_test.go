@@ -197,3 +197,40 @@ func TestSealedSpawnMeasuresARecentlyChangedFileAgain(t *testing.T) {
 		t.Fatalf("%d measurements of a file changed within the margin, want 2", got)
 	}
 }
+
+// TestChildSaysWhenItsFileChangedAndWhoItServes: a child made ahead of
+// demand (a warm spare) reports the file it was measured from as changed
+// once the file at its path is replaced, and, once assigned to a session,
+// names that session in its exit record.
+func TestChildSaysWhenItsFileChangedAndWhoItServes(t *testing.T) {
+	for _, sealed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("sealed=%v", sealed), func(t *testing.T) {
+			p, pin := writeScript(t, "#!/bin/sh\nread x\n")
+			exits := make(chan ExitEvent, 1)
+			c, err := Spawn(context.Background(), StdioSpec{Name: "s", Command: p, Pin: pin, InterpreterPin: shPin(t), Sealed: sealed, StopGrace: time.Second},
+				os.Environ(), Hooks{Exit: func(ev ExitEvent) { exits <- ev }}, "per-session")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Stop()
+			if why := c.changed(); why != "" {
+				t.Fatalf("unchanged file reported changed: %s", why)
+			}
+			repl := p + ".new"
+			if err := os.WriteFile(repl, []byte("#!/bin/sh\nread x\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(repl, p); err != nil {
+				t.Fatal(err)
+			}
+			if why := c.changed(); !strings.Contains(why, p+" changed on disk") {
+				t.Fatalf("replaced file: changed() = %q", why)
+			}
+			c.assign("sess-42")
+			c.Stop()
+			if ev := waitExit(t, exits); ev.Session != "sess-42" {
+				t.Fatalf("exit event names session %q, want sess-42", ev.Session)
+			}
+		})
+	}
+}

@@ -60,6 +60,8 @@ type Conn struct {
 	fault     func() error
 	raw       func(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error)
 	machine   func(ctx context.Context, id string) (*Conn, error)
+	assign    func(session string)
+	changed   func() string
 }
 
 // OnMachine returns the connection to machine id of the same tunnel
@@ -71,6 +73,26 @@ func (c *Conn) OnMachine(ctx context.Context, id string) (*Conn, error) {
 		return nil, errors.New("not a tunnel upstream: it has no machines")
 	}
 	return c.machine(ctx, id)
+}
+
+// Assign names the agent session a connection made before any session (a
+// warm spare) now serves: a child's exit and stderr records then name it.
+func (c *Conn) Assign(session string) {
+	if c.assign != nil {
+		c.assign(session)
+	}
+}
+
+// Changed says why the code this connection runs no longer matches what is
+// on disk at its paths (for a child: its command file, or a "#!" script's
+// interpreter, was changed, replaced or removed since it was measured), or
+// is "". A connection made ahead of demand is not handed out then: a new
+// one measures the files again, and a pin refuses them.
+func (c *Conn) Changed() string {
+	if c.changed == nil {
+		return ""
+	}
+	return c.changed()
 }
 
 // NewConn is for Upstream implementations: it wraps a session, its evidence
