@@ -138,6 +138,8 @@ func (g *Gateway) HTTPHandler(o HTTPOptions) http.Handler {
 		stall = g.opts.CallTimeout
 	}
 	maxSessions, maxPerAgent := sessionbounds.Resolve(o.MaxSessions, o.MaxSessionsPerAgent)
+	g.spareBound.Store(int64(maxSessions)) // warm spares count in it (spares.go)
+	g.fillSpares()
 	// Unset, the bound per agent is the bound in all when that is below
 	// the default (sessionbounds.Resolve): then raising
 	// server.max_sessions raises it. At or above the default it is the

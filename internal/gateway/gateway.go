@@ -23,6 +23,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/catalog"
 	"github.com/confidential-mcp/cmcp/internal/credential"
 	"github.com/confidential-mcp/cmcp/internal/policy"
+	"github.com/confidential-mcp/cmcp/internal/spares"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
@@ -62,6 +63,10 @@ type UpstreamOptions struct {
 	// Credentials, for an HTTP upstream with a credential source, is the
 	// broker that mints its credentials (also set in its HTTPOptions).
 	Credentials *credential.Broker
+	// WarmSpares is how many connections of a per-session upstream are
+	// kept made ahead of demand, each handed to one session (spares.go);
+	// 0: none.
+	WarmSpares int
 }
 
 // Options configures a Gateway.
@@ -140,6 +145,11 @@ type Gateway struct {
 	probeCtx  context.Context
 	probeStop context.CancelFunc
 	probes    counter
+
+	// spareCount is the warm spares of every upstream made, being made or
+	// ready; spareBound the HTTP front's session bound they count in (0:
+	// none). See spares.go.
+	spareCount, spareBound atomic.Int64
 }
 
 // upState is the gateway's view of one upstream.
@@ -159,6 +169,8 @@ type upState struct {
 
 	sf     singleflight.Group
 	shared *live // the shared connection, when Shared
+	// spares are the warm spares of a per-session upstream (nil: none).
+	spares *spares.Pool[*live]
 }
 
 // New builds a gateway. It does not connect to any upstream: Start does.
@@ -241,6 +253,7 @@ func (g *Gateway) Start(ctx context.Context) error {
 		}
 	}
 	g.rebuildCatalog()
+	g.startSpares()
 	return nil
 }
 
@@ -516,6 +529,7 @@ const liveCloseWait = 30 * time.Second
 // log next, and a record appended after the seal would be lost.
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.probeStop() // no upstream is probed again; one under way is cut
+	g.closeSpares("gateway shutdown")
 	if !g.drain(ctx) {
 		g.logger.Warn("shutdown: the drain ended with calls still in flight; cutting them (cancelled upstream, answered -32068, recorded)", "calls", g.inflight.n.Load())
 	}

@@ -75,6 +75,11 @@ type hconf struct {
 	// maxSessions and maxPerAgent are the HTTP front's session bounds
 	// (0: the defaults).
 	maxSessions, maxPerAgent int
+	// warmSpares is the upstream's UpstreamOptions.WarmSpares; command,
+	// if set, is the file spawned instead of the test binary (a copy of
+	// it, which a test may replace).
+	warmSpares int
+	command    string
 }
 
 type harness struct {
@@ -124,7 +129,11 @@ func newHarness(t testing.TB, c hconf) *harness {
 	for k, v := range c.env {
 		env[k] = v
 	}
-	spec := upstream.StdioSpec{Name: c.name, Command: exe, Pin: pin, AllowUnmeasured: c.unmeasured, Env: env, StopGrace: c.grace, MeasurePath: c.measure, MeasurePin: c.measurePin}
+	command := exe
+	if c.command != "" {
+		command = c.command
+	}
+	spec := upstream.StdioSpec{Name: c.name, Command: command, Pin: pin, AllowUnmeasured: c.unmeasured, Env: env, StopGrace: c.grace, MeasurePath: c.measure, MeasurePin: c.measurePin}
 	share := "per-session"
 	if c.shared {
 		share = "shared"
@@ -134,7 +143,7 @@ func newHarness(t testing.TB, c hconf) *harness {
 		environ = os.Environ()
 	}
 	uo := UpstreamOptions{Upstream: &upstream.Stdio{Spec: spec, Environ: environ, Hooks: StdioHooks(w, logger, nil), Share: share},
-		Namespaced: !c.flat, Shared: c.shared, ToolPins: c.toolPins, DriftWarn: c.driftWarn, Class: upstream.ClassSpawnMeasured}
+		Namespaced: !c.flat, Shared: c.shared, ToolPins: c.toolPins, DriftWarn: c.driftWarn, Class: upstream.ClassSpawnMeasured, WarmSpares: c.warmSpares}
 	if c.http {
 		cs := newChildServer(c.mode)
 		var hh http.Handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return cs }, nil)

@@ -22,8 +22,10 @@ import (
 // live is one connected upstream session: a per-session child (owner set)
 // or the shared connection of an upstream (owner nil).
 type live struct {
-	st     *upState
-	owner  *session
+	st *upState
+	// owner is the session of a per-session connection; nil for the
+	// shared connection, a probe's, or a warm spare not yet handed out.
+	owner  atomic.Pointer[session]
 	conn   *upstream.Conn
 	client *mcp.Client // conn's client, for notifyRootsChanged
 	// ready is closed once conn is set and the first tool list applied:
@@ -169,7 +171,7 @@ func (st *upState) dial(ctx context.Context, s *session) (*live, error) {
 	g := st.g
 	lv := &live{st: st, calls: map[uint64]*pending{}, tokens: map[string]*pending{}, ready: make(chan struct{})}
 	if !st.opts.Shared {
-		lv.owner = s
+		lv.owner.Store(s)
 	}
 	sessID := ""
 	if s != nil {
@@ -370,7 +372,7 @@ func (lv *live) applyTools(ctx context.Context, tools []*mcp.Tool, init *mcp.Ini
 	if init != nil {
 		st.init = init
 	}
-	if !st.loaded || lv.owner == nil {
+	if !st.loaded || lv.owner.Load() == nil {
 		// The probe (or the shared connection) defines what is exposed:
 		// approved tools only.
 		st.tools = accepted
@@ -396,8 +398,8 @@ func (lv *live) close(reason string) {
 	defer lv.st.g.lives.Done()
 	lv.conn.Close() // a child's exit is recorded before this returns
 	sessID := ""
-	if lv.owner != nil {
-		sessID = lv.owner.id
+	if owner := lv.owner.Load(); owner != nil {
+		sessID = owner.id
 	}
 	lv.st.g.record(context.Background(), &auditlog.Upstream{Name: lv.st.name, Transport: lv.st.transport(), EvidenceClass: lv.conn.Class, Session: sessID, Event: "disconnected", Reason: reason})
 }
@@ -477,11 +479,12 @@ func (lv *live) route(tok any) (ctx context.Context, s *session, busy int) {
 	// A shared upstream's request or log line without a progress token
 	// cannot be tied to one call: it goes to an agent only when a single
 	// session has calls in flight, never to a guess among several.
-	if best != nil && (lv.owner != nil || len(sessions) == 1) {
+	owner := lv.owner.Load()
+	if best != nil && (owner != nil || len(sessions) == 1) {
 		return best.ctx, best.s, 0
 	}
-	if lv.owner != nil {
-		return context.Background(), lv.owner, 0
+	if owner != nil {
+		return context.Background(), owner, 0
 	}
 	if best != nil {
 		lv.st.g.logger.Warn("shared upstream sent a message that cannot be tied to one agent session; not forwarded", "upstream", lv.st.name, "sessions", len(sessions))
@@ -490,8 +493,8 @@ func (lv *live) route(tok any) (ctx context.Context, s *session, busy int) {
 }
 
 func (lv *live) forEachSession(f func(*session)) {
-	if lv.owner != nil {
-		f(lv.owner)
+	if owner := lv.owner.Load(); owner != nil {
+		f(owner)
 		return
 	}
 	g := lv.st.g
@@ -504,8 +507,8 @@ func (lv *live) forEachSession(f func(*session)) {
 // clientCaps mirrors the agent's capabilities upstream, so an upstream only
 // asks for sampling, elicitation or roots if the agent can answer.
 func (lv *live) clientCaps() *mcp.ClientCapabilities {
-	if lv.owner != nil {
-		if ss := lv.owner.downSession(); ss != nil {
+	if lv.owner.Load() != nil {
+		if ss := lv.owner.Load().downSession(); ss != nil {
 			if ip := ss.InitializeParams(); ip != nil && ip.Capabilities != nil {
 				c := *ip.Capabilities
 				return &c
@@ -655,9 +658,10 @@ func (lv *live) onToolsChanged(ctx context.Context, _ *mcp.ToolListChangedReques
 // recorded.
 func (lv *live) relist() {
 	st, g := lv.st, lv.st.g
+	owner := lv.owner.Load()
 	sessID := ""
-	if lv.owner != nil {
-		sessID = lv.owner.id
+	if owner != nil {
+		sessID = owner.id
 	}
 	tools, err := listTools(context.Background(), lv.conn.Session, g.opts.ConnectTimeout)
 	if err != nil {
@@ -674,10 +678,10 @@ func (lv *live) relist() {
 		return
 	}
 	lv.applyTools(context.Background(), tools, nil, sessID)
-	if lv.owner == nil {
+	if owner == nil {
 		g.rebuildCatalog()
 	} else {
-		lv.owner.syncTools()
+		owner.syncTools()
 	}
 }
 

@@ -383,7 +383,7 @@ func (s *session) end(e *sessionEnd) {
 		}
 		var wg sync.WaitGroup
 		for _, lv := range lives {
-			if lv.owner == s {
+			if lv.owner.Load() == s {
 				wg.Add(1)
 				go func() { defer wg.Done(); lv.close("session ended") }()
 			}
@@ -431,9 +431,12 @@ func (s *session) upstreamFor(ctx context.Context, name string) (*live, error) {
 			return lv, nil
 		}
 		s.mu.Unlock()
-		lv, err := st.connect(context.WithoutCancel(ctx), s)
-		if err != nil {
-			return nil, err
+		lv := st.takeSpare(context.WithoutCancel(ctx), s)
+		if lv == nil {
+			var err error
+			if lv, err = st.connect(context.WithoutCancel(ctx), s); err != nil {
+				return nil, err
+			}
 		}
 		s.mu.Lock()
 		if s.ended {
@@ -909,7 +912,7 @@ const codeRejectedByTransport = -32005
 
 // drop forgets a dead connection so the next use respawns it.
 func (s *session) drop(lv *live) {
-	if lv.owner == nil {
+	if lv.owner.Load() == nil {
 		return
 	}
 	s.mu.Lock()
@@ -1185,11 +1188,11 @@ func (s *session) subscribe(ctx context.Context, req *mcp.SubscribeRequest) erro
 		return err
 	}
 	_, err = forward(s, ctx, up, nil, func(ctx context.Context, lv *live, _ any) (struct{}, error) {
-		if lv.owner == nil && !lv.subscribe(s, req.Params.URI) {
+		if lv.owner.Load() == nil && !lv.subscribe(s, req.Params.URI) {
 			return struct{}{}, nil // a shared upstream already subscribed for another session
 		}
 		err := lv.conn.Session.Subscribe(ctx, req.Params)
-		if err != nil && lv.owner == nil {
+		if err != nil && lv.owner.Load() == nil {
 			lv.unsubscribe(s, req.Params.URI)
 		}
 		return struct{}{}, err
@@ -1206,7 +1209,7 @@ func (s *session) unsubscribe(ctx context.Context, req *mcp.UnsubscribeRequest) 
 		return err
 	}
 	_, err = forward(s, ctx, up, nil, func(ctx context.Context, lv *live, _ any) (struct{}, error) {
-		if lv.owner == nil && len(lv.unsubscribe(s, req.Params.URI)) == 0 {
+		if lv.owner.Load() == nil && len(lv.unsubscribe(s, req.Params.URI)) == 0 {
 			return struct{}{}, nil // other sessions are still subscribed
 		}
 		return struct{}{}, lv.conn.Session.Unsubscribe(ctx, req.Params)

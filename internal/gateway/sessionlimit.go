@@ -18,6 +18,9 @@ type sessionSlots struct {
 	mu    sync.Mutex
 	total int
 	per   map[string]int
+	// released, if set, runs after a slot is given back (warm spares
+	// refill into the room).
+	released func()
 }
 
 // Which bound refused a session: the metric's limit label.
@@ -45,10 +48,14 @@ func (ss *sessionSlots) take(who string, maxTotal, maxPer int) (release func(), 
 	ss.per[who]++
 	return sync.OnceFunc(func() {
 		ss.mu.Lock()
-		defer ss.mu.Unlock()
 		ss.total--
 		if ss.per[who]--; ss.per[who] == 0 {
 			delete(ss.per, who)
+		}
+		released := ss.released
+		ss.mu.Unlock()
+		if released != nil {
+			released()
 		}
 	}), "", 0
 }

@@ -67,6 +67,9 @@ func reloadConfig(ctx context.Context, g *gateway.Gateway, path string, rt *relo
 		g.Logger().Info("SIGHUP: reloading the policy", "config", path)
 		perr = reloadPolicyFrom(ctx, g, cfg) // logs and records either outcome
 	}
+	// Warm spares made before the reload (its credentials, the files it
+	// measured then) are not handed out after it.
+	g.DrainSpares("configuration reloaded (SIGHUP)")
 	return errors.Join(terr, cerr, perr)
 }
 

@@ -737,7 +737,7 @@ func buildUpstreams(cfg *config.Config, s *config.Server, environ []string, mint
 	var out []gateway.UpstreamOptions
 	for i := range cfg.Upstreams {
 		u := &cfg.Upstreams[i]
-		uo := gateway.UpstreamOptions{Namespaced: u.Namespaced(), Shared: u.Shared(), ToolPins: cfg.ToolPins(u.Name), DriftWarn: cfg.DriftWarn(u.Name)}
+		uo := gateway.UpstreamOptions{Namespaced: u.Namespaced(), Shared: u.Shared(), ToolPins: cfg.ToolPins(u.Name), DriftWarn: cfg.DriftWarn(u.Name), WarmSpares: u.WarmSpares}
 		switch {
 		case u.Stdio != nil:
 			spec := upstream.StdioSpec{Name: u.Name, Command: u.Stdio.Command, Args: u.Stdio.Args, Dir: u.Stdio.Dir,

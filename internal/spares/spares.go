@@ -19,12 +19,16 @@ type Funcs[T any] struct {
 	Make func(ctx context.Context) (T, error)
 	// Drop disposes of a spare that is not handed out, saying why.
 	Drop func(v T, reason string)
-	// Alive, if set, reports whether a ready spare may still be handed
-	// out (a child that exited while it waited may not).
-	Alive func(v T) bool
-	// Room, if set, reports whether one more spare may be made now: spares
-	// count in the bounds of what they stand for (sessions, children).
-	Room func() bool
+	// Unusable, if set, says why a ready spare may no longer be handed
+	// out (a child that exited while it waited, whose file changed), or
+	// is "".
+	Unusable func(v T) string
+	// Reserve, if set, takes room for one more spare in the bounds of what
+	// spares stand for (sessions, children), or reports false: none is
+	// made then. Release gives the room back once the spare is handed
+	// out or dropped, or its Make failed.
+	Reserve func() bool
+	Release func()
 }
 
 // Backoff bounds of the refill after a failed Make: the first retry waits
@@ -77,10 +81,15 @@ func (p *Pool[T]) Take() (T, bool) {
 		p.ready[0] = zero
 		p.ready = p.ready[1:]
 		p.mu.Unlock()
-		if p.fn.Alive == nil || p.fn.Alive(v) {
+		p.release()
+		why := ""
+		if p.fn.Unusable != nil {
+			why = p.fn.Unusable(v)
+		}
+		if why == "" {
 			return v, true
 		}
-		p.fn.Drop(v, "the warm spare ended before it was handed out")
+		p.fn.Drop(v, "the warm spare was not handed out: "+why)
 	}
 }
 
@@ -111,7 +120,7 @@ func (p *Pool[T]) Fill() {
 		return
 	}
 	for len(p.ready)+p.making < p.n {
-		if p.fn.Room != nil && !p.fn.Room() {
+		if p.fn.Reserve != nil && !p.fn.Reserve() {
 			return
 		}
 		p.making++
@@ -126,6 +135,9 @@ func (p *Pool[T]) make(gen uint64) {
 	v, err := p.fn.Make(p.ctx)
 	p.mu.Lock()
 	p.making--
+	if err != nil || p.closed || gen != p.gen {
+		p.release()
+	}
 	switch {
 	case err != nil:
 		if p.delay == 0 {
@@ -162,9 +174,16 @@ func (p *Pool[T]) Drain(reason string) {
 	p.delay, p.retryAt = 0, time.Time{}
 	p.mu.Unlock()
 	for _, v := range old {
+		p.release()
 		p.fn.Drop(v, reason)
 	}
 	p.Fill()
+}
+
+func (p *Pool[T]) release() {
+	if p.fn.Release != nil {
+		p.fn.Release()
+	}
 }
 
 // Close drops every spare with reason, cuts those being made and waits
@@ -186,6 +205,7 @@ func (p *Pool[T]) Close(reason string) {
 	p.mu.Unlock()
 	p.cancel()
 	for _, v := range old {
+		p.release()
 		p.fn.Drop(v, reason)
 	}
 	p.wg.Wait()

@@ -41,10 +41,13 @@ func (l *ledger) funcs(gate <-chan struct{}) Funcs[int] {
 			}
 			l.dropped[v] = reason
 		},
-		Alive: func(v int) bool {
+		Unusable: func(v int) string {
 			l.mu.Lock()
 			defer l.mu.Unlock()
-			return !l.dead[v]
+			if l.dead[v] {
+				return "it ended"
+			}
+			return ""
 		},
 	}
 }
@@ -137,22 +140,53 @@ func TestDrainDropsSparesMadeBeforeIt(t *testing.T) {
 	}
 }
 
-// TestRoomBoundsSpares: spares count in the bounds they stand for: no
-// spare is made while Room says no.
-func TestRoomBoundsSpares(t *testing.T) {
+// TestSparesAreCountedInTheirBounds: no spare is made without room in
+// the bound (Reserve), and the room is given back when a spare is handed
+// out or dropped.
+func TestSparesAreCountedInTheirBounds(t *testing.T) {
 	var l ledger
-	var room atomic.Bool
+	var mu sync.Mutex
+	used, bound := 0, 0
 	fn := l.funcs(nil)
-	fn.Room = room.Load
+	fn.Reserve = func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if used >= bound {
+			return false
+		}
+		used++
+		return true
+	}
+	fn.Release = func() {
+		mu.Lock()
+		defer mu.Unlock()
+		used--
+	}
 	p := New(3, fn)
 	defer p.Close("test done")
 	time.Sleep(50 * time.Millisecond)
 	if p.Ready() != 0 {
 		t.Fatal("a spare was made without room")
 	}
-	room.Store(true)
+	mu.Lock()
+	bound = 2
+	mu.Unlock()
 	p.Fill()
-	waitFor(t, "3 ready", func() bool { return p.Ready() == 3 })
+	waitFor(t, "2 ready", func() bool { return p.Ready() == 2 })
+	time.Sleep(50 * time.Millisecond)
+	if p.Ready() != 2 {
+		t.Fatalf("%d ready with room for 2", p.Ready())
+	}
+	mu.Lock()
+	bound = 0 // sessions took the room: no refill
+	mu.Unlock()
+	p.Take()
+	p.Drain("reload")
+	mu.Lock()
+	defer mu.Unlock()
+	if used != 0 {
+		t.Fatalf("%d reservations held after every spare left", used)
+	}
 }
 
 // TestFailedMakeBacksOff: a Make that fails is retried after FirstRetry,
