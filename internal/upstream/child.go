@@ -231,12 +231,12 @@ type Child struct {
 	// keys are the stats of the files measured to run it (the command, a
 	// script's interpreter) before they were measured: changed says so
 	// once one differs at its path.
-	keys map[string]fileKey
-	class   string
-	cmd     *exec.Cmd
-	pid     int
-	grace   time.Duration
-	hooks   Hooks
+	keys  map[string]fileKey
+	class string
+	cmd   *exec.Cmd
+	pid   int
+	grace time.Duration
+	hooks Hooks
 
 	stdin  *os.File
 	stdout io.ReadCloser
