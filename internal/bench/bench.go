@@ -277,19 +277,23 @@ func Calls(ctx context.Context, sessions []*mcp.ClientSession, callers, calls, w
 
 // NewSessions opens n sessions one after another, each timed from the
 // start of its connect (the MCP handshake) to the answer of its first
-// call (first), and closed untimed before the next one opens.
-func NewSessions(ctx context.Context, connect Connector, n int, first *mcp.CallToolParams) (Result, error) {
+// call (first gives its params), and closed untimed, gap before the next one opens.
+func NewSessions(ctx context.Context, connect Connector, n int, gap time.Duration, first func() *mcp.CallToolParams) (Result, error) {
 	lat := make([]time.Duration, 0, n)
 	t0 := time.Now()
 	for i := range n {
+		if i > 0 && gap > 0 {
+			time.Sleep(gap)
+		}
 		start := time.Now()
 		s, err := connect(ctx)
 		if err != nil {
 			return Result{}, fmt.Errorf("bench: new session %d: %w", i, err)
 		}
-		res, err := s.CallTool(ctx, first)
+		p := first()
+		res, err := s.CallTool(ctx, p)
 		if err == nil && res.IsError {
-			err = fmt.Errorf("tool %s returned isError: %v", first.Name, res.Content)
+			err = fmt.Errorf("tool %s returned isError: %v", p.Name, res.Content)
 		}
 		if err != nil {
 			s.Close()

@@ -29,12 +29,15 @@ import (
 //   - c8 calls/s: one session, 8 callers;
 //   - 8 sessions calls/s: 8 sessions, one caller each;
 //   - new session p50: connect (the MCP handshake) and the first call's
-//     answer, sessions opened one after another (closing is not timed);
+//     answer, sessions opened one after another, BENCH_SESSION_GAP_MS
+//     (default 50) apart, as agents that open a session per task would
+//     (closing and the gap are not timed; warm spares refill meanwhile);
 //   - 64 KiB p50: one session, one call at a time, 64 KiB of text echoed;
 //   - VmHWM: the gateway process's peak RSS once the 8 sessions of the
 //     first round are open, and at the end of the run;
-//   - gateway CPU per new session (user+system of the gateway's threads
-//     over the new sessions, opening and closing them).
+//   - gateway CPU per new session (the gateway's threads over the new
+//     sessions, opening and closing them, warm spares made meanwhile
+//     included) and per call (over the c1, c8 and 8-session calls).
 //
 // Ratios are to "http direct" (the client calling the HTTP server itself),
 // each the median of the per-round ratios. "added" is a mode's c1 p50 minus
@@ -56,6 +59,7 @@ func BenchmarkTable(b *testing.B) {
 	rounds := envInt(b, "BENCH_ROUNDS", 3)
 	calls := envInt(b, "BENCH_CALLS", 1000)
 	newSessions := envInt(b, "BENCH_SESSIONS", 30)
+	gap := time.Duration(envInt(b, "BENCH_SESSION_GAP_MS", 50)) * time.Millisecond
 	ctx := context.Background()
 	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
 	gwEnv := env
@@ -142,6 +146,8 @@ func BenchmarkTable(b *testing.B) {
 		{"cmcp, HTTP upstream", httpUp},
 		{"cmcp, stdio upstream (per-session)", stdioUp},
 		{"cmcp, stdio upstream (shared)", stdioUp + "    lifecycle: shared\n"},
+		{"cmcp, stdio upstream (per-session, warm spares)", stdioUp + "    warm_spares: 2\n"},
+		{"cmcp, HTTP upstream (warm spares)", httpUp + "    warm_spares: 2\n"},
 	} {
 		if !keep(g.name) {
 			continue
@@ -243,6 +249,7 @@ func BenchmarkTable(b *testing.B) {
 	res := map[key][]Result{}
 	hwm8 := map[string]int64{}
 	cpuPerSession := map[string][]time.Duration{}
+	cpuCalls, nCalls := map[string]time.Duration{}, map[string]int{}
 	kinds := []string{"c1", "c8", "s8", "new", "64k"}
 	for b.Loop() {
 		for r := range rounds {
@@ -266,7 +273,16 @@ func BenchmarkTable(b *testing.B) {
 						var closeAll func()
 						ss, closeAll, err = open(m, sessions)
 						if err == nil {
+							var cpu0 time.Duration
+							if m.gw != nil {
+								cpu0, _ = SchedCPU(m.gw.Pid())
+							}
 							out, err = Calls(ctx, ss, callers, n, 10, params)
+							if m.gw != nil && err == nil && kind != "64k" {
+								cpu1, _ := SchedCPU(m.gw.Pid())
+								cpuCalls[m.name] += cpu1 - cpu0
+								nCalls[m.name] += out.Calls + 10*callers
+							}
 							if kind == "s8" && r == 0 {
 								hwm8[m.name] = hwm(m)
 							}
@@ -277,7 +293,7 @@ func BenchmarkTable(b *testing.B) {
 						if m.gw != nil {
 							cpu0, _ = SchedCPU(m.gw.Pid())
 						}
-						out, err = NewSessions(ctx, m.connect, newSessions, small(0))
+						out, err = NewSessions(ctx, m.connect, newSessions, gap, func() *mcp.CallToolParams { return small(0) })
 						if m.gw != nil && err == nil {
 							cpu1, _ := SchedCPU(m.gw.Pid())
 							cpuPerSession[m.name] = append(cpuPerSession[m.name], (cpu1-cpu0)/time.Duration(newSessions))
@@ -335,10 +351,10 @@ func BenchmarkTable(b *testing.B) {
 		return time.Duration(median(adds)), median(xs)
 	}
 
-	fmt.Printf("\nissue 18 table: echo tool, %d calls per call measurement (64 KiB: %d), %d new sessions, median of %d interleaved rounds, GOMAXPROCS %d; ratios to http direct (median of per-round ratios)\n",
-		calls, max(calls/4, 1), newSessions, rounds, runtime.GOMAXPROCS(0))
+	fmt.Printf("\nissue 18 table: echo tool, %d calls per call measurement (64 KiB: %d), %d new sessions %v apart, median of %d interleaved rounds, GOMAXPROCS %d; ratios to http direct (median of per-round ratios)\n",
+		calls, max(calls/4, 1), newSessions, gap, rounds, runtime.GOMAXPROCS(0))
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "target\tc1 p50\tc8 calls/s\t8 sessions calls/s\tnew session p50\t64 KiB p50\tVmHWM (8 sessions / end)\tadded c1 p50\tadded × floor\tCPU per new session\t")
+	fmt.Fprintln(tw, "target\tc1 p50\tc8 calls/s\t8 sessions calls/s\tnew session p50\t64 KiB p50\tVmHWM (8 sessions / end)\tadded c1 p50\tadded × floor\tCPU per new session\tCPU per call\t")
 	for _, m := range modes {
 		row := []string{m.name}
 		for _, c := range []struct {
@@ -388,6 +404,11 @@ func BenchmarkTable(b *testing.B) {
 			cpu = time.Duration(median(fs)).Round(10 * time.Microsecond).String()
 		}
 		row = append(row, cpu)
+		if n := nCalls[m.name]; n > 0 {
+			row = append(row, (cpuCalls[m.name] / time.Duration(n)).Round(time.Microsecond).String())
+		} else {
+			row = append(row, "")
+		}
 		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
 	}
 	tw.Flush()
