@@ -403,3 +403,33 @@ func TestSecretNeverPrints(t *testing.T) {
 		t.Error("fingerprints")
 	}
 }
+
+// FuzzExecOutput: whatever a helper prints, parsing it never panics, a
+// token it accepts is a non-empty header-safe string, and an error never
+// quotes the token it printed.
+func FuzzExecOutput(f *testing.F) {
+	for _, s := range []string{`{"token":"abc","expires_at":"2999-01-01T00:00:00Z"}`, `{"token":"abc"}`, `{"token":"a b"}`, `{"token":12}`,
+		`{"token":"secret-tok","bogus":1}`, `{"token":"secret-tok","expires_at":"nope"}`, `{"token":"x"} {}`, ``, `null`, `[]`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		tok, err := credential.ParseExecOutputForTest(b)
+		if err == nil {
+			v := tok.Value.Reveal()
+			if v == "" || strings.ContainsAny(v, " \t\r\n") {
+				t.Fatalf("accepted token %q", v)
+			}
+			return
+		}
+		var o struct {
+			Token any `json:"token"`
+		}
+		if json.Unmarshal(b, &o) == nil {
+			// A token that appears once in the output (not also as a
+			// field name or a time the error may quote).
+			if s, ok := o.Token.(string); ok && len(s) >= 8 && strings.Count(string(b), s) == 1 && strings.Contains(err.Error(), s) {
+				t.Fatalf("the error quotes the token: %v", err)
+			}
+		}
+	})
+}
