@@ -198,6 +198,8 @@ func (s *Server) ListenOrDefault() string {
 //	    - url: https://witness.example/
 //	      key: witness.example/w+1234abcd+B...   # its cosignature verifier key
 //	      name: w1                # optional: for status and logs
+//	  receipts:                   # a receipt of every session that ends
+//	    dir: receipts/
 type Audit struct {
 	Dir        string    `yaml:"dir" json:"dir"`
 	Durability string    `yaml:"durability" json:"durability,omitempty"`
@@ -205,6 +207,15 @@ type Audit struct {
 	Vault      bool      `yaml:"vault" json:"vault,omitempty"`
 	Log        *AuditLog `yaml:"log" json:"log,omitempty"`
 	Witnesses  []Witness `yaml:"witnesses" json:"witnesses,omitempty"`
+	Receipts   *Receipts `yaml:"receipts" json:"receipts,omitempty"`
+}
+
+// Receipts is audit.receipts: a receipt of every session that ends is
+// written to Dir (relative to the configuration file), as
+// <epoch>-<session>.receipt.json. Receipts are also served on request by
+// the admin listener (GET /admin/receipt?session=ID) without it.
+type Receipts struct {
+	Dir string `yaml:"dir" json:"dir"`
 }
 
 // AuditLog is audit.log: the gateway's stable log identity.
@@ -254,6 +265,9 @@ func (a *Audit) Validate() error {
 			return valueAt("log").hintf("a path outside audit.dir, e.g. state/log.key: the gateway creates the key there at its first start",
 				"audit.log.key_file is required: the log key must survive restarts")
 		}
+	}
+	if a.Receipts != nil && a.Receipts.Dir == "" {
+		return valueAt("receipts").errorf("audit.receipts.dir is required: where the receipt of each session that ends is written")
 	}
 	seen := map[string]int{}
 	for i, w := range a.Witnesses {

@@ -256,6 +256,7 @@ func TestAuditWitnessesConfig(t *testing.T) {
 		{"twice", okLog + "  witnesses:\n    - {url: 'http://a', key: '" + wkey + "'}\n    - {url: 'http://b', key: '" + wkey + "'}\n", "c.yaml:7:30: audit.witnesses[1] has the key name of audit.witnesses[0]"},
 		{"key file", "  log: {origin: example.com/gw1}\n", "c.yaml:4:8: audit.log.key_file is required"},
 		{"origin", "  log: {origin: 'a b', key_file: k}\n", `c.yaml:4:17: audit.log.origin "a b"`},
+		{"receipts", "  receipts: {}\n", "c.yaml:4:13: audit.receipts.dir is required"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := LoadBytes("c.yaml", []byte("version: 1\naudit:\n  dir: a\n"+tc.audit))

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -62,7 +63,11 @@ type AdminOptions struct {
 	// BeforeScrape, if set, runs before /metrics is written (to refresh
 	// gauges such as upstream health).
 	BeforeScrape func()
-	Logger       *slog.Logger
+	// Receipt, if set, serves GET /admin/receipt?session=ID (behind the
+	// token): the session's receipt (pkg/auditlog FORMAT.md section 12),
+	// nil if the log holds no record of it.
+	Receipt func(ctx context.Context, session string) ([]byte, error)
+	Logger  *slog.Logger
 }
 
 // KillStatus is the kill switch's state as the admin endpoint reports it.
@@ -112,6 +117,9 @@ func NewAdmin(o AdminOptions) (*Admin, error) {
 	a.mux.Handle("POST /admin/kill-switch/engage", a.auth(a.killEngage))
 	a.mux.Handle("POST /admin/kill-switch/clear", a.auth(a.killClear))
 	a.mux.Handle("POST /admin/checkpoint", a.auth(a.checkpoint))
+	if o.Receipt != nil {
+		a.mux.Handle("GET /admin/receipt", a.auth(a.receipt))
+	}
 	o.Metrics.GaugeFunc("cmcp_kill_switch_engaged", "1 while the operator's kill switch stops all calls.", func() float64 {
 		if o.Kill.KillSwitch() {
 			return 1
@@ -352,6 +360,26 @@ func (a *Admin) checkpoint(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"checkpoint": "written"})
 }
 
+// receipt answers the receipt of the session named by ?session=.
+func (a *Admin) receipt(w http.ResponseWriter, r *http.Request) {
+	id := r.URL.Query().Get("session")
+	if id == "" {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "name the session: /admin/receipt?session=ID"})
+		return
+	}
+	b, err := a.o.Receipt(r.Context(), id)
+	switch {
+	case err != nil:
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": fmt.Sprintf("receipt: %v", err)})
+	case b == nil:
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": "this epoch of the audit log holds no record of that session (a session of an earlier epoch: cmcp verify-chain DIR --make-receipt ID)"})
+	default:
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		w.Write(b)
+	}
+}
+
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
@@ -366,6 +394,10 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 type AdminConfig struct {
 	Listen      string
 	TokenSHA256 digest.Digest
+	// Ready, if set, is one more readiness check (the witnesses).
+	Ready func() error
+	// Receipt, if set, serves session receipts (AdminOptions.Receipt).
+	Receipt func(ctx context.Context, session string) ([]byte, error)
 }
 
 // StartAdmin starts the admin listener of the `admin:` section for a running
@@ -408,16 +440,15 @@ func StartAdmin(c AdminConfig, ln net.Listener, g *Gateway, w *auditlog.Writer, 
 				return fmt.Errorf("audit log: %w", err)
 			}
 			ups := g.Upstreams()
-			for _, u := range ups {
-				if u.Available {
-					return nil
-				}
-			}
-			if len(ups) > 0 {
+			if len(ups) > 0 && !slices.ContainsFunc(ups, func(u UpstreamStatus) bool { return u.Available }) {
 				return fmt.Errorf("no upstream is available (%s: %s)", ups[0].Name, ups[0].Error)
+			}
+			if c.Ready != nil {
+				return c.Ready()
 			}
 			return nil
 		},
+		Receipt: c.Receipt,
 		BeforeScrape: func() {
 			for _, u := range g.Upstreams() {
 				m.UpstreamHealth(u.Name, u.Available)

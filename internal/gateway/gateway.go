@@ -101,6 +101,10 @@ type Options struct {
 	// the switch if the file is there or cannot be read. "": the switch
 	// lives in memory only.
 	KillSwitchFile string
+	// OnSessionEnd, if set, is called (in the session's closing goroutine;
+	// keep it short) with the id of a session once its end is recorded,
+	// e.g. to queue its receipt (server.Serve, audit.receipts).
+	OnSessionEnd func(id string)
 }
 
 // Gateway is a running cmcp gateway.

@@ -394,6 +394,9 @@ func (s *session) end(e *sessionEnd) {
 			if eng := s.g.opts.Policy; eng != nil {
 				eng.EndSession(id)
 			}
+			if f := s.g.opts.OnSessionEnd; f != nil {
+				f(id)
+			}
 		}
 	})
 }

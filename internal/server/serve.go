@@ -37,6 +37,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/policy"
 	"github.com/confidential-mcp/cmcp/internal/tee"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
+	"github.com/confidential-mcp/cmcp/internal/witness"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
@@ -140,6 +141,8 @@ type serve struct {
 
 	auditDir string
 	w        *auditlog.Writer
+	wit      *witness.Gateway // audit.log, audit.witnesses (nil without)
+	rcpt     *receipter
 	g        *gateway.Gateway
 	hup      *reloadTargets
 	grace    time.Duration
@@ -340,7 +343,30 @@ func (s *serve) openAuditLog() error {
 		return exitcode.Errorf(exitcode.ExitIO, "audit log directory: %w", err)
 	}
 	prov, nonce, ctx := s.prov, s.nonce, s.ctx
+	// The log identity and the witnesses (pkg/auditlog FORMAT.md section
+	// 11): the witness client stops after the log is closed, once the
+	// witnesses cosigned its final checkpoint (a few seconds at most).
+	var logID *auditlog.LogIdentity
+	if l := cfg.Audit.Log; l != nil {
+		var ws []witness.Witness
+		for _, w := range cfg.Audit.Witnesses {
+			ws = append(ws, witness.Witness{Name: w.Name, URL: w.URL, Key: w.Key})
+		}
+		wit, err := witness.NewGateway(l.Origin, cfg.Resolve(l.KeyFile), ws, auditDir, logger)
+		if err != nil {
+			return exitcode.WithCode(exitcode.ExitConfig, err)
+		}
+		s.wit = wit
+		logID = wit.Identity
+		s.undo = append(s.undo, func(err error) error {
+			if werr := wit.Close(5 * time.Second); werr != nil {
+				logger.Warn("the witnesses did not all cosign the final checkpoint before the gateway stopped; they will at its next start", "err", werr)
+			}
+			return err
+		})
+	}
 	w, err := auditlog.Open(auditDir, auditlog.Options{
+		Log:        logID,
 		Key:        s.key,
 		Durability: durability,
 		Gateway:    s.gwInfo,
@@ -388,6 +414,20 @@ func (s *serve) openAuditLog() error {
 		return err
 	})
 	logger.Info("audit log open", "dir", epochDir, "epoch", epoch, "durability", durability, "platform", s.gwInfo.Platform, "key", w.VerifierKey())
+	if wit := s.wit; wit != nil {
+		if err := wit.Attach(w); err != nil {
+			return exitcode.WithCode(exitcode.ExitRuntime, err)
+		}
+		logger.Info("log identity", "origin", cfg.Audit.Log.Origin, "log_key", w.LogVerifierKey(), "witnesses", len(cfg.Audit.Witnesses))
+	}
+	out := ""
+	if rc := cfg.Audit.Receipts; rc != nil {
+		out = cfg.Resolve(rc.Dir)
+	}
+	s.rcpt = newReceipter(w, s.wit, auditDir, out, logger)
+	// The receipts of the sessions that ended are written before the log
+	// closes (undo runs last first).
+	s.undo = append(s.undo, func(err error) error { s.rcpt.stop(); return err })
 	if rec := w.Recovery(); rec != nil {
 		logger.Warn("recovered the previous epoch, which did not end as the gateway closes one (it crashed or was killed, or bytes were added after its seal); a recovery record in this epoch says what was kept and cut, and the records kept after its last checkpoint stay unsigned (verify-chain lists them)",
 			"epoch", rec.Epoch, "records_kept", rec.Records, "unsealed_kept", rec.Unsealed, "cut_file", rec.File, "cut_bytes", rec.DroppedBytes, "saved_as", rec.SavedAs, "reason", rec.Reason)
@@ -419,7 +459,7 @@ func (s *serve) startGateway() error {
 	s.minted.logger.Store(logger)
 	g, err := gateway.New(gateway.Options{Version: s.gwInfo.Version, Upstreams: s.ups, Log: w, Decider: o.Decider, Filter: o.Filter, Policy: s.eng, Logger: logger,
 		CallTimeout: srvCfg.CallTimeout, ConnectTimeout: srvCfg.ConnectTimeout, Environ: o.Environ, Metrics: o.Metrics,
-		KillSwitchFile: filepath.Join(s.auditDir, gateway.KillSwitchStateFile)})
+		KillSwitchFile: filepath.Join(s.auditDir, gateway.KillSwitchStateFile), OnSessionEnd: s.sessionEnded()})
 	if err != nil {
 		return exitcode.WithCode(exitcode.ExitConfig, err)
 	}
@@ -455,6 +495,15 @@ func (s *serve) startReload() error {
 	return nil
 }
 
+// sessionEnded is the gateway's OnSessionEnd: with audit.receipts, each
+// session that ends gets its receipt.
+func (s *serve) sessionEnded() func(string) {
+	if s.cfg.Audit.Receipts == nil {
+		return nil
+	}
+	return s.rcpt.ended
+}
+
 // shutdownBy drains the gateway until deadline, then cuts what runs.
 func (s *serve) shutdownBy(deadline time.Time) error {
 	sctx, cancel := context.WithDeadline(context.Background(), deadline)
@@ -472,7 +521,12 @@ func (s *serve) startAdmin() error {
 	if c == nil {
 		return nil
 	}
-	adm, err := gateway.StartAdmin(gateway.AdminConfig{Listen: c.Listen, TokenSHA256: c.TokenSHA256}, s.adminLn, s.g, s.w, s.o.Metrics, s.logger)
+	m := s.o.Metrics
+	if m == nil {
+		m = gateway.NewMetrics() // what StartAdmin would make: the witness gauges go there too
+	}
+	s.wit.RegisterMetrics(m)
+	adm, err := gateway.StartAdmin(gateway.AdminConfig{Listen: c.Listen, TokenSHA256: c.TokenSHA256, Ready: s.wit.Ready, Receipt: s.rcpt.serve}, s.adminLn, s.g, s.w, m, s.logger)
 	if err != nil {
 		s.shutdown()
 		return exitcode.WithCode(exitcode.ExitRuntime, err)

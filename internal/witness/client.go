@@ -476,3 +476,36 @@ func clip(s string) string {
 	}
 	return s
 }
+
+// WaitCosigned waits (until ctx ends) until every witness that is not down,
+// refused or in conflict has cosigned the newest checkpoint submitted so
+// far, e.g. before a receipt is made, so that it carries their
+// cosignatures. It reports whether they all did.
+func (c *Client) WaitCosigned(ctx context.Context) bool {
+	c.mu.Lock()
+	var want int64
+	if c.latest != nil {
+		want = c.latest.Size
+	}
+	c.mu.Unlock()
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		done := true
+		c.mu.Lock()
+		for _, ws := range c.ws {
+			if ws.st.Size < want && (ws.st.State == StateOK || ws.st.State == StateStarting) {
+				done = false
+			}
+		}
+		c.mu.Unlock()
+		if done {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+	}
+}

@@ -70,13 +70,37 @@ func sessionOf(k Kind, body []byte) string {
 }
 
 // MakeReceipt builds the receipt of a session from the audit directory: the
-// epoch that holds the session's records is verified, and its newest
+// newest epoch that holds the session's records is verified, and its newest
 // checkpoint must cover them (the gateway forces one first). opt is as for
 // Verify (Keys, VerifyEvidence).
 func MakeReceipt(dir, session string, opt VerifyOptions) (*SessionReceipt, error) {
 	if session == "" {
 		return nil, &VerifyError{Class: ClassUsage, Msg: "receipt: no session id given"}
 	}
+	epochs, err := listEpochs(dir)
+	if err != nil {
+		return nil, ioFailure(Position{}, err)
+	}
+	for i := len(epochs) - 1; i >= 0; i-- {
+		rs, err := MakeReceipts(dir, epochs[i], []string{session}, opt)
+		if err != nil {
+			var ve *VerifyError
+			if errors.As(err, &ve) && ve.Class == ClassNotLog && i == len(epochs)-1 && i > 0 {
+				continue // an aborted start
+			}
+			return nil, err
+		}
+		if r := rs[session]; r != nil {
+			return r, nil
+		}
+	}
+	return nil, &VerifyError{Class: ClassUsage, Msg: fmt.Sprintf("receipt: no record of session %q in %s", session, dir)}
+}
+
+// MakeReceipts builds the receipts of several sessions of one epoch with
+// one reading of it (the gateway batches the sessions that ended). A
+// session without a record in the epoch has no receipt in the map.
+func MakeReceipts(dir string, epoch int, sessions []string, opt VerifyOptions) (map[string]*SessionReceipt, error) {
 	var trusted map[string]bool
 	if len(opt.Keys) > 0 {
 		var err error
@@ -84,84 +108,90 @@ func MakeReceipt(dir, session string, opt VerifyOptions) (*SessionReceipt, error
 			return nil, err
 		}
 	}
-	epochs, err := listEpochs(dir)
-	if err != nil {
-		return nil, ioFailure(Position{}, err)
+	want := map[string]bool{}
+	for _, s := range sessions {
+		want[s] = true
 	}
-	for i := len(epochs) - 1; i >= 0; i-- {
-		e := epochs[i]
-		type hit struct {
-			idx  int64
-			line []byte
-		}
-		var hits []hit
-		var genesisLine []byte
-		cpLines := map[int64][]byte{}
-		res, err := scanEpoch(dir, e, scanOptions{trusted: trusted, keepLeaves: true, evidence: opt.VerifyEvidence, onRecord: func(en *Entry) error {
-			switch {
-			case en.Index == 0:
-				genesisLine = slices.Clone(en.Line)
-			case en.Kind == KindCheckpoint:
-				cpLines[en.Index] = slices.Clone(en.Line)
-			case sessionOf(en.Kind, en.Body) == session:
-				hits = append(hits, hit{en.Index, slices.Clone(en.Line)})
+	type hit struct {
+		idx  int64
+		line []byte
+	}
+	hits := map[string][]hit{}
+	var genesisLine []byte
+	cpLines := map[int64][]byte{}
+	res, err := scanEpoch(dir, epoch, scanOptions{trusted: trusted, keepLeaves: true, evidence: opt.VerifyEvidence, onRecord: func(en *Entry) error {
+		switch {
+		case en.Index == 0:
+			genesisLine = slices.Clone(en.Line)
+		case en.Kind == KindCheckpoint:
+			cpLines[en.Index] = slices.Clone(en.Line)
+		default:
+			if s := sessionOf(en.Kind, en.Body); s != "" && want[s] {
+				hits[s] = append(hits[s], hit{en.Index, slices.Clone(en.Line)})
 			}
-			return nil
-		}})
-		if err != nil {
-			if res.empty && i == len(epochs)-1 && i > 0 {
-				continue // an aborted start
-			}
-			return nil, err
 		}
-		if len(hits) == 0 {
-			continue
+		return nil
+	}})
+	if err != nil {
+		if res != nil && res.empty {
+			return nil, &VerifyError{Class: ClassNotLog, Pos: Position{Epoch: epoch}, Msg: fmt.Sprintf("epoch %d holds no record", epoch)}
 		}
-		cp := res.LastCheckpoint
-		last := hits[len(hits)-1].idx
-		if cp == nil || last >= cp.Size {
-			return nil, &VerifyError{Class: ClassUsage, Pos: Position{Epoch: e, Index: last},
-				Msg:  fmt.Sprintf("session %s has records after epoch %d's newest checkpoint: no signature covers them yet", session, e),
+		return nil, err
+	}
+	out := map[string]*SessionReceipt{}
+	if len(hits) == 0 {
+		return out, nil
+	}
+	cp := res.LastCheckpoint
+	for s, hs := range hits {
+		if last := hs[len(hs)-1].idx; cp == nil || last >= cp.Size {
+			return nil, &VerifyError{Class: ClassUsage, Pos: Position{Epoch: epoch, Index: last},
+				Msg:  fmt.Sprintf("session %s has records after epoch %d's newest checkpoint: no signature covers them yet", s, epoch),
 				Hint: "ask the gateway for the receipt (it signs a checkpoint first), or wait for its next checkpoint (by default within a second)"}
 		}
-		st := make(memStore, 0, 2*cp.Size)
-		for j := int64(0); j < cp.Size; j++ {
-			hs, err := tlog.StoredHashesForRecordHash(j, res.Leaves[j], st)
-			if err != nil {
-				return nil, err
-			}
-			st = append(st, hs...)
-		}
-		prove := func(idx int64, line []byte) (ReceiptRecord, error) {
-			p, err := tlog.ProveRecord(cp.Size, idx, st)
-			if err != nil {
-				return ReceiptRecord{}, fmt.Errorf("receipt: inclusion proof of record %d: %w", idx, err)
-			}
-			rr := ReceiptRecord{Index: idx, Line: string(line), Proof: []string{}}
-			for _, h := range p {
-				rr.Proof = append(rr.Proof, h.String())
-			}
-			return rr, nil
-		}
-		r := &SessionReceipt{Format: ReceiptFormat, Session: session, Epoch: e, Created: time.Now().UTC(), Checkpoint: string(cp.Note), Records: []ReceiptRecord{}}
-		if r.Genesis, err = prove(0, genesisLine); err != nil {
+	}
+	st := make(memStore, 0, 2*cp.Size)
+	for j := int64(0); j < cp.Size; j++ {
+		hs, err := tlog.StoredHashesForRecordHash(j, res.Leaves[j], st)
+		if err != nil {
 			return nil, err
 		}
-		for _, h := range hits {
+		st = append(st, hs...)
+	}
+	prove := func(idx int64, line []byte) (ReceiptRecord, error) {
+		p, err := tlog.ProveRecord(cp.Size, idx, st)
+		if err != nil {
+			return ReceiptRecord{}, fmt.Errorf("receipt: inclusion proof of record %d: %w", idx, err)
+		}
+		rr := ReceiptRecord{Index: idx, Line: string(line), Proof: []string{}}
+		for _, h := range p {
+			rr.Proof = append(rr.Proof, h.String())
+		}
+		return rr, nil
+	}
+	gen, err := prove(0, genesisLine)
+	if err != nil {
+		return nil, err
+	}
+	var lg *ReceiptLog
+	if g := res.Genesis; g.Log != nil {
+		if lg, err = receiptLog(dir, epoch, g.Log, cp.Size, cpLines[cp.Size]); err != nil {
+			return nil, err
+		}
+	}
+	now := time.Now().UTC()
+	for s, hs := range hits {
+		r := &SessionReceipt{Format: ReceiptFormat, Session: s, Epoch: epoch, Created: now, Checkpoint: string(cp.Note), Genesis: gen, Records: []ReceiptRecord{}, Log: lg}
+		for _, h := range hs {
 			rr, err := prove(h.idx, h.line)
 			if err != nil {
 				return nil, err
 			}
 			r.Records = append(r.Records, rr)
 		}
-		if g := res.Genesis; g.Log != nil {
-			if r.Log, err = receiptLog(dir, e, g.Log, cp.Size, cpLines[cp.Size]); err != nil {
-				return nil, err
-			}
-		}
-		return r, nil
+		out[s] = r
 	}
-	return nil, &VerifyError{Class: ClassUsage, Msg: fmt.Sprintf("receipt: no record of session %q in %s", session, dir)}
+	return out, nil
 }
 
 // receiptLog proves the epoch checkpoint record at index n in the log tree
