@@ -242,12 +242,13 @@ func (g *Gateway) HTTPHandler(o HTTPOptions) http.Handler {
 				refuseUnread(w, r, http.StatusServiceUnavailable, "cmcp: the gateway is shutting down")
 				return
 			}
-			if refuseWithoutSession(w, r) {
-				return
-			}
 			release, limit, open := g.slots.take(who, maxSessions, maxPerAgent)
 			if release == nil {
 				g.refuseSession(w, r, who, limit, open, idleEnd, perAgentInherited, &sessionWarn)
+				return
+			}
+			if refuseWithoutSession(w, r) {
+				release()
 				return
 			}
 			s := g.newSession(who, "http")
