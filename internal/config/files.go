@@ -189,3 +189,28 @@ func Credential(b []byte) (string, error) {
 	}
 	return v, nil
 }
+
+// CheckCommands finds each stdio upstream's command with find (as its
+// spawn will: a path, or a name on the PATH of the child's environment)
+// and returns an *Error at the command's line for each that cannot be
+// found, all at once: serve checks them before it opens the audit log, as
+// it does the files of CheckFiles, so that a start with a command that is
+// not there is refused at start instead of every call failing later.
+func (c *Config) CheckCommands(find func(u *Upstream) error) error {
+	var errs Errors
+	for i := range c.Upstreams {
+		u := &c.Upstreams[i]
+		if u.Stdio == nil {
+			continue
+		}
+		if err := find(u); err != nil {
+			errs = append(errs, c.errorAt(valueAt("upstreams", i, "stdio", "command"), fmt.Sprintf("upstreams[%d] (%s).stdio.command", i, u.Name),
+				"install the server, or give its absolute path; a name is looked up on the PATH of the child's environment (stdio.env, or the gateway's PATH)",
+				"%v", err))
+		}
+	}
+	if len(errs) > 0 {
+		return errs
+	}
+	return nil
+}

@@ -325,7 +325,27 @@ func (s *serve) measure() error {
 func (s *serve) buildUpstreams() error {
 	ups, err := buildUpstreams(s.cfg, s.srv, s.o.Environ, &s.minted)
 	s.ups = ups
-	return err
+	if err != nil {
+		return err
+	}
+	// A stdio command that is not there is refused at its line before the
+	// log opens, shared or per session, like a missing credential file.
+	byName := map[string]*upstream.Stdio{}
+	for _, u := range ups {
+		if st, ok := u.Upstream.(*upstream.Stdio); ok {
+			byName[st.Name()] = st
+		}
+	}
+	if err := s.cfg.CheckCommands(func(u *config.Upstream) error {
+		if st := byName[u.Name]; st != nil {
+			_, err := st.ResolveCommand()
+			return err
+		}
+		return nil
+	}); err != nil {
+		return exitcode.WithCode(exitcode.ExitConfig, err)
+	}
+	return nil
 }
 
 // openAuditLog opens the epoch (genesis record: the gateway, the

@@ -91,3 +91,34 @@ func TestServeStdioDoesNotReadServerTLS(t *testing.T) {
 		t.Fatalf("http: %v; want server.tls's files", err)
 	}
 }
+
+// TestServeRefusesAMissingStdioCommand: a stdio upstream whose command
+// does not exist (a path, or a name not on the child's PATH), shared or
+// per session, stops serve with exit 4 at the command's file:line before
+// the audit log is opened, as a missing TLS or credential file does. (It
+// used to start, log "spawn refused ... no such file" without a line and
+// answer every call -32062.)
+func TestServeRefusesAMissingStdioCommand(t *testing.T) {
+	for _, tc := range []struct{ name, command, lifecycle string }{
+		{"path, shared", "/nonexistent/cmcp-test-server", "shared"},
+		{"path, per session", "/nonexistent/cmcp-test-server", "per-session"},
+		{"name on PATH, per session", "cmcp-surely-no-such-command", "per-session"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			yaml := fmt.Sprintf("version: 1\nserver:\n  tee: software\naudit:\n  dir: audit\nupstreams:\n  - name: t\n    lifecycle: %s\n    allow_unmeasured: true\n    stdio:\n      command: %s\n",
+				tc.lifecycle, tc.command)
+			cfg, _ := loadConfigFile(t, dir, yaml)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			err := Serve(ctx, cfg, ServeOptions{Listen: "127.0.0.1:0", Environ: os.Environ(), Logger: slog.New(slog.DiscardHandler)})
+			want := "cmcp.yaml:11:16: upstreams[0] (t).stdio.command: "
+			if err == nil || !strings.Contains(err.Error(), want) || exitcode.CodeOf(err) != exitcode.ExitConfig {
+				t.Fatalf("serve: %v (exit %d), want exit 4 and %q", err, exitcode.CodeOf(err), want)
+			}
+			if _, err := os.Stat(filepath.Join(dir, "audit")); !os.IsNotExist(err) {
+				t.Errorf("the audit directory was created before the command was checked (%v)", err)
+			}
+		})
+	}
+}

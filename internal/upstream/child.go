@@ -1058,3 +1058,9 @@ func SessionFrom(ctx context.Context) string {
 	s, _ := ctx.Value(sessionKey{}).(string)
 	return s
 }
+
+// ResolveCommand finds the command s runs as Spawn will (a path, or a name
+// on the PATH of the child's environment), without running it.
+func (s *Stdio) ResolveCommand() (string, error) {
+	return digest.ResolveCommand(s.Spec.Command, lookupEnv(childEnv(s.Spec, s.Environ), "PATH"))
+}
