@@ -54,7 +54,9 @@ import (
 // mode, default 30), BENCH_MODES (keep the modes whose names contain one of
 // its comma-separated words, and the direct ones), BENCH_GW_ENV (variables
 // added to the gateways' environment, e.g. "GOGC=100"), BENCH_CMCP (a cmcp
-// binary to run instead of this checkout's, for a before/after pair).
+// binary to run instead of this checkout's), BENCH_CMCP_BEFORE (an earlier
+// cmcp binary whose HTTP, per-session and shared stdio rows join the same
+// run, for a before/after pair).
 func BenchmarkTable(b *testing.B) {
 	rounds := envInt(b, "BENCH_ROUNDS", 3)
 	calls := envInt(b, "BENCH_CALLS", 1000)
@@ -114,10 +116,10 @@ func BenchmarkTable(b *testing.B) {
 		pids    func() []int             // the processes serving the open sessions (serve --stdio)
 		track   func(*mcp.ClientSession) // remembers a session's process (serve --stdio)
 	}
-	gateway := func(name, upYAML string) (*Process, string) {
+	gateway := func(bin, name, upYAML string) (*Process, string) {
 		dir := b.TempDir()
 		cfg := tableConfig(b, dir, upYAML, token)
-		p, endpoint, err := startGateway(cmcp, cfg, gwEnv)
+		p, endpoint, err := startGateway(bin, cfg, gwEnv)
 		if err != nil {
 			b.Fatalf("%s: %v", name, err)
 		}
@@ -142,17 +144,24 @@ func BenchmarkTable(b *testing.B) {
 		}
 		return false
 	}
-	for _, g := range []struct{ name, upYAML string }{
-		{"cmcp, HTTP upstream", httpUp},
-		{"cmcp, stdio upstream (per-session)", stdioUp},
-		{"cmcp, stdio upstream (shared)", stdioUp + "    lifecycle: shared\n"},
-		{"cmcp, stdio upstream (per-session, warm spares)", stdioUp + "    warm_spares: 2\n"},
-		{"cmcp, HTTP upstream (warm spares)", httpUp + "    warm_spares: 2\n"},
-	} {
+	gws := []struct{ bin, name, upYAML string }{
+		{cmcp, "cmcp, HTTP upstream", httpUp},
+		{cmcp, "cmcp, stdio upstream (per-session)", stdioUp},
+		{cmcp, "cmcp, stdio upstream (shared)", stdioUp + "    lifecycle: shared\n"},
+		{cmcp, "cmcp, stdio upstream (per-session, warm spares)", stdioUp + "    warm_spares: 2\n"},
+		{cmcp, "cmcp, HTTP upstream (warm spares)", httpUp + "    warm_spares: 2\n"},
+	}
+	if before := os.Getenv("BENCH_CMCP_BEFORE"); before != "" {
+		// An earlier build in the same run, for a before/after pair.
+		gws = append(gws, struct{ bin, name, upYAML string }{before, "before: cmcp, HTTP upstream", httpUp},
+			struct{ bin, name, upYAML string }{before, "before: cmcp, stdio upstream (per-session)", stdioUp},
+			struct{ bin, name, upYAML string }{before, "before: cmcp, stdio upstream (shared)", stdioUp + "    lifecycle: shared\n"})
+	}
+	for _, g := range gws {
 		if !keep(g.name) {
 			continue
 		}
-		p, endpoint := gateway(g.name, g.upYAML)
+		p, endpoint := gateway(g.bin, g.name, g.upYAML)
 		add(mode{name: g.name, direct: "http direct", floor: "http no-op proxy", connect: HTTPConnector(endpoint, token), gw: p})
 	}
 	if name := "cmcp serve --stdio, stdio upstream"; keep(name) {
