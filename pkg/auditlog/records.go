@@ -242,6 +242,14 @@ type Session struct {
 	ClientVersion string `json:"client_version,omitzero"`
 	Protocol      string `json:"protocol,omitzero"`
 	Reason        string `json:"reason,omitzero"`
+	// Issuer, TokenID and Groups are set when an OAuth access token
+	// identified the agent (server.oauth): the token's iss and jti claims
+	// and the groups its groups claim named. Never the token itself. A
+	// "token" event records a later token of the same identity on the
+	// session (a refreshed one).
+	Issuer  string   `json:"issuer,omitzero"`
+	TokenID string   `json:"token_id,omitzero"`
+	Groups  []string `json:"groups,omitzero"`
 }
 
 // Call records one tools/call request. It is made durable before the call
