@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -86,6 +87,8 @@ type Options struct {
 	// IssuerPath puts the issuer under a path ("/tenant1"), to test RFC 8414
 	// path-inserted metadata discovery.
 	IssuerPath string
+	// Addr is the address to listen on ("": 127.0.0.1, a free port).
+	Addr string
 }
 
 // Server is a running authorization server.
@@ -124,6 +127,15 @@ func New(opts Options) (*Server, error) {
 	}
 	s := &Server{prefix: opts.IssuerPath}
 	s.http = httptest.NewUnstartedServer(http.HandlerFunc(s.serveHTTP))
+	if opts.Addr != "" {
+		l, err := net.Listen("tcp", opts.Addr)
+		if err != nil {
+			s.http.Listener.Close()
+			return nil, err
+		}
+		s.http.Listener.Close()
+		s.http.Listener = l
+	}
 	s.Issuer = "http://" + s.http.Listener.Addr().String() + opts.IssuerPath
 
 	st, err := newStorage(s.Issuer, opts)
