@@ -121,7 +121,7 @@ func (s *session) decideAccess(ctx context.Context, a access, name string) error
 		return refuse(killSwitchAccessFault())
 	}
 	if eng := g.opts.Policy; eng != nil {
-		o := eng.DecideAccess(policy.Access{Action: a.action, Agent: s.principal, Session: s.id, Upstream: name,
+		o := eng.DecideAccess(policy.Access{Action: a.action, Agent: s.principal, Groups: s.credGroups(), Session: s.id, Upstream: name,
 			EvidenceClass: rec.EvidenceClass, URI: a.uri, Prompt: a.prompt})
 		rec.Decision, rec.PolicyIDs, rec.PolicyMode, rec.PolicyBundle, rec.PolicyInput = o.Effect(), o.PolicyIDs, string(o.Mode), o.Bundle, o.AccessInput()
 		dec := Decision{Effect: o.Effect(), PolicyIDs: o.PolicyIDs, Mode: string(o.Mode), Bundle: o.Bundle, Reason: o.Reason}
@@ -185,7 +185,7 @@ func accessVisible[T any](s *session, action policy.Action, upstream string, ite
 	if st := s.g.ups[upstream]; st != nil {
 		class = st.expectedClass()
 	}
-	a := policy.Access{Action: action, Agent: s.principal, Session: s.id, Upstream: upstream, EvidenceClass: class}
+	a := policy.Access{Action: action, Agent: s.principal, Groups: s.credGroups(), Session: s.id, Upstream: upstream, EvidenceClass: class}
 	perItem := action == policy.ActionReadResource && eng.ReadsURI() || action == policy.ActionGetPrompt && eng.ReadsPrompt()
 	if !perItem {
 		if eng.AccessVisible(a) {

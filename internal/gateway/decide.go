@@ -25,6 +25,9 @@ type SessionInfo struct {
 	Front         string // "http" or "stdio"
 	ClientName    string
 	ClientVersion string
+	// Groups are the groups the agent's credential names (an OAuth
+	// token's groups claim): Cedar Group parents beside policy.groups.
+	Groups []string
 }
 
 // DecisionRequest is what a Decider is asked about one tools/call.

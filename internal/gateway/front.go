@@ -24,6 +24,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/confidential-mcp/cmcp/internal/front/stdiofront"
+	"github.com/confidential-mcp/cmcp/internal/oauth"
 	"github.com/confidential-mcp/cmcp/internal/rpcwire"
 	"github.com/confidential-mcp/cmcp/internal/sessionbounds"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
@@ -71,6 +72,10 @@ type HTTPOptions struct {
 	// TokenSet, if set, holds the tokens in force (replaced on SIGHUP);
 	// nil: Tokens, for good.
 	TokenSet *TokenSet
+	// OAuth, if set, accepts OAuth 2.1 access tokens (server.oauth) beside
+	// Tokens: a bearer token that is none of Tokens is verified by it, and
+	// refused requests get its WWW-Authenticate challenge.
+	OAuth *oauth.Verifier
 	// ClientCerts accepts a verified TLS client certificate (mutual TLS) as
 	// authentication; its subject is the identity, and one with an empty
 	// subject (SAN-only) is refused.
@@ -191,7 +196,7 @@ func (g *Gateway) HTTPHandler(o HTTPOptions) http.Handler {
 			refuseUnread(w, r, http.StatusForbidden, fmt.Sprintf("cmcp: forbidden: invalid Host header %q: a gateway listening on a loopback address answers only requests addressed to a loopback host (DNS-rebinding protection)", r.Host))
 			return
 		}
-		who, tok, err := authenticate(r, o)
+		who, tok, authID, err := authenticateAgent(r, o)
 		if err != nil {
 			var ce *certRefusedError
 			if errors.As(err, &ce) {
@@ -199,8 +204,21 @@ func (g *Gateway) HTTPHandler(o HTTPOptions) http.Handler {
 					g.logger.Warn("refused a verified client certificate (401)", append(ce.logAttrs(), "refused_since_last_warning", quiet)...)
 				}
 			}
-			w.Header().Set("WWW-Authenticate", `Bearer realm="cmcp"`)
-			refuseUnread(w, r, http.StatusUnauthorized, "cmcp: "+err.Error())
+			status := http.StatusUnauthorized
+			if o.OAuth != nil {
+				// RFC 6750 and RFC 9728: the challenge names the
+				// resource metadata, and the error when a token was
+				// judged (none for a request without one).
+				var oe *oauthRefusal
+				var judged error
+				if errors.As(err, &oe) {
+					judged = oe.err
+				}
+				status = o.OAuth.Challenge(w.Header(), judged)
+			} else {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="cmcp"`)
+			}
+			refuseUnread(w, r, status, "cmcp: "+err.Error())
 			return
 		}
 		if r.Method == http.MethodPost && refuseBatch(w, r) {
@@ -211,6 +229,9 @@ func (g *Gateway) HTTPHandler(o HTTPOptions) http.Handler {
 			if s != nil && s.principal != who {
 				refuseUnread(w, r, http.StatusForbidden, "cmcp: this session belongs to another identity; open your own session")
 				return
+			}
+			if s != nil {
+				s.authedWith(authID)
 			}
 			if s != nil && r.Method == http.MethodGet {
 				s.streamOpenedWith(tok)
@@ -253,6 +274,7 @@ func (g *Gateway) HTTPHandler(o HTTPOptions) http.Handler {
 			}
 			s := g.newSession(who, "http")
 			s.token, s.releaseSlot = tok, release
+			s.auth.Store(authID)
 			r = r.WithContext(context.WithValue(r.Context(), sessCtxKey{}, s))
 			// A request that opened no session (not an initialize, or
 			// one that failed) gives its slot back; a session gives it
@@ -510,9 +532,41 @@ func dropBody(w http.ResponseWriter, r *http.Request) {
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now())
 }
 
+// oauthRefusal is an OAuth access token the verifier refused (its error
+// wraps oauth.ErrInvalidToken, ErrInsufficientScope or ErrUnavailable).
+type oauthRefusal struct{ err error }
+
+func (e *oauthRefusal) Error() string { return e.err.Error() }
+func (e *oauthRefusal) Unwrap() error { return e.err }
+
+// authenticateAgent returns the identity of the request's agent: as
+// authenticate does, then, with o.OAuth, a bearer token that is none of
+// the static tokens as an OAuth access token. It also returns the digest
+// of a static token that identified the agent (else zero) and the OAuth
+// identity when an access token did (else nil).
+func authenticateAgent(r *http.Request, o HTTPOptions) (string, digest.Digest, *oauth.Identity, error) {
+	who, tok, err := authenticate(r, o)
+	var nt *notStaticToken
+	if o.OAuth == nil || !errors.As(err, &nt) {
+		return who, tok, nil, err
+	}
+	id, verr := o.OAuth.Verify(r.Context(), nt.token)
+	if verr != nil {
+		return "", digest.Digest{}, nil, &oauthRefusal{fmt.Errorf("the bearer token is not valid for this gateway: %w", verr)}
+	}
+	return id.Name, digest.Digest{}, id, nil
+}
+
+// notStaticToken is a well-formed bearer token that is none of the static
+// tokens in force.
+type notStaticToken struct{ token string }
+
+func (*notStaticToken) Error() string { return "the bearer token is not valid for this gateway" }
+
 // authenticate returns the identity of the request's agent, checking its
 // bearer token against the tokens in force (o.TokenSet, else o.Tokens), and
-// the digest of that token (zero when no bearer token identified it).
+// the digest of that token (zero when no bearer token identified it). A
+// bearer token that is none of them is a *notStaticToken error.
 func authenticate(r *http.Request, o HTTPOptions) (string, digest.Digest, error) {
 	if h := r.Header.Get("Authorization"); h != "" {
 		scheme, tok, ok := strings.Cut(h, " ")
@@ -533,7 +587,7 @@ func authenticate(r *http.Request, o HTTPOptions) (string, digest.Digest, error)
 			}
 		}
 		if who == "" {
-			return "", digest.Digest{}, errors.New("the bearer token is not valid for this gateway")
+			return "", digest.Digest{}, &notStaticToken{token: strings.TrimSpace(tok)}
 		}
 		return who, got, nil
 	}
@@ -553,7 +607,7 @@ func authenticate(r *http.Request, o HTTPOptions) (string, digest.Digest, error)
 		}
 		return id, digest.Digest{}, nil
 	}
-	if len(o.Tokens) == 0 && !o.ClientCerts {
+	if len(o.Tokens) == 0 && !o.ClientCerts && o.OAuth == nil {
 		return AnonymousIdentity, digest.Digest{}, nil
 	}
 	return "", digest.Digest{}, errors.New("authentication required: send \"Authorization: Bearer <token>\" or a client certificate")

@@ -19,6 +19,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/confidential-mcp/cmcp/internal/gwtest"
+	"github.com/confidential-mcp/cmcp/internal/oauth"
 	"github.com/confidential-mcp/cmcp/internal/policy"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
@@ -80,6 +81,9 @@ type hconf struct {
 	// it, which a test may replace).
 	warmSpares int
 	command    string
+	// oauth, if set, makes the HTTP front's OAuth verifier for the
+	// resource (the endpoint's URL) and serves its metadata.
+	oauth func(resource string) *oauth.Verifier
 }
 
 type harness struct {
@@ -175,9 +179,18 @@ func newHarness(t testing.TB, c hconf) *harness {
 		}
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", g.HTTPHandler(HTTPOptions{Tokens: c.tokens, TokenSet: c.tokenSet, MaxRequestBytes: 1 << 20, SessionTimeout: c.idle, BodyTimeout: c.bodyTimeout, WriteStallTimeout: c.stall,
-		MaxSessions: c.maxSessions, MaxSessionsPerAgent: c.maxPerAgent}))
 	srv := httptest.NewUnstartedServer(mux)
+	var ov *oauth.Verifier
+	if c.oauth != nil {
+		// The resource is the endpoint as agents reach it, so the
+		// verifier is made once the address is known.
+		ov = c.oauth("http://" + srv.Listener.Addr().String() + "/mcp")
+		for _, p := range ov.MetadataPaths() {
+			mux.Handle(p, ov.MetadataHandler())
+		}
+	}
+	mux.Handle("/mcp", g.HTTPHandler(HTTPOptions{Tokens: c.tokens, TokenSet: c.tokenSet, OAuth: ov, MaxRequestBytes: 1 << 20, SessionTimeout: c.idle, BodyTimeout: c.bodyTimeout, WriteStallTimeout: c.stall,
+		MaxSessions: c.maxSessions, MaxSessionsPerAgent: c.maxPerAgent}))
 	srv.Listener = LowWatermarkListener(srv.Listener) // as Serve's
 	if c.sndbuf > 0 {
 		srv.Listener = sndbufListener{srv.Listener, c.sndbuf}

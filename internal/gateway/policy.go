@@ -43,7 +43,7 @@ func hints(a *mcp.ToolAnnotations) policy.Annotations {
 // Decide implements Decider.
 func (p *policyDecider) Decide(ctx context.Context, r DecisionRequest) (Decision, error) {
 	o := p.eng.DecideCall(policy.Call{
-		Agent: r.Principal, Session: r.Session.ID, Tool: r.Tool, ToolName: r.UpstreamTool, Upstream: r.Upstream,
+		Agent: r.Principal, Groups: r.Session.Groups, Session: r.Session.ID, Tool: r.Tool, ToolName: r.UpstreamTool, Upstream: r.Upstream,
 		EvidenceClass: r.EvidenceClass, Annotations: hints(r.Annotations), Arguments: r.Args,
 	})
 	d := Decision{Effect: o.Effect(), PolicyIDs: o.PolicyIDs, Mode: string(o.Mode), Bundle: o.Bundle, Reason: o.Reason, Input: o.Input()}
@@ -70,7 +70,7 @@ func (p *policyDecider) FilterTools(ctx context.Context, principal string, s Ses
 		if st := p.g.ups[e.Upstream]; st != nil {
 			class = st.expectedClass()
 		}
-		c := policy.Call{Tool: t.Name, ToolName: e.Name, Upstream: e.Upstream, EvidenceClass: class, Annotations: hints(t.Annotations)}
+		c := policy.Call{Groups: s.Groups, Tool: t.Name, ToolName: e.Name, Upstream: e.Upstream, EvidenceClass: class, Annotations: hints(t.Annotations)}
 		if p.eng.Visible(principal, s.ID, c) {
 			out = append(out, t)
 		}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/confidential-mcp/cmcp/internal/catalog"
 	"github.com/confidential-mcp/cmcp/internal/front/stdiofront"
+	"github.com/confidential-mcp/cmcp/internal/oauth"
 	"github.com/confidential-mcp/cmcp/internal/policy"
 	"github.com/confidential-mcp/cmcp/internal/rpcwire"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
@@ -54,6 +55,34 @@ func (s *session) tokensInForce(nowOf map[digest.Digest]string) bool {
 	return true
 }
 
+// credGroups are the groups the session's credential names.
+func (s *session) credGroups() []string {
+	if a := s.auth.Load(); a != nil {
+		return a.Groups
+	}
+	return nil
+}
+
+// authedWith notes the OAuth identity of a request of the session (same
+// principal, checked by the front): a token not seen on the session
+// before (a refreshed one) is recorded as a session "token" event, and its
+// groups are the session's from now on.
+func (s *session) authedWith(id *oauth.Identity) {
+	if id == nil {
+		return
+	}
+	prev := s.auth.Swap(id)
+	if prev == nil || prev.JTI == id.JTI && prev.Issuer == id.Issuer {
+		return
+	}
+	s.mu.Lock()
+	sid, started := s.id, s.started
+	s.mu.Unlock()
+	if started {
+		s.g.record(context.Background(), &auditlog.Session{ID: sid, Event: "token", Agent: s.principal, Front: s.front, Issuer: id.Issuer, TokenID: id.JTI, Groups: id.Groups})
+	}
+}
+
 // session is one agent session and its own MCP server.
 type session struct {
 	g         *Gateway
@@ -74,6 +103,11 @@ type session struct {
 	id           string // set when the session initialises
 
 	down atomic.Pointer[mcp.ServerSession]
+
+	// auth is the OAuth access token's verified identity of the latest
+	// request of the session (nil: no OAuth token identified it): its
+	// issuer and jti are recorded, its groups are Group parents.
+	auth atomic.Pointer[oauth.Identity]
 
 	mu       sync.Mutex
 	lives    map[string]*live
@@ -186,7 +220,7 @@ func (s *session) rootsChanged(context.Context, *mcp.RootsListChangedRequest) {
 }
 
 func (s *session) info() SessionInfo {
-	si := SessionInfo{ID: s.id, Front: s.front}
+	si := SessionInfo{ID: s.id, Front: s.front, Groups: s.credGroups()}
 	if ss := s.downSession(); ss != nil {
 		if ip := ss.InitializeParams(); ip != nil && ip.ClientInfo != nil {
 			si.ClientName, si.ClientVersion = ip.ClientInfo.Name, ip.ClientInfo.Version
@@ -211,6 +245,9 @@ func (s *session) bind(ss *mcp.ServerSession, params *mcp.InitializeParams) {
 	s.mu.Unlock()
 	s.down.Store(ss)
 	rec := &auditlog.Session{ID: s.id, Event: "start", Agent: s.principal, Front: s.front}
+	if a := s.auth.Load(); a != nil {
+		rec.Issuer, rec.TokenID, rec.Groups = a.Issuer, a.JTI, a.Groups
+	}
 	if params != nil {
 		rec.Protocol = params.ProtocolVersion
 		if params.ClientInfo != nil {
