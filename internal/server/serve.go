@@ -20,6 +20,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
@@ -34,6 +35,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/contain"
 	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/internal/gateway"
+	"github.com/confidential-mcp/cmcp/internal/oauth"
 	"github.com/confidential-mcp/cmcp/internal/policy"
 	"github.com/confidential-mcp/cmcp/internal/tee"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
@@ -634,7 +636,11 @@ func (s *serve) stopStdio(session context.Context, endSession func(), inputEnded
 func (s *serve) serveHTTP() error {
 	o, g, srvCfg, logger := s.o, s.g, s.srv, s.logger
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", g.HTTPHandler(gateway.HTTPOptions{Tokens: tokens(srvCfg), TokenSet: s.hup.Tokens, ClientCerts: srvCfg.TLS != nil && srvCfg.TLS.ClientCA != "",
+	ov, err := s.oauthVerifier(mux)
+	if err != nil {
+		return err
+	}
+	mux.Handle("/mcp", g.HTTPHandler(gateway.HTTPOptions{Tokens: tokens(srvCfg), TokenSet: s.hup.Tokens, OAuth: ov, ClientCerts: srvCfg.TLS != nil && srvCfg.TLS.ClientCA != "",
 		SessionTimeout: srvCfg.SessionTimeout, MaxRequestBytes: srvCfg.MaxRequestBytes, MaxSessions: srvCfg.MaxSessions, MaxSessionsPerAgent: srvCfg.MaxSessionsPerAgent}))
 	if err := loginHandlers(mux, s.ups); err != nil {
 		return exitcode.WithCode(exitcode.ExitConfig, err)
@@ -746,7 +752,44 @@ func tokens(s *config.Server) []gateway.Token {
 	return out
 }
 
+// oauthVerifier makes the OAuth verifier of server.oauth (nil without it)
+// and serves its Protected Resource Metadata on mux. The issuer's keys are
+// fetched in the background: until they are, OAuth tokens are answered
+// 503, and a mistake (an issuer whose metadata names another, no JWKS) is
+// logged now rather than at the first agent's request.
+func (s *serve) oauthVerifier(mux *http.ServeMux) (*oauth.Verifier, error) {
+	o := s.srv.OAuth
+	if o == nil {
+		return nil, nil
+	}
+	v, err := oauth.New(oauth.FromConfig(o))
+	if err != nil {
+		return nil, fmt.Errorf("server.oauth: %w", err)
+	}
+	for _, p := range v.MetadataPaths() {
+		mux.Handle(p, v.MetadataHandler())
+	}
+	if u, err := url.Parse(o.Resource); err == nil && strings.TrimSuffix(u.Path, "/") != "/mcp" {
+		s.logger.Warn("server.oauth.resource's path is not /mcp, where this gateway serves MCP: agents reach it there only through a proxy that maps the path", "resource", o.Resource)
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+		defer cancel()
+		if err := v.Prefetch(ctx); err != nil && s.ctx.Err() == nil {
+			s.logger.Warn("server.oauth: the authorization server's keys could not be fetched; OAuth tokens are answered 503 until they can", "issuer", o.Issuer, "err", err)
+		}
+	}()
+	return v, nil
+}
+
 func authMode(s *config.Server) string {
+	if s.OAuth != nil {
+		return "OAuth access tokens from " + s.OAuth.Issuer + " (" + authModeStatic(s) + " too)"
+	}
+	return authModeStatic(s)
+}
+
+func authModeStatic(s *config.Server) string {
 	switch {
 	case len(s.Tokens) > 0 && s.TLS != nil && s.TLS.ClientCA != "":
 		return "bearer tokens or client certificates"
