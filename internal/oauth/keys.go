@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -15,8 +16,6 @@ import (
 
 	jose "github.com/go-jose/go-jose/v4"
 	"golang.org/x/sync/singleflight"
-
-	"github.com/confidential-mcp/cmcp/internal/config"
 )
 
 // keyCache holds the issuer's public keys. Verify reads them without a
@@ -52,7 +51,7 @@ func newKeyCache(cfg *Config, now func() time.Time) *keyCache {
 		c.client = &http.Client{Timeout: 10 * time.Second}
 	}
 	if c.floor == 0 {
-		c.floor = config.DefaultOAuthJWKSRefreshFloor
+		c.floor = DefaultRefreshFloor
 	}
 	if c.maxAge == 0 {
 		c.maxAge = time.Hour
@@ -230,7 +229,7 @@ func (c *keyCache) discover(ctx context.Context) (string, error) {
 			return "", fmt.Errorf("%w: the metadata at %s has no jwks_uri: set server.oauth.jwks_uri", ErrUnavailable, u)
 		}
 		ju, err := url.Parse(meta.JWKSURI)
-		if err != nil || !(ju.Scheme == "https" || ju.Scheme == "http" && config.IsLoopbackHost(ju.Hostname())) {
+		if err != nil || !(ju.Scheme == "https" || ju.Scheme == "http" && loopbackHost(ju.Hostname())) {
 			return "", fmt.Errorf("%w: the metadata at %s gives jwks_uri %q: want https (plaintext http only to loopback)", ErrUnavailable, u, short(meta.JWKSURI))
 		}
 		return meta.JWKSURI, nil
@@ -276,4 +275,14 @@ func short(s string) string {
 		s = s[:64] + "..."
 	}
 	return s
+}
+
+// loopbackHost reports whether host is a loopback address or "localhost",
+// the only hosts a plaintext http:// JWKS may be on.
+func loopbackHost(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -27,8 +27,6 @@ import (
 
 	jose "github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
-
-	"github.com/confidential-mcp/cmcp/internal/config"
 )
 
 // Errors of Verify. ErrInvalidToken and ErrInsufficientScope are the RFC
@@ -38,6 +36,19 @@ var (
 	ErrInvalidToken      = errors.New("invalid_token")
 	ErrInsufficientScope = errors.New("insufficient_scope")
 	ErrUnavailable       = errors.New("authorization server keys unavailable")
+)
+
+// PublicKeyAlgorithms are the JWS algorithms a Verifier may accept, and
+// its default: public-key signatures only. "none" and the HMAC algorithms
+// (HS256...) never are: a verifier that takes HMAC can be fed a token
+// "signed" with the issuer's public key as the secret. (server.oauth's
+// list, config.OAuthAlgorithms, is the same: TestOAuthAlgorithmListsAgree.)
+var PublicKeyAlgorithms = []string{"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
+
+// The defaults of Config.
+const (
+	DefaultClockSkew    = 30 * time.Second
+	DefaultRefreshFloor = 30 * time.Second
 )
 
 // Config configures a Verifier.
@@ -58,7 +69,7 @@ type Config struct {
 	// issuer's metadata (RFC 8414, then OpenID discovery).
 	JWKSURI string
 	// Algorithms are the accepted JWS algorithms; empty means
-	// config.OAuthAlgorithms. "none" and HMAC are refused by New.
+	// PublicKeyAlgorithms. "none" and HMAC are refused by New.
 	Algorithms []string
 	// ClockSkew is the leeway on exp, nbf and iat (0: 30s).
 	ClockSkew time.Duration
@@ -79,21 +90,6 @@ type Config struct {
 	// signature checked again; its expiry, and that its key is still
 	// published, are checked on every hit.
 	CacheSize int
-}
-
-// FromConfig is the Config of server.oauth.
-func FromConfig(o *config.OAuth) Config {
-	return Config{
-		Issuer:        o.Issuer,
-		Resource:      o.Resource,
-		IdentityClaim: o.IdentityClaimOrDefault(),
-		GroupsClaim:   o.GroupsClaim,
-		Scopes:        slices.Clone(o.Scopes),
-		JWKSURI:       o.JWKSURI,
-		Algorithms:    o.AlgorithmsOrDefault(),
-		ClockSkew:     o.ClockSkewOrDefault(),
-		RefreshFloor:  o.JWKSRefreshFloorOrDefault(),
-	}
 }
 
 // Identity is what a verified access token says about its bearer.
@@ -140,17 +136,17 @@ func New(cfg Config) (*Verifier, error) {
 		return nil, fmt.Errorf("oauth verifier: identity claim %q: want sub or email", cfg.IdentityClaim)
 	}
 	if len(cfg.Algorithms) == 0 {
-		cfg.Algorithms = config.OAuthAlgorithms
+		cfg.Algorithms = PublicKeyAlgorithms
 	}
 	v := &Verifier{cfg: cfg, now: cfg.Now}
 	for _, a := range cfg.Algorithms {
-		if !slices.Contains(config.OAuthAlgorithms, a) {
-			return nil, fmt.Errorf("oauth verifier: algorithm %q is not accepted: public-key algorithms only (%s)", a, strings.Join(config.OAuthAlgorithms, ", "))
+		if !slices.Contains(PublicKeyAlgorithms, a) {
+			return nil, fmt.Errorf("oauth verifier: algorithm %q is not accepted: public-key algorithms only (%s)", a, strings.Join(PublicKeyAlgorithms, ", "))
 		}
 		v.algs = append(v.algs, jose.SignatureAlgorithm(a))
 	}
 	if v.cfg.ClockSkew == 0 {
-		v.cfg.ClockSkew = config.DefaultOAuthClockSkew
+		v.cfg.ClockSkew = DefaultClockSkew
 	}
 	if v.now == nil {
 		v.now = time.Now

@@ -23,6 +23,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -762,7 +763,7 @@ func (s *serve) oauthVerifier(mux *http.ServeMux) (*oauth.Verifier, error) {
 	if o == nil {
 		return nil, nil
 	}
-	v, err := oauth.New(oauth.FromConfig(o))
+	v, err := oauth.New(oauthConfig(o))
 	if err != nil {
 		return nil, fmt.Errorf("server.oauth: %w", err)
 	}
@@ -780,6 +781,21 @@ func (s *serve) oauthVerifier(mux *http.ServeMux) (*oauth.Verifier, error) {
 		}
 	}()
 	return v, nil
+}
+
+// oauthConfig is the verifier's configuration of server.oauth.
+func oauthConfig(o *config.OAuth) oauth.Config {
+	return oauth.Config{
+		Issuer:        o.Issuer,
+		Resource:      o.Resource,
+		IdentityClaim: o.IdentityClaimOrDefault(),
+		GroupsClaim:   o.GroupsClaim,
+		Scopes:        slices.Clone(o.Scopes),
+		JWKSURI:       o.JWKSURI,
+		Algorithms:    o.AlgorithmsOrDefault(),
+		ClockSkew:     o.ClockSkewOrDefault(),
+		RefreshFloor:  o.JWKSRefreshFloorOrDefault(),
+	}
 }
 
 func authMode(s *config.Server) string {

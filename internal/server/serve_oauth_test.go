@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
 
+	"github.com/confidential-mcp/cmcp/internal/config"
 	"github.com/confidential-mcp/cmcp/internal/gateway"
 	"github.com/confidential-mcp/cmcp/internal/gwtest"
 	"github.com/confidential-mcp/cmcp/internal/oauth"
@@ -123,4 +125,22 @@ upstreams:
 		t.Fatalf("static token beside OAuth: %v", err)
 	}
 	bot.Close()
+}
+
+// TestOAuthAlgorithmListsAgree: server.oauth.algorithms is checked against
+// config's list and the verifier refuses anything not in its own; they are
+// the same list, public-key algorithms only.
+func TestOAuthAlgorithmListsAgree(t *testing.T) {
+	if !slices.Equal(config.OAuthAlgorithms, oauth.PublicKeyAlgorithms) {
+		t.Fatalf("config.OAuthAlgorithms %v != oauth.PublicKeyAlgorithms %v", config.OAuthAlgorithms, oauth.PublicKeyAlgorithms)
+	}
+	for _, a := range oauth.PublicKeyAlgorithms {
+		if a == "none" || strings.HasPrefix(a, "HS") {
+			t.Fatalf("%s is in the list", a)
+		}
+	}
+	c := oauthConfig(&config.OAuth{Issuer: "https://as.example", Resource: "https://gw.example/mcp"})
+	if c.IdentityClaim != "sub" || c.ClockSkew != config.DefaultOAuthClockSkew || c.RefreshFloor != config.DefaultOAuthJWKSRefreshFloor || !slices.Equal(c.Algorithms, config.OAuthAlgorithms) {
+		t.Fatalf("defaults: %+v", c)
+	}
 }
