@@ -83,8 +83,9 @@ func TestQuickstart(t *testing.T) {
 	}
 	out := call("files__echo", `{"text":"hello through cmcp"}`)
 	// Exactly what README.md shows.
-	if want := `{"jsonrpc":"2.0","id":2,"result":{"content":[{"type":"text","text":"hello through cmcp"}]}}` + "\n"; out != want {
-		t.Fatalf("call.sh files__echo:\n got %q\nwant %q (README.md's first block)", out, want)
+	calls := readmeBlock(t, "scripts/call.sh --list")
+	if want := `{"jsonrpc":"2.0","id":2,"result":{"content":[{"type":"text","text":"hello through cmcp"}]}}` + "\n"; out != want || !strings.Contains(calls, "\n# "+want) {
+		t.Fatalf("call.sh files__echo:\n got %q\nwant %q, as README.md's block shows it:\n%s", out, want, calls)
 	}
 	syscall.Kill(-srv.Process.Pid, syscall.SIGINT) // Ctrl-C
 	select {
@@ -108,6 +109,46 @@ func TestQuickstart(t *testing.T) {
 	if m := regexp.MustCompile(`(?m)^Result: VERIFIED through record (\d+) of epoch 1: records 0-(\d+) \((\d+) records\) are signed by the newest checkpoint, which is record (\d+) \(tree size (\d+), root `).FindStringSubmatch(string(vout)); m == nil ||
 		m[1] != m[2] || m[3] != m[4] || m[4] != m[5] {
 		t.Fatalf("verify-chain audit: no result line as README.md shows it:\n%s", vout)
+	}
+	// README.md shows that line as a run printed it (numbers aside: the
+	// gateway signs a checkpoint each second).
+	shown := regexp.MustCompile(`(?m)^# (Result: .*)$`).FindStringSubmatch(calls)
+	got := regexp.MustCompile(`(?m)^Result: .*$`).FindString(string(vout))
+	if digits := regexp.MustCompile(`\d+`); shown == nil || !strings.HasSuffix(shown[1], "root ...)") ||
+		!strings.HasPrefix(digits.ReplaceAllString(got, "N"), strings.TrimSuffix(digits.ReplaceAllString(shown[1], "N"), "...)")) {
+		t.Fatalf("README.md's block shows the result line\n%v\nbut verify-chain printed\n%s", shown, got)
+	}
+
+	// The tour: every command README.md shows runs, in the repository
+	// after the quickstart, and says what its comment says.
+	tour := readmeBlock(t, "# Pin a stdio server")
+	for _, line := range strings.Split(tour, "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		cmd := exec.Command("bash", "-c", line)
+		cmd.Dir = dir
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("README.md's tour: %s: %v\n%s", line, err, out)
+		}
+		want := map[string]string{
+			"spawn-digest --name files": "cmcp.yaml entry: paste under upstreams:",
+			"--save-checkpoint seen.cp": "Result: VERIFIED",
+			"--checkpoint seen.cp":      "consistent with the saved checkpoint",
+			"replay audit\x00":          "1 calls",
+			"--what-if":                 "0 would change",
+			"--provider software":       "",
+			"--allow-software":          "WARNING",
+		}
+		for k, w := range want {
+			if strings.Contains(line+"\x00", k) && !strings.Contains(string(out), w) {
+				t.Errorf("README.md's tour: %s: the output does not say %q:\n%s", line, w, out)
+			}
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "r3.proof")); err != nil || !strings.HasPrefix(string(b), "c2sp.org/tlog-proof@v1\n") {
+		t.Errorf("README.md's tour: --prove 3 wrote no proof: %v %q", err, b)
 	}
 
 	// An MCP client that spawns `cmcp serve --stdio -c .quickstart/cmcp.yaml`
@@ -167,6 +208,23 @@ func stdioListDir(t *testing.T, repo, cwd string) string {
 		t.Fatalf("cmcp serve --stdio in %s: no answer to files__list_dir: %+v\n%s", cwd, answer, stderr.String())
 	}
 	return answer.Result.Content[0].Text
+}
+
+// readmeBlock returns the code block of README.md whose text holds marker.
+func readmeBlock(t *testing.T, marker string) string {
+	t.Helper()
+	b, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, block := range strings.Split(string(b), "```") {
+		if i%2 == 1 && strings.Contains(block, marker) {
+			_, body, _ := strings.Cut(block, "\n")
+			return body
+		}
+	}
+	t.Fatalf("README.md has no code block holding %q", marker)
+	return ""
 }
 
 // copyRepo copies the files git tracks (as they are in the working tree)

@@ -8,32 +8,21 @@ import (
 	"testing"
 )
 
-// TestReadmeClaimsNameRealTests: every test, fuzz test and script named in
-// README.md's "Security properties and the tests that prove them" table
-// exists, so a renamed or deleted test cannot leave a claim unproven.
-func TestReadmeClaimsNameRealTests(t *testing.T) {
-	b, err := os.ReadFile("README.md")
+// TestClaimsNameRealTests: docs/CLAIMS.md, the table of every security
+// property cmcp claims, names each claim by a stable id and each row names
+// tests or scripts that exist, so a renamed or deleted test cannot leave a
+// claim unproven and a claim cannot be renumbered into another.
+func TestClaimsNameRealTests(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("docs", "CLAIMS.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme := string(b)
-	start := strings.Index(readme, "## Security properties and the tests that prove them")
+	doc := string(b)
+	start := strings.Index(doc, "\n## Claims\n")
 	if start < 0 {
-		t.Fatal(`README.md has no "Security properties and the tests that prove them" section`)
+		t.Fatal(`docs/CLAIMS.md has no "## Claims" section`)
 	}
-	section := readme[start:]
-	if end := strings.Index(section[3:], "\n## "); end >= 0 {
-		section = section[:end+3]
-	}
-	rows := 0
-	for _, line := range strings.Split(section, "\n") {
-		if strings.HasPrefix(line, "| ") && !strings.HasPrefix(line, "| #") {
-			rows++
-		}
-	}
-	if rows == 0 {
-		t.Fatal("the security properties table has no rows")
-	}
+	section := doc[start:]
 
 	var sources strings.Builder
 	err = filepath.WalkDir(".", func(p string, d os.DirEntry, err error) error {
@@ -56,19 +45,48 @@ func TestReadmeClaimsNameRealTests(t *testing.T) {
 		t.Fatal(err)
 	}
 	all := sources.String()
-	names := regexp.MustCompile("`((?:Test|Fuzz)[A-Za-z0-9_]+)`").FindAllStringSubmatch(section, -1)
-	if len(names) < rows {
-		t.Fatalf("%d tests named for %d properties", len(names), rows)
-	}
-	for _, m := range names {
-		if !regexp.MustCompile(`(?m)^func ` + m[1] + `\(`).MatchString(all) {
-			t.Errorf("README.md names %s, which is not a test in this module", m[1])
+
+	row := regexp.MustCompile("^\\| `([^`]*)` \\| (.*) \\| (.*) \\|$")
+	id := regexp.MustCompile(`^[a-z0-9]+(-[a-z0-9]+)*$`)
+	testName := regexp.MustCompile("`((?:Test|Fuzz|Example)[A-Za-z0-9_]+)`")
+	script := regexp.MustCompile("`([a-z0-9_]+\\.txtar)`")
+	seen := map[string]bool{}
+	rows, names := 0, 0
+	for _, line := range strings.Split(section, "\n") {
+		if !strings.HasPrefix(line, "| ") || strings.HasPrefix(line, "| id |") {
+			continue
+		}
+		m := row.FindStringSubmatch(line)
+		if m == nil {
+			t.Errorf("docs/CLAIMS.md: a row that is not | `id` | property | tests |: %.120s", line)
+			continue
+		}
+		rows++
+		if !id.MatchString(m[1]) {
+			t.Errorf("claim id %q: want lower-case words joined by '-'", m[1])
+		}
+		if seen[m[1]] {
+			t.Errorf("claim id %q is used twice; ids are never reused", m[1])
+		}
+		seen[m[1]] = true
+		tests, scripts := testName.FindAllStringSubmatch(m[3], -1), script.FindAllStringSubmatch(m[3], -1)
+		if len(tests)+len(scripts) == 0 {
+			t.Errorf("claim %s names no test or script", m[1])
+		}
+		for _, tm := range tests {
+			names++
+			if !regexp.MustCompile(`(?m)^func ` + tm[1] + `\(`).MatchString(all) {
+				t.Errorf("claim %s names %s, which is not a test in this module", m[1], tm[1])
+			}
+		}
+		for _, sm := range scripts {
+			if _, err := os.Stat(filepath.Join("testdata", "script", sm[1])); err != nil {
+				t.Errorf("claim %s names the script %s: %v", m[1], sm[1], err)
+			}
 		}
 	}
-	for _, m := range regexp.MustCompile("`([a-z0-9_]+\\.txtar)`").FindAllStringSubmatch(section, -1) {
-		if _, err := os.Stat(filepath.Join("testdata", "script", m[1])); err != nil {
-			t.Errorf("README.md names the script %s: %v", m[1], err)
-		}
+	if rows == 0 {
+		t.Fatal("the claims table has no rows")
 	}
-	t.Logf("%d properties, %d test names", rows, len(names))
+	t.Logf("%d claims, %d test names", rows, names)
 }

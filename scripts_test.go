@@ -69,3 +69,40 @@ func TestReadmeNamesTheGoVersion(t *testing.T) {
 		t.Errorf("README.md does not say %q", want)
 	}
 }
+
+// TestMutateScript: scripts/mutate.sh, the mutation check of
+// docs/CLAIMS.md, exits 0 when the mutant fails the tests, 1 when it passes
+// them, and leaves the file as it was either way.
+func TestMutateScript(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go test twice")
+	}
+	const file = "internal/exitcode/exitcode.go"
+	before, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		old, new string
+		code     int
+	}{
+		{"case \"fork\":\n\t\treturn ExitLogFork", "case \"fork\":\n\t\treturn ExitLogTrunc", 0}, // caught
+		{"// success", "// succeeded", 1}, // a comment: not caught
+		{"no such text", "x", 2},
+	} {
+		cmd := exec.Command("bash", "scripts/mutate.sh", file, c.old, c.new, "-run", "TestLogFailureCodeCoversEveryClass", "./internal/exitcode")
+		out, err := cmd.CombinedOutput()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if code != c.code {
+			t.Errorf("mutate.sh %q -> %q: exit %d, want %d\n%s", c.old, c.new, code, c.code, out)
+		}
+		if after, err := os.ReadFile(file); err != nil || string(after) != string(before) {
+			t.Fatalf("mutate.sh %q left %s changed (%v)", c.old, file, err)
+		}
+	}
+}

@@ -13,7 +13,7 @@ import (
 
 // TestReplayFindsACallForwardedWhileKilled: the gateway writes no
 // forwarded call or access record between kill_switch_on and
-// kill_switch_off (Gateway.SetKillSwitch, claim 106). A log written with
+// kill_switch_off (Gateway.SetKillSwitch, claim killswitch-refuses-access). A log written with
 // its key in which calls are forwarded while the switch is engaged has each
 // of them inconsistent (exit 30), with --policy and without; calls after
 // kill_switch_off are not. Before, replay did not read admin records at

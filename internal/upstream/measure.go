@@ -64,7 +64,7 @@ func (w *treeWatch) changed() (why, hint string) {
 
 // bytecodeHint is what to do about a Python server that wrote its
 // bytecode into its measured tree (a fresh tree's first run does). The
-// README prefers a tree pinned without __pycache__ (a .pyc in a pinned
+// docs/spawn-digest.md prefers a tree pinned without __pycache__ (a .pyc in a pinned
 // tree can be switched on by a touch; a tree re-measured before every
 // spawn cannot gain one), so PYTHONDONTWRITEBYTECODE comes first.
 // PYTHONPYCACHEPREFIX is no way out: the bytecode it points python at is
