@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/confidential-mcp/cmcp/internal/ui"
+	"github.com/confidential-mcp/cmcp/pkg/attestedlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 	"github.com/confidential-mcp/cmcp/pkg/evidence"
 )
@@ -174,7 +175,7 @@ func TestAttestedIsFalseForEvidenceThatDidNotVerify(t *testing.T) {
 		}, evidence.PlatformTDX)
 		code, out, errb := runCLINoPanic(t, "-o", "json", "verify-chain", dir)
 		var doc struct {
-			Evidence []genesisEvidence `json:"evidence"`
+			Evidence []attestedlog.GenesisResult `json:"evidence"`
 		}
 		if err := json.Unmarshal([]byte(out), &doc); err != nil || code != 12 || len(doc.Evidence) != 1 ||
 			doc.Evidence[0].Attested || doc.Evidence[0].Platform != evidence.PlatformTDX || doc.Evidence[0].Binding != evidence.BindingMismatch {

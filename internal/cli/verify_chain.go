@@ -15,6 +15,7 @@ import (
 
 	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/internal/ui"
+	"github.com/confidential-mcp/cmcp/pkg/attestedlog"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 )
 
@@ -272,12 +273,12 @@ type verifyChainDoc struct {
 	// newest checkpoint's cosignatures; TailProtected says whether
 	// truncation and forks of the tail were checked (a saved checkpoint or
 	// witnesses), which the warnings otherwise say they were not.
-	Log           *auditlog.LogReport   `json:"log,omitempty"`
-	TailProtected string                `json:"tail_protected_by"` // witnesses, saved-checkpoint, none
-	Warnings      []string              `json:"warnings"`
-	Evidence      []*genesisEvidence    `json:"evidence"`
-	Failure       *auditlog.VerifyError `json:"failure,omitempty"`
-	ExitCode      int                   `json:"exit_code"`
+	Log           *auditlog.LogReport          `json:"log,omitempty"`
+	TailProtected string                       `json:"tail_protected_by"` // witnesses, saved-checkpoint, none
+	Warnings      []string                     `json:"warnings"`
+	Evidence      []*attestedlog.GenesisResult `json:"evidence"`
+	Failure       *auditlog.VerifyError        `json:"failure,omitempty"`
+	ExitCode      int                          `json:"exit_code"`
 }
 
 func cpDoc(cp *auditlog.Checkpoint) *checkpointDoc {
@@ -338,7 +339,7 @@ func runVerifyChain(p *ui.Printer, dir string, o *verifyChainOptions, keys []str
 	if err != nil {
 		return err
 	}
-	opt.VerifyEvidence = ce.check
+	opt.VerifyEvidence = ce.Check
 	for _, f := range o.Checkpoints {
 		b, err := readInput(f)
 		if err != nil {
@@ -378,7 +379,7 @@ func runVerifyChain(p *ui.Printer, dir string, o *verifyChainOptions, keys []str
 	code := exitcode.ExitOK
 	if ve != nil {
 		code = failureCode(ve)
-	} else if w := ce.unmeasuredWarning(); w != "" {
+	} else if w := ce.UnmeasuredWarning(); w != "" {
 		rep.Warnings = append(rep.Warnings, w)
 	}
 	// A log that holds no checkpoint is well-formed, but nothing in it is
@@ -748,7 +749,7 @@ func runMakeReceipt(p *ui.Printer, dir string, o *verifyChainOptions, keys []str
 	if err != nil {
 		return err
 	}
-	r, err := auditlog.MakeReceipt(dir, o.MakeReceipt, auditlog.VerifyOptions{Keys: keys, VerifyEvidence: ce.check})
+	r, err := auditlog.MakeReceipt(dir, o.MakeReceipt, auditlog.VerifyOptions{Keys: keys, VerifyEvidence: ce.Check})
 	if err != nil {
 		return verifyErr(err)
 	}
@@ -773,7 +774,7 @@ func runVerifyReceipt(p *ui.Printer, o *verifyChainOptions, keys []string) error
 	if err != nil {
 		return err
 	}
-	opt := auditlog.ReceiptOptions{Keys: keys, Witnesses: wits, WitnessQuorum: o.WitnessQuorum, VerifyEvidence: ce.check}
+	opt := auditlog.ReceiptOptions{Keys: keys, Witnesses: wits, WitnessQuorum: o.WitnessQuorum, VerifyEvidence: ce.Check}
 	res, err := auditlog.VerifyReceipt(b, opt)
 	if err != nil {
 		var ve *auditlog.VerifyError
@@ -796,8 +797,8 @@ func runVerifyReceipt(p *ui.Printer, o *verifyChainOptions, keys []string) error
 			SchemaVersion int    `json:"schema_version"`
 			Status        string `json:"status"`
 			*auditlog.ReceiptResult
-			Checkpoint *checkpointDoc     `json:"checkpoint"`
-			Evidence   []*genesisEvidence `json:"evidence"`
+			Checkpoint *checkpointDoc               `json:"checkpoint"`
+			Evidence   []*attestedlog.GenesisResult `json:"evidence"`
 		}{ui.SchemaVersion, "verified", res, cpDoc(res.Checkpoint), ce.Results})
 	}
 	check, warn := p.OK("✓"), p.Warn("!")
@@ -854,7 +855,7 @@ func runVerifyFleet(p *ui.Printer, dirs []string, o *verifyChainOptions, keys []
 		if err != nil {
 			return err
 		}
-		opt := auditlog.VerifyOptions{Keys: keys, RequireSigned: o.RequireSigned || o.Evidence.RequireAttested, Strict: o.Strict, VerifyEvidence: ce.check,
+		opt := auditlog.VerifyOptions{Keys: keys, RequireSigned: o.RequireSigned || o.Evidence.RequireAttested, Strict: o.Strict, VerifyEvidence: ce.Check,
 			Witnesses: wits, WitnessQuorum: o.WitnessQuorum, WitnessMaxAge: o.WitnessMaxAge}
 		rep, err := auditlog.Verify(dir, opt)
 		row := &fleetRow{Dir: dir, Status: "verified", Witnessed: []string{}, Warnings: []string{}}

@@ -10,10 +10,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/internal/tee"
+	"github.com/confidential-mcp/cmcp/pkg/attestedlog"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 	"github.com/confidential-mcp/cmcp/pkg/evidence"
@@ -64,7 +64,7 @@ func TestVerifyChainSoftwareGenesisEvidence(t *testing.T) {
 	}
 	code, out, _ = runCLI(t, "-o", "json", "verify-chain", dir)
 	var doc struct {
-		Evidence []genesisEvidence `json:"evidence"`
+		Evidence []attestedlog.GenesisResult `json:"evidence"`
 	}
 	if err := json.Unmarshal([]byte(out), &doc); err != nil || code != 0 || len(doc.Evidence) != 1 ||
 		doc.Evidence[0].Platform != "software" || doc.Evidence[0].Attested || doc.Evidence[0].Binding != evidence.BindingOurs {
@@ -167,8 +167,8 @@ func TestRequireAttestedWithoutReferenceSaysMeasurementUnchecked(t *testing.T) {
 	// JSON: in the warnings and in the epoch's note.
 	code, out, _ = runCLI(t, "-o", "json", "verify-chain", dir, "--roots", roots, "--require-attested")
 	var doc struct {
-		Warnings []string          `json:"warnings"`
-		Evidence []genesisEvidence `json:"evidence"`
+		Warnings []string                    `json:"warnings"`
+		Evidence []attestedlog.GenesisResult `json:"evidence"`
 	}
 	if err := json.Unmarshal([]byte(out), &doc); err != nil || code != 0 || !slices.Contains(doc.Warnings, warning) ||
 		len(doc.Evidence) != 1 || doc.Evidence[0].Note != unchecked {
@@ -187,34 +187,5 @@ func TestRequireAttestedWithoutReferenceSaysMeasurementUnchecked(t *testing.T) {
 	code, out, errb = runCLI(t, "verify-chain", dir, "--roots", roots, "--require-attested", "--reference", ref)
 	if code != 0 || !strings.Contains(out, line) || strings.Contains(out+errb, "NOT checked") {
 		t.Fatalf("measurement pinned: %d\n%s\n%s", code, out, errb)
-	}
-}
-
-// TestRequireAttestedWarnsWhenRTMRsAreNotPinned: a TDX reference that pins
-// MRTD alone leaves RTMR0-3 (kernel, command line, what runs after boot: the
-// gateway) unchecked. Before, the measurement claim was affirming and
-// --require-attested said nothing; now the epoch's note and the one warning
-// say the measurement was not fully checked, and why.
-func TestRequireAttestedWarnsWhenRTMRsAreNotPinned(t *testing.T) {
-	quote, err := os.ReadFile("../../testdata/evidence/tdx-spr-e4-quote.dat")
-	if err != nil {
-		t.Fatal(err)
-	}
-	mrtd := make([]byte, 48)
-	copy(mrtd, quote[48+136:48+184])
-	ref := &evidence.ReferenceValues{TDX: &evidence.TDXReference{MRTD: []evidence.HexBytes{mrtd}}}
-	res, err := evidence.VerifyRaw(quote, nil, evidence.VerifyOptions{Reference: ref, Now: time.Date(2025, 6, 1, 0, 0, 0, 0, time.UTC)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &chainEvidence{require: true, opts: evidence.VerifyOptions{Reference: ref}}
-	c.Results = []*genesisEvidence{{Epoch: 1, Platform: evidence.PlatformTDX, Attested: true, Verdict: string(res.Verdict), Claims: res.Claims}}
-	const warning = "--require-attested: the key of epoch 1 is bound to genuine hardware evidence, but the launch measurement was NOT fully checked against reference values, so any code in a genuine VM could hold the key (the --reference values do not pin MRTD and all four RTMRs)"
-	if got := c.unmeasuredWarning(); got != warning {
-		t.Fatalf("warning %q, want %q", got, warning)
-	}
-	const note = "launch measurement (MRTD and RTMRs) NOT fully checked against reference values, so any code in a genuine tdx VM could hold this key: the --reference values do not pin MRTD and all four RTMRs"
-	if got := c.unmeasuredNote(evidence.PlatformTDX); got != note {
-		t.Fatalf("note %q, want %q", got, note)
 	}
 }

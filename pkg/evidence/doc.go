@@ -47,4 +47,6 @@
 // check goes beyond go-tdx-guest's offline verification: a TDX quote must come
 // from Intel's TD quoting enclave, whose identity (MRSIGNER, ISVPRODID, no
 // DEBUG, QE vendor ID) is pinned here because only collateral would give it.
+//
+// pkg/attestedlog checks the evidence in an audit log's genesis records.
 package evidence
