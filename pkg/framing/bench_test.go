@@ -3,7 +3,6 @@ package framing
 import (
 	"bufio"
 	"encoding/json"
-	"io"
 	"strings"
 	"testing"
 )
@@ -47,20 +46,6 @@ func BenchmarkReaderBaseline(b *testing.B) {
 	for b.Loop() {
 		if !sc.Scan() || !json.Valid(sc.Bytes()) {
 			b.Fatal("scan")
-		}
-	}
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
-}
-
-// BenchmarkWriter writes one message per op.
-func BenchmarkWriter(b *testing.B) {
-	w := NewWriter(io.Discard)
-	msg := []byte(realMessages[4])
-	b.SetBytes(int64(len(msg)))
-	b.ReportAllocs()
-	for b.Loop() {
-		if err := w.Write(msg); err != nil {
-			b.Fatal(err)
 		}
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")

@@ -1,10 +1,11 @@
-// Package framing reads and writes the stdio wire of MCP: newline-delimited
-// JSON-RPC 2.0, one message per line. The reader is strict: a line that is
-// not exactly one JSON-RPC 2.0 object (a batch, a log line, a partial or
-// oversized message) is a fatal *DesyncError that carries the byte offset
-// and an excerpt safe to log, and the Reader never resynchronises. The Writer
-// is safe for concurrent use and never emits an embedded newline. This
-// package does no network I/O.
+// Package framing reads the stdio wire of MCP: newline-delimited JSON-RPC
+// 2.0, one message per line, as the gateway reads its stdio upstreams. The
+// reader is strict: a line that is not exactly one JSON-RPC 2.0 object (a
+// batch, a log line, a partial or oversized message) is a fatal
+// *DesyncError that carries the byte offset and an excerpt safe to log, and
+// the Reader never resynchronises. A message is written as its bytes and a
+// newline, with no line break inside (internal/upstream refuses to send one
+// that holds any). This package does no network I/O.
 package framing
 
 import (
@@ -15,7 +16,6 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"sync"
 	"unicode/utf8"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -30,10 +30,6 @@ var ErrDesync = errors.New("framing desync")
 // ErrTooLarge matches (errors.Is) the *DesyncError of a message longer than
 // the Reader's maximum size.
 var ErrTooLarge = errors.New("message too large")
-
-// ErrNotObject is returned by Writer.Write for a message that is not one
-// JSON object.
-var ErrNotObject = errors.New("not a single JSON object")
 
 // excerptLen is how many bytes of an offending line a DesyncError keeps.
 const excerptLen = 48
@@ -303,44 +299,4 @@ func kindName(k jsontext.Kind) string {
 		return "null"
 	}
 	return "value"
-}
-
-// Writer writes newline-delimited JSON-RPC messages. It is safe for
-// concurrent use: each message is written with a single Write call of the
-// underlying writer, under a lock, so messages never interleave.
-type Writer struct {
-	mu  sync.Mutex
-	w   io.Writer
-	buf bytes.Buffer
-	err error
-}
-
-// NewWriter returns a Writer to w.
-func NewWriter(w io.Writer) *Writer { return &Writer{w: w} }
-
-// Write writes msg, which must be one JSON object, followed by a newline.
-// Insignificant whitespace is removed, so an indented message still takes
-// one line; JSON strings cannot hold a raw newline, so the output never has
-// an embedded one. After an error from the underlying writer the stream may
-// hold a partial line, so every later Write returns that error.
-func (w *Writer) Write(msg []byte) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.err != nil {
-		return w.err
-	}
-	w.buf.Reset()
-	if err := json.Compact(&w.buf, msg); err != nil {
-		return fmt.Errorf("framing: write %s: %w: %v", Excerpt(msg), ErrNotObject, err)
-	}
-	b := w.buf.Bytes()
-	if len(b) == 0 || b[0] != '{' {
-		return fmt.Errorf("framing: write %s: %w", Excerpt(msg), ErrNotObject)
-	}
-	w.buf.WriteByte('\n')
-	if _, err := w.w.Write(w.buf.Bytes()); err != nil {
-		w.err = fmt.Errorf("framing: write: %w", err)
-		return w.err
-	}
-	return nil
 }
