@@ -54,7 +54,7 @@ func TestCrashChild(t *testing.T) {
 }
 
 // TestCrashSIGKILL kills a writer process under concurrent appends at
-// random moments, at least 50 times. After each kill it reopens the log
+// random moments (after 1 to 300 acknowledged records), 50 times. After each kill it reopens the log
 // (crash recovery), verifies every epoch, and checks that every record
 // whose Append had returned is present where its receipt said.
 func TestCrashSIGKILL(t *testing.T) {
@@ -88,18 +88,38 @@ func TestCrashSIGKILL(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		lines := make(chan []string, 1)
+		// Kill after a random number of acknowledged records, counted as
+		// the child prints them: a moment chosen among the appends, not
+		// a fixed delay that a loaded machine can spend starting the
+		// child (it once killed 50 times before any acknowledgement).
+		lines := make(chan string, 1024)
 		go func() {
-			var got []string
 			sc := bufio.NewScanner(out)
 			for sc.Scan() {
-				got = append(got, sc.Text())
+				lines <- sc.Text()
 			}
-			lines <- got
+			close(lines)
 		}()
-		time.Sleep(time.Duration(5_000+rng.IntN(80_000)) * time.Microsecond)
+		want := 1 + rng.IntN(300)
+		var got []string
+		timeout := time.After(2 * time.Minute)
+	acks:
+		for len(got) < want {
+			select {
+			case l, ok := <-lines:
+				if !ok {
+					break acks // the child ended: reported below
+				}
+				got = append(got, l)
+			case <-timeout:
+				cmd.Process.Signal(syscall.SIGKILL)
+				t.Fatalf("kill %d (%s): no record acknowledged within 2 minutes: %s", kills, mode, stderr.String())
+			}
+		}
 		cmd.Process.Signal(syscall.SIGKILL)
-		got := <-lines
+		for l := range lines {
+			got = append(got, l)
+		}
 		werr := cmd.Wait()
 		var ee *exec.ExitError
 		if !errors.As(werr, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
