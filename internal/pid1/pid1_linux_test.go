@@ -113,13 +113,27 @@ func TestInitReapsOrphans(t *testing.T) {
 		t.Fatalf("program: %q %v; stderr:\n%s", line, err, stderr.String())
 	}
 	init := proctest.ChildOf(t, c.Process.Pid)
-	deadline := time.Now().Add(10 * time.Second)
-	time.Sleep(500 * time.Millisecond) // every grandchild has ended
-	for z := proctest.ZombiesOf(t, init); len(z) > 0; z = proctest.ZombiesOf(t, init) {
-		if time.Now().After(deadline) {
-			t.Fatalf("zombies left with process 1 (host pid %d) as parent: %v", init, z)
+	// Wait for the event, not a delay: every orphan has ended and been
+	// reaped once process 1's only child is the program (on a loaded
+	// machine a grandchild may end well after "ready").
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var kids, zombies []proctest.Proc
+		for _, p := range proctest.List(t) {
+			if p.PPID == init {
+				kids = append(kids, p)
+				if p.State == "Z" {
+					zombies = append(zombies, p)
+				}
+			}
 		}
-		time.Sleep(50 * time.Millisecond)
+		if len(kids) == 1 && len(zombies) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("zombies left with process 1 (host pid %d) as parent: %v (its children: %v)", init, zombies, kids)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	if err := syscall.Kill(init, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
