@@ -87,6 +87,7 @@ func script(f *os.File, pathEnv string) *Script {
 	defer in.Close()
 	out.Digest = d
 	if nested, err := digest.ParseScript(in); nested != nil || err != nil {
+		//lint:ignore ST1005 the message ends with the "#!" it asks the reader to fix
 		return fail(fmt.Errorf("%w: %s (the interpreter of #!%s) starts with \"#!\": name the real interpreter after #!", digest.ErrNestedInterpreter, s.Resolved, s.Line))
 	}
 	if st, err := in.Stat(); err == nil {

@@ -144,7 +144,7 @@ func (b *Bundle) DependsOnArguments(r *Request) bool {
 	if b.argTypes != nil && len(b.argTypes.attrs) > 0 {
 		return true
 	}
-	if len(b.argScopes.Map()) == 0 {
+	if empty(b.argScopes) {
 		return false
 	}
 	// Scopes do not read the context.
@@ -163,7 +163,7 @@ func (b *Bundle) DependsOnArguments(r *Request) bool {
 // to tell the resource reads it can check without the payload vault (the
 // log holds only a commitment to the URI) from those it cannot.
 func (b *Bundle) DependsOnURI(r *Request) bool {
-	if r.Action != ActionReadResource || len(b.uriScopes.Map()) == 0 {
+	if r.Action != ActionReadResource || empty(b.uriScopes) {
 		return false
 	}
 	req, ents, err := buildScope(r)
@@ -172,4 +172,12 @@ func (b *Bundle) DependsOnURI(r *Request) bool {
 	}
 	dec, _ := cedar.Authorize(b.uriScopes, ents, req)
 	return dec == cedar.Allow
+}
+
+// empty reports whether ps holds no policy.
+func empty(ps *cedar.PolicySet) bool {
+	for range ps.All() {
+		return false
+	}
+	return true
 }

@@ -851,7 +851,7 @@ func runChecks(calls []*Call, bundles map[digest.Digest]*policy.Bundle, whatIf *
 					return
 				}
 				for _, c := range calls[i:min(i+256, len(calls))] {
-					if bundles != nil && len(bundles) > 0 {
+					if len(bundles) > 0 {
 						c.Replay = replayCall(c, bundles[c.rec.PolicyBundle], memos[c.rec.PolicyBundle])
 						if c.Inconsistent != "" && hides(c.Replay.Status) {
 							c.Replay = &Check{Status: StatusInconsistent, Reason: c.Inconsistent}

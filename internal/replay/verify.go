@@ -1,7 +1,6 @@
 package replay
 
 import (
-	"context"
 	"errors"
 	"io/fs"
 
@@ -63,15 +62,4 @@ func (e *NotVerifiedError) ExitCode() int {
 // Hints says how to go on.
 func (e *NotVerifiedError) Hints() []string {
 	return []string{"replay refuses a log that does not verify; run cmcp verify-chain for the details, or pass --unverified to replay it anyway (every line is then marked UNVERIFIED)"}
-}
-
-// verify checks the whole log as verify-chain does (pkg/auditlog.Verify),
-// with the trusted keys and saved checkpoints of opts.
-func verify(ctx context.Context, dir string, opts Options) error {
-	vo := opts.Verify
-	vo.Progress = nil
-	if _, err := auditlog.Verify(dir, vo); err != nil {
-		return &NotVerifiedError{Err: err}
-	}
-	return ctx.Err()
 }

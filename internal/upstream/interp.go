@@ -52,6 +52,7 @@ func openInterpreter(cmd *os.File, pathEnv string) (*interpreter, error) {
 	nested, err := digest.ParseScript(f)
 	if nested != nil || err != nil {
 		f.Close()
+		//lint:ignore ST1005 the message ends with the "#!" it asks the reader to fix
 		return nil, fmt.Errorf("%w: %s (digest %s, the interpreter of #!%s) starts with \"#!\": name the real interpreter after #!", digest.ErrNestedInterpreter, s.Resolved, d, s.Line)
 	}
 	return &interpreter{script: s, f: f, d: d, before: before}, nil

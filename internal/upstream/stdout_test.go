@@ -22,8 +22,8 @@ read -r line
 `
 
 // connectScript spawns a script child and connects to it, returning the
-// connection (or the error) and the channel its exit event arrives on.
-func connectScript(t *testing.T, body string) (*Conn, error, <-chan ExitEvent) {
+// connection, the channel its exit event arrives on, and the error.
+func connectScript(t *testing.T, body string) (*Conn, <-chan ExitEvent, error) {
 	t.Helper()
 	p, d := writeScript(t, "#!/bin/sh\n"+body)
 	exits := make(chan ExitEvent, 1)
@@ -34,7 +34,7 @@ func connectScript(t *testing.T, body string) (*Conn, error, <-chan ExitEvent) {
 	if conn != nil {
 		t.Cleanup(func() { conn.Close() })
 	}
-	return conn, err, exits
+	return conn, exits, err
 }
 
 func exitEvent(t *testing.T, exits <-chan ExitEvent) ExitEvent {
@@ -59,7 +59,7 @@ head -c ` + fmt.Sprint(maxFrame+1024) + ` /dev/zero | tr '\0' a
 printf '"}}\n'
 sleep 3600
 `
-	_, err, exits := connectScript(t, body)
+	_, exits, err := connectScript(t, body)
 	if !errors.Is(err, framing.ErrTooLarge) || !strings.Contains(err.Error(), "longer than the limit of 16 MiB") || strings.Contains(err.Error(), "not a JSON-RPC message") {
 		t.Fatalf("connect to a child whose answer is over the limit: %v", err)
 	}
@@ -82,7 +82,7 @@ func TestChildClosingStdoutIsStoppedWithTheReason(t *testing.T) {
 		{"while serving", answerInitialize + "exec 1>&-\nsleep 3600\n", "closed its stdout while it was serving but kept running", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			conn, err, exits := connectScript(t, tc.body)
+			conn, exits, err := connectScript(t, tc.body)
 			if (err == nil) != tc.handshook {
 				t.Fatalf("connect: %v", err)
 			}

@@ -37,14 +37,6 @@ const (
 // writerKinds are written only by the Writer itself.
 var writerKinds = map[Kind]bool{KindGenesis: true, KindSegment: true, KindCheckpoint: true, KindRecovery: true, KindSeal: true}
 
-// knownKinds are all kinds a valid log may contain.
-var knownKinds = map[Kind]bool{
-	KindGenesis: true, KindSegment: true, KindCheckpoint: true, KindRecovery: true, KindSeal: true,
-	KindSpawn: true, KindUpstream: true, KindDrift: true, KindSession: true, KindCall: true,
-	KindAccess: true, KindResult: true, KindStderr: true, KindPolicy: true, KindAdmin: true,
-	KindCredential: true,
-}
-
 // Record is one typed record body. Every type below implements it.
 type Record interface {
 	Kind() Kind

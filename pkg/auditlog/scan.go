@@ -264,7 +264,6 @@ type EpochResult struct {
 	lastFile   string
 	lastEnd    int64 // end offset of the last good line in the last file
 	empty      bool  // no complete record at all
-	cpEnd      int64 // end offset of the last checkpoint line in the last file (-1 if in an earlier file)
 }
 
 // scanEpoch verifies one epoch directory.

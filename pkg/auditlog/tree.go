@@ -164,13 +164,4 @@ func NewNoteKeys(name string, key ed25519.PrivateKey) (note.Signer, string, erro
 	return &signer{name: name, hash: v.KeyHash(), key: key}, vkey, nil
 }
 
-// keyHashOf returns the note key hash encoded in a verifier key string.
-func keyHashOf(vkey string) uint32 {
-	v, err := note.NewVerifier(vkey)
-	if err != nil {
-		return 0
-	}
-	return v.KeyHash()
-}
-
 var _ = binary.BigEndian

@@ -74,6 +74,7 @@ func ParseScript(r io.ReaderAt) (*Script, error) {
 		case arg == "":
 			return nil, fmt.Errorf("%w: #!%s names no program", ErrShebang, s.Line)
 		case strings.HasPrefix(arg, "-") || strings.ContainsAny(arg, " \t=/"):
+			//lint:ignore ST1005 the message ends with the "#!" it asks the reader to fix
 			return nil, fmt.Errorf("%w: #!%s: only \"env NAME\" is understood (no options, assignments or paths): name the interpreter's absolute path after #!", ErrShebang, s.Line)
 		}
 		s.Interpreter, s.Arg, s.Env = arg, "", true

@@ -107,8 +107,11 @@ func fakeTDXQuote(t testing.TB, rd [64]byte, f tdxFake) ([]byte, []byte) {
 	}
 	ak, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	akRaw := make([]byte, 64)
-	ak.PublicKey.X.FillBytes(akRaw[:32])
-	ak.PublicKey.Y.FillBytes(akRaw[32:])
+	akPoint, err := ak.PublicKey.Bytes() // 0x04 || X || Y
+	if err != nil {
+		panic(err)
+	}
+	copy(akRaw, akPoint[1:])
 	q.SignedData.EcdsaAttestationKey = akRaw
 	h := sha256.Sum256(append(bytes.Clone(akRaw), qerc.QeAuthData.Data...))
 	qerc.QeReport.ReportData = append(h[:], make([]byte, 32)...)

@@ -146,7 +146,7 @@ func describeUnknownRaw(raw []byte) string {
 	case len(raw) == 0:
 		return "empty file: want a raw SEV-SNP report or TDX quote"
 	case len(raw) >= 2 && binary.LittleEndian.Uint16(raw[0:2]) == 4:
-		return fmt.Sprintf("version 4 quote whose TEE type is not TDX (0x81): want a raw SEV-SNP report or TDX quote")
+		return "version 4 quote whose TEE type is not TDX (0x81): want a raw SEV-SNP report or TDX quote"
 	case len(raw) >= 2 && (binary.LittleEndian.Uint16(raw[0:2]) == 3 || binary.LittleEndian.Uint16(raw[0:2]) == 5):
 		return fmt.Sprintf("quote version %d is not supported: want a TDX quote version 4 or a raw SEV-SNP report", binary.LittleEndian.Uint16(raw[0:2]))
 	case len(raw) > 0 && raw[0] == '{':
