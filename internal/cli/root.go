@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/confidential-mcp/cmcp/internal/buildinfo"
 	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/internal/pid1"
 	"github.com/confidential-mcp/cmcp/internal/ui"
@@ -113,6 +114,10 @@ servers itself and refuses to run code whose digest does not match its pin.` + "
 			return rejectEmptyArgs(cmd, args)
 		},
 	}
+	// cmcp --version prints what `cmcp version` prints (as text).
+	root.Version = buildinfo.Get().Version
+	root.Flags().Bool("version", false, "print the version, commit, build date and Go version (as 'cmcp version' does)")
+	root.SetVersionTemplate(strings.NewReplacer("{{", "{{`{{`}}").Replace(versionText(buildinfo.Get(), func(s string) string { return s })))
 	root.SetIn(e.stdin)
 	root.SetOut(e.stdout)
 	root.SetErr(e.stderr)

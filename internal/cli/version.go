@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"fmt"
+
 	"github.com/spf13/cobra"
 
 	"github.com/confidential-mcp/cmcp/internal/buildinfo"
@@ -23,9 +25,15 @@ func newVersionCmd(e *env) *cobra.Command {
 			if p.JSONOut {
 				return p.JSON(versionDoc{SchemaVersion: ui.SchemaVersion, Info: in})
 			}
-			p.Printf("cmcp %s\n  commit:   %s\n  built:    %s\n  go:       %s\n  platform: %s\n",
-				p.Bold(in.Version), in.Commit, in.Date, in.GoVersion, in.Platform)
+			p.Printf("%s", versionText(in, p.Bold))
 			return nil
 		},
 	}
+}
+
+// versionText is what `cmcp version` and `cmcp --version` print; bold
+// styles the version.
+func versionText(in buildinfo.Info, bold func(string) string) string {
+	return fmt.Sprintf("cmcp %s\n  commit:   %s\n  built:    %s\n  go:       %s\n  platform: %s\n",
+		bold(in.Version), in.Commit, in.Date, in.GoVersion, in.Platform)
 }
