@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/cobra/doc"
+	"github.com/spf13/pflag"
 
 	"github.com/confidential-mcp/cmcp/internal/exitcode"
 )
@@ -35,6 +37,7 @@ func generateDocs() (map[string][]byte, error) {
 		if !c.IsAvailableCommand() && c != root || c.IsAdditionalHelpTopicCommand() {
 			return nil
 		}
+		keepPlaceholders(c)
 		hdr := &doc.GenManHeader{Section: "1", Source: "cmcp", Manual: "cmcp manual", Date: &docsDate}
 		var b bytes.Buffer
 		if err := doc.GenMan(c, hdr, &b); err != nil {
@@ -68,6 +71,21 @@ func generateDocs() (map[string][]byte, error) {
 	out[filepath.Join("completions", "cmcp.fish")] = fish.Bytes()
 	return out, nil
 }
+
+// keepPlaceholders escapes the angle brackets of placeholders such as
+// <upstream>__<tool> or sha256:<hex> in c's text and flag usages: the man
+// pages are rendered from Markdown, which drops them as HTML tags (the page
+// said "exposes their tools as __,"). The commands' own help is unchanged:
+// this runs on the tree generateDocs builds for itself.
+func keepPlaceholders(c *cobra.Command) {
+	esc := func(s string) string { return placeholder.ReplaceAllString(s, `\<$1\>`) }
+	c.Short, c.Long = esc(c.Short), esc(c.Long)
+	c.LocalFlags().VisitAll(func(f *pflag.Flag) { f.Usage = esc(f.Usage) })
+	c.InheritedFlags().VisitAll(func(f *pflag.Flag) { f.Usage = esc(f.Usage) })
+}
+
+// placeholder is a word in angle brackets: <upstream>, <hex>.
+var placeholder = regexp.MustCompile(`<([A-Za-z][A-Za-z0-9_-]*)>`)
 
 // withExitStatus inserts an EXIT STATUS section (from exitcode.ExitCodes) before
 // SEE ALSO, or at the end.

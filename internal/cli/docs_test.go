@@ -2,10 +2,15 @@ package cli
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // TestDocs fails when the committed man pages or shell completions differ
@@ -55,5 +60,42 @@ func TestDocs(t *testing.T) {
 	}
 	if update {
 		t.Logf("wrote %d files under man/ and completions/", len(files))
+	}
+}
+
+// TestManPagesKeepPlaceholders: a placeholder in a command's text or a
+// flag's usage (<upstream>__<tool>, sha256:<hex>) reaches its man page;
+// Markdown took them for HTML tags and dropped them ("exposes their tools
+// as __,").
+func TestManPagesKeepPlaceholders(t *testing.T) {
+	pages, err := generateDocs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := newRootCmd(&env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: io.Discard})
+	seen := 0
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		page := string(pages[filepath.Join("man", strings.ReplaceAll(c.CommandPath(), " ", "-")+".1")])
+		texts := []string{c.Long}
+		c.LocalFlags().VisitAll(func(f *pflag.Flag) { texts = append(texts, f.Usage) })
+		for _, text := range texts {
+			for _, p := range placeholder.FindAllString(text, -1) {
+				seen++
+				if !strings.Contains(page, p) {
+					t.Errorf("man page of %q lacks the placeholder %s", c.CommandPath(), p)
+				}
+			}
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(root)
+	if seen == 0 {
+		t.Fatal("no placeholder in any command: the test checked nothing")
+	}
+	if !strings.Contains(string(pages[filepath.Join("man", "cmcp-serve.1")]), "their tools as <upstream>__<tool>,") {
+		t.Error("cmcp-serve.1 does not say how tools are exposed")
 	}
 }
