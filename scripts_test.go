@@ -106,3 +106,43 @@ func TestMutateScript(t *testing.T) {
 		}
 	}
 }
+
+// TestTestSummary: scripts/testsummary.go, which ends scripts/test.sh,
+// prints a failed test's output and the package lines, and ends with
+// "N passed, N failed" counting top-level tests (a package that failed
+// outside its tests counts once), exiting 1 when anything failed.
+func TestTestSummary(t *testing.T) {
+	events := `{"Action":"start","Package":"a"}
+{"Action":"run","Package":"a","Test":"TestOK"}
+{"Action":"output","Package":"a","Test":"TestOK","Output":"=== RUN   TestOK\n"}
+{"Action":"output","Package":"a","Test":"TestOK","Output":"    quiet log\n"}
+{"Action":"pass","Package":"a","Test":"TestOK"}
+{"Action":"run","Package":"a","Test":"TestBad"}
+{"Action":"output","Package":"a","Test":"TestBad/sub","Output":"    sub broke\n"}
+{"Action":"fail","Package":"a","Test":"TestBad/sub"}
+{"Action":"output","Package":"a","Test":"TestBad","Output":"--- FAIL: TestBad (0.00s)\n"}
+{"Action":"fail","Package":"a","Test":"TestBad"}
+{"Action":"output","Package":"a","Output":"FAIL\ta\t0.1s\n"}
+{"Action":"fail","Package":"a"}
+{"Action":"output","Package":"b","Output":"FAIL\tb [build failed]\n"}
+{"Action":"fail","Package":"b"}
+`
+	cmd := exec.Command("go", "run", "scripts/testsummary.go")
+	cmd.Stdin = strings.NewReader(events)
+	out, err := cmd.Output()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+		t.Fatalf("testsummary: %v, want exit 1\n%s", err, out)
+	}
+	got := string(out)
+	for _, want := range []string{"    sub broke\n", "--- FAIL: TestBad", "FAIL\ta\t0.1s\n", "FAIL\tb [build failed]\n"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("testsummary does not print %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "quiet log") || strings.Contains(got, "=== RUN") {
+		t.Errorf("testsummary prints a passing test's output:\n%s", got)
+	}
+	if !strings.HasSuffix(got, "\n1 passed, 2 failed\n") {
+		t.Errorf("testsummary does not end with \"1 passed, 2 failed\":\n%s", got)
+	}
+}

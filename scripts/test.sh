@@ -2,7 +2,8 @@
 # The test command. README.md gives it and .ci/run calls it, unchanged.
 # It installs the real MCP peers first (scripts/peers.sh: Node 22, the MCP
 # conformance suite, server-everything, go-sdk's everything-server; cached in
-# $HOME/.cache/cmcp-peers, so later runs skip the downloads).
+# $HOME/.cache/cmcp-peers, so later runs skip the downloads), and ends with
+# the line "N passed, N failed" of the go tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -56,4 +57,9 @@ echo "== MCP conformance suite against cmcp serve"
 bash scripts/conformance.sh
 
 echo "== go test"
-go test -race -count=1 -tags peers ./...
+# go test -json through scripts/testsummary.go: the output of go test
+# without -v, then one last line "N passed, N failed".
+summary=$(mktemp -d)
+trap 'rm -rf "$summary"' EXIT
+go build -o "$summary/testsummary" scripts/testsummary.go
+go test -race -count=1 -tags peers -json ./... | "$summary/testsummary"
