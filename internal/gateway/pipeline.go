@@ -75,75 +75,167 @@ func (s *session) relay(ctx context.Context, params toolCall, after *func(undeli
 	g := s.g
 	g.inflight.Add(1)
 	defer g.inflight.Done()
-	start := time.Now()
+	c := s.newCallRun(ctx, params)
+	st, toolName, lv, err := c.admit()
+	if err != nil {
+		return nil, err // refused and recorded
+	}
+	rcpt, err := c.recordForwarded()
+	if err != nil {
+		return nil, err
+	}
+	// From here on the call gets exactly one result record.
+	res, callErr, sent, cctx := c.forward(lv, toolName)
+	result := &auditlog.Result{Call: receiptIndex(rcpt), Session: s.id, LatencyMicros: time.Since(c.start).Microseconds()}
+	out, outErr := c.outcome(result, st, lv, toolName, res, callErr, sent, cctx)
+	g.metricCall(st.name, c.rec.Decision, result.Outcome, time.Since(c.start))
+	s.callsChanged() // the call may change what list_tools allows this session
+	c.appendResult(result, after)
+	return out, outErr
+}
+
+// callRun is one tools/call on its way through relay: its call record as it
+// is filled in, and whether the policy has decided it yet.
+type callRun struct {
+	s      *session
+	ctx    context.Context
+	params toolCall
+	args   json.RawMessage
+	start  time.Time
+	rec    *auditlog.Call
+	// decided: a refusal from here on is counted under the decision (deny
+	// if the policy failed), not "none".
+	decided bool
+}
+
+// newCallRun starts the call record of params.
+func (s *session) newCallRun(ctx context.Context, params toolCall) *callRun {
 	args := params.Args
 	if len(args) == 0 || string(args) == "null" {
 		args = json.RawMessage("{}")
 	}
 	rec := &auditlog.Call{Session: s.id, Agent: s.principal, Tool: params.Name, Decision: auditlog.DecisionDeny, PolicyMode: ModeNone}
-	rec.Args = g.log.Commit(args)
+	rec.Args = s.g.log.Commit(args)
 	if params.ID.IsValid() {
 		// The id as sent (a string, or an integer: rpcwire refuses others),
 		// so that a record is matched to the agent's request.
 		rec.RequestID, _ = json.Marshal(params.ID.Raw())
 	}
+	return &callRun{s: s, ctx: ctx, params: params, args: args, start: time.Now(), rec: rec}
+}
 
-	// refuse records the call as refused and returns the fault, or
-	// -32063 if the record cannot be written. In the metrics, a call
-	// refused before the policy was asked has decision "none" (no policy
-	// denied it), and the outcome names the fault the agent is answered
-	// (refusalOutcome): kill_switch, upstream_unavailable, gateway_fault
-	// for an audit log that failed, refused for the rest.
-	decided := false
-	refuse := func(err *jsonrpc.Error) (json.RawMessage, error) {
-		rec.Outcome, rec.Reason = auditlog.OutcomeRefused, err.Message
-		decision := rec.Decision
-		if !decided {
-			decision = DecisionNone
-		}
-		if aerr := g.record(ctx, rec); aerr != nil { // written even if ctx has ended
-			err = fault(CodeAuditUnavailable, "the audit log cannot record calls (%v): every call is refused until an operator fixes it", aerr)
-		}
-		g.metricCall(rec.Upstream, decision, refusalOutcome(err.Code), 0)
-		s.callsChanged()
-		return nil, err
+// refuse records the call as refused and returns the fault, or -32063 if
+// the record cannot be written. In the metrics, a call refused before the
+// policy was asked has decision "none" (no policy denied it), and the
+// outcome names the fault the agent is answered (refusalOutcome):
+// kill_switch, upstream_unavailable, gateway_fault for an audit log that
+// failed, refused for the rest.
+func (c *callRun) refuse(err *jsonrpc.Error) error {
+	g, rec := c.s.g, c.rec
+	rec.Outcome, rec.Reason = auditlog.OutcomeRefused, err.Message
+	decision := rec.Decision
+	if !c.decided {
+		decision = DecisionNone
 	}
+	if aerr := g.record(c.ctx, rec); aerr != nil { // written even if ctx has ended
+		err = fault(CodeAuditUnavailable, "the audit log cannot record calls (%v): every call is refused until an operator fixes it", aerr)
+	}
+	g.metricCall(rec.Upstream, decision, refusalOutcome(err.Code), 0)
+	c.s.callsChanged()
+	return err
+}
 
-	if g.closing.Load() {
-		return refuse(fault(CodeShuttingDown, "the gateway is shutting down; reconnect and retry"))
+// admit checks the call, routes it, has the policy decide it and reaches
+// its upstream; a call refused on the way is recorded as refused, and the
+// error is the agent's answer.
+func (c *callRun) admit() (*upState, string, *live, error) {
+	s, g, ctx, params, rec := c.s, c.s.g, c.ctx, c.params, c.rec
+	if err := c.checkArgs(); err != nil {
+		return nil, "", nil, err
 	}
-	if a := bytes.TrimLeft(args, " \t\r\n"); len(a) == 0 || a[0] != '{' {
-		return refuse(fault(jsonrpc.CodeInvalidParams, "tools/call arguments must be a JSON object (MCP), not %s; nothing was forwarded", jsonKind(a)))
+	st, toolName, entry := s.route(params.Name)
+	if st == nil {
+		return nil, "", nil, c.refuse(fault(CodeUnknownTool, "unknown tool %q; call tools/list to see the tools this gateway exposes", params.Name))
+	}
+	rec.Upstream, rec.UpstreamTool, rec.EvidenceClass = st.name, toolName, st.expectedClass()
+	if g.killed.Load() {
+		return nil, "", nil, c.refuse(fault(CodeKillSwitch, "the kill switch is engaged: an operator has stopped all tool calls; retry when it is cleared"))
+	}
+	if err := c.decide(st, toolName, entry); err != nil {
+		return nil, "", nil, err
+	}
+	if entry == nil {
+		// The upstream is known but its catalog is not loaded (it could not
+		// be started so far): try again, re-measured.
+		upstream.Waiting(ctx)
+		if err := st.loadFor(ctx, s); err != nil {
+			if se := sessionEndOf(ctx); se != nil {
+				return nil, "", nil, c.refuse(se.fault())
+			}
+			if cf := s.credentialFault(err); cf != nil {
+				return nil, "", nil, c.refuse(cf)
+			}
+			return nil, "", nil, c.refuse(fault(CodeUpstreamUnavailable, "%v", err))
+		}
+		if _, _, entry = s.route(params.Name); entry == nil {
+			return nil, "", nil, c.refuse(fault(CodeUnknownTool, "unknown tool %q: upstream %q has no such tool; call tools/list to see the tools this gateway exposes", params.Name, st.name))
+		}
+	}
+	lv, err := s.upstreamFor(ctx, st.name)
+	if err != nil {
+		if se := sessionEndOf(ctx); se != nil {
+			return nil, "", nil, c.refuse(se.fault()) // its session ended while the upstream started
+		}
+		if cf := s.credentialFault(err); cf != nil {
+			return nil, "", nil, c.refuse(cf)
+		}
+		return nil, "", nil, c.refuse(fault(CodeUpstreamUnavailable, "%v", err))
+	}
+	rec.EvidenceClass = lv.conn.Class
+	if !lv.allows(toolName) {
+		return nil, "", nil, c.refuse(fault(CodeToolDrifted, "tool %q of upstream %q no longer matches its pinned definition and is refused; an operator must review it and update the pin (cmcp spawn-digest --tools)", toolName, st.name))
+	}
+	return st, toolName, lv, nil
+}
+
+// checkArgs refuses a call while the gateway shuts down, and one whose
+// arguments are not an object or whose arguments or _meta hold text that
+// is not UTF-8.
+func (c *callRun) checkArgs() error {
+	if c.s.g.closing.Load() {
+		return c.refuse(fault(CodeShuttingDown, "the gateway is shutting down; reconnect and retry"))
+	}
+	if a := bytes.TrimLeft(c.args, " \t\r\n"); len(a) == 0 || a[0] != '{' {
+		return c.refuse(fault(jsonrpc.CodeInvalidParams, "tools/call arguments must be a JSON object (MCP), not %s; nothing was forwarded", jsonKind(a)))
 	}
 	// The fronts refuse such text in the whole message (refuseAmbiguousCall);
 	// this holds for any other way a call gets here.
 	for _, part := range []struct {
 		b     []byte
 		where jsontext.Pointer
-	}{{args, "/params/arguments"}, {params.Meta, "/params/_meta"}} {
+	}{{c.args, "/params/arguments"}, {c.params.Meta, "/params/_meta"}} {
 		if rpcwire.MayBeNotUTF8(part.b) {
 			if where, what, bad := rpcwire.NotUTF8(part.b); bad {
-				return refuse(fault(jsonrpc.CodeInvalidParams, "%s", notUTF8Why(part.where+where, what)))
+				return c.refuse(fault(jsonrpc.CodeInvalidParams, "%s", notUTF8Why(part.where+where, what)))
 			}
 		}
 	}
-	st, toolName, entry := s.route(params.Name)
-	if st == nil {
-		return refuse(fault(CodeUnknownTool, "unknown tool %q; call tools/list to see the tools this gateway exposes", params.Name))
-	}
-	rec.Upstream, rec.UpstreamTool, rec.EvidenceClass = st.name, toolName, st.expectedClass()
-	if g.killed.Load() {
-		return refuse(fault(CodeKillSwitch, "the kill switch is engaged: an operator has stopped all tool calls; retry when it is cleared"))
-	}
+	return nil
+}
+
+// decide asks the policy about the call and notes its decision in the
+// call record; a refusing decision is recorded and returned.
+func (c *callRun) decide(st *upState, toolName string, entry *catalog.Entry) error {
+	s, g, ctx, params, rec := c.s, c.s.g, c.ctx, c.params, c.rec
 	var annotations *mcp.ToolAnnotations
 	if entry != nil && entry.Tool != nil {
 		annotations = entry.Tool.Annotations
 	}
 	dec, err := g.decider.Decide(ctx, DecisionRequest{Principal: s.principal, Tool: params.Name, UpstreamTool: toolName, Upstream: st.name,
-		EvidenceClass: rec.EvidenceClass, Args: args, Session: s.info(), Annotations: annotations})
-	decided = true // from here on a refusal is counted under the decision (deny if the policy failed)
+		EvidenceClass: rec.EvidenceClass, Args: c.args, Session: s.info(), Annotations: annotations})
+	c.decided = true // from here on a refusal is counted under the decision (deny if the policy failed)
 	if err != nil {
-		return refuse(fault(CodeDenied, "the policy could not decide this call (%v): refused", err))
+		return c.refuse(fault(CodeDenied, "the policy could not decide this call (%v): refused", err))
 	}
 	rec.Decision, rec.PolicyIDs, rec.PolicyMode, rec.PolicyBundle, rec.PolicyInput = dec.Effect, dec.PolicyIDs, dec.Mode, dec.Bundle, dec.Input
 	if rec.Decision == "" {
@@ -153,75 +245,57 @@ func (s *session) relay(ctx context.Context, params toolCall, after *func(undeli
 		g.opts.Metrics.Decision(rec.Decision, rec.PolicyMode)
 	}
 	if dec.Refuses() {
-		return refuse(deniedFault(params.Name, s.principal, dec))
+		return c.refuse(deniedFault(params.Name, s.principal, dec))
 	}
 	if dec.Effect != auditlog.DecisionAllow && dec.Mode == ModeAdvisory {
 		s.advise(ctx, params.Name, dec)
 	}
-	if entry == nil {
-		// The upstream is known but its catalog is not loaded (it could not
-		// be started so far): try again, re-measured.
-		upstream.Waiting(ctx)
-		if err := st.loadFor(ctx, s); err != nil {
-			if se := sessionEndOf(ctx); se != nil {
-				return refuse(se.fault())
-			}
-			if cf := s.credentialFault(err); cf != nil {
-				return refuse(cf)
-			}
-			return refuse(fault(CodeUpstreamUnavailable, "%v", err))
-		}
-		if _, _, entry = s.route(params.Name); entry == nil {
-			return refuse(fault(CodeUnknownTool, "unknown tool %q: upstream %q has no such tool; call tools/list to see the tools this gateway exposes", params.Name, st.name))
-		}
-	}
-	lv, err := s.upstreamFor(ctx, st.name)
-	if err != nil {
-		if se := sessionEndOf(ctx); se != nil {
-			return refuse(se.fault()) // its session ended while the upstream started
-		}
-		if cf := s.credentialFault(err); cf != nil {
-			return refuse(cf)
-		}
-		return refuse(fault(CodeUpstreamUnavailable, "%v", err))
-	}
-	rec.EvidenceClass = lv.conn.Class
-	if !lv.allows(toolName) {
-		return refuse(fault(CodeToolDrifted, "tool %q of upstream %q no longer matches its pinned definition and is refused; an operator must review it and update the pin (cmcp spawn-digest --tools)", toolName, st.name))
-	}
+	return nil
+}
 
-	// The forwarded call record, written even if the agent cancels
-	// meanwhile (a cancelled ctx would leave the call without one), and
-	// never after kill_switch_on (see SetKillSwitch).
+// recordForwarded makes the forwarded call record durable, even if the
+// agent cancels meanwhile (a cancelled ctx would leave the call without
+// one), and never after kill_switch_on (see SetKillSwitch).
+func (c *callRun) recordForwarded() (auditlog.Receipt, error) {
+	g, rec := c.s.g, c.rec
 	g.killMu.RLock()
 	if g.killed.Load() {
 		g.killMu.RUnlock()
-		return refuse(fault(CodeKillSwitch, "the kill switch is engaged: an operator has stopped all tool calls; retry when it is cleared"))
+		return auditlog.Receipt{}, c.refuse(fault(CodeKillSwitch, "the kill switch is engaged: an operator has stopped all tool calls; retry when it is cleared"))
 	}
 	rec.Outcome = auditlog.OutcomeForwarded
-	rcpt, err := g.log.Append(context.WithoutCancel(ctx), rec)
+	rcpt, err := g.log.Append(context.WithoutCancel(c.ctx), rec)
 	g.killMu.RUnlock()
 	if err != nil {
-		g.metricCall(st.name, rec.Decision, OutcomeGatewayFault, 0)
-		g.logger.Error("audit append failed; call refused", "tool", params.Name, "err", err)
-		return nil, fault(CodeAuditUnavailable, "the audit log cannot record calls (%v): the call was not forwarded; every call is refused until an operator fixes it", err)
+		g.metricCall(rec.Upstream, rec.Decision, OutcomeGatewayFault, 0)
+		g.logger.Error("audit append failed; call refused", "tool", c.params.Name, "err", err)
+		return rcpt, fault(CodeAuditUnavailable, "the audit log cannot record calls (%v): the call was not forwarded; every call is refused until an operator fixes it", err)
 	}
+	return rcpt, nil
+}
 
-	// From here on the call gets exactly one result record.
-	var res json.RawMessage
-	callErr := ctx.Err() // cancelled while its record was written: not sent
-	sent := callErr == nil
-	cctx := ctx
+// forward sends the call upstream, bounded by the call timeout, unless the
+// agent cancelled it while its record was written (sent false).
+func (c *callRun) forward(lv *live, toolName string) (res json.RawMessage, callErr error, sent bool, cctx context.Context) {
+	ctx, g := c.ctx, c.s.g
+	callErr = ctx.Err() // cancelled while its record was written: not sent
+	sent = callErr == nil
+	cctx = ctx
 	if sent {
-		upTok, release := lv.track(ctx, s, params.Progress)
+		upTok, release := lv.track(ctx, c.s, c.params.Progress)
 		var cancel context.CancelFunc
 		cctx, cancel = context.WithTimeout(ctx, g.opts.CallTimeout)
-		res, callErr = forwardCall(cctx, lv, toolName, args, spliceMeta(params.Meta, upTok))
+		res, callErr = forwardCall(cctx, lv, toolName, c.args, spliceMeta(c.params.Meta, upTok))
 		cancel()
 		release()
 	}
+	return res, callErr, sent, cctx
+}
 
-	result := &auditlog.Result{Call: receiptIndex(rcpt), Session: s.id, LatencyMicros: time.Since(start).Microseconds()}
+// outcome fills in the result record of a forwarded call and returns the
+// agent's answer: the upstream's result, its error, or the gateway's fault.
+func (c *callRun) outcome(result *auditlog.Result, st *upState, lv *live, toolName string, res json.RawMessage, callErr error, sent bool, cctx context.Context) (json.RawMessage, error) {
+	s, g, ctx := c.s, c.s.g, c.ctx
 	var out json.RawMessage
 	var outErr error
 	switch {
@@ -276,15 +350,17 @@ func (s *session) relay(ctx context.Context, params toolCall, after *func(undeli
 			}
 		}
 	}
-	g.metricCall(st.name, rec.Decision, result.Outcome, time.Since(start))
-	s.callsChanged() // the call may change what list_tools allows this session
-	// The result record is appended after the response is on its way:
-	// only the call record must be durable before anything happens. With
-	// after set, the caller appends it by calling *after once it has
-	// written the response; otherwise it is appended in the background.
-	// Shutdown waits for these appends before the log is sealed; if one
-	// fails the writer is broken and every further call is refused at its
-	// call record.
+	return out, outErr
+}
+
+// appendResult appends the result record after the response is on its
+// way: only the call record must be durable before anything happens. With
+// after set, the caller appends it by calling *after once it has written
+// the response; otherwise it is appended in the background. Shutdown
+// waits for these appends before the log is sealed; if one fails the
+// writer is broken and every further call is refused at its call record.
+func (c *callRun) appendResult(result *auditlog.Result, after *func(undelivered string)) {
+	g, ctx := c.s.g, c.ctx
 	g.results.Add(1)
 	appendResult := func(undelivered string) {
 		defer g.results.Done()
@@ -292,7 +368,7 @@ func (s *session) relay(ctx context.Context, params toolCall, after *func(undeli
 			result.Reason = joinReason(result.Reason, "the answer was not delivered: "+undelivered)
 		}
 		if _, err := g.log.Append(context.WithoutCancel(ctx), result); err != nil {
-			g.logger.Error("audit append of a result failed; further calls will be refused", "tool", params.Name, "call", result.Call, "err", err)
+			g.logger.Error("audit append of a result failed; further calls will be refused", "tool", c.params.Name, "call", result.Call, "err", err)
 		}
 	}
 	if after != nil {
@@ -300,7 +376,6 @@ func (s *session) relay(ctx context.Context, params toolCall, after *func(undeli
 	} else {
 		go appendResult("")
 	}
-	return out, outErr
 }
 
 // jsonKind names the kind of a JSON value by its first byte, for an error
