@@ -46,6 +46,9 @@ type Upstream struct {
 	Name  string `yaml:"name" json:"name"`
 	Stdio *Stdio `yaml:"stdio" json:"stdio,omitempty"`
 	HTTP  *HTTP  `yaml:"http" json:"http,omitempty"`
+	// Tunnel is an upstream served by machines that dial in with `cmcp
+	// connect` (docs/tunnel.md).
+	Tunnel *Tunnel `yaml:"tunnel" json:"tunnel,omitempty"`
 	// Pin is the digest of the code a stdio upstream runs.
 	Pin *Pin `yaml:"pin" json:"pin,omitempty"`
 	// AllowUnmeasured lets a stdio upstream without a pin run, recorded
@@ -240,6 +243,12 @@ func (l *loader) validateUpstreams(c *Config, seq *yaml.Node, dir string) {
 		default:
 			l.errorf(at("lifecycle"), f+".lifecycle", "", "%q: want per-session or shared", u.Lifecycle)
 		}
+		kinds := 0
+		for _, set := range []bool{u.Stdio != nil, u.HTTP != nil, u.Tunnel != nil} {
+			if set {
+				kinds++
+			}
+		}
 		switch {
 		case u.WarmSpares < 0 || u.WarmSpares > MaxWarmSpares:
 			l.errorf(at("warm_spares"), f+".warm_spares", "", "%d: want 0 (none) to %d", u.WarmSpares, MaxWarmSpares)
@@ -251,11 +260,15 @@ func (l *loader) validateUpstreams(c *Config, seq *yaml.Node, dir string) {
 				"credentials of source %s are minted for the identity of each session, which a connection made before any session cannot carry", u.HTTP.Credential.Source)
 		}
 		switch {
-		case u.Stdio == nil && u.HTTP == nil:
-			l.errorf(n, f, "add a stdio: or an http: section", "neither stdio nor http: say how to reach the upstream")
+		case kinds == 0:
+			l.errorf(n, f, "add a stdio:, an http: or a tunnel: section", "neither stdio, http nor tunnel: say how to reach the upstream")
 			continue
-		case u.Stdio != nil && u.HTTP != nil:
-			l.errorf(at("http"), f, "split it into two upstreams", "both stdio and http: an upstream is one or the other")
+		case kinds > 1:
+			l.errorf(n, f, "split it into several upstreams", "more than one of stdio, http and tunnel: an upstream is one of them")
+			continue
+		}
+		if u.Tunnel != nil {
+			l.validateTunnel(n, f, u)
 			continue
 		}
 		if u.HTTP != nil {
@@ -458,4 +471,79 @@ func absPath(dir, p string) string {
 		return p
 	}
 	return filepath.Join(dir, p)
+}
+
+// Tunnel configures an upstream whose MCP server runs on remote machines
+// that dial in to the gateway's tunnel endpoint (server.listen, path
+// TunnelPath) with `cmcp connect`:
+//
+//	upstreams:
+//	  - name: files
+//	    tunnel:
+//	      tokens:
+//	        - sha256: sha256:...     # printf %s "$MACHINE_TOKEN" | sha256sum
+//	          machines: [lab-7]      # the machine ids it may register; none: any (a group token)
+//	      max_machines: 64
+type Tunnel struct {
+	Tokens      []TunnelToken `yaml:"tokens" json:"tokens"`
+	MaxMachines int           `yaml:"max_machines" json:"max_machines,omitempty"`
+}
+
+// TunnelToken is one machine token of a tunnel upstream, stored as its
+// SHA-256.
+type TunnelToken struct {
+	SHA256   digest.Digest `yaml:"sha256" json:"sha256"`
+	Machines []string      `yaml:"machines" json:"machines,omitempty"`
+}
+
+// TunnelPath is the path of the tunnel endpoint on the gateway's listener.
+const TunnelPath = "/tunnel"
+
+var machineIDRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+func (l *loader) validateTunnel(n *yaml.Node, f string, u *Upstream) {
+	t := u.Tunnel
+	tn := valueNode(n, "tunnel")
+	if tn == nil {
+		tn = n
+	}
+	for _, bad := range []struct {
+		set bool
+		key string
+	}{{u.Pin != nil, "pin"}, {u.AllowUnmeasured, "allow_unmeasured"}, {u.AllowCodeEnv, "allow_code_env"}} {
+		if bad.set {
+			l.errorf(valueNode(n, bad.key), f+"."+bad.key, "the connector pins its server (cmcp connect --pin)", "applies to stdio upstreams only")
+		}
+	}
+	if len(t.Tokens) == 0 {
+		l.errorf(tn, f+".tunnel.tokens", `add tokens: [{sha256: ...}]: MACHINE_TOKEN=$(head -c 32 /dev/urandom | base64); printf %s "$MACHINE_TOKEN" | sha256sum`,
+			"missing: without a machine token no connector can register")
+	}
+	seq := valueNode(tn, "tokens")
+	for i, tok := range t.Tokens {
+		var tokNode *yaml.Node = tn
+		if seq != nil && i < len(seq.Content) {
+			tokNode = seq.Content[i]
+		}
+		tf := fmt.Sprintf("%s.tunnel.tokens[%d]", f, i)
+		if tok.SHA256.IsZero() {
+			l.errorf(tokNode, tf+".sha256", `printf %s "$MACHINE_TOKEN" | sha256sum`, "missing: the SHA-256 of the machine token")
+		}
+		for _, m := range tok.Machines {
+			if !machineIDRE.MatchString(m) {
+				at := valueNode(tokNode, "machines")
+				if at == nil {
+					at = tokNode
+				}
+				l.errorf(at, tf+".machines", "", "%q is not a machine id: 1 to 64 of [A-Za-z0-9._-], starting with a letter or digit", m)
+			}
+		}
+	}
+	if t.MaxMachines < 0 || t.MaxMachines > 10000 {
+		at := valueNode(tn, "max_machines")
+		if at == nil {
+			at = tn
+		}
+		l.errorf(at, f+".tunnel.max_machines", "", "%d: want 1 to 10000 (0: 64)", t.MaxMachines)
+	}
 }

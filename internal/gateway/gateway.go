@@ -276,6 +276,16 @@ func waitShared(ctx context.Context, sf *singleflight.Group, key string, fn func
 
 // load connects to the upstream (unless already loaded) and approves its
 // tools. Concurrent callers share one attempt.
+// LoadUpstream loads upstream name's tools now if they are not loaded
+// yet (a tunnel upstream, once its first machine registered).
+func (g *Gateway) LoadUpstream(ctx context.Context, name string) error {
+	st := g.ups[name]
+	if st == nil {
+		return fmt.Errorf("no upstream %q", name)
+	}
+	return st.load(ctx)
+}
+
 func (st *upState) load(ctx context.Context) error {
 	st.mu.Lock()
 	loaded := st.loaded

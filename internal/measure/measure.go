@@ -248,6 +248,10 @@ func Check(ctx context.Context, c *config.Config, environ []string, progress Pro
 	for i := range c.Upstreams {
 		u := &c.Upstreams[i]
 		switch {
+		case u.Tunnel != nil:
+			// Its machines pin their own servers (cmcp connect --pin).
+			rows = append(rows, Row{Upstream: u.Name, What: "tunnel", Path: "(its machines' connectors)", Status: StatusSkipped})
+			continue
 		case u.Stdio == nil:
 			rows = append(rows, Row{Upstream: u.Name, What: "http", Path: u.HTTP.Endpoint(), Status: StatusSkipped})
 			continue

@@ -39,6 +39,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/oauth"
 	"github.com/confidential-mcp/cmcp/internal/policy"
 	"github.com/confidential-mcp/cmcp/internal/tee"
+	"github.com/confidential-mcp/cmcp/internal/tunnel"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/internal/witness"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
@@ -141,6 +142,7 @@ type serve struct {
 	ups    []gateway.UpstreamOptions
 	// minted records the upstream credentials the brokers mint.
 	minted mintRecorder
+	hub    *tunnel.Hub // the tunnel endpoint's, if any upstream is a tunnel
 
 	auditDir string
 	w        *auditlog.Writer
@@ -327,10 +329,20 @@ func (s *serve) measure() error {
 // the log's hooks once it is open.
 func (s *serve) buildUpstreams() error {
 	ups, err := buildUpstreams(s.cfg, s.srv, s.o.Environ, &s.minted)
-	s.ups = ups
 	if err != nil {
 		return err
 	}
+	hub, tuns, err := s.tunnelHub()
+	if err != nil {
+		return exitcode.WithCode(exitcode.ExitConfig, err)
+	}
+	s.hub = hub
+	for i, u := range s.cfg.Upstreams {
+		if t := tuns[u.Name]; t != nil {
+			ups[i].Upstream, ups[i].Transport, ups[i].Class = t, "tunnel", upstream.ClassTunnel
+		}
+	}
+	s.ups = ups
 	// A stdio command that is not there is refused at its line before the
 	// log opens, shared or per session, like a missing credential file.
 	byName := map[string]*upstream.Stdio{}
@@ -491,6 +503,7 @@ func (s *serve) startGateway() error {
 		return exitcode.WithCode(exitcode.ExitRuntime, err)
 	}
 	s.g = g
+	s.watchTunnels(g)
 	for _, u := range g.Upstreams() {
 		if u.Available {
 			logger.Info("upstream ready", "upstream", u.Name, "class", u.EvidenceClass, "tools", u.Tools)
@@ -645,6 +658,9 @@ func (s *serve) serveHTTP() error {
 		SessionTimeout: srvCfg.SessionTimeout, MaxRequestBytes: srvCfg.MaxRequestBytes, MaxSessions: srvCfg.MaxSessions, MaxSessionsPerAgent: srvCfg.MaxSessionsPerAgent}))
 	if err := loginHandlers(mux, s.ups); err != nil {
 		return exitcode.WithCode(exitcode.ExitConfig, err)
+	}
+	if s.hub != nil {
+		mux.Handle(config.TunnelPath, s.hub)
 	}
 	maxSessions, _ := srvCfg.SessionBounds()
 	gateway.WarnFileLimit(logger, maxSessions, perSessionStdio(s.cfg))

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/confidential-mcp/cmcp/internal/rpcwire"
 	"github.com/confidential-mcp/cmcp/internal/tunnel"
+	"github.com/confidential-mcp/cmcp/pkg/digest"
 	"github.com/confidential-mcp/cmcp/pkg/framing"
 )
 
@@ -40,6 +42,10 @@ type Tunnel struct {
 	Log interface {
 		Warn(msg string, args ...any)
 	}
+
+	mu           sync.Mutex
+	baseline     map[string]string // tool name -> digest of its definition, from the first machine admitted
+	baselineFrom string
 }
 
 // NewTunnel returns the tunnel upstream name whose machines register with hub.
@@ -257,4 +263,63 @@ func (c *tunnelConn) rawCall(ctx context.Context, method string, params json.Raw
 		cancel()
 		return nil, ctx.Err()
 	}
+}
+
+// Admit checks a machine before it is routable: its server must publish
+// exactly the tools (names and definitions, canonical JSON) of the first
+// machine admitted for this upstream in this run, so that the upstream's
+// tool pins, checked on the connections the gateway makes, hold for each
+// of its machines. A machine whose tools differ is refused, and says which.
+func (t *Tunnel) Admit(ctx context.Context, m *tunnel.Machine) error {
+	s, err := m.Open(ctx)
+	if err != nil {
+		return err
+	}
+	tc := &tunnelConn{s: s, Inbox: rpcwire.NewInbox(), raw: rpcwire.Pending{Prefix: rawIDPrefix}, name: t.name}
+	go tc.readLoop()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "cmcp", Version: "admit"}, nil).Connect(ctx, &tunnelTransport{c: tc}, &mcp.ClientSessionOptions{ProtocolVersion: ProtocolVersion})
+	if err != nil {
+		s.Close()
+		return fmt.Errorf("machine %q: initialize: %w", m.ID, err)
+	}
+	defer cs.Close()
+	defs := map[string]string{}
+	for tool, err := range cs.Tools(ctx, nil) {
+		if err != nil {
+			return fmt.Errorf("machine %q: tools/list: %w", m.ID, err)
+		}
+		b, err := json.Marshal(tool)
+		if err != nil {
+			return err
+		}
+		c, err := digest.JSON(b)
+		if err != nil {
+			return err
+		}
+		defs[tool.Name] = c.String()
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.baseline == nil {
+		t.baseline, t.baselineFrom = defs, m.ID
+		return nil
+	}
+	var diff []string
+	for name, d := range defs {
+		if b, ok := t.baseline[name]; !ok {
+			diff = append(diff, name+" (not on "+t.baselineFrom+")")
+		} else if b != d {
+			diff = append(diff, name+" (another definition)")
+		}
+	}
+	for name := range t.baseline {
+		if _, ok := defs[name]; !ok {
+			diff = append(diff, name+" (missing)")
+		}
+	}
+	if len(diff) > 0 {
+		slices.Sort(diff)
+		return fmt.Errorf("machine %q publishes other tools than upstream %q's first machine %q: %s; every machine of an upstream must run the same server", m.ID, t.name, t.baselineFrom, strings.Join(diff, ", "))
+	}
+	return nil
 }

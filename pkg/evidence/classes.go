@@ -8,6 +8,9 @@ const (
 	ClassTLSPinned       = "tls-pinned"       // HTTPS upstream whose SPKI matched the pinned digest
 	ClassTLSCA           = "tls-ca"           // HTTPS upstream verified only by a CA chain
 	ClassPlaintext       = "plaintext"        // HTTP upstream
+	// ClassTunnel: reached through a machine's `cmcp connect` tunnel; what
+	// the connector measured is its own claim, never the gateway's.
+	ClassTunnel = "tunnel"
 )
 
 // Gateway platforms: where the gateway's key was created.
@@ -18,7 +21,7 @@ const (
 )
 
 // Classes lists the evidence classes, strongest first.
-var Classes = []string{ClassSpawnMeasured, ClassTLSPinned, ClassTLSCA, ClassSpawnUnmeasured, ClassPlaintext}
+var Classes = []string{ClassSpawnMeasured, ClassTLSPinned, ClassTLSCA, ClassSpawnUnmeasured, ClassTunnel, ClassPlaintext}
 
 // Platforms lists the gateway platforms.
 var Platforms = []string{PlatformSEVSNP, PlatformTDX, PlatformSoftware}
