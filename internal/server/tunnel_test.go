@@ -40,7 +40,7 @@ upstreams:
 	run := func(machine, mode string) chan connect.State {
 		states := make(chan connect.State, 16)
 		c, err := connect.New(connect.Options{Gateway: tunnelURL, Token: token, Upstream: "files", MachineID: machine,
-			Stdio: &upstream.StdioSpec{Name: "files", Command: exe, Pin: pin, StopGrace: 2 * time.Second, Env: map[string]string{gwtest.ChildEnv: mode}},
+			Stdio:          &upstream.StdioSpec{Name: "files", Command: exe, Pin: pin, StopGrace: 2 * time.Second, Env: map[string]string{gwtest.ChildEnv: mode}},
 			InitialBackoff: 100 * time.Millisecond, MaxBackoff: time.Second,
 			State: func(s connect.State) {
 				select {
