@@ -78,6 +78,10 @@ func (s *session) relay(ctx context.Context, params toolCall, after *func(undeli
 	c := s.newCallRun(ctx, params)
 	st, toolName, lv, err := c.admit()
 	if err != nil {
+		var ta *toolAnswer
+		if errors.As(err, &ta) {
+			return ta.raw, nil // refused, recorded, answered as a tool error
+		}
 		return nil, err // refused and recorded
 	}
 	rcpt, err := c.recordForwarded()
@@ -158,6 +162,23 @@ func (c *callRun) admit() (*upState, string, *live, error) {
 		return nil, "", nil, c.refuse(fault(CodeUnknownTool, "unknown tool %q; call tools/list to see the tools this gateway exposes", params.Name))
 	}
 	rec.Upstream, rec.UpstreamTool, rec.EvidenceClass = st.name, toolName, st.expectedClass()
+	tun, isTunnel := st.opts.Upstream.(*upstream.Tunnel)
+	if isTunnel {
+		routed, machine, why := routeMachine(tun, c.args)
+		rec.Machine = machine
+		if why != "" {
+			// Answered as a tool error, which an agent reads and acts on
+			// (the live machines are listed), and recorded as refused.
+			rec.Outcome, rec.Reason = auditlog.OutcomeRefused, why
+			if aerr := g.record(ctx, rec); aerr != nil {
+				return nil, "", nil, fault(CodeAuditUnavailable, "the audit log cannot record calls (%v): every call is refused until an operator fixes it", aerr)
+			}
+			g.metricCall(rec.Upstream, DecisionNone, "refused", 0)
+			s.callsChanged()
+			return nil, "", nil, &toolAnswer{raw: toolError(why)}
+		}
+		c.args = routed
+	}
 	if g.killed.Load() {
 		return nil, "", nil, c.refuse(fault(CodeKillSwitch, "the kill switch is engaged: an operator has stopped all tool calls; retry when it is cleared"))
 	}
@@ -181,7 +202,11 @@ func (c *callRun) admit() (*upState, string, *live, error) {
 			return nil, "", nil, c.refuse(fault(CodeUnknownTool, "unknown tool %q: upstream %q has no such tool; call tools/list to see the tools this gateway exposes", params.Name, st.name))
 		}
 	}
-	lv, err := s.upstreamFor(ctx, st.name)
+	uctx := ctx
+	if isTunnel {
+		uctx = upstream.WithMachine(ctx, rec.Machine) // a session's first connection starts there
+	}
+	lv, err := s.upstreamFor(uctx, st.name)
 	if err != nil {
 		if se := sessionEndOf(ctx); se != nil {
 			return nil, "", nil, c.refuse(se.fault()) // its session ended while the upstream started
@@ -285,7 +310,15 @@ func (c *callRun) forward(lv *live, toolName string) (res json.RawMessage, callE
 		upTok, release := lv.track(ctx, c.s, c.params.Progress)
 		var cancel context.CancelFunc
 		cctx, cancel = context.WithTimeout(ctx, g.opts.CallTimeout)
-		res, callErr = forwardCall(cctx, lv, toolName, c.args, spliceMeta(c.params.Meta, upTok))
+		conn := lv.conn
+		if c.rec.Machine != "" && conn.Machine != c.rec.Machine {
+			// The session's connection is on another machine of the
+			// tunnel upstream: the call goes to a session of its own there.
+			conn, callErr = lv.conn.OnMachine(cctx, c.rec.Machine)
+		}
+		if callErr == nil {
+			res, callErr = forwardCall(cctx, conn, toolName, c.args, spliceMeta(c.params.Meta, upTok))
+		}
 		cancel()
 		release()
 	}
@@ -489,7 +522,7 @@ func spliceMeta(meta json.RawMessage, upTok any) json.RawMessage {
 // forwardCall sends tools/call upstream as a raw call (both kinds of
 // upstream connection make them) and returns the result's exact bytes.
 // meta is the _meta object to send (empty: none).
-func forwardCall(ctx context.Context, lv *live, tool string, args, meta json.RawMessage) (json.RawMessage, error) {
+func forwardCall(ctx context.Context, conn *upstream.Conn, tool string, args, meta json.RawMessage) (json.RawMessage, error) {
 	name, err := json.Marshal(tool)
 	if err != nil {
 		return nil, err
@@ -501,7 +534,7 @@ func forwardCall(ctx context.Context, lv *live, tool string, args, meta json.Raw
 	}
 	b = append(append(b, `"name":`...), name...)
 	b = append(append(append(b, `,"arguments":`...), args...), '}')
-	return lv.conn.RawCall(ctx, "tools/call", b)
+	return conn.RawCall(ctx, "tools/call", b)
 }
 
 // route maps an exposed tool name to its upstream, the upstream's tool name

@@ -40,7 +40,7 @@ upstreams:
 	run := func(machine, mode string) chan connect.State {
 		states := make(chan connect.State, 16)
 		c, err := connect.New(connect.Options{Gateway: tunnelURL, Token: token, Upstream: "files", MachineID: machine,
-			Stdio:          &upstream.StdioSpec{Name: "files", Command: exe, Pin: pin, StopGrace: 2 * time.Second, Env: map[string]string{gwtest.ChildEnv: mode}},
+			Stdio:          &upstream.StdioSpec{Name: "files", Command: exe, Pin: pin, StopGrace: 2 * time.Second, Env: map[string]string{gwtest.ChildEnv: mode, "MACHINE": machine}},
 			InitialBackoff: 100 * time.Millisecond, MaxBackoff: time.Second,
 			State: func(s connect.State) {
 				select {
@@ -91,8 +91,41 @@ upstreams:
 	if !found {
 		t.Fatal("no call record")
 	}
+	// A second machine with the same server: a call needs machineId now,
+	// goes where it says, and the record names the machine.
+	run("lab-2", "server")
+	eventually(t, 60*time.Second, func() string {
+		res, err := call(t, cs, "files__env", map[string]any{})
+		if err != nil {
+			return err.Error()
+		}
+		if !res.IsError || !strings.Contains(firstText(res), "live machines: lab-1, lab-2") {
+			return "no refusal listing both machines yet: " + clip(firstText(res), 200)
+		}
+		return ""
+	})
+	for _, m := range []string{"lab-1", "lab-2"} {
+		res, err := call(t, cs, "files__env", map[string]any{"machineId": m})
+		if err != nil || res.IsError || !strings.Contains(firstText(res), "MACHINE="+m) {
+			t.Fatalf("call on %s: %v %v", m, clip(firstText(res), 300), err)
+		}
+	}
+	res, err = call(t, cs, "files__env", map[string]any{"machineId": "lab-9"})
+	if err != nil || !res.IsError || !strings.Contains(firstText(res), `machine "lab-9" of upstream "files" is not connected; live machines: lab-1, lab-2`) {
+		t.Fatalf("unknown machine: %v %v", firstText(res), err)
+	}
+	machines := map[string]int{}
+	for _, r := range readRecords(t, audit) {
+		if r.Kind == "call" && r.Body["tool"] == "files__env" && r.Body["outcome"] == "forwarded" {
+			m, _ := r.Body["machine"].(string)
+			machines[m]++
+		}
+	}
+	if machines["lab-1"] < 1 || machines["lab-2"] != 1 || machines[""] != 0 {
+		t.Fatalf("forwarded calls by machine in the records: %v", machines)
+	}
 	// Another server (its echo's description differs): refused.
-	states := run("lab-2", "drift")
+	states := run("lab-3", "drift")
 	for s := range states {
 		if s.Kind == "registered" {
 			continue

@@ -45,6 +45,10 @@ func (c *Call) appendCanonical(b []byte) ([]byte, bool) {
 	b = appendJSONString(b, c.Decision)
 	b = append(b, `,"evidence_class":`...)
 	b = appendJSONString(b, c.EvidenceClass)
+	if c.Machine != "" {
+		b = append(b, `,"machine":`...)
+		b = appendJSONString(b, c.Machine)
+	}
 	b = append(b, `,"outcome":`...)
 	b = appendJSONString(b, c.Outcome)
 	if !c.PolicyBundle.IsZero() {

@@ -52,6 +52,8 @@ func fastCases() map[string]Record {
 			PolicyMode: "none", Outcome: OutcomeRefused, Reason: "unknown tool"},
 		"call/empty-slices": &Call{PolicyIDs: []string{}, PolicyInput: &PolicyInput{Groups: []string{}, ToolsUsed: []string{}, Errors: []string{}}},
 		"call/nil-slices":   &Call{PolicyInput: &PolicyInput{}},
+		"call/machine": &Call{Session: "s", Agent: "a", Tool: "files__read", Upstream: "files", EvidenceClass: "tunnel", Machine: "lab-7",
+			Decision: DecisionAllow, PolicyMode: "none", Outcome: OutcomeForwarded},
 		"call/full": &Call{Session: "3f1c", Agent: "agent", RequestID: json.RawMessage(`17`), Tool: "fs__read", Upstream: "fs",
 			UpstreamTool: "read", EvidenceClass: "spawn-measured", Args: Commitment{ID: 1<<62 + 3, Size: math.MaxInt64, MAC: sampleMAC},
 			Decision: DecisionAllow, PolicyIDs: []string{"p0", "p1"}, PolicyMode: "enforcing", PolicyBundle: sampleDigest,
@@ -118,7 +120,7 @@ func TestFastEncoding(t *testing.T) {
 // must not fall back to the general path silently.
 func TestFastEncodingIsUsed(t *testing.T) {
 	c := fastCases()
-	for _, name := range []string{"call/full", "call/minimal", "result/full", "call/time-local", "call/string-4", "call/string-5"} {
+	for _, name := range []string{"call/full", "call/minimal", "call/machine", "result/full", "call/time-local", "call/string-4", "call/string-5"} {
 		if _, ok := appendFastBody(nil, c[name]); !ok {
 			t.Errorf("%s: fast path not taken", name)
 		}
@@ -142,7 +144,7 @@ func FuzzFastEncoding(f *testing.F) {
 		tm := time.Unix(sec, nsec).In(time.FixedZone("z", int(zone)))
 		recs := []Record{
 			&Call{Session: s, Agent: s, RequestID: json.RawMessage(id), Tool: s, Upstream: s, EvidenceClass: s, Decision: s,
-				Args: Commitment{ID: n, Size: n, MAC: []byte(s)}, PolicyIDs: []string{s}, PolicyMode: s, Outcome: s, Reason: s, UpstreamTool: s,
+				Args: Commitment{ID: n, Size: n, MAC: []byte(s)}, PolicyIDs: []string{s}, PolicyMode: s, Outcome: s, Reason: s, UpstreamTool: s, Machine: s,
 				PolicyInput: &PolicyInput{Groups: []string{s}, EvidenceClass: s, SessionCalls: n, ToolsUsed: []string{s}, Time: tm, Errors: []string{s}}},
 			&Result{Call: n, Session: s, Outcome: s, Result: Commitment{ID: n, Size: n, MAC: []byte(s)}, LatencyMicros: n, ErrorCode: n, Reason: s},
 		}

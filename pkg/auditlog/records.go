@@ -254,13 +254,16 @@ type Call struct {
 	Upstream      string          `json:"upstream"`
 	UpstreamTool  string          `json:"upstream_tool,omitzero"`
 	EvidenceClass string          `json:"evidence_class"`
-	Args          Commitment      `json:"args,omitzero"`
-	Decision      string          `json:"decision"` // allow, deny
-	PolicyIDs     []string        `json:"policy_ids,omitzero"`
-	PolicyMode    string          `json:"policy_mode"` // enforcing, advisory, silent
-	PolicyBundle  digest.Digest   `json:"policy_bundle,omitzero"`
-	Outcome       string          `json:"outcome"` // forwarded, refused
-	Reason        string          `json:"reason,omitzero"`
+	// Machine is the machine a tunnel upstream's call was routed to (the
+	// connector's machine id), or "" for other upstreams.
+	Machine      string        `json:"machine,omitzero"`
+	Args         Commitment    `json:"args,omitzero"`
+	Decision     string        `json:"decision"` // allow, deny
+	PolicyIDs    []string      `json:"policy_ids,omitzero"`
+	PolicyMode   string        `json:"policy_mode"` // enforcing, advisory, silent
+	PolicyBundle digest.Digest `json:"policy_bundle,omitzero"`
+	Outcome      string        `json:"outcome"` // forwarded, refused
+	Reason       string        `json:"reason,omitzero"`
 	// PolicyInput is what the policy decision used beyond the fields above,
 	// so that replay rebuilds the exact Cedar request. Absent when no policy
 	// decided the call (mode "none", or a call refused before the decision).
