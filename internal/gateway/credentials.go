@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -24,15 +25,27 @@ func (st *upState) perIdentity() bool {
 }
 
 // identityFor is who a connection of st for session s serves: the
-// session's agent and its groups (nil without a credential source or a
-// session).
+// session's agent, its groups (the policy's and its OAuth token's, sorted,
+// once each) and, for an agent signed in with OAuth, its latest verified
+// access token, which a token_exchange source sends as the subject token
+// to its token endpoint and nowhere else (nil without a credential source
+// or a session).
 func (st *upState) identityFor(s *session) *credential.Identity {
 	if st.opts.Credentials == nil || s == nil {
 		return nil
 	}
 	id := &credential.Identity{Name: s.principal}
+	var groups []string
 	if e := st.g.opts.Policy; e != nil {
-		id.Groups = e.GroupsOf(s.principal)
+		groups = append(groups, e.GroupsOf(s.principal)...)
+	}
+	groups = append(groups, s.credGroups()...)
+	if len(groups) > 0 {
+		slices.Sort(groups)
+		id.Groups = slices.Compact(groups)
+	}
+	if t := s.authToken.Load(); t != nil {
+		id.Token = *t
 	}
 	return id
 }

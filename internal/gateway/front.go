@@ -23,6 +23,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/confidential-mcp/cmcp/internal/credential"
 	"github.com/confidential-mcp/cmcp/internal/front/stdiofront"
 	"github.com/confidential-mcp/cmcp/internal/oauth"
 	"github.com/confidential-mcp/cmcp/internal/rpcwire"
@@ -196,7 +197,7 @@ func (g *Gateway) HTTPHandler(o HTTPOptions) http.Handler {
 			refuseUnread(w, r, http.StatusForbidden, fmt.Sprintf("cmcp: forbidden: invalid Host header %q: a gateway listening on a loopback address answers only requests addressed to a loopback host (DNS-rebinding protection)", r.Host))
 			return
 		}
-		who, tok, authID, err := authenticateAgent(r, o)
+		who, tok, authID, rawToken, err := authenticateAgent(r, o)
 		if err != nil {
 			var ce *certRefusedError
 			if errors.As(err, &ce) {
@@ -231,7 +232,7 @@ func (g *Gateway) HTTPHandler(o HTTPOptions) http.Handler {
 				return
 			}
 			if s != nil {
-				s.authedWith(authID)
+				s.authedWith(authID, rawToken)
 			}
 			if s != nil && r.Method == http.MethodGet {
 				s.streamOpenedWith(tok)
@@ -274,7 +275,7 @@ func (g *Gateway) HTTPHandler(o HTTPOptions) http.Handler {
 			}
 			s := g.newSession(who, "http")
 			s.token, s.releaseSlot = tok, release
-			s.auth.Store(authID)
+			s.authedWith(authID, rawToken)
 			r = r.WithContext(context.WithValue(r.Context(), sessCtxKey{}, s))
 			// A request that opened no session (not an initialize, or
 			// one that failed) gives its slot back; a session gives it
@@ -543,18 +544,19 @@ func (e *oauthRefusal) Unwrap() error { return e.err }
 // authenticate does, then, with o.OAuth, a bearer token that is none of
 // the static tokens as an OAuth access token. It also returns the digest
 // of a static token that identified the agent (else zero) and the OAuth
-// identity when an access token did (else nil).
-func authenticateAgent(r *http.Request, o HTTPOptions) (string, digest.Digest, *oauth.Identity, error) {
+// identity and its verified raw access token when an access token did
+// (else nil and zero).
+func authenticateAgent(r *http.Request, o HTTPOptions) (string, digest.Digest, *oauth.Identity, credential.Secret, error) {
 	who, tok, err := authenticate(r, o)
 	var nt *notStaticToken
 	if o.OAuth == nil || !errors.As(err, &nt) {
-		return who, tok, nil, err
+		return who, tok, nil, credential.Secret{}, err
 	}
 	id, verr := o.OAuth.Verify(r.Context(), nt.token)
 	if verr != nil {
-		return "", digest.Digest{}, nil, &oauthRefusal{fmt.Errorf("the bearer token is not valid for this gateway: %w", verr)}
+		return "", digest.Digest{}, nil, credential.Secret{}, &oauthRefusal{fmt.Errorf("the bearer token is not valid for this gateway: %w", verr)}
 	}
-	return id.Name, digest.Digest{}, id, nil
+	return id.Name, digest.Digest{}, id, credential.NewSecret(nt.token), nil
 }
 
 // notStaticToken is a well-formed bearer token that is none of the static

@@ -15,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/confidential-mcp/cmcp/internal/catalog"
+	"github.com/confidential-mcp/cmcp/internal/credential"
 	"github.com/confidential-mcp/cmcp/internal/front/stdiofront"
 	"github.com/confidential-mcp/cmcp/internal/oauth"
 	"github.com/confidential-mcp/cmcp/internal/rpcwire"
@@ -61,13 +62,15 @@ func (s *session) credGroups() []string {
 }
 
 // authedWith notes the OAuth identity of a request of the session (same
-// principal, checked by the front): a token not seen on the session
-// before (a refreshed one) is recorded as a session "token" event, and its
-// groups are the session's from now on.
-func (s *session) authedWith(id *oauth.Identity) {
+// principal, checked by the front) and its verified access token: a token
+// not seen on the session before (a refreshed one) is recorded as a
+// session "token" event, and its groups and raw token (the subject token
+// of a token_exchange upstream credential) are the session's from now on.
+func (s *session) authedWith(id *oauth.Identity, token credential.Secret) {
 	if id == nil {
 		return
 	}
+	s.authToken.Store(&token)
 	prev := s.auth.Swap(id)
 	if prev == nil || prev.JTI == id.JTI && prev.Issuer == id.Issuer {
 		return
@@ -105,6 +108,10 @@ type session struct {
 	// request of the session (nil: no OAuth token identified it): its
 	// issuer and jti are recorded, its groups are Group parents.
 	auth atomic.Pointer[oauth.Identity]
+	// authToken is the raw access token auth was verified from (the
+	// latest one): only ever the subject token of a token_exchange
+	// upstream credential, never logged, recorded or sent to an upstream.
+	authToken atomic.Pointer[credential.Secret]
 
 	mu       sync.Mutex
 	lives    map[string]*live
