@@ -12,6 +12,8 @@
 #   - go-sdk's conformance everything-server, built from the module proxy
 #   - litewitness and witnessctl (filippo.io/torchwood), a real C2SP witness,
 #     built from the module proxy (v0.6.1: later versions need Go 1.27)
+#   - staticcheck (honnef.co/go/tools), which test.sh runs after go vet, built
+#     from the module proxy
 #   - HAProxy from Debian's packages (apt-get, as root), the load balancer of
 #     the fleet test (docs/fleet.md)
 #
@@ -26,6 +28,7 @@ SERVER_EVERYTHING_VERSION="2026.8.31"
 INSPECTOR_CLI_VERSION="1.0.3"
 GO_SDK_VERSION="v1.8.0"
 TORCHWOOD_VERSION="v0.6.1"
+STATICCHECK_VERSION="v0.8.2"
 
 dir="${CMCP_PEERS_DIR:-${HOME}/.cache/cmcp-peers}"
 mkdir -p "$dir"
@@ -111,6 +114,16 @@ if [ ! -x "$litewitness" ] || [ ! -x "$witnessctl" ] || [ "$(cat "$litewitness.v
   echo "$TORCHWOOD_VERSION" >"$litewitness.version"
 fi
 
+# staticcheck, the same way.
+staticcheck="$bin_dir/staticcheck"
+if [ ! -x "$staticcheck" ] || [ "$(cat "$staticcheck.version" 2>/dev/null)" != "$STATICCHECK_VERSION" ]; then
+  log "go install honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION"
+  mkdir -p "$bin_dir"
+  (cd "$dir" && GOBIN="$bin_dir" go install \
+    "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION" >&2)
+  echo "$STATICCHECK_VERSION" >"$staticcheck.version"
+fi
+
 # HAProxy, from Debian (bookworm: 2.6).
 haproxy="$(command -v haproxy || true)"
 if [ -z "$haproxy" ] && [ -x /usr/sbin/haproxy ]; then
@@ -142,4 +155,5 @@ export CMCP_EVERYTHING_SERVER='$everything'
 export CMCP_LITEWITNESS='$litewitness'
 export CMCP_WITNESSCTL='$witnessctl'
 export CMCP_HAPROXY='$haproxy'
+export CMCP_STATICCHECK='$staticcheck'
 EOF

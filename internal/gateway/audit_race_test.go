@@ -23,6 +23,8 @@ import (
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 )
 
+//lint:file-ignore SA1019 go-sdk deprecates MCP logging, sampling and roots (SEP-2577) with no replacement; the gateway still relays them while clients use them
+
 // TestKillSwitchBeatsACallInProgress: a call that passed the early kill
 // switch check, and is waiting for its per-session child to start when the
 // switch is engaged, is refused (-32064) and never forwarded: no call

@@ -26,6 +26,8 @@ import (
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 )
 
+//lint:file-ignore SA1019 go-sdk deprecates MCP logging, sampling and roots (SEP-2577) with no replacement; the gateway still relays them while clients use them
+
 // The fast path: a front end that owns its wire (the stdio front, the
 // Streamable HTTP front) answers tools/call itself, straight from the
 // call pipeline, instead of through go-sdk's server session, which

@@ -332,6 +332,7 @@ func (st *upState) load(ctx context.Context) error {
 func (g *Gateway) rebuildCatalog() {
 	g.rebuildMu.Lock()
 	cat := catalog.New()
+	//lint:ignore SA1019 go-sdk deprecates MCP logging (SEP-2577) with no replacement; clients still use it
 	caps := &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}, Logging: &mcp.LoggingCapabilities{}}
 	var instructions []string
 	for _, name := range g.order {

@@ -58,10 +58,9 @@ func TestKillSwitchStaysEngagedWhenItsStateCannotBeRemoved(t *testing.T) {
 // each Checkpoint, with whether the kill switch's state file existed then.
 type syncSpy struct {
 	AuditLog
-	state   string
-	cpErr   error
-	events  []string
-	offSeen bool
+	state  string
+	cpErr  error
+	events []string
 }
 
 func (s *syncSpy) Append(ctx context.Context, rec auditlog.Record) (auditlog.Receipt, error) {

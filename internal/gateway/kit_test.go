@@ -85,10 +85,6 @@ func readAuditRecords(t *testing.T, dir string) []auditlog.Record {
 func connectWith(endpoint, token string) (*mcp.ClientSession, error) {
 	return gwtest.ConnectWith(endpoint, token)
 }
-func httpDo(t *testing.T, method, url, token string) (int, string) {
-	t.Helper()
-	return gwtest.HTTPDo(t, method, url, token)
-}
 func postCall(url, sid, token, body string) (int, string, error) {
 	return gwtest.PostCall(url, sid, token, body)
 }

@@ -19,6 +19,8 @@ import (
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
+//lint:file-ignore SA1019 go-sdk deprecates MCP logging, sampling and roots (SEP-2577) with no replacement; the gateway still relays them while clients use them
+
 // live is one connected upstream session: a per-session child (owner set)
 // or the shared connection of an upstream (owner nil).
 type live struct {
@@ -351,7 +353,7 @@ func (lv *live) applyTools(ctx context.Context, tools []*mcp.Tool, init *mcp.Ini
 		}
 		st.mu.Unlock()
 	} else {
-		accepted, digests, drift = catalog.Check(st.name, tools, baseline, refuse)
+		accepted, _, drift = catalog.Check(st.name, tools, baseline, refuse)
 	}
 	for _, d := range drift {
 		action := "flagged"

@@ -89,7 +89,7 @@ func (s *session) relay(ctx context.Context, params toolCall, after *func(undeli
 		return nil, err
 	}
 	// From here on the call gets exactly one result record.
-	res, callErr, sent, cctx := c.forward(lv, toolName)
+	res, sent, cctx, callErr := c.forward(lv, toolName)
 	result := &auditlog.Result{Call: receiptIndex(rcpt), Session: s.id, LatencyMicros: time.Since(c.start).Microseconds()}
 	out, outErr := c.outcome(result, st, lv, toolName, res, callErr, sent, cctx)
 	g.metricCall(st.name, c.rec.Decision, result.Outcome, time.Since(c.start))
@@ -301,7 +301,7 @@ func (c *callRun) recordForwarded() (auditlog.Receipt, error) {
 
 // forward sends the call upstream, bounded by the call timeout, unless the
 // agent cancelled it while its record was written (sent false).
-func (c *callRun) forward(lv *live, toolName string) (res json.RawMessage, callErr error, sent bool, cctx context.Context) {
+func (c *callRun) forward(lv *live, toolName string) (res json.RawMessage, sent bool, cctx context.Context, callErr error) {
 	ctx, g := c.ctx, c.s.g
 	callErr = ctx.Err() // cancelled while its record was written: not sent
 	sent = callErr == nil
@@ -322,7 +322,7 @@ func (c *callRun) forward(lv *live, toolName string) (res json.RawMessage, callE
 		cancel()
 		release()
 	}
-	return res, callErr, sent, cctx
+	return res, sent, cctx, callErr
 }
 
 // outcome fills in the result record of a forwarded call and returns the

@@ -27,6 +27,8 @@ import (
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
+//lint:file-ignore SA1019 go-sdk deprecates MCP logging, sampling and roots (SEP-2577) with no replacement; the gateway still relays them while clients use them
+
 func engine(t *testing.T, dir string, mode policy.Mode) *policy.Engine {
 	t.Helper()
 	b, err := policy.Load(context.Background(), dir, policy.LoadOptions{})

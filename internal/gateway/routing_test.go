@@ -26,6 +26,8 @@ import (
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 )
 
+//lint:file-ignore SA1019 go-sdk deprecates MCP logging, sampling and roots (SEP-2577) with no replacement; the gateway still relays them while clients use them
+
 func init() {
 	childModes["res"] = func() {
 		s := newResServer(os.Getenv("CMCP_TEST_ID"), os.Getenv("CMCP_TEST_SEEN"), os.Getenv("CMCP_TEST_WITHOUT"))

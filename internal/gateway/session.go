@@ -24,6 +24,8 @@ import (
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
+//lint:file-ignore SA1019 go-sdk deprecates MCP logging, sampling and roots (SEP-2577) with no replacement; the gateway still relays them while clients use them
+
 // streamOpenedWith notes the token a GET stream of the session was opened
 // with (a client rotating tokens uses a few: the list stays short).
 func (s *session) streamOpenedWith(tok digest.Digest) {

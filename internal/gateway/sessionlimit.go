@@ -60,13 +60,6 @@ func (ss *sessionSlots) take(who string, maxTotal, maxPer int) (release func(), 
 	}), "", 0
 }
 
-// open returns the number of slots taken, in all and by who.
-func (ss *sessionSlots) open(who string) (total, mine int) {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	return ss.total, ss.per[who]
-}
-
 // refuseSession answers a request that would open a session past a bound:
 // 429 when it is the agent's own bound, 503 when it is the gateway's, with
 // a JSON-RPC error saying what to do. It is logged (at most once a second,

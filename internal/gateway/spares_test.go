@@ -48,13 +48,11 @@ func TestWarmSparesAreHandedToOneSessionEach(t *testing.T) {
 	spares := startedPIDs(h.records())[""] // the startup probe's child and the two spares
 
 	sessions := map[string]string{} // session id -> pid of its child
-	var clients []string
 	for i := range 2 {
 		cs := h.connect("", nil)
 		if res, err := call(t, cs, "t__echo", map[string]any{"text": fmt.Sprint(i)}); err != nil || res.IsError {
 			t.Fatalf("call through a warm spare: %v %v", res, err)
 		}
-		clients = append(clients, cs.ID())
 		if i == 0 {
 			defer cs.Close()
 		} else {

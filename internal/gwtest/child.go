@@ -17,6 +17,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
+//lint:file-ignore SA1019 go-sdk deprecates MCP logging, sampling and roots (SEP-2577) with no replacement; the gateway still relays them while clients use them
+
 // The test binary doubles as the upstream MCP server: with CMCP_TEST_CHILD
 // set, TestMain runs RunChild instead of the tests. The child is a real
 // go-sdk server on stdio whose tools inject faults on demand.

@@ -3,7 +3,6 @@ package server
 import (
 	"crypto/tls"
 	"crypto/x509"
-	"net/http"
 	"testing"
 	"time"
 
@@ -41,8 +40,6 @@ var callPaths = func() (out []struct{ name, meta string }) {
 	return out
 }()
 
-func runChild(mode string)                            { gwtest.RunChild(mode) }
-func newChildServer(mode string) *mcp.Server          { return gwtest.NewChildServer(mode) }
 func selfDigest(t testing.TB) (string, digest.Digest) { return gwtest.SelfDigest(t) }
 func readRecords(t testing.TB, dir string) []rec      { return gwtest.ReadRecords(t, dir) }
 func kinds(rs []rec, kind string) []rec               { return gwtest.Kinds(rs, kind) }
@@ -112,8 +109,4 @@ func parseExposition(t *testing.T, text string) map[string]float64 {
 func rawPost(t *testing.T, url, sid string, body []byte) (int, string) {
 	t.Helper()
 	return gwtest.RawPost(t, url, sid, body)
-}
-func rawPostResp(t *testing.T, url, sid string, body []byte) (*http.Response, []byte) {
-	t.Helper()
-	return gwtest.RawPostResp(t, url, sid, body)
 }
