@@ -37,6 +37,7 @@ type DecisionRequest struct {
 	UpstreamTool  string          // the upstream's own tool name
 	Upstream      string          // upstream name
 	EvidenceClass string          // the upstream's evidence class
+	Machine       string          // the tunnel machine the call is routed to; empty for other upstreams
 	Args          json.RawMessage // arguments as the agent sent them
 	Session       SessionInfo
 	// Annotations are the tool's pinned annotations; nil when the tool's

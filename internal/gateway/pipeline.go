@@ -257,7 +257,7 @@ func (c *callRun) decide(st *upState, toolName string, entry *catalog.Entry) err
 		annotations = entry.Tool.Annotations
 	}
 	dec, err := g.decider.Decide(ctx, DecisionRequest{Principal: s.principal, Tool: params.Name, UpstreamTool: toolName, Upstream: st.name,
-		EvidenceClass: rec.EvidenceClass, Args: c.args, Session: s.info(), Annotations: annotations})
+		EvidenceClass: rec.EvidenceClass, Machine: rec.Machine, Args: c.args, Session: s.info(), Annotations: annotations})
 	c.decided = true // from here on a refusal is counted under the decision (deny if the policy failed)
 	if err != nil {
 		return c.refuse(fault(CodeDenied, "the policy could not decide this call (%v): refused", err))

@@ -44,7 +44,7 @@ func hints(a *mcp.ToolAnnotations) policy.Annotations {
 func (p *policyDecider) Decide(ctx context.Context, r DecisionRequest) (Decision, error) {
 	o := p.eng.DecideCall(policy.Call{
 		Agent: r.Principal, Groups: r.Session.Groups, Session: r.Session.ID, Tool: r.Tool, ToolName: r.UpstreamTool, Upstream: r.Upstream,
-		EvidenceClass: r.EvidenceClass, Annotations: hints(r.Annotations), Arguments: r.Args,
+		EvidenceClass: r.EvidenceClass, Machine: r.Machine, Annotations: hints(r.Annotations), Arguments: r.Args,
 	})
 	d := Decision{Effect: o.Effect(), PolicyIDs: o.PolicyIDs, Mode: string(o.Mode), Bundle: o.Bundle, Reason: o.Reason, Input: o.Input()}
 	if !o.Allow && o.Mode == policy.Advisory {

@@ -53,6 +53,8 @@
 //	           .session     { id: String, calls: Long, tools_used: Set<String> }
 //	                                        calls and tools_used count tools/call requests only
 //	           .now         datetime        decision time, millisecond precision
+//	           .machine     String          call_tool to a tunnel upstream only: the machine id the
+//	                                        call is routed to (absent otherwise: test `context has machine`)
 //
 // A policy whose action is not scoped applies to every action, and
 // validates only if it reads what every action has: `resource in

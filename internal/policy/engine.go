@@ -96,6 +96,7 @@ type Call struct {
 	ToolName      string // name at the upstream
 	Upstream      string
 	EvidenceClass string
+	Machine       string // the tunnel machine the call is routed to (context.machine)
 	Annotations   Annotations
 	Arguments     []byte // exact bytes of params.arguments
 }
@@ -122,7 +123,7 @@ func (e *Engine) DecideCall(c Call) Outcome {
 	defer f.mu.Unlock()
 	r := Request{
 		Action: ActionCallTool, Agent: c.Agent, Groups: withGroups(st.groups[c.Agent], c.Groups),
-		Tool: c.Tool, ToolName: c.ToolName, Upstream: c.Upstream, EvidenceClass: c.EvidenceClass,
+		Tool: c.Tool, ToolName: c.ToolName, Upstream: c.Upstream, EvidenceClass: c.EvidenceClass, Machine: c.Machine,
 		Annotations: c.Annotations, Arguments: c.Arguments,
 		Session: Session{ID: c.Session, Calls: f.calls, ToolsUsed: f.used},
 		Time:    e.now().UTC().Truncate(time.Millisecond),
@@ -253,7 +254,7 @@ func (o *Outcome) Input() *auditlog.PolicyInput {
 	r := &o.Request
 	a := r.Annotations
 	return &auditlog.PolicyInput{
-		Groups: r.Groups, EvidenceClass: r.EvidenceClass,
+		Groups: r.Groups, EvidenceClass: r.EvidenceClass, Machine: r.Machine,
 		Hints:        auditlog.ToolHints{ReadOnly: a.ReadOnly, Destructive: a.Destructive, Idempotent: a.Idempotent, OpenWorld: a.OpenWorld},
 		SessionCalls: r.Session.Calls, ToolsUsed: r.Session.ToolsUsed, Time: r.Time, Errors: o.Errors,
 	}

@@ -137,6 +137,7 @@ func scopeKey(k *strings.Builder, r *Request) {
 	field(k, r.ToolName)
 	field(k, r.Upstream)
 	field(k, r.EvidenceClass)
+	field(k, r.Machine)
 	for _, h := range [...]bool{r.Annotations.ReadOnly, r.Annotations.Destructive, r.Annotations.Idempotent, r.Annotations.OpenWorld} {
 		k.WriteByte("01"[btoi(h)])
 	}

@@ -74,7 +74,10 @@ type Request struct {
 	ToolName      string   // the tool's name at its upstream
 	Upstream      string   // Upstream::"<Upstream>", the tool's parent (the resource itself for read_resource and get_prompt)
 	EvidenceClass string   // the upstream's evidence class (pkg/evidence)
-	Annotations   Annotations
+	// Machine is the tunnel machine a call_tool request is routed to
+	// (context.machine); empty for other upstreams and actions.
+	Machine     string
+	Annotations Annotations
 	// Arguments are the exact bytes of params.arguments (a JSON object, or
 	// empty). Only call_tool uses them.
 	Arguments []byte
@@ -304,6 +307,9 @@ func buildFor(r *Request, use contextUse) (cedar.Request, *entities, error) {
 		}
 		if use.arguments {
 			ctx["arguments"] = args
+		}
+		if r.Machine != "" {
+			ctx["machine"] = cedar.String(r.Machine)
 		}
 	}
 	if r.Action == ActionReadResource && use.uri {

@@ -576,7 +576,7 @@ func request(c *Call) *policy.Request {
 	in := rec.PolicyInput
 	return &policy.Request{
 		Action: policy.ActionCallTool, Agent: rec.Agent, Groups: in.Groups,
-		Tool: rec.Tool, ToolName: rec.UpstreamTool, Upstream: rec.Upstream, EvidenceClass: in.EvidenceClass,
+		Tool: rec.Tool, ToolName: rec.UpstreamTool, Upstream: rec.Upstream, EvidenceClass: in.EvidenceClass, Machine: in.Machine,
 		Annotations: policy.Annotations{ReadOnly: in.Hints.ReadOnly, Destructive: in.Hints.Destructive, Idempotent: in.Hints.Idempotent, OpenWorld: in.Hints.OpenWorld},
 		Session:     policy.Session{ID: rec.Session, Calls: in.SessionCalls, ToolsUsed: in.ToolsUsed},
 		Time:        in.Time,

@@ -4,12 +4,15 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/confidential-mcp/cmcp/internal/connect"
+	"github.com/confidential-mcp/cmcp/internal/gateway"
 	"github.com/confidential-mcp/cmcp/internal/gwtest"
+	"github.com/confidential-mcp/cmcp/internal/replay"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
@@ -134,5 +137,115 @@ upstreams:
 			t.Fatalf("a machine with other tools: %+v", s)
 		}
 		break
+	}
+}
+
+// runTunnelConnector runs `cmcp connect` (the library) for machine until
+// the test ends, serving the pinned test server in mode.
+func runTunnelConnector(t *testing.T, tunnelURL, token, machine, mode, exe string, pin digest.Digest) {
+	t.Helper()
+	c, err := connect.New(connect.Options{Gateway: tunnelURL, Token: token, Upstream: "files", MachineID: machine,
+		Stdio:          &upstream.StdioSpec{Name: "files", Command: exe, Pin: pin, StopGrace: 2 * time.Second, Env: map[string]string{gwtest.ChildEnv: mode, "MACHINE": machine}},
+		InitialBackoff: 100 * time.Millisecond, MaxBackoff: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+// TestServeTunnelPolicySeesMachine: Cedar sees the machine a tunnel call
+// is routed to as context.machine. A policy forbids agent alice on lab-2:
+// her call there is denied, her call on lab-1 and bob's on lab-2 go
+// through; the call records' policy input names the machine, and replay
+// against the bundle re-decides every call the same.
+func TestServeTunnelPolicySeesMachine(t *testing.T) {
+	exe, pin := selfDigest(t)
+	const token = "machine-token-policy-test"
+	pdir := policyBundle(t, `@id("all") permit (principal, action, resource);
+@id("alice-not-on-lab-2")
+forbid (principal == Agent::"alice", action == Action::"call_tool", resource)
+when { context has machine && context.machine == "lab-2" };
+`)
+	pdigest, err := digest.Tree(context.Background(), pdir, digest.TreeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	yaml := fmt.Sprintf(`version: 1
+server:
+  listen: 127.0.0.1:0
+  tee: software
+  tokens: [{identity: alice, sha256: %s}, {identity: bob, sha256: %s}]
+audit:
+  dir: audit
+policy:
+  dir: %s
+  expect: %s
+  mode: enforcing
+upstreams:
+  - name: files
+    tunnel:
+      tokens:
+        - sha256: %s
+`, digest.Bytes([]byte("tok-alice")), digest.Bytes([]byte("tok-bob")), pdir, pdigest, digest.Bytes([]byte(token)))
+	endpoint, audit := serveYAML(t, dir, yaml, os.Environ())
+	tunnelURL := strings.TrimSuffix(endpoint, "/mcp") + "/tunnel"
+	runTunnelConnector(t, tunnelURL, token, "lab-1", "server", exe, pin)
+	runTunnelConnector(t, tunnelURL, token, "lab-2", "server", exe, pin)
+	alice, err := connectWith(endpoint, "tok-alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer alice.Close()
+	bob, err := connectWith(endpoint, "tok-bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bob.Close()
+	eventually(t, 60*time.Second, func() string {
+		res, err := call(t, bob, "files__env", map[string]any{"machineId": "lab-2"})
+		if err != nil {
+			return err.Error()
+		}
+		if res.IsError || !strings.Contains(firstText(res), "MACHINE=lab-2") {
+			return "lab-2 not serving bob yet: " + clip(firstText(res), 200)
+		}
+		return ""
+	})
+	if res, err := call(t, alice, "files__env", map[string]any{"machineId": "lab-1"}); err != nil || res.IsError || !strings.Contains(firstText(res), "MACHINE=lab-1") {
+		t.Fatalf("alice on lab-1: %v %v", clip(firstText(res), 300), err)
+	}
+	_, err = call(t, alice, "files__env", map[string]any{"machineId": "lab-2"})
+	if wireCode(err) != gateway.CodeDenied || !strings.Contains(err.Error(), "alice-not-on-lab-2") {
+		t.Fatalf("alice on lab-2: want denied by alice-not-on-lab-2, got %v", err)
+	}
+	type seen struct{ agent, machine, decision string }
+	var got []seen
+	for _, r := range kinds(readRecords(t, audit), "call") {
+		if r.Body["tool"] != "files__env" {
+			continue
+		}
+		in, _ := r.Body["policy_input"].(map[string]any)
+		if in == nil {
+			continue // refused before the policy was asked (the upstream was loading)
+		}
+		if in["machine"] != r.Body["machine"] {
+			t.Fatalf("call record's policy input does not name its machine %v: %v", r.Body["machine"], r.Body["policy_input"])
+		}
+		got = append(got, seen{r.Body["agent"].(string), r.Body["machine"].(string), r.Body["decision"].(string)})
+	}
+	want := seen{"alice", "lab-2", "deny"}
+	if len(got) < 3 || got[len(got)-1] != want || !slices.Contains(got, seen{"alice", "lab-1", "allow"}) || !slices.Contains(got, seen{"bob", "lab-2", "allow"}) {
+		t.Fatalf("call records (agent, machine, decision): %v", got)
+	}
+	rep, err := replay.Run(context.Background(), audit, replay.Options{Policies: []string{pdir}, Unverified: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Summary.Differs != 0 || rep.Summary.Same < 3 {
+		t.Fatalf("replay: %+v", rep.Summary)
 	}
 }

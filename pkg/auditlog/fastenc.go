@@ -113,7 +113,12 @@ func (p *PolicyInput) appendCanonical(b []byte) ([]byte, bool) {
 	b = strconv.AppendBool(b, p.Hints.OpenWorld)
 	b = append(b, `,"readOnlyHint":`...)
 	b = strconv.AppendBool(b, p.Hints.ReadOnly)
-	b = append(b, `},"session_calls":`...)
+	b = append(b, '}')
+	if p.Machine != "" {
+		b = append(b, `,"machine":`...)
+		b = appendJSONString(b, p.Machine)
+	}
+	b = append(b, `,"session_calls":`...)
 	b = appendQuotedInt(b, p.SessionCalls)
 	b = append(b, `,"time":`...)
 	var ok bool

@@ -276,6 +276,7 @@ type PolicyInput struct {
 	Groups        []string  `json:"groups,omitzero"`      // the agent's groups (Group parents)
 	EvidenceClass string    `json:"evidence_class"`       // the upstream's class the decision saw
 	Hints         ToolHints `json:"hints"`                // the tool's annotations, MCP defaults applied
+	Machine       string    `json:"machine,omitzero"`     // the tunnel machine the call was routed to (context.machine)
 	SessionCalls  int64     `json:"session_calls,string"` // calls of the session decided before this one
 	ToolsUsed     []string  `json:"tools_used,omitzero"`  // tools the session's earlier calls were let through to
 	Time          time.Time `json:"time"`                 // decision time (milliseconds)
