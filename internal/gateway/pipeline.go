@@ -76,6 +76,9 @@ func (s *session) relay(ctx context.Context, params toolCall, after *func(undeli
 	g.inflight.Add(1)
 	defer g.inflight.Done()
 	c := s.newCallRun(ctx, params)
+	if st, tun := g.listMachinesOf(params.Name); st != nil {
+		return c.listMachines(st, tun, after)
+	}
 	st, toolName, lv, err := c.admit()
 	if err != nil {
 		var ta *toolAnswer

@@ -10,6 +10,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/confidential-mcp/cmcp/internal/policy"
+	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
@@ -62,6 +63,13 @@ func (p *policyDecider) FilterTools(ctx context.Context, principal string, s Ses
 	cat := p.g.Catalog()
 	out := tools[:0:0]
 	for _, t := range tools {
+		if st, _ := p.g.listMachinesOf(t.Name); st != nil {
+			c := policy.Call{Groups: s.Groups, Tool: t.Name, ToolName: ListMachinesTool, Upstream: st.name, EvidenceClass: upstream.ClassTunnel, Annotations: hints(t.Annotations)}
+			if p.eng.Visible(principal, s.ID, c) {
+				out = append(out, t)
+			}
+			continue
+		}
 		e, ok := cat.Lookup(t.Name)
 		if !ok {
 			continue // not a catalog tool: never shown unchecked

@@ -611,6 +611,12 @@ func (s *session) syncTools() {
 		}
 		want[e.Exposed] = e
 	}
+	for _, up := range s.g.order {
+		if _, ok := s.g.ups[up].opts.Upstream.(*upstream.Tunnel); ok {
+			e := listMachinesEntry(up)
+			want[e.Exposed] = e // the gateway's, answered from its tunnels
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var gone []string
@@ -628,7 +634,7 @@ func (s *session) syncTools() {
 		if d, ok := s.visible[name]; ok && d.Equal(e.Definition) {
 			continue
 		}
-		if err := addTool(s.srv, e.Tool, s.toolHandler); err != nil {
+		if err := addTool(s.srv, s.g.exposedTool(e), s.toolHandler); err != nil {
 			s.g.logger.Error("expose tool", "tool", name, "err", err)
 			if _, ok := s.visible[name]; ok {
 				// Not the old definition instead of the new one.
@@ -653,7 +659,7 @@ func (s *session) notifyToolsChanged() {
 		if _, ok := s.visible[e.Exposed]; !ok {
 			continue
 		}
-		if err := addTool(s.srv, e.Tool, s.toolHandler); err != nil {
+		if err := addTool(s.srv, s.g.exposedTool(e), s.toolHandler); err != nil {
 			s.g.logger.Error("notify tools/list_changed", "tool", e.Exposed, "err", err)
 		}
 		return
@@ -812,7 +818,9 @@ func (s *session) visibleNames() string {
 	s.mu.Unlock()
 	tools := make([]*mcp.Tool, 0, len(names))
 	for _, n := range names {
-		if e, ok := cat.Lookup(n); ok && e.Tool != nil {
+		if st, _ := s.g.listMachinesOf(n); st != nil {
+			tools = append(tools, listMachinesEntry(st.name).Tool)
+		} else if e, ok := cat.Lookup(n); ok && e.Tool != nil {
 			tools = append(tools, e.Tool)
 		}
 	}

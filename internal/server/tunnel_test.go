@@ -2,12 +2,15 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/confidential-mcp/cmcp/internal/connect"
 	"github.com/confidential-mcp/cmcp/internal/gateway"
@@ -168,6 +171,8 @@ func TestServeTunnelPolicySeesMachine(t *testing.T) {
 @id("alice-not-on-lab-2")
 forbid (principal == Agent::"alice", action == Action::"call_tool", resource)
 when { context has machine && context.machine == "lab-2" };
+@id("bob-no-machine-list")
+forbid (principal == Agent::"bob", action, resource == Tool::"files__list_machines");
 `)
 	pdigest, err := digest.Tree(context.Background(), pdir, digest.TreeOptions{})
 	if err != nil {
@@ -222,6 +227,55 @@ upstreams:
 	if wireCode(err) != gateway.CodeDenied || !strings.Contains(err.Error(), "alice-not-on-lab-2") {
 		t.Fatalf("alice on lab-2: want denied by alice-not-on-lab-2, got %v", err)
 	}
+	// tools/list: the gateway's files__list_machines, and a machineId
+	// property on the machines' tools; the policy hides the list from bob.
+	for _, who := range []struct {
+		cs   *mcp.ClientSession
+		list bool
+	}{{alice, true}, {bob, false}} {
+		r, err := who.cs.ListTools(context.Background(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var list, env bool
+		for _, tool := range r.Tools {
+			switch tool.Name {
+			case "files__list_machines":
+				list = true
+			case "files__env":
+				b, _ := json.Marshal(tool.InputSchema)
+				env = strings.Contains(string(b), `"machineId":{"description":`) && strings.Contains(string(b), `"type":"string"`)
+			}
+		}
+		if list != who.list || !env {
+			t.Fatalf("tools/list: files__list_machines %v (want %v), files__env has machineId %v", list, who.list, env)
+		}
+	}
+	res, err := call(t, alice, "files__list_machines", map[string]any{})
+	if err != nil || res.IsError {
+		t.Fatalf("list_machines: %v %v", clip(firstText(res), 300), err)
+	}
+	var listed struct {
+		Upstream string `json:"upstream"`
+		Machines []struct {
+			ID            string         `json:"id"`
+			Name          string         `json:"name"`
+			Since         time.Time      `json:"connected_since"`
+			LastHeartbeat time.Time      `json:"last_heartbeat"`
+			Host          map[string]any `json:"host"`
+		} `json:"machines"`
+	}
+	if err := json.Unmarshal([]byte(firstText(res)), &listed); err != nil || listed.Upstream != "files" || len(listed.Machines) != 2 {
+		t.Fatalf("list_machines answered %s: %v", firstText(res), err)
+	}
+	for i, m := range listed.Machines {
+		if m.ID != []string{"lab-1", "lab-2"}[i] || m.Since.IsZero() || m.Host == nil {
+			t.Fatalf("list_machines machine %d: %+v", i, m)
+		}
+	}
+	if _, err := call(t, bob, "files__list_machines", map[string]any{}); wireCode(err) != gateway.CodeDenied || !strings.Contains(err.Error(), "bob-no-machine-list") {
+		t.Fatalf("bob's list_machines: want denied by bob-no-machine-list, got %v", err)
+	}
 	type seen struct{ agent, machine, decision string }
 	var got []seen
 	for _, r := range kinds(readRecords(t, audit), "call") {
@@ -237,6 +291,18 @@ upstreams:
 		}
 		got = append(got, seen{r.Body["agent"].(string), r.Body["machine"].(string), r.Body["decision"].(string)})
 	}
+	var lists []seen
+	for _, r := range kinds(readRecords(t, audit), "call") {
+		if r.Body["tool"] == "files__list_machines" {
+			if r.Body["evidence_class"] != upstream.ClassTunnel || r.Body["policy_input"] == nil {
+				t.Fatalf("list_machines record: %v", r.Body)
+			}
+			lists = append(lists, seen{r.Body["agent"].(string), r.Body["outcome"].(string), r.Body["decision"].(string)})
+		}
+	}
+	if !slices.Equal(lists, []seen{{"alice", "forwarded", "allow"}, {"bob", "refused", "deny"}}) {
+		t.Fatalf("list_machines records (agent, outcome, decision): %v", lists)
+	}
 	want := seen{"alice", "lab-2", "deny"}
 	if len(got) < 3 || got[len(got)-1] != want || !slices.Contains(got, seen{"alice", "lab-1", "allow"}) || !slices.Contains(got, seen{"bob", "lab-2", "allow"}) {
 		t.Fatalf("call records (agent, machine, decision): %v", got)
@@ -245,7 +311,7 @@ upstreams:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Summary.Differs != 0 || rep.Summary.Same < 3 {
+	if rep.Summary.Differs != 0 || rep.Summary.Same < 5 {
 		t.Fatalf("replay: %+v", rep.Summary)
 	}
 }
