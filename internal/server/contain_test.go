@@ -43,6 +43,7 @@ func appendPID(pid int) {
 // called setsid for them, exits at once). Every pid goes to
 // CMCP_TEST_MARK. Then it serves the test upstream.
 func setsidForker() {
+	var parents []*exec.Cmd
 	for i := range 50 {
 		mode := "sleeper"
 		if i%2 == 1 {
@@ -57,8 +58,14 @@ func setsidForker() {
 		if mode == "sleeper" {
 			appendPID(c.Process.Pid)
 		} else {
-			c.Wait()
+			parents = append(parents, c)
 		}
+	}
+	// The double-forking parents run at once and are waited for only
+	// now: one after the other, 25 starts of a -race test binary took
+	// longer than the gateway's start-up probe may wait on a loaded machine.
+	for _, c := range parents {
+		c.Wait()
 	}
 	_ = gwtest.NewChildServer("server").Run(context.Background(), &mcp.StdioTransport{})
 }
@@ -105,7 +112,7 @@ upstreams:
 			defer cs.Close()
 			pidOf(t, cs, "t__pid")
 			var pids []int
-			eventually(t, 20*time.Second, func() string {
+			eventually(t, 90*time.Second, func() string {
 				b, _ := os.ReadFile(mark)
 				pids = pids[:0]
 				for _, f := range strings.Fields(string(b)) {
@@ -136,7 +143,7 @@ upstreams:
 				cmd.Process.Signal(syscall.SIGKILL)
 				cmd.Wait()
 			}
-			eventually(t, 20*time.Second, func() string {
+			eventually(t, 60*time.Second, func() string {
 				var alive []int
 				for _, p := range pids {
 					if pidAlive(p) {

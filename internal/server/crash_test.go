@@ -83,7 +83,7 @@ func startGatewayProcess(t *testing.T, cfgPath string) (*exec.Cmd, string, *lock
 	select {
 	case ep := <-ready:
 		return cmd, ep, stderr
-	case <-time.After(30 * time.Second):
+	case <-time.After(2 * time.Minute): // a bound, not a delay: READY ends the wait
 		cmd.Process.Kill()
 		t.Fatalf("gateway process did not start:\n%s", stderr.String())
 	}
