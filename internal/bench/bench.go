@@ -82,52 +82,7 @@ func Measure(ctx context.Context, connect Connector, l Load) (Result, error) {
 		}
 		return nil
 	}
-	for _, s := range sessions {
-		for range l.Warmup {
-			if err := call(s); err != nil {
-				return Result{}, fmt.Errorf("bench: warm-up call: %w", err)
-			}
-		}
-	}
-
-	lat := make([][]time.Duration, l.Concurrency)
-	errs := make([]error, l.Concurrency)
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i, s := range sessions {
-		lat[i] = make([]time.Duration, 0, l.Calls)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			for range l.Calls {
-				t0 := time.Now()
-				if err := call(s); err != nil {
-					errs[i] = err
-					return
-				}
-				lat[i] = append(lat[i], time.Since(t0))
-			}
-		}()
-	}
-	t0 := time.Now()
-	close(start)
-	wg.Wait()
-	elapsed := time.Since(t0)
-	for _, err := range errs {
-		if err != nil {
-			return Result{}, fmt.Errorf("bench: call: %w", err)
-		}
-	}
-	all := slices.Concat(lat...)
-	slices.Sort(all)
-	return Result{
-		Concurrency: l.Concurrency,
-		Calls:       len(all),
-		P50:         percentile(all, 0.50),
-		P99:         percentile(all, 0.99),
-		CallsPerSec: float64(len(all)) / elapsed.Seconds(),
-	}, nil
+	return drive(sessions, l.Concurrency, l.Calls, l.Warmup, call)
 }
 
 // percentile of sorted durations (nearest rank).
@@ -232,47 +187,7 @@ func Calls(ctx context.Context, sessions []*mcp.ClientSession, callers, calls, w
 		}
 		return nil
 	}
-	for i := range callers {
-		for range warmup {
-			if err := call(sessions[i%len(sessions)]); err != nil {
-				return Result{}, fmt.Errorf("bench: warm-up call: %w", err)
-			}
-		}
-	}
-	lat := make([][]time.Duration, callers)
-	errs := make([]error, callers)
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range callers {
-		lat[i] = make([]time.Duration, 0, calls)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s := sessions[i%len(sessions)]
-			<-start
-			for range calls {
-				t0 := time.Now()
-				if err := call(s); err != nil {
-					errs[i] = err
-					return
-				}
-				lat[i] = append(lat[i], time.Since(t0))
-			}
-		}()
-	}
-	t0 := time.Now()
-	close(start)
-	wg.Wait()
-	elapsed := time.Since(t0)
-	for _, err := range errs {
-		if err != nil {
-			return Result{}, fmt.Errorf("bench: call: %w", err)
-		}
-	}
-	all := slices.Concat(lat...)
-	slices.Sort(all)
-	return Result{Concurrency: callers, Calls: len(all), P50: percentile(all, 0.50), P99: percentile(all, 0.99),
-		CallsPerSec: float64(len(all)) / elapsed.Seconds()}, nil
+	return drive(sessions, callers, calls, warmup, call)
 }
 
 // NewSessions opens n sessions one after another, each timed from the
@@ -335,4 +250,51 @@ func SchedCPU(pid int) (time.Duration, error) {
 		sum += time.Duration(ns)
 	}
 	return sum, nil
+}
+
+// drive runs callers goroutines, caller i on sessions[i%len(sessions)],
+// each making warmup unmeasured calls and then calls measured ones, all
+// released at once; one failed call fails the run.
+func drive(sessions []*mcp.ClientSession, callers, calls, warmup int, call func(*mcp.ClientSession) error) (Result, error) {
+	for i := range callers {
+		for range warmup {
+			if err := call(sessions[i%len(sessions)]); err != nil {
+				return Result{}, fmt.Errorf("bench: warm-up call: %w", err)
+			}
+		}
+	}
+	lat := make([][]time.Duration, callers)
+	errs := make([]error, callers)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range callers {
+		lat[i] = make([]time.Duration, 0, calls)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := sessions[i%len(sessions)]
+			<-start
+			for range calls {
+				t0 := time.Now()
+				if err := call(s); err != nil {
+					errs[i] = err
+					return
+				}
+				lat[i] = append(lat[i], time.Since(t0))
+			}
+		}()
+	}
+	t0 := time.Now()
+	close(start)
+	wg.Wait()
+	elapsed := time.Since(t0)
+	for _, err := range errs {
+		if err != nil {
+			return Result{}, fmt.Errorf("bench: call: %w", err)
+		}
+	}
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	return Result{Concurrency: callers, Calls: len(all), P50: percentile(all, 0.50), P99: percentile(all, 0.99),
+		CallsPerSec: float64(len(all)) / elapsed.Seconds()}, nil
 }
