@@ -71,7 +71,9 @@ func sessionOf(k Kind, body []byte) string {
 
 // MakeReceipt builds the receipt of a session from the audit directory: the
 // newest epoch that holds the session's records is verified, and its newest
-// checkpoint must cover them (the gateway forces one first). opt is as for
+// checkpoint must cover them (the gateway forces one first). With a log
+// identity, the receipt rests on the newest checkpoint that covers them and
+// that a cosigned log checkpoint covers, if there is one. opt is as for
 // Verify (Keys, VerifyEvidence).
 func MakeReceipt(dir, session string, opt VerifyOptions) (*SessionReceipt, error) {
 	if session == "" {
@@ -119,7 +121,8 @@ func MakeReceipts(dir string, epoch int, sessions []string, opt VerifyOptions) (
 	hits := map[string][]hit{}
 	var genesisLine []byte
 	cpLines := map[int64][]byte{}
-	res, err := scanEpoch(dir, epoch, scanOptions{trusted: trusted, keepLeaves: true, evidence: opt.VerifyEvidence, onRecord: func(en *Entry) error {
+	var cps []*Checkpoint
+	res, err := scanEpoch(dir, epoch, scanOptions{trusted: trusted, keepLeaves: true, evidence: opt.VerifyEvidence, onCheckpoint: func(c *Checkpoint) { cps = append(cps, c) }, onRecord: func(en *Entry) error {
 		switch {
 		case en.Index == 0:
 			genesisLine = slices.Clone(en.Line)
@@ -150,6 +153,31 @@ func MakeReceipts(dir string, epoch int, sessions []string, opt VerifyOptions) (
 				Hint: "ask the gateway for the receipt (it signs a checkpoint first), or wait for its next checkpoint (by default within a second)"}
 		}
 	}
+	var lg *ReceiptLog
+	if g := res.Genesis; g.Log != nil {
+		// The newest checkpoint that covers every session's records and
+		// that a cosigned log checkpoint covers, else the newest: one
+		// signed after the checkpoint the gateway forced for this receipt
+		// (another session's receipt, the interval timer) is not cosigned
+		// yet and must not hide the one that is.
+		var last int64
+		for _, hs := range hits {
+			last = max(last, hs[len(hs)-1].idx)
+		}
+		cosigned, err := cosignedSize(dir, epoch)
+		if err != nil {
+			return nil, err
+		}
+		for i := len(cps) - 1; i >= 0 && cps[i].Size > last; i-- {
+			if g.Log.Size+cps[i].Size < cosigned {
+				cp = cps[i]
+				break
+			}
+		}
+		if lg, err = receiptLog(dir, epoch, g.Log, cp.Size, cpLines[cp.Size]); err != nil {
+			return nil, err
+		}
+	}
 	st := make(memStore, 0, 2*cp.Size)
 	for j := int64(0); j < cp.Size; j++ {
 		hs, err := tlog.StoredHashesForRecordHash(j, res.Leaves[j], st)
@@ -173,12 +201,6 @@ func MakeReceipts(dir string, epoch int, sessions []string, opt VerifyOptions) (
 	if err != nil {
 		return nil, err
 	}
-	var lg *ReceiptLog
-	if g := res.Genesis; g.Log != nil {
-		if lg, err = receiptLog(dir, epoch, g.Log, cp.Size, cpLines[cp.Size]); err != nil {
-			return nil, err
-		}
-	}
 	now := time.Now().UTC()
 	for s, hs := range hits {
 		r := &SessionReceipt{Format: ReceiptFormat, Session: s, Epoch: epoch, Created: now, Checkpoint: string(cp.Note), Genesis: gen, Records: []ReceiptRecord{}, Log: lg}
@@ -192,6 +214,22 @@ func MakeReceipts(dir string, epoch int, sessions []string, opt VerifyOptions) (
 		out[s] = r
 	}
 	return out, nil
+}
+
+// cosignedSize returns the size of the largest cosigned log checkpoint
+// kept in the epoch's directory (0 if none).
+func cosignedSize(dir string, epoch int) (int64, error) {
+	notes, err := readCosigned(fmt.Sprintf("%s/%s", dir, epochName(epoch)))
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, raw := range notes {
+		if cp, err := ParseCheckpoint(raw); err == nil {
+			n = max(n, cp.Size)
+		}
+	}
+	return n, nil
 }
 
 // receiptLog proves the epoch checkpoint record at index n in the log tree

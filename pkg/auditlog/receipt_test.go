@@ -115,3 +115,67 @@ func TestSessionReceipt(t *testing.T) {
 		t.Fatalf("unknown session: %v", err)
 	}
 }
+
+// TestReceiptPrefersTheCosignedCheckpoint: a checkpoint signed after the
+// one a receipt was forced for (another session's receipt, the interval
+// timer) is not cosigned yet; the receipt rests on the newest checkpoint
+// a witness cosigned that covers the session, not on the newest one
+// (which made a receipt on request fail --witness under load).
+func TestReceiptPrefersTheCosignedCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	var cps []LogCheckpoint
+	w, err := Open(dir, Options{Key: testKey(t), Name: "test.example/audit", CheckpointEvery: 1000,
+		Log: &LogIdentity{Origin: "test.example/gw1", Key: testKey(t), OnCheckpoint: func(c LogCheckpoint) { cps = append(cps, c) }}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	add := func(s string, n int) {
+		for i := range n {
+			c := sampleCall(w, i)
+			c.Session = s
+			if _, err := w.Append(context.Background(), c); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := w.Checkpoint(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add("s1", 3) // the checkpoint the receipt of s1 was forced for
+	add("s2", 2) // a later one, not cosigned
+	vkey := w.VerifierKey()
+	_, ed := w.Epoch()
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wit := newTestCosigner(t, "w1.example/w")
+	// cps: the genesis checkpoint's, s1's, s2's, the seal's.
+	if len(cps) != 4 {
+		t.Fatalf("%d log checkpoints", len(cps))
+	}
+	if err := AppendCosigned(ed, cosign(t, cps[1].Note, wit)); err != nil {
+		t.Fatal(err)
+	}
+	opt := ReceiptOptions{Keys: []string{vkey}, Witnesses: []string{wit.vkey()}, WitnessQuorum: 1}
+	r, err := MakeReceipt(dir, "s1", VerifyOptions{Keys: []string{vkey}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := r.Encode()
+	if res, err := VerifyReceipt(b, opt); err != nil || res.Records != 3 {
+		t.Fatalf("s1's receipt with the witness: %v %+v", err, res)
+	}
+	// s2's records are after the cosigned checkpoint: its receipt rests on
+	// the epoch key and says so when a witness is required.
+	r, err = MakeReceipt(dir, "s2", VerifyOptions{Keys: []string{vkey}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = r.Encode()
+	if _, err := VerifyReceipt(b, ReceiptOptions{Keys: []string{vkey}}); err != nil {
+		t.Fatalf("s2's receipt on the epoch key: %v", err)
+	}
+	if _, err := VerifyReceipt(b, opt); err == nil || !strings.Contains(err.Error(), "no cosigned log checkpoint") {
+		t.Fatalf("s2's receipt with the witness: %v", err)
+	}
+}

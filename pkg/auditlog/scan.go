@@ -226,6 +226,7 @@ type scanOptions struct {
 	onRecord     func(e *Entry) error // see VerifyOptions.OnRecord
 	decode       func(k Kind) bool    // see VerifyOptions.Decode
 	onLeaf       func(h tlog.Hash)    // every record's leaf hash, in order
+	onCheckpoint func(cp *Checkpoint) // every checkpoint that verified, in order
 }
 
 // EpochResult is what verifying one epoch established.
@@ -496,6 +497,9 @@ func scanEpoch(dir string, epoch int, opt scanOptions) (*EpochResult, error) {
 				}
 				res.LastCheckpoint = cp
 				res.LastCheckpointAt = res.Records
+				if opt.onCheckpoint != nil {
+					opt.onCheckpoint(cp)
+				}
 				res.Checkpoints++
 				// Its own time is not signed: only the records before it are.
 				signedLastTS = tsBefore
