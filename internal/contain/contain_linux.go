@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -204,6 +205,10 @@ func Disown(pid int) {
 	mu.Lock()
 	delete(own, pid)
 	mu.Unlock()
+	select {
+	case disowned <- struct{}{}:
+	default:
+	}
 }
 
 // orphans lists the processes the gateway adopted as subreaper: its
@@ -245,6 +250,15 @@ func orphans() (alive, zombies []int) {
 }
 
 // reapOrphans waits for the orphans the gateway adopted as they exit.
+//
+// A SIGCHLD, or one of its own processes waited for (Disown), makes it
+// look at the gateway's exited children without reaping them
+// (waitid(P_ALL, WNOWAIT)): an orphan's is reaped and the next looked at;
+// one of its own (its waiter reaps it) stops the look until that waiter is
+// done. Only a zombie of a helper in the gateway's process group first in
+// line (nothing tells it when the helper's waiter is done) has it scan
+// /proc for orphans, which reads every process's stat file: milliseconds
+// on a busy machine, where a SIGCHLD comes with every child that ends.
 func reapOrphans() {
 	ch := make(chan os.Signal, 16)
 	signal.Notify(ch, syscall.SIGCHLD)
@@ -252,16 +266,88 @@ func reapOrphans() {
 	for {
 		select {
 		case <-ch:
+		case <-disowned:
 		case <-tick.C:
 		}
 		mu.Lock()
-		_, zombies := orphans()
-		for _, pid := range zombies {
-			var ws syscall.WaitStatus
-			_, _ = syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+		if !reapExited() {
+			_, zombies := orphans()
+			for _, pid := range zombies {
+				var ws syscall.WaitStatus
+				if p, _ := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil); p > 0 {
+					scanReaped.Add(1)
+				}
+			}
 		}
 		mu.Unlock()
 	}
+}
+
+// disowned tells reapOrphans that a process of the gateway's own was
+// waited for: an exited orphan may have been queued behind it.
+var disowned = make(chan struct{}, 1)
+
+// scanReaped counts the orphans that a scan of /proc found and reaped,
+// for the tests: reapExited should have reaped them first.
+var scanReaped atomic.Int64
+
+// siPid is where si_pid is in a siginfo_t: after three ints, aligned
+// as the union's pointers are.
+const siPid = 3*4 + (unsafe.Sizeof(uintptr(0)) - 4)
+
+// reapExited reaps the orphans among the gateway's exited children, the
+// first one at a time as waitid(P_ALL, WNOWAIT) shows them, until none
+// is left (true) or the first is one of its own or a helper's. It
+// returns false when it cannot tell without a scan of /proc (a helper's
+// zombie first, or waitid failed). Called with mu held.
+func reapExited() bool {
+	pgrp := syscall.Getpgrp()
+	for range 1000 {
+		var si unix.Siginfo
+		err := unix.Waitid(unix.P_ALL, 0, &si, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+		if errors.Is(err, syscall.ECHILD) {
+			return true
+		}
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil {
+			return false
+		}
+		pid := int(*(*int32)(unsafe.Add(unsafe.Pointer(&si), siPid)))
+		if pid == 0 {
+			return true // no child has exited
+		}
+		if own[pid] {
+			return true // its waiter reaps it, then Disown looks again
+		}
+		if pg, ok := procPgrp(pid); !ok || pg == pgrp {
+			return false // a helper's, which its own waiter reaps
+		}
+		var ws syscall.WaitStatus
+		if _, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil); err != nil {
+			return false
+		}
+	}
+	return false
+}
+
+// procPgrp reads the process group of pid from /proc/PID/stat.
+func procPgrp(pid int) (int, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(string(b[i+1:])) // state ppid pgrp ...
+	if len(f) < 3 {
+		return 0, false
+	}
+	pg, err := strconv.Atoi(f[2])
+	return pg, err == nil
 }
 
 // KillOrphans kills every orphan the gateway adopted and that keep does
