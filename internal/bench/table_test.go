@@ -37,7 +37,10 @@ import (
 //     first round are open, and at the end of the run;
 //   - gateway CPU per new session (the gateway's threads over the new
 //     sessions, opening and closing them, warm spares made meanwhile
-//     included) and per call (over the c1, c8 and 8-session calls).
+//     included) and per call (over the c1, c8 and 8-session calls); for
+//     the direct modes, the client's CPU per new session (this process:
+//     for stdio direct, starting the server and the handshake) and the
+//     HTTP server's, the floors of a gateway's work per new session.
 //
 // Ratios are to "http direct" (the client calling the HTTP server itself),
 // each the median of the per-round ratios. "added" is a mode's c1 p50 minus
@@ -51,7 +54,8 @@ import (
 //
 // BENCH_ROUNDS (default 3), BENCH_CALLS (timed calls per call
 // measurement, default 1000), BENCH_SESSIONS (new sessions per round and
-// mode, default 30), BENCH_MODES (keep the modes whose names contain one of
+// mode, default 30), BENCH_KINDS (keep only these comma-separated columns:
+// c1, c8, s8, new, 64k), BENCH_MODES (keep the modes whose names contain one of
 // its comma-separated words, and the direct ones), BENCH_GW_ENV (variables
 // added to the gateways' environment, e.g. "GOGC=100"), BENCH_CMCP (a cmcp
 // binary to run instead of this checkout's), BENCH_CMCP_BEFORE (an earlier
@@ -113,6 +117,7 @@ func BenchmarkTable(b *testing.B) {
 		floor   string // the floor whose added p50 it is compared with
 		connect Connector
 		gw      *Process                 // the gateway process (CPU, VmHWM), if one serves every session
+		server  *Process                 // a direct mode's server process, if one serves every session (CPU)
 		pids    func() []int             // the processes serving the open sessions (serve --stdio)
 		track   func(*mcp.ClientSession) // remembers a session's process (serve --stdio)
 	}
@@ -128,7 +133,7 @@ func BenchmarkTable(b *testing.B) {
 	}
 	var modes []mode
 	add := func(m mode) { modes = append(modes, m) }
-	add(mode{name: "http direct", connect: HTTPConnector(upURL, "")})
+	add(mode{name: "http direct", connect: HTTPConnector(upURL, ""), server: up})
 	add(mode{name: "stdio direct", connect: StdioConnector(echo)})
 	add(mode{name: "http no-op proxy", direct: "http direct", connect: HTTPConnector(proxyURL, "")})
 	add(mode{name: "stdio no-op relay", direct: "stdio direct", connect: StdioConnector(relay, echo)})
@@ -258,8 +263,15 @@ func BenchmarkTable(b *testing.B) {
 	res := map[key][]Result{}
 	hwm8 := map[string]int64{}
 	cpuPerSession := map[string][]time.Duration{}
+	// A direct mode's CPU per new session: this process's (the client:
+	// for stdio, starting the server and the MCP handshake with it) and
+	// its server's, the floors of what a gateway does per new session.
+	clientPerSession, serverPerSession := map[string][]time.Duration{}, map[string][]time.Duration{}
 	cpuCalls, nCalls := map[string]time.Duration{}, map[string]int{}
 	kinds := []string{"c1", "c8", "s8", "new", "64k"}
+	if only := os.Getenv("BENCH_KINDS"); only != "" {
+		kinds = slices.DeleteFunc(kinds, func(k string) bool { return !slices.Contains(strings.Split(only, ","), k) })
+	}
 	for b.Loop() {
 		for r := range rounds {
 			for _, kind := range kinds {
@@ -298,14 +310,28 @@ func BenchmarkTable(b *testing.B) {
 							closeAll()
 						}
 					case "new":
-						var cpu0 time.Duration
+						var cpu0, client0, server0 time.Duration
 						if m.gw != nil {
 							cpu0, _ = SchedCPU(m.gw.Pid())
+						}
+						if m.direct == "" {
+							client0, _ = SchedCPU(os.Getpid())
+						}
+						if m.server != nil {
+							server0, _ = SchedCPU(m.server.Pid())
 						}
 						out, err = NewSessions(ctx, m.connect, newSessions, gap, func() *mcp.CallToolParams { return small(0) })
 						if m.gw != nil && err == nil {
 							cpu1, _ := SchedCPU(m.gw.Pid())
 							cpuPerSession[m.name] = append(cpuPerSession[m.name], (cpu1-cpu0)/time.Duration(newSessions))
+						}
+						if m.direct == "" && err == nil {
+							client1, _ := SchedCPU(os.Getpid())
+							clientPerSession[m.name] = append(clientPerSession[m.name], (client1-client0)/time.Duration(newSessions))
+						}
+						if m.server != nil && err == nil {
+							server1, _ := SchedCPU(m.server.Pid())
+							serverPerSession[m.name] = append(serverPerSession[m.name], (server1-server0)/time.Duration(newSessions))
 						}
 					}
 					if err != nil {
@@ -404,13 +430,22 @@ func BenchmarkTable(b *testing.B) {
 		} else {
 			row = append(row, "", "")
 		}
-		cpu := ""
-		if cs := cpuPerSession[m.name]; len(cs) > 0 {
+		medCPU := func(cs []time.Duration) string {
 			var fs []float64
 			for _, c := range cs {
 				fs = append(fs, float64(c))
 			}
-			cpu = time.Duration(median(fs)).Round(10 * time.Microsecond).String()
+			return time.Duration(median(fs)).Round(10 * time.Microsecond).String()
+		}
+		cpu := ""
+		if cs := cpuPerSession[m.name]; len(cs) > 0 {
+			cpu = medCPU(cs)
+		}
+		if cs := clientPerSession[m.name]; len(cs) > 0 {
+			cpu = "client " + medCPU(cs)
+			if ss := serverPerSession[m.name]; len(ss) > 0 {
+				cpu += ", server " + medCPU(ss)
+			}
 		}
 		row = append(row, cpu)
 		if n := nCalls[m.name]; n > 0 {
