@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime/debug"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -96,7 +95,6 @@ operator clears it.`,
 				return exitcode.Errorf(exitcode.ExitUsage, "--log-level %q: want debug, info, warn or error", o.LogLevel)
 			}
 			logger := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
-			tuneGC(e)
 			server.TuneGC(e.environ)
 			// A gateway whose log reader went away (`cmcp serve 2>&1 |
 			// head`, a restarted log shipper) keeps serving: otherwise Go
@@ -148,18 +146,4 @@ func writeCloser(w io.Writer) io.WriteCloser {
 		return wc
 	}
 	return nopWriteCloser{w}
-}
-
-// tuneGC trades memory for CPU in the gateway process: every call decodes
-// JSON-RPC twice (agent side and upstream side) and the MCP library
-// allocates generously, so the collector runs less often (GOGC 400) under a
-// soft memory limit that keeps the heap small. GOGC or GOMEMLIMIT in the
-// environment win.
-func tuneGC(e *env) {
-	if e.getenv("GOGC") == "" {
-		debug.SetGCPercent(400)
-	}
-	if e.getenv("GOMEMLIMIT") == "" {
-		debug.SetMemoryLimit(24 << 20)
-	}
 }
