@@ -143,6 +143,8 @@ type serve struct {
 	// minted records the upstream credentials the brokers mint.
 	minted mintRecorder
 	hub    *tunnel.Hub // the tunnel endpoint's, if any upstream is a tunnel
+	// machines records the hub's machine events in the audit log.
+	machines machineRecorder
 
 	auditDir string
 	w        *auditlog.Writer
@@ -491,6 +493,7 @@ func (s *serve) startGateway() error {
 		}
 	}
 	s.minted.log.Store(w)
+	s.machines.log.Store(w)
 	s.minted.logger.Store(logger)
 	g, err := gateway.New(gateway.Options{Version: s.gwInfo.Version, Upstreams: s.ups, Log: w, Decider: o.Decider, Filter: o.Filter, Policy: s.eng, Logger: logger,
 		CallTimeout: srvCfg.CallTimeout, ConnectTimeout: srvCfg.ConnectTimeout, Environ: o.Environ, Metrics: o.Metrics,

@@ -32,9 +32,11 @@ func (s *serve) tunnelHub() (*tunnel.Hub, map[string]*upstream.Tunnel, error) {
 		return nil, nil, nil
 	}
 	tuns := map[string]*upstream.Tunnel{}
+	s.machines.logger = s.logger
 	hub, err := tunnel.New(tunnel.Options{
 		Upstreams: specs,
 		Log:       s.logger,
+		Event:     s.machines.record,
 		Attest: func(ctx context.Context, nonce []byte, st digest.Digest) ([]byte, error) {
 			if s.prov == nil || s.key == nil {
 				return nil, fmt.Errorf("the gateway's attestation is not ready yet")

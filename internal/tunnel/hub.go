@@ -82,8 +82,10 @@ type Options struct {
 	// session is routed to it (the upstream checks its tools there): an
 	// error refuses the machine with wire.CodeTools and the error's text.
 	Admit func(ctx context.Context, m *Machine) error
-	// Event, if set, is told of every registration, refusal and drop.
-	Event func(Event)
+	// Event, if set, is told of every registration, refusal and drop. A
+	// registration is told before the machine becomes routable: an error
+	// then (the audit log cannot record it) refuses the machine.
+	Event func(Event) error
 	Log   *slog.Logger
 }
 
@@ -97,8 +99,15 @@ type Event struct {
 	Code      string // a refusal's code
 	Reason    string
 	Server    wire.Server
+	Host      wire.Host
 	Version   string
 	Attested  bool // the connector asked for and got evidence before registering
+	// TokenID names the upstream's machine token that matched, as
+	// "tokens[N]" (its place in the upstream's list); never the token.
+	TokenID string
+	// Connected is how long a gone machine had been registered (0: it
+	// went before it was admitted).
+	Connected time.Duration
 }
 
 // Event kinds.
@@ -266,7 +275,7 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // refuse sends a refused frame and closes the tunnel.
 func (h *Hub) refuse(c *websocket.Conn, ev Event, code, reason string) {
 	ev.Kind, ev.Code, ev.Reason = EventRefused, code, reason
-	h.event(ev)
+	_ = h.event(ev) // a refusal refuses whether or not it is recorded
 	h.o.Log.Warn("tunnel: machine refused", "upstream", ev.Upstream, "machine", ev.MachineID, "remote", ev.Remote, "code", code, "reason", reason)
 	ctx, cancel := context.WithTimeout(context.Background(), h.o.WriteTimeout)
 	defer cancel()
@@ -278,10 +287,11 @@ func (h *Hub) refuse(c *websocket.Conn, ev Event, code, reason string) {
 	c.Close(status, code)
 }
 
-func (h *Hub) event(ev Event) {
+func (h *Hub) event(ev Event) error {
 	if h.o.Event != nil {
-		h.o.Event(ev)
+		return h.o.Event(ev)
 	}
+	return nil
 }
 
 func (h *Hub) serve(c *websocket.Conn, tlsState *tls.ConnectionState, remote string) {
@@ -322,7 +332,7 @@ func (h *Hub) serve(c *websocket.Conn, tlsState *tls.ConnectionState, remote str
 		return
 	}
 	reg := f.Register
-	ev.Upstream, ev.MachineID, ev.Name, ev.Server, ev.Version = reg.Upstream, reg.MachineID, reg.Name, reg.Server, reg.Version
+	ev.Upstream, ev.MachineID, ev.Name, ev.Server, ev.Host, ev.Version = reg.Upstream, reg.MachineID, reg.Name, reg.Server, reg.Host, reg.Version
 	u := h.up[reg.Upstream]
 	if u == nil {
 		// Said the same way as a wrong token: the names of upstreams are
@@ -330,10 +340,12 @@ func (h *Hub) serve(c *websocket.Conn, tlsState *tls.ConnectionState, remote str
 		h.refuse(c, ev, wire.CodeUnauthorized, fmt.Sprintf("the token is not a machine token of upstream %q for machine %q; check --token-file and the upstream's tunnel.tokens", reg.Upstream, reg.MachineID))
 		return
 	}
-	if !authorized(u, reg.Token, reg.MachineID) {
+	tok := authorized(u, reg.Token, reg.MachineID)
+	if tok < 0 {
 		h.refuse(c, ev, wire.CodeUnauthorized, fmt.Sprintf("the token is not a machine token of upstream %q for machine %q; check --token-file and the upstream's tunnel.tokens", reg.Upstream, reg.MachineID))
 		return
 	}
+	ev.TokenID = fmt.Sprintf("tokens[%d]", tok)
 	m := &Machine{
 		hub: h, c: c, ID: reg.MachineID, Name: reg.Name, Upstream: reg.Upstream, Remote: remote,
 		Version: reg.Version, Server: reg.Server, Attested: ev.Attested, Since: time.Now(),
@@ -377,18 +389,24 @@ func (h *Hub) serve(c *websocket.Conn, tlsState *tls.ConnectionState, remote str
 	go func() { readDone <- m.readLoop() }()
 	select {
 	case err := <-admitted:
+		code := wire.CodeTools
+		if err == nil {
+			ev.Kind = EventRegistered
+			if rerr := h.event(ev); rerr != nil {
+				code, err = wire.CodeUnavailable, fmt.Errorf("the gateway could not record the registration: %w", rerr)
+			}
+		}
 		if err != nil {
-			m.forgetWith(func() { h.refuse(c, ev, wire.CodeTools, err.Error()) })
+			m.forgetWith(func() { h.refuse(c, ev, code, err.Error()) })
 			<-readDone
 			m.drop(err, websocket.StatusPolicyViolation)
 			return
 		}
+		m.registered.Store(time.Now().UnixNano())
 		h.mu.Lock()
 		m.live.Store(true)
 		h.notifyLocked()
 		h.mu.Unlock()
-		ev.Kind = EventRegistered
-		h.event(ev)
 		h.o.Log.Info("tunnel: machine registered", "upstream", m.Upstream, "machine", m.ID, "name", m.Name, "remote", remote, "attested", m.Attested)
 		err = <-readDone
 		m.drop(err, websocket.StatusInternalError)
@@ -397,26 +415,31 @@ func (h *Hub) serve(c *websocket.Conn, tlsState *tls.ConnectionState, remote str
 		<-admitted
 	}
 	m.forget()
-	ev.Kind, ev.Reason = EventGone, m.Err().Error()
+	ev.Kind, ev.Code, ev.Reason = EventGone, "", m.Err().Error()
+	if m.registered.Load() != 0 {
+		ev.Connected = time.Since(time.Unix(0, m.registered.Load()))
+	} else {
+		ev.Reason = "before it was admitted: " + ev.Reason
+	}
 	h.event(ev)
 	h.o.Log.Info("tunnel: machine gone", "upstream", m.Upstream, "machine", m.ID, "reason", ev.Reason)
 }
 
 // authorized compares token with every token of u in constant time (all of
 // them, whichever matches) and checks the machine id against the one that
-// matched.
-func authorized(u *Upstream, token, machine string) bool {
+// matched. It returns the index of that token in u.Tokens, or -1.
+func authorized(u *Upstream, token, machine string) int {
 	sum := sha256.Sum256([]byte(token))
-	ok := false
-	for _, t := range u.Tokens {
+	found := -1
+	for i, t := range u.Tokens {
 		want := t.SHA256.Sum()
 		if subtle.ConstantTimeCompare(sum[:], want[:]) == 1 {
-			if len(t.Machines) == 0 || slices.Contains(t.Machines, machine) {
-				ok = true
+			if (len(t.Machines) == 0 || slices.Contains(t.Machines, machine)) && found < 0 {
+				found = i
 			}
 		}
 	}
-	return ok
+	return found
 }
 
 // ErrTooLarge is the read error of a WebSocket message over wire.MaxFrame.
@@ -480,8 +503,9 @@ type Machine struct {
 	lastBeat atomic.Int64 // unix ns of the last heartbeat frame
 	// readBytes counts the bytes of data messages read: a pong queued
 	// behind a long message comes late, but the tunnel is not half-open.
-	readBytes atomic.Int64
-	live      atomic.Bool
+	readBytes  atomic.Int64
+	live       atomic.Bool
+	registered atomic.Int64 // unix ns of its admission (0: not admitted)
 
 	mu       sync.Mutex
 	sessions map[string]*Session

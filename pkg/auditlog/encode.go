@@ -215,6 +215,8 @@ func kindOf(b []byte) (Kind, bool) {
 		return KindAdmin, true
 	case "credential_minted":
 		return KindCredential, true
+	case "machine":
+		return KindMachine, true
 	}
 	return "", false
 }

@@ -32,6 +32,7 @@ const (
 	KindPolicy     Kind = "policy"            // a policy bundle was loaded, reloaded or rejected
 	KindAdmin      Kind = "admin"             // an operator action: kill switch, forced checkpoint
 	KindCredential Kind = "credential_minted" // an upstream credential was minted for an identity (never the credential)
+	KindMachine    Kind = "machine"           // a tunnel machine registered, was refused, or went away (never its token)
 )
 
 // writerKinds are written only by the Writer itself.
@@ -379,6 +380,57 @@ type CredentialMinted struct {
 	Session     string `json:"session,omitzero"` // the session whose call minted it, if known
 }
 
+// Machine events.
+const (
+	MachineRegistered = "registered" // admitted: its calls may be routed to it
+	MachineRefused    = "refused"    // its registration was refused (code and reason say why)
+	MachineGone       = "gone"       // its tunnel ended (reason says why, connected_ms how long it had been registered)
+)
+
+// Machine records a machine of a tunnel upstream (a `cmcp connect`
+// connector) registering, being refused, or going away. The server and
+// host facts are what the connector claimed (evidence class "tunnel"),
+// never the gateway's own measurement. The machine token is never
+// recorded: token_id names which of the upstream's configured tokens
+// matched.
+type Machine struct {
+	Event       string         `json:"event"`                   // registered, refused, gone
+	Upstream    string         `json:"upstream,omitzero"`       // absent: refused before it said
+	Machine     string         `json:"machine,omitzero"`        // the machine id it registered (or claimed)
+	Name        string         `json:"name,omitzero"`           // its name for people
+	Remote      string         `json:"remote,omitzero"`         // the address the tunnel came from
+	Version     string         `json:"version,omitzero"`        // the connector's cmcp version
+	TokenID     string         `json:"token_id,omitzero"`       // "tokens[N]": the upstream's configured token that matched
+	Attested    bool           `json:"attested,omitzero"`       // the connector verified the gateway's evidence before registering
+	Class       string         `json:"evidence_class,omitzero"` // "tunnel": the facts below are the connector's claims
+	Server      *MachineServer `json:"server,omitzero"`
+	Host        *MachineHost   `json:"host,omitzero"`
+	Code        string         `json:"code,omitzero"`                // refused: the refusal code (unauthorized, duplicate, tools, full, bad_frame)
+	Reason      string         `json:"reason,omitzero"`              // refused, gone: why
+	ConnectedMS int64          `json:"connected_ms,string,omitzero"` // gone: milliseconds from its registration to its end
+	// Suppressed counts the refusals not recorded since the previous
+	// refused record: refusals are recorded at a bounded rate, so that
+	// whoever can reach the tunnel endpoint cannot fill the log.
+	Suppressed int64 `json:"suppressed,string,omitzero"`
+}
+
+// MachineServer is the MCP server a connector says it serves.
+type MachineServer struct {
+	Kind    string `json:"kind"`             // stdio, http
+	Command string `json:"command,omitzero"` // the resolved executable, or the URL
+	Pin     string `json:"pin,omitzero"`     // the pin the connector checked
+	Digest  string `json:"digest,omitzero"`  // the digest it measured
+	Class   string `json:"class,omitzero"`   // the evidence class it spawned it with
+}
+
+// MachineHost are the host facts a connector sent at registration.
+type MachineHost struct {
+	Hostname string `json:"hostname,omitzero"`
+	OS       string `json:"os,omitzero"`
+	Arch     string `json:"arch,omitzero"`
+	CPUs     int64  `json:"cpus,string,omitzero"`
+}
+
 func (*Genesis) Kind() Kind          { return KindGenesis }
 func (*Segment) Kind() Kind          { return KindSegment }
 func (*CheckpointRecord) Kind() Kind { return KindCheckpoint }
@@ -395,6 +447,7 @@ func (*Stderr) Kind() Kind           { return KindStderr }
 func (*Policy) Kind() Kind           { return KindPolicy }
 func (*Admin) Kind() Kind            { return KindAdmin }
 func (*CredentialMinted) Kind() Kind { return KindCredential }
+func (*Machine) Kind() Kind          { return KindMachine }
 
 // newRecord returns an empty record of kind k.
 func newRecord(k Kind) (Record, error) {
@@ -431,6 +484,8 @@ func newRecord(k Kind) (Record, error) {
 		return new(Admin), nil
 	case KindCredential:
 		return new(CredentialMinted), nil
+	case KindMachine:
+		return new(Machine), nil
 	}
 	return nil, fmt.Errorf("unknown record kind %q", k)
 }

@@ -82,6 +82,9 @@ const (
 	CodeBadFrame = "bad_frame"
 	// CodeFull: the gateway holds as many machines as it may.
 	CodeFull = "full"
+	// CodeUnavailable: the gateway could not take the machine now (its
+	// audit log could not record the registration); try again later.
+	CodeUnavailable = "unavailable"
 )
 
 // Frame is one tunnel message. Only the fields of its type are set.
