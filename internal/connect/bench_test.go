@@ -6,8 +6,10 @@ package connect
 //
 // BenchmarkTunnelVsDirectHTTP: the same go-sdk HTTP server, called
 // through a tunnel (gateway side upstream.Tunnel, connector dialling the
-// server with --http) and directly as an HTTP upstream, alternating, in
-// one run: p50 of sequential calls and calls/s at concurrency 8.
+// server with --http), directly as an HTTP upstream, and through the floor
+// of any tunnel (bareRelay: one bare WebSocket hop and a relay that POSTs
+// each message), alternating, in one run: p50 of sequential calls and
+// calls/s at concurrency 8, each as a ratio to direct.
 // BenchmarkTunnelIdle: 1,000 idle tunnels from connectors in a child
 // process; the gateway process's heap per tunnel and its CPU per
 // heartbeat per tunnel. BenchmarkTunnelReconnect: 100 connectors (child
@@ -15,9 +17,12 @@ package connect
 // address: time until all are routable again.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -30,6 +35,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/confidential-mcp/cmcp/internal/tunnel"
@@ -59,15 +65,13 @@ type measured struct {
 	total int
 }
 
-// measure: 300 sequential calls (p50), then 8 goroutines for 2 s, each on
-// its own connection (calls/s).
-func measure(b *testing.B, conns []*upstream.Conn) measured {
-	ctx := context.Background()
-	params := json.RawMessage(`{"name":"echo","arguments":{"q":"hello"}}`)
+// measure: 300 sequential calls (p50) on calls[0], then 8 goroutines for
+// 2 s, each with its own session (calls/s).
+func measure(b *testing.B, calls []func() error) measured {
 	var lat []time.Duration
 	for i := range 330 {
 		t0 := time.Now()
-		if _, err := conns[0].RawCall(ctx, "tools/call", params); err != nil {
+		if err := calls[0](); err != nil {
 			b.Fatal(err)
 		}
 		if i >= 30 {
@@ -79,13 +83,13 @@ func measure(b *testing.B, conns []*upstream.Conn) measured {
 	var mu sync.Mutex
 	n := 0
 	stop := time.Now().Add(2 * time.Second)
-	for _, c := range conns {
+	for _, c := range calls {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			k := 0
 			for time.Now().Before(stop) {
-				if _, err := c.RawCall(ctx, "tools/call", params); err != nil {
+				if err := c(); err != nil {
 					b.Error(err)
 					return
 				}
@@ -98,6 +102,141 @@ func measure(b *testing.B, conns []*upstream.Conn) measured {
 	}
 	wg.Wait()
 	return measured{p50: lat[len(lat)/2], perS: float64(n) / 2, total: n}
+}
+
+var benchParams = json.RawMessage(`{"name":"echo","arguments":{"q":"hello"}}`)
+
+// rawCalls makes a tools/call on each conn.
+func rawCalls(conns []*upstream.Conn) []func() error {
+	var fs []func() error
+	for _, c := range conns {
+		fs = append(fs, func() error {
+			_, err := c.RawCall(context.Background(), "tools/call", benchParams)
+			return err
+		})
+	}
+	return fs
+}
+
+// bareRelay is the floor of a tunnel: the same calls to the same server
+// through one bare hop of the same kind, a WebSocket carrying eight
+// sessions' messages to a relay that POSTs each verbatim and sends the
+// answer's body back. Nothing is checked, decoded or recorded: what it
+// costs is what any tunnel costs here.
+func bareRelay(b *testing.B, server string) []func() error {
+	ctx := context.Background()
+	const n = 8
+	// The server's sessions, opened directly (not timed).
+	sids := make([]string, n)
+	post := func(sid string, body []byte) (*http.Response, error) {
+		req, _ := http.NewRequest(http.MethodPost, server, bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if sid != "" {
+			req.Header.Set("Mcp-Session-Id", sid)
+			req.Header.Set("Mcp-Protocol-Version", upstream.ProtocolVersion)
+		}
+		return http.DefaultClient.Do(req)
+	}
+	for i := range sids {
+		resp, err := post("", []byte(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"`+upstream.ProtocolVersion+`","capabilities":{},"clientInfo":{"name":"floor","version":"1"}}}`))
+		if err != nil {
+			b.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		sids[i] = resp.Header.Get("Mcp-Session-Id")
+		resp, err = post(sids[i], []byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`))
+		if err != nil {
+			b.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = n
+	relayClient := &http.Client{Transport: tr}
+	// The relay: one WebSocket; message = session index byte + body.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	rs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		c.SetReadLimit(-1)
+		ins := make([]chan []byte, n)
+		for i := range ins {
+			ins[i] = make(chan []byte, 16)
+			go func() {
+				for m := range ins[i] {
+					req, _ := http.NewRequest(http.MethodPost, server, bytes.NewReader(m))
+					req.Header.Set("Content-Type", "application/json")
+					req.Header.Set("Accept", "application/json, text/event-stream")
+					req.Header.Set("Mcp-Session-Id", sids[i])
+					req.Header.Set("Mcp-Protocol-Version", upstream.ProtocolVersion)
+					resp, err := relayClient.Do(req)
+					if err != nil {
+						c.CloseNow()
+						return
+					}
+					body, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					c.Write(ctx, websocket.MessageText, append([]byte{byte(i)}, body...))
+				}
+			}()
+		}
+		for {
+			_, m, err := c.Read(ctx)
+			if err != nil {
+				return
+			}
+			ins[m[0]] <- m[1:]
+		}
+	})}
+	go rs.Serve(ln)
+	b.Cleanup(func() { rs.Close() })
+	c, _, err := websocket.Dial(ctx, "ws://"+ln.Addr().String()+"/", nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	c.SetReadLimit(-1)
+	b.Cleanup(func() { c.CloseNow() })
+	outs := make([]chan []byte, n)
+	for i := range outs {
+		outs[i] = make(chan []byte, 1)
+	}
+	go func() {
+		for {
+			_, m, err := c.Read(ctx)
+			if err != nil {
+				return
+			}
+			outs[m[0]] <- m[1:]
+		}
+	}()
+	var fs []func() error
+	for i := range n {
+		id := 0
+		fs = append(fs, func() error {
+			id++
+			msg := append([]byte{byte(i)}, `{"jsonrpc":"2.0","id":`+strconv.Itoa(id)+`,"method":"tools/call","params":`+string(benchParams)+`}`...)
+			if err := c.Write(ctx, websocket.MessageText, msg); err != nil {
+				return err
+			}
+			select {
+			case ans := <-outs[i]:
+				if !bytes.Contains(ans, []byte(`hello`)) {
+					return fmt.Errorf("floor: unexpected answer %s", ans)
+				}
+				return nil
+			case <-time.After(30 * time.Second):
+				return errors.New("floor: no answer in 30 s")
+			}
+		})
+	}
+	return fs
 }
 
 func BenchmarkTunnelVsDirectHTTP(b *testing.B) {
@@ -123,14 +262,15 @@ func BenchmarkTunnelVsDirectHTTP(b *testing.B) {
 		}
 		return cs
 	}
-	dc, tc := open(direct), open(tun)
-	var d, t []measured
-	for range 3 { // alternating, so that a noisy moment hits both
+	dc, tc, fc := rawCalls(open(direct)), rawCalls(open(tun)), bareRelay(b, url)
+	var d, t, f []measured
+	for range 3 { // alternating, so that a noisy moment hits all three
 		d = append(d, measure(b, dc))
 		t = append(t, measure(b, tc))
+		f = append(f, measure(b, fc))
 	}
-	med := func(ms []measured, f func(measured) float64) float64 {
-		v := []float64{f(ms[0]), f(ms[1]), f(ms[2])}
+	med := func(ms []measured, get func(measured) float64) float64 {
+		v := []float64{get(ms[0]), get(ms[1]), get(ms[2])}
 		slices.Sort(v)
 		return v[1]
 	}
@@ -138,10 +278,14 @@ func BenchmarkTunnelVsDirectHTTP(b *testing.B) {
 	perS := func(m measured) float64 { return m.perS }
 	b.ReportMetric(med(d, p50), "direct-p50-µs")
 	b.ReportMetric(med(t, p50), "tunnel-p50-µs")
+	b.ReportMetric(med(f, p50), "floor-p50-µs")
 	b.ReportMetric(med(t, p50)/med(d, p50), "p50-ratio")
+	b.ReportMetric(med(f, p50)/med(d, p50), "floor-p50-ratio")
 	b.ReportMetric(med(d, perS), "direct-c8-calls/s")
 	b.ReportMetric(med(t, perS), "tunnel-c8-calls/s")
+	b.ReportMetric(med(f, perS), "floor-c8-calls/s")
 	b.ReportMetric(med(t, perS)/med(d, perS), "c8-ratio")
+	b.ReportMetric(med(f, perS)/med(d, perS), "floor-c8-ratio")
 }
 
 const connectorsEnv = "CMCP_BENCH_CONNECTORS"

@@ -4,7 +4,8 @@
 // gateway session the gateway opens over the tunnel with a connection of
 // its own to the server: a stdio server is spawned per session exactly as
 // `cmcp serve` spawns it (measured, pinned, its own process group, bounded
-// stderr), an HTTP server is dialled per session.
+// stderr), an HTTP server gets each session's messages
+// verbatim (httpRelay), with a session of its own.
 //
 // With RequireAttested it first asks the gateway for evidence bound to the
 // TLS channel it is on (wire.ChannelStatement) and a fresh nonce, verifies
@@ -133,6 +134,9 @@ type Connector struct {
 	server wire.Server
 	url    string
 	client *http.Client
+	// local dials the --http server: its idle connections are kept for
+	// every session's requests in flight at once.
+	local *http.Client
 }
 
 // New checks o and measures the server once, for the register frame (each
@@ -221,6 +225,9 @@ func New(o Options) (*Connector, error) {
 			class = upstream.ClassTLSCA
 		}
 		c.server = wire.Server{Kind: "http", Command: o.HTTP, Class: class}
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = maxHTTPInFlight
+		c.local = &http.Client{Transport: tr}
 	default:
 		return nil, errors.New("no server: give a command after -- or --http URL")
 	}
@@ -553,6 +560,10 @@ func clip(s string) string {
 
 func (s *session) run() {
 	defer s.t.nsess.Add(-1)
+	if s.t.c.o.Stdio == nil {
+		s.runHTTP()
+		return
+	}
 	conn, child, err := s.t.c.dialServer(s.ctx)
 	if err != nil {
 		s.end(err.Error())
@@ -618,26 +629,43 @@ func (s *session) run() {
 	}
 }
 
-// dialServer starts the session's own connection to the server.
+// runHTTP serves the session with the local HTTP server through an
+// httpRelay.
+func (s *session) runHTTP() {
+	r := newHTTPRelay(s, s.t.c.o.HTTP, s.t.c.local)
+	defer r.close()
+	if err := s.t.write(s.ctx, wire.Encode(&wire.Frame{T: wire.TOpened, S: s.id})); err != nil {
+		s.stop()
+		return
+	}
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case b := <-s.in:
+			if err := r.send(s.ctx, b); err != nil {
+				if s.ctx.Err() == nil {
+					s.end(err.Error())
+				}
+				return
+			}
+		}
+	}
+}
+
+// dialServer starts the session's own stdio server: a child spawned,
+// measured and pinned as serve spawns one.
 func (c *Connector) dialServer(ctx context.Context) (mcp.Connection, *upstream.Child, error) {
-	if c.o.Stdio != nil {
-		child, err := upstream.Spawn(ctx, *c.o.Stdio, c.o.Environ, upstream.Hooks{Log: c.o.Log}, "per-session")
-		if err != nil {
-			return nil, nil, err
-		}
-		conn, err := child.Relay(ctx)
-		if err != nil {
-			child.Stop()
-			return nil, nil, err
-		}
-		return conn, child, nil
-	}
-	tr := &mcp.StreamableClientTransport{Endpoint: c.o.HTTP, DisableStandaloneSSE: true}
-	conn, err := tr.Connect(ctx)
+	child, err := upstream.Spawn(ctx, *c.o.Stdio, c.o.Environ, upstream.Hooks{Log: c.o.Log}, "per-session")
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect to %s: %w", c.o.HTTP, err)
+		return nil, nil, err
 	}
-	return conn, nil, nil
+	conn, err := child.Relay(ctx)
+	if err != nil {
+		child.Stop()
+		return nil, nil, err
+	}
+	return conn, child, nil
 }
 
 func lookupEnv(env []string, name string) string {

@@ -127,3 +127,27 @@ func (s *sseReader) line(budget int) ([]byte, error) {
 		}
 	}
 }
+
+// SSEMessages reads the data of the message events of a text/event-stream
+// body (events without data, and events of another type, are passed over),
+// for a relay that passes them on verbatim.
+type SSEMessages struct{ r *sseReader }
+
+// NewSSEMessages reads r; one event may be at most max bytes on the wire.
+func NewSSEMessages(r io.Reader, max int) *SSEMessages {
+	return &SSEMessages{r: newSSEReader(r, max)}
+}
+
+// Next returns the next message event's data, or io.EOF at the end of the
+// stream.
+func (s *SSEMessages) Next() ([]byte, error) {
+	for {
+		ev, err := s.r.next()
+		if err != nil {
+			return nil, err
+		}
+		if (ev.name == "" || ev.name == "message") && len(ev.data) > 0 {
+			return ev.data, nil
+		}
+	}
+}

@@ -1,0 +1,190 @@
+package connect
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"sync"
+	"sync/atomic"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
+	"github.com/confidential-mcp/cmcp/internal/rpcwire"
+	"github.com/confidential-mcp/cmcp/internal/tunnel/wire"
+	"github.com/confidential-mcp/cmcp/internal/upstream"
+	"github.com/confidential-mcp/cmcp/pkg/framing"
+)
+
+// maxHTTPInFlight bounds the requests of one gateway session waiting for
+// the local HTTP server's answer at once; more wait to be sent (and the
+// session's queue, bounded too, fills behind them).
+const maxHTTPInFlight = 64
+
+// httpRelay is one gateway session's connection to a local Streamable HTTP
+// MCP server (--http). It passes each message through as it is: a message
+// from the gateway is POSTed verbatim, and each message the server answers
+// with (a JSON body, or each message event of an event-stream body) goes
+// to the gateway verbatim. Each message is checked to be one JSON-RPC
+// message, never decoded into the SDK's types and encoded again: the relay
+// adds the least it can to a call. Requests are in flight concurrently,
+// up to maxHTTPInFlight; the initialize request is answered before anything
+// else is sent (its answer gives the server's session id and protocol
+// version, sent with every later POST).
+type httpRelay struct {
+	s      *session
+	url    string
+	client *http.Client
+
+	sid, proto atomic.Pointer[string]
+	slots      chan struct{}
+	wg         sync.WaitGroup
+}
+
+func newHTTPRelay(s *session, url string, client *http.Client) *httpRelay {
+	return &httpRelay{s: s, url: url, client: client, slots: make(chan struct{}, maxHTTPInFlight)}
+}
+
+// send passes one message from the gateway to the server.
+func (r *httpRelay) send(ctx context.Context, b []byte) error {
+	msg, err := rpcwire.DecodeMessage(b)
+	if err != nil {
+		return fmt.Errorf("the gateway sent a message that is not JSON-RPC: %v", err)
+	}
+	req, ok := msg.(*jsonrpc.Request)
+	if !ok || !req.ID.IsValid() || req.Method == "initialize" {
+		// Answers, notifications and the handshake: in order, each
+		// answered (202) before the next is sent.
+		return r.post(ctx, b, ok && req.Method == "initialize")
+	}
+	select {
+	case r.slots <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		defer func() { <-r.slots }()
+		if err := r.post(ctx, b, false); err != nil && ctx.Err() == nil {
+			r.s.end(err.Error())
+		}
+	}()
+	return nil
+}
+
+// post sends b and passes on what the server answers.
+func (r *httpRelay) post(ctx context.Context, b []byte, initialize bool) error {
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, r.url, bytes.NewReader(b))
+	if err != nil {
+		return fmt.Errorf("post to the server %s: %w", r.url, err)
+	}
+	hr.Header.Set("Content-Type", "application/json")
+	hr.Header.Set("Accept", "application/json, text/event-stream")
+	r.headers(hr.Header)
+	resp, err := r.client.Do(hr)
+	if err != nil {
+		return fmt.Errorf("post to the server %s: %w", r.url, err)
+	}
+	defer resp.Body.Close()
+	if initialize {
+		if sid := resp.Header.Get("Mcp-Session-Id"); sid != "" {
+			r.sid.Store(&sid)
+		}
+	}
+	if resp.StatusCode == http.StatusAccepted || resp.StatusCode == http.StatusNoContent {
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		return nil
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		excerpt, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("the server %s answered HTTP %d: %s", r.url, resp.StatusCode, framing.Excerpt(excerpt))
+	}
+	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	switch ct {
+	case "application/json":
+		body, err := io.ReadAll(io.LimitReader(resp.Body, wire.MaxMessage+1))
+		if err != nil {
+			return fmt.Errorf("read the server's answer: %w", err)
+		}
+		return r.forward(ctx, body, initialize)
+	case "text/event-stream":
+		events := upstream.NewSSEMessages(resp.Body, wire.MaxMessage)
+		for {
+			data, err := events.Next()
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			if err != nil {
+				return fmt.Errorf("read the server's event stream: %w", err)
+			}
+			if err := r.forward(ctx, data, initialize); err != nil {
+				return err
+			}
+		}
+	}
+	return fmt.Errorf("the server %s answered with content type %q, not application/json or text/event-stream", r.url, ct)
+}
+
+// headers sets the session id and protocol version the initialize answer
+// gave, once it came.
+func (r *httpRelay) headers(h http.Header) {
+	if p := r.sid.Load(); p != nil {
+		h.Set("Mcp-Session-Id", *p)
+	}
+	if p := r.proto.Load(); p != nil {
+		h.Set("Mcp-Protocol-Version", *p)
+	}
+}
+
+// forward passes one message of the server to the gateway, as it is.
+func (r *httpRelay) forward(ctx context.Context, b []byte, initialize bool) error {
+	if len(b) > wire.MaxMessage {
+		return fmt.Errorf("the server sent a message of more than %d bytes, the tunnel's limit", wire.MaxMessage)
+	}
+	b = bytes.TrimSpace(b)
+	msg, err := rpcwire.DecodeMessage(b)
+	if err != nil {
+		return fmt.Errorf("the server sent something that is not one JSON-RPC message (it starts %s)", framing.Excerpt(b))
+	}
+	if resp, ok := msg.(*jsonrpc.Response); ok && initialize && resp.Error == nil {
+		var res struct {
+			ProtocolVersion string `json:"protocolVersion"`
+		}
+		if json.Unmarshal(resp.Result, &res) == nil && res.ProtocolVersion != "" {
+			r.proto.Store(&res.ProtocolVersion)
+		}
+	}
+	if err := r.s.t.write(ctx, wire.EncodeMsg(r.s.id, b)); err != nil {
+		r.s.stop()
+		r.s.t.ws.CloseNow() // a failed write leaves the tunnel unusable
+		return err
+	}
+	return nil
+}
+
+// close waits for the requests in flight (the session's context is
+// cancelled by then) and ends the server's session (DELETE), as the SDK's
+// client does.
+func (r *httpRelay) close() {
+	r.wg.Wait()
+	p := r.sid.Load()
+	if p == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.s.t.c.o.WriteTimeout)
+	defer cancel()
+	hr, err := http.NewRequestWithContext(ctx, http.MethodDelete, r.url, nil)
+	if err != nil {
+		return
+	}
+	r.headers(hr.Header)
+	if resp, err := r.client.Do(hr); err == nil {
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		resp.Body.Close()
+	}
+}
