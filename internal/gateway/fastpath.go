@@ -6,10 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"mime"
-	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	segjson "github.com/segmentio/encoding/json"
 
+	"github.com/confidential-mcp/cmcp/internal/front/httpfront"
 	"github.com/confidential-mcp/cmcp/internal/front/stdiofront"
 	"github.com/confidential-mcp/cmcp/internal/rpcwire"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
@@ -370,331 +367,17 @@ func (s *session) recordRefusedCall(id jsonrpc.ID, tool, reason string) {
 // stream, as Streamable HTTP requires.
 type sinkKey struct{}
 
-func sinkFrom(ctx context.Context) *sseSink {
+func sinkFrom(ctx context.Context) *httpfront.Stream {
 	if ctx == nil {
 		return nil
 	}
-	sk, _ := ctx.Value(sinkKey{}).(*sseSink)
+	sk, _ := ctx.Value(sinkKey{}).(*httpfront.Stream)
 	return sk
-}
-
-// errStreamClosed: the call's response stream has ended; nothing more can
-// be sent on it.
-var errStreamClosed = errors.New("the call's response stream is closed")
-
-// sseSink is the response stream of one fast HTTP call. It becomes an SSE
-// stream when the first message related to the call has to go out before
-// the response; a call without any answers with a plain application/json
-// response (one write, no chunked encoding), as Streamable HTTP allows.
-type sseSink struct {
-	s  *session
-	mu sync.Mutex
-	w  http.ResponseWriter
-	rc *http.ResponseController
-	// sse: the headers went out as text/event-stream.
-	sse bool
-	// closed: the handler returned; later messages have nowhere to go.
-	closed bool
-}
-
-// write sends one JSON-RPC message as an SSE event, starting the stream.
-func (sk *sseSink) write(msg []byte) error {
-	sk.mu.Lock()
-	defer sk.mu.Unlock()
-	if sk.closed {
-		return errStreamClosed
-	}
-	if !sk.sse {
-		sk.sse = true
-		h := sk.w.Header()
-		h.Set("Cache-Control", "no-cache, no-transform")
-		h.Set("Content-Type", "text/event-stream")
-		h.Set("Connection", "keep-alive")
-		sk.w.WriteHeader(http.StatusOK)
-	}
-	b := make([]byte, 0, len(msg)+24)
-	b = append(b, "event: message\ndata: "...)
-	b = append(b, msg...)
-	b = append(b, "\n\n"...)
-	if _, err := sk.w.Write(b); err != nil {
-		return err
-	}
-	return sk.rc.Flush()
-}
-
-// respond sends the call's response: the last event of the SSE stream if
-// one was started, else a JSON body. The stream is closed afterwards.
-func (sk *sseSink) respond(msg []byte) error {
-	sk.mu.Lock()
-	if !sk.sse && !sk.closed {
-		sk.closed = true
-		sk.mu.Unlock()
-		h := sk.w.Header()
-		h.Set("Content-Type", "application/json")
-		h.Set("Content-Length", strconv.Itoa(len(msg)))
-		sk.w.WriteHeader(http.StatusOK)
-		if _, err := sk.w.Write(msg); err != nil {
-			return err
-		}
-		// On the wire before the handler returns: a shutdown closes the
-		// connections once no request is in progress.
-		return sk.rc.Flush()
-	}
-	sk.mu.Unlock()
-	err := sk.write(msg)
-	sk.close()
-	return err
-}
-
-func (sk *sseSink) close() {
-	sk.mu.Lock()
-	sk.closed = true
-	sk.mu.Unlock()
-}
-
-// notify sends a notification on the call's stream.
-func (sk *sseSink) notify(method string, params any) error {
-	b, err := encodeNotification(method, params)
-	if err != nil {
-		return err
-	}
-	return sk.write(b)
-}
-
-// encodeNotification is a JSON-RPC notification the gateway sends itself.
-func encodeNotification(method string, params any) ([]byte, error) {
-	return json.Marshal(struct {
-		JSONRPC string `json:"jsonrpc"`
-		Method  string `json:"method"`
-		Params  any    `json:"params"`
-	}{"2.0", method, params})
-}
-
-// request sends a server-to-client request on the call's stream and waits
-// for the agent's answer, which arrives as a POST of its own (httpFast).
-func (sk *sseSink) request(ctx context.Context, method string, params any, result any) error {
-	id, ch, err := sk.s.serverReqs.Register()
-	if err != nil {
-		return err
-	}
-	defer sk.s.serverReqs.Forget(id)
-	b, err := json.Marshal(struct {
-		JSONRPC string `json:"jsonrpc"`
-		ID      string `json:"id"`
-		Method  string `json:"method"`
-		Params  any    `json:"params"`
-	}{"2.0", id, method, params})
-	if err != nil {
-		return err
-	}
-	if err := sk.write(b); err != nil {
-		return err
-	}
-	select {
-	case resp, ok := <-ch:
-		if !ok {
-			return sk.s.serverReqs.Err()
-		}
-		if resp.Error != nil {
-			return resp.Error
-		}
-		if err := json.Unmarshal(resp.Result, result); err != nil {
-			return fmt.Errorf("the agent's answer to %s is not valid: %w", method, err)
-		}
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-sk.s.ctx.Done():
-		return errors.New("the agent session ended")
-	}
 }
 
 // serverReqPrefix starts the ids of the requests to the agent sent on
 // fast-call streams (session.serverReqs).
 const serverReqPrefix = "cmcp-s-"
-
-// httpFast is the Streamable HTTP front's fast path for one POST of an
-// initialised session: it answers a tools/call itself (an SSE stream with
-// the call's related messages, then the response), takes the agent's
-// answers to requests sent on such streams and its cancellations of fast
-// calls. It reports whether it handled the request; if not, the request
-// (body included) is unchanged for go-sdk, whose answers to anything
-// unusual (bad headers, bad JSON, unknown sessions) are the reference.
-func (s *session) httpFast(w http.ResponseWriter, r *http.Request, maxBytes int64) bool {
-	if s.downSession() == nil || r.Header.Get("Last-Event-ID") != "" || baseMediaType(r.Header.Get("Content-Type")) != "application/json" {
-		return false
-	}
-	if jsonOK, streamOK := streamableAccepts(r.Header.Values("Accept")); !jsonOK || !streamOK {
-		return false
-	}
-	if v := r.Header.Get("Mcp-Protocol-Version"); v != "" && !slices.Contains(frontVersions(), v) {
-		return false
-	}
-	// MCP's SEP request headers (Mcp-Method, Mcp-Name, Mcp-Param-*) are
-	// checked by go-sdk only from protocol 2026-07-28, which the version
-	// check above leaves to go-sdk: below it they mean nothing.
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxBytes+1))
-	rest := r.Body
-	r.Body = struct {
-		io.Reader
-		io.Closer
-	}{io.MultiReader(bytes.NewReader(body), rest), rest}
-	if err != nil || int64(len(body)) > maxBytes {
-		return false
-	}
-	msg, ok := rpcwire.DecodeFast(body)
-	if !ok {
-		if why := rpcwire.BadID(body); why != "" {
-			s.recordBadIDCall(body, why)
-			writeRPCError(w, http.StatusBadRequest, jsonrpc.ID{}, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "cmcp: " + why})
-			return true
-		}
-		if m, err := rpcwire.DecodeMessage(body); err == nil {
-			if req, ok := m.(*jsonrpc.Request); ok {
-				if id, e, refused := s.refuseAmbiguousCall(req, body); refused {
-					status := http.StatusOK
-					if !id.IsValid() {
-						status = http.StatusBadRequest
-					}
-					writeRPCError(w, status, id, e)
-					return true
-				}
-				s.recordUndecodableCall(req)
-			}
-		}
-		return false
-	}
-	switch m := msg.(type) {
-	case *jsonrpc.Response:
-		if !s.serverReqs.Deliver(m) {
-			return false
-		}
-		w.WriteHeader(http.StatusAccepted)
-		return true
-	case *jsonrpc.Request:
-		if m.Method == "notifications/cancelled" && !m.IsCall() && s.fast.cancel(m.Params) {
-			w.WriteHeader(http.StatusAccepted)
-			return true
-		}
-		if m.Method == "tools/call" && !m.IsCall() {
-			if why := rpcwire.BadID(body); why != "" { // "id": null
-				s.recordBadIDCall(body, why)
-				writeRPCError(w, http.StatusBadRequest, jsonrpc.ID{}, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "cmcp: " + why})
-				return true
-			}
-		}
-		if m.Method != "tools/call" || !m.IsCall() {
-			return false
-		}
-		call, ok := decodeFastCall(m.Params)
-		call.ID = m.ID
-		if !ok {
-			s.recordUndecodableCall(m)
-			return false
-		}
-		s.g.fastPath.Add(1)
-		s.g.inflight.Add(1) // until the response is written (shutdown waits)
-		defer s.g.inflight.Done()
-		s.answering.Add(1) // the session's end too, for a call it cut
-		defer s.answering.Done()
-		ctx, cancel := context.WithCancel(s.ctx)
-		defer cancel()
-		if !s.fast.add(m.ID, cancel) {
-			writeRPCError(w, http.StatusBadRequest, m.ID, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: fmt.Sprintf("duplicate in-flight request ID %v", m.ID.Raw())})
-			return true
-		}
-		// Out of the in-flight table before the answer is written, not
-		// when the handler returns: an agent that has read the answer may
-		// send its next request with this id at once, on another
-		// connection (TestReusedIDIsNotInFlight).
-		done := sync.OnceFunc(func() { s.fast.remove(m.ID) })
-		defer done()
-		sk := &sseSink{s: s, w: w, rc: http.NewResponseController(w)}
-		defer sk.close()
-		var appendResult func(undelivered string)
-		res, err := s.relay(context.WithValue(ctx, sinkKey{}, sk), call, &appendResult)
-		done()
-		if appendResult != nil {
-			// After the response is written, and without holding up the
-			// handler's return: the connection reads the agent's next
-			// request only then, and in group durability the append
-			// waits for the disk. The record says if the answer could
-			// not be delivered (the agent did not read it).
-			defer func() { why := undelivered(w); go appendResult(why) }()
-		}
-		if ctx.Err() != nil && sessionEndOf(ctx) == nil {
-			// Cancelled by the agent: no JSON-RPC response, and the HTTP
-			// response ends empty. A call its session's end cut is
-			// answered below: err says why.
-			sk.mu.Lock()
-			if !sk.sse {
-				w.WriteHeader(http.StatusAccepted)
-			}
-			sk.closed = true
-			sk.mu.Unlock()
-			return true
-		}
-		_ = sk.respond(encodeResponse(m.ID, res, err))
-		return true
-	}
-	return false
-}
-
-func writeRPCError(w http.ResponseWriter, status int, id jsonrpc.ID, e *jsonrpc.Error) {
-	b, _ := jsonrpc.EncodeMessage(&jsonrpc.Response{ID: id, Error: e})
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	w.Write(b)
-}
-
-// streamableAccepts and baseMediaType are go-sdk's checks of a POST's
-// Accept and Content-Type headers.
-func streamableAccepts(values []string) (jsonOK, streamOK bool) {
-	for _, value := range values {
-		for _, raw := range strings.Split(value, ",") {
-			base, _, _ := strings.Cut(strings.TrimSpace(raw), ";")
-			switch strings.ToLower(strings.TrimSpace(base)) {
-			case "application/json", "application/*":
-				jsonOK = true
-			case "text/event-stream", "text/*":
-				streamOK = true
-			case "*/*":
-				jsonOK, streamOK = true, true
-			}
-		}
-	}
-	return jsonOK, streamOK
-}
-
-func baseMediaType(value string) string {
-	mt, _, err := mime.ParseMediaType(value)
-	if err != nil {
-		return ""
-	}
-	return mt
-}
-
-// forward sends an upstream's request to the agent on the call's stream
-// and returns the agent's answer as the result type go-sdk expects.
-func (sk *sseSink) forward(ctx context.Context, method string, params mcp.Params) (mcp.Result, error) {
-	var res mcp.Result
-	switch params.(type) {
-	case *mcp.ElicitParams:
-		res = &mcp.ElicitResult{}
-	case *mcp.CreateMessageWithToolsParams:
-		res = &mcp.CreateMessageWithToolsResult{}
-	case *mcp.CreateMessageParams:
-		res = &mcp.CreateMessageResult{}
-	case *mcp.ListRootsParams:
-		res = &mcp.ListRootsResult{}
-	default:
-		return nil, fmt.Errorf("cmcp cannot forward %s on a call's stream", method)
-	}
-	if err := sk.request(ctx, method, params, res); err != nil {
-		return nil, err
-	}
-	return res, nil
-}
 
 // logLevels orders MCP logging levels (RFC 5424 severities).
 var logLevels = map[mcp.LoggingLevel]int{"debug": 0, "info": 1, "notice": 2, "warning": 3, "error": 4, "critical": 5, "alert": 6, "emergency": 7}
@@ -741,9 +424,9 @@ func (s *session) warnAgent(ctx context.Context, msg string, d Decision, data ma
 	p := &mcp.LoggingMessageParams{Level: "warning", Logger: "cmcp.policy", Data: data}
 	switch {
 	case sinkFrom(ctx) != nil:
-		_ = sinkFrom(ctx).notify("notifications/message", p)
+		_ = sinkFrom(ctx).Notify("notifications/message", p)
 	case ctx.Value(stdioKey{}) != nil:
-		if b, err := encodeNotification("notifications/message", p); err == nil {
+		if b, err := rpcwire.EncodeNotification("notifications/message", p); err == nil {
 			_ = ctx.Value(stdioKey{}).(*stdiofront.Conn).WriteLine(b)
 		}
 	default:

@@ -10,6 +10,7 @@ import (
 	"filippo.io/age"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/confidential-mcp/cmcp/internal/front/httpfront"
 	"github.com/confidential-mcp/cmcp/internal/gwtest"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
@@ -113,3 +114,22 @@ func rawPostResp(t *testing.T, url, sid string, body []byte) (*http.Response, []
 	t.Helper()
 	return gwtest.RawPostResp(t, url, sid, body)
 }
+
+// The HTTP front (internal/front/httpfront) under the names the tests use.
+type (
+	HTTPOptions = httpfront.Options
+	TokenSet    = httpfront.TokenSet
+	Token       = httpfront.Token
+)
+
+const AnonymousIdentity = httpfront.AnonymousIdentity
+
+var (
+	NewTokenSet = httpfront.NewTokenSet
+	TokenDigest = httpfront.TokenDigest
+	// LowWatermarkListener is httpfront's, as server.Serve uses it.
+	LowWatermarkListener = httpfront.LowWatermarkListener
+)
+
+// HTTPHandler mounts the real HTTP front on g, as server.Serve does.
+func (g *Gateway) HTTPHandler(o HTTPOptions) http.Handler { return httpfront.New(g.HTTPCore(), o) }

@@ -13,6 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/confidential-mcp/cmcp/internal/catalog"
+	"github.com/confidential-mcp/cmcp/internal/front/httpfront"
 	"github.com/confidential-mcp/cmcp/internal/front/stdiofront"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
@@ -586,7 +587,7 @@ func (lv *live) onProgress(params *mcp.ProgressNotificationParams) {
 	out := *params
 	out.ProgressToken = p.token
 	if sk := sinkFrom(p.ctx); sk != nil {
-		_ = sk.notify("notifications/progress", &out)
+		_ = sk.Notify("notifications/progress", &out)
 		return
 	}
 	if ss := p.s.downSession(); ss != nil {
@@ -601,7 +602,7 @@ func (lv *live) onLog(params *mcp.LoggingMessageParams) {
 	}
 	if sk := sinkFrom(ctx); sk != nil {
 		if s.logs(params.Level) {
-			_ = sk.notify("notifications/message", params)
+			_ = sk.Notify("notifications/message", params)
 		}
 		return
 	}
@@ -751,7 +752,7 @@ var errNotForwarded = errors.New("not forwarded")
 // the agent's answer arriving on its own.
 func (lv *live) toAgent(ctx context.Context, method string, params mcp.Params) (mcp.Result, error) {
 	if sk := sinkFrom(ctx); sk != nil {
-		if res, err := sk.forward(ctx, method, params); !errors.Is(err, errStreamClosed) {
+		if res, err := sk.Forward(ctx, method, params); !errors.Is(err, httpfront.ErrStreamClosed) {
 			return res, err
 		}
 	}
@@ -782,7 +783,7 @@ func (lv *live) toAgent(ctx context.Context, method string, params mcp.Params) (
 		// The call route picked may just have ended (an upstream child
 		// cannot say which call a request belongs to): then the request
 		// goes through go-sdk, on the session's own stream.
-		if res, err := sk.forward(dctx, method, params); !errors.Is(err, errStreamClosed) {
+		if res, err := sk.Forward(dctx, method, params); !errors.Is(err, httpfront.ErrStreamClosed) {
 			return res, err
 		}
 	}

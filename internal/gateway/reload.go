@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/confidential-mcp/cmcp/internal/front/httpfront"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
@@ -27,7 +28,7 @@ const (
 // ReloadTargets is what a reload changes besides the policy.
 type ReloadTargets struct {
 	// Tokens are the HTTP front's bearer tokens; nil for serve --stdio.
-	Tokens *TokenSet
+	Tokens *httpfront.TokenSet
 	// Open: the HTTP front started without tokens or client certificates
 	// (development mode), which a reload does not change.
 	Open bool
@@ -39,7 +40,7 @@ type ReloadTargets struct {
 // force.
 type ReloadedTokens struct {
 	// Agents are server.tokens (nil: no server section).
-	Agents []Token
+	Agents []httpfront.Token
 	// Admin is admin.token_sha256 (nil: no admin section).
 	Admin *digest.Digest
 }
@@ -170,7 +171,7 @@ func (g *Gateway) ReloadTokens(ctx context.Context, next ReloadedTokens, rt *Rel
 	return err
 }
 
-func identitiesOf(ts []Token) map[string]bool {
+func identitiesOf(ts []httpfront.Token) map[string]bool {
 	out := map[string]bool{}
 	for _, t := range ts {
 		out[t.Identity] = true
@@ -180,7 +181,7 @@ func identitiesOf(ts []Token) map[string]bool {
 
 // sameTokens reports whether a and b map the same digests to the same
 // identities, in any order.
-func sameTokens(a, b []Token) bool {
+func sameTokens(a, b []httpfront.Token) bool {
 	if len(a) != len(b) {
 		return false
 	}

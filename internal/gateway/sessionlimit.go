@@ -1,12 +1,12 @@
 package gateway
 
 import (
-	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"sync"
 	"syscall"
+
+	"github.com/confidential-mcp/cmcp/internal/front/httpfront"
 )
 
 // sessionSlots counts the HTTP front's open sessions, in all and per
@@ -23,12 +23,6 @@ type sessionSlots struct {
 	released func()
 }
 
-// Which bound refused a session: the metric's limit label.
-const (
-	limitTotal    = "total"
-	limitPerAgent = "per_agent"
-)
-
 // take reserves a slot for a new session of who. It returns the function
 // that gives the slot back (once, however often it is called), or the
 // bound that is reached and how many sessions hold it.
@@ -37,9 +31,9 @@ func (ss *sessionSlots) take(who string, maxTotal, maxPer int) (release func(), 
 	defer ss.mu.Unlock()
 	switch {
 	case ss.per[who] >= maxPer:
-		return nil, limitPerAgent, ss.per[who]
+		return nil, httpfront.LimitPerAgent, ss.per[who]
 	case ss.total >= maxTotal:
-		return nil, limitTotal, ss.total
+		return nil, httpfront.LimitTotal, ss.total
 	}
 	if ss.per == nil {
 		ss.per = map[string]int{}
@@ -58,35 +52,6 @@ func (ss *sessionSlots) take(who string, maxTotal, maxPer int) (release func(), 
 			released()
 		}
 	}), "", 0
-}
-
-// refuseSession answers a request that would open a session past a bound:
-// 429 when it is the agent's own bound, 503 when it is the gateway's, with
-// a JSON-RPC error saying what to do. It is logged (at most once a second,
-// with a count) and counted in cmcp_sessions_refused_total. inherited: the
-// bound per agent is unset and so is server.max_sessions (SessionBounds),
-// which the operator must raise to raise it.
-func (g *Gateway) refuseSession(w http.ResponseWriter, r *http.Request, who, limit string, open int, idle string, inherited bool, warn *everySecond) {
-	status, code := http.StatusTooManyRequests, CodeTooManySessions
-	why := fmt.Sprintf("agent %q already has as many open sessions as server.max_sessions_per_agent allows (%d): end the sessions you no longer use (HTTP DELETE with their Mcp-Session-Id; %s), or ask the gateway's operator to raise server.max_sessions_per_agent", who, open, idle)
-	if inherited {
-		why = fmt.Sprintf("agent %q already has as many open sessions as server.max_sessions allows (%d; server.max_sessions_per_agent is unset, so one agent may hold them all): end the sessions you no longer use (HTTP DELETE with their Mcp-Session-Id; %s), or ask the gateway's operator to raise server.max_sessions", who, open, idle)
-	}
-	if limit == limitTotal {
-		status = http.StatusServiceUnavailable
-		why = fmt.Sprintf("the gateway already has as many open sessions as server.max_sessions allows (%d): retry later (%s), or ask the gateway's operator to raise server.max_sessions", open, idle)
-	}
-	if ok, quiet := warn.allow(); ok {
-		g.logger.Warn("refused a new session: "+limit+" session bound reached", "agent", who, "open", open, "status", status, "refused_since_last_warning", quiet)
-	}
-	if m := g.opts.Metrics; m != nil {
-		m.SessionRefused(limit)
-	}
-	dropBody(w, r)
-	b, _ := json.Marshal("cmcp: " + why)
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	fmt.Fprintf(w, `{"jsonrpc":"2.0","id":null,"error":{"code":%d,"message":%s}}`+"\n", code, b)
 }
 
 // WarnFileLimit logs a warning when the process may open fewer files than

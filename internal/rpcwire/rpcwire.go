@@ -272,3 +272,12 @@ func NotUTF8(b []byte) (where jsontext.Pointer, what string, bad bool) {
 func MayBeNotUTF8(b []byte) bool {
 	return !utf8.Valid(b) || bytes.Contains(b, []byte(`\ud`)) || bytes.Contains(b, []byte(`\uD`))
 }
+
+// EncodeNotification is a JSON-RPC notification the gateway sends itself.
+func EncodeNotification(method string, params any) ([]byte, error) {
+	return json.Marshal(struct {
+		JSONRPC string `json:"jsonrpc"`
+		Method  string `json:"method"`
+		Params  any    `json:"params"`
+	}{"2.0", method, params})
+}

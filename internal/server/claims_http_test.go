@@ -11,9 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/confidential-mcp/cmcp/internal/front/httpfront"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-
-	"github.com/confidential-mcp/cmcp/internal/gateway"
 )
 
 // TestAgentCredentialsNeverReachHTTPUpstream: an agent authenticates to the
@@ -67,7 +66,7 @@ upstreams:
     http:
       url: %s/mcp
       bearer_token_env: REMOTE_TOKEN
-`, gateway.TokenDigest(agentToken).String(), srv.URL)
+`, httpfront.TokenDigest(agentToken).String(), srv.URL)
 	endpoint, _ := serveYAML(t, t.TempDir(), cfg, environ)
 	cs, err := connectWith(endpoint, agentToken)
 	if err != nil {

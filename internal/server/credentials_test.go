@@ -19,7 +19,7 @@ import (
 	"github.com/zitadel/oidc/v3/pkg/oidc"
 
 	"github.com/confidential-mcp/cmcp/internal/credential/credtest"
-	"github.com/confidential-mcp/cmcp/internal/gateway"
+	"github.com/confidential-mcp/cmcp/internal/front/httpfront"
 	"github.com/confidential-mcp/cmcp/internal/gwtest"
 	"github.com/confidential-mcp/cmcp/internal/oauthtest"
 )
@@ -67,7 +67,7 @@ upstreams:
         exec:
           command: %s
           env: {CREDTEST_MINT_URL: %q}
-`, gateway.TokenDigest("alice-agent-token").String(), gateway.TokenDigest("bob-agent-token").String(), u.URL, u.Helper(t, 0), u.MintURL)
+`, httpfront.TokenDigest("alice-agent-token").String(), httpfront.TokenDigest("bob-agent-token").String(), u.URL, u.Helper(t, 0), u.MintURL)
 	endpoint, auditDir := serveYAML(t, dir, cfg, os.Environ())
 	for _, a := range []struct{ name, token string }{{"alice", "alice-agent-token"}, {"bob", "bob-agent-token"}, {"alice", "alice-agent-token"}} {
 		cs, err := connectWith(endpoint, a.token)
@@ -159,7 +159,7 @@ upstreams:
           client_secret_env: REMOTE_CLIENT_SECRET
           scopes: [%s]
           login_url: %s
-`, addr, gateway.TokenDigest("alice-agent-token").String(), u.URL, oidc.ScopeOfflineAccess, loginURL)
+`, addr, httpfront.TokenDigest("alice-agent-token").String(), u.URL, oidc.ScopeOfflineAccess, loginURL)
 	endpoint, auditDir := serveYAML(t, t.TempDir(), cfg, append(os.Environ(), "REMOTE_CLIENT_SECRET=cmcp-secret"))
 
 	hc := &http.Client{Transport: gwtest.Bearer{Tok: "alice-agent-token", Base: http.DefaultTransport}}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/confidential-mcp/cmcp/internal/front/httpfront"
 	"github.com/confidential-mcp/cmcp/internal/gateway"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 )
@@ -44,7 +45,7 @@ upstreams:
   - name: t
     stdio: {command: %s, env: {%s: server}}
     pin: {command: %s}
-`, gateway.TokenDigest(testAgentToken), adminAddr, gateway.TokenDigest(testAdminToken), exe, childEnv, pin)), 0o600); err != nil {
+`, httpfront.TokenDigest(testAgentToken), adminAddr, httpfront.TokenDigest(testAdminToken), exe, childEnv, pin)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return cfgPath, "http://" + adminAddr

@@ -4,13 +4,12 @@ import (
 	"net"
 	"testing"
 
+	"github.com/confidential-mcp/cmcp/internal/front/httpfront"
 	"golang.org/x/sys/unix"
-
-	"github.com/confidential-mcp/cmcp/internal/gateway"
 )
 
 // TestServeListenerBoundsUnsentBytes: the connections cmcp serve's MCP
-// listener accepts queue at most gateway.NotSentLowat bytes unsent
+// listener accepts queue at most httpfront.NotSentLowat bytes unsent
 // (TCP_NOTSENT_LOWAT), so that a write of an answer goes on as the agent
 // reads (TestUnreadAnswerEndsItsSession shows what that changes).
 func TestServeListenerBoundsUnsentBytes(t *testing.T) {
@@ -48,7 +47,7 @@ func TestServeListenerBoundsUnsentBytes(t *testing.T) {
 	if err := raw.Control(func(fd uintptr) { v, gerr = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_NOTSENT_LOWAT) }); err != nil || gerr != nil {
 		t.Fatal(err, gerr)
 	}
-	if v != gateway.NotSentLowat {
-		t.Fatalf("TCP_NOTSENT_LOWAT of an accepted connection: %d, want %d", v, gateway.NotSentLowat)
+	if v != httpfront.NotSentLowat {
+		t.Fatalf("TCP_NOTSENT_LOWAT of an accepted connection: %d, want %d", v, httpfront.NotSentLowat)
 	}
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/confidential-mcp/cmcp/internal/config"
 	"github.com/confidential-mcp/cmcp/internal/exitcode"
+	"github.com/confidential-mcp/cmcp/internal/front/httpfront"
 	"github.com/confidential-mcp/cmcp/internal/gateway"
 	"github.com/confidential-mcp/cmcp/internal/policy"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
@@ -126,9 +127,9 @@ func newPolicyGateway(t *testing.T, eng *policy.Engine) *policyGateway {
 	if err := g.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	tokens := []gateway.Token{{Digest: gateway.TokenDigest("tok-a"), Identity: "agent-a"}, {Digest: gateway.TokenDigest("tok-r"), Identity: "reader"}}
+	tokens := []httpfront.Token{{Digest: httpfront.TokenDigest("tok-a"), Identity: "agent-a"}, {Digest: httpfront.TokenDigest("tok-r"), Identity: "reader"}}
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", g.HTTPHandler(gateway.HTTPOptions{Tokens: tokens, MaxRequestBytes: 1 << 20}))
+	mux.Handle("/mcp", httpfront.New(g.HTTPCore(), httpfront.Options{Tokens: tokens, MaxRequestBytes: 1 << 20}))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(func() {
 		srv.Close()

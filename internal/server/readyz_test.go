@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/confidential-mcp/cmcp/internal/gateway"
+	"github.com/confidential-mcp/cmcp/internal/front/httpfront"
 )
 
 // TestReadyzNotReadyDuringTheDrain: once SIGTERM starts the drain the MCP
@@ -30,7 +30,7 @@ upstreams:
   - name: t
     stdio: {command: %s, env: {%s: server}}
     pin: {command: %s}
-`, freePort(t), grace, adminAddr, gateway.TokenDigest(testAdminToken), exe, childEnv, pin)), 0o600)
+`, freePort(t), grace, adminAddr, httpfront.TokenDigest(testAdminToken), exe, childEnv, pin)), 0o600)
 	cmd, endpoint, stderr := startGatewayProcess(t, cfgPath)
 	readyz := "http://" + adminAddr + "/readyz"
 	if code, body := httpDo(t, "GET", readyz, testAdminToken); code != 200 {

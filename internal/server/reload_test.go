@@ -14,6 +14,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/confidential-mcp/cmcp/internal/front/httpfront"
 	"github.com/confidential-mcp/cmcp/internal/gateway"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 )
@@ -46,7 +47,7 @@ func TestSIGHUPReloadsTokens(t *testing.T) {
 		t.Helper()
 		var b strings.Builder
 		for _, tk := range toks {
-			fmt.Fprintf(&b, "    - {identity: %s, sha256: %s}\n", tk.id, gateway.TokenDigest(tk.secret))
+			fmt.Fprintf(&b, "    - {identity: %s, sha256: %s}\n", tk.id, httpfront.TokenDigest(tk.secret))
 		}
 		y := fmt.Sprintf(`version: 1
 server:
@@ -62,7 +63,7 @@ upstreams:
   - name: t
     stdio: {command: %s, env: {%s: server%s}}
     pin: {command: %s}
-`, callTimeout, b.String(), durability, adminListen, gateway.TokenDigest(adminTok), exe, childEnv, extraEnv, pin)
+`, callTimeout, b.String(), durability, adminListen, httpfront.TokenDigest(adminTok), exe, childEnv, extraEnv, pin)
 		if err := os.WriteFile(cfgPath, []byte(y), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -173,7 +174,7 @@ upstreams:
 		if a.Action == gateway.AdminTokensReloaded {
 			if a.Actor != "SIGHUP" || !strings.Contains(a.Reason, "1 tokens for 1 identities in force (were 2 for 2)") ||
 				!strings.Contains(a.Reason, "alice") || !strings.Contains(a.Reason, "admin.token_sha256") ||
-				strings.Contains(a.Reason, gateway.TokenDigest(bobTok2).String()) {
+				strings.Contains(a.Reason, httpfront.TokenDigest(bobTok2).String()) {
 				t.Errorf("tokens_reloaded record: %+v", a)
 			}
 		}

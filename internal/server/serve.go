@@ -35,6 +35,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/config"
 	"github.com/confidential-mcp/cmcp/internal/contain"
 	"github.com/confidential-mcp/cmcp/internal/exitcode"
+	"github.com/confidential-mcp/cmcp/internal/front/httpfront"
 	"github.com/confidential-mcp/cmcp/internal/gateway"
 	"github.com/confidential-mcp/cmcp/internal/oauth"
 	"github.com/confidential-mcp/cmcp/internal/policy"
@@ -528,7 +529,7 @@ func (s *serve) startReload() error {
 	s.hup = &reloadTargets{started: &s.started}
 	s.hup.Open = len(srvCfg.Tokens) == 0 && (srvCfg.TLS == nil || srvCfg.TLS.ClientCA == "")
 	if !s.o.Stdio {
-		s.hup.Tokens = gateway.NewTokenSet(tokens(srvCfg))
+		s.hup.Tokens = httpfront.NewTokenSet(tokens(srvCfg))
 	}
 	s.onReturn(reloadOnSIGHUP(s.ctx, s.g, s.cfg.Path, s.hup, s.logger))
 	return nil
@@ -657,7 +658,7 @@ func (s *serve) serveHTTP() error {
 	if err != nil {
 		return err
 	}
-	mux.Handle("/mcp", g.HTTPHandler(gateway.HTTPOptions{Tokens: tokens(srvCfg), TokenSet: s.hup.Tokens, OAuth: ov, ClientCerts: srvCfg.TLS != nil && srvCfg.TLS.ClientCA != "",
+	mux.Handle("/mcp", httpfront.New(g.HTTPCore(), httpfront.Options{Tokens: tokens(srvCfg), TokenSet: s.hup.Tokens, OAuth: ov, ClientCerts: srvCfg.TLS != nil && srvCfg.TLS.ClientCA != "",
 		SessionTimeout: srvCfg.SessionTimeout, MaxRequestBytes: srvCfg.MaxRequestBytes, MaxSessions: srvCfg.MaxSessions, MaxSessionsPerAgent: srvCfg.MaxSessionsPerAgent}))
 	if err := loginHandlers(mux, s.ups); err != nil {
 		return exitcode.WithCode(exitcode.ExitConfig, err)
@@ -761,13 +762,13 @@ func listenMCP(addr *net.TCPAddr, listen string, hasAuth bool) (net.Listener, er
 		ln.Close()
 		return nil, exitcode.WithCode(exitcode.ExitConfig, fmt.Errorf("%s: %w", listen, err))
 	}
-	return gateway.LowWatermarkListener(ln), nil
+	return httpfront.LowWatermarkListener(ln), nil
 }
 
-func tokens(s *config.Server) []gateway.Token {
-	out := make([]gateway.Token, 0, len(s.Tokens))
+func tokens(s *config.Server) []httpfront.Token {
+	out := make([]httpfront.Token, 0, len(s.Tokens))
 	for _, t := range s.Tokens {
-		out = append(out, gateway.Token{Digest: t.SHA256, Identity: t.Identity})
+		out = append(out, httpfront.Token{Digest: t.SHA256, Identity: t.Identity})
 	}
 	return out
 }

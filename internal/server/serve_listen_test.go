@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/confidential-mcp/cmcp/internal/exitcode"
+	"github.com/confidential-mcp/cmcp/internal/front/httpfront"
 	"github.com/confidential-mcp/cmcp/internal/gateway"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
@@ -39,7 +40,7 @@ func TestServeChecksListenersBeforeOpeningTheLog(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			yaml := fmt.Sprintf("version: 1\nserver:\n%s  tee: software\naudit:\n  dir: audit\nadmin:\n  listen: %s\n  token_sha256: %s\nupstreams:\n  - name: t\n    stdio:\n      command: %s\n      env: {%s: server}\n    pin:\n      command: %s\n",
-				tc.server, adminAddr, gateway.TokenDigest(testAdminToken), exe, childEnv, pin)
+				tc.server, adminAddr, httpfront.TokenDigest(testAdminToken), exe, childEnv, pin)
 			cfg, _ := loadConfigFile(t, dir, yaml)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
@@ -61,7 +62,7 @@ func TestServeWarnsOfCleartextCredentials(t *testing.T) {
 	exe, pin := selfDigest(t)
 	dir := t.TempDir()
 	yaml := fmt.Sprintf("version: 1\nserver:\n  listen: 0.0.0.0:0\n  tee: software\n  tokens: [{identity: a, sha256: %s}]\naudit:\n  dir: audit\nadmin:\n  listen: 0.0.0.0:0\n  token_sha256: %s\nupstreams:\n  - name: t\n    stdio:\n      command: %s\n      env: {%s: server}\n    pin:\n      command: %s\n",
-		gateway.TokenDigest(testAgentToken), gateway.TokenDigest(testAdminToken), exe, childEnv, pin)
+		httpfront.TokenDigest(testAgentToken), httpfront.TokenDigest(testAdminToken), exe, childEnv, pin)
 	cfg, _ := loadConfigFile(t, dir, yaml)
 	logs := &lockedWriter{}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -121,7 +122,7 @@ func TestServePortTakenWritesNoEpoch(t *testing.T) {
 	addr := taken.Addr().String()
 	for _, tc := range []struct{ name, admin, flag, want, hint string }{
 		{"--listen", "", addr, "listen on " + addr + ": ", "stop it, or serve on a free address with --listen"},
-		{"admin.listen", "admin:\n  listen: " + addr + "\n  token_sha256: " + gateway.TokenDigest(testAdminToken).String() + "\n", "127.0.0.1:0", "admin listener: ", "set admin.listen in "},
+		{"admin.listen", "admin:\n  listen: " + addr + "\n  token_sha256: " + httpfront.TokenDigest(testAdminToken).String() + "\n", "127.0.0.1:0", "admin listener: ", "set admin.listen in "},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()

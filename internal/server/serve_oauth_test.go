@@ -17,6 +17,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
 
 	"github.com/confidential-mcp/cmcp/internal/config"
+	"github.com/confidential-mcp/cmcp/internal/front/httpfront"
 	"github.com/confidential-mcp/cmcp/internal/gateway"
 	"github.com/confidential-mcp/cmcp/internal/gwtest"
 	"github.com/confidential-mcp/cmcp/internal/oauth"
@@ -59,7 +60,7 @@ upstreams:
   - name: t
     stdio: {command: %s, env: {%s: server}}
     pin: {command: %s}
-`, addr, gateway.TokenDigest("tok-1"), op.Issuer, resource, exe, childEnv, pin))
+`, addr, httpfront.TokenDigest("tok-1"), op.Issuer, resource, exe, childEnv, pin))
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan string, 1)
 	done := make(chan error, 1)

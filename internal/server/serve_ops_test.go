@@ -30,6 +30,7 @@ import (
 
 	"github.com/confidential-mcp/cmcp/internal/config"
 	"github.com/confidential-mcp/cmcp/internal/exitcode"
+	"github.com/confidential-mcp/cmcp/internal/front/httpfront"
 	"github.com/confidential-mcp/cmcp/internal/gateway"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
@@ -108,7 +109,7 @@ upstreams:
       env: {%s: server}
     pin:
       command: %s
-`, gateway.TokenDigest(testAgentToken), adminAddr, gateway.TokenDigest(testAdminToken), exe, childEnv, pin)
+`, httpfront.TokenDigest(testAgentToken), adminAddr, httpfront.TokenDigest(testAdminToken), exe, childEnv, pin)
 	endpoint, auditDir := serveYAML(t, dir, yaml, os.Environ())
 	mcpBase := strings.TrimSuffix(endpoint, "/mcp")
 	admin := "http://" + adminAddr
@@ -395,7 +396,7 @@ upstreams:
       env: {%s: server}
     pin:
       command: %s
-`, gateway.TokenDigest("s3cret").String(), exe, childEnv, pin)
+`, httpfront.TokenDigest("s3cret").String(), exe, childEnv, pin)
 	endpoint, _ := serveYAMLWith(t, dir, yaml, ServeOptions{Environ: os.Environ(), IdleConnTimeout: 300 * time.Millisecond})
 	host := strings.TrimSuffix(strings.TrimPrefix(endpoint, "http://"), "/mcp")
 	conn, err := net.Dial("tcp", host)
@@ -449,7 +450,7 @@ upstreams:
       env: {%s: server}
     pin:
       command: %s
-`, gateway.TokenDigest("alice-token").String(), gateway.TokenDigest("bob-token").String(), exe, childEnv, pin)
+`, httpfront.TokenDigest("alice-token").String(), httpfront.TokenDigest("bob-token").String(), exe, childEnv, pin)
 	endpoint, _ := serveYAMLWith(t, dir, yaml, ServeOptions{Environ: os.Environ(), IdleConnTimeout: 300 * time.Millisecond})
 	host := strings.TrimSuffix(strings.TrimPrefix(endpoint, "http://"), "/mcp")
 	alice, err := connectWith(endpoint, "alice-token")
@@ -547,7 +548,7 @@ upstreams:
       env: {%s: server}
     pin:
       command: %s
-`, gateway.TokenDigest("alice-token").String(), gateway.TokenDigest("bob-token").String(), exe, childEnv, pin)
+`, httpfront.TokenDigest("alice-token").String(), httpfront.TokenDigest("bob-token").String(), exe, childEnv, pin)
 	endpoint, _ := serveYAMLWith(t, dir, yaml, ServeOptions{Environ: os.Environ()})
 	alice, err := connectWith(endpoint, "alice-token")
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/confidential-mcp/cmcp/internal/config"
+	"github.com/confidential-mcp/cmcp/internal/front/httpfront"
 	"github.com/confidential-mcp/cmcp/internal/gateway"
 	"github.com/confidential-mcp/cmcp/internal/gwtest"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
@@ -55,7 +56,7 @@ upstreams:
   - name: t
     stdio: {command: %s, env: {%s: server}}
     pin: {command: %s}
-`, gateway.TokenDigest("tok-1"), exe, childEnv, pin)), 0o600)
+`, httpfront.TokenDigest("tok-1"), exe, childEnv, pin)), 0o600)
 	cfg, err := config.Load(cfgPath)
 	if err != nil {
 		t.Fatal(err)

@@ -12,7 +12,7 @@ import (
 	"github.com/zitadel/oidc/v3/pkg/oidc"
 
 	"github.com/confidential-mcp/cmcp/internal/credential/credtest"
-	"github.com/confidential-mcp/cmcp/internal/gateway"
+	"github.com/confidential-mcp/cmcp/internal/front/httpfront"
 	"github.com/confidential-mcp/cmcp/internal/oauthtest"
 )
 
@@ -68,7 +68,7 @@ upstreams:
           issuer: %s
           client_id: gateway
           client_secret_env: GATEWAY_CLIENT_SECRET
-`, addr, gateway.TokenDigest("ci-bot-token").String(), as.Issuer, resource, u.URL, as.Issuer)
+`, addr, httpfront.TokenDigest("ci-bot-token").String(), as.Issuer, resource, u.URL, as.Issuer)
 	endpoint, auditDir := serveYAML(t, t.TempDir(), cfg, append(os.Environ(), "GATEWAY_CLIENT_SECRET=gateway-secret"))
 
 	var agentTokens []string

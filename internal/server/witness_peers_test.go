@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/confidential-mcp/cmcp/internal/gateway"
+	"github.com/confidential-mcp/cmcp/internal/front/httpfront"
 	"github.com/confidential-mcp/cmcp/internal/gwtest"
 	"github.com/confidential-mcp/cmcp/internal/witness/litewitness"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
@@ -51,7 +51,7 @@ upstreams:
   - name: t
     stdio: {command: %s, env: {%s: server}}
     pin: {command: %s}
-`, freePort(t), lw.URL, lw.Vkey, adminAddr, gateway.TokenDigest(testAdminToken), exe, childEnv, pin)), 0o600)
+`, freePort(t), lw.URL, lw.Vkey, adminAddr, httpfront.TokenDigest(testAdminToken), exe, childEnv, pin)), 0o600)
 	auditDir := filepath.Join(dir, "audit")
 	readyz := "http://" + adminAddr + "/readyz"
 	witnessOpt := auditlog.ReceiptOptions{Witnesses: []string{lw.Vkey}, WitnessQuorum: 1}

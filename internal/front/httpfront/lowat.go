@@ -1,4 +1,4 @@
-package gateway
+package httpfront
 
 import "net"
 
@@ -17,7 +17,7 @@ type lowatListener struct{ net.Listener }
 // LowWatermarkListener wraps the HTTP front's TCP listener (under TLS, if
 // any) so that writing an answer progresses as the agent reads it
 // (NotSentLowat). server.Serve uses it; so should anything that serves
-// HTTPHandler on its own listener.
+// the front (New) on its own listener.
 func LowWatermarkListener(ln net.Listener) net.Listener { return lowatListener{ln} }
 
 func (l lowatListener) Accept() (net.Conn, error) {
