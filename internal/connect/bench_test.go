@@ -63,6 +63,10 @@ type measured struct {
 	p50   time.Duration
 	perS  float64
 	total int
+	// cpu is the process's CPU time per call at concurrency 8 (every
+	// part runs in this process): steadier than calls/s on a loaded
+	// machine.
+	cpu time.Duration
 }
 
 // measure: 300 sequential calls (p50) on calls[0], then 8 goroutines for
@@ -83,6 +87,7 @@ func measure(b *testing.B, calls []func() error) measured {
 	var mu sync.Mutex
 	n := 0
 	stop := time.Now().Add(2 * time.Second)
+	c0 := cpuTime()
 	for _, c := range calls {
 		wg.Add(1)
 		go func() {
@@ -101,7 +106,8 @@ func measure(b *testing.B, calls []func() error) measured {
 		}()
 	}
 	wg.Wait()
-	return measured{p50: lat[len(lat)/2], perS: float64(n) / 2, total: n}
+	cpu := cpuTime() - c0
+	return measured{p50: lat[len(lat)/2], perS: float64(n) / 2, total: n, cpu: cpu / time.Duration(max(n, 1))}
 }
 
 var benchParams = json.RawMessage(`{"name":"echo","arguments":{"q":"hello"}}`)
@@ -286,6 +292,10 @@ func BenchmarkTunnelVsDirectHTTP(b *testing.B) {
 	b.ReportMetric(med(f, perS), "floor-c8-calls/s")
 	b.ReportMetric(med(t, perS)/med(d, perS), "c8-ratio")
 	b.ReportMetric(med(f, perS)/med(d, perS), "floor-c8-ratio")
+	cpu := func(m measured) float64 { return float64(m.cpu.Microseconds()) }
+	b.ReportMetric(med(d, cpu), "direct-cpu-µs/call")
+	b.ReportMetric(med(t, cpu), "tunnel-cpu-µs/call")
+	b.ReportMetric(med(f, cpu), "floor-cpu-µs/call")
 }
 
 const connectorsEnv = "CMCP_BENCH_CONNECTORS"

@@ -638,19 +638,9 @@ func (s *session) runHTTP() {
 		s.stop()
 		return
 	}
-	for {
-		select {
-		case <-s.ctx.Done():
-			return
-		case b := <-s.in:
-			if err := r.send(s.ctx, b); err != nil {
-				if s.ctx.Err() == nil {
-					s.end(err.Error())
-				}
-				return
-			}
-		}
-	}
+	r.wg.Add(1)
+	go func() { defer r.wg.Done(); r.serve(s.ctx) }()
+	<-s.ctx.Done()
 }
 
 // dialServer starts the session's own stdio server: a child spawned,

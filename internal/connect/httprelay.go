@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
 	"github.com/confidential-mcp/cmcp/internal/rpcwire"
@@ -32,8 +33,8 @@ const maxHTTPInFlight = 64
 // to the gateway verbatim. Each message is checked to be one JSON-RPC
 // message, never decoded into the SDK's types and encoded again: the relay
 // adds the least it can to a call. Requests are in flight concurrently,
-// up to maxHTTPInFlight; the initialize request is answered before anything
-// else is sent (its answer gives the server's session id and protocol
+// up to maxHTTPInFlight (serve); the initialize request is answered before
+// anything else is sent (its answer gives the server's session id and protocol
 // version, sent with every later POST).
 type httpRelay struct {
 	s      *session
@@ -49,32 +50,55 @@ func newHTTPRelay(s *session, url string, client *http.Client) *httpRelay {
 	return &httpRelay{s: s, url: url, client: client, slots: make(chan struct{}, maxHTTPInFlight)}
 }
 
-// send passes one message from the gateway to the server.
-func (r *httpRelay) send(ctx context.Context, b []byte) error {
-	msg, err := rpcwire.DecodeMessage(b)
-	if err != nil {
-		return fmt.Errorf("the gateway sent a message that is not JSON-RPC: %v", err)
-	}
-	req, ok := msg.(*jsonrpc.Request)
-	if !ok || !req.ID.IsValid() || req.Method == "initialize" {
-		// Answers, notifications and the handshake: in order, each
-		// answered (202) before the next is sent.
-		return r.post(ctx, b, ok && req.Method == "initialize")
-	}
-	select {
-	case r.slots <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	r.wg.Add(1)
-	go func() {
-		defer r.wg.Done()
-		defer func() { <-r.slots }()
-		if err := r.post(ctx, b, false); err != nil && ctx.Err() == nil {
-			r.s.end(err.Error())
+// serve reads the session's messages from the gateway and passes them to
+// the server until the session ends. Answers, notifications and the
+// handshake are sent in order, each answered (202) before the next is
+// read. A request is posted by the goroutine that read it, once another
+// serve goroutine took over the reading: the request goes out without a
+// hand-over to another goroutine, and the session's later messages are
+// still read while it waits for its answer.
+func (r *httpRelay) serve(ctx context.Context) {
+	for {
+		var b []byte
+		select {
+		case <-ctx.Done():
+			return
+		case b = <-r.s.in:
 		}
-	}()
-	return nil
+		msg, err := rpcwire.DecodeMessage(b)
+		if err != nil {
+			r.fail(ctx, fmt.Errorf("the gateway sent a message that is not JSON-RPC: %v", err))
+			return
+		}
+		req, ok := msg.(*jsonrpc.Request)
+		if !ok || !req.ID.IsValid() || req.Method == "initialize" {
+			if err := r.post(ctx, b, ok && req.Method == "initialize"); err != nil {
+				r.fail(ctx, err)
+				return
+			}
+			continue
+		}
+		select {
+		case r.slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		r.wg.Add(1)
+		go func() { defer r.wg.Done(); r.serve(ctx) }()
+		err = r.post(ctx, b, false)
+		<-r.slots
+		if err != nil {
+			r.fail(ctx, err)
+		}
+		return
+	}
+}
+
+// fail ends the session with err, unless it ended already.
+func (r *httpRelay) fail(ctx context.Context, err error) {
+	if ctx.Err() == nil {
+		r.s.end(err.Error())
+	}
 }
 
 // post sends b and passes on what the server answers.
@@ -147,16 +171,23 @@ func (r *httpRelay) forward(ctx context.Context, b []byte, initialize bool) erro
 		return fmt.Errorf("the server sent a message of more than %d bytes, the tunnel's limit", wire.MaxMessage)
 	}
 	b = bytes.TrimSpace(b)
-	msg, err := rpcwire.DecodeMessage(b)
-	if err != nil {
+	// One JSON object (the gateway decodes it as a JSON-RPC message);
+	// anything else would end the whole tunnel there, not this session.
+	if len(b) == 0 || b[0] != '{' || !jsontext.Value(b).IsValid() {
 		return fmt.Errorf("the server sent something that is not one JSON-RPC message (it starts %s)", framing.Excerpt(b))
 	}
-	if resp, ok := msg.(*jsonrpc.Response); ok && initialize && resp.Error == nil {
-		var res struct {
-			ProtocolVersion string `json:"protocolVersion"`
+	if initialize {
+		msg, err := rpcwire.DecodeMessage(b)
+		if err != nil {
+			return fmt.Errorf("the server's answer to initialize is not a JSON-RPC message: %v", err)
 		}
-		if json.Unmarshal(resp.Result, &res) == nil && res.ProtocolVersion != "" {
-			r.proto.Store(&res.ProtocolVersion)
+		if resp, ok := msg.(*jsonrpc.Response); ok && resp.Error == nil {
+			var res struct {
+				ProtocolVersion string `json:"protocolVersion"`
+			}
+			if json.Unmarshal(resp.Result, &res) == nil && res.ProtocolVersion != "" {
+				r.proto.Store(&res.ProtocolVersion)
+			}
 		}
 	}
 	if err := r.s.t.write(ctx, wire.EncodeMsg(r.s.id, b)); err != nil {
@@ -167,7 +198,7 @@ func (r *httpRelay) forward(ctx context.Context, b []byte, initialize bool) erro
 	return nil
 }
 
-// close waits for the requests in flight (the session's context is
+// close waits for the serve goroutines (the session's context is
 // cancelled by then) and ends the server's session (DELETE), as the SDK's
 // client does.
 func (r *httpRelay) close() {

@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -159,6 +160,7 @@ func (t *Tunnel) connectOn(ctx context.Context, id string, client *mcp.Client, o
 				"upstream", t.name, "machine", m.ID, "id", framing.Excerpt([]byte(rid)))
 		}
 	}
+	s.SetFast(tc.fastAnswer)
 	go tc.readLoop()
 	client.AddReceivingMiddleware(limitServerRequests())
 	cs, err := client.Connect(ctx, &tunnelTransport{c: tc}, &mcp.ClientSessionOptions{ProtocolVersion: ProtocolVersion})
@@ -216,6 +218,20 @@ func (c *tunnelConn) readLoop() {
 			return
 		}
 	}
+}
+
+// fastAnswer hands an answer to one of the raw calls straight to its
+// caller from the machine's read loop (tunnel.Session.SetFast).
+func (c *tunnelConn) fastAnswer(b []byte) bool {
+	if !bytes.Contains(b, []byte(`"`+c.raw.Prefix)) {
+		return false
+	}
+	msg, ok := rpcwire.DecodeFast(b)
+	if !ok {
+		return false
+	}
+	resp, ok := msg.(*jsonrpc.Response)
+	return ok && c.raw.Deliver(resp)
 }
 
 func (c *tunnelConn) Write(ctx context.Context, msg jsonrpc.Message) error {

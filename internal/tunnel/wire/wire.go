@@ -34,6 +34,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/go-json-experiment/json/jsontext"
+
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 	"github.com/confidential-mcp/cmcp/pkg/evidence"
 )
@@ -162,11 +164,53 @@ const (
 	maxBundle    = 1 << 20
 )
 
-// Decode parses one frame strictly and checks its bounds.
+// Decode parses one frame strictly and checks its bounds. A msg frame's M
+// may share b's bytes.
 func Decode(b []byte) (*Frame, error) {
 	if len(b) > MaxFrame {
 		return nil, fmt.Errorf("tunnel frame of %d bytes is over the limit of %d", len(b), MaxFrame)
 	}
+	if f, ok := decodeMsg(b); ok {
+		return f, nil
+	}
+	return decodeSlow(b)
+}
+
+// msgPrefix starts every msg frame as EncodeMsg writes it.
+const msgPrefix = `{"t":"msg","s":"`
+
+// decodeMsg decodes a msg frame written exactly as EncodeMsg writes it
+// (no escapes in the session id, no spaces): {"t":"msg","s":"ID","m":M}
+// where M is one valid JSON object (RFC 8259, UTF-8, no duplicate names)
+// within MaxMessage. Anything else (ok false) goes to decodeSlow, which
+// accepts all this accepts: the fast path only saves the reflection and
+// the copy for the frame that carries every call.
+func decodeMsg(b []byte) (*Frame, bool) {
+	if !bytes.HasPrefix(b, []byte(msgPrefix)) || b[len(b)-1] != '}' {
+		return nil, false
+	}
+	rest := b[len(msgPrefix):]
+	end := bytes.IndexByte(rest, '"')
+	if end <= 0 || end > maxSessionID {
+		return nil, false
+	}
+	sid := string(rest[:end])
+	if !sessionIDChars(sid) {
+		return nil, false
+	}
+	rest, ok := bytes.CutPrefix(rest[end+1:], []byte(`,"m":`))
+	if !ok {
+		return nil, false
+	}
+	m := rest[:len(rest)-1]
+	if len(m) == 0 || m[0] != '{' || len(m) > MaxMessage || !jsontext.Value(m).IsValid() {
+		return nil, false
+	}
+	return &Frame{T: TMsg, S: sid, M: json.RawMessage(m)}, true
+}
+
+// decodeSlow decodes any frame with encoding/json, strictly.
+func decodeSlow(b []byte) (*Frame, error) {
 	d := json.NewDecoder(bytes.NewReader(b))
 	d.DisallowUnknownFields()
 	var f Frame

@@ -93,7 +93,21 @@ func FuzzDecode(f *testing.F) {
 	for _, v := range vectors {
 		f.Add([]byte(v))
 	}
+	f.Add([]byte(`{"t":"msg","s":"7","m":{"jsonrpc":"2.0","id":"cmcp-1","result":{"a":[1,"\u00e9"]}}}`))
+	f.Add([]byte(`{"t":"msg","s":"7","m":{"a":1,"a":2}}`))
+	f.Add([]byte(`{"t":"msg","s":"7","m":{"a":1}} }`))
 	f.Fuzz(func(t *testing.T, b []byte) {
+		// The msg fast path accepts only what the strict decoder accepts,
+		// and gives the same frame.
+		if fast, ok := decodeMsg(b); ok {
+			slow, err := decodeSlow(b)
+			if err != nil {
+				t.Fatalf("the msg fast path accepted %q, the strict decoder refuses it: %v", b, err)
+			}
+			if fast.S != slow.S || !bytes.Equal(fast.M, slow.M) || fast.T != slow.T {
+				t.Fatalf("fast %+v, strict %+v for %q", fast, slow, b)
+			}
+		}
 		fr, err := Decode(b)
 		if err != nil {
 			return
@@ -105,6 +119,26 @@ func FuzzDecode(f *testing.F) {
 		}
 		if !bytes.Equal(enc, Encode(g)) {
 			t.Fatalf("round trip changed %q", enc)
+		}
+	})
+}
+
+// BenchmarkDecodeMsg: a call's answer in a msg frame, through Decode (the
+// msg fast path) and through the strict decoder alone.
+func BenchmarkDecodeMsg(b *testing.B) {
+	frame := EncodeMsg("42", []byte(`{"jsonrpc":"2.0","id":"cmcp-17","result":{"content":[{"type":"text","text":"{\"q\":\"hello\"}"}],"structuredContent":{"q":"hello"}}}`))
+	b.Run("decode", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := Decode(frame); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("strict", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := decodeSlow(frame); err != nil {
+				b.Fatal(err)
+			}
 		}
 	})
 }
