@@ -3,7 +3,10 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -71,7 +74,10 @@ func waitFor(t *testing.T, within time.Duration, f func() string) {
 // class tunnel, host facts, which token matched; refused: why; gone: why
 // and for how long it had been registered). No machine token appears
 // anywhere in the audit directory, verify-chain verifies the log and
-// replay reads it.
+// replay reads it. The admin listener lists the machines (GET
+// /admin/machines and /readyz, to the admin token only; a tunnel upstream
+// with no machine leaves the gateway ready and is named) and /metrics
+// counts them.
 func TestServeConnectMachineRecords(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs cmcp serve and cmcp connect processes")
@@ -90,7 +96,15 @@ func TestServeConnectMachineRecords(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
+	aln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	adminAddr := aln.Addr().String()
+	aln.Close()
+	const adminToken = "admin-token-for-the-machines-test"
 	cfg := "version: 1\nserver:\n  listen: " + addr + "\n  tee: software\naudit:\n  dir: audit\n" +
+		"admin:\n  listen: " + adminAddr + "\n  token_sha256: " + digest.Bytes([]byte(adminToken)).String() + "\n" +
 		"upstreams:\n  - name: files\n    tunnel:\n      tokens:\n" +
 		"        - sha256: " + digest.Bytes([]byte(groupToken)).String() + "\n" +
 		"        - sha256: " + digest.Bytes([]byte(goodToken)).String() + "\n          machines: [lab-1]\n"
@@ -102,6 +116,27 @@ func TestServeConnectMachineRecords(t *testing.T) {
 	cs := connectWhenServing(t, addr, exited)
 	defer cs.Close()
 
+	// The admin listener: /readyz names the machines (to the admin token
+	// only), GET /admin/machines lists them (behind the token), /metrics
+	// counts them.
+	admin := func(path, token string) (int, string) {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+adminAddr+path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	// Before any machine: ready (its machines must be able to reach it),
+	// and /readyz says the upstream has none.
+	if code, body := admin("/readyz", adminToken); code != 200 || !strings.Contains(body, "tunnel upstream files: no machine connected") {
+		t.Errorf("/readyz before any machine: %d %q, want ready, saying no machine is connected", code, body)
+	}
 	connectArgs := func(tokenFile, machine string) []string {
 		return []string{"connect", "--gateway", "http://" + addr + "/tunnel", "--token-file", filepath.Join(tmp, tokenFile), "--name", "files",
 			"--machine-id", machine, "--machine-name", machine + " bench", "--pin", pin.String(), "--backoff-initial", "100ms", "--backoff-max", "1m",
@@ -123,6 +158,36 @@ func TestServeConnectMachineRecords(t *testing.T) {
 		}
 		return ""
 	})
+	if code, body := admin("/readyz", adminToken); code != 200 || !strings.Contains(body, "tunnel upstream files: 1 machine connected (lab-1)") {
+		t.Errorf("/readyz with the token: %d %q", code, body)
+	}
+	if code, body := admin("/readyz", ""); code != 200 || strings.Contains(body, "lab-1") {
+		t.Errorf("/readyz without the token: %d %q, want ready and no machine named", code, body)
+	}
+	if code, body := admin("/admin/machines", ""); code != http.StatusUnauthorized || strings.Contains(body, "lab-1") {
+		t.Errorf("/admin/machines without the token: %d %q", code, body)
+	}
+	code, body := admin("/admin/machines", adminToken)
+	var listed struct {
+		Upstreams []struct {
+			Name     string
+			Machines []struct {
+				ID, Name string
+				Server   struct{ Digest string }
+			}
+		}
+	}
+	if err := json.Unmarshal([]byte(body), &listed); err != nil || code != 200 || len(listed.Upstreams) != 1 || listed.Upstreams[0].Name != "files" ||
+		len(listed.Upstreams[0].Machines) != 1 || listed.Upstreams[0].Machines[0].ID != "lab-1" || listed.Upstreams[0].Machines[0].Server.Digest != pin.String() {
+		t.Errorf("/admin/machines: %d %s (%v)", code, body, err)
+	}
+	if strings.Contains(body, goodToken) {
+		t.Errorf("/admin/machines shows a machine token")
+	}
+	if _, body := admin("/metrics", adminToken); !strings.Contains(body, "cmcp_tunnel_machines 1\n") || !strings.Contains(body, "cmcp_tunnel_registrations_total 1\n") {
+		t.Errorf("/metrics: no tunnel machine counted:\n%s", body)
+	}
+
 	_, wrongErr, _ := startCmcp(t, connectArgs("wrong.token", "lab-2")...)
 	waitFor(t, 60*time.Second, func() string {
 		if !strings.Contains(wrongErr.String(), "unauthorized") {
@@ -139,6 +204,12 @@ func TestServeConnectMachineRecords(t *testing.T) {
 		}
 		return ""
 	})
+	if code, body := admin("/readyz", adminToken); code != 200 || !strings.Contains(body, "tunnel upstream files: no machine connected") {
+		t.Errorf("/readyz with no machine: %d %q, want ready, saying no machine is connected", code, body)
+	}
+	if _, body := admin("/metrics", adminToken); !strings.Contains(body, "cmcp_tunnel_machines 0\n") || !strings.Contains(body, "cmcp_tunnel_machines_gone_total 1\n") || strings.Contains(body, "cmcp_tunnel_refusals_total 0\n") {
+		t.Errorf("/metrics after the refusal and the machine gone:\n%s", body)
+	}
 	cs.Close()
 	stopServe(t, gw, exited)
 

@@ -60,6 +60,12 @@ type AdminOptions struct {
 	// Containment, if set, names how the upstream children's descendants
 	// are contained (contain.Info); /readyz says it to the admin token.
 	Containment func() string
+	// Notes, if set, are more lines /readyz says to the admin token (the
+	// tunnel upstreams' machines).
+	Notes func() []string
+	// Routes are more endpoints behind the admin token, by pattern
+	// ("GET /admin/machines").
+	Routes map[string]http.Handler
 	// BeforeScrape, if set, runs before /metrics is written (to refresh
 	// gauges such as upstream health).
 	BeforeScrape func()
@@ -119,6 +125,9 @@ func NewAdmin(o AdminOptions) (*Admin, error) {
 	a.mux.Handle("POST /admin/checkpoint", a.auth(a.checkpoint))
 	if o.Receipt != nil {
 		a.mux.Handle("GET /admin/receipt", a.auth(a.receipt))
+	}
+	for pattern, h := range o.Routes {
+		a.mux.Handle(pattern, a.auth(h.ServeHTTP))
 	}
 	o.Metrics.GaugeFunc("cmcp_kill_switch_engaged", "1 while the operator's kill switch stops all calls.", func() float64 {
 		if o.Kill.KillSwitch() {
@@ -234,6 +243,11 @@ func (a *Admin) readyz(w http.ResponseWriter, r *http.Request) {
 	contained := ""
 	if a.o.Containment != nil && a.authorized(r) {
 		contained = "containment: " + a.o.Containment() + "\n"
+	}
+	if a.o.Notes != nil && a.authorized(r) {
+		for _, n := range a.o.Notes() {
+			contained += n + "\n"
+		}
 	}
 	if why == "" {
 		io.WriteString(w, "ready\n"+contained)
@@ -398,6 +412,9 @@ type AdminConfig struct {
 	Ready func() error
 	// Receipt, if set, serves session receipts (AdminOptions.Receipt).
 	Receipt func(ctx context.Context, session string) ([]byte, error)
+	// Notes and Routes are AdminOptions.Notes and Routes.
+	Notes  func() []string
+	Routes map[string]http.Handler
 }
 
 // StartAdmin starts the admin listener of the `admin:` section for a running
@@ -439,7 +456,10 @@ func StartAdmin(c AdminConfig, ln net.Listener, g *Gateway, w *auditlog.Writer, 
 			if err := w.Err(); err != nil {
 				return fmt.Errorf("audit log: %w", err)
 			}
-			ups := g.Upstreams()
+			// A tunnel upstream waits for machines to dial in to this
+			// gateway: it never makes the gateway unready (its machines
+			// could not reach an unready one behind a load balancer).
+			ups := slices.DeleteFunc(g.Upstreams(), func(u UpstreamStatus) bool { return u.Transport == "tunnel" })
 			if len(ups) > 0 && !slices.ContainsFunc(ups, func(u UpstreamStatus) bool { return u.Available }) {
 				return fmt.Errorf("no upstream is available (%s: %s)", ups[0].Name, ups[0].Error)
 			}
@@ -449,6 +469,8 @@ func StartAdmin(c AdminConfig, ln net.Listener, g *Gateway, w *auditlog.Writer, 
 			return nil
 		},
 		Receipt: c.Receipt,
+		Notes:   c.Notes,
+		Routes:  c.Routes,
 		BeforeScrape: func() {
 			for _, u := range g.Upstreams() {
 				m.UpstreamHealth(u.Name, u.Available)

@@ -471,6 +471,7 @@ type UpstreamStatus struct {
 	Name          string
 	Available     bool
 	EvidenceClass string
+	Transport     string // stdio, http, tunnel
 	Tools         int
 	Error         string
 }
@@ -481,7 +482,7 @@ func (g *Gateway) Upstreams() []UpstreamStatus {
 	for _, name := range g.order {
 		st := g.ups[name]
 		st.mu.Lock()
-		s := UpstreamStatus{Name: name, Available: st.loaded && st.lastErr == nil, EvidenceClass: st.class, Tools: len(st.tools)}
+		s := UpstreamStatus{Name: name, Available: st.loaded && st.lastErr == nil, EvidenceClass: st.class, Transport: st.transport(), Tools: len(st.tools)}
 		if st.lastErr != nil {
 			s.Error = st.lastErr.Error()
 		}

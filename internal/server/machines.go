@@ -30,6 +30,10 @@ type machineRecorder struct {
 	log    atomic.Pointer[auditlog.Writer]
 	logger *slog.Logger
 
+	// registered, refused and gone count the events (metrics), recorded
+	// or not.
+	registered, refused, gone atomic.Int64
+
 	mu          sync.Mutex
 	windowStart time.Time
 	inWindow    int
@@ -41,6 +45,12 @@ var errNoAuditLog = errors.New("the audit log is not open yet")
 // record writes ev; it returns the append's error (a registration that
 // cannot be recorded is refused).
 func (r *machineRecorder) record(ev tunnel.Event) error {
+	switch ev.Kind {
+	case tunnel.EventRefused:
+		r.refused.Add(1)
+	case tunnel.EventGone:
+		r.gone.Add(1)
+	}
 	w := r.log.Load()
 	if w == nil {
 		return errNoAuditLog
@@ -74,6 +84,9 @@ func (r *machineRecorder) record(ev tunnel.Event) error {
 			r.logger.Error("audit append failed for a tunnel machine event", "event", rec.Event, "upstream", rec.Upstream, "machine", rec.Machine, "err", err)
 		}
 		return err
+	}
+	if ev.Kind == tunnel.EventRegistered {
+		r.registered.Add(1)
 	}
 	return nil
 }

@@ -566,7 +566,8 @@ func (s *serve) startAdmin() error {
 		m = gateway.NewMetrics() // what StartAdmin would make: the witness gauges go there too
 	}
 	s.wit.RegisterMetrics(m)
-	adm, err := gateway.StartAdmin(gateway.AdminConfig{Listen: c.Listen, TokenSHA256: c.TokenSHA256, Ready: s.wit.Ready, Receipt: s.rcpt.serve}, s.adminLn, s.g, s.w, m, s.logger)
+	adm, err := gateway.StartAdmin(gateway.AdminConfig{Listen: c.Listen, TokenSHA256: c.TokenSHA256, Ready: s.wit.Ready, Receipt: s.rcpt.serve,
+		Notes: s.tunnelNotes, Routes: s.tunnelRoutes()}, s.adminLn, s.g, s.w, m, s.logger)
 	if err != nil {
 		s.shutdown()
 		return exitcode.WithCode(exitcode.ExitRuntime, err)

@@ -3,7 +3,10 @@ package server
 import (
 	"context"
 	"crypto/ed25519"
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"strings"
 
 	"github.com/confidential-mcp/cmcp/internal/gateway"
 	"github.com/confidential-mcp/cmcp/internal/tunnel"
@@ -67,6 +70,9 @@ func (s *serve) tunnelHub() (*tunnel.Hub, map[string]*upstream.Tunnel, error) {
 			return float64(n)
 		})
 		m.CounterFunc("cmcp_tunnel_frames_dropped_total", "Tunnel frames for sessions the gateway does not have, dropped.", func() float64 { return float64(hub.Dropped.Load()) })
+		m.CounterFunc("cmcp_tunnel_registrations_total", "Machines admitted through tunnels (each recorded in the audit log).", func() float64 { return float64(s.machines.registered.Load()) })
+		m.CounterFunc("cmcp_tunnel_refusals_total", "Tunnel registrations refused (wrong token, duplicate machine id, other tools, full, bad frames).", func() float64 { return float64(s.machines.refused.Load()) })
+		m.CounterFunc("cmcp_tunnel_machines_gone_total", "Registered machines whose tunnel ended (closed, half-open, stalled, gateway stopping).", func() float64 { return float64(s.machines.gone.Load()) })
 	}
 	for _, sp := range specs {
 		t := upstream.NewTunnel(sp.Name, hub)
@@ -102,4 +108,77 @@ func (s *serve) watchTunnels(g *gateway.Gateway) {
 			}
 		}
 	}()
+}
+
+// tunnelUpstreams names the configuration's tunnel upstreams, in order.
+func (s *serve) tunnelUpstreams() []string {
+	var names []string
+	for _, u := range s.cfg.Upstreams {
+		if u.Tunnel != nil {
+			names = append(names, u.Name)
+		}
+	}
+	return names
+}
+
+// tunnelNotes are /readyz's lines (to the admin token) about the tunnel
+// upstreams: their live machines, or that none is connected (its calls
+// are refused until one registers; the gateway stays ready, for its
+// machines to dial in).
+func (s *serve) tunnelNotes() []string {
+	if s.hub == nil {
+		return nil
+	}
+	var notes []string
+	for _, name := range s.tunnelUpstreams() {
+		ms := s.hub.Machines(name)
+		if len(ms) == 0 {
+			notes = append(notes, fmt.Sprintf("tunnel upstream %s: no machine connected; its calls are refused until `cmcp connect` registers one", name))
+			continue
+		}
+		ids := make([]string, len(ms))
+		for i, m := range ms {
+			ids[i] = m.ID
+		}
+		what := "machines"
+		if len(ms) == 1 {
+			what = "machine"
+		}
+		notes = append(notes, fmt.Sprintf("tunnel upstream %s: %d %s connected (%s)", name, len(ms), what, strings.Join(ids, ", ")))
+	}
+	return notes
+}
+
+// TunnelStatus is GET /admin/machines's answer: every tunnel upstream and
+// its live machines.
+type TunnelStatus struct {
+	Upstreams []TunnelUpstreamStatus `json:"upstreams"`
+}
+
+// TunnelUpstreamStatus is one tunnel upstream on /admin/machines.
+type TunnelUpstreamStatus struct {
+	Name     string        `json:"name"`
+	Machines []tunnel.Info `json:"machines"`
+}
+
+// tunnelRoutes are the admin endpoints of the tunnels: GET /admin/machines.
+func (s *serve) tunnelRoutes() map[string]http.Handler {
+	if s.hub == nil {
+		return nil
+	}
+	return map[string]http.Handler{"GET /admin/machines": http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		st := TunnelStatus{Upstreams: []TunnelUpstreamStatus{}}
+		for _, name := range s.tunnelUpstreams() {
+			u := TunnelUpstreamStatus{Name: name, Machines: []tunnel.Info{}}
+			for _, m := range s.hub.Machines(name) {
+				u.Machines = append(u.Machines, m.Info())
+			}
+			st.Upstreams = append(st.Upstreams, u)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(st)
+	})}
 }
