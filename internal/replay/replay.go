@@ -258,6 +258,11 @@ type epochState struct {
 	// gateway that restarts with the switch engaged records a new
 	// kill_switch_on in its new epoch before it serves (restoreKillSwitch).
 	killedAt int64
+	// machines are the tunnel machines a machine record registered in
+	// the epoch (upstream "\x00" machine id); machineRecords: the epoch
+	// holds machine records (its gateway records registrations).
+	machines       map[string]bool
+	machineRecords bool
 }
 
 // killed returns how a record forwarded now contradicts the kill switch,
@@ -416,6 +421,24 @@ func Run(ctx context.Context, dir string, opts Options) (*Report, error) {
 	}
 	if st.strays > maxStrays {
 		rep.Warnings = append(rep.Warnings, fmt.Sprintf("result records that fit no call: %d more than the %d listed", st.strays-maxStrays, maxStrays))
+	}
+	// A gateway that records machines records a registration before any
+	// call can go to that machine (epochs of older gateways hold no
+	// machine record and are not checked).
+	var unreg []string
+	n := 0
+	for _, u := range st.unregistered {
+		if u.ep.machineRecords {
+			if n++; len(unreg) < maxStrays {
+				unreg = append(unreg, u.where)
+			}
+		}
+	}
+	if n > 0 {
+		if n > len(unreg) {
+			unreg = append(unreg, "...")
+		}
+		rep.Warnings = append(rep.Warnings, fmt.Sprintf("forwarded calls to a tunnel machine no machine record of their epoch registered before them: %d (epoch:record upstream/machine %s); the registration record is missing or the call's machine was altered", n, strings.Join(unreg, ", ")))
 	}
 	var noResult []string
 	for _, c := range rep.Calls {
@@ -892,6 +915,15 @@ type readState struct {
 
 	lastBundle    digest.Digest // and its String, shared by the calls
 	lastBundleStr string
+
+	// unregistered are the forwarded calls naming a tunnel machine no
+	// machine record of their epoch registered before them.
+	unregistered []unregisteredCall
+}
+
+type unregisteredCall struct {
+	ep    *epochState
+	where string
 }
 
 func newReadState(rep *Report, opts *Options, simulate bool) *readState {
@@ -926,7 +958,7 @@ func (st *readState) hiddenOf(checks []*Call) []*Call {
 // replayed reports whether replay reads the records of kind k.
 func replayed(k auditlog.Kind) bool {
 	switch k {
-	case auditlog.KindGenesis, auditlog.KindSession, auditlog.KindCall, auditlog.KindAccess, auditlog.KindResult, auditlog.KindPolicy, auditlog.KindAdmin:
+	case auditlog.KindGenesis, auditlog.KindSession, auditlog.KindCall, auditlog.KindAccess, auditlog.KindResult, auditlog.KindPolicy, auditlog.KindAdmin, auditlog.KindMachine:
 		return true
 	}
 	return false
@@ -979,6 +1011,16 @@ func (st *readState) add(e *auditlog.Entry) {
 				st.ep.policies = append(st.ep.policies, policyState{rec.Bundle, rec.Mode, pos.Index})
 			}
 		}
+	case *auditlog.Machine:
+		if ep := st.ep; ep != nil {
+			ep.machineRecords = true
+			if rec.Event == auditlog.MachineRegistered {
+				if ep.machines == nil {
+					ep.machines = map[string]bool{}
+				}
+				ep.machines[rec.Upstream+"\x00"+rec.Machine] = true
+			}
+		}
 	case *auditlog.Admin:
 		if st.ep != nil {
 			switch rec.Action {
@@ -1015,6 +1057,9 @@ func (st *readState) add(e *auditlog.Entry) {
 		// and policy records say which bundles the gateway put in force
 		// (inconsistency reports a call that names another).
 		ep.isCall.set(pos.Index)
+		if rec.Machine != "" && rec.Outcome == auditlog.OutcomeForwarded && !ep.machines[rec.Upstream+"\x00"+rec.Machine] {
+			st.unregistered = append(st.unregistered, unregisteredCall{ep, fmt.Sprintf("%d:%d %s/%s", pos.Epoch, pos.Index, rec.Upstream, rec.Machine)})
+		}
 		contra := ep.killed(rec.Outcome)
 		if ep.commit(rec.Args) {
 			contra = reusedMsg("its arguments'", rec.Args)
