@@ -42,6 +42,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/confidential-mcp/cmcp/internal/buildinfo"
+	"github.com/confidential-mcp/cmcp/internal/rpcwire"
 	"github.com/confidential-mcp/cmcp/internal/tunnel"
 	"github.com/confidential-mcp/cmcp/internal/tunnel/wire"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
@@ -581,7 +582,7 @@ func (s *session) run() {
 			case <-s.ctx.Done():
 				return
 			case b := <-s.in:
-				msg, err := jsonrpc.DecodeMessage(b)
+				msg, err := rpcwire.DecodeMessage(b) // what jsonrpc.DecodeMessage gives, without its large buffer
 				if err != nil {
 					s.end(fmt.Sprintf("the gateway sent a message that is not JSON-RPC: %v", err))
 					return
