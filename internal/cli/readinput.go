@@ -27,6 +27,12 @@ func readInputMax(path string, limit int64) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
+	// A regular file's size is known: one over the bound is refused before
+	// a byte of it is read. A device or a pipe has no true size, and a
+	// file may grow while it is read: the read itself is bounded too.
+	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > limit {
+		return nil, &fs.PathError{Op: "read", Path: path, Err: errTooLarge(limit)}
+	}
 	data, err := io.ReadAll(io.LimitReader(f, limit+1))
 	if err != nil {
 		return nil, err

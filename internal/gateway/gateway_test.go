@@ -84,15 +84,28 @@ func TestCallThroughGateway(t *testing.T) {
 	if c0["args"] == nil {
 		t.Fatalf("call record lacks the argument commitment: %v", c0)
 	}
-	outcomes := []any{results[0].Body["outcome"], results[1].Body["outcome"], results[2].Body["outcome"]}
-	if !slices.Equal(outcomes, []any{"ok", "is_error", "upstream_error"}) {
-		t.Fatalf("result outcomes = %v", outcomes)
-	}
-	// Each result names its call record.
-	for i, r := range results {
-		if r.Body["call"] != calls[i].Seq {
-			t.Fatalf("result %d names call %v, want %v", i, r.Body["call"], calls[i].Seq)
+	// Each result names its call record, and says how that call ended.
+	// Results are matched to calls by the call they name, not by their
+	// place in the log: a result record is appended once the answer is
+	// on its way (in a goroutine of its own), so a call's result may
+	// follow the next call's.
+	outcomeOf := map[any]any{}
+	for _, r := range results {
+		if _, twice := outcomeOf[r.Body["call"]]; twice {
+			t.Fatalf("two result records name call %v: %v", r.Body["call"], results)
 		}
+		outcomeOf[r.Body["call"]] = r.Body["outcome"]
+	}
+	var outcomes []any
+	for i, c := range calls {
+		o, ok := outcomeOf[c.Seq]
+		if !ok {
+			t.Fatalf("no result record names call %d (record %v): %v", i, c.Seq, results)
+		}
+		outcomes = append(outcomes, o)
+	}
+	if !slices.Equal(outcomes, []any{"ok", "is_error", "upstream_error"}) {
+		t.Fatalf("result outcomes of the calls in order = %v", outcomes)
 	}
 	spawns := kinds(rs, "spawn")
 	if len(spawns) < 2 || spawns[0].Body["outcome"] != "started" || spawns[0].Body["evidence_class"] != "spawn-measured" {
