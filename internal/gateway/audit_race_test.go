@@ -20,6 +20,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/confidential-mcp/cmcp/internal/front/stdiofront"
+	"github.com/confidential-mcp/cmcp/internal/gwtest"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 )
 
@@ -33,21 +34,21 @@ func TestKillSwitchBeatsACallInProgress(t *testing.T) {
 	for _, front := range fronts {
 		t.Run(front, func(t *testing.T) {
 			seen := filepath.Join(t.TempDir(), "seen")
-			slow := filepath.Join(t.TempDir(), "slow")
-			h := newHarness(t, hconf{env: map[string]string{"CMCP_TEST_SLOWSTART": slow, "CMCP_TEST_SEEN": seen}})
-			if err := os.WriteFile(slow, nil, 0o600); err != nil { // the session's own child starts slowly
-				t.Fatal(err)
-			}
+			gate := gwtest.NewSlowStart(t)
+			k, v := gate.Env()
+			h := newHarness(t, hconf{env: map[string]string{k: v, "CMCP_TEST_SEEN": seen}})
+			gate.Hold(t) // the session's own child starts when the test says so
 			cs := h.connectVia(front, nil)
 			errc := make(chan error, 1)
 			go func() {
 				_, err := call(t, cs, "t__record", map[string]any{"text": "after kill"})
 				errc <- err
 			}()
-			time.Sleep(500 * time.Millisecond) // the child is starting
+			gate.WaitStarted(t) // the call waits for its child
 			if err := h.g.SetKillSwitch(context.Background(), true, "test", "incident"); err != nil {
 				t.Fatal(err)
 			}
+			gate.Release()
 			if err := <-errc; wireCode(err) != CodeKillSwitch {
 				t.Fatalf("the call in progress got %v, want %d", err, CodeKillSwitch)
 			}
@@ -76,15 +77,21 @@ func TestKillSwitchBeatsACallInProgress(t *testing.T) {
 func TestCancelledCallIsRecorded(t *testing.T) {
 	for _, front := range fronts {
 		t.Run(front, func(t *testing.T) {
-			slow := filepath.Join(t.TempDir(), "slow")
-			h := newHarness(t, hconf{env: map[string]string{"CMCP_TEST_SLOWSTART": slow}})
-			if err := os.WriteFile(slow, nil, 0o600); err != nil {
-				t.Fatal(err)
-			}
+			gate := gwtest.NewSlowStart(t)
+			k, v := gate.Env()
+			h := newHarness(t, hconf{env: map[string]string{k: v}})
+			gate.Hold(t)
 			cs := h.connectVia(front, nil)
-			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-			_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "t__echo", Arguments: map[string]any{"text": "x"}})
+			ctx, cancel := context.WithCancel(context.Background())
+			errc := make(chan error, 1)
+			go func() {
+				_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "t__echo", Arguments: map[string]any{"text": "x"}})
+				errc <- err
+			}()
+			gate.WaitStarted(t) // the call waits for its child: the agent gives up
 			cancel()
+			err := <-errc
+			gate.Release()
 			if err == nil {
 				t.Fatal("the call was not cancelled")
 			}

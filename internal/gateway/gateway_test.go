@@ -19,6 +19,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/confidential-mcp/cmcp/internal/gwtest"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
@@ -1103,30 +1104,34 @@ func TestFastPathResponseShapes(t *testing.T) {
 
 // TestStdioReadsWhileACallWaits: over stdio, the agent's next messages are
 // read and answered while a call waits for its upstream to start (the
-// reader resumes before a call's slow steps, or after resumeAfter).
+// reader resumes before a call's slow steps, or after resumeAfter): a ping
+// is answered while the call's child is held at its start, and the call
+// only after the child is let go.
 func TestStdioReadsWhileACallWaits(t *testing.T) {
-	slow := filepath.Join(t.TempDir(), "slow")
-	h := newHarness(t, hconf{env: map[string]string{"CMCP_TEST_SLOWSTART": slow}})
+	gate := gwtest.NewSlowStart(t)
+	k, v := gate.Env()
+	h := newHarness(t, hconf{env: map[string]string{k: v}})
 	cs := h.connectVia("stdio", nil)
-	if err := os.WriteFile(slow, nil, 0o600); err != nil { // the session's own child starts slowly
-		t.Fatal(err)
-	}
+	gate.Hold(t) // the session's own child starts when the test says so
 	ctx := context.Background()
-	start := time.Now()
 	errc := make(chan error, 1)
 	go func() {
 		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "t__echo", Arguments: map[string]any{"text": "x"}})
 		errc <- err
 	}()
-	time.Sleep(200 * time.Millisecond) // the call is waiting for its child
-	if err := cs.Ping(ctx, nil); err != nil {
-		t.Fatal(err)
+	gate.WaitStarted(t) // the call is waiting for its child
+	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := cs.Ping(pctx, nil); err != nil {
+		t.Fatalf("ping while a call waits for its child: %v: the agent's messages were not read while the call waited", err)
 	}
-	pinged := time.Since(start)
+	select {
+	case err := <-errc:
+		t.Fatalf("the call was answered (%v) before its child could start", err)
+	default:
+	}
+	gate.Release()
 	if err := <-errc; err != nil {
 		t.Fatal(err)
-	}
-	if called := time.Since(start); called < 2*time.Second || pinged > time.Second {
-		t.Fatalf("ping answered after %v, the call after %v: the agent's messages were not read while the call waited", pinged, called)
 	}
 }

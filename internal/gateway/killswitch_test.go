@@ -12,6 +12,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/confidential-mcp/cmcp/internal/gwtest"
 	"github.com/confidential-mcp/cmcp/internal/policy"
 	"github.com/confidential-mcp/cmcp/internal/replay"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
@@ -263,7 +264,7 @@ permit (principal, action in [Action::"read_resource", Action::"get_prompt"], re
 		_, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "test://static"})
 		errc <- err
 	}()
-	time.Sleep(500 * time.Millisecond) // the read is decided
+	gwtest.WaitGoroutine(t, "sync.Mutex.Lock", "gateway.(*Metrics).Decision(") // the read is decided
 	if err := h.g.SetKillSwitch(ctx, true, "test", "incident"); err != nil {
 		m.mu.Unlock()
 		t.Fatal(err)

@@ -8,9 +8,11 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
+	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -86,7 +88,7 @@ func RunChild(mode string) {
 	}
 	if f := os.Getenv("CMCP_TEST_SLOWSTART"); f != "" {
 		if _, err := os.Stat(f); err == nil {
-			time.Sleep(2 * time.Second) // an upstream slow to start
+			slowStart(f)
 		}
 	}
 	s := NewChildServer(mode)
@@ -268,4 +270,56 @@ func NewChildServer(mode string) *mcp.Server {
 		return &mcp.GetPromptResult{Messages: []*mcp.PromptMessage{{Role: "user", Content: &mcp.TextContent{Text: "hello " + req.Params.Arguments["who"]}}}}, nil
 	})
 	return s
+}
+
+// SlowStart is a gate in front of the test upstream's start: a child
+// started with CMCP_TEST_SLOWSTART=Path while the file Path exists says
+// that it is starting (WaitStarted returns) and then waits until Release
+// removes the file, as an upstream slow to start would; a test knows that
+// a call is waiting for its child, and for how long, without guessing it
+// with a delay.
+type SlowStart struct{ Path string }
+
+// NewSlowStart is an open gate (no file yet); it is released when the
+// test ends, so that no child waits for it longer.
+func NewSlowStart(t testing.TB) *SlowStart {
+	s := &SlowStart{Path: filepath.Join(t.TempDir(), "slowstart")}
+	t.Cleanup(s.Release)
+	return s
+}
+
+// Env is the child's environment entry that puts it behind the gate.
+func (s *SlowStart) Env() (string, string) { return "CMCP_TEST_SLOWSTART", s.Path }
+
+// Hold closes the gate: children started from now on wait.
+func (s *SlowStart) Hold(t testing.TB) {
+	t.Helper()
+	if err := os.WriteFile(s.Path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// WaitStarted waits until a child has started behind the closed gate.
+func (s *SlowStart) WaitStarted(t *testing.T) {
+	t.Helper()
+	Eventually(t, time.Minute, func() string {
+		if _, err := os.Stat(s.Path + ".started"); err != nil {
+			return "no child started behind the gate"
+		}
+		return ""
+	})
+}
+
+// Release opens the gate: a child waiting behind it starts.
+func (s *SlowStart) Release() { os.Remove(s.Path) }
+
+// slowStart is the child's side of a closed gate at f: it says it is
+// starting, then waits for the gate to open (at most two minutes).
+func slowStart(f string) {
+	_ = os.WriteFile(f+".started", []byte(strconv.Itoa(os.Getpid())), 0o600)
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if _, err := os.Stat(f); err != nil {
+			return
+		}
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -310,4 +311,24 @@ func CheckCutResult(t *testing.T, dir string, n int, code int64, why string) {
 			t.Errorf("a cut call's result record: %v", b)
 		}
 	}
+}
+
+// WaitGoroutine waits until a goroutine of this process is in the state
+// its dump's header names (say "sync.Mutex.Lock", "IO wait") with frame
+// (say "gateway.(*Metrics).Decision(") on its stack: a test holding a lock
+// or a full pipe knows that the call it waits for has got there, without
+// guessing it with a delay.
+func WaitGoroutine(t *testing.T, state, frame string) {
+	t.Helper()
+	buf := make([]byte, 8<<20)
+	Eventually(t, time.Minute, func() string {
+		n := runtime.Stack(buf, true)
+		for _, g := range strings.Split(string(buf[:n]), "\n\n") {
+			header, stack, _ := strings.Cut(g, "\n")
+			if strings.Contains(header, "["+state) && strings.Contains(stack, frame) {
+				return ""
+			}
+		}
+		return fmt.Sprintf("no goroutine in %s at %s", state, frame)
+	})
 }
