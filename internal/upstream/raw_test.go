@@ -18,6 +18,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/confidential-mcp/cmcp/internal/gwtest"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
@@ -316,7 +317,7 @@ func deafChildPinged(t *testing.T) *Conn {
 	if err := syscall.Kill(childPID(t, conn), syscall.SIGUSR1); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond) // the answer is being written
+	gwtest.WaitGoroutine(t, "IO wait", "upstream.(*childConn).Write(") // the answer is being written
 	return conn
 }
 
@@ -337,7 +338,7 @@ func TestRawCallBehindABlockedWrite(t *testing.T) {
 		_, err := conn.RawCall(ctx, "tools/call", callParams("echo", `{}`))
 		first <- err
 	}()
-	time.Sleep(300 * time.Millisecond) // its write waits for the full pipe
+	gwtest.WaitGoroutine(t, "IO wait", "upstream.(*childConn).rawCall(") // its write waits for the full pipe
 	err := shortCall(t, conn)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("the second call: %v", err)
