@@ -228,14 +228,22 @@ func readmeBlock(t *testing.T, marker string) string {
 }
 
 // copyRepo copies the files git tracks (as they are in the working tree)
-// into a temporary directory.
+// into a temporary directory, removed when the test ends. It is the same
+// directory for every test of this process: go's build cache knows a
+// package by its directory too, so the second quickstart's build of the
+// same sources finds the first one's packages instead of compiling them
+// all again.
 func copyRepo(t *testing.T) string {
 	t.Helper()
 	out, err := exec.Command("git", "ls-files", "-z").Output()
 	if err != nil {
 		t.Fatalf("git ls-files: %v", err)
 	}
-	dir := t.TempDir()
+	dir := filepath.Join(os.TempDir(), fmt.Sprintf("cmcp-quickstart-%d", os.Getpid()))
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
 	for _, name := range strings.Split(strings.TrimRight(string(out), "\x00"), "\x00") {
 		fi, err := os.Stat(name)
 		if err != nil {
