@@ -142,7 +142,7 @@ upstreams:
 					return
 				default:
 				}
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "t__record", Arguments: map[string]any{"text": fmt.Sprintf("a%d-%d", i, n)}})
 				cancel()
 				if err != nil {
@@ -152,9 +152,25 @@ upstreams:
 			}
 		}()
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for sent.Load() < 200 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
+	// The kill comes once 200 calls were answered (the agents go on
+	// calling: calls are in flight), however long that takes on a loaded
+	// machine; a bound of two minutes, not a delay.
+	agentsDone := make(chan struct{})
+	go func() { wg.Wait(); close(agentsDone) }()
+	deadline := time.After(2 * time.Minute)
+wait:
+	for sent.Load() < 200 {
+		select {
+		case <-agentsDone:
+			break wait
+		case <-deadline:
+			break wait
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if sent.Load() == 0 {
+		cmd.Process.Kill()
+		t.Fatal("no call was answered before the kill: the test would exercise nothing")
 	}
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)

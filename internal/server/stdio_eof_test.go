@@ -27,11 +27,15 @@ import (
 // upstream, answered -32068, recorded as cut by the shutdown, with a
 // warning. Before, go-sdk ended the session at the EOF: nothing was
 // written, and a call not yet dispatched was not even recorded.
+//
+// The grace is 30 s where the call must be answered (it is answered long
+// before: nothing waits for the grace), and 1 s where it must be cut; there
+// the EOF comes once the call is forwarded, so that the call is running
+// when the grace starts, however long its child took to start.
 func TestServeStdioAnswersWhatItReadBeforeEOF(t *testing.T) {
 	const (
 		initialize  = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"sh","version":"1"}}}`
 		initialized = `{"jsonrpc":"2.0","method":"notifications/initialized"}`
-		grace       = time.Second
 	)
 	cases := []struct {
 		name string
@@ -53,6 +57,10 @@ func TestServeStdioAnswersWhatItReadBeforeEOF(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			grace := 30 * time.Second
+			if tc.want == "" {
+				grace = time.Second
+			}
 			st, in, out := startServeStdio(t, "server", fmt.Sprintf("  shutdown_grace: %s\n", grace))
 			lines := readStdout(out)
 			call := `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"` + tc.tool + `",` + tc.meta + `"arguments":{"text":"` + tc.text + `"}}}`
@@ -74,9 +82,12 @@ func TestServeStdioAnswersWhatItReadBeforeEOF(t *testing.T) {
 			if _, err := in.Write([]byte(rest)); err != nil {
 				t.Fatal(err)
 			}
+			if tc.want == "" {
+				waitForwarded(t, filepath.Join(st.dir, "audit"), tc.tool, 1) // the call runs
+			}
 			in.Close()
 			eof := time.Now()
-			timeout := time.After(20 * time.Second)
+			timeout := time.After(time.Minute)
 			var answered time.Time // the call's answer
 		read:
 			for {
@@ -135,7 +146,9 @@ func TestServeStdioAnswersWhatItReadBeforeEOF(t *testing.T) {
 				if err := json.Unmarshal(answer["error"], &e); err != nil || e.Code != gateway.CodeShuttingDown || !strings.Contains(e.Message, "server.shutdown_grace") {
 					t.Fatalf("the cut call's answer: %q, want %d", answers, gateway.CodeShuttingDown)
 				}
-				if took := answered.Sub(eof); took < grace || took > grace+1500*time.Millisecond {
+				// Cut at the grace: not before, and long before the call
+				// would have ended (it sleeps 10 s).
+				if took := answered.Sub(eof); took < grace || took > grace+4*time.Second {
 					t.Errorf("the cut call was answered %v after the EOF, want shutdown_grace (%v)", took, grace)
 				}
 				if !strings.Contains(st.logs.String(), "cutting them") {
