@@ -75,7 +75,9 @@ func (s slowReader) Read(p []byte) (int, error) {
 func TestUnreadAnswerEndsItsSession(t *testing.T) {
 	const stall = time.Second
 	t.Run("never read", func(t *testing.T) {
-		h := newHarness(t, hconf{idle: 2 * time.Second, stall: stall})
+		// Small buffers on both ends, so that an answer of 1.8 MB (not
+		// the 10 MB the kernel's autotuned buffers would hold) fills them.
+		h := newHarness(t, hconf{idle: 2 * time.Second, stall: stall, sndbuf: 64 << 10})
 		cs := h.connect("", nil)
 		r, err := call(t, cs, "t__pid", nil)
 		if err != nil {
@@ -87,10 +89,10 @@ func TestUnreadAnswerEndsItsSession(t *testing.T) {
 		}
 		addr := h.srv.Listener.Addr().String()
 		conn := dialSmallWindow(t, addr)
-		postOn(t, conn, addr, cs.ID(), bigEchoCall("big", 900_000))
+		postOn(t, conn, addr, cs.ID(), bigEchoCall("big", 150_000))
 		// The answer is never read; the connection stays open.
 		start := time.Now()
-		eventually(t, 20*time.Second, func() string {
+		eventually(t, time.Minute, func() string {
 			if n := h.g.Sessions(); n != 0 {
 				return fmt.Sprintf("%d sessions", n)
 			}
