@@ -1,6 +1,9 @@
-// Package gwtest is what the gateway's and the server assembly's tests
-// share: the test binary as a real upstream MCP server (RunChild), the
-// audit records a test reads back, and small client helpers.
+// Package gwtest is the test kit the gateway's, the server assembly's, the
+// upstream connections' and the CLI's tests share: the test binary as a
+// real upstream MCP server (RunChild) and its pin (SelfDigest), a gate in
+// front of its start (SlowStart), the audit records a test reads back,
+// waiting for an event (Eventually, WaitGoroutine), small client helpers
+// and a writer safe for a child's output (LockedWriter).
 package gwtest
 
 import (
@@ -22,19 +25,30 @@ import (
 )
 
 // SelfDigest is the path and pin of the test binary, which is also the
-// upstream.
+// upstream. The binary does not change while its tests run: it is hashed
+// once per process (tens of MB under -race, once per harness before).
 func SelfDigest(t testing.TB) (string, digest.Digest) {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
+	self.once.Do(func() {
+		if self.exe, self.err = os.Executable(); self.err != nil {
+			return
+		}
+		var f *os.File
+		if f, self.d, self.err = digest.OpenFile(self.exe); self.err == nil {
+			f.Close()
+		}
+	})
+	if self.err != nil {
+		t.Fatal(self.err)
 	}
-	f, d, err := digest.OpenFile(exe)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	return exe, d
+	return self.exe, self.d
+}
+
+var self struct {
+	once sync.Once
+	exe  string
+	d    digest.Digest
+	err  error
 }
 
 // LockedWriter collects what is written to it (the first MiB), for logs

@@ -6,30 +6,15 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/confidential-mcp/cmcp/internal/gwtest"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
-// syncBuffer is a strings.Builder safe for the child's stderr reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer collects a child's stderr safely (gwtest.LockedWriter).
+type syncBuffer = gwtest.LockedWriter
 
 // TestSpawnExecutesTheMeasuredDescriptor: the child runs the bytes that were
 // measured, not whatever the path holds later. A real /bin/sh script is

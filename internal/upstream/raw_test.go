@@ -19,7 +19,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/confidential-mcp/cmcp/internal/gwtest"
-	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
 const rawChildEnv = "CMCP_UPSTREAM_RAW_TEST_CHILD"
@@ -104,15 +103,7 @@ func rawConn(t *testing.T) *Conn {
 
 func rawConnMode(t *testing.T, mode string) *Conn {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, d, err := digest.OpenFile(exe)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
+	exe, d := gwtest.SelfDigest(t)
 	up := &Stdio{Spec: StdioSpec{Name: "raw", Command: exe, Pin: d, Env: map[string]string{rawChildEnv: mode}, StopGrace: time.Second}, Share: "per-session"}
 	conn, err := up.Connect(context.Background(), mcp.NewClient(&mcp.Implementation{Name: "t", Version: "1"}, nil), ConnectOptions{})
 	if err != nil {
