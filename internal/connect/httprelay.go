@@ -72,7 +72,7 @@ func (r *httpRelay) serve(ctx context.Context) {
 		}
 		req, ok := msg.(*jsonrpc.Request)
 		if !ok || !req.ID.IsValid() || req.Method == "initialize" {
-			if err := r.post(ctx, b, ok && req.Method == "initialize"); err != nil {
+			if err := r.post(ctx, b, ok && req.ID.IsValid(), ok && req.Method == "initialize"); err != nil {
 				r.fail(ctx, err)
 				return
 			}
@@ -85,7 +85,7 @@ func (r *httpRelay) serve(ctx context.Context) {
 		}
 		r.wg.Add(1)
 		go func() { defer r.wg.Done(); r.serve(ctx) }()
-		err = r.post(ctx, b, false)
+		err = r.post(ctx, b, true, false)
 		<-r.slots
 		if err != nil {
 			r.fail(ctx, err)
@@ -101,8 +101,25 @@ func (r *httpRelay) fail(ctx context.Context, err error) {
 	}
 }
 
-// post sends b and passes on what the server answers.
-func (r *httpRelay) post(ctx context.Context, b []byte, initialize bool) error {
+// isAnswer reports whether the JSON-RPC message b (valid JSON) is a
+// response: an object without a top-level "method".
+func isAnswer(b []byte) bool {
+	method := false
+	if !rpcwire.EachMember(b, func(name, _ []byte) {
+		if string(name) == "method" {
+			method = true
+		}
+	}) {
+		msg, err := rpcwire.DecodeMessage(b)
+		_, resp := msg.(*jsonrpc.Response)
+		return err == nil && resp
+	}
+	return !method
+}
+
+// post sends b (a request when request is set) and passes on what the
+// server answers.
+func (r *httpRelay) post(ctx context.Context, b []byte, request, initialize bool) error {
 	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, r.url, bytes.NewReader(b))
 	if err != nil {
 		return fmt.Errorf("post to the server %s: %w", r.url, err)
@@ -135,12 +152,21 @@ func (r *httpRelay) post(ctx context.Context, b []byte, initialize bool) error {
 		if err != nil {
 			return fmt.Errorf("read the server's answer: %w", err)
 		}
+		if len(bytes.TrimSpace(body)) == 0 && !request {
+			return nil // an empty 200 to a notification or an answer
+		}
 		return r.forward(ctx, body, initialize)
 	case "text/event-stream":
 		events := upstream.NewSSEMessages(resp.Body, wire.MaxMessage)
+		answered := false
 		for {
 			data, err := events.Next()
 			if errors.Is(err, io.EOF) {
+				if request && !answered {
+					// The gateway's request would wait for its call
+					// timeout: end the session now, saying why.
+					return fmt.Errorf("the server %s ended its event stream before it answered the request", r.url)
+				}
 				return nil
 			}
 			if err != nil {
@@ -148,6 +174,9 @@ func (r *httpRelay) post(ctx context.Context, b []byte, initialize bool) error {
 			}
 			if err := r.forward(ctx, data, initialize); err != nil {
 				return err
+			}
+			if request && isAnswer(data) {
+				answered = true
 			}
 		}
 	}

@@ -3,6 +3,8 @@ package connect
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -99,5 +101,65 @@ func TestHTTPServerThroughTheTunnel(t *testing.T) {
 	_, err = call(ctx, conn, "echo", `{}`)
 	if err == nil || !strings.Contains(err.Error(), ln.Addr().String()) {
 		t.Fatalf("a call with the server gone: %v, want an error naming %s", err, url)
+	}
+}
+
+// TestHTTPServerStreamEndsUnanswered: a server whose event stream ends
+// before it answers the request (cut mid-call) ends the gateway session at
+// once with an error saying so, rather than leave the call waiting for its
+// timeout; an empty 200 to a notification is taken as accepted.
+func TestHTTPServerStreamEndsUnanswered(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.WriteHeader(http.StatusMethodNotAllowed)
+			return
+		}
+		var msg struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+		}
+		json.NewDecoder(r.Body).Decode(&msg)
+		switch {
+		case msg.Method == "initialize":
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Mcp-Session-Id", "s-1")
+			fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":%q,"capabilities":{"tools":{}},"serverInfo":{"name":"cut","version":"1"}}}`, msg.ID, upstream.ProtocolVersion)
+		case len(msg.ID) == 0:
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusOK) // empty: accepted
+		default:
+			if r.Header.Get("Mcp-Session-Id") != "s-1" {
+				http.Error(w, "no session id", http.StatusBadRequest)
+				return
+			}
+			w.Header().Set("Content-Type", "text/event-stream")
+			io.WriteString(w, "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"level\":\"info\",\"data\":\"working\"}}\n\n")
+			// and the stream ends, unanswered
+		}
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+
+	g := startGateway(t, "", tunnel.Options{})
+	runConnector(t, Options{Gateway: g.url(), MachineID: "lab-1", HTTP: "http://" + ln.Addr().String() + "/mcp"})
+	waitMachines(t, g.hub, "lab-1")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	conn, err := upstream.NewTunnel("files", g.hub).Connect(ctx, newClient(), upstream.ConnectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	t0 := time.Now()
+	_, err = call(ctx, conn, "echo", `{}`)
+	if err == nil || !strings.Contains(err.Error(), "ended its event stream before it answered") {
+		t.Fatalf("a call whose stream ends unanswered: %v", err)
+	}
+	if d := time.Since(t0); d > 30*time.Second {
+		t.Fatalf("the call waited %v", d)
 	}
 }
