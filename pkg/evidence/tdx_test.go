@@ -12,6 +12,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"math/big"
 	"os"
@@ -311,6 +312,13 @@ func TestRootsOverride(t *testing.T) {
 	}
 }
 
+// TestSoftwareNeverVerifiesAsHardware: software evidence is never
+// attested, however it is verified and whatever the bundle says of itself.
+// Verified as it is, it is contraindicated; with AllowSoftware it is a
+// warning and still not attested; a software bundle whose "attested" was
+// edited to true, or that was relabelled sev-snp or tdx without hardware
+// evidence, does not decode and verifies as contraindicated, not attested,
+// even with AllowSoftware.
 func TestSoftwareNeverVerifiesAsHardware(t *testing.T) {
 	b := softwareBundle(t)
 	r, err := Verify(b, VerifyOptions{})
@@ -320,14 +328,58 @@ func TestSoftwareNeverVerifiesAsHardware(t *testing.T) {
 	if r.Attested || r.Verdict != StatusContraindicated || r.Failure() != FailEvidence || r.Binding != BindingOurs {
 		t.Fatalf("software: %+v", r)
 	}
-	r, _ = Verify(b, VerifyOptions{AllowSoftware: true, ExpectNonce: b.Binding.Nonce})
+	r, err = Verify(b, VerifyOptions{AllowSoftware: true, ExpectNonce: b.Binding.Nonce})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Attested || r.Platform != PlatformSoftware {
+		t.Fatalf("software evidence verified with AllowSoftware is attested: %+v", r)
+	}
 	if r.Verdict != StatusWarning || claimStatus(r, ClaimEvidence) != StatusWarning || !strings.Contains(r.Claim(ClaimEvidence).Reason, "unattested") {
 		t.Fatalf("software allowed: %+v", r.Claims)
 	}
-	// A bundle relabelled as hardware without evidence does not decode.
-	b.Platform, b.Attested = PlatformSEVSNP, true
-	if _, err := b.Marshal(); err == nil {
-		t.Fatal("software bundle relabelled sev-snp marshals")
+	data, err := b.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name     string
+		platform string
+		attested bool
+		edit     func([]byte) []byte
+	}{
+		{"attested edited to true", PlatformSoftware, true, func(d []byte) []byte {
+			return bytes.Replace(d, []byte(`"attested": false`), []byte(`"attested": true`), 1)
+		}},
+		{"relabelled sev-snp", PlatformSEVSNP, true, func(d []byte) []byte {
+			d = bytes.Replace(d, []byte(`"attested": false`), []byte(`"attested": true`), 1)
+			return bytes.Replace(d, []byte(`"platform": "software"`), []byte(`"platform": "sev-snp"`), 1)
+		}},
+		{"relabelled tdx", PlatformTDX, true, func(d []byte) []byte {
+			d = bytes.Replace(d, []byte(`"attested": false`), []byte(`"attested": true`), 1)
+			return bytes.Replace(d, []byte(`"platform": "software"`), []byte(`"platform": "tdx"`), 1)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			edited := tc.edit(data)
+			if bytes.Equal(edited, data) {
+				t.Fatalf("the edit changed nothing in %s", data)
+			}
+			if _, err := Decode(edited); !errors.Is(err, ErrMalformed) {
+				t.Fatalf("Decode of a software bundle %s: %v, want malformed evidence", tc.name, err)
+			}
+			lie := softwareBundle(t)
+			lie.Platform, lie.Attested = tc.platform, tc.attested
+			for _, allow := range []bool{false, true} {
+				r, err := Verify(lie, VerifyOptions{AllowSoftware: allow, ExpectNonce: lie.Binding.Nonce})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if r.Attested || r.Verdict != StatusContraindicated || r.Failure() != FailEvidence {
+					t.Fatalf("software bundle %s (AllowSoftware %v): %+v", tc.name, allow, r)
+				}
+			}
+		})
 	}
 }
 
