@@ -588,6 +588,10 @@ func (st *upState) sharedConnect(ctx context.Context, probe bool) (*live, error)
 	return v.(*live), nil
 }
 
+// testHookCatalogRead, set only by tests, runs in syncTools right after
+// the catalog is read: a test holds a sync there to order two of them.
+var testHookCatalogRead atomic.Pointer[func(*session)]
+
 // syncTools makes the session's registered tools match the catalog minus the
 // tools its own connections refused for drift. Adding, removing or
 // replacing tools makes the SDK send notifications/tools/list_changed to
@@ -601,6 +605,9 @@ func (s *session) syncTools() {
 	s.syncMu.Lock()
 	defer s.syncMu.Unlock()
 	cat := s.g.Catalog()
+	if h := testHookCatalogRead.Load(); h != nil {
+		(*h)(s)
+	}
 	want := map[string]*catalog.Entry{}
 	for _, e := range cat.Entries() {
 		s.mu.Lock()
