@@ -6,6 +6,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -438,5 +439,70 @@ func TestReplayOfARecordOfAnotherFormIsALogError(t *testing.T) {
 	code, out, errOut := runCLI(t, "replay", dir, "--unverified")
 	if code != exitcode.ExitLogInteg || !strings.Contains(errOut, "cannot be read") || !strings.Contains(errOut, "policy_mode") {
 		t.Fatalf("exit %d\n%s%s", code, out, errOut)
+	}
+}
+
+// writeSizes records the size of every Write (only Write: no ReadFrom).
+type writeSizes struct {
+	buf   bytes.Buffer
+	sizes []int
+}
+
+func (w *writeSizes) Write(b []byte) (int, error) {
+	w.sizes = append(w.sizes, len(b))
+	return w.buf.Write(b)
+}
+
+// TestReplayStreamsItsTables: cmcp replay writes its session and call
+// tables as they are made, never rendered whole in memory: a timeline of
+// 2,000 sessions and 2,000 calls (about half a megabyte of table) reaches
+// stdout in many writes, none holding much more than TableRows' 64 KiB
+// batch, with every row there. (The tables once went through lipgloss
+// whole: a million calls took minutes and gigabytes.)
+func TestReplayStreamsItsTables(t *testing.T) {
+	const n = 2000
+	_, key, _ := ed25519.GenerateKey(rand.Reader)
+	dir := t.TempDir()
+	w, err := auditlog.Open(dir, auditlog.Options{Key: key, CheckpointEvery: 1000, Durability: auditlog.DurabilityInterval})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i := range n {
+		sess := fmt.Sprintf("session-%05d", i)
+		if _, err := w.Append(ctx, &auditlog.Session{ID: sess, Event: "start", Agent: "alice", Front: "http"}); err != nil {
+			t.Fatal(err)
+		}
+		rc, err := w.Append(ctx, &auditlog.Call{Session: sess, Agent: "alice", Tool: "fs__read_file", Upstream: "fs", UpstreamTool: "read_file",
+			EvidenceClass: "spawn-measured", Args: w.Commit([]byte(fmt.Sprintf(`{"path":"/srv/data/%d"}`, i))), Decision: "allow",
+			PolicyIDs: []string{"allow-data"}, PolicyMode: "enforcing", Outcome: auditlog.OutcomeForwarded})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Append(ctx, &auditlog.Result{Call: rc.Index, Session: sess, Outcome: auditlog.ResultOK, LatencyMicros: 1500}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var out writeSizes
+	var errb bytes.Buffer
+	if code := Main([]string{"replay", dir}, strings.NewReader(""), &out, &errb); code != 0 {
+		t.Fatalf("replay: exit %d\n%s", code, errb.String())
+	}
+	if got := strings.Count(out.buf.String(), "session-"); got != 2*n {
+		t.Fatalf("%d rows name a session, want %d (both tables)", got, 2*n)
+	}
+	const batch = 64<<10 + 1024 // TableRows' batch and the line that passes it
+	largest, big := 0, 0
+	for _, s := range out.sizes {
+		largest = max(largest, s)
+		if s >= 32<<10 {
+			big++
+		}
+	}
+	if out.buf.Len() < 8*batch || largest > batch || big < 6 {
+		t.Fatalf("%d bytes of tables in %d writes (the largest %d bytes, %d of 32 KiB or more): want them written in batches of at most %d bytes as the rows are made", out.buf.Len(), len(out.sizes), largest, big, batch)
 	}
 }
