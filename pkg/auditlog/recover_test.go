@@ -171,6 +171,12 @@ func TestFatalWriteError(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer full.Close()
+	// The segment's own descriptor, kept to give the disk its space back.
+	seg, err := syscall.Dup(int(w.f.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(seg)
 	if err := syscall.Dup2(int(full.Fd()), int(w.f.Fd())); err != nil {
 		t.Fatal(err)
 	}
@@ -179,10 +185,23 @@ func TestFatalWriteError(t *testing.T) {
 	if !errors.As(err1, &fe) || !errors.Is(err1, syscall.ENOSPC) {
 		t.Fatalf("append on a full disk: %v", err1)
 	}
+	// For good: once the disk has room again, the writer still writes
+	// nothing (a record after a failed write could follow a torn line).
+	if err := syscall.Dup2(seg, int(w.f.Fd())); err != nil {
+		t.Fatal(err)
+	}
+	segFile := filepath.Join(dir, "epoch-000001", "seg-000001.jsonl")
+	before, err := os.ReadFile(segFile)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i := range 3 {
 		if _, err := w.Append(context.Background(), sampleCall(w, 2+i)); err != err1 {
-			t.Fatalf("append %d after the fatal error: %v", i, err)
+			t.Fatalf("append %d after the fatal error, the disk having room again: %v", i, err)
 		}
+	}
+	if after, _ := os.ReadFile(segFile); !bytes.Equal(after, before) {
+		t.Fatalf("the stopped writer wrote %d bytes after its fatal error", len(after)-len(before))
 	}
 	if err := w.Checkpoint(); !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("checkpoint: %v", err)
