@@ -43,6 +43,14 @@ func runAttestCLI(t *testing.T, dir string, args ...string) attestRun {
 		defer os.Chdir(wd)
 	}
 	code := Main(args, strings.NewReader(""), &out, &errb)
+	if err := checkJSONOutput(args, out.Bytes()); err != nil {
+		t.Error(err)
+	}
+	if wd, err := os.Getwd(); err == nil {
+		if err := checkWrittenFiles(args, wd, code); err != nil {
+			t.Error(err)
+		}
+	}
 	return attestRun{code, out.String(), errb.String()}
 }
 

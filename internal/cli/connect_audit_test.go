@@ -274,6 +274,10 @@ func TestServeConnectMachineRecords(t *testing.T) {
 		}
 		return nil
 	})
+	// The machine records match docs/schema/audit-record.schema.json.
+	if kinds := validateAuditLog(t, auditDir); kinds["machine"] == 0 {
+		t.Errorf("no machine record checked against the schema: %v", kinds)
+	}
 	if out, errs, code := run("verify-chain", auditDir); code != 0 {
 		t.Fatalf("verify-chain: %d\n%s\n%s", code, out, errs)
 	}

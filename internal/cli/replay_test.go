@@ -83,6 +83,7 @@ func replayLogWith(t *testing.T, id *age.X25519Identity, mut func(i int, rec *au
 func run(args ...string) (string, string, int) {
 	var out, errb bytes.Buffer
 	code := Main(args, strings.NewReader(""), &out, &errb)
+	noteSchemaFailure(checkJSONOutput(args, out.Bytes()))
 	return out.String(), errb.String(), code
 }
 

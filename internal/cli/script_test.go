@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -42,7 +43,14 @@ func TestMain(m *testing.M) {
 type cleanupM struct{ m *testing.M }
 
 func (c cleanupM) Run() int {
-	return c.m.Run()
+	code := c.m.Run()
+	schemaFailuresMu.Lock()
+	defer schemaFailuresMu.Unlock()
+	for _, f := range schemaFailures {
+		fmt.Fprintf(os.Stderr, "FAIL: output that does not match its schema: %s\n", f)
+		code = 1
+	}
+	return code
 }
 
 // TestScripts runs testdata/script/*.txtar. Commands added to testscript:
@@ -106,9 +114,13 @@ func cmdCmcp(ts *testscript.TestScript, neg bool, args []string) {
 	old, err := os.Getwd()
 	ts.Check(err)
 	ts.Check(os.Chdir(ts.MkAbs(".")))
-	code := mainWithEnv(args, strings.NewReader(""), ts.Stdout(), ts.Stderr(), scriptEnviron(ts))
+	var out bytes.Buffer
+	code := mainWithEnv(args, strings.NewReader(""), io.MultiWriter(ts.Stdout(), &out), ts.Stderr(), scriptEnviron(ts))
 	ts.Check(os.Chdir(old))
 	cwdMu.Unlock()
+	// What the verbs print and write must match docs/schema.
+	ts.Check(checkJSONOutput(args, out.Bytes()))
+	ts.Check(checkWrittenFiles(args, ts.MkAbs("."), code))
 	checkExit(ts, neg, code)
 }
 

@@ -168,6 +168,25 @@ func TestServeReplayEndToEnd(t *testing.T) {
 	if _, errs, code := run("verify-chain", auditDir); code != 0 {
 		t.Fatalf("verify-chain: %d %s", code, errs)
 	}
+	// Every record the gateway wrote, and what verify-chain, replay and a
+	// receipt give programs, match docs/schema (runCLI validates output).
+	kinds := validateAuditLog(t, auditDir)
+	for _, k := range []string{"genesis", "checkpoint", "spawn", "upstream", "session", "call", "result", "policy", "seal"} {
+		if kinds[k] == 0 {
+			t.Errorf("the log holds no %s record to check against the schema (%v)", k, kinds)
+		}
+	}
+	if code, _, errs := runCLI(t, "-o", "json", "verify-chain", auditDir); code != 0 {
+		t.Fatalf("verify-chain -o json: %d %s", code, errs)
+	}
+	code, jout, errs := runCLI(t, "-o", "json", "replay", auditDir, "--policy", dir1, "--policy", dir2, "--identity", idFile, "--all")
+	var rep struct{ Sessions []struct{ ID string } }
+	if err := json.Unmarshal([]byte(jout), &rep); code != 0 || err != nil || len(rep.Sessions) == 0 {
+		t.Fatalf("replay -o json: %d %v %s", code, err, errs)
+	}
+	if code, _, errs := runCLI(t, "verify-chain", auditDir, "--make-receipt", rep.Sessions[0].ID); code != 0 {
+		t.Fatalf("--make-receipt: %d %s", code, errs)
+	}
 	out, errs, code := run("replay", auditDir, "--policy", dir1, "--policy", dir2, "--identity", idFile, "--all")
 	if code != 0 || !strings.Contains(out, "0 differ, 0 not replayable, 0 tampered") || strings.Contains(out, " 0 same") {
 		t.Fatalf("replay: %d\n%s\n%s", code, out, errs)

@@ -70,6 +70,14 @@ func runCLI(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
 	code := Main(args, strings.NewReader(""), &out, &errb)
+	if err := checkJSONOutput(args, out.Bytes()); err != nil {
+		t.Error(err)
+	}
+	if wd, err := os.Getwd(); err == nil {
+		if err := checkWrittenFiles(args, wd, code); err != nil {
+			t.Error(err)
+		}
+	}
 	return code, out.String(), errb.String()
 }
 
