@@ -385,8 +385,11 @@ func (t *tun) attest(ctx context.Context, cs *tls.ConnectionState) error {
 
 // tun is one live tunnel.
 type tun struct {
-	c        *Connector
-	ws       *websocket.Conn
+	c  *Connector
+	ws *websocket.Conn
+	// ctx is the tunnel's (serve's): the context of every session's
+	// writes.
+	ctx      context.Context
 	mu       sync.Mutex
 	sessions map[string]*session
 	done     chan struct{}
@@ -429,6 +432,7 @@ func (t *tun) host() wire.Host {
 func (t *tun) serve(ctx context.Context, hb time.Duration) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	t.ctx = ctx
 	defer t.closeAll()
 	go func() {
 		tick := time.NewTicker(hb)
@@ -547,6 +551,25 @@ func (s *session) end(reason string) {
 	})
 }
 
+// send writes one frame of the session to the gateway, with the tunnel's
+// context, never the session's: coder/websocket closes the whole
+// connection when a write's context ends mid-write, and a session the
+// gateway closes (Admit's, after its tools/list) must not take the tunnel
+// and every other session with it. A stopped session sends nothing more.
+// A failed write leaves the tunnel unusable: the session stops and the
+// tunnel is closed (the connector reconnects).
+func (s *session) send(b []byte) error {
+	if err := s.ctx.Err(); err != nil {
+		return err
+	}
+	if err := s.t.write(s.t.ctx, b); err != nil {
+		s.stop()
+		s.t.ws.CloseNow()
+		return err
+	}
+	return nil
+}
+
 // stop ends the session at the gateway's word (or the tunnel's end).
 func (s *session) stop() {
 	s.once.Do(func() { s.cancel() })
@@ -571,8 +594,7 @@ func (s *session) run() {
 		return
 	}
 	defer conn.Close()
-	if err := s.t.write(s.ctx, wire.Encode(&wire.Frame{T: wire.TOpened, S: s.id})); err != nil {
-		s.stop()
+	if err := s.send(wire.Encode(&wire.Frame{T: wire.TOpened, S: s.id})); err != nil {
 		return
 	}
 	// Gateway to server.
@@ -622,9 +644,7 @@ func (s *session) run() {
 			s.end(fmt.Sprintf("the server sent a message of %d bytes, over the tunnel's limit of %d", len(b), wire.MaxMessage))
 			return
 		}
-		if err := s.t.write(s.ctx, wire.EncodeMsg(s.id, b)); err != nil {
-			s.stop()
-			s.t.ws.CloseNow() // a failed write leaves the tunnel unusable
+		if err := s.send(wire.EncodeMsg(s.id, b)); err != nil {
 			return
 		}
 	}
@@ -635,8 +655,7 @@ func (s *session) run() {
 func (s *session) runHTTP() {
 	r := newHTTPRelay(s, s.t.c.o.HTTP, s.t.c.local)
 	defer r.close()
-	if err := s.t.write(s.ctx, wire.Encode(&wire.Frame{T: wire.TOpened, S: s.id})); err != nil {
-		s.stop()
+	if err := s.send(wire.Encode(&wire.Frame{T: wire.TOpened, S: s.id})); err != nil {
 		return
 	}
 	r.wg.Add(1)

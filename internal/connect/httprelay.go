@@ -219,12 +219,7 @@ func (r *httpRelay) forward(ctx context.Context, b []byte, initialize bool) erro
 			}
 		}
 	}
-	if err := r.s.t.write(ctx, wire.EncodeMsg(r.s.id, b)); err != nil {
-		r.s.stop()
-		r.s.t.ws.CloseNow() // a failed write leaves the tunnel unusable
-		return err
-	}
-	return nil
+	return r.s.send(wire.EncodeMsg(r.s.id, b))
 }
 
 // close waits for the serve goroutines (the session's context is

@@ -614,11 +614,18 @@ func (m *Machine) writeCtx(ctx context.Context, b []byte) error {
 	if err := m.Err(); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, m.hub.o.WriteTimeout)
+	if err := ctx.Err(); err != nil {
+		return err // the caller gave up: nothing written, the tunnel stays
+	}
+	// The write has a context of its own: coder/websocket closes the
+	// connection when a write's context ends, and one caller giving up (an
+	// agent's cancelled call) must not end the tunnel of every session on
+	// the machine. A caller waits WriteTimeout at most, as the tunnel does.
+	wctx, cancel := context.WithTimeout(context.Background(), m.hub.o.WriteTimeout)
 	defer cancel()
-	if err := m.c.Write(ctx, websocket.MessageText, b); err != nil {
+	if err := m.c.Write(wctx, websocket.MessageText, b); err != nil {
 		// coder/websocket closes the connection on any failed write.
-		if ctx.Err() != nil {
+		if wctx.Err() != nil {
 			err = fmt.Errorf("the tunnel took nothing for %v (a stalled or too slow connection): %w", m.hub.o.WriteTimeout, err)
 		}
 		m.drop(err, websocket.StatusInternalError)

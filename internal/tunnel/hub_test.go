@@ -256,3 +256,44 @@ func TestSlowSessionIsClosedNotBuffered(t *testing.T) {
 	}
 	other.Close()
 }
+
+// TestCancelledWriteKeepsTheTunnel: a session write whose caller already
+// gave up (an agent's cancelled call) fails alone; the machine's tunnel
+// and its sessions stay up (coder/websocket would close the whole
+// connection if the write ran on the cancelled context).
+func TestCancelledWriteKeepsTheTunnel(t *testing.T) {
+	hub, url := newHub(t, tunnel.Options{})
+	r := dialRogue(t, url, "m1")
+	m := waitLive(t, hub, "m1")
+	opened := make(chan *tunnel.Session, 1)
+	go func() {
+		s, err := m.Open(context.Background())
+		if err != nil {
+			t.Error(err)
+		}
+		opened <- s
+	}()
+	f := r.recv()
+	if f.T != wire.TOpen {
+		t.Fatalf("got %+v, want an open frame", f)
+	}
+	r.send(&wire.Frame{T: wire.TOpened, S: f.S})
+	s := <-opened
+	if s == nil {
+		t.FailNow()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := s.Write(ctx, []byte(`{"jsonrpc":"2.0","method":"notifications/first"}`)); err == nil {
+		t.Fatal("a write with a cancelled context succeeded")
+	}
+	if err := m.Err(); err != nil {
+		t.Fatalf("the machine went away: %v", err)
+	}
+	if err := s.Write(context.Background(), []byte(`{"jsonrpc":"2.0","method":"notifications/second"}`)); err != nil {
+		t.Fatalf("the next write: %v", err)
+	}
+	if f := r.recv(); f.T != wire.TMsg || !strings.Contains(string(f.M), "second") {
+		t.Fatalf("the connector got %+v, want the second message", f)
+	}
+}
