@@ -54,6 +54,24 @@ func jsonDoc(t reflect.Type, versioned bool) func() (*schemaGen, map[string]any)
 	}
 }
 
+// jsonDocs is the schema of a JSON document of one of the Go types ts
+// (versioned: each has schema_version).
+func jsonDocs(ts ...reflect.Type) func() (*schemaGen, map[string]any) {
+	return func() (*schemaGen, map[string]any) {
+		g := newSchemaGen("json")
+		var alts []any
+		for _, t := range ts {
+			s := g.object(t, "")
+			s["properties"].(map[string]any)["schema_version"] = map[string]any{"const": ui.SchemaVersion}
+			alts = append(alts, s)
+		}
+		if len(alts) == 1 {
+			return g, alts[0].(map[string]any)
+		}
+		return g, map[string]any{"anyOf": alts}
+	}
+}
+
 // auditKinds are the record kinds and their bodies. A kind added to
 // pkg/auditlog/records.go must be added here (TestSchemasMatchTheGoTypes).
 var auditKinds = []auditlog.Record{
@@ -126,6 +144,11 @@ func schemaDocs(t testing.TB) []schemaDoc {
 		{"session-receipt", "cmcp session receipt", "What cmcp verify-chain --make-receipt writes and --receipt checks (docs/auditor.md).", jsonDoc(reflect.TypeFor[auditlog.SessionReceipt](), false)},
 		{"evidence-bundle", "cmcp evidence bundle", "What cmcp attest --out writes and attest verify and verify-chain read (docs/attest.md).", jsonDoc(reflect.TypeFor[evidence.Bundle](), false)},
 		{"verify-chain", "cmcp verify-chain --output json", "The result of cmcp verify-chain DIR -o json, verified or failed (docs/verify-chain.md).", jsonDoc(reflect.TypeFor[verifyChainDoc](), true)},
+		{"verify-chain-prove", "cmcp verify-chain --prove --output json", "The inclusion proof cmcp verify-chain DIR --prove N -o json prints (docs/verify-chain.md).", jsonDocs(reflect.TypeFor[proveDoc]())},
+		{"verify-chain-proof", "cmcp verify-chain --proof --output json", "The result of cmcp verify-chain --proof FILE -o json: verified, or failed (docs/verify-chain.md).", jsonDocs(reflect.TypeFor[proofDoc](), reflect.TypeFor[failedDoc]())},
+		{"verify-chain-segment", "cmcp verify-chain --segment --output json", "The result of cmcp verify-chain --segment FILE -o json (docs/verify-chain.md).", jsonDocs(reflect.TypeFor[segmentDoc](), reflect.TypeFor[failedDoc]())},
+		{"verify-chain-receipt", "cmcp verify-chain --receipt --output json", "The result of cmcp verify-chain --receipt FILE -o json: verified, or failed (docs/auditor.md).", jsonDocs(reflect.TypeFor[receiptCheckDoc](), reflect.TypeFor[failedDoc]())},
+		{"verify-chain-fleet", "cmcp verify-chain DIR DIR... --output json", "The result of cmcp verify-chain on several audit directories (a fleet) -o json (docs/fleet.md).", jsonDocs(reflect.TypeFor[fleetDoc]())},
 		{"replay", "cmcp replay --output json", "The result of cmcp replay -o json (docs/policy-and-replay.md).", jsonDoc(reflect.TypeFor[replayDoc](), true)},
 		{"spawn-digest", "cmcp spawn-digest --output json", "The measurement cmcp spawn-digest -o json prints (docs/spawn-digest.md).", jsonDoc(reflect.TypeFor[spawnDigestDoc](), true)},
 		{"spawn-digest-check", "cmcp spawn-digest --check --output json", "The pin check cmcp spawn-digest --check -o json prints (docs/spawn-digest.md).", jsonDoc(reflect.TypeFor[spawnCheckDoc](), true)},
@@ -344,8 +367,17 @@ func jsonOutputSchema(args []string) string {
 		if has("--make-receipt") {
 			return "session-receipt"
 		}
-		if !jsonOut || has("--segment", "--proof", "--prove", "--receipt") {
+		switch {
+		case !jsonOut:
 			return ""
+		case has("--prove"):
+			return "verify-chain-prove"
+		case has("--proof"):
+			return "verify-chain-proof"
+		case has("--segment"):
+			return "verify-chain-segment"
+		case has("--receipt"):
+			return "verify-chain-receipt"
 		}
 		return "verify-chain"
 	case "replay":
@@ -380,6 +412,9 @@ func checkJSONOutput(args []string, stdout []byte) error {
 	name := jsonOutputSchema(args)
 	if name == "" || len(bytes.TrimSpace(stdout)) == 0 {
 		return nil
+	}
+	if name == "verify-chain" && bytes.Contains(stdout, []byte(`"gateways":`)) {
+		name = "verify-chain-fleet" // several directories
 	}
 	if err := validateJSON(name, stdout); err != nil {
 		return fmt.Errorf("cmcp %s: %w", strings.Join(args, " "), err)

@@ -184,8 +184,16 @@ func TestServeReplayEndToEnd(t *testing.T) {
 	if err := json.Unmarshal([]byte(jout), &rep); code != 0 || err != nil || len(rep.Sessions) == 0 {
 		t.Fatalf("replay -o json: %d %v %s", code, err, errs)
 	}
-	if code, _, errs := runCLI(t, "verify-chain", auditDir, "--make-receipt", rep.Sessions[0].ID); code != 0 {
+	code, receipt, errs := runCLI(t, "verify-chain", auditDir, "--make-receipt", rep.Sessions[0].ID)
+	if code != 0 {
 		t.Fatalf("--make-receipt: %d %s", code, errs)
+	}
+	rf := filepath.Join(tmp, "session.receipt")
+	if err := os.WriteFile(rf, []byte(receipt), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errs := runCLI(t, "-o", "json", "verify-chain", "--receipt", rf, "--key", g.(*auditlog.Genesis).Key); code != 0 || !strings.Contains(out, `"status": "verified"`) {
+		t.Fatalf("--receipt -o json: %d\n%s%s", code, out, errs)
 	}
 	out, errs, code := run("replay", auditDir, "--policy", dir1, "--policy", dir2, "--identity", idFile, "--all")
 	if code != 0 || !strings.Contains(out, "0 differ, 0 not replayable, 0 tampered") || strings.Contains(out, " 0 same") {

@@ -281,6 +281,55 @@ type verifyChainDoc struct {
 	ExitCode      int                          `json:"exit_code"`
 }
 
+// The JSON documents of verify-chain's other modes (docs/schema).
+type (
+	// failedDoc: --proof, --segment or --receipt that failed verification.
+	failedDoc struct {
+		SchemaVersion int                   `json:"schema_version"`
+		Status        string                `json:"status"`
+		Failure       *auditlog.VerifyError `json:"failure"`
+	}
+	// proveDoc: --prove N.
+	proveDoc struct {
+		SchemaVersion int    `json:"schema_version"`
+		Index         int64  `json:"index"`
+		Proof         string `json:"proof"`
+	}
+	// proofDoc: --proof FILE, verified.
+	proofDoc struct {
+		SchemaVersion int            `json:"schema_version"`
+		Status        string         `json:"status"`
+		Index         int64          `json:"index"`
+		Kind          string         `json:"kind"`
+		Checkpoint    *checkpointDoc `json:"checkpoint"`
+		Record        string         `json:"record"`
+	}
+	// segmentDoc: --segment FILE.
+	segmentDoc struct {
+		SchemaVersion int    `json:"schema_version"`
+		Status        string `json:"status"`
+		*auditlog.SegmentResult
+		Newest   *checkpointDoc        `json:"newest_checkpoint,omitempty"`
+		Failure  *auditlog.VerifyError `json:"failure,omitempty"`
+		ExitCode int                   `json:"exit_code"`
+	}
+	// receiptCheckDoc: --receipt FILE, verified.
+	receiptCheckDoc struct {
+		SchemaVersion int    `json:"schema_version"`
+		Status        string `json:"status"`
+		*auditlog.ReceiptResult
+		Checkpoint *checkpointDoc               `json:"checkpoint"`
+		Evidence   []*attestedlog.GenesisResult `json:"evidence"`
+	}
+	// fleetDoc: several audit directories.
+	fleetDoc struct {
+		SchemaVersion int         `json:"schema_version"`
+		Status        string      `json:"status"`
+		Gateways      []*fleetRow `json:"gateways"`
+		ExitCode      int         `json:"exit_code"`
+	}
+)
+
 func cpDoc(cp *auditlog.Checkpoint) *checkpointDoc {
 	if cp == nil {
 		return nil
@@ -582,11 +631,7 @@ func runProve(p *ui.Printer, dir string, o *verifyChainOptions, keys []string) e
 	}
 	text := pr.Format()
 	if p.JSONOut {
-		return p.JSON(struct {
-			SchemaVersion int    `json:"schema_version"`
-			Index         int64  `json:"index"`
-			Proof         string `json:"proof"`
-		}{ui.SchemaVersion, pr.Index, string(text)})
+		return p.JSON(proveDoc{ui.SchemaVersion, pr.Index, string(text)})
 	}
 	_, err = p.Out.Write(text)
 	return err
@@ -604,23 +649,12 @@ func runVerifyProof(p *ui.Printer, file string, keys []string) error {
 			return exitcode.WithCode(exitcode.ExitUsage, err)
 		}
 		if p.JSONOut {
-			p.JSON(struct {
-				SchemaVersion int                   `json:"schema_version"`
-				Status        string                `json:"status"`
-				Failure       *auditlog.VerifyError `json:"failure"`
-			}{ui.SchemaVersion, "failed", ve})
+			p.JSON(failedDoc{ui.SchemaVersion, "failed", ve})
 		}
 		return verifyErr(err)
 	}
 	if p.JSONOut {
-		return p.JSON(struct {
-			SchemaVersion int            `json:"schema_version"`
-			Status        string         `json:"status"`
-			Index         int64          `json:"index"`
-			Kind          string         `json:"kind"`
-			Checkpoint    *checkpointDoc `json:"checkpoint"`
-			Record        string         `json:"record"`
-		}{ui.SchemaVersion, "verified", res.Index, string(res.Kind), cpDoc(res.Checkpoint), string(res.Record)})
+		return p.JSON(proofDoc{ui.SchemaVersion, "verified", res.Index, string(res.Kind), cpDoc(res.Checkpoint), string(res.Record)})
 	}
 	p.Printf("%s record %d (%s) is included in %s at tree size %d\n", p.OK("✓"), res.Index, res.Kind, res.Checkpoint.Origin, res.Checkpoint.Size)
 	p.Printf("  checkpoint signed by a trusted key; root %s\n", res.Checkpoint.Root)
@@ -648,11 +682,7 @@ func runVerifySegment(p *ui.Printer, file string, keys []string) error {
 	if err != nil && !unsigned {
 		if ve.IsVerification() {
 			if p.JSONOut {
-				p.JSON(struct {
-					SchemaVersion int                   `json:"schema_version"`
-					Status        string                `json:"status"`
-					Failure       *auditlog.VerifyError `json:"failure"`
-				}{ui.SchemaVersion, "failed", ve})
+				p.JSON(failedDoc{ui.SchemaVersion, "failed", ve})
 			} else {
 				printFailure(p, ve)
 			}
@@ -660,14 +690,7 @@ func runVerifySegment(p *ui.Printer, file string, keys []string) error {
 		return verifyErr(err)
 	}
 	if p.JSONOut {
-		doc := struct {
-			SchemaVersion int    `json:"schema_version"`
-			Status        string `json:"status"`
-			*auditlog.SegmentResult
-			Newest   *checkpointDoc        `json:"newest_checkpoint,omitempty"`
-			Failure  *auditlog.VerifyError `json:"failure,omitempty"`
-			ExitCode int                   `json:"exit_code"`
-		}{ui.SchemaVersion, "verified", res, cpDoc(res.LastCheckpoint), nil, exitcode.ExitOK}
+		doc := segmentDoc{ui.SchemaVersion, "verified", res, cpDoc(res.LastCheckpoint), nil, exitcode.ExitOK}
 		if unsigned {
 			doc.Status, doc.Failure, doc.ExitCode = "failed", ve, failureCode(ve)
 		}
@@ -782,24 +805,14 @@ func runVerifyReceipt(p *ui.Printer, o *verifyChainOptions, keys []string) error
 			return exitcode.WithCode(exitcode.ExitUsage, err)
 		}
 		if p.JSONOut {
-			p.JSON(struct {
-				SchemaVersion int                   `json:"schema_version"`
-				Status        string                `json:"status"`
-				Failure       *auditlog.VerifyError `json:"failure"`
-			}{ui.SchemaVersion, "failed", ve})
+			p.JSON(failedDoc{ui.SchemaVersion, "failed", ve})
 		} else if ve != nil {
 			printFailure(p, ve)
 		}
 		return verifyErr(err)
 	}
 	if p.JSONOut {
-		return p.JSON(struct {
-			SchemaVersion int    `json:"schema_version"`
-			Status        string `json:"status"`
-			*auditlog.ReceiptResult
-			Checkpoint *checkpointDoc               `json:"checkpoint"`
-			Evidence   []*attestedlog.GenesisResult `json:"evidence"`
-		}{ui.SchemaVersion, "verified", res, cpDoc(res.Checkpoint), ce.Results})
+		return p.JSON(receiptCheckDoc{ui.SchemaVersion, "verified", res, cpDoc(res.Checkpoint), ce.Results})
 	}
 	check, warn := p.OK("✓"), p.Warn("!")
 	p.Printf("Verified session receipt %s\n", p.Bold(res.Session))
@@ -897,12 +910,7 @@ func runVerifyFleet(p *ui.Printer, dirs []string, o *verifyChainOptions, keys []
 		if first != nil {
 			status = "failed"
 		}
-		if err := p.JSON(struct {
-			SchemaVersion int         `json:"schema_version"`
-			Status        string      `json:"status"`
-			Gateways      []*fleetRow `json:"gateways"`
-			ExitCode      int         `json:"exit_code"`
-		}{ui.SchemaVersion, status, rows, code}); err != nil {
+		if err := p.JSON(fleetDoc{ui.SchemaVersion, status, rows, code}); err != nil {
 			return exitcode.WithCode(exitcode.ExitIO, err)
 		}
 	} else {

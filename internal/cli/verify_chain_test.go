@@ -519,6 +519,21 @@ func TestVerifyChainProofs(t *testing.T) {
 	if code, out, errOut := runCLI(t, "verify-chain", "--proof", bad, "--key", l.vkey); code != exitcode.ExitLogInteg || !strings.Contains(out+errOut, "inclusion proof does not verify") {
 		t.Fatalf("tampered proof: exit %d\n%s%s", code, out, errOut)
 	}
+	// For programs (runCLI checks each document against docs/schema):
+	// the proof, its check verified and failed, and a fleet of two logs.
+	if code, _, errOut := runCLI(t, "-o", "json", "verify-chain", l.dir, "--key", l.vkey, "--prove", "100"); code != 0 {
+		t.Fatalf("prove -o json: exit %d\n%s", code, errOut)
+	}
+	if code, out, errOut := runCLI(t, "-o", "json", "verify-chain", "--proof", pf, "--key", l.vkey); code != 0 || !strings.Contains(out, `"status": "verified"`) {
+		t.Fatalf("proof -o json: exit %d\n%s%s", code, out, errOut)
+	}
+	if code, out, errOut := runCLI(t, "-o", "json", "verify-chain", "--proof", bad, "--key", l.vkey); code != exitcode.ExitLogInteg || !strings.Contains(out, `"status": "failed"`) {
+		t.Fatalf("tampered proof -o json: exit %d\n%s%s", code, out, errOut)
+	}
+	l2, _ := base(t)
+	if code, out, errOut := runCLI(t, "-o", "json", "verify-chain", l.dir, l2.dir, "--key", l.vkey, "--key", l2.vkey); code != 0 || !strings.Contains(out, `"gateways"`) {
+		t.Fatalf("fleet -o json: exit %d\n%s%s", code, out, errOut)
+	}
 	_, other, _ := ed25519.GenerateKey(rand.Reader)
 	vk, _ := note.NewEd25519VerifierKey("someone-else", other.Public().(ed25519.PublicKey))
 	if code, _, errOut := runCLI(t, "verify-chain", "--proof", pf, "--key", vk); code != exitcode.ExitLogKey {
