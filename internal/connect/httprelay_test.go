@@ -17,6 +17,8 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 )
 
+//lint:file-ignore SA1019 go-sdk deprecates MCP roots (SEP-2577) with no replacement; the test uses a roots/list request to prove a server's request is relayed both ways
+
 // TestHTTPServerThroughTheTunnel: a connector with --http relays each
 // gateway session to a real go-sdk Streamable HTTP server verbatim: the
 // handshake (the server's session id and protocol version go with every
