@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // unseal drops the seal and final checkpoint of a closed epoch, leaving it
@@ -30,9 +31,16 @@ func unseal(t *testing.T, seg string) [][]byte {
 	return lines
 }
 
+// countedCheckpoints signs a checkpoint every 40 records and never for
+// the time that passed (an hour apart): which records a checkpoint covers,
+// and so which are the unsigned tail the tests damage, does not depend on
+// how fast a loaded machine writes them (a checkpoint of the second once
+// covered the damaged line).
+var countedCheckpoints = Options{CheckpointEvery: 40, CheckpointInterval: time.Hour}
+
 func TestRecoveryCutsTornTail(t *testing.T) {
 	dir := t.TempDir()
-	writeLog(t, dir, Options{CheckpointEvery: 40}, 100, 1)
+	writeLog(t, dir, countedCheckpoints, 100, 1)
 	seg := filepath.Join(dir, "epoch-000001", "seg-000001.jsonl")
 	unseal(t, seg)
 	before, _ := os.ReadFile(seg)
@@ -87,7 +95,7 @@ func TestRecoveryCutsTornTail(t *testing.T) {
 
 func TestRecoveryCutsDamagedLineAfterLastCheckpoint(t *testing.T) {
 	dir := t.TempDir()
-	writeLog(t, dir, Options{CheckpointEvery: 40}, 100, 1)
+	writeLog(t, dir, countedCheckpoints, 100, 1)
 	seg := filepath.Join(dir, "epoch-000001", "seg-000001.jsonl")
 	lines := unseal(t, seg)
 	// A block of zeros where the last records should be (a crash on a
@@ -114,7 +122,7 @@ func TestRecoveryCutsDamagedLineAfterLastCheckpoint(t *testing.T) {
 
 func TestRecoveryRefusesDamageBeforeCheckpoint(t *testing.T) {
 	dir := t.TempDir()
-	writeLog(t, dir, Options{CheckpointEvery: 40}, 100, 1)
+	writeLog(t, dir, countedCheckpoints, 100, 1)
 	seg := filepath.Join(dir, "epoch-000001", "seg-000001.jsonl")
 	lines := unseal(t, seg)
 	lines[10] = bytes.Replace(lines[10], []byte(`"allow"`), []byte(`"deny"`), 1)
@@ -219,7 +227,7 @@ func TestFatalWriteError(t *testing.T) {
 // as a whole.
 func TestCrashedTailIsReportedUnsigned(t *testing.T) {
 	dir := t.TempDir()
-	writeLog(t, dir, Options{CheckpointEvery: 40}, 100, 1)
+	writeLog(t, dir, countedCheckpoints, 100, 1)
 	seg := filepath.Join(dir, "epoch-000001", "seg-000001.jsonl")
 	lines := unseal(t, seg)
 	w, err := Open(dir, Options{Key: testKey(t)})
