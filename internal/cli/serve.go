@@ -13,7 +13,7 @@ import (
 
 	"github.com/confidential-mcp/cmcp/internal/config"
 	"github.com/confidential-mcp/cmcp/internal/exitcode"
-	"github.com/confidential-mcp/cmcp/internal/gateway"
+	"github.com/confidential-mcp/cmcp/internal/metrics"
 	"github.com/confidential-mcp/cmcp/internal/server"
 )
 
@@ -115,7 +115,7 @@ operator clears it.`,
 					return exitcode.Errorf(exitcode.ExitIO, "--audit-dir %s: %w", o.AuditDir, err)
 				}
 			}
-			so := server.ServeOptions{Stdio: o.Stdio, Listen: o.Listen, AuditDir: auditDir, Environ: e.environ, Logger: logger, Metrics: gateway.NewMetrics()}
+			so := server.ServeOptions{Stdio: o.Stdio, Listen: o.Listen, AuditDir: auditDir, Environ: e.environ, Logger: logger, Metrics: metrics.New()}
 			if o.Stdio {
 				so.Stdin, so.Stdout = readCloser(e.stdin), writeCloser(e.stdout)
 			}

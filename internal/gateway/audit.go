@@ -16,7 +16,7 @@ import (
 // send its stderr lines to logger. No child is started while the log is
 // known to be broken, and a child whose spawn record fails is stopped at
 // once.
-func StdioHooks(log AuditLog, logger *slog.Logger, m *Metrics) upstream.Hooks {
+func StdioHooks(log AuditLog, logger *slog.Logger, m Metrics) upstream.Hooks {
 	return upstream.Hooks{
 		Log: logger,
 		Ready: func() error {

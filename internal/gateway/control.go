@@ -2,8 +2,10 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 )
@@ -36,3 +38,27 @@ func (g *Gateway) ServeStdioNotify(ctx context.Context, in io.ReadCloser, out io
 // FastPathCalls counts the tools/call requests a front answered itself,
 // without go-sdk (fastpath.go).
 func (g *Gateway) FastPathCalls() int64 { return g.fastPath.Load() }
+
+// UpstreamsReady is the upstreams' part of the gateway's readiness
+// (/readyz): an error naming the first upstream and why it is unavailable
+// when none is available; nil when one is, or there are none. A tunnel
+// upstream waits for machines to dial in to this gateway: it never makes
+// the gateway unready (its machines could not reach an unready one behind
+// a load balancer).
+func (g *Gateway) UpstreamsReady() error {
+	ups := slices.DeleteFunc(g.Upstreams(), func(u UpstreamStatus) bool { return u.Transport == "tunnel" })
+	if len(ups) > 0 && !slices.ContainsFunc(ups, func(u UpstreamStatus) bool { return u.Available }) {
+		return fmt.Errorf("no upstream is available (%s: %s)", ups[0].Name, ups[0].Error)
+	}
+	return nil
+}
+
+// UpstreamsUp reports, by name, whether each upstream is available now
+// (cmcp_upstream_up).
+func (g *Gateway) UpstreamsUp() map[string]bool {
+	up := map[string]bool{}
+	for _, u := range g.Upstreams() {
+		up[u.Name] = u.Available
+	}
+	return up
+}

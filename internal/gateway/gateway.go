@@ -22,6 +22,7 @@ import (
 
 	"github.com/confidential-mcp/cmcp/internal/catalog"
 	"github.com/confidential-mcp/cmcp/internal/credential"
+	"github.com/confidential-mcp/cmcp/internal/killswitch"
 	"github.com/confidential-mcp/cmcp/internal/policy"
 	"github.com/confidential-mcp/cmcp/internal/spares"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
@@ -80,7 +81,7 @@ type Options struct {
 	// Policy is the Cedar engine that decides every call and filters
 	// tools/list (action list_tools). Nil: no policy (mode "none").
 	Policy  *policy.Engine
-	Metrics *Metrics // nil: no metrics
+	Metrics Metrics // nil: no metrics (*metrics.Registry counts)
 	Logger  *slog.Logger
 	// CallTimeout bounds one forwarded tools/call (0: 5 minutes), and is
 	// the HTTP front's default HTTPOptions.WriteStallTimeout.
@@ -129,8 +130,8 @@ type Gateway struct {
 	slots        sessionSlots // the HTTP front's open sessions, against its bounds
 
 	killed   atomic.Bool
-	killMu   sync.RWMutex // see SetKillSwitch
-	kill     KillStatus   // who engaged the kill switch, when, why (guarded by killMu)
+	killMu   sync.RWMutex      // see SetKillSwitch
+	kill     killswitch.Status // who engaged the kill switch, when, why (guarded by killMu)
 	closing  atomic.Bool
 	inflight counter      // tools/call requests in the pipeline
 	fastPath atomic.Int64 // tools/call requests a front answered itself (fastpath.go)
@@ -417,10 +418,10 @@ func (g *Gateway) SetKillSwitch(ctx context.Context, on bool, actor, reason stri
 	g.killMu.Lock()
 	defer g.killMu.Unlock()
 	if on {
-		st := KillStatus{Engaged: true, Since: time.Now().UTC(), Actor: actor, Reason: reason}
+		st := killswitch.Status{Engaged: true, Since: time.Now().UTC(), Actor: actor, Reason: reason}
 		var errs []error
 		if path := g.opts.KillSwitchFile; path != "" {
-			if err := writeKillState(path, st); err != nil {
+			if err := killswitch.Write(path, st); err != nil {
 				errs = append(errs, fmt.Errorf("its state could not be saved, so a restart would clear it (%s): %w", path, err))
 			}
 		}
@@ -443,7 +444,7 @@ func (g *Gateway) SetKillSwitch(ctx context.Context, on bool, actor, reason stri
 		}
 	}
 	if path := g.opts.KillSwitchFile; path != "" {
-		if err := removeKillState(path); err != nil {
+		if err := killswitch.Remove(path); err != nil {
 			// Recorded as cleared, but a restart would engage it again:
 			// it stays engaged, and the log says so.
 			why := fmt.Sprintf("clearing failed after it was recorded: the state file %s could not be removed (%v); the switch stays engaged", path, err)
@@ -452,7 +453,7 @@ func (g *Gateway) SetKillSwitch(ctx context.Context, on bool, actor, reason stri
 		}
 	}
 	g.killed.Store(false)
-	g.kill = KillStatus{}
+	g.kill = killswitch.Status{}
 	return nil
 }
 

@@ -70,7 +70,7 @@ type hconf struct {
 	// receives, one a line.
 	upstreamBodies *lockedWriter
 	// metrics, if set, is the gateway's Options.Metrics.
-	metrics *Metrics
+	metrics Metrics
 	// tokenSet, if set, is the HTTP front's HTTPOptions.TokenSet.
 	tokenSet *TokenSet
 	// maxSessions and maxPerAgent are the HTTP front's session bounds

@@ -7,12 +7,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/confidential-mcp/cmcp/internal/gwtest"
+	"github.com/confidential-mcp/cmcp/internal/metrics"
 	"github.com/confidential-mcp/cmcp/internal/policy"
 	"github.com/confidential-mcp/cmcp/internal/replay"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
@@ -241,7 +243,7 @@ func TestKillSwitchClearedOnlyOnceTheClearingIsDurable(t *testing.T) {
 
 // TestKillSwitchBeatsAnAccessAlreadyDecided engages the kill switch while a
 // read the policy permits is held between its decision and its forwarded
-// record (in the decision's metrics count, whose lock the test holds): the
+// record (in the decision's metrics count, which the test holds): the
 // read is refused -32064 and no access record after kill_switch_on says
 // forwarded. Deterministic, where TestKillSwitchBeatsAnAccessInProgress is a
 // race.
@@ -250,7 +252,7 @@ func TestKillSwitchBeatsAnAccessAlreadyDecided(t *testing.T) {
 @id("reads")
 permit (principal, action in [Action::"read_resource", Action::"get_prompt"], resource);
 `)
-	m := NewMetrics()
+	m := &heldDecisions{Registry: NewMetrics()}
 	h := newHarness(t, hconf{policy: engine(t, dir, policy.Enforcing), metrics: m})
 	cs := h.connect("", nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -258,18 +260,18 @@ permit (principal, action in [Action::"read_resource", Action::"get_prompt"], re
 	if _, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "test://static"}); err != nil {
 		t.Fatalf("a read before the kill switch: %v", err)
 	}
-	m.mu.Lock() // the next read waits after its decision, before its record
+	m.held.Lock() // the next read waits after its decision, before its record
 	errc := make(chan error, 1)
 	go func() {
 		_, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "test://static"})
 		errc <- err
 	}()
-	gwtest.WaitGoroutine(t, "sync.Mutex.Lock", "gateway.(*Metrics).Decision(") // the read is decided
+	gwtest.WaitGoroutine(t, "sync.Mutex.Lock", "gateway.(*heldDecisions).Decision(") // the read is decided
 	if err := h.g.SetKillSwitch(ctx, true, "test", "incident"); err != nil {
-		m.mu.Unlock()
+		m.held.Unlock()
 		t.Fatal(err)
 	}
-	m.mu.Unlock()
+	m.held.Unlock()
 	if err := <-errc; wireCode(err) != CodeKillSwitch {
 		t.Fatalf("the read decided before the kill switch got %v, want %d", err, CodeKillSwitch)
 	}
@@ -341,4 +343,19 @@ func accessesAfterKill(t *testing.T, dir string) (killed bool, refused int) {
 		}
 	}
 	return killed, refused
+}
+
+// heldDecisions counts into a metrics registry, but Decision waits while
+// held is locked: a call or read waits there, after its decision and
+// before its record.
+type heldDecisions struct {
+	*metrics.Registry
+	held sync.Mutex
+}
+
+func (m *heldDecisions) Decision(decision, mode string) {
+	m.held.Lock()
+	//lint:ignore SA2001 an empty critical section: it only waits while the test holds the lock
+	m.held.Unlock()
+	m.Registry.Decision(decision, mode)
 }

@@ -3,6 +3,8 @@ package gateway
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"log/slog"
+	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -10,8 +12,11 @@ import (
 	"filippo.io/age"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/confidential-mcp/cmcp/internal/admin"
 	"github.com/confidential-mcp/cmcp/internal/front/httpfront"
 	"github.com/confidential-mcp/cmcp/internal/gwtest"
+	"github.com/confidential-mcp/cmcp/internal/killswitch"
+	"github.com/confidential-mcp/cmcp/internal/metrics"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
@@ -133,3 +138,28 @@ var (
 
 // HTTPHandler mounts the real HTTP front on g, as server.Serve does.
 func (g *Gateway) HTTPHandler(o HTTPOptions) http.Handler { return httpfront.New(g.HTTPCore(), o) }
+
+// The admin listener (internal/admin), the kill switch's state
+// (internal/killswitch) and the metrics registry (internal/metrics) under
+// the names the tests use.
+type (
+	Admin        = admin.Admin
+	AdminOptions = admin.Options
+	AdminConfig  = admin.Config
+	KillStatus   = killswitch.Status
+)
+
+const (
+	AdminCheckpoint     = admin.Checkpoint
+	KillSwitchStateFile = killswitch.StateFile
+)
+
+var (
+	NewMetrics = metrics.New
+	NewAdmin   = admin.New
+)
+
+// StartAdmin starts the admin listener of g, as server.Serve does.
+func StartAdmin(c AdminConfig, ln net.Listener, g *Gateway, w *auditlog.Writer, m *metrics.Registry, logger *slog.Logger) (*Admin, error) {
+	return admin.Start(c, ln, g, w, m, logger)
+}

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/confidential-mcp/cmcp/internal/metrics"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
@@ -47,7 +48,7 @@ func failAuditDisk(t *testing.T, dir string) {
 	}
 }
 
-func scrapeText(t *testing.T, m *Metrics) string {
+func scrapeText(t *testing.T, m *metrics.Registry) string {
 	t.Helper()
 	var buf bytes.Buffer
 	if err := m.WriteText(&buf); err != nil {

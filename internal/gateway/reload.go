@@ -32,8 +32,16 @@ type ReloadTargets struct {
 	// Open: the HTTP front started without tokens or client certificates
 	// (development mode), which a reload does not change.
 	Open bool
-	// Admin is the admin listener, once it runs.
-	Admin atomic.Pointer[Admin]
+	// Admin is the admin listener (an AdminToken: *admin.Admin), once it
+	// runs.
+	Admin atomic.Value
+}
+
+// AdminToken is the admin listener's bearer token in force, which a
+// reload replaces.
+type AdminToken interface {
+	TokenDigest() digest.Digest
+	SetTokenDigest(d digest.Digest) error
 }
 
 // ReloadedTokens are the credentials a reloaded configuration puts in
@@ -137,7 +145,7 @@ func (g *Gateway) ReloadTokens(ctx context.Context, next ReloadedTokens, rt *Rel
 			}
 		}
 	}
-	if adm := rt.Admin.Load(); adm != nil && next.Admin != nil && !next.Admin.Equal(adm.TokenDigest()) {
+	if adm, _ := rt.Admin.Load().(AdminToken); adm != nil && next.Admin != nil && !next.Admin.Equal(adm.TokenDigest()) {
 		if err := adm.SetTokenDigest(*next.Admin); err != nil {
 			return err // config validation requires a token: not reached
 		}

@@ -315,7 +315,7 @@ func CheckCutResult(t *testing.T, dir string, n int, code int64, why string) {
 
 // WaitGoroutine waits until a goroutine of this process is in the state
 // its dump's header names (say "sync.Mutex.Lock", "IO wait") with frame
-// (say "gateway.(*Metrics).Decision(") on its stack: a test holding a lock
+// (say "gateway.(*heldDecisions).Decision(") on its stack: a test holding a lock
 // or a full pipe knows that the call it waits for has got there, without
 // guessing it with a delay.
 func WaitGoroutine(t *testing.T, state, frame string) {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/confidential-mcp/cmcp/internal/front/httpfront"
 	"github.com/confidential-mcp/cmcp/internal/gateway"
+	"github.com/confidential-mcp/cmcp/internal/killswitch"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 )
 
@@ -104,7 +105,7 @@ func TestKillSwitchSurvivesRestart(t *testing.T) {
 			dir := t.TempDir()
 			cfgPath, admin := killSwitchGateway(t, dir)
 			auditDir := filepath.Join(dir, "audit")
-			state := filepath.Join(auditDir, gateway.KillSwitchStateFile)
+			state := filepath.Join(auditDir, killswitch.StateFile)
 
 			cmd, endpoint, stderr := startGatewayProcess(t, cfgPath)
 			t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
@@ -133,7 +134,7 @@ func TestKillSwitchSurvivesRestart(t *testing.T) {
 				t.Errorf("the restarted gateway did not say the kill switch is engaged:\n%s", clip(stderr2.String(), 3000))
 			}
 			code, body = httpDo(t, "GET", admin+"/admin/kill-switch", testAdminToken)
-			var st gateway.KillStatus
+			var st killswitch.Status
 			if err := json.Unmarshal([]byte(body), &st); err != nil || code != 200 || !st.Engaged || st.Reason != "incident 7" ||
 				!strings.HasPrefix(st.Actor, "admin-token@127.0.0.1") || st.Since.IsZero() {
 				t.Fatalf("status after the restart: %d %s", code, body)
@@ -188,7 +189,7 @@ func TestKillSwitchUnreadableStateFailsClosed(t *testing.T) {
 			dir := t.TempDir()
 			cfgPath, admin := killSwitchGateway(t, dir)
 			auditDir := filepath.Join(dir, "audit")
-			state := filepath.Join(auditDir, gateway.KillSwitchStateFile)
+			state := filepath.Join(auditDir, killswitch.StateFile)
 			if err := os.MkdirAll(auditDir, 0o700); err != nil {
 				t.Fatal(err)
 			}

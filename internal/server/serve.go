@@ -31,12 +31,15 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/confidential-mcp/cmcp/internal/admin"
 	"github.com/confidential-mcp/cmcp/internal/buildinfo"
 	"github.com/confidential-mcp/cmcp/internal/config"
 	"github.com/confidential-mcp/cmcp/internal/contain"
 	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/internal/front/httpfront"
 	"github.com/confidential-mcp/cmcp/internal/gateway"
+	"github.com/confidential-mcp/cmcp/internal/killswitch"
+	"github.com/confidential-mcp/cmcp/internal/metrics"
 	"github.com/confidential-mcp/cmcp/internal/oauth"
 	"github.com/confidential-mcp/cmcp/internal/policy"
 	"github.com/confidential-mcp/cmcp/internal/tee"
@@ -75,7 +78,7 @@ type ServeOptions struct {
 	// such as a long-lived GET stream, is not idle.
 	IdleConnTimeout time.Duration
 	// Metrics, if set, counts calls, decisions, spawns and upstream health.
-	Metrics *gateway.Metrics
+	Metrics *metrics.Registry
 	// Started, if set, is called once the gateway serves, with the MCP
 	// endpoint URL ("" for stdio), the gateway and the audit log writer
 	// (the admin listener hooks in here).
@@ -490,15 +493,15 @@ func (s *serve) startGateway() error {
 	})
 	for _, u := range s.ups {
 		if st, ok := u.Upstream.(*upstream.Stdio); ok {
-			st.Hooks = gateway.StdioHooks(w, logger, o.Metrics)
+			st.Hooks = gateway.StdioHooks(w, logger, coreMetrics(o.Metrics))
 		}
 	}
 	s.minted.log.Store(w)
 	s.machines.log.Store(w)
 	s.minted.logger.Store(logger)
 	g, err := gateway.New(gateway.Options{Version: s.gwInfo.Version, Upstreams: s.ups, Log: w, Decider: o.Decider, Filter: o.Filter, Policy: s.eng, Logger: logger,
-		CallTimeout: srvCfg.CallTimeout, ConnectTimeout: srvCfg.ConnectTimeout, Environ: o.Environ, Metrics: o.Metrics,
-		KillSwitchFile: filepath.Join(s.auditDir, gateway.KillSwitchStateFile), OnSessionEnd: s.sessionEnded()})
+		CallTimeout: srvCfg.CallTimeout, ConnectTimeout: srvCfg.ConnectTimeout, Environ: o.Environ, Metrics: coreMetrics(o.Metrics),
+		KillSwitchFile: filepath.Join(s.auditDir, killswitch.StateFile), OnSessionEnd: s.sessionEnded()})
 	if err != nil {
 		return exitcode.WithCode(exitcode.ExitConfig, err)
 	}
@@ -554,6 +557,15 @@ func (s *serve) shutdownBy(deadline time.Time) error {
 // shutdown drains the gateway for server.shutdown_grace.
 func (s *serve) shutdown() error { return s.shutdownBy(time.Now().Add(s.grace)) }
 
+// coreMetrics is m as the gateway core counts into it: nil (not a nil
+// *metrics.Registry in the interface) when there are no metrics.
+func coreMetrics(m *metrics.Registry) gateway.Metrics {
+	if m == nil {
+		return nil
+	}
+	return m
+}
+
 // startAdmin starts the operators' listener (its own address and token),
 // and shuts it down when Serve returns.
 func (s *serve) startAdmin() error {
@@ -563,10 +575,10 @@ func (s *serve) startAdmin() error {
 	}
 	m := s.o.Metrics
 	if m == nil {
-		m = gateway.NewMetrics() // what StartAdmin would make: the witness gauges go there too
+		m = metrics.New() // what admin.Start would make: the witness gauges go there too
 	}
 	s.wit.RegisterMetrics(m)
-	adm, err := gateway.StartAdmin(gateway.AdminConfig{Listen: c.Listen, TokenSHA256: c.TokenSHA256, Ready: s.wit.Ready, Receipt: s.rcpt.serve,
+	adm, err := admin.Start(admin.Config{Listen: c.Listen, TokenSHA256: c.TokenSHA256, Ready: s.wit.Ready, Receipt: s.rcpt.serve,
 		Notes: s.tunnelNotes, Routes: s.tunnelRoutes()}, s.adminLn, s.g, s.w, m, s.logger)
 	if err != nil {
 		s.shutdown()

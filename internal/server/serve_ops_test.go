@@ -32,6 +32,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/internal/front/httpfront"
 	"github.com/confidential-mcp/cmcp/internal/gateway"
+	"github.com/confidential-mcp/cmcp/internal/metrics"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
@@ -56,7 +57,7 @@ func serveYAMLWith(t *testing.T, dir, yaml string, o ServeOptions) (string, stri
 	logs := &lockedWriter{}
 	go func() {
 		o.Logger = slog.New(slog.NewTextHandler(logs, nil))
-		o.Metrics = gateway.NewMetrics()
+		o.Metrics = metrics.New()
 		o.Started = func(endpoint string, _ *gateway.Gateway, _ *auditlog.Writer) { started <- endpoint }
 		done <- Serve(ctx, cfg, o)
 	}()
@@ -694,7 +695,7 @@ upstreams:
 	st.signal = signal
 	gw := make(chan *gateway.Gateway, 1)
 	go func() {
-		st.done <- Serve(sig, cfg, ServeOptions{Stdio: true, Stdin: inR, Stdout: outW, Environ: os.Environ(), Metrics: gateway.NewMetrics(),
+		st.done <- Serve(sig, cfg, ServeOptions{Stdio: true, Stdin: inR, Stdout: outW, Environ: os.Environ(), Metrics: metrics.New(),
 			Logger: slog.New(slog.NewTextHandler(st.logs, nil)), Started: func(_ string, g *gateway.Gateway, _ *auditlog.Writer) { gw <- g }})
 	}()
 	select {

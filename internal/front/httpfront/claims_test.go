@@ -22,7 +22,7 @@ func TestTokensComparedInConstantTime(t *testing.T) {
 	if f, ok := reflect.TypeOf(Token{}).FieldByName("Digest"); !ok || f.Type != reflect.TypeOf(digest.Digest{}) || reflect.TypeOf(Token{}).NumField() != 2 {
 		t.Fatalf("Token must hold only a digest.Digest and an identity: %v", reflect.TypeOf(Token{}))
 	}
-	for _, c := range []struct{ file, fn string }{{"auth.go", "authenticate"}, {"../../gateway/admin.go", "authorized"}} {
+	for _, c := range []struct{ file, fn string }{{"auth.go", "authenticate"}, {"../../admin/admin.go", "authorized"}} {
 		fset := token.NewFileSet()
 		f, err := parser.ParseFile(fset, c.file, nil, 0)
 		if err != nil {

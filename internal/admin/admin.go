@@ -1,4 +1,11 @@
-package gateway
+// Package admin is the operators' listener of cmcp serve: /healthz and
+// /readyz (no credential; up or down), and behind the admin bearer token
+// /metrics, the kill switch (/admin/kill-switch: state, engage, clear), a
+// forced checkpoint (/admin/checkpoint) and session receipts
+// (/admin/receipt). It drives the gateway core through its exported
+// controls (the kill switch, readiness, sessions, upstreams) and never
+// reaches into it; the core does not know it.
+package admin
 
 import (
 	"context"
@@ -9,39 +16,40 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/confidential-mcp/cmcp/internal/contain"
+	"github.com/confidential-mcp/cmcp/internal/killswitch"
+	"github.com/confidential-mcp/cmcp/internal/metrics"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
-// AdminLog is what the admin listener needs from the audit log: the record
+// Log is what the admin listener needs from the audit log: the record
 // of a forced checkpoint, and the checkpoint. *auditlog.Writer implements it.
-type AdminLog interface {
+type Log interface {
 	Append(ctx context.Context, rec auditlog.Record) (auditlog.Receipt, error)
 	Checkpoint() error
 }
 
-// KillSwitcher is the gateway's kill switch (*Gateway implements it): while
+// KillSwitch is the gateway's kill switch (*Gateway implements it): while
 // engaged every tools/call is refused, and each change is recorded in the
 // audit log (engaging fails closed even when the record cannot be written;
 // clearing does not happen unrecorded). It survives a restart.
-type KillSwitcher interface {
+type KillSwitch interface {
 	SetKillSwitch(ctx context.Context, on bool, actor, reason string) error
 	KillSwitch() bool
-	KillStatus() KillStatus
+	KillStatus() killswitch.Status
 }
 
-// AdminCheckpoint is the action of the admin record of a forced checkpoint.
-const AdminCheckpoint = "checkpoint"
+// Checkpoint is the action of the admin record of a forced checkpoint.
+const Checkpoint = "checkpoint"
 
-// AdminOptions configures the admin listener.
-type AdminOptions struct {
+// Options configures the admin listener.
+type Options struct {
 	// Addr is the listen address (host:port). It must never be the MCP
 	// listener's address: agents must not reach this endpoint.
 	Addr string
@@ -51,9 +59,9 @@ type AdminOptions struct {
 	// TokenDigest is "sha256:<hex>" of the admin bearer token. Required:
 	// the admin endpoint never runs without its own credential.
 	TokenDigest digest.Digest
-	Kill        KillSwitcher
-	Metrics     *Metrics
-	Log         AdminLog
+	Kill        KillSwitch
+	Metrics     *metrics.Registry
+	Log         Log
 	// Ready reports whether the gateway can serve calls (audit log open,
 	// catalog loaded); nil means ready.
 	Ready func() error
@@ -76,20 +84,12 @@ type AdminOptions struct {
 	Logger  *slog.Logger
 }
 
-// KillStatus is the kill switch's state as the admin endpoint reports it.
-type KillStatus struct {
-	Engaged bool      `json:"engaged"`
-	Since   time.Time `json:"since,omitzero"`
-	Actor   string    `json:"actor,omitzero"`
-	Reason  string    `json:"reason,omitzero"`
-}
-
 // Admin is the operators' listener: /healthz and /readyz (no credential,
 // they reveal nothing but up/down), and behind the admin token /metrics,
 // /admin/kill-switch (GET state, POST engage, POST clear) and
 // /admin/checkpoint (POST).
 type Admin struct {
-	o   AdminOptions
+	o   Options
 	ln  net.Listener
 	srv *http.Server
 	mux *http.ServeMux
@@ -102,8 +102,8 @@ type Admin struct {
 // maxAdminBody bounds an admin request body (a reason string).
 const maxAdminBody = 64 << 10
 
-// NewAdmin validates o and builds the handler; Start listens.
-func NewAdmin(o AdminOptions) (*Admin, error) {
+// New validates o and builds the handler; Start listens.
+func New(o Options) (*Admin, error) {
 	if o.TokenDigest.IsZero() {
 		return nil, errors.New("admin listener: no token configured; set admin.token_sha256 to the sha256 digest " +
 			"of a random token (the admin endpoint never runs without its own credential)")
@@ -275,7 +275,7 @@ func (a *Admin) killStatus(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, a.status())
 }
 
-func (a *Admin) status() KillStatus { return a.o.Kill.KillStatus() }
+func (a *Admin) status() killswitch.Status { return a.o.Kill.KillStatus() }
 
 // adminRequest is the optional JSON body of an admin POST.
 type adminRequest struct {
@@ -363,7 +363,7 @@ func (a *Admin) checkpoint(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	actor := actorOf(r)
-	if _, err := a.o.Log.Append(r.Context(), &auditlog.Admin{Action: AdminCheckpoint, Actor: actor, Reason: req.Reason}); err != nil {
+	if _, err := a.o.Log.Append(r.Context(), &auditlog.Admin{Action: Checkpoint, Actor: actor, Reason: req.Reason}); err != nil {
 		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": fmt.Sprintf("record the checkpoint request: %v", err)})
 		return
 	}
@@ -403,29 +403,43 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	_ = enc.Encode(v)
 }
 
-// AdminConfig is the admin: section: the listener's address and the
+// Config is the admin: section: the listener's address and the
 // SHA-256 digest of its bearer token.
-type AdminConfig struct {
+type Config struct {
 	Listen      string
 	TokenSHA256 digest.Digest
 	// Ready, if set, is one more readiness check (the witnesses).
 	Ready func() error
-	// Receipt, if set, serves session receipts (AdminOptions.Receipt).
+	// Receipt, if set, serves session receipts (Options.Receipt).
 	Receipt func(ctx context.Context, session string) ([]byte, error)
-	// Notes and Routes are AdminOptions.Notes and Routes.
+	// Notes and Routes are Options.Notes and Routes.
 	Notes  func() []string
 	Routes map[string]http.Handler
 }
 
-// StartAdmin starts the admin listener of the `admin:` section for a running
+// Core is the gateway core as the admin listener drives and reads it
+// (*gateway.Gateway implements it).
+type Core interface {
+	KillSwitch
+	// Sessions is the number of live agent sessions.
+	Sessions() int
+	// Draining reports that the gateway is shutting down.
+	Draining() bool
+	// UpstreamsReady says why no upstream is available, or nil.
+	UpstreamsReady() error
+	// UpstreamsUp reports, by name, whether each upstream is available.
+	UpstreamsUp() map[string]bool
+}
+
+// Start starts the admin listener of the `admin:` section for a running
 // gateway g and its audit log w, and registers the gauges that only exist
 // once both run (audit queue depth, health and append errors, live
 // sessions). Shut it down with
 // (*Admin).Shutdown before closing w. ln, if not nil, is c.Listen already
 // bound.
-func StartAdmin(c AdminConfig, ln net.Listener, g *Gateway, w *auditlog.Writer, m *Metrics, logger *slog.Logger) (*Admin, error) {
+func Start(c Config, ln net.Listener, g Core, w *auditlog.Writer, m *metrics.Registry, logger *slog.Logger) (*Admin, error) {
 	if m == nil {
-		m = NewMetrics()
+		m = metrics.New()
 	}
 	m.GaugeFunc("cmcp_audit_queue_depth", "Audit records appended but not yet written by the committer.", func() float64 {
 		return float64(w.QueueDepth())
@@ -440,7 +454,7 @@ func StartAdmin(c AdminConfig, ln net.Listener, g *Gateway, w *auditlog.Writer, 
 		return float64(w.AppendErrors())
 	})
 	m.GaugeFunc("cmcp_sessions", "Live agent sessions.", func() float64 { return float64(g.Sessions()) })
-	a, err := NewAdmin(AdminOptions{
+	a, err := New(Options{
 		Addr:        c.Listen,
 		Listener:    ln,
 		TokenDigest: c.TokenSHA256,
@@ -456,12 +470,8 @@ func StartAdmin(c AdminConfig, ln net.Listener, g *Gateway, w *auditlog.Writer, 
 			if err := w.Err(); err != nil {
 				return fmt.Errorf("audit log: %w", err)
 			}
-			// A tunnel upstream waits for machines to dial in to this
-			// gateway: it never makes the gateway unready (its machines
-			// could not reach an unready one behind a load balancer).
-			ups := slices.DeleteFunc(g.Upstreams(), func(u UpstreamStatus) bool { return u.Transport == "tunnel" })
-			if len(ups) > 0 && !slices.ContainsFunc(ups, func(u UpstreamStatus) bool { return u.Available }) {
-				return fmt.Errorf("no upstream is available (%s: %s)", ups[0].Name, ups[0].Error)
+			if err := g.UpstreamsReady(); err != nil {
+				return err
 			}
 			if c.Ready != nil {
 				return c.Ready()
@@ -472,8 +482,8 @@ func StartAdmin(c AdminConfig, ln net.Listener, g *Gateway, w *auditlog.Writer, 
 		Notes:   c.Notes,
 		Routes:  c.Routes,
 		BeforeScrape: func() {
-			for _, u := range g.Upstreams() {
-				m.UpstreamHealth(u.Name, u.Available)
+			for name, up := range g.UpstreamsUp() {
+				m.UpstreamHealth(name, up)
 			}
 		},
 		Logger: logger,
