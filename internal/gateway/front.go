@@ -32,7 +32,7 @@ func (g *Gateway) serveStdio(ctx context.Context, in io.ReadCloser, out io.Write
 	}
 	s := g.newSession(identity, "stdio")
 	err := s.srv.Run(ctx, &stdiofront.Transport{In: in, Out: out, Fast: s.stdioFast, Passed: s.recordUndecodableCall, BadID: s.recordBadIDCall,
-		Ambiguous: s.refuseAmbiguousCall, Unanswered: &s.unanswered, InputEnded: inputEnded, AgentReqs: &s.agentReqs})
+		Ambiguous: s.refuseAmbiguousCall, Unanswered: &s.stdio.unanswered, InputEnded: inputEnded, AgentReqs: &s.stdio.agentReqs})
 	s.end(endedFor("the agent closed the stdio connection"))
 	if err != nil && (errors.Is(err, io.EOF) || errors.Is(err, context.Canceled)) {
 		return nil

@@ -333,7 +333,7 @@ func TestSlowRequestBodyCutOff(t *testing.T) {
 		t.Fatalf("endless body cut off after %v, want about the 500 ms body timeout", d)
 	}
 	eventually(t, 5*time.Second, func() string {
-		if n := s.posts.Load(); n != 0 {
+		if n := s.http.posts.Load(); n != 0 {
 			return fmt.Sprintf("the session still counts %d POSTs in progress", n)
 		}
 		return ""

@@ -55,7 +55,7 @@ func (c httpCore) SessionRefused(limit string) {
 
 func (c httpCore) OpenSession(who string, tok digest.Digest, release func()) httpfront.Session {
 	s := c.g.newSession(who, "http")
-	s.token, s.releaseSlot = tok, release
+	s.http.token, s.http.releaseSlot = tok, release
 	return httpSession{s}
 }
 
@@ -78,7 +78,7 @@ func (g *Gateway) reapIdle(timeout time.Duration) {
 		}
 		cutoff := time.Now().Add(-timeout).UnixNano()
 		for _, s := range g.sessionList() {
-			if s.front == "http" && s.posts.Load() == 0 && s.lastPost.Load() < cutoff {
+			if s.front == "http" && s.http.posts.Load() == 0 && s.http.lastPost.Load() < cutoff {
 				go s.end(endedFor(fmt.Sprintf("idle for longer than the session timeout (%s)", timeout)))
 			}
 		}
@@ -109,10 +109,10 @@ func (h httpSession) Ambiguous(req *jsonrpc.Request, body []byte) (jsonrpc.ID, *
 }
 
 func (h httpSession) PostBegan() func() {
-	h.s.posts.Add(1)
+	h.s.http.posts.Add(1)
 	return func() {
-		h.s.lastPost.Store(time.Now().UnixNano())
-		h.s.posts.Add(-1)
+		h.s.http.lastPost.Store(time.Now().UnixNano())
+		h.s.http.posts.Add(-1)
 	}
 }
 

@@ -768,7 +768,7 @@ func (lv *live) toAgent(ctx context.Context, method string, params mcp.Params) (
 	inputGone := func() error {
 		return fault(CodeSessionEnded, "%s from upstream %q: the agent closed its input (EOF on stdin) and can answer no request; the session ends once its calls are answered", method, lv.st.name)
 	}
-	if s.agentReqs.HasEnded() {
+	if s.stdio.agentReqs.HasEnded() {
 		return nil, inputGone()
 	}
 	// dctx's values (the call's stream), ctx's end, or the end of the
@@ -777,7 +777,7 @@ func (lv *live) toAgent(ctx context.Context, method string, params mcp.Params) (
 	defer cancel(nil)
 	defer context.AfterFunc(ctx, func() { cancel(nil) })()
 	req := stdiofront.NewAgentRequest(cancel)
-	defer s.agentReqs.Done(req)
+	defer s.stdio.agentReqs.Done(req)
 	dctx = stdiofront.WithAgentRequest(dctx, req)
 	if sk := sinkFrom(dctx); sk != nil {
 		// The call route picked may just have ended (an upstream child

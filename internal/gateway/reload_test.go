@@ -94,7 +94,7 @@ func TestRotatedTokenEndsItsSessions(t *testing.T) {
 	}
 	for stop := time.Now().Add(3 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		ss := h.g.sessionList()
-		if len(ss) == 1 && ss[0].token.Equal(TokenDigest(tokB)) {
+		if len(ss) == 1 && ss[0].http.token.Equal(TokenDigest(tokB)) {
 			break
 		}
 		if time.Now().After(stop) {

@@ -32,22 +32,22 @@ func (s *session) streamOpenedWith(tok digest.Digest) {
 	if tok.IsZero() {
 		return
 	}
-	s.streamMu.Lock()
-	defer s.streamMu.Unlock()
-	if !slices.ContainsFunc(s.streamTokens, tok.Equal) {
-		s.streamTokens = append(s.streamTokens, tok)
+	s.http.streamMu.Lock()
+	defer s.http.streamMu.Unlock()
+	if !slices.ContainsFunc(s.http.streamTokens, tok.Equal) {
+		s.http.streamTokens = append(s.http.streamTokens, tok)
 	}
 }
 
 // tokensInForce reports whether every bearer token that opened the session
 // or one of its GET streams still maps to its identity in nowOf.
 func (s *session) tokensInForce(nowOf map[digest.Digest]string) bool {
-	if !s.token.IsZero() && nowOf[s.token] != s.principal {
+	if !s.http.token.IsZero() && nowOf[s.http.token] != s.principal {
 		return false
 	}
-	s.streamMu.Lock()
-	defer s.streamMu.Unlock()
-	for _, t := range s.streamTokens {
+	s.http.streamMu.Lock()
+	defer s.http.streamMu.Unlock()
+	for _, t := range s.http.streamTokens {
 		if nowOf[t] != s.principal {
 			return false
 		}
@@ -85,27 +85,35 @@ func (s *session) authedWith(id *oauth.Identity, token credential.Secret) {
 	}
 }
 
-// session is one agent session and its own MCP server.
+// session is one agent session and its own MCP server. Its fields are in
+// groups by owner; each lock guards one named group, and a field outside
+// the groups a lock guards is set before the session is shared, or is an
+// atomic, or is safe for concurrent use by itself:
+//
+//   - mu guards the upstream group (the session's upstream connections,
+//     its tool registrations and its resource routes);
+//   - listMu guards listed (what tools/list last showed the agent);
+//   - syncMu guards no field: it runs one syncTools at a time;
+//   - httpState.streamMu guards streamTokens (the HTTP front's group);
+//   - fastCalls.mu guards the fast path's in-flight calls.
+//
+// The gateway's g.mu guards g.byID, where bind publishes the session.
 type session struct {
+	// Set when the session is made, never changed.
 	g         *Gateway
 	principal string
-	front     string
-	// token is the digest of the bearer token that opened an HTTP session
-	// (zero for one a client certificate or development mode identified):
-	// a SIGHUP that no longer maps it to principal ends the session.
-	token digest.Digest
-	// streamTokens are the digests of the bearer tokens that opened the
-	// session's GET streams (streamMu): a stream lives on after its
-	// request was authenticated, so a SIGHUP that no longer maps one of
-	// them to principal ends the session too.
-	streamMu     sync.Mutex
-	streamTokens []digest.Digest
-	syncMu       sync.Mutex // one syncTools at a time
-	srv          *mcp.Server
-	id           string // set when the session initialises
+	front     string // "http" or "stdio": which of http and stdio is used
+	srv       *mcp.Server
+	// ctx ends when the session ends, its cause a *sessionEnd saying why;
+	// fast-path calls run under it.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
 
+	// The agent's side. down is go-sdk's server session once initialised;
+	// id is written once, in bind, under mu and before down is stored:
+	// read it under mu until down is set (authedWith), freely after.
 	down atomic.Pointer[mcp.ServerSession]
-
+	id   string
 	// auth is the OAuth access token's verified identity of the latest
 	// request of the session (nil: no OAuth token identified it): its
 	// issuer and jti are recorded, its groups are Group parents.
@@ -115,6 +123,7 @@ type session struct {
 	// upstream credential, never logged, recorded or sent to an upstream.
 	authToken atomic.Pointer[credential.Secret]
 
+	// The upstream group, guarded by mu.
 	mu       sync.Mutex
 	lives    map[string]*live
 	visible  map[string]digest.Digest // registered tools: exposed name -> Definition
@@ -128,14 +137,21 @@ type session struct {
 	started  bool
 	ended    bool // no new upstream connections
 
-	endOnce sync.Once
-	dummy   atomic.Uint64
+	syncMu sync.Mutex // one syncTools at a time
+	dummy  atomic.Uint64
 
-	// ctx ends when the session ends, its cause a *sessionEnd saying why;
-	// fast-path calls run under it.
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	fast   fastCalls // tools/call requests a front answers itself
+	// What tools/list last showed the agent (or what it was last told
+	// changed), as sorted names, once it has listed; see recheckList.
+	// listMu guards listed.
+	listMu    sync.Mutex
+	listed    string
+	hasListed atomic.Bool
+	recheck   atomic.Bool // a re-check is scheduled
+
+	// Requests in flight, in both directions, and the end that waits for
+	// them (each of these is safe for concurrent use).
+	endOnce sync.Once
+	fast    fastCalls // tools/call requests a front answers itself
 	// answering counts the session's requests that its end cuts, until
 	// they are answered: the fast-path calls until their answer is
 	// written, the requests go-sdk answers (withSession) until their
@@ -145,28 +161,44 @@ type session struct {
 	answering  counter
 	sdkCut     atomic.Bool
 	serverReqs rpcwire.Pending // requests to the agent on fast-call streams
-	// unanswered are the requests a stdio agent sent that are not answered
-	// yet, whichever path answers them (internal/front/stdiofront): the end waits for those
-	// read before it, including the ones go-sdk has not dispatched yet.
-	unanswered stdiofront.Unanswered
-	// agentReqs are the requests sent to a stdio agent (sampling,
-	// elicitation, roots) that it has not answered, until its input ends.
-	agentReqs stdiofront.AgentRequests
 
-	// What tools/list last showed the agent (or what it was last told
-	// changed), as sorted names, once it has listed; see recheckList.
-	listMu    sync.Mutex
-	listed    string
-	hasListed atomic.Bool
-	recheck   atomic.Bool // a re-check is scheduled
+	http  httpState  // the HTTP front's group (zero for stdio)
+	stdio stdioState // the stdio front's group (zero for HTTP)
+}
 
-	// HTTP sessions: POSTs in progress and when the last one ended (unix
-	// nanoseconds), for the idle timeout.
+// httpState is what an HTTP session holds for the HTTP front
+// (internal/front/httpfront, through httpcore.go). streamMu guards
+// streamTokens; the rest is set before the session is shared, or atomic.
+type httpState struct {
+	// token is the digest of the bearer token that opened the session
+	// (zero for one a client certificate or development mode identified):
+	// a SIGHUP that no longer maps it to principal ends the session.
+	token digest.Digest
+	// streamTokens are the digests of the bearer tokens that opened the
+	// session's GET streams: a stream lives on after its request was
+	// authenticated, so a SIGHUP that no longer maps one of them to
+	// principal ends the session too.
+	streamMu     sync.Mutex
+	streamTokens []digest.Digest
+	// POSTs in progress and when the last one ended (unix nanoseconds),
+	// for the idle timeout.
 	posts    atomic.Int32
 	lastPost atomic.Int64
-	// releaseSlot gives back the HTTP session's place under the session
-	// bounds (sessionlimit.go) when it ends; nil for stdio.
+	// releaseSlot gives back the session's place under the session
+	// bounds (sessionlimit.go) when it ends.
 	releaseSlot func()
+}
+
+// stdioState is what a stdio session holds for the stdio front
+// (internal/front/stdiofront); both are safe for concurrent use.
+type stdioState struct {
+	// unanswered are the requests the agent sent that are not answered
+	// yet, whichever path answers them: the end waits for those read
+	// before it, including the ones go-sdk has not dispatched yet.
+	unanswered stdiofront.Unanswered
+	// agentReqs are the requests sent to the agent (sampling,
+	// elicitation, roots) that it has not answered, until its input ends.
+	agentReqs stdiofront.AgentRequests
 }
 
 // newSession builds the MCP server for one agent session. Nothing is
@@ -175,7 +207,7 @@ func (g *Gateway) newSession(principal, front string) *session {
 	s := &session{g: g, principal: principal, front: front, lives: map[string]*live{}, visible: map[string]digest.Digest{}, resOwner: map[string]string{}, tmpls: map[string][]ownedTemplate{}}
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
 	s.serverReqs.Prefix = serverReqPrefix
-	s.lastPost.Store(time.Now().UnixNano())
+	s.http.lastPost.Store(time.Now().UnixNano())
 	g.mu.Lock()
 	caps, instructions := g.caps, g.instructions
 	g.mu.Unlock()
@@ -368,7 +400,7 @@ func (s *session) cutAndAnswer(e *sessionEnd) {
 	s.cut(e)
 	wctx, cancel := context.WithTimeout(context.Background(), cutAnswerWait)
 	s.answering.wait(wctx)
-	left := s.unanswered.Wait(wctx.Done())
+	left := s.stdio.unanswered.Wait(wctx.Done())
 	cancel()
 	if n := s.answering.n.Load(); n > 0 || left > 0 {
 		s.g.logger.Warn("session ended with requests whose answers could not be written in time", "session", s.id, "requests", max(n, int64(left)), "waited", cutAnswerWait)
@@ -383,8 +415,8 @@ func (s *session) end(e *sessionEnd) {
 	s.endOnce.Do(func() {
 		s.g.ending.Add(1) // before it leaves g.sessions: Shutdown waits for it
 		defer s.g.ending.Done()
-		if s.releaseSlot != nil {
-			defer s.releaseSlot()
+		if s.http.releaseSlot != nil {
+			defer s.http.releaseSlot()
 		}
 		s.cutAndAnswer(e)
 		reason := e.why
