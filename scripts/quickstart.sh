@@ -9,8 +9,10 @@ trap 'exit 130' INT TERM
 cd "$(dirname "$0")/.."
 mkdir -p bin .quickstart
 echo "== build" >&2
-go build -o bin/cmcp ./cmd/cmcp
-go build -o bin/sample-server ./examples/sample-server
+# -trimpath, as releases are built (goreleaser.yaml): the binaries, and so
+# the sample server's pin, do not depend on where the repository is.
+go build -trimpath -o bin/cmcp ./cmd/cmcp
+go build -trimpath -o bin/sample-server ./examples/sample-server
 echo "== pin the sample server" >&2
 # The server runs as cmcp.yaml starts it: in the repository root (its dir:),
 # reading examples/ only.
