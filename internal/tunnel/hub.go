@@ -587,11 +587,11 @@ func (m *Machine) drop(err error, status websocket.StatusCode) {
 		sessions := m.sessions
 		m.sessions = map[string]*Session{}
 		m.mu.Unlock()
+		m.forget() // not listed any more once Done is closed
 		close(m.done)
 		for _, s := range sessions {
 			s.fail(m.err)
 		}
-		m.forget()
 		go func() {
 			// The close handshake waits for the connector; never hold the
 			// caller (a read loop, Close) for it.
