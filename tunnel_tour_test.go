@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// TestTunnelTour runs docs/tunnel.md's two-machine tour as written, in a
+// TestTunnelTour runs the README's two-machine tour as written, in a
 // copy of the repository, on a free port instead of 8080: the gateway, two
 // connectors with the same pinned sample server, the refusal without
 // machineId listing both machines, a call to each by machineId, one
@@ -26,11 +26,14 @@ func TestTunnelTour(t *testing.T) {
 			t.Fatalf("the tour needs %s: %v", tool, err)
 		}
 	}
-	doc, err := os.ReadFile("docs/tunnel.md")
+	doc, err := os.ReadFile("README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	tour := string(doc[strings.Index(string(doc), "## A two-machine tour"):])
+	tour := string(doc[strings.Index(string(doc), "## Machines behind NAT: a two-machine tour"):])
+	if end := strings.Index(tour[3:], "\n## "); end >= 0 {
+		tour = tour[:3+end]
+	}
 	blocks := regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(tour, -1)
 	if len(blocks) != 2 {
 		t.Fatalf("the tour has %d sh blocks, want 2", len(blocks))
@@ -48,9 +51,9 @@ func TestTunnelTour(t *testing.T) {
 	dir := t.TempDir()
 	var kept []string
 	for _, line := range strings.Split(setup, "\n") {
-		if rest, ok := strings.CutPrefix(line, "go build -o "); ok {
+		if rest, ok := strings.CutPrefix(line, "go build -trimpath -o "); ok {
 			out, pkg, _ := strings.Cut(rest, " ")
-			b := exec.Command("go", "build", "-o", filepath.Join(dir, out), pkg)
+			b := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(dir, out), pkg)
 			if msg, err := b.CombinedOutput(); err != nil {
 				t.Fatalf("%s: %v\n%s", line, err, msg)
 			}
