@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"github.com/confidential-mcp/cmcp/internal/gwtest"
 	"log/slog"
 	"net"
 	"os"
@@ -290,7 +291,17 @@ upstreams:
 		res, err = cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "t__sleep", Arguments: map[string]any{"text": "1s"}})
 		done <- err
 	}()
-	time.Sleep(300 * time.Millisecond)
+	// SIGTERM once the call is in flight (its record is written before it
+	// is forwarded), not after a fixed delay: under load the call was not
+	// sent yet, and the drain found nothing to wait for.
+	eventually(t, time.Minute, func() string {
+		for _, r := range gwtest.Kinds(readRecords(t, filepath.Join(dir, "audit")), "call") {
+			if r.Body["tool"] == "t__sleep" && r.Body["outcome"] == "forwarded" {
+				return ""
+			}
+		}
+		return "no forwarded call record of t__sleep yet"
+	})
 	cmd.Process.Signal(syscall.SIGTERM)
 	if err := <-done; err != nil {
 		t.Fatalf("the in-flight call was not drained: %v", err)
