@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
-	"encoding/json"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -20,21 +18,10 @@ import (
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 )
 
+// whoamiVia is credtest.WhoAmIVia.
 func whoamiVia(t *testing.T, cs *mcp.ClientSession) (credtest.WhoAmI, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "remote__whoami", Arguments: map[string]any{}})
-	if err != nil {
-		return credtest.WhoAmI{}, err
-	}
-	if res.IsError {
-		return credtest.WhoAmI{}, fmt.Errorf("tool error: %s", firstText(res))
-	}
-	var w credtest.WhoAmI
-	b, _ := json.Marshal(res.StructuredContent)
-	err = json.Unmarshal(b, &w)
-	return w, err
+	return credtest.WhoAmIVia(t, cs)
 }
 
 // TestReloadForgetsTheCredentialsOfRemovedIdentities: a SIGHUP that

@@ -31,6 +31,7 @@ import (
 	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
+	"github.com/go-jose/go-jose/v4/jwt"
 	"github.com/zitadel/oidc/v3/pkg/oidc"
 	"github.com/zitadel/oidc/v3/pkg/op"
 )
@@ -249,6 +250,27 @@ func (s *Server) PublicJWK() jose.JSONWebKey {
 	defer s.st.mu.Unlock()
 	k := s.st.keys[len(s.st.keys)-1]
 	return jose.JSONWebKey{Key: k.public(), KeyID: k.id, Algorithm: string(k.alg), Use: "sig"}
+}
+
+// SubjectOf returns a check of the access tokens this server issues for
+// audience, as a resource server makes it (credtest.Upstream.Trust): the
+// token is an RS256 JWT signed with the current key, of this issuer, for
+// audience, and valid now; it returns the subject.
+func (s *Server) SubjectOf(audience string) func(raw string) (string, error) {
+	return func(raw string) (string, error) {
+		tok, err := jwt.ParseSigned(raw, []jose.SignatureAlgorithm{jose.RS256})
+		if err != nil {
+			return "", err
+		}
+		var std jwt.Claims
+		if err := tok.Claims(s.PublicJWK(), &std); err != nil {
+			return "", err
+		}
+		if err := std.Validate(jwt.Expected{Issuer: s.Issuer, AnyAudience: jwt.Audience{audience}, Time: time.Now()}); err != nil {
+			return "", err
+		}
+		return std.Subject, nil
+	}
 }
 
 // Issued counts the access tokens issued so far for a grant type

@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	jose "github.com/go-jose/go-jose/v4"
-	"github.com/go-jose/go-jose/v4/jwt"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/zitadel/oidc/v3/pkg/oidc"
@@ -24,21 +22,10 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/oauthtest"
 )
 
+// whoamiVia is credtest.WhoAmIVia.
 func whoamiVia(t *testing.T, cs *mcp.ClientSession) (credtest.WhoAmI, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "remote__whoami", Arguments: map[string]any{}})
-	if err != nil {
-		return credtest.WhoAmI{}, err
-	}
-	if res.IsError {
-		return credtest.WhoAmI{}, fmt.Errorf("tool error: %s", firstText(res))
-	}
-	var w credtest.WhoAmI
-	b, _ := json.Marshal(res.StructuredContent)
-	err = json.Unmarshal(b, &w)
-	return w, err
+	return credtest.WhoAmIVia(t, cs)
 }
 
 // TestServeMintsAnUpstreamCredentialPerAgent: serve with an HTTP upstream
@@ -127,20 +114,7 @@ func TestServeAuthorizationCodeElicitsSignInThenCallsAsThatPerson(t *testing.T) 
 	as := oauthtest.Start(t, oauthtest.Options{Users: []oauthtest.User{alice},
 		Clients: []oauthtest.Client{{ID: "cmcp", Secret: "cmcp-secret", RedirectURIs: []string{loginURL + "/callback"}}}})
 	u.Advertise(as.Issuer)
-	u.Trust(func(raw string) (string, error) {
-		tok, err := jwt.ParseSigned(raw, []jose.SignatureAlgorithm{jose.RS256})
-		if err != nil {
-			return "", err
-		}
-		var std jwt.Claims
-		if err := tok.Claims(as.PublicJWK(), &std); err != nil {
-			return "", err
-		}
-		if err := std.Validate(jwt.Expected{Issuer: as.Issuer, AnyAudience: jwt.Audience{u.URL}, Time: time.Now()}); err != nil {
-			return "", err
-		}
-		return std.Subject, nil
-	})
+	u.Trust(as.SubjectOf(u.URL))
 	cfg := fmt.Sprintf(`version: 1
 server:
   listen: %s

@@ -5,10 +5,7 @@ import (
 	"os"
 	"strings"
 	"testing"
-	"time"
 
-	jose "github.com/go-jose/go-jose/v4"
-	"github.com/go-jose/go-jose/v4/jwt"
 	"github.com/zitadel/oidc/v3/pkg/oidc"
 
 	"github.com/confidential-mcp/cmcp/internal/credential/credtest"
@@ -30,20 +27,7 @@ func TestServeTokenExchangeAsEachOAuthAgent(t *testing.T) {
 		{ID: "gateway", Secret: "gateway-secret"},
 	}})
 	u := credtest.Start(t)
-	u.Trust(func(raw string) (string, error) {
-		tok, err := jwt.ParseSigned(raw, []jose.SignatureAlgorithm{jose.RS256})
-		if err != nil {
-			return "", err
-		}
-		var std jwt.Claims
-		if err := tok.Claims(as.PublicJWK(), &std); err != nil {
-			return "", err
-		}
-		if err := std.Validate(jwt.Expected{Issuer: as.Issuer, AnyAudience: jwt.Audience{u.URL}, Time: time.Now()}); err != nil {
-			return "", err
-		}
-		return std.Subject, nil
-	})
+	u.Trust(as.SubjectOf(u.URL))
 	addr := freePort(t)
 	resource := "http://" + addr + "/mcp"
 	cfg := fmt.Sprintf(`version: 1

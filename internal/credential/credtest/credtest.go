@@ -123,6 +123,31 @@ type WhoAmI struct {
 	Audience string   `json:"audience,omitempty"`
 }
 
+// WhoAmIVia calls the gateway's remote__whoami (the upstream named
+// "remote") in session cs and returns who the upstream saw.
+func WhoAmIVia(t testing.TB, cs *mcp.ClientSession) (WhoAmI, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "remote__whoami", Arguments: map[string]any{}})
+	if err != nil {
+		return WhoAmI{}, err
+	}
+	if res.IsError {
+		var text string
+		if len(res.Content) > 0 {
+			if tc, ok := res.Content[0].(*mcp.TextContent); ok {
+				text = tc.Text
+			}
+		}
+		return WhoAmI{}, fmt.Errorf("tool error: %s", text)
+	}
+	var w WhoAmI
+	b, _ := json.Marshal(res.StructuredContent)
+	err = json.Unmarshal(b, &w)
+	return w, err
+}
+
 // SetLag makes each token minted from now on refused (401) for its first n
 // requests.
 func (u *Upstream) SetLag(n int) {
