@@ -1,6 +1,8 @@
 package auditlog
 
 import (
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/ageid"
+
 	"bufio"
 	"bytes"
 	"crypto/hmac"
@@ -244,7 +246,7 @@ func (o *Opener) LoadVault(dir string, ids ...age.Identity) error {
 	}
 	defer f.Close()
 	o.vault = make(map[int64][]byte)
-	o.ids = fastIdentities(ids)
+	o.ids = ageid.FastIdentities(ids)
 	o.torn = 0
 	br := bufio.NewReaderSize(f, 64<<10)
 	for n := 1; ; n++ {

@@ -1,6 +1,8 @@
 package auditlog
 
 import (
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/jcs"
+
 	"bytes"
 	"encoding/base64"
 	"fmt"
@@ -57,7 +59,7 @@ func encodeBodyGeneral(r Record) ([]byte, error) {
 	if err := v.Canonicalize(); err != nil {
 		return nil, fmt.Errorf("encode %s record: %w", r.Kind(), err)
 	}
-	if _, err := scanLine(v); err != nil { // refuses integers beyond 2^53 in opaque fields
+	if _, err := jcs.ScanLine(v); err != nil { // refuses integers beyond 2^53 in opaque fields
 		return nil, fmt.Errorf("encode %s record: %w", r.Kind(), err)
 	}
 	return v, nil
@@ -104,38 +106,38 @@ var envelopeMembers = [...]string{"body", "kind", "prev", "seq", "ts", "v"}
 // It does not allocate for a valid line.
 func parseLine(line []byte) (envelope, error) {
 	var e envelope
-	var s canonScanner
-	if err := s.scan(line); err != nil {
+	var s jcs.Scanner
+	if err := s.Scan(line); err != nil {
 		return e, err
 	}
-	if s.extra {
-		return e, &syntaxError{Offset: 0, Msg: fmt.Sprintf("more than %d members (a record has body, kind, prev, seq, ts, v)", len(envelopeMembers))}
+	if s.Extra {
+		return e, &jcs.SyntaxError{Offset: 0, Msg: fmt.Sprintf("more than %d members (a record has body, kind, prev, seq, ts, v)", len(envelopeMembers))}
 	}
 	var have [len(envelopeMembers)]bool
 	j := 0
-	for _, m := range s.top[:s.ntop] {
-		for j < len(envelopeMembers) && envelopeMembers[j] != string(m.key) {
+	for _, m := range s.Top[:s.Ntop] {
+		for j < len(envelopeMembers) && envelopeMembers[j] != string(m.Key) {
 			j++
 		}
 		if j == len(envelopeMembers) {
-			return e, &syntaxError{Offset: memberOffset(line, m), Msg: fmt.Sprintf("unknown member %q (a record has body, kind, prev, seq, ts, v)", m.key)}
+			return e, &jcs.SyntaxError{Offset: memberOffset(line, m), Msg: fmt.Sprintf("unknown member %q (a record has body, kind, prev, seq, ts, v)", m.Key)}
 		}
 		have[j] = true
 		switch j {
 		case 0: // body
-			if len(m.val) == 0 || m.val[0] != '{' {
-				return e, &syntaxError{Offset: memberOffset(line, m), Msg: "body must be an object"}
+			if len(m.Val) == 0 || m.Val[0] != '{' {
+				return e, &jcs.SyntaxError{Offset: memberOffset(line, m), Msg: "body must be an object"}
 			}
-			e.Body = m.val
+			e.Body = m.Val
 		case 1: // kind
-			b, ok := plainString(m.val)
+			b, ok := plainString(m.Val)
 			k, known := kindOf(b)
 			if !ok || !known {
-				return e, &syntaxError{Offset: memberOffset(line, m), Msg: fmt.Sprintf("unknown kind %s", clipBytes(m.val))}
+				return e, &jcs.SyntaxError{Offset: memberOffset(line, m), Msg: fmt.Sprintf("unknown kind %s", jcs.Clip(m.Val))}
 			}
 			e.Kind = k
 		case 2: // prev
-			b, ok := plainString(m.val)
+			b, ok := plainString(m.Val)
 			var buf [33]byte
 			var n int
 			var err error
@@ -143,39 +145,39 @@ func parseLine(line []byte) (envelope, error) {
 				n, err = base64.StdEncoding.Strict().Decode(buf[:], b)
 			}
 			if !ok || len(b) != 44 || err != nil || n != tlog.HashSize {
-				return e, &syntaxError{Offset: memberOffset(line, m), Msg: fmt.Sprintf("prev %s is not a base64 SHA-256 hash", clipBytes(m.val))}
+				return e, &jcs.SyntaxError{Offset: memberOffset(line, m), Msg: fmt.Sprintf("prev %s is not a base64 SHA-256 hash", jcs.Clip(m.Val))}
 			}
 			copy(e.Prev[:], buf[:n])
 		case 3: // seq
-			b, ok := plainString(m.val)
+			b, ok := plainString(m.Val)
 			n, ok2 := parseDecimal(b)
 			if !ok || !ok2 {
-				return e, &syntaxError{Offset: memberOffset(line, m), Msg: fmt.Sprintf("seq %s is not a decimal string", clipBytes(m.val))}
+				return e, &jcs.SyntaxError{Offset: memberOffset(line, m), Msg: fmt.Sprintf("seq %s is not a decimal string", jcs.Clip(m.Val))}
 			}
 			e.Seq = n
 		case 4: // ts
-			b, ok := plainString(m.val)
+			b, ok := plainString(m.Val)
 			if !ok || !validTimestamp(b) {
-				return e, &syntaxError{Offset: memberOffset(line, m), Msg: fmt.Sprintf("ts %s is not an RFC 3339 UTC time", clipBytes(m.val))}
+				return e, &jcs.SyntaxError{Offset: memberOffset(line, m), Msg: fmt.Sprintf("ts %s is not an RFC 3339 UTC time", jcs.Clip(m.Val))}
 			}
 			e.TS = b
 		case 5: // v
-			if len(m.val) != 1 || m.val[0] != '0'+FormatVersion {
-				return e, &syntaxError{Offset: memberOffset(line, m), Msg: fmt.Sprintf("format version %s, this cmcp reads version %d", clipBytes(m.val), FormatVersion)}
+			if len(m.Val) != 1 || m.Val[0] != '0'+FormatVersion {
+				return e, &jcs.SyntaxError{Offset: memberOffset(line, m), Msg: fmt.Sprintf("format version %s, this cmcp reads version %d", jcs.Clip(m.Val), FormatVersion)}
 			}
 		}
 		j++
 	}
 	for i, ok := range have {
 		if !ok && i != 4 {
-			return e, &syntaxError{Offset: 0, Msg: fmt.Sprintf("missing member %q", envelopeMembers[i])}
+			return e, &jcs.SyntaxError{Offset: 0, Msg: fmt.Sprintf("missing member %q", envelopeMembers[i])}
 		}
 	}
 	switch {
 	case e.Kind == KindCheckpoint && have[4]:
-		return e, &syntaxError{Offset: 0, Msg: "a checkpoint record has no ts"}
+		return e, &jcs.SyntaxError{Offset: 0, Msg: "a checkpoint record has no ts"}
 	case e.Kind != KindCheckpoint && !have[4]:
-		return e, &syntaxError{Offset: 0, Msg: "missing member \"ts\""}
+		return e, &jcs.SyntaxError{Offset: 0, Msg: "missing member \"ts\""}
 	}
 	return e, nil
 }
@@ -249,12 +251,12 @@ func validTimestamp(b []byte) bool {
 func unsafeString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
 // memberOffset is the offset of m's value within line.
-func memberOffset(line []byte, m member) int {
-	if len(m.val) == 0 {
+func memberOffset(line []byte, m jcs.Member) int {
+	if len(m.Val) == 0 {
 		return 0
 	}
 	// m.val aliases line.
-	return cap(line) - cap(m.val)
+	return cap(line) - cap(m.Val)
 }
 
 // plainString returns the contents of a JSON string without escapes.

@@ -1,6 +1,8 @@
 package auditlog
 
 import (
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/jcs"
+
 	"encoding/base64"
 	"encoding/hex"
 	"strconv"
@@ -73,7 +75,7 @@ func (c *Call) appendCanonical(b []byte) ([]byte, bool) {
 		b = appendJSONString(b, c.Reason)
 	}
 	if c.RequestID != nil {
-		if !canonicalID(c.RequestID) {
+		if !jcs.CanonicalID(c.RequestID) {
 			return b, false
 		}
 		b = append(b, `,"request_id":`...)
@@ -215,16 +217,6 @@ func appendTime(b []byte, t time.Time) ([]byte, bool) {
 	return append(b, '"'), true
 }
 
-// canonicalID reports whether a JSON-RPC id is a string or an integer
-// already in RFC 8785 form (so that the general path would copy it as is).
-func canonicalID(raw []byte) bool {
-	if len(raw) == 0 || !(raw[0] == '"' || raw[0] == '-' || raw[0] >= '0' && raw[0] <= '9') {
-		return false
-	}
-	s := canonScanner{b: raw}
-	return s.value() == nil && s.i == len(raw) && !s.fallback
-}
-
 // appendJSONString writes s as an RFC 8785 string: '"', '\\' and control
 // characters escaped (short forms where JSON has them, else \u00xx), every
 // other character as its UTF-8 bytes, invalid UTF-8 replaced by U+FFFD one
@@ -236,7 +228,7 @@ func appendJSONString(b []byte, s string) []byte {
 	for i := 0; i < len(s); {
 		c := s[i]
 		if c < utf8.RuneSelf {
-			if plainByte[c] {
+			if jcs.PlainByte[c] {
 				i++
 				continue
 			}

@@ -1,6 +1,8 @@
 package auditlog
 
 import (
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/jcs"
+
 	"bytes"
 	"os"
 	"path/filepath"
@@ -36,7 +38,7 @@ func FuzzScanLine(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
-		_, err := scanLine(in)
+		_, err := jcs.ScanLine(in)
 		ref, rerr := digest.Canonicalize(in)
 		want := rerr == nil && bytes.Equal(ref, in) && len(in) > 0 && in[0] == '{'
 		if (err == nil) != want {

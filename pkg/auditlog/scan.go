@@ -1,6 +1,8 @@
 package auditlog
 
 import (
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/jcs"
+
 	"bytes"
 	"crypto/sha256"
 	"encoding/base64"
@@ -373,7 +375,7 @@ func scanEpoch(dir string, epoch int, opt scanOptions) (*EpochResult, error) {
 				return fail(ClassIntegrity, "", "", "line is longer than %d bytes; no record is that large", MaxLineBytes)
 			}
 			if l.perr != nil {
-				var se *syntaxError
+				var se *jcs.SyntaxError
 				if errors.As(l.perr, &se) {
 					pos.Offset += int64(se.Offset)
 					return fail(ClassIntegrity, "", "", "malformed record: %s (byte %d of the line)", se.Msg, se.Offset)

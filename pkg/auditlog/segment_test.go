@@ -5,10 +5,11 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"errors"
-	"golang.org/x/mod/sumdb/tlog"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"golang.org/x/mod/sumdb/tlog"
 )
 
 func TestVerifySegmentAlone(t *testing.T) {

@@ -1,4 +1,7 @@
-package auditlog
+// Package ageid opens age X25519 stanzas with a cached crypto/ecdh key, so
+// that an auditor opening many vault payloads (each its own age file) pays
+// for one scalar multiplication per payload instead of two.
+package ageid
 
 import (
 	"bytes"
@@ -31,14 +34,14 @@ const x25519Label = "age-encryption.org/v1/X25519"
 
 var ageB64 = base64.RawStdEncoding.Strict()
 
-// fastIdentities replaces each *age.X25519Identity of ids with an
+// FastIdentities replaces each *age.X25519Identity of ids with an
 // equivalent x25519Identity; other identities are kept as they are.
-func fastIdentities(ids []age.Identity) []age.Identity {
+func FastIdentities(ids []age.Identity) []age.Identity {
 	out := make([]age.Identity, len(ids))
 	for i, id := range ids {
 		out[i] = id
 		if x, ok := id.(*age.X25519Identity); ok {
-			if f, err := newX25519Identity(x); err == nil {
+			if f, err := NewX25519Identity(x); err == nil {
 				out[i] = f
 			}
 		}
@@ -46,8 +49,9 @@ func fastIdentities(ids []age.Identity) []age.Identity {
 	return out
 }
 
-func newX25519Identity(x *age.X25519Identity) (*x25519Identity, error) {
-	hrp, scalar, err := bech32Decode(x.String())
+// NewX25519Identity returns the cached-key form of x.
+func NewX25519Identity(x *age.X25519Identity) (*x25519Identity, error) {
+	hrp, scalar, err := Bech32Decode(x.String())
 	if err != nil || hrp != "age-secret-key-" || len(scalar) != 32 {
 		return nil, fmt.Errorf("not an age X25519 identity: %v", err)
 	}
@@ -57,7 +61,7 @@ func newX25519Identity(x *age.X25519Identity) (*x25519Identity, error) {
 	}
 	pub := priv.PublicKey().Bytes()
 	// The recipient age derives must be ours: the decoding was right.
-	hrp, rpub, err := bech32Decode(x.Recipient().String())
+	hrp, rpub, err := Bech32Decode(x.Recipient().String())
 	if err != nil || hrp != "age" || !bytes.Equal(rpub, pub) {
 		return nil, errors.New("the identity's public key does not match its recipient")
 	}
@@ -119,9 +123,9 @@ func (i *x25519Identity) unwrap(s *age.Stanza) ([]byte, error) {
 	return fk, nil
 }
 
-// bech32Decode decodes a Bech32 string (BIP 173 checksum, no length limit,
+// Bech32Decode decodes a Bech32 string (BIP 173 checksum, no length limit,
 // as age uses it) into its lower-case human-readable part and its bytes.
-func bech32Decode(s string) (string, []byte, error) {
+func Bech32Decode(s string) (string, []byte, error) {
 	const charset = "qpzry9x8gf2tvdw0s3jn54khce6mua7l"
 	if strings.ToLower(s) != s && strings.ToUpper(s) != s {
 		return "", nil, errors.New("mixed case")

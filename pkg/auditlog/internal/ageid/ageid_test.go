@@ -1,4 +1,4 @@
-package auditlog
+package ageid
 
 import (
 	"bytes"
@@ -33,11 +33,11 @@ func ageEncrypt(t *testing.T, msg []byte, rs ...age.Recipient) []byte {
 func TestFastX25519Identity(t *testing.T) {
 	me, _ := age.GenerateX25519Identity()
 	other, _ := age.GenerateX25519Identity()
-	f, err := newX25519Identity(me)
+	f, err := NewX25519Identity(me)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ids := fastIdentities([]age.Identity{me}); ids[0] == age.Identity(me) {
+	if ids := FastIdentities([]age.Identity{me}); ids[0] == age.Identity(me) {
 		t.Fatal("an X25519 identity was not replaced")
 	}
 	msg := []byte(`{"path":"/srv/data/a.txt"}`)
@@ -70,7 +70,7 @@ func TestFastX25519Identity(t *testing.T) {
 		t.Fatal("a damaged stanza opened")
 	}
 
-	b, err := os.ReadFile(filepath.Join(fixtureDir, "auditor.agekey"))
+	b, err := os.ReadFile(filepath.Join("../../../../testdata/auditlog", "auditor.agekey"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,19 +78,19 @@ func TestFastX25519Identity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := newX25519Identity(ids[0].(*age.X25519Identity)); err != nil {
+	if _, err := NewX25519Identity(ids[0].(*age.X25519Identity)); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func TestBech32Decode(t *testing.T) {
 	for _, bad := range []string{"", "age", "age1", "AGE1Qyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqs5mdg8q", "age1qyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqszqgpqyqs5mdg8b"} {
-		if _, _, err := bech32Decode(bad); err == nil {
+		if _, _, err := Bech32Decode(bad); err == nil {
 			t.Errorf("%q decoded", bad)
 		}
 	}
 	id, _ := age.GenerateX25519Identity()
-	hrp, b, err := bech32Decode(id.Recipient().String())
+	hrp, b, err := Bech32Decode(id.Recipient().String())
 	if err != nil || hrp != "age" || len(b) != 32 {
 		t.Fatalf("%q %x %v", hrp, b, err)
 	}

@@ -1,4 +1,8 @@
-package auditlog
+// Package jcs checks that a line is JSON in RFC 8785 (JCS) canonical form
+// in a single pass, and returns its top-level members. The audit log's
+// reader and verifier refuse any line it refuses (FORMAT.md section 2); the
+// writer's fast encoder uses it to tell which values it may copy as they are.
+package jcs
 
 import (
 	"bytes"
@@ -15,61 +19,62 @@ const maxDepth = 10000
 // maxSafeInt is 2^53: integers beyond it have no exact RFC 8785 form.
 const maxSafeInt = 1 << 53
 
-// syntaxError is a problem at a byte offset within one line.
-type syntaxError struct {
+// SyntaxError is a problem at a byte offset within one line.
+type SyntaxError struct {
 	Offset int
 	Msg    string
 }
 
-func (e *syntaxError) Error() string { return fmt.Sprintf("byte %d of the line: %s", e.Offset, e.Msg) }
+func (e *SyntaxError) Error() string { return fmt.Sprintf("byte %d of the line: %s", e.Offset, e.Msg) }
 
-// member is one top-level member of a line's object.
-type member struct {
-	key []byte // unescaped name
-	val []byte
+// Member is one top-level Member of a line's object.
+type Member struct {
+	Key []byte // unescaped name
+	Val []byte
 }
 
-// maxTop is how many top-level members scanLine records (a record has 6).
+// maxTop is how many top-level members ScanLine records (a record has 6).
 const maxTop = 8
 
-// canonScanner checks in a single pass that a line is strict JSON in RFC
+// Scanner checks in a single pass that a line is strict JSON in RFC
 // 8785 canonical form: no insignificant whitespace, object members sorted by
 // the UTF-16 code units of their names with no duplicates, strings escaped
 // exactly as JCS does and valid UTF-8, integers in plain decimal. A number
 // with a fraction or exponent makes it fall back to jsontext's canonicalizer
 // for the whole line (records written by cmcp never hold one).
-type canonScanner struct {
+type Scanner struct {
 	b        []byte
 	i        int
 	depth    int
 	fallback bool
-	top      [maxTop]member
-	ntop     int
-	extra    bool // more than maxTop top-level members
+	Top      [maxTop]Member
+	Ntop     int
+	Extra    bool // more than maxTop top-level members
 }
 
-func (s *canonScanner) fail(format string, args ...any) error {
+func (s *Scanner) fail(format string, args ...any) error {
 	if s.i < len(s.b) {
 		switch s.b[s.i] {
 		case ' ', '\t', '\r', '\n':
-			return &syntaxError{Offset: s.i, Msg: "whitespace between tokens (not in RFC 8785 canonical form)"}
+			return &SyntaxError{Offset: s.i, Msg: "whitespace between tokens (not in RFC 8785 canonical form)"}
 		}
 	}
-	return &syntaxError{Offset: s.i, Msg: fmt.Sprintf(format, args...)}
+	return &SyntaxError{Offset: s.i, Msg: fmt.Sprintf(format, args...)}
 }
 
-// scanLine validates line and returns its top-level members in order. The
+// ScanLine validates line and returns its top-level members in order. The
 // line must be an object.
-func scanLine(line []byte) ([]member, error) {
-	s := &canonScanner{}
-	if err := s.scan(line); err != nil {
+func ScanLine(line []byte) ([]Member, error) {
+	s := &Scanner{}
+	if err := s.Scan(line); err != nil {
 		return nil, err
 	}
-	return append([]member(nil), s.top[:s.ntop]...), nil
+	return append([]Member(nil), s.Top[:s.Ntop]...), nil
 }
 
-// scan validates line, recording up to maxTop top-level members in s.top.
-func (s *canonScanner) scan(line []byte) error {
+// Scan validates line, recording up to maxTop top-level members in
+// s.Top[:s.Ntop] (Extra is set when there are more).
+func (s *Scanner) Scan(line []byte) error {
 	s.b = line
 	if len(line) == 0 || line[0] != '{' {
 		return s.fail("a record must be a JSON object starting with '{'")
@@ -83,10 +88,10 @@ func (s *canonScanner) scan(line []byte) error {
 	if s.fallback {
 		v := jsontext.Value(bytes.Clone(line))
 		if err := v.Canonicalize(); err != nil {
-			return &syntaxError{Offset: 0, Msg: fmt.Sprintf("not valid JSON: %v", err)}
+			return &SyntaxError{Offset: 0, Msg: fmt.Sprintf("not valid JSON: %v", err)}
 		}
 		if !bytes.Equal(v, line) {
-			return &syntaxError{Offset: firstDiff(v, line), Msg: "not in RFC 8785 canonical form (a number is not written the way JCS writes it)"}
+			return &SyntaxError{Offset: firstDiff(v, line), Msg: "not in RFC 8785 canonical form (a number is not written the way JCS writes it)"}
 		}
 	}
 	return nil
@@ -101,7 +106,7 @@ func firstDiff(a, b []byte) int {
 	return min(len(a), len(b))
 }
 
-func (s *canonScanner) value() error {
+func (s *Scanner) value() error {
 	if s.i >= len(s.b) {
 		return s.fail("unexpected end of line")
 	}
@@ -128,7 +133,7 @@ func (s *canonScanner) value() error {
 	}
 }
 
-func (s *canonScanner) literal(lit string) error {
+func (s *Scanner) literal(lit string) error {
 	if !bytes.HasPrefix(s.b[s.i:], []byte(lit)) {
 		return s.fail("invalid literal (want %s)", lit)
 	}
@@ -136,7 +141,7 @@ func (s *canonScanner) literal(lit string) error {
 	return nil
 }
 
-func (s *canonScanner) enter() error {
+func (s *Scanner) enter() error {
 	s.depth++
 	if s.depth > maxDepth {
 		return s.fail("nested deeper than %d levels", maxDepth)
@@ -144,7 +149,7 @@ func (s *canonScanner) enter() error {
 	return nil
 }
 
-func (s *canonScanner) object(top bool) error {
+func (s *Scanner) object(top bool) error {
 	if err := s.enter(); err != nil {
 		return err
 	}
@@ -157,7 +162,7 @@ func (s *canonScanner) object(top bool) error {
 	var prevKey []byte
 	for {
 		if s.i >= len(s.b) || s.b[s.i] != '"' {
-			return s.fail("expected a member name in quotes")
+			return s.fail("expected a Member name in quotes")
 		}
 		keyStart := s.i
 		raw, err := s.str()
@@ -167,14 +172,14 @@ func (s *canonScanner) object(top bool) error {
 		if prevKey != nil {
 			switch cmp := compareKeys(prevKey, raw); {
 			case cmp == 0:
-				return &syntaxError{Offset: keyStart, Msg: fmt.Sprintf("duplicate object member name %s", clipBytes(s.b[keyStart:s.i]))}
+				return &SyntaxError{Offset: keyStart, Msg: fmt.Sprintf("duplicate object Member name %s", Clip(s.b[keyStart:s.i]))}
 			case cmp > 0:
-				return &syntaxError{Offset: keyStart, Msg: fmt.Sprintf("member %s is out of order (RFC 8785 sorts names; not canonical)", clipBytes(s.b[keyStart:s.i]))}
+				return &SyntaxError{Offset: keyStart, Msg: fmt.Sprintf("Member %s is out of order (RFC 8785 sorts names; not canonical)", Clip(s.b[keyStart:s.i]))}
 			}
 		}
 		prevKey = raw
 		if s.i >= len(s.b) || s.b[s.i] != ':' {
-			return s.fail("expected ':' after a member name")
+			return s.fail("expected ':' after a Member name")
 		}
 		s.i++
 		valStart := s.i
@@ -186,15 +191,15 @@ func (s *canonScanner) object(top bool) error {
 			if bytes.IndexByte(raw, '\\') >= 0 {
 				u, err := jsontext.AppendUnquote(nil, s.b[keyStart:valStart-1])
 				if err != nil {
-					return &syntaxError{Offset: keyStart, Msg: err.Error()}
+					return &SyntaxError{Offset: keyStart, Msg: err.Error()}
 				}
 				k = u
 			}
-			if s.ntop < maxTop {
-				s.top[s.ntop] = member{key: k, val: s.b[valStart:s.i]}
-				s.ntop++
+			if s.Ntop < maxTop {
+				s.Top[s.Ntop] = Member{Key: k, Val: s.b[valStart:s.i]}
+				s.Ntop++
 			} else {
-				s.extra = true
+				s.Extra = true
 			}
 		}
 		if s.i >= len(s.b) {
@@ -213,7 +218,7 @@ func (s *canonScanner) object(top bool) error {
 	}
 }
 
-func (s *canonScanner) array() error {
+func (s *Scanner) array() error {
 	if err := s.enter(); err != nil {
 		return err
 	}
@@ -245,12 +250,12 @@ func (s *canonScanner) array() error {
 
 // str scans a string at s.i and returns its raw contents (between the
 // quotes, still escaped).
-func (s *canonScanner) str() ([]byte, error) {
+func (s *Scanner) str() ([]byte, error) {
 	s.i++ // opening quote
 	start := s.i
 	for s.i < len(s.b) {
 		// Fast path: printable ASCII other than '"' and '\\'.
-		for s.i < len(s.b) && plainByte[s.b[s.i]] {
+		for s.i < len(s.b) && PlainByte[s.b[s.i]] {
 			s.i++
 		}
 		if s.i >= len(s.b) {
@@ -302,8 +307,8 @@ func (s *canonScanner) str() ([]byte, error) {
 	return nil, s.fail("unterminated string")
 }
 
-// plainByte marks bytes that stand for themselves in a canonical string.
-var plainByte = func() (t [256]bool) {
+// PlainByte marks bytes that stand for themselves in a canonical string.
+var PlainByte = func() (t [256]bool) {
 	for c := 0x20; c < 0x80; c++ {
 		t[c] = c != '"' && c != '\\'
 	}
@@ -319,7 +324,7 @@ func unhex(c byte) byte {
 	return c - 'a' + 10
 }
 
-func (s *canonScanner) number() error {
+func (s *Scanner) number() error {
 	start := s.i
 	if s.b[s.i] == '-' {
 		s.i++
@@ -366,26 +371,26 @@ func (s *canonScanner) number() error {
 	}
 	lit := s.b[start:s.i]
 	if string(lit) == "-0" {
-		return &syntaxError{Offset: start, Msg: "-0 is written 0 in RFC 8785 (not canonical)"}
+		return &SyntaxError{Offset: start, Msg: "-0 is written 0 in RFC 8785 (not canonical)"}
 	}
 	digits := lit
 	if digits[0] == '-' {
 		digits = digits[1:]
 	}
 	if len(digits) > 16 {
-		return &syntaxError{Offset: start, Msg: fmt.Sprintf("integer %s is beyond ±2^53 (write it as a string)", clipBytes(lit))}
+		return &SyntaxError{Offset: start, Msg: fmt.Sprintf("integer %s is beyond ±2^53 (write it as a string)", Clip(lit))}
 	}
 	var n uint64
 	for _, d := range digits {
 		n = n*10 + uint64(d-'0')
 	}
 	if n > maxSafeInt {
-		return &syntaxError{Offset: start, Msg: fmt.Sprintf("integer %s is beyond ±2^53 (write it as a string)", clipBytes(lit))}
+		return &SyntaxError{Offset: start, Msg: fmt.Sprintf("integer %s is beyond ±2^53 (write it as a string)", Clip(lit))}
 	}
 	return nil
 }
 
-// compareKeys compares two raw (escaped) member names by the UTF-16 code
+// compareKeys compares two raw (escaped) Member names by the UTF-16 code
 // units of their values, as RFC 8785 §3.2.3 orders them.
 func compareKeys(a, b []byte) int {
 	if isPlain(a) && isPlain(b) {
@@ -433,9 +438,20 @@ func keyUnits(raw []byte) []uint16 {
 	return utf16.Encode([]rune(string(u)))
 }
 
-func clipBytes(b []byte) string {
+// Clip returns b as a string for an error message, shortened when long.
+func Clip(b []byte) string {
 	if len(b) > 60 {
 		return string(b[:57]) + "..."
 	}
 	return string(b)
+}
+
+// CanonicalID reports whether a JSON-RPC id is a string or an integer
+// already in RFC 8785 form (so that the general path would copy it as is).
+func CanonicalID(raw []byte) bool {
+	if len(raw) == 0 || !(raw[0] == '"' || raw[0] == '-' || raw[0] >= '0' && raw[0] <= '9') {
+		return false
+	}
+	s := Scanner{b: raw}
+	return s.value() == nil && s.i == len(raw) && !s.fallback
 }
