@@ -38,6 +38,7 @@ import (
 //   - gateway CPU per new session (the gateway's threads over the new
 //     sessions, opening and closing them, warm spares made meanwhile
 //     included) and per call (over the c1, c8 and 8-session calls); for
+//     serve --stdio, the CPU per call is its process's; for
 //     the direct modes, the client's CPU per new session (this process:
 //     for stdio direct, starting the server and the handshake) and the
 //     HTTP server's, the floors of a gateway's work per new session.
@@ -59,8 +60,8 @@ import (
 // its comma-separated words, and the direct ones), BENCH_GW_ENV (variables
 // added to the gateways' environment, e.g. "GOGC=100"), BENCH_CMCP (a cmcp
 // binary to run instead of this checkout's), BENCH_CMCP_BEFORE (an earlier
-// cmcp binary whose HTTP, per-session and shared stdio rows join the same
-// run, for a before/after pair).
+// cmcp binary whose HTTP, per-session and shared stdio rows and serve
+// --stdio row join the same run, for a before/after pair).
 func BenchmarkTable(b *testing.B) {
 	rounds := envInt(b, "BENCH_ROUNDS", 3)
 	calls := envInt(b, "BENCH_CALLS", 1000)
@@ -169,7 +170,10 @@ func BenchmarkTable(b *testing.B) {
 		p, endpoint := gateway(g.bin, g.name, g.upYAML)
 		add(mode{name: g.name, direct: "http direct", floor: "http no-op proxy", connect: HTTPConnector(endpoint, token), gw: p})
 	}
-	if name := "cmcp serve --stdio, stdio upstream"; keep(name) {
+	serveStdio := func(bin, name string) {
+		if !keep(name) {
+			return
+		}
 		dir := b.TempDir()
 		var mu sync.Mutex
 		procs := map[*mcp.ClientSession]int{}
@@ -186,7 +190,7 @@ func BenchmarkTable(b *testing.B) {
 					return nil, err
 				}
 				cfg := tableConfig(b, d, stdioUp, token)
-				cmd := exec.Command(cmcp, "serve", "--stdio", "-c", cfg, "--log-level", "warn")
+				cmd := exec.Command(bin, "serve", "--stdio", "-c", cfg, "--log-level", "warn")
 				cmd.Env = gwEnv
 				s, err := NewClient().Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
 				if err == nil {
@@ -211,6 +215,10 @@ func BenchmarkTable(b *testing.B) {
 				mu.Unlock()
 			},
 		})
+	}
+	serveStdio(cmcp, "cmcp serve --stdio, stdio upstream")
+	if before := os.Getenv("BENCH_CMCP_BEFORE"); before != "" {
+		serveStdio(before, "before: cmcp serve --stdio, stdio upstream")
 	}
 	modes = slices.DeleteFunc(modes, func(m mode) bool { return m.direct != "" && !keep(m.name) })
 
@@ -294,14 +302,25 @@ func BenchmarkTable(b *testing.B) {
 						var closeAll func()
 						ss, closeAll, err = open(m, sessions)
 						if err == nil {
-							var cpu0 time.Duration
+							// The gateway's CPU over the calls: its process, or
+							// serve --stdio's processes (one per session).
+							var pids []int
 							if m.gw != nil {
-								cpu0, _ = SchedCPU(m.gw.Pid())
+								pids = []int{m.gw.Pid()}
+							} else if m.pids != nil {
+								pids = m.pids()
 							}
+							cpuOf := func() (sum time.Duration) {
+								for _, pid := range pids {
+									c, _ := SchedCPU(pid)
+									sum += c
+								}
+								return sum
+							}
+							cpu0 := cpuOf()
 							out, err = Calls(ctx, ss, callers, n, 10, params)
-							if m.gw != nil && err == nil && kind != "64k" {
-								cpu1, _ := SchedCPU(m.gw.Pid())
-								cpuCalls[m.name] += cpu1 - cpu0
+							if len(pids) > 0 && err == nil && kind != "64k" {
+								cpuCalls[m.name] += cpuOf() - cpu0
 								nCalls[m.name] += out.Calls + 10*callers
 							}
 							if kind == "s8" && r == 0 {
