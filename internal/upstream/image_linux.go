@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -81,8 +82,9 @@ type image struct {
 // memfdCreate is unix.MemfdCreate; tests replace it to see a refusal.
 var memfdCreate = unix.MemfdCreate
 
-// testHookBeforeSealedCopy, if set, runs after the file is measured and
-// before it is copied into the memfd.
+// testHookBeforeSealedCopy, if set, runs after the file is opened (and,
+// if a copy of its path is kept, hashed) and before it is copied into the
+// memfd, which measures it.
 var testHookBeforeSealedCopy func(path string)
 
 // hint says what an operator can do about a sealError.
@@ -107,6 +109,12 @@ func (e *sealError) hint() string {
 // unchanged since it was measured, else the file measured again (and
 // copied if its bytes changed). The caller owns f (close-on-exec; pass it
 // to the child as an extra file).
+//
+// The file is read once: the bytes copied into the memfd are the bytes
+// hashed, and once the memfd is sealed nothing can change them, so the
+// digest is the copy's without reading it back. Only when a copy of the
+// path is kept already (the file's stat changed, its bytes most likely
+// did not) is the file hashed first, to run the kept copy without copying.
 func sealedImage(path string) (f *os.File, d digest.Digest, err error) {
 	if f, d, ok := images.unchanged(path); ok {
 		return f, d, nil
@@ -121,28 +129,31 @@ func sealedImage(path string) (f *os.File, d digest.Digest, err error) {
 	if err != nil {
 		return nil, digest.Digest{}, fmt.Errorf("stat %s: %w", path, err)
 	}
-	dd, err := digest.File(disk)
-	if err != nil {
-		return nil, digest.Digest{}, err
-	}
 	imageMeasures.Add(1)
-	if f, ok := images.get(path, dd); ok {
-		images.rekey(path, dd, key, stableSince(disk, path, key, measured))
-		return f, dd, nil
+	var dd digest.Digest // the file's digest on disk, if it was hashed before its copy
+	if images.has(path) {
+		if dd, err = digest.File(disk); err != nil {
+			return nil, digest.Digest{}, err
+		}
+		if f, ok := images.get(path, dd); ok {
+			images.rekey(path, dd, key, stableSince(disk, path, key, measured))
+			return f, dd, nil
+		}
+	} else if st, err := disk.Stat(); err != nil || !st.Mode().IsRegular() {
+		_, err = digest.File(disk) // its error says what the file is
+		if err == nil {
+			err = fmt.Errorf("%s: not a regular file", path)
+		}
+		return nil, digest.Digest{}, err
 	}
 	if testHookBeforeSealedCopy != nil {
 		testHookBeforeSealedCopy(path)
 	}
-	m, err := sealedCopy(disk, filepath.Base(path))
+	// The file may change while it is copied: the copy's own bytes, hashed
+	// as they are written and sealed now, are what will run.
+	m, d, err := sealedCopy(disk, filepath.Base(path))
 	if err != nil {
 		return nil, digest.Digest{}, err
-	}
-	// The file may have changed while it was copied: the copy's own bytes,
-	// sealed now, are what will run, so they are what is digested.
-	d, err = digest.File(m)
-	if err != nil {
-		m.Close()
-		return nil, digest.Digest{}, &sealError{op: "read back memfd", err: err}
 	}
 	f, err = dupCloexec(m)
 	if err != nil {
@@ -150,8 +161,9 @@ func sealedImage(path string) (f *os.File, d digest.Digest, err error) {
 		return nil, digest.Digest{}, &sealError{op: "dup", err: err}
 	}
 	// The key stands for the copy only if the file did not change from
-	// before its digest to after its copy.
-	images.put(path, m, d, key, d.Equal(dd) && stableSince(disk, path, key, measured))
+	// before it was read to after its copy (and, if it was hashed first,
+	// the two reads agree).
+	images.put(path, m, d, key, (dd.IsZero() || d.Equal(dd)) && stableSince(disk, path, key, measured))
 	return f, d, nil
 }
 
@@ -174,9 +186,11 @@ func stableSince(disk *os.File, path string, key fileKey, measured time.Time) bo
 	return changed.Add(stampMargin).Before(measured)
 }
 
-// sealedCopy copies src from offset 0 into a new memfd and seals it
-// against every change.
-func sealedCopy(src *os.File, name string) (*os.File, error) {
+// sealedCopy copies src from offset 0 into a new memfd, hashing the bytes
+// as they are written, and seals it against every change. d is the digest
+// of the memfd's bytes: the seals (write, shrink, grow, and no more seals)
+// are checked, and its size is what was written.
+func sealedCopy(src *os.File, name string) (m *os.File, d digest.Digest, err error) {
 	if len(name) > 200 {
 		name = name[:200]
 	}
@@ -187,34 +201,67 @@ func sealedCopy(src *os.File, name string) (*os.File, error) {
 		fd, err = memfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	}
 	if err != nil {
-		return nil, &sealError{op: "memfd_create", err: err}
+		return nil, d, &sealError{op: "memfd_create", err: err}
 	}
-	m := os.NewFile(uintptr(fd), "memfd:"+name)
+	m = os.NewFile(uintptr(fd), "memfd:"+name)
+	fail := func(op string, err error) (*os.File, digest.Digest, error) {
+		m.Close()
+		return nil, digest.Digest{}, &sealError{op: op, err: err}
+	}
 	// At most the size the file has now: one that keeps growing cannot fill
 	// the gateway's memory. The copy's digest decides whether it runs.
 	st, err := src.Stat()
 	if err != nil {
-		m.Close()
-		return nil, &sealError{op: "copy into memfd", err: err}
+		return fail("copy into memfd", err)
 	}
-	if _, err := io.CopyN(m, src, st.Size()); err != nil && err != io.EOF {
-		m.Close()
-		return nil, &sealError{op: "copy into memfd", err: err}
+	if err := unix.Fallocate(fd, 0, 0, st.Size()); err != nil && !errors.Is(err, unix.EOPNOTSUPP) && st.Size() > 0 {
+		return fail("copy into memfd", err)
+	}
+	h := sha256.New()
+	buf := make([]byte, 256<<10)
+	var n int64
+	for n < st.Size() {
+		k, rerr := src.ReadAt(buf[:min(int64(len(buf)), st.Size()-n)], n)
+		if k > 0 {
+			if _, err := m.WriteAt(buf[:k], n); err != nil {
+				return fail("copy into memfd", err)
+			}
+			h.Write(buf[:k])
+			n += int64(k)
+		}
+		if rerr == io.EOF {
+			break // shrunk meanwhile: the copy is what was read
+		}
+		if rerr != nil {
+			return fail("copy into memfd", rerr)
+		}
+	}
+	if err := m.Truncate(n); err != nil {
+		return fail("copy into memfd", err)
 	}
 	seals := unix.F_SEAL_WRITE | unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_SEAL
-	if _, err := unix.FcntlInt(m.Fd(), unix.F_ADD_SEALS, seals); err != nil {
-		m.Close()
-		return nil, &sealError{op: "seal memfd", err: err}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, seals); err != nil {
+		return fail("seal memfd", err)
 	}
-	got, err := unix.FcntlInt(m.Fd(), unix.F_GET_SEALS, 0)
+	got, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
 	if err == nil && got&seals != seals {
 		err = fmt.Errorf("seals %#x, want %#x", got, seals)
 	}
 	if err != nil {
-		m.Close()
-		return nil, &sealError{op: "seal memfd", err: err}
+		return fail("seal memfd", err)
 	}
-	return m, nil
+	// Sealed: no one can change the bytes any more. Only this process
+	// held the memfd before, so its size says whether anything but the
+	// copy wrote to it.
+	if mst, err := m.Stat(); err != nil || mst.Size() != n {
+		if err == nil {
+			err = fmt.Errorf("it holds %d bytes, %d were copied", mst.Size(), n)
+		}
+		return fail("check memfd", err)
+	}
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return m, digest.FromSum(sum), nil
 }
 
 func dupCloexec(f *os.File) (*os.File, error) {
@@ -246,6 +293,13 @@ func (c *imageCache) unchanged(path string) (*os.File, digest.Digest, bool) {
 	c.tick++
 	im.used = c.tick
 	return f, im.d, true
+}
+
+// has reports whether a copy of path is kept.
+func (c *imageCache) has(path string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m[path] != nil
 }
 
 // get returns a descriptor of the kept copy of path if its digest is d.
