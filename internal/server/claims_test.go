@@ -11,7 +11,8 @@ import (
 // TestEachStartSignsWithANewKey: every start of the gateway opens a new
 // epoch signed by a freshly generated key (FORMAT.md section 8), so a key
 // that leaks from one run cannot sign records of another; the new epoch's
-// genesis names the previous one.
+// genesis names the previous one. Each genesis names the digest of the
+// gateway's own binary (hashed while the configuration is read).
 func TestEachStartSignsWithANewKey(t *testing.T) {
 	exe, pin := selfDigest(t)
 	dir := t.TempDir()
@@ -40,6 +41,11 @@ upstreams:
 	}
 	if geneses[0].Key == geneses[1].Key || geneses[0].Key == "" {
 		t.Fatalf("both starts signed with key %q", geneses[0].Key)
+	}
+	for i, g := range geneses {
+		if !g.Gateway.Binary.Equal(pin) { // the test binary is the gateway here, and the child
+			t.Fatalf("genesis %d names binary %s, want %s", i+1, g.Gateway.Binary, pin)
+		}
 	}
 	if p := geneses[1].Predecessor; p == nil || p.Epoch != 1 || p.Origin != geneses[0].Origin {
 		t.Fatalf("second genesis predecessor = %+v, want epoch 1 %s", p, geneses[0].Origin)

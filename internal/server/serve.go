@@ -91,7 +91,7 @@ type ServeOptions struct {
 // (answering them, over stdio too), stops every child, and closes the
 // audit log (seal record, final checkpoint).
 func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) {
-	s := &serve{ctx: ctx, cfg: cfg, o: o}
+	s := &serve{ctx: ctx, cfg: cfg, o: o, binary: hashSelf()}
 	defer func() { err = s.unwind(err) }()
 	// The order matters: everything that can refuse the configuration
 	// (settings, policy, listeners, files) runs before anything is opened
@@ -140,6 +140,7 @@ type serve struct {
 	adminLn net.Listener
 
 	gwInfo auditlog.GatewayInfo
+	binary func() digest.Digest // the gateway's own binary's digest (hashSelf)
 	prov   tee.Provider
 	key    ed25519.PrivateKey
 	nonce  []byte
@@ -289,17 +290,30 @@ func (s *serve) bindListeners() error {
 	return nil
 }
 
+// hashSelf starts hashing the gateway's own binary (tens of megabytes:
+// tens of milliseconds) while the configuration and the policy are read
+// and checked; the function it returns waits for the digest (zero if the
+// binary cannot be read).
+func hashSelf() func() digest.Digest {
+	done := make(chan digest.Digest, 1)
+	go func() {
+		var d digest.Digest
+		if exe, err := os.Executable(); err == nil {
+			if f, fd, err := digest.OpenFile(exe); err == nil {
+				f.Close()
+				d = fd
+			}
+		}
+		done <- d
+	}()
+	return sync.OnceValue(func() digest.Digest { return <-done })
+}
+
 // measure measures the gateway's own binary, finds the attestation
 // provider and makes the epoch's key.
 func (s *serve) measure() error {
 	srvCfg := s.srv
-	s.gwInfo = auditlog.GatewayInfo{Version: buildinfo.Get().Version, Commit: buildinfo.Get().Commit}
-	if exe, err := os.Executable(); err == nil {
-		if f, d, err := digest.OpenFile(exe); err == nil {
-			f.Close()
-			s.gwInfo.Binary = d
-		}
-	}
+	s.gwInfo = auditlog.GatewayInfo{Version: buildinfo.Get().Version, Commit: buildinfo.Get().Commit, Binary: s.binary()}
 	// server.tee unset: hardware if there is any, else the software
 	// provider, loudly. "auto" insists on hardware.
 	teeName := srvCfg.TEE
