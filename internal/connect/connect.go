@@ -385,15 +385,15 @@ func (t *tun) attest(ctx context.Context, cs *tls.ConnectionState) error {
 
 // tun is one live tunnel.
 type tun struct {
-	c  *Connector
-	ws *websocket.Conn
-	// ctx is the tunnel's (serve's): the context of every session's
-	// writes.
-	ctx      context.Context
+	c        *Connector
+	ws       *websocket.Conn
 	mu       sync.Mutex
 	sessions map[string]*session
 	done     chan struct{}
 	nsess    atomic.Int64
+	// watchdogs are stopped timers that close the tunnel once a session's
+	// write waited WriteTimeout (send), kept for the next writes.
+	watchdogs sync.Pool
 }
 
 func (t *tun) write(ctx context.Context, b []byte) error {
@@ -432,8 +432,12 @@ func (t *tun) host() wire.Host {
 func (t *tun) serve(ctx context.Context, hb time.Duration) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	t.ctx = ctx
 	defer t.closeAll()
+	// The reads below have no context: the tunnel's end closes the
+	// connection, which ends a read (and a session's write, send). A
+	// context per read would cost coder/websocket a hook registered on it
+	// for every message.
+	defer context.AfterFunc(ctx, func() { t.ws.CloseNow() })()
 	go func() {
 		tick := time.NewTicker(hb)
 		defer tick.Stop()
@@ -459,7 +463,7 @@ func (t *tun) serve(ctx context.Context, hb time.Duration) error {
 		}
 	}()
 	for {
-		f, err := t.read(ctx)
+		f, err := t.read(context.Background())
 		if err != nil {
 			if c := context.Cause(ctx); c != nil && !errors.Is(c, context.Canceled) {
 				return c
@@ -477,7 +481,7 @@ func (t *tun) serve(ctx context.Context, hb time.Duration) error {
 				t.c.o.Log.Warn("a message for a session this connector does not have; dropped", "session", f.S)
 				continue
 			}
-			s.enqueue(f.M)
+			s.enqueue(queued{f.M, f.Checked()})
 		case wire.TClose:
 			t.mu.Lock()
 			s := t.sessions[f.S]
@@ -506,11 +510,29 @@ func (t *tun) closeAll() {
 	}
 }
 
+// queued is a message of the gateway waiting for the session's server;
+// checked: wire.Frame.Checked.
+type queued struct {
+	m       []byte
+	checked bool
+}
+
+// decode decodes q like rpcwire.DecodeMessage, without checking a checked
+// message again.
+func (q queued) decode() (jsonrpc.Message, error) {
+	if q.checked {
+		if msg, ok := rpcwire.DecodeChecked(q.m); ok {
+			return msg, nil
+		}
+	}
+	return rpcwire.DecodeMessage(q.m)
+}
+
 // session is one gateway session served on this machine.
 type session struct {
 	t      *tun
 	id     string
-	in     chan []byte
+	in     chan queued
 	ctx    context.Context
 	cancel context.CancelFunc
 	once   sync.Once
@@ -523,16 +545,16 @@ func (t *tun) open(ctx context.Context, id string) {
 		return
 	}
 	sctx, cancel := context.WithCancel(ctx)
-	s := &session{t: t, id: id, in: make(chan []byte, t.c.o.SessionQueue), ctx: sctx, cancel: cancel}
+	s := &session{t: t, id: id, in: make(chan queued, t.c.o.SessionQueue), ctx: sctx, cancel: cancel}
 	t.sessions[id] = s
 	t.mu.Unlock()
 	t.nsess.Add(1)
 	go s.run()
 }
 
-func (s *session) enqueue(m []byte) {
+func (s *session) enqueue(q queued) {
 	select {
-	case s.in <- m:
+	case s.in <- q:
 	default:
 		s.end(fmt.Sprintf("the server did not take the session's messages (more than %d waiting)", cap(s.in)))
 	}
@@ -562,12 +584,35 @@ func (s *session) send(b []byte) error {
 	if err := s.ctx.Err(); err != nil {
 		return err
 	}
-	if err := s.t.write(s.t.ctx, b); err != nil {
+	if err := s.t.send(b); err != nil {
 		s.stop()
 		s.t.ws.CloseNow()
 		return err
 	}
 	return nil
+}
+
+// send writes b with no context of its own, waiting WriteTimeout at most:
+// a watchdog timer closes the tunnel once the write, waiting for the ones
+// before it or writing, took that long (the tunnel's end closes it too,
+// see serve). The timer is a stopped one kept from an earlier write where
+// there is one: a context with a deadline per write, and the hook
+// coder/websocket registers on it, cost several allocations on every
+// message.
+func (t *tun) send(b []byte) error {
+	wd, _ := t.watchdogs.Get().(*time.Timer)
+	if wd == nil {
+		wd = time.AfterFunc(t.c.o.WriteTimeout, func() { t.ws.CloseNow() })
+	} else {
+		wd.Reset(t.c.o.WriteTimeout)
+	}
+	err := t.ws.Write(context.Background(), websocket.MessageText, b)
+	if wd.Stop() {
+		t.watchdogs.Put(wd)
+	} else if err != nil {
+		err = fmt.Errorf("the tunnel took nothing for %v (a stalled or too slow connection): %w", t.c.o.WriteTimeout, err)
+	}
+	return err
 }
 
 // stop ends the session at the gateway's word (or the tunnel's end).
@@ -603,8 +648,8 @@ func (s *session) run() {
 			select {
 			case <-s.ctx.Done():
 				return
-			case b := <-s.in:
-				msg, err := rpcwire.DecodeMessage(b) // what jsonrpc.DecodeMessage gives, without its large buffer
+			case q := <-s.in:
+				msg, err := q.decode() // what jsonrpc.DecodeMessage gives, without its large buffer
 				if err != nil {
 					s.end(fmt.Sprintf("the gateway sent a message that is not JSON-RPC: %v", err))
 					return

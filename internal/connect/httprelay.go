@@ -26,6 +26,10 @@ import (
 // session's queue, bounded too, fills behind them).
 const maxHTTPInFlight = 64
 
+// maxIdleServe bounds the serve goroutines of one session kept waiting to
+// read again once their request is answered; more end.
+const maxIdleServe = 8
+
 // httpRelay is one gateway session's connection to a local Streamable HTTP
 // MCP server (--http). It passes each message through as it is: a message
 // from the gateway is POSTed verbatim, and each message the server answers
@@ -43,11 +47,15 @@ type httpRelay struct {
 
 	sid, proto atomic.Pointer[string]
 	slots      chan struct{}
-	wg         sync.WaitGroup
+	// lead hands the reading of the session's messages to an idle serve
+	// goroutine (idle counts them).
+	lead chan struct{}
+	idle atomic.Int32
+	wg   sync.WaitGroup
 }
 
 func newHTTPRelay(s *session, url string, client *http.Client) *httpRelay {
-	return &httpRelay{s: s, url: url, client: client, slots: make(chan struct{}, maxHTTPInFlight)}
+	return &httpRelay{s: s, url: url, client: client, slots: make(chan struct{}, maxHTTPInFlight), lead: make(chan struct{})}
 }
 
 // serve reads the session's messages from the gateway and passes them to
@@ -56,41 +64,72 @@ func newHTTPRelay(s *session, url string, client *http.Client) *httpRelay {
 // read. A request is posted by the goroutine that read it, once another
 // serve goroutine took over the reading: the request goes out without a
 // hand-over to another goroutine, and the session's later messages are
-// still read while it waits for its answer.
+// still read while it waits for its answer. The reading goes to a serve
+// goroutine that waits idle (its request answered) or, if none does, to a
+// new one: a session that makes one call after another alternates between
+// two goroutines, whose stacks have grown to what a POST takes, and
+// starts none.
 func (r *httpRelay) serve(ctx context.Context) {
 	for {
-		var b []byte
-		select {
-		case <-ctx.Done():
+		b, ok := r.read(ctx)
+		if !ok {
 			return
-		case b = <-r.s.in:
-		}
-		msg, err := rpcwire.DecodeMessage(b)
-		if err != nil {
-			r.fail(ctx, fmt.Errorf("the gateway sent a message that is not JSON-RPC: %v", err))
-			return
-		}
-		req, ok := msg.(*jsonrpc.Request)
-		if !ok || !req.ID.IsValid() || req.Method == "initialize" {
-			if err := r.post(ctx, b, ok && req.ID.IsValid(), ok && req.Method == "initialize"); err != nil {
-				r.fail(ctx, err)
-				return
-			}
-			continue
 		}
 		select {
 		case r.slots <- struct{}{}:
 		case <-ctx.Done():
 			return
 		}
-		r.wg.Add(1)
-		go func() { defer r.wg.Done(); r.serve(ctx) }()
-		err = r.post(ctx, b, true, false)
+		select {
+		case r.lead <- struct{}{}:
+		default:
+			r.wg.Add(1)
+			go func() { defer r.wg.Done(); r.serve(ctx) }()
+		}
+		err := r.post(ctx, b, true, false)
 		<-r.slots
 		if err != nil {
 			r.fail(ctx, err)
+			return
 		}
-		return
+		if r.idle.Add(1) > maxIdleServe {
+			r.idle.Add(-1)
+			return
+		}
+		select {
+		case <-r.lead:
+			r.idle.Add(-1)
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// read posts the session's messages in order until it reads a request
+// (one with an id, not initialize), which it returns for the caller to
+// post; ok is false once the session ended.
+func (r *httpRelay) read(ctx context.Context) (b []byte, ok bool) {
+	for {
+		var q queued
+		select {
+		case <-ctx.Done():
+			return nil, false
+		case q = <-r.s.in:
+		}
+		msg, err := q.decode()
+		if err != nil {
+			r.fail(ctx, fmt.Errorf("the gateway sent a message that is not JSON-RPC: %v", err))
+			return nil, false
+		}
+		req, ok := msg.(*jsonrpc.Request)
+		if !ok || !req.ID.IsValid() || req.Method == "initialize" {
+			if err := r.post(ctx, q.m, ok && req.ID.IsValid(), ok && req.Method == "initialize"); err != nil {
+				r.fail(ctx, err)
+				return nil, false
+			}
+			continue
+		}
+		return q.m, true
 	}
 }
 
@@ -158,6 +197,7 @@ func (r *httpRelay) post(ctx context.Context, b []byte, request, initialize bool
 		return r.forward(ctx, body, initialize)
 	case "text/event-stream":
 		events := upstream.NewSSEMessages(resp.Body, wire.MaxMessage)
+		defer events.Release()
 		answered := false
 		for {
 			data, err := events.Next()

@@ -55,7 +55,7 @@ func DecodeMessage(b []byte) (jsonrpc.Message, error) {
 // jsonrpc.DecodeMessage gives; ok is false when jsonrpc.DecodeMessage must
 // decide. ok implies that b is exactly one valid JSON object.
 func DecodeFast(b []byte) (msg jsonrpc.Message, ok bool) {
-	if len(b) == 0 || b[0] != '{' || (len(b) > maxDepth && tooDeep(b)) { // deeper takes more bytes
+	if len(b) == 0 || b[0] != '{' {
 		return nil, false
 	}
 	// Duplicate names and invalid UTF-8, at any depth, are not valid here
@@ -63,7 +63,18 @@ func DecodeFast(b []byte) (msg jsonrpc.Message, ok bool) {
 	if !jsontext.Value(b).IsValid() {
 		return nil, false
 	}
-	b = bytes.Clone(b) // the message owns its bytes: the caller may reuse b
+	return DecodeChecked(bytes.Clone(b)) // the message owns its bytes: the caller may reuse b
+}
+
+// DecodeChecked is DecodeFast for a b already checked to be valid JSON in
+// the strict sense (jsontext.Value(b).IsValid(): valid UTF-8, no duplicate
+// names) that nobody changes later: the message keeps b's bytes. A tunnel
+// frame's message is checked so once (wire.Frame.Checked), and decoding it
+// does not check it a second time.
+func DecodeChecked(b []byte) (msg jsonrpc.Message, ok bool) {
+	if len(b) == 0 || b[0] != '{' || (len(b) > maxDepth && tooDeep(b)) { // deeper takes more bytes
+		return nil, false
+	}
 	var w wireMsg
 	if !EachMember(b, func(name, v []byte) {
 		switch string(name) { // member names are case-sensitive

@@ -513,6 +513,10 @@ type Machine struct {
 	err      error
 	dropOnce sync.Once
 	forgot   sync.Once
+
+	// watchdogs are stopped timers that drop the machine once a write
+	// waited WriteTimeout (writeCtx), kept for the next writes.
+	watchdogs sync.Pool
 }
 
 // Info is what list_machines shows of a machine.
@@ -617,21 +621,37 @@ func (m *Machine) writeCtx(ctx context.Context, b []byte) error {
 	if err := ctx.Err(); err != nil {
 		return err // the caller gave up: nothing written, the tunnel stays
 	}
-	// The write has a context of its own: coder/websocket closes the
-	// connection when a write's context ends, and one caller giving up (an
-	// agent's cancelled call) must not end the tunnel of every session on
-	// the machine. A caller waits WriteTimeout at most, as the tunnel does.
-	wctx, cancel := context.WithTimeout(context.Background(), m.hub.o.WriteTimeout)
-	defer cancel()
-	if err := m.c.Write(wctx, websocket.MessageText, b); err != nil {
+	// The caller's context does not reach the write: coder/websocket
+	// closes the connection when a write's context ends, and one caller
+	// giving up (an agent's cancelled call) must not end the tunnel of
+	// every session on the machine. A caller waits WriteTimeout at most,
+	// as the tunnel does: a watchdog timer drops the machine (closing the
+	// connection, which ends the write) once this write, waiting for the
+	// ones before it or writing, took that long. It is a stopped timer
+	// kept from an earlier write where there is one: a context with a
+	// deadline per write, and the hook coder/websocket registers on it,
+	// cost several allocations on every call.
+	wd, _ := m.watchdogs.Get().(*time.Timer)
+	if wd == nil {
+		wd = time.AfterFunc(m.hub.o.WriteTimeout, m.stalled)
+	} else {
+		wd.Reset(m.hub.o.WriteTimeout)
+	}
+	err := m.c.Write(context.Background(), websocket.MessageText, b)
+	if wd.Stop() {
+		m.watchdogs.Put(wd)
+	}
+	if err != nil {
 		// coder/websocket closes the connection on any failed write.
-		if wctx.Err() != nil {
-			err = fmt.Errorf("the tunnel took nothing for %v (a stalled or too slow connection): %w", m.hub.o.WriteTimeout, err)
-		}
 		m.drop(err, websocket.StatusInternalError)
 		return m.Err()
 	}
 	return nil
+}
+
+// stalled drops the machine whose write waited WriteTimeout.
+func (m *Machine) stalled() {
+	m.drop(fmt.Errorf("the tunnel took nothing for %v (a stalled or too slow connection)", m.hub.o.WriteTimeout), websocket.StatusInternalError)
 }
 
 func (m *Machine) heartbeat() {
@@ -752,7 +772,10 @@ type Session struct {
 // f first, while none waits in the session's queue (so that f never takes
 // a message before one that came earlier): f returns true if it took the
 // message, at once and without blocking (an answer handed to the call
-// waiting for it), saving the hand-over to the session's reader.
+// waiting for it), saving the hand-over to the session's reader. f is
+// offered only messages checked to be valid JSON in the strict sense
+// (wire.Frame.Checked), with bytes it may keep: it may decode them with
+// rpcwire.DecodeChecked.
 func (s *Session) SetFast(f func(msg []byte) bool) { s.fast.Store(&f) }
 
 // ID is the session's id on the tunnel.
@@ -773,7 +796,7 @@ func (s *Session) receive(f *wire.Frame) {
 		s.fail(fmt.Errorf("machine %q of upstream %q ended the session: %s", s.m.ID, s.m.Upstream, reason))
 		s.forget()
 	case wire.TMsg:
-		if fast := s.fast.Load(); fast != nil && len(s.in) == 0 && (*fast)(f.M) {
+		if fast := s.fast.Load(); fast != nil && f.Checked() && len(s.in) == 0 && (*fast)(f.M) {
 			return
 		}
 		n := int64(len(f.M))

@@ -297,3 +297,69 @@ func TestCancelledWriteKeepsTheTunnel(t *testing.T) {
 		t.Fatalf("the connector got %+v, want the second message", f)
 	}
 }
+
+// TestStalledTunnelDropped: a connector that stops reading (its TCP
+// window fills) is dropped once a write waited WriteTimeout, and the
+// writer gets the machine's error instead of waiting on; the hub holds
+// no queue of what it could not send.
+func TestStalledTunnelDropped(t *testing.T) {
+	// A long heartbeat: what drops the machine here is the write timeout,
+	// not a missing pong.
+	hub, url := newHub(t, tunnel.Options{Heartbeat: time.Minute, WriteTimeout: time.Second})
+	r := dialRogue(t, url, "m1")
+	m := waitLive(t, hub, "m1")
+	opened := make(chan *tunnel.Session, 1)
+	go func() {
+		s, err := m.Open(context.Background())
+		if err != nil {
+			t.Error(err)
+		}
+		opened <- s
+	}()
+	f := r.recv()
+	if f.T != wire.TOpen {
+		t.Fatalf("got %+v, want an open frame", f)
+	}
+	r.send(&wire.Frame{T: wire.TOpened, S: f.S})
+	s := <-opened
+	if s == nil {
+		t.FailNow()
+	}
+	// The rogue reads nothing more: the writes fill the socket buffers,
+	// then one waits.
+	big := []byte(`{"jsonrpc":"2.0","method":"notifications/message","params":{"data":"` + strings.Repeat("x", 1<<20) + `"}}`)
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() {
+		for range 1000 {
+			if err := s.Write(context.Background(), big); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("a write to a connector that reads nothing still waits after 60 s")
+	}
+	if err == nil {
+		t.Fatal("1 GiB written to a connector that reads nothing")
+	}
+	if !strings.Contains(err.Error(), "took nothing for 1s") {
+		t.Fatalf("the write failed with %v, want the write timeout", err)
+	}
+	select {
+	case <-m.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the machine was not dropped")
+	}
+	if hub.Machine("files", "m1") != nil {
+		t.Fatal("the stalled machine is still listed")
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Fatalf("dropped after %v, want about the write timeout", d)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"sync"
 	"time"
 )
 
@@ -133,14 +134,35 @@ func (s *sseReader) line(budget int) ([]byte, error) {
 // for a relay that passes them on verbatim.
 type SSEMessages struct{ r *sseReader }
 
+// sseBuffers keeps the read buffers of released SSEMessages: a relay reads
+// a body per call, and a fresh 16 KiB buffer each time is most of what it
+// allocates.
+var sseBuffers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 16<<10) }}
+
 // NewSSEMessages reads r; one event may be at most max bytes on the wire.
+// Release gives its buffer back once the body is read.
 func NewSSEMessages(r io.Reader, max int) *SSEMessages {
-	return &SSEMessages{r: newSSEReader(r, max)}
+	br := sseBuffers.Get().(*bufio.Reader)
+	br.Reset(r)
+	return &SSEMessages{r: &sseReader{r: br, max: max}}
+}
+
+// Release gives s's buffer back for another body; s reads nothing more.
+// The data Next returned stays the caller's.
+func (s *SSEMessages) Release() {
+	if s.r.r != nil {
+		s.r.r.Reset(nil)
+		sseBuffers.Put(s.r.r)
+		s.r.r = nil
+	}
 }
 
 // Next returns the next message event's data, or io.EOF at the end of the
 // stream.
 func (s *SSEMessages) Next() ([]byte, error) {
+	if s.r.r == nil {
+		return nil, io.EOF
+	}
 	for {
 		ev, err := s.r.next()
 		if err != nil {

@@ -221,12 +221,13 @@ func (c *tunnelConn) readLoop() {
 }
 
 // fastAnswer hands an answer to one of the raw calls straight to its
-// caller from the machine's read loop (tunnel.Session.SetFast).
+// caller from the machine's read loop (tunnel.Session.SetFast: b was
+// checked to be valid JSON, and is not reused).
 func (c *tunnelConn) fastAnswer(b []byte) bool {
 	if !bytes.Contains(b, []byte(`"`+c.raw.Prefix)) {
 		return false
 	}
-	msg, ok := rpcwire.DecodeFast(b)
+	msg, ok := rpcwire.DecodeChecked(b)
 	if !ok {
 		return false
 	}

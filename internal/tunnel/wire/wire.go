@@ -111,7 +111,17 @@ type Frame struct {
 	Host *Host `json:"host,omitempty"`
 	// HeartbeatMS is the heartbeat period the gateway asks for.
 	HeartbeatMS int64 `json:"heartbeat_ms,omitempty"`
+
+	// checked: M is valid JSON in the strict sense (Checked).
+	checked bool
 }
+
+// Checked reports whether Decode checked the message M of a msg frame to
+// be valid JSON in the strict sense (jsontext.Value(M).IsValid()). M
+// shares the bytes given to Decode: a caller that never reuses them may
+// decode M with rpcwire.DecodeChecked, without checking it again. Every
+// msg frame EncodeMsg writes with such a message is checked.
+func (f *Frame) Checked() bool { return f.checked }
 
 // Register is what a connector says about itself.
 type Register struct {
@@ -206,7 +216,7 @@ func decodeMsg(b []byte) (*Frame, bool) {
 	if len(m) == 0 || m[0] != '{' || len(m) > MaxMessage || !jsontext.Value(m).IsValid() {
 		return nil, false
 	}
-	return &Frame{T: TMsg, S: sid, M: json.RawMessage(m)}, true
+	return &Frame{T: TMsg, S: sid, M: json.RawMessage(m), checked: true}, true
 }
 
 // decodeSlow decodes any frame with encoding/json, strictly.
