@@ -2,58 +2,15 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/confidential-mcp/cmcp/internal/policy"
+	"github.com/confidential-mcp/cmcp/internal/route"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 )
-
-// access is one request that reads an upstream's resources or prompts:
-// resources/read, resources/subscribe and completion/complete on a
-// ref/resource (policy action read_resource), prompts/get and
-// completion/complete on a ref/prompt (get_prompt). resources/unsubscribe
-// is not one: it only stops data.
-type access struct {
-	method  string
-	action  policy.Action
-	uri     string          // read_resource
-	prompt  string          // get_prompt: the name at the upstream
-	exposed string          // get_prompt: the name the agent used
-	args    json.RawMessage // committed in the record: prompt arguments, a completion's argument and context
-}
-
-func resourceAccess(method, uri string) access {
-	return access{method: method, action: policy.ActionReadResource, uri: uri}
-}
-
-func promptAccess(method, exposed, prompt string) access {
-	return access{method: method, action: policy.ActionGetPrompt, exposed: exposed, prompt: prompt}
-}
-
-// promptArgs is what an access record commits to for prompts/get: the
-// arguments as the gateway re-encodes them (members sorted), or nothing.
-func promptArgs(args map[string]string) json.RawMessage {
-	if len(args) == 0 {
-		return nil
-	}
-	b, _ := json.Marshal(args)
-	return b
-}
-
-// completionArgs is what an access record commits to for
-// completion/complete: its argument and its context.
-func completionArgs(p *mcp.CompleteParams) json.RawMessage {
-	b, _ := json.Marshal(struct {
-		Argument mcp.CompleteParamsArgument `json:"argument"`
-		Context  *mcp.CompleteContext       `json:"context,omitempty"`
-	}{p.Argument, p.Context})
-	return b
-}
 
 // gateAccess decides the access a for each upstream of ups (those the
 // request may be sent to, in order), records each decision in an access
@@ -61,7 +18,7 @@ func completionArgs(p *mcp.CompleteParams) json.RawMessage {
 // upstreams the request may be sent to. When the policy refuses every one
 // (a deny in enforcing mode) it returns the denial; a record that cannot
 // be written refuses the request. No upstream (ups empty) is no decision.
-func (s *session) gateAccess(ctx context.Context, a access, ups []string) ([]string, error) {
+func (s *session) gateAccess(ctx context.Context, a route.Access, ups []string) ([]string, error) {
 	var out []string
 	var denied error
 	for _, name := range ups {
@@ -89,20 +46,20 @@ func (s *session) gateAccess(ctx context.Context, a access, ups []string) ([]str
 // asked, enforcing refuses a deny, advisory forwards it and warns the
 // agent and the operator, silent forwards it and says nothing; without a
 // policy every access is allowed and recorded with mode none.
-func (s *session) decideAccess(ctx context.Context, a access, name string) error {
+func (s *session) decideAccess(ctx context.Context, a route.Access, name string) error {
 	g := s.g
 	st := g.ups[name]
 	if st == nil {
 		return fault(CodeUpstreamUnavailable, "no upstream %q", name)
 	}
-	rec := &auditlog.Access{Session: s.id, Agent: s.principal, Method: a.method, Action: string(a.action), Upstream: name,
-		EvidenceClass: st.expectedClass(), Prompt: a.prompt, Decision: auditlog.DecisionAllow, PolicyMode: ModeNone}
-	if a.action == policy.ActionReadResource {
+	rec := &auditlog.Access{Session: s.id, Agent: s.principal, Method: a.Method, Action: string(a.Action), Upstream: name,
+		EvidenceClass: st.expectedClass(), Prompt: a.Prompt, Decision: auditlog.DecisionAllow, PolicyMode: ModeNone}
+	if a.Action == policy.ActionReadResource {
 		// The URI is a payload (it may name a file): committed, never in clear.
-		rec.URI = g.log.Commit([]byte(a.uri))
+		rec.URI = g.log.Commit([]byte(a.URI))
 	}
-	if len(a.args) > 0 {
-		rec.Args = g.log.Commit(a.args)
+	if len(a.Args) > 0 {
+		rec.Args = g.log.Commit(a.Args)
 	}
 	refuse := func(err *jsonrpc.Error) error {
 		rec.Outcome, rec.Reason = auditlog.OutcomeRefused, err.Message
@@ -121,21 +78,21 @@ func (s *session) decideAccess(ctx context.Context, a access, name string) error
 		return refuse(killSwitchAccessFault())
 	}
 	if eng := g.opts.Policy; eng != nil {
-		o := eng.DecideAccess(policy.Access{Action: a.action, Agent: s.principal, Groups: s.credGroups(), Session: s.id, Upstream: name,
-			EvidenceClass: rec.EvidenceClass, URI: a.uri, Prompt: a.prompt})
+		o := eng.DecideAccess(policy.Access{Action: a.Action, Agent: s.principal, Groups: s.credGroups(), Session: s.id, Upstream: name,
+			EvidenceClass: rec.EvidenceClass, URI: a.URI, Prompt: a.Prompt})
 		rec.Decision, rec.PolicyIDs, rec.PolicyMode, rec.PolicyBundle, rec.PolicyInput = o.Effect(), o.PolicyIDs, string(o.Mode), o.Bundle, o.AccessInput()
 		dec := Decision{Effect: o.Effect(), PolicyIDs: o.PolicyIDs, Mode: string(o.Mode), Bundle: o.Bundle, Reason: o.Reason}
 		if g.opts.Metrics != nil {
 			g.opts.Metrics.Decision(rec.Decision, rec.PolicyMode)
 		}
 		if dec.Refuses() {
-			return refuse(deniedFaultFor(a.what(name), s.principal, dec))
+			return refuse(deniedFaultFor(a.What(name), s.principal, dec))
 		}
 		if !o.Allow && o.Mode == policy.Advisory {
 			g.logger.Warn("policy would deny this request (advisory mode: forwarded)", "agent", s.principal, "session", s.id,
-				"method", a.method, "upstream", name, "prompt", a.prompt, "policies", fmt.Sprint(o.PolicyIDs), "reason", o.Reason)
-			s.warnAgent(ctx, fmt.Sprintf("policy denies %s for %q; the request is forwarded because the policy is in advisory mode", a.what(name), s.principal), dec,
-				map[string]any{"method": a.method, "upstream": name})
+				"method", a.Method, "upstream", name, "prompt", a.Prompt, "policies", fmt.Sprint(o.PolicyIDs), "reason", o.Reason)
+			s.warnAgent(ctx, fmt.Sprintf("policy denies %s for %q; the request is forwarded because the policy is in advisory mode", a.What(name), s.principal), dec,
+				map[string]any{"method": a.Method, "upstream": name})
 		}
 	}
 	// The forwarded record is never written after kill_switch_on, as a
@@ -150,7 +107,7 @@ func (s *session) decideAccess(ctx context.Context, a access, name string) error
 	_, err := g.log.Append(context.WithoutCancel(ctx), rec)
 	g.killMu.RUnlock()
 	if err != nil {
-		g.logger.Error("audit append failed; request refused", "method", a.method, "upstream", name, "err", err)
+		g.logger.Error("audit append failed; request refused", "method", a.Method, "upstream", name, "err", err)
 		return fault(CodeAuditUnavailable, "the audit log cannot record requests (%v): the request was not forwarded; every request is refused until an operator fixes it", err)
 	}
 	return nil
@@ -162,24 +119,16 @@ func killSwitchAccessFault() *jsonrpc.Error {
 	return fault(CodeKillSwitch, "the kill switch is engaged: an operator has stopped all tool calls and reads of resources and prompts; retry when it is cleared")
 }
 
-// what names the access in messages (never the URI: the record's reason
-// holds the message, and the URI is a payload).
-func (a access) what(upstream string) string {
-	if a.action == policy.ActionGetPrompt {
-		return fmt.Sprintf("prompt %q (%s)", a.exposed, a.method)
-	}
-	return fmt.Sprintf("reading a resource of upstream %q (%s)", upstream, a.method)
-}
-
-// accessVisible filters one upstream's list entries (resources/list,
-// resources/templates/list, prompts/list) by the read_resource or
-// get_prompt decision, as tools/list is by list_tools. key gives an entry's
-// URI (or URI template) or prompt name. When the bundle does not read it,
-// one decision covers the upstream's whole list.
-func accessVisible[T any](s *session, action policy.Action, upstream string, items []T, key func(T) string) []T {
+// accessVisible reports which of one upstream's list entries (resources/list,
+// resources/templates/list, prompts/list) the agent may see, by the
+// read_resource or get_prompt decision, as tools/list is by list_tools.
+// keys are the entries' URIs (or URI templates) or prompt names. When the
+// bundle does not read them, one decision covers the upstream's whole
+// list. nil means every entry.
+func (s *session) accessVisible(action policy.Action, upstream string, keys []string) []bool {
 	eng := s.g.opts.Policy
-	if eng == nil || len(items) == 0 {
-		return items
+	if eng == nil || len(keys) == 0 {
+		return nil
 	}
 	class := ""
 	if st := s.g.ups[upstream]; st != nil {
@@ -187,26 +136,20 @@ func accessVisible[T any](s *session, action policy.Action, upstream string, ite
 	}
 	a := policy.Access{Action: action, Agent: s.principal, Groups: s.credGroups(), Session: s.id, Upstream: upstream, EvidenceClass: class}
 	perItem := action == policy.ActionReadResource && eng.ReadsURI() || action == policy.ActionGetPrompt && eng.ReadsPrompt()
+	keep := make([]bool, len(keys))
 	if !perItem {
 		if eng.AccessVisible(a) {
-			return items
+			return nil
 		}
-		return items[:0:0]
+		return keep
 	}
-	out := items[:0:0]
-	for _, it := range items {
+	for i, k := range keys {
 		if action == policy.ActionReadResource {
-			a.URI = key(it)
+			a.URI = k
 		} else {
-			a.Prompt = key(it)
+			a.Prompt = k
 		}
-		if eng.AccessVisible(a) {
-			out = append(out, it)
-		}
+		keep[i] = eng.AccessVisible(a)
 	}
-	return out
+	return keep
 }
-
-func resourceURI(r *mcp.Resource) string         { return r.URI }
-func templateURI(t *mcp.ResourceTemplate) string { return t.URITemplate }
-func promptName(p *mcp.Prompt) string            { return p.Name }

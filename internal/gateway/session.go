@@ -18,6 +18,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/credential"
 	"github.com/confidential-mcp/cmcp/internal/front/stdiofront"
 	"github.com/confidential-mcp/cmcp/internal/oauth"
+	"github.com/confidential-mcp/cmcp/internal/route"
 	"github.com/confidential-mcp/cmcp/internal/rpcwire"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
@@ -90,8 +91,8 @@ func (s *session) authedWith(id *oauth.Identity, token credential.Secret) {
 // the groups a lock guards is set before the session is shared, or is an
 // atomic, or is safe for concurrent use by itself:
 //
-//   - mu guards the upstream group (the session's upstream connections,
-//     its tool registrations and its resource routes);
+//   - mu guards the upstream group (the session's upstream connections
+//     and its tool registrations);
 //   - listMu guards listed (what tools/list last showed the agent);
 //   - syncMu guards no field: it runs one syncTools at a time;
 //   - httpState.streamMu guards streamTokens (the HTTP front's group);
@@ -104,6 +105,9 @@ type session struct {
 	principal string
 	front     string // "http" or "stdio": which of http and stdio is used
 	srv       *mcp.Server
+	// rt routes resource, prompt and completion requests (internal/route,
+	// under its own lock: it remembers which upstream serves a URI).
+	rt *route.Router
 	// ctx ends when the session ends, its cause a *sessionEnd saying why;
 	// fast-path calls run under it.
 	ctx    context.Context
@@ -128,12 +132,6 @@ type session struct {
 	lives    map[string]*live
 	visible  map[string]digest.Digest // registered tools: exposed name -> Definition
 	logLevel mcp.LoggingLevel
-	// resOwner maps a resource URI to the upstream that serves it: the
-	// first to list it (resources/list), or the one that answered a read
-	// of it or took a subscription to it. tmpls are the resource templates
-	// each upstream listed (resources/templates/list). See resourceRoute.
-	resOwner map[string]string
-	tmpls    map[string][]ownedTemplate
 	started  bool
 	ended    bool // no new upstream connections
 
@@ -204,7 +202,8 @@ type stdioState struct {
 // newSession builds the MCP server for one agent session. Nothing is
 // spawned until the session uses an upstream.
 func (g *Gateway) newSession(principal, front string) *session {
-	s := &session{g: g, principal: principal, front: front, lives: map[string]*live{}, visible: map[string]digest.Digest{}, resOwner: map[string]string{}, tmpls: map[string][]ownedTemplate{}}
+	s := &session{g: g, principal: principal, front: front, lives: map[string]*live{}, visible: map[string]digest.Digest{}}
+	s.rt = route.New(routeSession{s})
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
 	s.serverReqs.Prefix = serverReqPrefix
 	s.http.lastPost.Store(time.Now().UnixNano())
@@ -221,11 +220,11 @@ func (g *Gateway) newSession(principal, front string) *session {
 		RootsListChangedHandler:   s.rootsChanged,
 	}
 	if caps.Completions != nil {
-		opts.CompletionHandler = s.complete
+		opts.CompletionHandler = s.rt.Complete
 	}
 	if caps.Resources != nil && caps.Resources.Subscribe {
-		opts.SubscribeHandler = s.subscribe
-		opts.UnsubscribeHandler = s.unsubscribe
+		opts.SubscribeHandler = s.rt.Subscribe
+		opts.UnsubscribeHandler = s.rt.Unsubscribe
 	}
 	s.srv = mcp.NewServer(&mcp.Implementation{Name: g.opts.Name, Version: g.opts.Version}, opts)
 	s.srv.AddReceivingMiddleware(s.middleware)
@@ -780,17 +779,17 @@ func (s *session) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 			}
 			return next(ctx, method, req)
 		case "resources/list":
-			return s.listResources(ctx, req.(*mcp.ListResourcesRequest))
+			return s.rt.ListResources(ctx, req.(*mcp.ListResourcesRequest))
 		case "resources/templates/list":
-			return s.listTemplates(ctx, req.(*mcp.ListResourceTemplatesRequest))
+			return s.rt.ListTemplates(ctx, req.(*mcp.ListResourceTemplatesRequest))
 		case "resources/read":
 			s.bindLazily(req)
-			return s.readResource(ctx, req.(*mcp.ReadResourceRequest))
+			return s.rt.ReadResource(ctx, req.(*mcp.ReadResourceRequest))
 		case "prompts/list":
-			return s.listPrompts(ctx, req.(*mcp.ListPromptsRequest))
+			return s.rt.ListPrompts(ctx, req.(*mcp.ListPromptsRequest))
 		case "prompts/get":
 			s.bindLazily(req)
-			return s.getPrompt(ctx, req.(*mcp.GetPromptRequest))
+			return s.rt.GetPrompt(ctx, req.(*mcp.GetPromptRequest))
 		case "resources/subscribe", "completion/complete":
 			s.bindLazily(req) // decided and recorded under the session's id
 		}
