@@ -271,322 +271,413 @@ type EpochResult struct {
 
 // scanEpoch verifies one epoch directory.
 func scanEpoch(dir string, epoch int, opt scanOptions) (*EpochResult, error) {
-	edir := filepath.Join(dir, epochName(epoch))
-	res := &EpochResult{Epoch: epoch, Dir: edir, LastCheckpointAt: -1}
-	fi, err := os.Stat(edir)
+	sc, err := openEpochScan(dir, epoch, opt)
 	if err != nil {
-		return res, ioFailure(Position{Epoch: epoch}, err)
-	}
-	if !fi.IsDir() {
-		return res, ioFailure(Position{Epoch: epoch}, fmt.Errorf("%s is not a directory", edir))
-	}
-	segs, err := listSegments(edir)
-	if err != nil {
-		return res, ioFailure(Position{Epoch: epoch}, err)
-	}
-	if len(segs) == 0 {
-		res.empty = true
-		return res, &VerifyError{Class: ClassIntegrity, Pos: Position{Epoch: epoch}, Msg: fmt.Sprintf("epoch directory %s holds no segment files (seg-000001.jsonl ...)", edir)}
-	}
-	for i, n := range segs {
-		if n != i+1 {
-			return res, &VerifyError{Class: ClassIntegrity, Pos: Position{Epoch: epoch, File: filepath.Join(edir, segmentName(i+1))},
-				Msg: fmt.Sprintf("segment %s is missing (found %s)", segmentName(i+1), segmentName(n)), Hint: "a whole segment file was deleted or renamed"}
-		}
-	}
-	res.Segments = len(segs)
-	lastCPOff := int64(-1)
-	if opt.tolerateTail {
-		lastCPOff = lastCheckpointLine(filepath.Join(edir, segmentName(segs[len(segs)-1])))
+		return sc.res, err
 	}
 	stop := make(chan struct{})
 	defer close(stop)
-	ch := streamLines(edir, segs, stop, &opt)
-
-	var (
-		fr        frontier
-		lastKinds [2]Kind
-		sealAt    int64 = -1 // index of the seal record, if any
-		prev      tlog.Hash
-		verifiers note.Verifiers
-		g         *Genesis
-		segStart  bool
-		prevSum   []byte
-		prevFile  string
-		curSeg    int
-		sinceProg int64
-		ent       Entry // passed to opt.onRecord, reused
-	)
-	var firstTS, lastTS, signedLastTS []byte
-	finish := func() {
-		res.First, _ = time.Parse(time.RFC3339Nano, string(firstTS))
-		res.Last, _ = time.Parse(time.RFC3339Nano, string(lastTS))
-		res.Root = fr.root()
-		if res.LastCheckpointAt >= 0 {
-			res.Unsealed = res.Records - res.LastCheckpointAt - 1
-			res.SignedFirst = res.First
-			res.SignedLast, _ = time.Parse(time.RFC3339Nano, string(signedLastTS))
-		} else {
-			res.Unsealed = res.Records
-		}
-		res.Signed = res.Records - res.Unsealed
-		res.endsSealed = lastKinds == [2]Kind{KindSeal, KindCheckpoint}
-		res.Sealed = res.tailErr == nil && res.TornBytes == 0 && res.endsSealed
-	}
-	for b := range ch {
+	for b := range streamLines(sc.edir, sc.segs, stop, &sc.opt) {
 		<-b.ready
 		if b.ioErr != nil {
-			return res, ioFailure(Position{Epoch: epoch, File: b.file, Index: res.Records}, b.ioErr)
+			return sc.res, ioFailure(Position{Epoch: epoch, File: b.file, Index: sc.res.Records}, b.ioErr)
 		}
-		if b.seg != curSeg {
-			curSeg = b.seg
-			segStart = true
+		if b.seg != sc.curSeg {
+			sc.curSeg = b.seg
+			sc.segStart = true
 		}
 		for i := range b.lines {
-			l := &b.lines[i]
-			pos := Position{Epoch: epoch, File: b.file, Line: l.no, Offset: l.off, Index: res.Records, Kind: l.env.Kind}
-			fail := func(class Class, expected, computed, format string, args ...any) (*EpochResult, error) {
-				pos.Record = excerpt(l.line)
-				ve := &VerifyError{Class: class, Pos: pos, Expected: expected, Computed: computed, Msg: fmt.Sprintf(format, args...)}
-				if res.LastCheckpoint != nil {
-					ve.LastGood = res.LastCheckpoint.Size
-				}
-				if opt.tolerateTail && b.seg == segs[len(segs)-1] && l.off > lastCPOff {
-					res.tailErr = ve
-					res.tailStart = l.off
-					res.lastFile = b.file
-					finish()
-					return res, nil
-				}
-				return res, ve
+			if done, err := sc.line(b, &b.lines[i]); done {
+				return sc.res, err
 			}
-			isLastSeg := b.seg == segs[len(segs)-1]
-			if l.torn {
-				if !isLastSeg {
-					return fail(ClassIntegrity, "", "", "segment %s ends with an incomplete line of %d bytes but is not the last segment", filepath.Base(b.file), len(l.line))
-				}
-				res.TornBytes = int64(len(l.line))
-				p := pos
-				res.TornAt = &p
-				res.lastFile = b.file
-				continue
-			}
-			if l.tooLong {
-				return fail(ClassIntegrity, "", "", "line is longer than %d bytes; no record is that large", MaxLineBytes)
-			}
-			if l.perr != nil {
-				var se *jcs.SyntaxError
-				if errors.As(l.perr, &se) {
-					pos.Offset += int64(se.Offset)
-					return fail(ClassIntegrity, "", "", "malformed record: %s (byte %d of the line)", se.Msg, se.Offset)
-				}
-				return fail(ClassIntegrity, "", "", "malformed record: %v", l.perr)
-			}
-			e := &l.env
-			if e.Seq != res.Records {
-				return fail(ClassIntegrity, fmt.Sprint(res.Records), fmt.Sprint(e.Seq), "sequence number %d, expected %d: a record was removed, duplicated or reordered", e.Seq, res.Records)
-			}
-			if e.Prev != prev {
-				return fail(ClassIntegrity, b64(e.Prev), b64(prev), "broken hash link: prev does not match the hash of record %d: record %d was modified, or records between were removed", res.Records-1, res.Records-1)
-			}
-			if res.Records == 0 && e.Kind != KindGenesis {
-				return fail(ClassIntegrity, string(KindGenesis), string(e.Kind), "the first record of an epoch must be genesis")
-			}
-			if segStart && b.seg > 1 && e.Kind != KindSegment {
-				return fail(ClassIntegrity, string(KindSegment), string(e.Kind), "the first record of segment %d must be a segment record", b.seg)
-			}
-			if !segStart && e.Kind == KindSegment || b.seg == 1 && e.Kind == KindSegment {
-				return fail(ClassIntegrity, "", "", "a segment record in the middle of a segment")
-			}
-			segStart = false
-			if res.Records > 0 && e.Kind == KindGenesis {
-				return fail(ClassIntegrity, "", "", "a second genesis record inside an epoch")
-			}
-			// The writer's close is seal then the final checkpoint, and
-			// nothing after: any record after them was not written by the
-			// writer (a checkpoint there was signed by a key holder
-			// extending a closed epoch; other records need no key at all).
-			if sealAt >= 0 && (e.Kind != KindCheckpoint || res.Records > sealAt+1) {
-				if e.Kind == KindCheckpoint {
-					return fail(ClassIntegrity, "", "", "a checkpoint after the epoch's seal (record %d) and its final checkpoint: the writer signs nothing after closing the epoch", sealAt)
-				}
-				return fail(ClassIntegrity, "", "", "a %s record after the epoch's seal (record %d) and its final checkpoint: the writer writes nothing after closing an epoch, so someone with write access appended it", e.Kind, sealAt)
-			}
-			if e.Kind == KindRecovery && res.Records != 1 {
-				return fail(ClassIntegrity, "", "", "a recovery record at index %d: the writer writes it right after the genesis record (index 1) only", res.Records)
-			}
-			tsBefore := lastTS // the time of the last record before this one
-			if e.TS != nil {
-				if firstTS == nil {
-					firstTS = e.TS
-				}
-				lastTS = e.TS
-			}
-			switch e.Kind {
-			case KindGenesis:
-				r, err := DecodeBody(KindGenesis, e.Body)
-				if err != nil {
-					return fail(ClassIntegrity, "", "", "genesis: %v", err)
-				}
-				g = r.(*Genesis)
-				res.Genesis = g
-				if g.Epoch != epoch {
-					return fail(ClassIntegrity, fmt.Sprint(epoch), fmt.Sprint(g.Epoch), "genesis names epoch %d but sits in %s", g.Epoch, epochName(epoch))
-				}
-				v, err := note.NewVerifier(g.Key)
-				if err != nil {
-					return fail(ClassIntegrity, "", "", "genesis key %q: %v", g.Key, err)
-				}
-				if v.Name() != g.Origin {
-					return fail(ClassIntegrity, g.Origin, v.Name(), "genesis key name differs from the origin")
-				}
-				if n := epochOfOrigin(g.Origin); n != epoch {
-					// Origins name their epoch: an epoch cannot borrow
-					// another's origin, key or saved checkpoints.
-					return fail(ClassIntegrity, fmt.Sprintf("<name>/%s-<8 hex digits>", epochName(epoch)), g.Origin, "genesis origin %q does not name %s", g.Origin, epochName(epoch))
-				}
-				res.Origin, res.Key = g.Origin, g.Key
-				verifiers = note.VerifierList(v)
-				st, err := StatementOf(e.Body)
-				if err != nil {
-					return fail(ClassIntegrity, "", "", "genesis statement: %v", err)
-				}
-				if !st.Equal(g.Statement) {
-					return fail(ClassIntegrity, g.Statement.String(), st.String(), "genesis statement digest does not match its body")
-				}
-				if opt.trusted != nil {
-					if !opt.trusted[g.Key] {
-						ve := &VerifyError{Class: ClassKey, Pos: pos, Computed: g.Key,
-							Msg:  fmt.Sprintf("epoch %d is signed by key %s+%08x, which is not among the trusted keys (--key)", epoch, v.Name(), v.KeyHash()),
-							Hint: "the log was written (or rewritten) with another key; pass the gateway's key with --key if it is genuine"}
-						return res, ve
-					}
-				}
-				if opt.evidence != nil {
-					if err := opt.evidence(g); err != nil {
-						return res, &VerifyError{Class: ClassKey, Pos: pos, Msg: fmt.Sprintf("genesis evidence: %v", err), Err: err}
-					}
-				}
-			case KindCheckpoint:
-				r, err := DecodeBody(KindCheckpoint, e.Body)
-				if err != nil {
-					return fail(ClassIntegrity, "", "", "%v", err)
-				}
-				msg := []byte(r.(*CheckpointRecord).Note)
-				cp, err := OpenCheckpoint(msg, verifiers)
-				if err != nil {
-					var uv *note.UnverifiedNoteError
-					var bad *note.InvalidSignatureError
-					switch {
-					case errors.As(err, &bad):
-						return fail(ClassSignature, "", "", "checkpoint signature does not verify: %v", err)
-					case errors.As(err, &uv):
-						return fail(ClassKey, g.Key, sigNames(uv.Note), "checkpoint is not signed by the epoch's key (signed by %s)", sigNames(uv.Note))
-					case errors.Is(err, ErrMalformedCheckpoint):
-						return fail(ClassIntegrity, "", "", "%v", err)
-					default:
-						return fail(ClassSignature, "", "", "checkpoint rejected: %v", err)
-					}
-				}
-				if cp.Origin != g.Origin {
-					return fail(ClassIntegrity, g.Origin, cp.Origin, "checkpoint origin differs from the epoch's origin")
-				}
-				if cp.Size != res.Records {
-					return fail(ClassIntegrity, fmt.Sprint(res.Records), fmt.Sprint(cp.Size), "checkpoint size does not match its position (it must cover exactly the records before it)")
-				}
-				if root := fr.root(); root != cp.Root {
-					return fail(ClassIntegrity, b64(cp.Root), b64(root), "Merkle root mismatch at size %d: the checkpoint signs one root, the records hash to another", cp.Size)
-				}
-				res.LastCheckpoint = cp
-				res.LastCheckpointAt = res.Records
-				if opt.onCheckpoint != nil {
-					opt.onCheckpoint(cp)
-				}
-				res.Checkpoints++
-				// Its own time is not signed: only the records before it are.
-				signedLastTS = tsBefore
-			case KindSegment:
-				r, err := DecodeBody(KindSegment, e.Body)
-				if err != nil {
-					return fail(ClassIntegrity, "", "", "%v", err)
-				}
-				s := r.(*Segment)
-				switch {
-				case s.Number != b.seg:
-					return fail(ClassIntegrity, fmt.Sprint(b.seg), fmt.Sprint(s.Number), "segment record names another segment number")
-				case s.FirstIndex != res.Records:
-					return fail(ClassIntegrity, fmt.Sprint(res.Records), fmt.Sprint(s.FirstIndex), "segment record names another first index")
-				case s.PrevFile != prevFile:
-					return fail(ClassIntegrity, prevFile, s.PrevFile, "segment record names another previous file")
-				case !bytes.Equal(s.PrevSHA256, prevSum):
-					return fail(ClassIntegrity, fmt.Sprintf("%x", s.PrevSHA256), fmt.Sprintf("%x", prevSum), "the previous segment file %s does not hash to what the segment record says: it was modified", prevFile)
-				case res.LastCheckpoint == nil || s.Checkpoint != string(res.LastCheckpoint.Note):
-					return fail(ClassIntegrity, "", "", "segment record does not carry the checkpoint that closed the previous segment")
-				}
-				sf, err := frontierFrom(res.Records, s.Frontier)
-				if err != nil || sf.root() != fr.root() {
-					return fail(ClassIntegrity, "", "", "segment record's tree frontier does not match the records before it")
-				}
-			case KindSeal:
-				r, err := DecodeBody(KindSeal, e.Body)
-				if err != nil {
-					return fail(ClassIntegrity, "", "", "%v", err)
-				}
-				if r.(*Seal).Records != res.Records {
-					return fail(ClassIntegrity, fmt.Sprint(res.Records), fmt.Sprint(r.(*Seal).Records), "seal record counts another number of records")
-				}
-				sealAt = res.Records
-			case KindRecovery:
-				r, err := DecodeBody(KindRecovery, e.Body)
-				if err != nil {
-					return fail(ClassIntegrity, "", "", "%v", err)
-				}
-				res.Recovery = r.(*Recovery)
-			}
-			if opt.onRecord != nil {
-				p := pos
-				p.Index, p.Kind = res.Records, e.Kind
-				ent = Entry{Pos: p, Kind: e.Kind, Index: e.Seq, Time: l.ts, Hash: l.hash, Line: l.line, Body: e.Body,
-					rec: l.rec, decErr: l.decErr, decoded: l.decoded}
-				if err := opt.onRecord(&ent); err != nil {
-					return res, err
-				}
-			}
-			fr.append(l.hash)
-			if opt.onLeaf != nil {
-				opt.onLeaf(l.hash)
-			}
-			prev = l.hash
-			if opt.keepLeaves {
-				res.Leaves = append(res.Leaves, l.hash)
-			}
-			res.Records++
-			if want := opt.wantRoots[res.Origin]; want != nil {
-				if p, ok := want[res.Records]; ok && p == nil {
-					r := fr.root()
-					want[res.Records] = &r
-				}
-			}
-			lastKinds[0], lastKinds[1] = lastKinds[1], e.Kind
-			res.lastFile = b.file
-			res.lastEnd = l.off + int64(len(l.line)) + 1
-			sinceProg += int64(len(l.line)) + 1
 		}
-		if opt.progress != nil && sinceProg > 0 {
-			opt.progress(sinceProg)
-			sinceProg = 0
+		if sc.opt.progress != nil && sc.sinceProg > 0 {
+			sc.opt.progress(sc.sinceProg)
+			sc.sinceProg = 0
 		}
 		if b.fileDone {
-			prevSum = b.fileSum
-			prevFile = filepath.Base(b.file)
+			sc.prevSum = b.fileSum
+			sc.prevFile = filepath.Base(b.file)
 		}
 	}
-	finish()
-	if res.Records == 0 && res.tailErr == nil {
-		res.empty = true
-		return res, &VerifyError{Class: ClassIntegrity, Pos: Position{Epoch: epoch, File: filepath.Join(edir, segmentName(1))}, Msg: "epoch holds no complete record"}
+	sc.finish()
+	if sc.res.Records == 0 && sc.res.tailErr == nil {
+		sc.res.empty = true
+		return sc.res, &VerifyError{Class: ClassIntegrity, Pos: Position{Epoch: epoch, File: filepath.Join(sc.edir, segmentName(1))}, Msg: "epoch holds no complete record"}
 	}
-	return res, nil
+	return sc.res, nil
+}
+
+// epochScan is one scanEpoch: the epoch's segments, what the records
+// before the current one established, and the result so far.
+type epochScan struct {
+	opt       scanOptions
+	epoch     int
+	edir      string
+	segs      []int
+	lastCPOff int64 // tolerateTail: offset of the last checkpoint line of the last segment
+	res       *EpochResult
+
+	fr        frontier
+	lastKinds [2]Kind
+	sealAt    int64 // index of the seal record, if any (-1)
+	prev      tlog.Hash
+	verifiers note.Verifiers
+	g         *Genesis
+	segStart  bool
+	prevSum   []byte
+	prevFile  string
+	curSeg    int
+	sinceProg int64
+	ent       Entry // passed to opt.onRecord, reused
+
+	firstTS, lastTS, signedLastTS []byte
+}
+
+// openEpochScan checks that the epoch directory holds segments numbered
+// from 1 without gaps. Its result (sc.res) is valid on error too.
+func openEpochScan(dir string, epoch int, opt scanOptions) (*epochScan, error) {
+	edir := filepath.Join(dir, epochName(epoch))
+	sc := &epochScan{opt: opt, epoch: epoch, edir: edir, lastCPOff: -1, sealAt: -1,
+		res: &EpochResult{Epoch: epoch, Dir: edir, LastCheckpointAt: -1}}
+	fi, err := os.Stat(edir)
+	if err != nil {
+		return sc, ioFailure(Position{Epoch: epoch}, err)
+	}
+	if !fi.IsDir() {
+		return sc, ioFailure(Position{Epoch: epoch}, fmt.Errorf("%s is not a directory", edir))
+	}
+	segs, err := listSegments(edir)
+	if err != nil {
+		return sc, ioFailure(Position{Epoch: epoch}, err)
+	}
+	if len(segs) == 0 {
+		sc.res.empty = true
+		return sc, &VerifyError{Class: ClassIntegrity, Pos: Position{Epoch: epoch}, Msg: fmt.Sprintf("epoch directory %s holds no segment files (seg-000001.jsonl ...)", edir)}
+	}
+	for i, n := range segs {
+		if n != i+1 {
+			return sc, &VerifyError{Class: ClassIntegrity, Pos: Position{Epoch: epoch, File: filepath.Join(edir, segmentName(i+1))},
+				Msg: fmt.Sprintf("segment %s is missing (found %s)", segmentName(i+1), segmentName(n)), Hint: "a whole segment file was deleted or renamed"}
+		}
+	}
+	sc.segs = segs
+	sc.res.Segments = len(segs)
+	if opt.tolerateTail {
+		sc.lastCPOff = lastCheckpointLine(filepath.Join(edir, segmentName(segs[len(segs)-1])))
+	}
+	return sc, nil
+}
+
+// finish fills in what the result says about the records as a whole.
+func (sc *epochScan) finish() {
+	res := sc.res
+	res.First, _ = time.Parse(time.RFC3339Nano, string(sc.firstTS))
+	res.Last, _ = time.Parse(time.RFC3339Nano, string(sc.lastTS))
+	res.Root = sc.fr.root()
+	if res.LastCheckpointAt >= 0 {
+		res.Unsealed = res.Records - res.LastCheckpointAt - 1
+		res.SignedFirst = res.First
+		res.SignedLast, _ = time.Parse(time.RFC3339Nano, string(sc.signedLastTS))
+	} else {
+		res.Unsealed = res.Records
+	}
+	res.Signed = res.Records - res.Unsealed
+	res.endsSealed = sc.lastKinds == [2]Kind{KindSeal, KindCheckpoint}
+	res.Sealed = res.tailErr == nil && res.TornBytes == 0 && res.endsSealed
+}
+
+// scanned is the line being checked.
+type scanned struct {
+	b   *lineBatch
+	l   *rawLine
+	pos Position
+}
+
+// fail ends the scan at line ln with a VerifyError, or, in the last
+// segment after its last checkpoint with tolerateTail, ends it there as a
+// tail the writer's recovery cuts (done, no error).
+func (sc *epochScan) fail(ln *scanned, class Class, expected, computed, format string, args ...any) (done bool, err error) {
+	res := sc.res
+	ln.pos.Record = excerpt(ln.l.line)
+	ve := &VerifyError{Class: class, Pos: ln.pos, Expected: expected, Computed: computed, Msg: fmt.Sprintf(format, args...)}
+	if res.LastCheckpoint != nil {
+		ve.LastGood = res.LastCheckpoint.Size
+	}
+	if sc.opt.tolerateTail && ln.b.seg == sc.segs[len(sc.segs)-1] && ln.l.off > sc.lastCPOff {
+		res.tailErr = ve
+		res.tailStart = ln.l.off
+		res.lastFile = ln.b.file
+		sc.finish()
+		return true, nil
+	}
+	return true, ve
+}
+
+// line checks one line and adds its record; done means the scan ends
+// (with err, or with none for a tail recovery cuts).
+func (sc *epochScan) line(b *lineBatch, l *rawLine) (done bool, err error) {
+	res := sc.res
+	ln := &scanned{b: b, l: l, pos: Position{Epoch: sc.epoch, File: b.file, Line: l.no, Offset: l.off, Index: res.Records, Kind: l.env.Kind}}
+	if l.torn {
+		if b.seg != sc.segs[len(sc.segs)-1] {
+			return sc.fail(ln, ClassIntegrity, "", "", "segment %s ends with an incomplete line of %d bytes but is not the last segment", filepath.Base(b.file), len(l.line))
+		}
+		res.TornBytes = int64(len(l.line))
+		p := ln.pos
+		res.TornAt = &p
+		res.lastFile = b.file
+		return false, nil
+	}
+	if l.tooLong {
+		return sc.fail(ln, ClassIntegrity, "", "", "line is longer than %d bytes; no record is that large", MaxLineBytes)
+	}
+	if l.perr != nil {
+		var se *jcs.SyntaxError
+		if errors.As(l.perr, &se) {
+			ln.pos.Offset += int64(se.Offset)
+			return sc.fail(ln, ClassIntegrity, "", "", "malformed record: %s (byte %d of the line)", se.Msg, se.Offset)
+		}
+		return sc.fail(ln, ClassIntegrity, "", "", "malformed record: %v", l.perr)
+	}
+	if done, err := sc.place(ln); done {
+		return done, err
+	}
+	e := &l.env
+	tsBefore := sc.lastTS // the time of the last record before this one
+	if e.TS != nil {
+		if sc.firstTS == nil {
+			sc.firstTS = e.TS
+		}
+		sc.lastTS = e.TS
+	}
+	switch e.Kind {
+	case KindGenesis:
+		done, err = sc.genesis(ln)
+	case KindCheckpoint:
+		done, err = sc.checkpoint(ln, tsBefore)
+	case KindSegment:
+		done, err = sc.segment(ln)
+	case KindSeal:
+		r, derr := DecodeBody(KindSeal, e.Body)
+		if derr != nil {
+			return sc.fail(ln, ClassIntegrity, "", "", "%v", derr)
+		}
+		if r.(*Seal).Records != res.Records {
+			return sc.fail(ln, ClassIntegrity, fmt.Sprint(res.Records), fmt.Sprint(r.(*Seal).Records), "seal record counts another number of records")
+		}
+		sc.sealAt = res.Records
+	case KindRecovery:
+		r, derr := DecodeBody(KindRecovery, e.Body)
+		if derr != nil {
+			return sc.fail(ln, ClassIntegrity, "", "", "%v", derr)
+		}
+		res.Recovery = r.(*Recovery)
+	}
+	if done {
+		return done, err
+	}
+	return sc.add(ln)
+}
+
+// place checks the record's place in the epoch: its sequence number and
+// hash link, and which kinds may stand where.
+func (sc *epochScan) place(ln *scanned) (done bool, err error) {
+	res, b, e := sc.res, ln.b, &ln.l.env
+	if e.Seq != res.Records {
+		return sc.fail(ln, ClassIntegrity, fmt.Sprint(res.Records), fmt.Sprint(e.Seq), "sequence number %d, expected %d: a record was removed, duplicated or reordered", e.Seq, res.Records)
+	}
+	if e.Prev != sc.prev {
+		return sc.fail(ln, ClassIntegrity, b64(e.Prev), b64(sc.prev), "broken hash link: prev does not match the hash of record %d: record %d was modified, or records between were removed", res.Records-1, res.Records-1)
+	}
+	if res.Records == 0 && e.Kind != KindGenesis {
+		return sc.fail(ln, ClassIntegrity, string(KindGenesis), string(e.Kind), "the first record of an epoch must be genesis")
+	}
+	if sc.segStart && b.seg > 1 && e.Kind != KindSegment {
+		return sc.fail(ln, ClassIntegrity, string(KindSegment), string(e.Kind), "the first record of segment %d must be a segment record", b.seg)
+	}
+	if !sc.segStart && e.Kind == KindSegment || b.seg == 1 && e.Kind == KindSegment {
+		return sc.fail(ln, ClassIntegrity, "", "", "a segment record in the middle of a segment")
+	}
+	sc.segStart = false
+	if res.Records > 0 && e.Kind == KindGenesis {
+		return sc.fail(ln, ClassIntegrity, "", "", "a second genesis record inside an epoch")
+	}
+	// The writer's close is seal then the final checkpoint, and
+	// nothing after: any record after them was not written by the
+	// writer (a checkpoint there was signed by a key holder
+	// extending a closed epoch; other records need no key at all).
+	if sc.sealAt >= 0 && (e.Kind != KindCheckpoint || res.Records > sc.sealAt+1) {
+		if e.Kind == KindCheckpoint {
+			return sc.fail(ln, ClassIntegrity, "", "", "a checkpoint after the epoch's seal (record %d) and its final checkpoint: the writer signs nothing after closing the epoch", sc.sealAt)
+		}
+		return sc.fail(ln, ClassIntegrity, "", "", "a %s record after the epoch's seal (record %d) and its final checkpoint: the writer writes nothing after closing an epoch, so someone with write access appended it", e.Kind, sc.sealAt)
+	}
+	if e.Kind == KindRecovery && res.Records != 1 {
+		return sc.fail(ln, ClassIntegrity, "", "", "a recovery record at index %d: the writer writes it right after the genesis record (index 1) only", res.Records)
+	}
+	return false, nil
+}
+
+// genesis checks the genesis record: its epoch, key, origin and
+// statement, and (per the options) that its key is trusted and its
+// evidence holds.
+func (sc *epochScan) genesis(ln *scanned) (done bool, err error) {
+	res, epoch, e := sc.res, sc.epoch, &ln.l.env
+	r, err := DecodeBody(KindGenesis, e.Body)
+	if err != nil {
+		return sc.fail(ln, ClassIntegrity, "", "", "genesis: %v", err)
+	}
+	g := r.(*Genesis)
+	sc.g = g
+	res.Genesis = g
+	if g.Epoch != epoch {
+		return sc.fail(ln, ClassIntegrity, fmt.Sprint(epoch), fmt.Sprint(g.Epoch), "genesis names epoch %d but sits in %s", g.Epoch, epochName(epoch))
+	}
+	v, err := note.NewVerifier(g.Key)
+	if err != nil {
+		return sc.fail(ln, ClassIntegrity, "", "", "genesis key %q: %v", g.Key, err)
+	}
+	if v.Name() != g.Origin {
+		return sc.fail(ln, ClassIntegrity, g.Origin, v.Name(), "genesis key name differs from the origin")
+	}
+	if n := epochOfOrigin(g.Origin); n != epoch {
+		// Origins name their epoch: an epoch cannot borrow
+		// another's origin, key or saved checkpoints.
+		return sc.fail(ln, ClassIntegrity, fmt.Sprintf("<name>/%s-<8 hex digits>", epochName(epoch)), g.Origin, "genesis origin %q does not name %s", g.Origin, epochName(epoch))
+	}
+	res.Origin, res.Key = g.Origin, g.Key
+	sc.verifiers = note.VerifierList(v)
+	st, err := StatementOf(e.Body)
+	if err != nil {
+		return sc.fail(ln, ClassIntegrity, "", "", "genesis statement: %v", err)
+	}
+	if !st.Equal(g.Statement) {
+		return sc.fail(ln, ClassIntegrity, g.Statement.String(), st.String(), "genesis statement digest does not match its body")
+	}
+	if sc.opt.trusted != nil {
+		if !sc.opt.trusted[g.Key] {
+			ve := &VerifyError{Class: ClassKey, Pos: ln.pos, Computed: g.Key,
+				Msg:  fmt.Sprintf("epoch %d is signed by key %s+%08x, which is not among the trusted keys (--key)", epoch, v.Name(), v.KeyHash()),
+				Hint: "the log was written (or rewritten) with another key; pass the gateway's key with --key if it is genuine"}
+			return true, ve
+		}
+	}
+	if sc.opt.evidence != nil {
+		if err := sc.opt.evidence(g); err != nil {
+			return true, &VerifyError{Class: ClassKey, Pos: ln.pos, Msg: fmt.Sprintf("genesis evidence: %v", err), Err: err}
+		}
+	}
+	return false, nil
+}
+
+// checkpoint checks a checkpoint record: its signature by the epoch's key,
+// its origin, its size and its root. tsBefore is the time of the record
+// before it, the last its tree signs.
+func (sc *epochScan) checkpoint(ln *scanned, tsBefore []byte) (done bool, err error) {
+	res, g, e := sc.res, sc.g, &ln.l.env
+	r, err := DecodeBody(KindCheckpoint, e.Body)
+	if err != nil {
+		return sc.fail(ln, ClassIntegrity, "", "", "%v", err)
+	}
+	msg := []byte(r.(*CheckpointRecord).Note)
+	cp, err := OpenCheckpoint(msg, sc.verifiers)
+	if err != nil {
+		var uv *note.UnverifiedNoteError
+		var bad *note.InvalidSignatureError
+		switch {
+		case errors.As(err, &bad):
+			return sc.fail(ln, ClassSignature, "", "", "checkpoint signature does not verify: %v", err)
+		case errors.As(err, &uv):
+			return sc.fail(ln, ClassKey, g.Key, sigNames(uv.Note), "checkpoint is not signed by the epoch's key (signed by %s)", sigNames(uv.Note))
+		case errors.Is(err, ErrMalformedCheckpoint):
+			return sc.fail(ln, ClassIntegrity, "", "", "%v", err)
+		default:
+			return sc.fail(ln, ClassSignature, "", "", "checkpoint rejected: %v", err)
+		}
+	}
+	if cp.Origin != g.Origin {
+		return sc.fail(ln, ClassIntegrity, g.Origin, cp.Origin, "checkpoint origin differs from the epoch's origin")
+	}
+	if cp.Size != res.Records {
+		return sc.fail(ln, ClassIntegrity, fmt.Sprint(res.Records), fmt.Sprint(cp.Size), "checkpoint size does not match its position (it must cover exactly the records before it)")
+	}
+	if root := sc.fr.root(); root != cp.Root {
+		return sc.fail(ln, ClassIntegrity, b64(cp.Root), b64(root), "Merkle root mismatch at size %d: the checkpoint signs one root, the records hash to another", cp.Size)
+	}
+	res.LastCheckpoint = cp
+	res.LastCheckpointAt = res.Records
+	if sc.opt.onCheckpoint != nil {
+		sc.opt.onCheckpoint(cp)
+	}
+	res.Checkpoints++
+	// Its own time is not signed: only the records before it are.
+	sc.signedLastTS = tsBefore
+	return false, nil
+}
+
+// segment checks a segment record against the segment it opens and the
+// file and checkpoint that closed the previous one.
+func (sc *epochScan) segment(ln *scanned) (done bool, err error) {
+	res, b, e := sc.res, ln.b, &ln.l.env
+	r, err := DecodeBody(KindSegment, e.Body)
+	if err != nil {
+		return sc.fail(ln, ClassIntegrity, "", "", "%v", err)
+	}
+	s := r.(*Segment)
+	switch {
+	case s.Number != b.seg:
+		return sc.fail(ln, ClassIntegrity, fmt.Sprint(b.seg), fmt.Sprint(s.Number), "segment record names another segment number")
+	case s.FirstIndex != res.Records:
+		return sc.fail(ln, ClassIntegrity, fmt.Sprint(res.Records), fmt.Sprint(s.FirstIndex), "segment record names another first index")
+	case s.PrevFile != sc.prevFile:
+		return sc.fail(ln, ClassIntegrity, sc.prevFile, s.PrevFile, "segment record names another previous file")
+	case !bytes.Equal(s.PrevSHA256, sc.prevSum):
+		return sc.fail(ln, ClassIntegrity, fmt.Sprintf("%x", s.PrevSHA256), fmt.Sprintf("%x", sc.prevSum), "the previous segment file %s does not hash to what the segment record says: it was modified", sc.prevFile)
+	case res.LastCheckpoint == nil || s.Checkpoint != string(res.LastCheckpoint.Note):
+		return sc.fail(ln, ClassIntegrity, "", "", "segment record does not carry the checkpoint that closed the previous segment")
+	}
+	sf, err := frontierFrom(res.Records, s.Frontier)
+	if err != nil || sf.root() != sc.fr.root() {
+		return sc.fail(ln, ClassIntegrity, "", "", "segment record's tree frontier does not match the records before it")
+	}
+	return false, nil
+}
+
+// add adds a record that checked out: to the caller (onRecord), to the
+// tree, and to the result.
+func (sc *epochScan) add(ln *scanned) (done bool, err error) {
+	res, l, e := sc.res, ln.l, &ln.l.env
+	opt := &sc.opt
+	if opt.onRecord != nil {
+		p := ln.pos
+		p.Index, p.Kind = res.Records, e.Kind
+		sc.ent = Entry{Pos: p, Kind: e.Kind, Index: e.Seq, Time: l.ts, Hash: l.hash, Line: l.line, Body: e.Body,
+			rec: l.rec, decErr: l.decErr, decoded: l.decoded}
+		if err := opt.onRecord(&sc.ent); err != nil {
+			return true, err
+		}
+	}
+	sc.fr.append(l.hash)
+	if opt.onLeaf != nil {
+		opt.onLeaf(l.hash)
+	}
+	sc.prev = l.hash
+	if opt.keepLeaves {
+		res.Leaves = append(res.Leaves, l.hash)
+	}
+	res.Records++
+	if want := opt.wantRoots[res.Origin]; want != nil {
+		if p, ok := want[res.Records]; ok && p == nil {
+			r := sc.fr.root()
+			want[res.Records] = &r
+		}
+	}
+	sc.lastKinds[0], sc.lastKinds[1] = sc.lastKinds[1], e.Kind
+	res.lastFile = ln.b.file
+	res.lastEnd = l.off + int64(len(l.line)) + 1
+	sc.sinceProg += int64(len(l.line)) + 1
+	return false, nil
 }
 
 func b64(h tlog.Hash) string { return base64.StdEncoding.EncodeToString(h[:]) }
