@@ -168,45 +168,100 @@ func clip(s string) string {
 // Verify checks every epoch of the audit directory dir. It returns the
 // report and, on the first failure, a *VerifyError with its location.
 func Verify(dir string, opt VerifyOptions) (*Report, error) {
-	rep := &Report{Dir: dir}
-	fi, err := os.Stat(dir)
+	v := &verification{dir: dir, opt: opt, rep: &Report{Dir: dir}}
+	rep := v.rep
+	if err := v.start(); err != nil {
+		return rep, err
+	}
+	lc, err := newLogCheck(&v.opt, dir, v.epochs)
 	if err != nil {
-		return rep, ioFailure(Position{}, err)
+		return rep, err
 	}
-	if !fi.IsDir() {
-		return rep, &VerifyError{Class: ClassNotLog, Msg: fmt.Sprintf("%s is not a directory; give the audit directory (the one holding epoch-NNNNNN/)", dir)}
+	v.lc = lc
+	if err := v.scanEpochs(); err != nil {
+		return rep, err
 	}
-	var trusted map[string]bool
-	if len(opt.Keys) > 0 {
-		if trusted, err = ParseKeys(opt.Keys); err != nil {
-			return rep, err
+	last := rep.Epochs[len(rep.Epochs)-1]
+	for _, r := range rep.Epochs {
+		if r.LastCheckpoint != nil {
+			rep.Newest, rep.NewestEpoch = r.LastCheckpoint, r.Epoch
 		}
 	}
-	type ext struct {
-		cp  *Checkpoint
-		raw []byte
+	rep.Unsealed = last.Unsealed
+	rep.KeysTrusted = v.trusted != nil
+
+	if err := v.external(); err != nil {
+		return rep, err
 	}
-	var exts []ext
+	if err := v.unsigned(); err != nil {
+		return rep, err
+	}
+	if err := v.stray(); err != nil {
+		return rep, err
+	}
+	if err := lc.finish(rep); err != nil {
+		return rep, err
+	}
+	v.warn(last)
+	return rep, nil
+}
+
+// verification is one Verify: the options as parsed, and the report so
+// far.
+type verification struct {
+	dir       string
+	opt       VerifyOptions
+	rep       *Report
+	trusted   map[string]bool
+	exts      []savedCheckpoint // --checkpoint
+	wantRoots map[string]map[int64]*tlog.Hash
+	epochs    []int
+	lc        *logCheck
+}
+
+// savedCheckpoint is a checkpoint kept outside the log (--checkpoint).
+type savedCheckpoint struct {
+	cp  *Checkpoint
+	raw []byte
+}
+
+// start checks the directory and parses the keys and saved checkpoints.
+func (v *verification) start() error {
+	dir, opt := v.dir, &v.opt
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return ioFailure(Position{}, err)
+	}
+	if !fi.IsDir() {
+		return &VerifyError{Class: ClassNotLog, Msg: fmt.Sprintf("%s is not a directory; give the audit directory (the one holding epoch-NNNNNN/)", dir)}
+	}
+	if len(opt.Keys) > 0 {
+		if v.trusted, err = ParseKeys(opt.Keys); err != nil {
+			return err
+		}
+	}
 	wantRoots := map[string]map[int64]*tlog.Hash{}
 	for i, raw := range opt.Checkpoints {
 		cp, err := ParseCheckpoint(raw)
 		if err != nil {
-			return rep, &VerifyError{Class: ClassUsage, Msg: fmt.Sprintf("external checkpoint %d: %v", i+1, err)}
+			return &VerifyError{Class: ClassUsage, Msg: fmt.Sprintf("external checkpoint %d: %v", i+1, err)}
 		}
-		exts = append(exts, ext{cp, raw})
+		v.exts = append(v.exts, savedCheckpoint{cp, raw})
 		if wantRoots[cp.Origin] == nil {
 			wantRoots[cp.Origin] = map[int64]*tlog.Hash{}
 		}
 		wantRoots[cp.Origin][cp.Size] = nil
 	}
+	v.wantRoots = wantRoots
 	epochs, err := listEpochs(dir)
 	if err != nil {
-		return rep, ioFailure(Position{}, err)
+		return ioFailure(Position{}, err)
 	}
+	v.epochs = epochs
 	if len(epochs) == 0 {
-		if len(exts) > 0 {
-			return rep, &VerifyError{Class: ClassTruncation, Expected: fmt.Sprint(exts[0].cp.Size), Computed: "0",
-				Msg:  fmt.Sprintf("%s holds no epochs, but the saved checkpoint commits to %d records of %s: the log was deleted", dir, exts[0].cp.Size, exts[0].cp.Origin),
+		if len(v.exts) > 0 {
+			return &VerifyError{Class: ClassTruncation, Expected: fmt.Sprint(v.exts[0].cp.Size), Computed: "0",
+				Msg:  fmt.Sprintf("%s holds no epochs, but the saved checkpoint commits to %d records of %s: the log was deleted", dir, v.exts[0].cp.Size, v.exts[0].cp.Origin),
 				Hint: "restore the audit directory from a backup"}
 		}
 		ve := &VerifyError{Class: ClassNotLog, Msg: fmt.Sprintf("%s is not an audit log: it holds no epoch-NNNNNN directories", dir),
@@ -214,13 +269,16 @@ func Verify(dir string, opt VerifyOptions) (*Report, error) {
 		if segs, _ := listSegments(dir); len(segs) > 0 {
 			ve.Hint = fmt.Sprintf("%s looks like one epoch of a log; give the audit directory above it: %s", dir, filepath.Dir(filepath.Clean(dir)))
 		}
-		return rep, ve
+		return ve
 	}
+	return nil
+}
 
-	lc, err := newLogCheck(&opt, dir, epochs)
-	if err != nil {
-		return rep, err
-	}
+// scanEpochs verifies each epoch and the chain of epochs: each genesis
+// names its predecessor as the directory holds it.
+func (v *verification) scanEpochs() error {
+	dir, opt, rep, lc, epochs := v.dir, &v.opt, v.rep, v.lc, v.epochs
+	trusted, wantRoots := v.trusted, v.wantRoots
 	for i, e := range epochs {
 		base := lc.fr.clone()
 		res, err := scanEpoch(dir, e, scanOptions{trusted: trusted, wantRoots: wantRoots, progress: opt.Progress, evidence: opt.VerifyEvidence, onRecord: opt.OnRecord, decode: opt.Decode, onLeaf: lc.leaf})
@@ -241,10 +299,10 @@ func Verify(dir string, opt VerifyOptions) (*Report, error) {
 			if res.empty && len(epochs) == 1 && errors.As(err, &ve) && ve.Hint == "" {
 				ve.Hint = "if the gateway's first start failed before its genesis record was durable (a full disk), this is what it left: the next start moves the epoch aside and begins again; there is no record to verify"
 			}
-			return rep, err
+			return err
 		}
 		if err := lc.genesis(res, base); err != nil {
-			return rep, err
+			return err
 		}
 		rep.Records += res.Records
 		rep.Checkpoints += res.Checkpoints
@@ -265,7 +323,7 @@ func Verify(dir string, opt VerifyOptions) (*Report, error) {
 		gpos := Position{Epoch: e, File: filepath.Join(res.Dir, segmentName(1)), Line: 1, Index: 0, Kind: KindGenesis}
 		if i == 0 {
 			if g.Predecessor != nil {
-				return rep, &VerifyError{Class: ClassTruncation, Pos: gpos,
+				return &VerifyError{Class: ClassTruncation, Pos: gpos,
 					Msg:  fmt.Sprintf("epoch %d names a predecessor (epoch %d, %s, %d records) that is not in the directory: earlier epochs were deleted", e, g.Predecessor.Epoch, g.Predecessor.Origin, g.Predecessor.Size),
 					Hint: "verify the complete audit directory, or restore the missing epochs"}
 			}
@@ -274,45 +332,43 @@ func Verify(dir string, opt VerifyOptions) (*Report, error) {
 		prev := rep.Epochs[i-1]
 		p := g.Predecessor
 		if prev.TornBytes > 0 {
-			return rep, &VerifyError{Class: ClassIntegrity, Pos: *prev.TornAt,
+			return &VerifyError{Class: ClassIntegrity, Pos: *prev.TornAt,
 				Msg: fmt.Sprintf("epoch %d ends with an incomplete line of %d bytes, but epoch %d follows it: the writer's recovery cuts such a line before it starts a new epoch, so it was added afterwards", prev.Epoch, prev.TornBytes, e)}
 		}
 		switch {
 		case e != epochs[i-1]+1:
-			return rep, &VerifyError{Class: ClassTruncation, Pos: gpos, Expected: epochName(e - 1), Computed: epochName(epochs[i-1]),
+			return &VerifyError{Class: ClassTruncation, Pos: gpos, Expected: epochName(e - 1), Computed: epochName(epochs[i-1]),
 				Msg: fmt.Sprintf("epoch %d is missing: the directory goes from epoch %d to epoch %d", e-1, epochs[i-1], e)}
 		case p == nil:
-			return rep, &VerifyError{Class: ClassIntegrity, Pos: gpos, Msg: fmt.Sprintf("epoch %d's genesis names no predecessor, but epoch %d precedes it", e, prev.Epoch)}
+			return &VerifyError{Class: ClassIntegrity, Pos: gpos, Msg: fmt.Sprintf("epoch %d's genesis names no predecessor, but epoch %d precedes it", e, prev.Epoch)}
 		case p.Epoch != prev.Epoch || p.Origin != prev.Origin:
-			return rep, &VerifyError{Class: ClassIntegrity, Pos: gpos, Expected: p.Origin, Computed: prev.Origin,
+			return &VerifyError{Class: ClassIntegrity, Pos: gpos, Expected: p.Origin, Computed: prev.Origin,
 				Msg: fmt.Sprintf("epoch %d's genesis names predecessor %s (epoch %d), but the directory holds %s", e, p.Origin, p.Epoch, prev.Origin)}
 		case p.Size > prev.Records:
-			return rep, &VerifyError{Class: ClassTruncation, Pos: gpos, Expected: fmt.Sprint(p.Size), Computed: fmt.Sprint(prev.Records),
+			return &VerifyError{Class: ClassTruncation, Pos: gpos, Expected: fmt.Sprint(p.Size), Computed: fmt.Sprint(prev.Records),
 				Msg:  fmt.Sprintf("epoch %d had %d records when epoch %d began, now it has %d: %d records were cut from its tail", prev.Epoch, p.Size, e, prev.Records, p.Size-prev.Records),
 				Hint: "restore the epoch from a backup; the records are lost from this copy"}
 		case p.Size < prev.Records:
-			return rep, &VerifyError{Class: ClassIntegrity, Pos: Position{Epoch: prev.Epoch, Index: p.Size}, Expected: fmt.Sprint(p.Size), Computed: fmt.Sprint(prev.Records),
+			return &VerifyError{Class: ClassIntegrity, Pos: Position{Epoch: prev.Epoch, Index: p.Size}, Expected: fmt.Sprint(p.Size), Computed: fmt.Sprint(prev.Records),
 				Msg: fmt.Sprintf("epoch %d has %d records but had %d when epoch %d began: %d records were appended to it afterwards", prev.Epoch, prev.Records, p.Size, e, prev.Records-p.Size)}
 		case !bytes.Equal(p.Root, prev.Root[:]):
-			return rep, &VerifyError{Class: ClassIntegrity, Pos: gpos, Expected: b64h(p.Root), Computed: b64(prev.Root),
+			return &VerifyError{Class: ClassIntegrity, Pos: gpos, Expected: b64h(p.Root), Computed: b64(prev.Root),
 				Msg: fmt.Sprintf("epoch %d's records hash to another root than epoch %d's genesis recorded: epoch %d was changed after it ended", prev.Epoch, e, prev.Epoch)}
 		case p.Sealed != prev.Sealed:
-			return rep, &VerifyError{Class: ClassIntegrity, Pos: gpos, Msg: fmt.Sprintf("epoch %d's genesis says epoch %d was sealed=%v, the log says %v", e, prev.Epoch, p.Sealed, prev.Sealed)}
+			return &VerifyError{Class: ClassIntegrity, Pos: gpos, Msg: fmt.Sprintf("epoch %d's genesis says epoch %d was sealed=%v, the log says %v", e, prev.Epoch, p.Sealed, prev.Sealed)}
 		}
 		if r := res.Recovery; r != nil && (r.Epoch != prev.Epoch || r.Records != prev.Records || !bytes.Equal(r.Root, prev.Root[:])) {
-			return rep, &VerifyError{Class: ClassIntegrity, Pos: Position{Epoch: e}, Msg: fmt.Sprintf("epoch %d's recovery record does not describe epoch %d as it is now", e, prev.Epoch)}
+			return &VerifyError{Class: ClassIntegrity, Pos: Position{Epoch: e}, Msg: fmt.Sprintf("epoch %d's recovery record does not describe epoch %d as it is now", e, prev.Epoch)}
 		}
 	}
-	last := rep.Epochs[len(rep.Epochs)-1]
-	for _, r := range rep.Epochs {
-		if r.LastCheckpoint != nil {
-			rep.Newest, rep.NewestEpoch = r.LastCheckpoint, r.Epoch
-		}
-	}
-	rep.Unsealed = last.Unsealed
-	rep.KeysTrusted = trusted != nil
+	return nil
+}
 
-	for _, x := range exts {
+// external checks the saved checkpoints (--checkpoint) against the
+// epochs they name: signed by a trusted key, no records cut, no fork.
+func (v *verification) external() error {
+	rep, trusted, wantRoots := v.rep, v.trusted, v.wantRoots
+	for _, x := range v.exts {
 		ec := &ExternalCheck{Origin: x.cp.Origin, Size: x.cp.Size, Root: b64(x.cp.Root)}
 		rep.External = append(rep.External, ec)
 		var er *EpochResult
@@ -340,11 +396,11 @@ func Verify(dir string, opt VerifyOptions) (*Report, error) {
 				var bad *note.InvalidSignatureError
 				switch {
 				case errors.As(err, &bad):
-					return rep, &VerifyError{Class: ClassSignature, Msg: fmt.Sprintf("the saved checkpoint (%s, size %d) has a bad signature: %v", x.cp.Origin, x.cp.Size, err)}
+					return &VerifyError{Class: ClassSignature, Msg: fmt.Sprintf("the saved checkpoint (%s, size %d) has a bad signature: %v", x.cp.Origin, x.cp.Size, err)}
 				case errors.As(err, &uv):
-					return rep, &VerifyError{Class: ClassKey, Msg: fmt.Sprintf("the saved checkpoint (%s, size %d) is not signed by a trusted key (signed by %s)", x.cp.Origin, x.cp.Size, sigNames(uv.Note))}
+					return &VerifyError{Class: ClassKey, Msg: fmt.Sprintf("the saved checkpoint (%s, size %d) is not signed by a trusted key (signed by %s)", x.cp.Origin, x.cp.Size, sigNames(uv.Note))}
 				default:
-					return rep, &VerifyError{Class: ClassSignature, Msg: fmt.Sprintf("the saved checkpoint: %v", err)}
+					return &VerifyError{Class: ClassSignature, Msg: fmt.Sprintf("the saved checkpoint: %v", err)}
 				}
 			}
 		}
@@ -366,11 +422,11 @@ func Verify(dir string, opt VerifyOptions) (*Report, error) {
 					}
 				}
 			}
-			return rep, ve
+			return ve
 		}
 		ec.Epoch, ec.Records = er.Epoch, er.Records
 		if x.cp.Size > er.Records {
-			return rep, &VerifyError{Class: ClassTruncation, Pos: Position{Epoch: er.Epoch, Index: er.Records}, Expected: fmt.Sprint(x.cp.Size), Computed: fmt.Sprint(er.Records),
+			return &VerifyError{Class: ClassTruncation, Pos: Position{Epoch: er.Epoch, Index: er.Records}, Expected: fmt.Sprint(x.cp.Size), Computed: fmt.Sprint(er.Records),
 				Msg:  fmt.Sprintf("epoch %d has %d records but the saved checkpoint commits to %d: %d records were removed from its tail (truncation or rollback)", er.Epoch, er.Records, x.cp.Size, x.cp.Size-er.Records),
 				Hint: "restore the epoch from a backup; the saved checkpoint proves the missing records existed"}
 		}
@@ -381,12 +437,19 @@ func Verify(dir string, opt VerifyOptions) (*Report, error) {
 			root = *r
 		}
 		if root != x.cp.Root {
-			return rep, &VerifyError{Class: ClassFork, Pos: Position{Epoch: er.Epoch, Index: x.cp.Size}, Expected: b64(x.cp.Root), Computed: b64(root),
+			return &VerifyError{Class: ClassFork, Pos: Position{Epoch: er.Epoch, Index: x.cp.Size}, Expected: b64(x.cp.Root), Computed: b64(root),
 				Msg:  fmt.Sprintf("SECURITY ERROR: fork: the first %d records of epoch %d hash to another root than the saved checkpoint signs; this log is not an extension of what was seen before.\nsaved checkpoint:\n%s", x.cp.Size, er.Epoch, indent(string(x.raw))),
 				Hint: "the history was rewritten by someone holding the key; keep both the saved checkpoint and this directory as evidence"}
 		}
 	}
 
+	return nil
+}
+
+// unsigned reports the records of crashed epochs that no key signed, and
+// fails on them with RequireSigned.
+func (v *verification) unsigned() error {
+	rep, opt := v.rep, &v.opt
 	// Crashed epochs. Records after an epoch's last checkpoint were never
 	// signed by its key: the next epoch's genesis fixes them as they were
 	// on disk when it started (a later change is caught, once a checkpoint
@@ -422,27 +485,38 @@ func Verify(dir string, opt VerifyOptions) (*Report, error) {
 	}
 	if opt.RequireSigned && len(rep.Unsigned) > 0 {
 		u := rep.Unsigned[0]
-		return rep, &VerifyError{Class: ClassUnsigned, Pos: Position{Epoch: u.Epoch, Index: u.First},
+		return &VerifyError{Class: ClassUnsigned, Pos: Position{Epoch: u.Epoch, Index: u.First},
 			Msg:  fmt.Sprintf("records %d-%d of epoch %d are not signed by the epoch's key (the writer stopped before signing them); epoch %d's genesis only records that they were on disk when it started", u.First, u.Last, u.Epoch, u.By),
 			Hint: "without --require-signed the log verifies with these records reported as unsigned; whether to trust them depends on who could write the audit disk while the gateway was down"}
 	}
 
+	return nil
+}
+
+// stray reports what the directory holds that is not part of the log,
+// and fails on it with Strict.
+func (v *verification) stray() error {
+	dir, opt, rep, epochs := v.dir, &v.opt, v.rep, v.epochs
 	stray, err := strayEntries(dir, epochs)
 	if err != nil {
-		return rep, ioFailure(Position{}, err)
+		return ioFailure(Position{}, err)
 	}
 	rep.Stray = stray
 	for _, p := range stray {
 		rep.Warnings = append(rep.Warnings, fmt.Sprintf("%s is not part of the log and was not verified: only epoch-NNNNNN/seg-NNNNNN.jsonl files are (six digits); a copy of a segment or an epoch under another name proves nothing (move it out of the audit directory)", filepath.FromSlash(p)))
 	}
 	if opt.Strict && len(stray) > 0 {
-		return rep, &VerifyError{Class: ClassIntegrity,
+		return &VerifyError{Class: ClassIntegrity,
 			Msg:  fmt.Sprintf("%s holds %d entries that are not part of the log (--strict): %s", dir, len(stray), strings.Join(stray, ", ")),
 			Hint: "move them out of the audit directory; without --strict each is a warning"}
 	}
-	if err := lc.finish(rep); err != nil {
-		return rep, err
-	}
+	return nil
+}
+
+// warn adds the warnings of what was not established; last is the
+// newest epoch's result.
+func (v *verification) warn(last *EpochResult) {
+	rep, trusted, exts := v.rep, v.trusted, v.exts
 	witnessed := rep.Log != nil && rep.Log.Witnessed != nil
 
 	// Warnings: what was not established.
@@ -462,7 +536,6 @@ func Verify(dir string, opt VerifyOptions) (*Report, error) {
 	if !last.Sealed {
 		rep.Warnings = append(rep.Warnings, fmt.Sprintf("epoch %d is not sealed: the gateway is still running, or it stopped without closing the log", last.Epoch))
 	}
-	return rep, nil
 }
 
 func epochOfOrigin(origin string) int {
