@@ -336,9 +336,6 @@ type ReceiptResult struct {
 // the epoch checkpoint's record is included in it, the log key of the
 // genesis signs it and the given witnesses' cosignatures verify.
 func VerifyReceipt(b []byte, opt ReceiptOptions) (*ReceiptResult, error) {
-	bad := func(c Class, format string, a ...any) error {
-		return &VerifyError{Class: c, Msg: "receipt: " + fmt.Sprintf(format, a...)}
-	}
 	var r SessionReceipt
 	if err := jsonv2.Unmarshal(b, &r, jsonv2.RejectUnknownMembers(true)); err != nil {
 		return nil, &VerifyError{Class: ClassUsage, Msg: fmt.Sprintf("receipt: not a session receipt: %v", err)}
@@ -347,21 +344,53 @@ func VerifyReceipt(b []byte, opt ReceiptOptions) (*ReceiptResult, error) {
 		return nil, &VerifyError{Class: ClassUsage, Msg: fmt.Sprintf("receipt: format %q, want %q", r.Format, ReceiptFormat)}
 	}
 	res := &ReceiptResult{Session: r.Session, Epoch: r.Epoch, Kinds: map[Kind]int{}, Warnings: []string{}}
+	g, err := receiptGenesis(&r, opt, res)
+	if err != nil {
+		return nil, err
+	}
+	cp, err := receiptCheckpoint(&r, g)
+	if err != nil {
+		return nil, err
+	}
+	res.Checkpoint = cp
+	if err := receiptRecords(&r, cp, res); err != nil {
+		return nil, err
+	}
+	// The witnessed log.
+	if r.Log == nil {
+		if len(opt.Witnesses) > 0 {
+			return nil, receiptErr(ClassTruncation, "--witness: the receipt holds no cosigned log checkpoint")
+		}
+		return res, nil
+	}
+	if err := checkReceiptLog(&r, opt, g, cp, res); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+func receiptErr(c Class, format string, a ...any) error {
+	return &VerifyError{Class: c, Msg: "receipt: " + fmt.Sprintf(format, a...)}
+}
+
+// receiptGenesis checks the receipt's genesis (canonical, its statement,
+// its epoch) and, per opt, that its key is trusted and its evidence holds.
+func receiptGenesis(r *SessionReceipt, opt ReceiptOptions, res *ReceiptResult) (*Genesis, error) {
 	// The genesis: key, statement, evidence.
 	ge, err := parseLine([]byte(r.Genesis.Line))
 	if err != nil || ge.Kind != KindGenesis || ge.Seq != 0 || r.Genesis.Index != 0 {
-		return nil, bad(ClassIntegrity, "the genesis line is not a canonical genesis record at index 0 (%v)", err)
+		return nil, receiptErr(ClassIntegrity, "the genesis line is not a canonical genesis record at index 0 (%v)", err)
 	}
 	gr, err := DecodeBody(KindGenesis, ge.Body)
 	if err != nil {
-		return nil, bad(ClassIntegrity, "genesis: %v", err)
+		return nil, receiptErr(ClassIntegrity, "genesis: %v", err)
 	}
 	g := gr.(*Genesis)
 	if st, err := StatementOf(ge.Body); err != nil || st != g.Statement {
-		return nil, bad(ClassIntegrity, "the genesis statement does not match its body")
+		return nil, receiptErr(ClassIntegrity, "the genesis statement does not match its body")
 	}
 	if g.Epoch != r.Epoch {
-		return nil, bad(ClassIntegrity, "the genesis is epoch %d's, the receipt says epoch %d", g.Epoch, r.Epoch)
+		return nil, receiptErr(ClassIntegrity, "the genesis is epoch %d's, the receipt says epoch %d", g.Epoch, r.Epoch)
 	}
 	res.Origin = g.Origin
 	if len(opt.Keys) > 0 {
@@ -370,7 +399,7 @@ func VerifyReceipt(b []byte, opt ReceiptOptions) (*ReceiptResult, error) {
 			return nil, err
 		}
 		if !set[g.Key] {
-			return nil, bad(ClassKey, "epoch %d's key %s is not a trusted key (--key)", g.Epoch, clip(g.Key))
+			return nil, receiptErr(ClassKey, "epoch %d's key %s is not a trusted key (--key)", g.Epoch, clip(g.Key))
 		}
 		res.KeysTrusted = true
 	}
@@ -383,97 +412,112 @@ func VerifyReceipt(b []byte, opt ReceiptOptions) (*ReceiptResult, error) {
 	if !res.KeysTrusted {
 		res.Warnings = append(res.Warnings, "no --key given: the epoch's key is trusted only as far as its genesis evidence binds it (see the evidence verdict); without either, anyone could have made this receipt")
 	}
+	return g, nil
+}
+
+// receiptCheckpoint opens the receipt's checkpoint with the epoch's key.
+func receiptCheckpoint(r *SessionReceipt, g *Genesis) (*Checkpoint, error) {
 	ev, err := note.NewVerifier(g.Key)
 	if err != nil {
-		return nil, bad(ClassIntegrity, "genesis key: %v", err)
+		return nil, receiptErr(ClassIntegrity, "genesis key: %v", err)
 	}
 	cp, err := OpenCheckpoint([]byte(r.Checkpoint), note.VerifierList(ev))
 	if err != nil {
 		var uv *note.UnverifiedNoteError
 		if errors.As(err, &uv) {
-			return nil, bad(ClassKey, "the checkpoint is not signed by the epoch's key")
+			return nil, receiptErr(ClassKey, "the checkpoint is not signed by the epoch's key")
 		}
-		return nil, bad(ClassSignature, "the checkpoint: %v", err)
+		return nil, receiptErr(ClassSignature, "the checkpoint: %v", err)
 	}
 	if cp.Origin != g.Origin {
-		return nil, bad(ClassIntegrity, "the checkpoint's origin %s is not the epoch's %s", cp.Origin, g.Origin)
+		return nil, receiptErr(ClassIntegrity, "the checkpoint's origin %s is not the epoch's %s", cp.Origin, g.Origin)
 	}
-	res.Checkpoint = cp
-	check := func(rr ReceiptRecord, size int64) (envelope, error) {
-		e, err := parseLine([]byte(rr.Line))
+	return cp, nil
+}
+
+// receiptLine parses a record of the receipt and checks its index
+// against the tree of size size.
+func receiptLine(rr ReceiptRecord, size int64) (envelope, error) {
+	e, err := parseLine([]byte(rr.Line))
+	if err != nil {
+		return e, receiptErr(ClassIntegrity, "record %d is not canonical: %v", rr.Index, err)
+	}
+	if e.Seq != rr.Index {
+		return e, receiptErr(ClassIntegrity, "record %d has seq %d", rr.Index, e.Seq)
+	}
+	if rr.Index >= size {
+		return e, receiptErr(ClassIntegrity, "record %d is not covered by a checkpoint of size %d", rr.Index, size)
+	}
+	return e, nil
+}
+
+// receiptIncl checks rr's inclusion proof at index at in the tree of size
+// size and root root.
+func receiptIncl(rr ReceiptRecord, at, size int64, root tlog.Hash) error {
+	var p tlog.RecordProof
+	for _, s := range rr.Proof {
+		h, err := tlog.ParseHash(s)
 		if err != nil {
-			return e, bad(ClassIntegrity, "record %d is not canonical: %v", rr.Index, err)
+			return receiptErr(ClassIntegrity, "record %d: proof hash %q: %v", rr.Index, clip(s), err)
 		}
-		if e.Seq != rr.Index {
-			return e, bad(ClassIntegrity, "record %d has seq %d", rr.Index, e.Seq)
-		}
-		if rr.Index >= size {
-			return e, bad(ClassIntegrity, "record %d is not covered by a checkpoint of size %d", rr.Index, size)
-		}
-		return e, nil
+		p = append(p, h)
 	}
-	incl := func(rr ReceiptRecord, at, size int64, root tlog.Hash) error {
-		var p tlog.RecordProof
-		for _, s := range rr.Proof {
-			h, err := tlog.ParseHash(s)
-			if err != nil {
-				return bad(ClassIntegrity, "record %d: proof hash %q: %v", rr.Index, clip(s), err)
-			}
-			p = append(p, h)
-		}
-		if err := tlog.CheckRecord(p, size, root, at, tlog.RecordHash([]byte(rr.Line))); err != nil {
-			return bad(ClassIntegrity, "record %d is not in the tree the checkpoint signs (size %d): %v", rr.Index, size, err)
-		}
-		return nil
+	if err := tlog.CheckRecord(p, size, root, at, tlog.RecordHash([]byte(rr.Line))); err != nil {
+		return receiptErr(ClassIntegrity, "record %d is not in the tree the checkpoint signs (size %d): %v", rr.Index, size, err)
 	}
-	if _, err := check(r.Genesis, cp.Size); err != nil {
-		return nil, err
+	return nil
+}
+
+// receiptRecords checks the genesis and the session's records against the
+// checkpoint: canonical, in log order, the session's, in its tree.
+func receiptRecords(r *SessionReceipt, cp *Checkpoint, res *ReceiptResult) error {
+	if _, err := receiptLine(r.Genesis, cp.Size); err != nil {
+		return err
 	}
-	if err := incl(r.Genesis, 0, cp.Size, cp.Root); err != nil {
-		return nil, err
+	if err := receiptIncl(r.Genesis, 0, cp.Size, cp.Root); err != nil {
+		return err
 	}
 	prev := int64(0)
 	for _, rr := range r.Records {
-		e, err := check(rr, cp.Size)
+		e, err := receiptLine(rr, cp.Size)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if rr.Index <= prev {
-			return nil, bad(ClassIntegrity, "records are not in log order (record %d after %d)", rr.Index, prev)
+			return receiptErr(ClassIntegrity, "records are not in log order (record %d after %d)", rr.Index, prev)
 		}
 		prev = rr.Index
 		if s := sessionOf(e.Kind, e.Body); s != r.Session {
-			return nil, bad(ClassIntegrity, "record %d (%s) belongs to session %q, not %q", rr.Index, e.Kind, s, r.Session)
+			return receiptErr(ClassIntegrity, "record %d (%s) belongs to session %q, not %q", rr.Index, e.Kind, s, r.Session)
 		}
-		if err := incl(rr, rr.Index, cp.Size, cp.Root); err != nil {
-			return nil, err
+		if err := receiptIncl(rr, rr.Index, cp.Size, cp.Root); err != nil {
+			return err
 		}
 		res.Kinds[e.Kind]++
 	}
 	res.Records = len(r.Records)
 	if len(r.Records) == 0 {
-		return nil, bad(ClassIntegrity, "it holds no record of the session")
+		return receiptErr(ClassIntegrity, "it holds no record of the session")
 	}
-	// The witnessed log.
-	if r.Log == nil {
-		if len(opt.Witnesses) > 0 {
-			return nil, bad(ClassTruncation, "--witness: the receipt holds no cosigned log checkpoint")
-		}
-		return res, nil
-	}
+	return nil
+}
+
+// checkReceiptLog checks the log checkpoint the witnesses cosigned and the
+// epoch checkpoint's record in the log tree, and the witness quorum.
+func checkReceiptLog(r *SessionReceipt, opt ReceiptOptions, g *Genesis, cp *Checkpoint, res *ReceiptResult) error {
 	if g.Log == nil {
-		return nil, bad(ClassIntegrity, "it holds a log checkpoint, but the genesis names no log identity")
+		return receiptErr(ClassIntegrity, "it holds a log checkpoint, but the genesis names no log identity")
 	}
 	res.LogOrigin = g.Log.Origin
 	lv, err := note.NewVerifier(g.Log.Key)
 	if err != nil {
-		return nil, bad(ClassIntegrity, "genesis log key: %v", err)
+		return receiptErr(ClassIntegrity, "genesis log key: %v", err)
 	}
 	list := []note.Verifier{lv}
 	for _, k := range opt.Witnesses {
 		v, err := NewCosignatureVerifier(k)
 		if err != nil {
-			return nil, &VerifyError{Class: ClassUsage, Msg: "--witness: " + err.Error()}
+			return &VerifyError{Class: ClassUsage, Msg: "--witness: " + err.Error()}
 		}
 		list = append(list, v)
 	}
@@ -481,13 +525,13 @@ func VerifyReceipt(b []byte, opt ReceiptOptions) (*ReceiptResult, error) {
 	if err != nil {
 		var bs *note.InvalidSignatureError
 		if errors.As(err, &bs) {
-			return nil, bad(ClassSignature, "the log checkpoint: the signature of %s does not verify", bs.Name)
+			return receiptErr(ClassSignature, "the log checkpoint: the signature of %s does not verify", bs.Name)
 		}
-		return nil, bad(ClassKey, "the log checkpoint is not signed by the log key: %v", err)
+		return receiptErr(ClassKey, "the log checkpoint is not signed by the log key: %v", err)
 	}
 	lcp, err := parseBody(n.Text)
 	if err != nil || lcp.Origin != g.Log.Origin {
-		return nil, bad(ClassIntegrity, "the log checkpoint is not one of %s", g.Log.Origin)
+		return receiptErr(ClassIntegrity, "the log checkpoint is not one of %s", g.Log.Origin)
 	}
 	wc := &WitnessedCheckpoint{Size: lcp.Size, Root: b64(lcp.Root), Epoch: r.Epoch, Index: cp.Size, Quorum: opt.WitnessQuorum, Witnesses: []string{}, Note: r.Log.Checkpoint}
 	var newest int64
@@ -505,30 +549,30 @@ func VerifyReceipt(b []byte, opt ReceiptOptions) (*ReceiptResult, error) {
 	}
 	// The epoch checkpoint's own record, in the log tree.
 	if r.Log.Record.Index != cp.Size {
-		return nil, bad(ClassIntegrity, "the log proof is for record %d, the checkpoint is record %d", r.Log.Record.Index, cp.Size)
+		return receiptErr(ClassIntegrity, "the log proof is for record %d, the checkpoint is record %d", r.Log.Record.Index, cp.Size)
 	}
 	ce, err := parseLine([]byte(r.Log.Record.Line))
 	if err != nil || ce.Kind != KindCheckpoint || ce.Seq != cp.Size {
-		return nil, bad(ClassIntegrity, "the log proof's record is not the checkpoint record %d", cp.Size)
+		return receiptErr(ClassIntegrity, "the log proof's record is not the checkpoint record %d", cp.Size)
 	}
 	cr, err := DecodeBody(KindCheckpoint, ce.Body)
 	if err != nil || cr.(*CheckpointRecord).Note != r.Checkpoint {
-		return nil, bad(ClassIntegrity, "the log proof's checkpoint record does not hold the receipt's checkpoint")
+		return receiptErr(ClassIntegrity, "the log proof's checkpoint record does not hold the receipt's checkpoint")
 	}
-	if err := incl(r.Log.Record, g.Log.Size+cp.Size, lcp.Size, lcp.Root); err != nil {
-		return nil, err
+	if err := receiptIncl(r.Log.Record, g.Log.Size+cp.Size, lcp.Size, lcp.Root); err != nil {
+		return err
 	}
 	if q := opt.WitnessQuorum; len(opt.Witnesses) > 0 {
 		if q == 0 {
 			q = len(opt.Witnesses)
 		}
 		if len(wc.Witnesses) < q {
-			return nil, bad(ClassTruncation, "the log checkpoint carries %d of the %d cosignatures required (cosigned by: %s)", len(wc.Witnesses), q, strings.Join(wc.Witnesses, ", "))
+			return receiptErr(ClassTruncation, "the log checkpoint carries %d of the %d cosignatures required (cosigned by: %s)", len(wc.Witnesses), q, strings.Join(wc.Witnesses, ", "))
 		}
 		wc.Quorum = q
 		res.Log = wc
 	} else if len(wc.Witnesses) > 0 {
 		res.Warnings = append(res.Warnings, fmt.Sprintf("the log checkpoint carries cosignatures of %s, not checked: pass their keys with --witness", strings.Join(wc.Witnesses, ", ")))
 	}
-	return res, nil
+	return nil
 }
