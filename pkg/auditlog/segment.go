@@ -54,7 +54,6 @@ func VerifySegment(path string, opt VerifyOptions) (*SegmentResult, error) {
 		v, _ := note.NewVerifier(k)
 		list = append(list, v)
 	}
-	vs := note.VerifierList(list...)
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0) // a FIFO must not block: refused below
 	if err != nil {
 		return res, ioFailure(Position{File: path}, err)
@@ -69,121 +68,172 @@ func VerifySegment(path string, opt VerifyOptions) (*SegmentResult, error) {
 	// The epoch, for error positions: from the directory the file is in,
 	// then from the origin its first record names.
 	epoch, _ := parseNumbered(filepath.Base(filepath.Dir(path)), "epoch-", "")
-	var (
-		fr      frontier
-		prev    tlog.Hash
-		off, no int64
-		seq     int64
-		lastCP  = int64(-1)
-		sealAt  = int64(-1)
-	)
+	sc := &segmentScan{path: path, trusted: trusted, vs: note.VerifierList(list...), res: res, lastCP: -1, sealAt: -1}
 	for {
 		raw, err := br.ReadSlice('\n')
 		if e := epochOfOrigin(res.Origin); e > 0 {
 			epoch = e
 		}
-		pos := Position{Epoch: epoch, File: path, Line: no + 1, Offset: off, Index: seq}
-		fail := func(class Class, expected, computed, format string, args ...any) (*SegmentResult, error) {
-			pos.Record = excerpt(raw)
-			return res, &VerifyError{Class: class, Pos: pos, Expected: expected, Computed: computed, Msg: fmt.Sprintf(format, args...)}
-		}
+		sc.raw = raw
+		sc.pos = Position{Epoch: epoch, File: path, Line: sc.no + 1, Offset: sc.off, Index: sc.seq}
 		if errors.Is(err, bufio.ErrBufferFull) {
-			return fail(ClassIntegrity, "", "", "line is longer than %d bytes; no record is that large", MaxLineBytes)
+			return res, sc.fail(ClassIntegrity, "", "", "line is longer than %d bytes; no record is that large", MaxLineBytes)
 		}
 		if err == io.EOF {
 			res.TornBytes = int64(len(raw))
 			break
 		}
 		if err != nil {
-			return res, ioFailure(pos, err)
+			return res, ioFailure(sc.pos, err)
 		}
-		no++
-		off += int64(len(raw))
-		line := raw[:len(raw)-1]
-		e, perr := parseLine(line)
-		if perr != nil {
-			return fail(ClassIntegrity, "", "", "malformed record: %v", perr)
+		if err := sc.record(raw); err != nil {
+			return res, err
 		}
-		pos.Kind = e.Kind
-		h := tlog.RecordHash(line)
-		if no == 1 {
-			pos.Index = e.Seq
-			switch e.Kind {
-			case KindGenesis:
-				r, err := DecodeBody(KindGenesis, e.Body)
-				if err != nil {
-					return fail(ClassIntegrity, "", "", "%v", err)
-				}
-				g := r.(*Genesis)
-				if !trusted[g.Key] {
-					return fail(ClassKey, "", g.Key, "the segment's epoch is signed by key %s, which is not among the trusted keys (--key)", g.Key)
-				}
-				res.Origin = g.Origin
-			case KindSegment:
-				r, err := DecodeBody(KindSegment, e.Body)
-				if err != nil {
-					return fail(ClassIntegrity, "", "", "%v", err)
-				}
-				s := r.(*Segment)
-				cp, err := OpenCheckpoint([]byte(s.Checkpoint), vs)
-				if err != nil {
-					return fail(classOfNoteErr(err), "", "", "the checkpoint that closed the previous segment: %v", err)
-				}
-				if s.FirstIndex != e.Seq || cp.Size != s.FirstIndex-1 {
-					return fail(ClassIntegrity, fmt.Sprint(s.FirstIndex-1), fmt.Sprint(cp.Size), "the segment record's first index and checkpoint do not line up")
-				}
-				if fr, err = frontierFrom(s.FirstIndex, s.Frontier); err != nil {
-					return fail(ClassIntegrity, "", "", "segment frontier: %v", err)
-				}
-				res.Origin = cp.Origin
-				seq, prev = e.Seq, e.Prev
-				pos.Index = seq
-			default:
-				return fail(ClassIntegrity, "", string(e.Kind), "a segment file starts with a genesis or a segment record")
-			}
-			res.FirstIndex = seq
-		}
-		if e.Seq != seq {
-			return fail(ClassIntegrity, fmt.Sprint(seq), fmt.Sprint(e.Seq), "sequence number %d, expected %d: a record was removed, duplicated or reordered", e.Seq, seq)
-		}
-		if e.Prev != prev {
-			return fail(ClassIntegrity, b64(e.Prev), b64(prev), "broken hash link: record %d was modified, or records between were removed", seq-1)
-		}
-		if no > 1 && (e.Kind == KindGenesis || e.Kind == KindSegment) {
-			return fail(ClassIntegrity, "", string(e.Kind), "a %s record in the middle of a segment", e.Kind)
-		}
-		// As in a whole epoch: after a seal the writer writes its final
-		// checkpoint and nothing else.
-		if sealAt >= 0 && (e.Kind != KindCheckpoint || seq > sealAt+1) {
-			return fail(ClassIntegrity, "", string(e.Kind), "a %s record after the epoch's seal (record %d) and its final checkpoint: the writer writes nothing after closing an epoch", e.Kind, sealAt)
-		}
-		if e.Kind == KindSeal {
-			sealAt = seq
-		}
-		if e.Kind == KindCheckpoint {
-			r, err := DecodeBody(KindCheckpoint, e.Body)
-			if err != nil {
-				return fail(ClassIntegrity, "", "", "%v", err)
-			}
-			cp, err := OpenCheckpoint([]byte(r.(*CheckpointRecord).Note), vs)
-			if err != nil {
-				return fail(classOfNoteErr(err), "", "", "checkpoint: %v", err)
-			}
-			if cp.Origin != res.Origin || cp.Size != seq {
-				return fail(ClassIntegrity, fmt.Sprintf("%s size %d", res.Origin, seq), fmt.Sprintf("%s size %d", cp.Origin, cp.Size), "checkpoint does not match its position")
-			}
-			if root := fr.root(); root != cp.Root {
-				return fail(ClassIntegrity, b64(cp.Root), b64(root), "Merkle root mismatch at size %d: the checkpoint signs one root, the frontier and records hash to another", cp.Size)
-			}
-			res.Checkpoints++
-			res.LastCheckpoint = cp
-			lastCP = seq
-		}
-		fr.append(h)
-		prev = h
-		seq++
-		res.Records++
 	}
+	return sc.result(epoch)
+}
+
+// segmentScan is one VerifySegment: what the records read so far
+// established, and the line being checked (raw, at pos).
+type segmentScan struct {
+	path    string
+	trusted map[string]bool
+	vs      note.Verifiers
+	res     *SegmentResult
+
+	fr      frontier
+	prev    tlog.Hash
+	off, no int64
+	seq     int64
+	lastCP  int64 // index of the last checkpoint (-1: none)
+	sealAt  int64 // index of the seal (-1: none)
+
+	raw []byte
+	pos Position
+}
+
+func (sc *segmentScan) fail(class Class, expected, computed, format string, args ...any) error {
+	sc.pos.Record = excerpt(sc.raw)
+	return &VerifyError{Class: class, Pos: sc.pos, Expected: expected, Computed: computed, Msg: fmt.Sprintf(format, args...)}
+}
+
+// record checks one complete line (raw, with its '\n') and adds it.
+func (sc *segmentScan) record(raw []byte) error {
+	res := sc.res
+	sc.no++
+	sc.off += int64(len(raw))
+	line := raw[:len(raw)-1]
+	e, perr := parseLine(line)
+	if perr != nil {
+		return sc.fail(ClassIntegrity, "", "", "malformed record: %v", perr)
+	}
+	sc.pos.Kind = e.Kind
+	h := tlog.RecordHash(line)
+	if sc.no == 1 {
+		if err := sc.first(&e); err != nil {
+			return err
+		}
+	}
+	seq := sc.seq
+	if e.Seq != seq {
+		return sc.fail(ClassIntegrity, fmt.Sprint(seq), fmt.Sprint(e.Seq), "sequence number %d, expected %d: a record was removed, duplicated or reordered", e.Seq, seq)
+	}
+	if e.Prev != sc.prev {
+		return sc.fail(ClassIntegrity, b64(e.Prev), b64(sc.prev), "broken hash link: record %d was modified, or records between were removed", seq-1)
+	}
+	if sc.no > 1 && (e.Kind == KindGenesis || e.Kind == KindSegment) {
+		return sc.fail(ClassIntegrity, "", string(e.Kind), "a %s record in the middle of a segment", e.Kind)
+	}
+	// As in a whole epoch: after a seal the writer writes its final
+	// checkpoint and nothing else.
+	if sc.sealAt >= 0 && (e.Kind != KindCheckpoint || seq > sc.sealAt+1) {
+		return sc.fail(ClassIntegrity, "", string(e.Kind), "a %s record after the epoch's seal (record %d) and its final checkpoint: the writer writes nothing after closing an epoch", e.Kind, sc.sealAt)
+	}
+	if e.Kind == KindSeal {
+		sc.sealAt = seq
+	}
+	if e.Kind == KindCheckpoint {
+		if err := sc.checkpoint(&e); err != nil {
+			return err
+		}
+	}
+	sc.fr.append(h)
+	sc.prev = h
+	sc.seq++
+	res.Records++
+	return nil
+}
+
+// first checks the file's first record: a genesis signed by a trusted key,
+// or a segment record whose checkpoint and frontier the file continues.
+func (sc *segmentScan) first(e *envelope) error {
+	res := sc.res
+	sc.pos.Index = e.Seq
+	switch e.Kind {
+	case KindGenesis:
+		r, err := DecodeBody(KindGenesis, e.Body)
+		if err != nil {
+			return sc.fail(ClassIntegrity, "", "", "%v", err)
+		}
+		g := r.(*Genesis)
+		if !sc.trusted[g.Key] {
+			return sc.fail(ClassKey, "", g.Key, "the segment's epoch is signed by key %s, which is not among the trusted keys (--key)", g.Key)
+		}
+		res.Origin = g.Origin
+	case KindSegment:
+		r, err := DecodeBody(KindSegment, e.Body)
+		if err != nil {
+			return sc.fail(ClassIntegrity, "", "", "%v", err)
+		}
+		s := r.(*Segment)
+		cp, err := OpenCheckpoint([]byte(s.Checkpoint), sc.vs)
+		if err != nil {
+			return sc.fail(classOfNoteErr(err), "", "", "the checkpoint that closed the previous segment: %v", err)
+		}
+		if s.FirstIndex != e.Seq || cp.Size != s.FirstIndex-1 {
+			return sc.fail(ClassIntegrity, fmt.Sprint(s.FirstIndex-1), fmt.Sprint(cp.Size), "the segment record's first index and checkpoint do not line up")
+		}
+		if sc.fr, err = frontierFrom(s.FirstIndex, s.Frontier); err != nil {
+			return sc.fail(ClassIntegrity, "", "", "segment frontier: %v", err)
+		}
+		res.Origin = cp.Origin
+		sc.seq, sc.prev = e.Seq, e.Prev
+		sc.pos.Index = sc.seq
+	default:
+		return sc.fail(ClassIntegrity, "", string(e.Kind), "a segment file starts with a genesis or a segment record")
+	}
+	res.FirstIndex = sc.seq
+	return nil
+}
+
+// checkpoint checks a checkpoint record against the key, the origin, its
+// position and the tree.
+func (sc *segmentScan) checkpoint(e *envelope) error {
+	res, seq := sc.res, sc.seq
+	r, err := DecodeBody(KindCheckpoint, e.Body)
+	if err != nil {
+		return sc.fail(ClassIntegrity, "", "", "%v", err)
+	}
+	cp, err := OpenCheckpoint([]byte(r.(*CheckpointRecord).Note), sc.vs)
+	if err != nil {
+		return sc.fail(classOfNoteErr(err), "", "", "checkpoint: %v", err)
+	}
+	if cp.Origin != res.Origin || cp.Size != seq {
+		return sc.fail(ClassIntegrity, fmt.Sprintf("%s size %d", res.Origin, seq), fmt.Sprintf("%s size %d", cp.Origin, cp.Size), "checkpoint does not match its position")
+	}
+	if root := sc.fr.root(); root != cp.Root {
+		return sc.fail(ClassIntegrity, b64(cp.Root), b64(root), "Merkle root mismatch at size %d: the checkpoint signs one root, the frontier and records hash to another", cp.Size)
+	}
+	res.Checkpoints++
+	res.LastCheckpoint = cp
+	sc.lastCP = seq
+	return nil
+}
+
+// result is what the whole file established: it fails when no checkpoint
+// in the file signs any of its records.
+func (sc *segmentScan) result(epoch int) (*SegmentResult, error) {
+	res, path, seq, lastCP := sc.res, sc.path, sc.seq, sc.lastCP
 	if res.Records == 0 {
 		return res, &VerifyError{Class: ClassIntegrity, Pos: Position{File: path}, Msg: "the segment holds no complete record"}
 	}
