@@ -156,82 +156,105 @@ func (lc *logCheck) finish(rep *Report) error {
 	rep.Log = lr
 	lv, _ := note.NewVerifier(lc.id.Key)
 	vs := note.VerifierList(append([]note.Verifier{lv}, lc.wits...)...)
-	type sigs struct {
-		names map[string]int64 // witness -> newest cosignature time
-		raw   []byte
-		cp    *Checkpoint
-		lines []string
-	}
-	bySize := map[int64]*sigs{}
+	bySize := map[int64]*cosigs{}
 	for _, c := range lc.cosigned {
-		pos := Position{Epoch: c.epoch, File: filepath.Join(rep.Dir, epochName(c.epoch), WitnessFile), Line: int64(c.line)}
-		n, err := note.Open(c.raw, vs)
-		if err != nil {
-			var bad *note.InvalidSignatureError
-			var uv *note.UnverifiedNoteError
-			switch {
-			case errors.As(err, &bad):
-				return &VerifyError{Class: ClassSignature, Pos: pos, Msg: fmt.Sprintf("log checkpoint of size %d: the signature of %s does not verify: a forged or altered cosignature", c.cp.Size, bad.Name)}
-			case errors.As(err, &uv):
-				return &VerifyError{Class: ClassKey, Pos: pos, Msg: fmt.Sprintf("log checkpoint of size %d is not signed by the log key %s (signed by %s)", c.cp.Size, lc.id.Origin, sigNames(uv.Note))}
-			}
-			return &VerifyError{Class: ClassSignature, Pos: pos, Msg: fmt.Sprintf("log checkpoint of size %d: %v", c.cp.Size, err)}
-		}
-		haveLog := false
-		for _, s := range n.Sigs {
-			if s.Name == lv.Name() && s.Hash == lv.KeyHash() {
-				haveLog = true
-			}
-		}
-		if !haveLog {
-			return &VerifyError{Class: ClassKey, Pos: pos, Msg: fmt.Sprintf("log checkpoint of size %d carries cosignatures but not the log key's signature", c.cp.Size)}
-		}
-		if c.cp.Origin != lc.id.Origin {
-			return &VerifyError{Class: ClassIntegrity, Pos: pos, Expected: lc.id.Origin, Computed: c.cp.Origin, Msg: "cosigned log checkpoint of another origin"}
-		}
-		if c.cp.Size > lc.fr.n {
-			return &VerifyError{Class: ClassTruncation, Pos: pos, Expected: fmt.Sprint(c.cp.Size), Computed: fmt.Sprint(lc.fr.n),
-				Msg:  fmt.Sprintf("a log checkpoint signed by the log key (and cosigned by %s) commits to %d records, but the log holds %d: %d records were cut from its tail (truncation or rollback)", witnessNames(n, lv), c.cp.Size, lc.fr.n, c.cp.Size-lc.fr.n),
-				Hint: "restore the log from a backup; the cosigned checkpoint proves the missing records existed"}
-		}
-		root := (&frontier{}).root()
-		if r := lc.want[c.cp.Size]; r != nil {
-			root = *r
-		}
-		if root != c.cp.Root {
-			return &VerifyError{Class: ClassFork, Pos: pos, Expected: b64(c.cp.Root), Computed: b64(root),
-				Msg:  fmt.Sprintf("SECURITY ERROR: fork: the first %d records of the log hash to another root than the log checkpoint cosigned by %s: this log is not the one the witnesses saw", c.cp.Size, witnessNames(n, lv)),
-				Hint: "the history was rewritten by someone holding the keys; keep this directory and the witnesses' state as evidence"}
-		}
-		s := bySize[c.cp.Size]
-		if s == nil {
-			s = &sigs{names: map[string]int64{}, cp: c.cp}
-			bySize[c.cp.Size] = s
-		}
-		if s.raw == nil {
-			s.raw = c.raw
-		}
-		for _, sg := range n.Sigs {
-			if sg.Name == lv.Name() && sg.Hash == lv.KeyHash() {
-				continue
-			}
-			t, err := CosignatureTime(sg)
-			if err != nil {
-				return &VerifyError{Class: ClassSignature, Pos: pos, Msg: fmt.Sprintf("cosignature of %s: %v", sg.Name, err)}
-			}
-			id := fmt.Sprintf("%s+%08x", sg.Name, sg.Hash)
-			if t > s.names[id] {
-				if _, had := s.names[id]; !had {
-					s.lines = append(s.lines, "— "+sg.Name+" "+sg.Base64+"\n")
-				}
-				s.names[id] = t
-			}
+		if err := lc.cosignedCheckpoint(rep, c, vs, lv, bySize); err != nil {
+			return err
 		}
 		lr.Cosigned++
 	}
 	if len(lc.wits) == 0 {
 		return nil
 	}
+	wc, err := lc.witnessed(rep, lv, bySize)
+	if err != nil {
+		return err
+	}
+	lr.Witnessed = wc
+	return nil
+}
+
+// cosigs are the cosignatures of the log checkpoints of one size.
+type cosigs struct {
+	names map[string]int64 // witness -> newest cosignature time
+	raw   []byte
+	cp    *Checkpoint
+	lines []string
+}
+
+// cosignedCheckpoint checks one cosigned log checkpoint (witness.jsonl)
+// against the log key and the log tree, and adds its cosignatures to
+// bySize.
+func (lc *logCheck) cosignedCheckpoint(rep *Report, c cosignedAt, vs note.Verifiers, lv note.Verifier, bySize map[int64]*cosigs) error {
+	pos := Position{Epoch: c.epoch, File: filepath.Join(rep.Dir, epochName(c.epoch), WitnessFile), Line: int64(c.line)}
+	n, err := note.Open(c.raw, vs)
+	if err != nil {
+		var bad *note.InvalidSignatureError
+		var uv *note.UnverifiedNoteError
+		switch {
+		case errors.As(err, &bad):
+			return &VerifyError{Class: ClassSignature, Pos: pos, Msg: fmt.Sprintf("log checkpoint of size %d: the signature of %s does not verify: a forged or altered cosignature", c.cp.Size, bad.Name)}
+		case errors.As(err, &uv):
+			return &VerifyError{Class: ClassKey, Pos: pos, Msg: fmt.Sprintf("log checkpoint of size %d is not signed by the log key %s (signed by %s)", c.cp.Size, lc.id.Origin, sigNames(uv.Note))}
+		}
+		return &VerifyError{Class: ClassSignature, Pos: pos, Msg: fmt.Sprintf("log checkpoint of size %d: %v", c.cp.Size, err)}
+	}
+	haveLog := false
+	for _, s := range n.Sigs {
+		if s.Name == lv.Name() && s.Hash == lv.KeyHash() {
+			haveLog = true
+		}
+	}
+	if !haveLog {
+		return &VerifyError{Class: ClassKey, Pos: pos, Msg: fmt.Sprintf("log checkpoint of size %d carries cosignatures but not the log key's signature", c.cp.Size)}
+	}
+	if c.cp.Origin != lc.id.Origin {
+		return &VerifyError{Class: ClassIntegrity, Pos: pos, Expected: lc.id.Origin, Computed: c.cp.Origin, Msg: "cosigned log checkpoint of another origin"}
+	}
+	if c.cp.Size > lc.fr.n {
+		return &VerifyError{Class: ClassTruncation, Pos: pos, Expected: fmt.Sprint(c.cp.Size), Computed: fmt.Sprint(lc.fr.n),
+			Msg:  fmt.Sprintf("a log checkpoint signed by the log key (and cosigned by %s) commits to %d records, but the log holds %d: %d records were cut from its tail (truncation or rollback)", witnessNames(n, lv), c.cp.Size, lc.fr.n, c.cp.Size-lc.fr.n),
+			Hint: "restore the log from a backup; the cosigned checkpoint proves the missing records existed"}
+	}
+	root := (&frontier{}).root()
+	if r := lc.want[c.cp.Size]; r != nil {
+		root = *r
+	}
+	if root != c.cp.Root {
+		return &VerifyError{Class: ClassFork, Pos: pos, Expected: b64(c.cp.Root), Computed: b64(root),
+			Msg:  fmt.Sprintf("SECURITY ERROR: fork: the first %d records of the log hash to another root than the log checkpoint cosigned by %s: this log is not the one the witnesses saw", c.cp.Size, witnessNames(n, lv)),
+			Hint: "the history was rewritten by someone holding the keys; keep this directory and the witnesses' state as evidence"}
+	}
+	s := bySize[c.cp.Size]
+	if s == nil {
+		s = &cosigs{names: map[string]int64{}, cp: c.cp}
+		bySize[c.cp.Size] = s
+	}
+	if s.raw == nil {
+		s.raw = c.raw
+	}
+	for _, sg := range n.Sigs {
+		if sg.Name == lv.Name() && sg.Hash == lv.KeyHash() {
+			continue
+		}
+		t, err := CosignatureTime(sg)
+		if err != nil {
+			return &VerifyError{Class: ClassSignature, Pos: pos, Msg: fmt.Sprintf("cosignature of %s: %v", sg.Name, err)}
+		}
+		id := fmt.Sprintf("%s+%08x", sg.Name, sg.Hash)
+		if t > s.names[id] {
+			if _, had := s.names[id]; !had {
+				s.lines = append(s.lines, "— "+sg.Name+" "+sg.Base64+"\n")
+			}
+			s.names[id] = t
+		}
+	}
+	return nil
+}
+
+// witnessed checks that the newest checkpoint of the log carries the
+// quorum of the given witnesses' cosignatures, recent enough.
+func (lc *logCheck) witnessed(rep *Report, lv note.Verifier, bySize map[int64]*cosigs) (*WitnessedCheckpoint, error) {
 	// The newest checkpoint record of the log, as a log checkpoint.
 	var last *EpochResult
 	for _, r := range rep.Epochs {
@@ -240,10 +263,10 @@ func (lc *logCheck) finish(rep *Report) error {
 		}
 	}
 	if last == nil {
-		return &VerifyError{Class: ClassUnsigned, Msg: "--witness: the log holds no checkpoint to be witnessed"}
+		return nil, &VerifyError{Class: ClassUnsigned, Msg: "--witness: the log holds no checkpoint to be witnessed"}
 	}
 	if last.Epoch < lc.lastWithL || last.Genesis == nil || last.Genesis.Log == nil {
-		return &VerifyError{Class: ClassTruncation, Pos: Position{Epoch: last.Epoch},
+		return nil, &VerifyError{Class: ClassTruncation, Pos: Position{Epoch: last.Epoch},
 			Msg: fmt.Sprintf("--witness: epoch %d holds the newest checkpoint but names no log identity, so no witness cosigned it", last.Epoch)}
 	}
 	size := lc.bases[last.Epoch] + last.LastCheckpointAt + 1
@@ -273,7 +296,7 @@ func (lc *logCheck) finish(rep *Report) error {
 		if len(wc.Witnesses) > 0 {
 			names = strings.Join(wc.Witnesses, ", ")
 		}
-		return &VerifyError{Class: ClassTruncation, Pos: Position{Epoch: last.Epoch, Index: last.LastCheckpointAt, Kind: KindCheckpoint},
+		return nil, &VerifyError{Class: ClassTruncation, Pos: Position{Epoch: last.Epoch, Index: last.LastCheckpointAt, Kind: KindCheckpoint},
 			Expected: fmt.Sprint(lc.opt.WitnessQuorum), Computed: fmt.Sprint(len(wc.Witnesses)),
 			Msg: fmt.Sprintf("the newest checkpoint (epoch %d record %d, log size %d) carries %d of the %d cosignatures required from the given witnesses (cosigned by: %s): the log was cut back or rolled back to a point the witnesses have moved past, forked, or its newest checkpoint was not yet witnessed",
 				last.Epoch, last.LastCheckpointAt, size, len(wc.Witnesses), lc.opt.WitnessQuorum, names),
@@ -288,13 +311,12 @@ func (lc *logCheck) finish(rep *Report) error {
 			now = lc.opt.Now()
 		}
 		if age := now.Sub(wc.Time); age > lc.opt.WitnessMaxAge {
-			return &VerifyError{Class: ClassTruncation, Pos: Position{Epoch: last.Epoch, Index: last.LastCheckpointAt, Kind: KindCheckpoint},
+			return nil, &VerifyError{Class: ClassTruncation, Pos: Position{Epoch: last.Epoch, Index: last.LastCheckpointAt, Kind: KindCheckpoint},
 				Msg: fmt.Sprintf("the newest checkpoint was cosigned by a quorum at %s, %s ago, more than --witness-max-age %s: a log cut back to an earlier witnessed point looks like this (a running gateway has its newest checkpoint cosigned again while idle)",
 					wc.Time.Format(time.RFC3339), age.Round(time.Second), lc.opt.WitnessMaxAge)}
 		}
 	}
-	lr.Witnessed = wc
-	return nil
+	return wc, nil
 }
 
 func witnessNames(n *note.Note, logKey note.Verifier) string {
