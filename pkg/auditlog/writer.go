@@ -350,6 +350,31 @@ func Open(dir string, opts Options) (*Writer, error) {
 		w.epoch = pred.Epoch + 1
 	}
 
+	logInfo, err := w.newIdentity(pred)
+	if err != nil {
+		return nil, err
+	}
+	g, body, err := w.genesis(pred, logInfo, recips)
+	if err != nil {
+		return nil, err
+	}
+	if err := w.start(g, body, recov, &created); err != nil {
+		return nil, err
+	}
+	w.in = make(chan *pending, maxBatch)
+	w.ctl = make(chan ctlReq)
+	w.done = make(chan struct{})
+	go w.run()
+	ok = true
+	return w, nil
+}
+
+// newIdentity makes the new epoch's origin, key and commitment secret,
+// and with a log identity (Options.Log) its place in the log tree, which
+// the genesis records (the returned LogInfo; nil without one).
+func (w *Writer) newIdentity(pred *Predecessor) (*LogInfo, error) {
+	dir, opts := w.dir, w.opts
+	var err error
 	var rnd [4]byte
 	if _, err := rand.Read(rnd[:]); err != nil {
 		return nil, err
@@ -379,7 +404,15 @@ func Open(dir string, opts Options) (*Writer, error) {
 			logInfo.Frontier = append(logInfo.Frontier, append([]byte(nil), h[:]...))
 		}
 	}
+	return logInfo, nil
+}
 
+// genesis builds the new epoch's genesis record and its body: its
+// statement over the body, the attestation evidence of that statement
+// (Options.Evidence), and the sealed commitment secret.
+func (w *Writer) genesis(pred *Predecessor, logInfo *LogInfo, recips []age.Recipient) (*Genesis, []byte, error) {
+	opts := w.opts
+	var err error
 	g := &Genesis{
 		Origin:           w.origin,
 		Epoch:            w.epoch,
@@ -405,7 +438,7 @@ func Open(dir string, opts Options) (*Writer, error) {
 	if len(recips) > 0 {
 		g.Commitments.Recipients = opts.Recipients
 		if g.Commitments.SealedSecret, err = sealSecret(w.secret, recips); err != nil {
-			return nil, fmt.Errorf("seal the commitment secret: %w", err)
+			return nil, nil, fmt.Errorf("seal the commitment secret: %w", err)
 		}
 		if opts.Vault {
 			g.Commitments.Vault = VaultFile
@@ -413,61 +446,65 @@ func Open(dir string, opts Options) (*Writer, error) {
 	}
 	body, err := encodeBody(g)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if g.Statement, err = StatementOf(body); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if opts.Evidence != nil {
 		ev, err := opts.Evidence(g.Statement, opts.Key.Public().(ed25519.PublicKey))
 		if err != nil {
-			return nil, fmt.Errorf("attestation evidence for the genesis record: %w", err)
+			return nil, nil, fmt.Errorf("attestation evidence for the genesis record: %w", err)
 		}
 		g.Evidence = ev
 	}
 	if body, err = encodeBody(g); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	return g, body, nil
+}
 
+// start creates the epoch directory (then *created is set: a failed Open
+// removes it), its vault and first segment, and writes the genesis
+// record, the recovery record if the previous epoch was recovered, and a
+// checkpoint, durably.
+func (w *Writer) start(g *Genesis, body []byte, recov *Recovery, created *bool) error {
+	dir, opts, name := w.dir, w.opts, epochName(w.epoch)
+	var err error
 	w.epochDir = filepath.Join(dir, name)
 	if err := os.Mkdir(w.epochDir, 0o700); err != nil {
-		return nil, fmt.Errorf("create epoch directory: %w", err)
+		return fmt.Errorf("create epoch directory: %w", err)
 	}
-	created = true
+	*created = true
 	if err := syncDir(dir); err != nil {
-		return nil, err
+		return err
 	}
 	if opts.Vault {
 		if w.vaultF, err = os.OpenFile(filepath.Join(w.epochDir, VaultFile), os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o600); err != nil {
-			return nil, fmt.Errorf("create payload vault: %w", err)
+			return fmt.Errorf("create payload vault: %w", err)
 		}
 	}
 	if err := w.openSegment(1); err != nil {
-		return nil, err
+		return err
 	}
 	ts := timestamp(g.Created)
 	w.addLine(KindGenesis, body, ts)
 	if recov != nil {
 		rb, err := encodeBody(recov)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		w.addLine(KindRecovery, rb, timestamp(w.now()))
 	}
 	if err := w.addCheckpoint(); err != nil {
-		return nil, err
+		return err
 	}
 	if err := w.flush(true); err != nil {
-		return nil, err
+		return err
 	}
 	w.publish()
 
-	w.in = make(chan *pending, maxBatch)
-	w.ctl = make(chan ctlReq)
-	w.done = make(chan struct{})
-	go w.run()
-	ok = true
-	return w, nil
+	return nil
 }
 
 func epochName(n int) string { return fmt.Sprintf("epoch-%06d", n) }
