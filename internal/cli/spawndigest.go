@@ -17,8 +17,8 @@ import (
 
 	"github.com/confidential-mcp/cmcp/internal/config"
 	"github.com/confidential-mcp/cmcp/internal/exitcode"
-	"github.com/confidential-mcp/cmcp/internal/gateway"
 	"github.com/confidential-mcp/cmcp/internal/measure"
+	"github.com/confidential-mcp/cmcp/internal/toolprobe"
 	"github.com/confidential-mcp/cmcp/internal/ui"
 )
 
@@ -123,11 +123,11 @@ Large trees show progress on a terminal.`,
 type spawnDigestDoc struct {
 	SchemaVersion int `json:"schema_version"`
 	*measure.Result
-	Upstream  config.Upstream   `json:"upstream"`
-	YAML      string            `json:"yaml"`
-	Tools     []gateway.ToolPin `json:"tools,omitempty"`
-	ToolsYAML string            `json:"tools_yaml,omitempty"`
-	ToolsFlow string            `json:"tools_flow,omitempty"`
+	Upstream  config.Upstream     `json:"upstream"`
+	YAML      string              `json:"yaml"`
+	Tools     []toolprobe.ToolPin `json:"tools,omitempty"`
+	ToolsYAML string              `json:"tools_yaml,omitempty"`
+	ToolsFlow string              `json:"tools_flow,omitempty"`
 }
 
 func runSpawnDigest(ctx context.Context, e *env, p *ui.Printer, o *spawnDigestOptions, args []string) error {

@@ -10,8 +10,8 @@ import (
 
 	"github.com/confidential-mcp/cmcp/internal/catalog"
 	"github.com/confidential-mcp/cmcp/internal/exitcode"
-	"github.com/confidential-mcp/cmcp/internal/gateway"
 	"github.com/confidential-mcp/cmcp/internal/measure"
+	"github.com/confidential-mcp/cmcp/internal/toolprobe"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 )
 
@@ -19,7 +19,7 @@ import (
 // measured bytes), lists its tools and returns their definition pins.
 // namespaced is the printed entry's namespace: setting: the tool names are
 // checked as the gateway will expose them.
-func toolPins(ctx context.Context, e *env, name string, r *measure.Result, namespaced bool) ([]gateway.ToolPin, error) {
+func toolPins(ctx context.Context, e *env, name string, r *measure.Result, namespaced bool) ([]toolprobe.ToolPin, error) {
 	spec := upstream.StdioSpec{Name: name, Command: r.Resolved, Args: r.Args, Pin: r.CommandDigest, StopGrace: 2 * time.Second}
 	if t := r.Target; t != nil {
 		spec.MeasurePath, spec.MeasurePin = t.Path, t.Digest
@@ -31,7 +31,7 @@ func toolPins(ctx context.Context, e *env, name string, r *measure.Result, names
 	defer cancel()
 	// With namespace: true (the default) tools are exposed as
 	// "<name>__<tool>", which the gateway checks; with false, as named.
-	pins, err := gateway.ProbeTools(ctx, spec, namespaced, e.environ, e.stderr)
+	pins, err := toolprobe.ProbeTools(ctx, spec, namespaced, e.environ, e.stderr)
 	if err != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return nil, exitcode.Errorf(exitcode.ExitRuntime, "list the tools of %s: it did not answer initialize and tools/list within %s, and was stopped", r.Resolved, probeTimeout).
@@ -74,10 +74,10 @@ const probeTimeout = 60 * time.Second
 // pinned (the server lists none, or the gateway would refuse each) the
 // entry is "tools: {}", which refuses every tool: "tools:" with nothing
 // after it is refused at load.
-func toolsYAML(name string, pins []gateway.ToolPin) string {
+func toolsYAML(name string, pins []toolprobe.ToolPin) string {
 	var b strings.Builder
 	tools := "tools: {}  # no tool pinned: every tool is refused"
-	if slices.ContainsFunc(pins, func(p gateway.ToolPin) bool { return p.Error == "" }) {
+	if slices.ContainsFunc(pins, func(p toolprobe.ToolPin) bool { return p.Error == "" }) {
 		tools = "tools:"
 	}
 	fmt.Fprintf(&b, "catalog:\n  upstreams:\n    %s:\n      %s\n", yamlQuote(name), tools)
@@ -92,7 +92,7 @@ func toolsYAML(name string, pins []gateway.ToolPin) string {
 }
 
 // toolsFlow renders pins as a one-line YAML mapping.
-func toolsFlow(pins []gateway.ToolPin) string {
+func toolsFlow(pins []toolprobe.ToolPin) string {
 	var parts []string
 	for _, p := range pins {
 		if p.Error == "" {

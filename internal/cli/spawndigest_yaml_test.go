@@ -14,8 +14,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/confidential-mcp/cmcp/internal/config"
-	"github.com/confidential-mcp/cmcp/internal/gateway"
 	"github.com/confidential-mcp/cmcp/internal/measure"
+	"github.com/confidential-mcp/cmcp/internal/toolprobe"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
@@ -156,9 +156,9 @@ func TestSpawnDigestOutputCarriesNoYAML(t *testing.T) {
 // the names of the tools, accepted or refused, and the reasons hold.
 func TestSpawnDigestToolsOutputCarriesNoYAML(t *testing.T) {
 	pin := digest.FromSum([32]byte{7})
-	pins := []gateway.ToolPin{{Name: "ok", Pin: pin}, {Name: "a: b # c", Pin: pin}}
+	pins := []toolprobe.ToolPin{{Name: "ok", Pin: pin}, {Name: "a: b # c", Pin: pin}}
 	for _, h := range hostile {
-		pins = append(pins, gateway.ToolPin{Name: h, Error: "refused: " + h})
+		pins = append(pins, toolprobe.ToolPin{Name: h, Error: "refused: " + h})
 	}
 	r := &measure.Result{Command: "/bin/echo", Resolved: "/bin/echo", CommandDigest: pin}
 	text := entryYAML(upstreamEntry("s", r), r) + toolsYAML("s", pins)

@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"github.com/confidential-mcp/cmcp/internal/toolprobe"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -201,10 +203,10 @@ func (st *upState) dial(ctx context.Context, s *session) (*live, error) {
 	})
 	client.AddReceivingMiddleware(lv.serverRequests)
 	cctx := upstream.WithSession(ctx, sessID)
-	conn, err := connectWithin(cctx, g.opts.ConnectTimeout, func(ctx context.Context) (*upstream.Conn, error) {
+	conn, err := toolprobe.ConnectWithin(cctx, g.opts.ConnectTimeout, func(ctx context.Context) (*upstream.Conn, error) {
 		return st.opts.Upstream.Connect(ctx, client, upstream.ConnectOptions{Intercept: lv.intercept, ServerRequest: lv.serverRequest, Identity: st.identityFor(s)})
 	})
-	if err != nil && errors.Is(err, errConnectTimeout) {
+	if err != nil && errors.Is(err, toolprobe.ErrConnectTimeout) {
 		err = fmt.Errorf("upstream %q did not complete the MCP handshake within %s: %w", st.name, g.opts.ConnectTimeout, err)
 	}
 	if m := g.opts.Metrics; m != nil {
@@ -217,7 +219,7 @@ func (st *upState) dial(ctx context.Context, s *session) (*live, error) {
 	lv.conn, lv.client = conn, client
 	init := conn.Session.InitializeResult()
 	// tools/list is part of starting: bounded like the handshake.
-	tools, err := listTools(ctx, conn.Session, g.opts.ConnectTimeout)
+	tools, err := toolprobe.ListTools(ctx, conn.Session, g.opts.ConnectTimeout)
 	if err != nil {
 		conn.Close()
 		err = fmt.Errorf("upstream %q: %w", st.name, err)
@@ -238,91 +240,9 @@ func (st *upState) dial(ctx context.Context, s *session) (*live, error) {
 	return lv, nil
 }
 
-// Bounds of one listing of an upstream's tools (tools/list and the pages
-// its nextCursor leads to). An upstream that pages for ever, repeats a
-// cursor or lists more tools than any agent could choose from is refused
-// rather than followed: following it would hold a goroutine and grow the
-// gateway's memory for as long as the upstream cares to.
-const (
-	maxToolPages = 100
-	maxTools     = 10000
-)
-
-// listTools lists an upstream's tools, following nextCursor, within d
-// (connect_timeout; 0: ctx alone bounds it), at most maxToolPages pages and
-// maxTools tools; a cursor the upstream already gave is an error (a loop).
-func listTools(ctx context.Context, cs *mcp.ClientSession, d time.Duration) ([]*mcp.Tool, error) {
-	lctx, cancel := ctx, context.CancelFunc(func() {})
-	if d > 0 {
-		lctx, cancel = context.WithTimeout(ctx, d)
-	}
-	defer cancel()
-	var tools []*mcp.Tool
-	seen := map[string]bool{}
-	params := &mcp.ListToolsParams{}
-	for page := 1; ; page++ {
-		res, err := cs.ListTools(lctx, params)
-		if err != nil {
-			if lctx.Err() != nil && ctx.Err() == nil {
-				err = fmt.Errorf("did not answer within %s (connect_timeout): %w", d, err)
-			}
-			return nil, fmt.Errorf("tools/list: %w", err)
-		}
-		tools = append(tools, res.Tools...)
-		switch {
-		case len(tools) > maxTools:
-			return nil, fmt.Errorf("tools/list: more than %d tools in %d pages: refused (the gateway exposes at most %d tools of an upstream)", maxTools, page, maxTools)
-		case res.NextCursor == "":
-			return tools, nil
-		case page == maxToolPages:
-			return nil, fmt.Errorf("tools/list: still a next page after %d pages (%d tools): refused (the gateway follows at most %d pages)", page, len(tools), maxToolPages)
-		case seen[res.NextCursor]:
-			return nil, fmt.Errorf("tools/list: page %d gave a nextCursor an earlier page gave: the listing would never end", page)
-		}
-		seen[res.NextCursor] = true
-		params = &mcp.ListToolsParams{Cursor: res.NextCursor}
-	}
-}
-
 // readyWait bounds how long a list_changed sent during the handshake waits
 // for the connection to be ready; a connection that fails is never ready.
 const readyWait = 2 * time.Minute
-
-var errConnectTimeout = errors.New("connect timeout")
-
-// connectWithin runs connect but gives up after d: the attempt is cancelled
-// (a child that never answers is stopped) and a connection that completes
-// anyway is closed. A successful connection's context is never cancelled.
-func connectWithin(ctx context.Context, d time.Duration, connect func(context.Context) (*upstream.Conn, error)) (*upstream.Conn, error) {
-	type res struct {
-		c   *upstream.Conn
-		err error
-	}
-	cctx, cancel := context.WithCancel(ctx)
-	abort := func() { cancel() } // only on failure: a live session keeps its context
-	ch := make(chan res, 1)
-	go func() {
-		c, err := connect(cctx)
-		ch <- res{c, err}
-	}()
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case r := <-ch:
-		if r.err != nil {
-			abort()
-		}
-		return r.c, r.err
-	case <-t.C:
-		abort()
-		go func() {
-			if r := <-ch; r.c != nil {
-				r.c.Close()
-			}
-		}()
-		return nil, errConnectTimeout
-	}
-}
 
 // applyTools checks tools against the upstream's baseline, records drift and
 // sets what this connection may call. On the first connection without pins
@@ -666,7 +586,7 @@ func (lv *live) relist() {
 	if owner != nil {
 		sessID = owner.id
 	}
-	tools, err := listTools(context.Background(), lv.conn.Session, g.opts.ConnectTimeout)
+	tools, err := toolprobe.ListTools(context.Background(), lv.conn.Session, g.opts.ConnectTimeout)
 	if err != nil {
 		lv.mu.Lock()
 		closed := lv.closed

@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"github.com/confidential-mcp/cmcp/internal/toolprobe"
+
 	"bufio"
 	"context"
 	"encoding/json"
@@ -169,8 +171,8 @@ func TestToolsListIsBounded(t *testing.T) {
 		shared       bool
 	}{
 		{"repeat", "gave a nextCursor an earlier page gave", 2, false},
-		{"endless", fmt.Sprintf("still a next page after %d pages", maxToolPages), maxToolPages, false},
-		{"many", fmt.Sprintf("more than %d tools", maxTools), maxTools/2000 + 1, false},
+		{"endless", fmt.Sprintf("still a next page after %d pages", toolprobe.MaxToolPages), toolprobe.MaxToolPages, false},
+		{"many", fmt.Sprintf("more than %d tools", toolprobe.MaxTools), toolprobe.MaxTools/2000 + 1, false},
 		{"slow", "did not answer within 4s (connect_timeout)", 10, false},
 		{"error", "tools are being rebuilt", 1, false},
 		{"repeat", "gave a nextCursor an earlier page gave", 2, true},
@@ -225,7 +227,7 @@ func TestToolsListIsBounded(t *testing.T) {
 	}
 	for _, tc := range []struct{ paging, want string }{
 		{"repeat", "gave a nextCursor an earlier page gave"},
-		{"many", fmt.Sprintf("more than %d tools", maxTools)},
+		{"many", fmt.Sprintf("more than %d tools", toolprobe.MaxTools)},
 	} {
 		t.Run(tc.paging+" at start", func(t *testing.T) {
 			// connect_timeout is long: the limit, not the deadline, ends it.

@@ -1,4 +1,9 @@
-package gateway
+// Package toolprobe talks to an upstream within bounds before the gateway
+// trusts it: ListTools lists its tools (pages, count and time bounded),
+// ConnectWithin gives up on a handshake that takes too long, and
+// ProbeTools spawns a stdio server once to pin its tools for
+// `cmcp spawn-digest --tools`.
+package toolprobe
 
 import (
 	"context"
@@ -46,7 +51,7 @@ func ProbeTools(ctx context.Context, spec upstream.StdioSpec, namespaced bool, e
 	defer conn.Close()
 	// Bounded like the gateway's own listing: what the gateway would
 	// refuse is not pinned.
-	tools, err := listTools(ctx, conn.Session, 0)
+	tools, err := ListTools(ctx, conn.Session, 0)
 	if err != nil {
 		return nil, fmt.Errorf("upstream %q: %w", spec.Name, err)
 	}
