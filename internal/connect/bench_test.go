@@ -6,10 +6,14 @@ package connect
 //
 // BenchmarkTunnelVsDirectHTTP: the same go-sdk HTTP server, called
 // through a tunnel (gateway side upstream.Tunnel, connector dialling the
-// server with --http), directly as an HTTP upstream, and through the floor
-// of any tunnel (bareRelay: one bare WebSocket hop and a relay that POSTs
-// each message), alternating, in one run: p50 of sequential calls and
-// calls/s at concurrency 8, each as a ratio to direct.
+// server with --http), directly as an HTTP upstream, through the floor of
+// a correct tunnel (floorTunnel: the bare hop plus the work the tunnel's
+// properties take on every call) and through the floor of any WebSocket
+// relay (bareRelay: one bare hop and a relay that POSTs each message), in
+// one run: p50 of sequential calls, the four ways taking turns call by
+// call in a random order (a busy moment of a shared machine falls on all
+// of them alike), and calls/s at concurrency 8, the ways taking turns
+// every 2 s; each as a ratio to direct.
 // BenchmarkTunnelIdle: 1,000 idle tunnels from connectors in a child
 // process; the gateway process's heap per tunnel and its CPU per
 // heartbeat per tunnel. BenchmarkTunnelReconnect: 100 connectors (child
@@ -23,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	mrand "math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -31,14 +36,19 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/go-json-experiment/json/jsontext"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/confidential-mcp/cmcp/internal/rpcwire"
 	"github.com/confidential-mcp/cmcp/internal/tunnel"
+	"github.com/confidential-mcp/cmcp/internal/tunnel/wire"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 )
 
@@ -69,20 +79,33 @@ type measured struct {
 	cpu time.Duration
 }
 
-// measure: 300 sequential calls (p50) on calls[0], then 8 goroutines for
-// 2 s, each with its own session (calls/s).
-func measure(b *testing.B, calls []func() error) measured {
-	var lat []time.Duration
+// sequential makes 330 sequential calls on the first session of each way,
+// the ways taking turns call by call in a random order, and returns each
+// way's p50 over the last 300.
+func sequential(b *testing.B, ways [][]func() error) []time.Duration {
+	lat := make([][]time.Duration, len(ways))
 	for i := range 330 {
-		t0 := time.Now()
-		if err := calls[0](); err != nil {
-			b.Fatal(err)
-		}
-		if i >= 30 {
-			lat = append(lat, time.Since(t0))
+		for _, w := range mrand.Perm(len(ways)) {
+			t0 := time.Now()
+			if err := ways[w][0](); err != nil {
+				b.Fatal(err)
+			}
+			if i >= 30 {
+				lat[w] = append(lat[w], time.Since(t0))
+			}
 		}
 	}
-	slices.Sort(lat)
+	p50 := make([]time.Duration, len(ways))
+	for w := range lat {
+		slices.Sort(lat[w])
+		p50[w] = lat[w][len(lat[w])/2]
+	}
+	return p50
+}
+
+// concurrent runs 8 goroutines for 2 s, each with its own session
+// (calls/s, CPU per call).
+func concurrent(b *testing.B, calls []func() error) measured {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	n := 0
@@ -107,7 +130,7 @@ func measure(b *testing.B, calls []func() error) measured {
 	}
 	wg.Wait()
 	cpu := cpuTime() - c0
-	return measured{p50: lat[len(lat)/2], perS: float64(n) / 2, total: n, cpu: cpu / time.Duration(max(n, 1))}
+	return measured{perS: float64(n) / 2, total: n, cpu: cpu / time.Duration(max(n, 1))}
 }
 
 var benchParams = json.RawMessage(`{"name":"echo","arguments":{"q":"hello"}}`)
@@ -124,15 +147,9 @@ func rawCalls(conns []*upstream.Conn) []func() error {
 	return fs
 }
 
-// bareRelay is the floor of a tunnel: the same calls to the same server
-// through one bare hop of the same kind, a WebSocket carrying eight
-// sessions' messages to a relay that POSTs each verbatim and sends the
-// answer's body back. Nothing is checked, decoded or recorded: what it
-// costs is what any tunnel costs here.
-func bareRelay(b *testing.B, server string) []func() error {
-	ctx := context.Background()
-	const n = 8
-	// The server's sessions, opened directly (not timed).
+// serverSessions opens n sessions of the server directly (not timed)
+// and returns their ids.
+func serverSessions(b *testing.B, server string, n int) []string {
 	sids := make([]string, n)
 	post := func(sid string, body []byte) (*http.Response, error) {
 		req, _ := http.NewRequest(http.MethodPost, server, bytes.NewReader(body))
@@ -158,6 +175,20 @@ func bareRelay(b *testing.B, server string) []func() error {
 		}
 		resp.Body.Close()
 	}
+	return sids
+}
+
+// bareRelay is the floor of any WebSocket relay: the same calls to the
+// same server through one bare hop of the same kind, a WebSocket carrying
+// eight sessions' messages to a relay that POSTs each verbatim and sends
+// the answer's body back. Nothing is checked, decoded or recorded, and a
+// session's messages wait while its request is posted: what it costs is
+// what any relay costs here, correct or not (floorTunnel adds what a
+// correct one must do).
+func bareRelay(b *testing.B, server string) []func() error {
+	ctx := context.Background()
+	const n = 8
+	sids := serverSessions(b, server, n)
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = n
 	relayClient := &http.Client{Transport: tr}
@@ -245,6 +276,206 @@ func bareRelay(b *testing.B, server string) []func() error {
 	return fs
 }
 
+// floorTunnel is the floor of a correct tunnel: bareRelay's hop plus the
+// work that each of the tunnel's properties takes on every call, done the
+// cheapest way this file knows, and nothing else:
+//   - every frame in the tunnel's envelope (wire.EncodeMsg), decoded
+//     strictly on arrival at either end (wire.Decode): the gateway must
+//     not act on what an untrusted machine sends before it checked it, and
+//     the connector must not send what would end every session's tunnel;
+//   - routing by session id (a map under a lock) at both ends, and on the
+//     gateway by JSON-RPC id to the call waiting for it (one session
+//     carries several calls at once, and the SDK's own messages);
+//   - the server's answer read as the event stream it is: each message
+//     checked to be one JSON value and sent on as soon as it is read
+//     (progress and the server's requests come before an answer);
+//   - a deadline on every write, so that a stalled tunnel is dropped and
+//     never holds its callers (a stopped timer, reused);
+//   - a session's messages still read while one of its requests is
+//     posted (a cancellation, or the answer to a request of the server,
+//     must not wait for the call's answer): the goroutine that read a
+//     request posts it and another takes over the reading, one that is
+//     idle where there is one.
+func floorTunnel(b *testing.B, server string) []func() error {
+	ctx := context.Background()
+	const n = 8
+	sids := serverSessions(b, server, n)
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = n
+	relayClient := &http.Client{Transport: tr}
+	// write sends b on c within 30 s, or closes c.
+	write := func(c *websocket.Conn, timers *sync.Pool, b []byte) error {
+		wd, _ := timers.Get().(*time.Timer)
+		if wd == nil {
+			wd = time.AfterFunc(30*time.Second, func() { c.CloseNow() })
+		} else {
+			wd.Reset(30 * time.Second)
+		}
+		err := c.Write(ctx, websocket.MessageText, b)
+		if wd.Stop() {
+			timers.Put(wd)
+		}
+		return err
+	}
+	// The relay.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	rs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		c.SetReadLimit(-1)
+		var timers sync.Pool
+		var mu sync.Mutex
+		ins := map[string]chan []byte{}
+		for i := range n {
+			id := strconv.Itoa(i)
+			in := make(chan []byte, 16)
+			ins[id] = in
+			lead := make(chan struct{})
+			var serve func()
+			serve = func() {
+				for m := range in {
+					select {
+					case lead <- struct{}{}:
+					default:
+						go serve()
+					}
+					req, _ := http.NewRequest(http.MethodPost, server, bytes.NewReader(m))
+					req.Header.Set("Content-Type", "application/json")
+					req.Header.Set("Accept", "application/json, text/event-stream")
+					req.Header.Set("Mcp-Session-Id", sids[i])
+					req.Header.Set("Mcp-Protocol-Version", upstream.ProtocolVersion)
+					resp, err := relayClient.Do(req)
+					if err != nil {
+						c.CloseNow()
+						return
+					}
+					events := upstream.NewSSEMessages(resp.Body, wire.MaxMessage)
+					for {
+						data, err := events.Next()
+						if err != nil {
+							break
+						}
+						if !jsontext.Value(data).IsValid() {
+							c.CloseNow()
+							return
+						}
+						if write(c, &timers, wire.EncodeMsg(id, data)) != nil {
+							return
+						}
+					}
+					events.Release()
+					resp.Body.Close()
+					<-lead
+				}
+			}
+			go serve()
+		}
+		for {
+			_, m, err := c.Read(ctx)
+			if err != nil {
+				return
+			}
+			f, err := wire.Decode(m)
+			if err != nil || f.T != wire.TMsg {
+				c.CloseNow()
+				return
+			}
+			mu.Lock()
+			in := ins[f.S]
+			mu.Unlock()
+			select {
+			case in <- f.M:
+			default:
+				c.CloseNow()
+				return
+			}
+		}
+	})}
+	go rs.Serve(ln)
+	b.Cleanup(func() { rs.Close() })
+	// The gateway's end.
+	c, _, err := websocket.Dial(ctx, "ws://"+ln.Addr().String()+"/", nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	c.SetReadLimit(-1)
+	b.Cleanup(func() { c.CloseNow() })
+	type session struct {
+		id      string
+		mu      sync.Mutex
+		pending map[string]chan []byte
+	}
+	var mu sync.Mutex
+	sessions := map[string]*session{}
+	for i := range n {
+		id := strconv.Itoa(i)
+		sessions[id] = &session{id: id, pending: map[string]chan []byte{}}
+	}
+	dead := make(chan struct{}) // the read loop ended: no answer comes
+	go func() {
+		defer close(dead)
+		for {
+			_, m, err := c.Read(ctx)
+			if err != nil {
+				return
+			}
+			f, err := wire.Decode(m)
+			if err != nil || f.T != wire.TMsg || !f.Checked() {
+				c.CloseNow()
+				return
+			}
+			mu.Lock()
+			s := sessions[f.S]
+			mu.Unlock()
+			msg, ok := rpcwire.DecodeChecked(f.M)
+			resp, isResp := msg.(*jsonrpc.Response)
+			if s == nil || !ok || !isResp {
+				continue
+			}
+			id, _ := resp.ID.Raw().(string)
+			s.mu.Lock()
+			ch := s.pending[id]
+			delete(s.pending, id)
+			s.mu.Unlock()
+			if ch != nil {
+				ch <- f.M
+			}
+		}
+	}()
+	var timers sync.Pool
+	var next atomic.Uint64
+	var fs []func() error
+	for i := range n {
+		s := sessions[strconv.Itoa(i)]
+		fs = append(fs, func() error {
+			id := "floor-" + strconv.FormatUint(next.Add(1), 10)
+			ch := make(chan []byte, 1)
+			s.mu.Lock()
+			s.pending[id] = ch
+			s.mu.Unlock()
+			msg := `{"jsonrpc":"2.0","id":"` + id + `","method":"tools/call","params":` + string(benchParams) + `}`
+			if err := write(c, &timers, wire.EncodeMsg(s.id, []byte(msg))); err != nil {
+				return err
+			}
+			select {
+			case ans := <-ch:
+				if !bytes.Contains(ans, []byte(`hello`)) {
+					return fmt.Errorf("floor: unexpected answer %s", ans)
+				}
+				return nil
+			case <-dead:
+				return errors.New("floor: the tunnel ended")
+			}
+		})
+	}
+	return fs
+}
+
 func BenchmarkTunnelVsDirectHTTP(b *testing.B) {
 	url := httpEchoServer(b)
 	g := startGateway(b, "", tunnel.Options{Heartbeat: 15 * time.Second})
@@ -268,34 +499,36 @@ func BenchmarkTunnelVsDirectHTTP(b *testing.B) {
 		}
 		return cs
 	}
-	dc, tc, fc := rawCalls(open(direct)), rawCalls(open(tun)), bareRelay(b, url)
-	var d, t, f []measured
-	for range 3 { // alternating, so that a noisy moment hits all three
-		d = append(d, measure(b, dc))
-		t = append(t, measure(b, tc))
-		f = append(f, measure(b, fc))
+	ways := [][]func() error{rawCalls(open(direct)), rawCalls(open(tun)), floorTunnel(b, url), bareRelay(b, url)}
+	ms := make([][]measured, len(ways)) // direct, tunnel, floor, bare
+	// Taking turns, so that a busy moment hits all ways.
+	for range 3 {
+		p50 := sequential(b, ways)
+		for w := range ways {
+			m := concurrent(b, ways[w])
+			m.p50 = p50[w]
+			ms[w] = append(ms[w], m)
+		}
 	}
-	med := func(ms []measured, get func(measured) float64) float64 {
-		v := []float64{get(ms[0]), get(ms[1]), get(ms[2])}
+	med := func(w int, get func(measured) float64) float64 {
+		v := []float64{get(ms[w][0]), get(ms[w][1]), get(ms[w][2])}
 		slices.Sort(v)
 		return v[1]
 	}
 	p50 := func(m measured) float64 { return float64(m.p50.Microseconds()) }
 	perS := func(m measured) float64 { return m.perS }
-	b.ReportMetric(med(d, p50), "direct-p50-µs")
-	b.ReportMetric(med(t, p50), "tunnel-p50-µs")
-	b.ReportMetric(med(f, p50), "floor-p50-µs")
-	b.ReportMetric(med(t, p50)/med(d, p50), "p50-ratio")
-	b.ReportMetric(med(f, p50)/med(d, p50), "floor-p50-ratio")
-	b.ReportMetric(med(d, perS), "direct-c8-calls/s")
-	b.ReportMetric(med(t, perS), "tunnel-c8-calls/s")
-	b.ReportMetric(med(f, perS), "floor-c8-calls/s")
-	b.ReportMetric(med(t, perS)/med(d, perS), "c8-ratio")
-	b.ReportMetric(med(f, perS)/med(d, perS), "floor-c8-ratio")
 	cpu := func(m measured) float64 { return float64(m.cpu.Microseconds()) }
-	b.ReportMetric(med(d, cpu), "direct-cpu-µs/call")
-	b.ReportMetric(med(t, cpu), "tunnel-cpu-µs/call")
-	b.ReportMetric(med(f, cpu), "floor-cpu-µs/call")
+	for w, name := range []string{"direct", "tunnel", "floor", "bare"} {
+		b.ReportMetric(med(w, p50), name+"-p50-µs")
+		b.ReportMetric(med(w, perS), name+"-c8-calls/s")
+		b.ReportMetric(med(w, cpu), name+"-cpu-µs/call")
+		if w > 0 {
+			b.ReportMetric(med(w, p50)/med(0, p50), name+"-p50-ratio")
+			b.ReportMetric(med(w, perS)/med(0, perS), name+"-c8-ratio")
+		}
+	}
+	b.ReportMetric(med(1, p50)/med(2, p50), "tunnel/floor-p50")
+	b.ReportMetric(med(1, perS)/med(2, perS), "tunnel/floor-c8")
 }
 
 const connectorsEnv = "CMCP_BENCH_CONNECTORS"
