@@ -150,9 +150,11 @@ func readSegment(seg int, path string, hashFile bool, send func(*lineBatch) bool
 		return fail(err)
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err != nil {
+	fi, err := f.Stat()
+	if err != nil {
 		return fail(err)
-	} else if !fi.Mode().IsRegular() {
+	}
+	if !fi.Mode().IsRegular() {
 		what := "a directory"
 		if !fi.IsDir() {
 			what = "a " + fi.Mode().Type().String() + " file"
@@ -162,10 +164,20 @@ func readSegment(seg int, path string, hashFile bool, send func(*lineBatch) bool
 	sum := sha256.New()
 	var carry []byte
 	var off, no int64
+	// A chunk holds the rest of the file as Stat saw it (one more byte to
+	// meet its end in the same read), up to chunkSize: a 64 KiB segment
+	// does not cost a 4 MiB buffer to clear. A file that grew meanwhile
+	// is read on in further chunks.
+	size, read := fi.Size(), int64(0)
 	for {
-		buf := make([]byte, len(carry), len(carry)+chunkSize)
+		chunk := int64(chunkSize)
+		if rest := size - read + 1; rest < chunk {
+			chunk = max(rest, 4<<10)
+		}
+		buf := make([]byte, len(carry), len(carry)+int(chunk))
 		copy(buf, carry)
 		n, rerr := io.ReadFull(f, buf[len(carry):cap(buf)])
+		read += int64(n)
 		buf = buf[:len(carry)+n]
 		if hashFile {
 			sum.Write(buf[len(carry):])
