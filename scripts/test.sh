@@ -38,13 +38,22 @@ if [ "$missing" != 0 ]; then
   exit 1
 fi
 
-echo "== gofmt"
+# Each step says how long it took ("-- gofmt: 1 s"), and the last lines
+# how long go test and the whole command took: where the time goes.
+started=$(date +%s) step="" step_started=$SECONDS
+step() { # step NAME: ends the step before (printing its time), starts NAME
+  if [ -n "$step" ]; then echo "-- $step: $((SECONDS - step_started)) s"; fi
+  step=$1 step_started=$SECONDS
+  echo "== $step"
+}
+
+step gofmt
 unformatted=$(gofmt -l $(git ls-files '*.go'))
 if [ -n "$unformatted" ]; then
   echo "gofmt would change:"; echo "$unformatted"; exit 1
 fi
 
-echo "== peers"
+step "peers"
 # Not eval "$(...)": its status is eval's, and a failed install would go on.
 peers=$(bash scripts/peers.sh) || { echo "test.sh: scripts/peers.sh failed (see above)" >&2; exit 1; }
 eval "$peers"
@@ -57,23 +66,31 @@ if git grep -qE '^//go:build.*!peers' -- '*.go'; then
   tagsets=("-tags=" "-tags=peers")
 fi
 
-echo "== go vet"
+step "go vet"
 for tags in "${tagsets[@]}"; do go vet "$tags" ./...; done
 
-echo "== staticcheck"
+step "staticcheck"
 # Zero findings, test files and the peers tag included. go-sdk's logging,
 # sampling and roots deprecations (SEP-2577) have no replacement: the files
 # that relay them say so with //lint:file-ignore SA1019.
 for tags in "${tagsets[@]}"; do "$CMCP_STATICCHECK" "$tags" ./...; done
 
-echo "== MCP conformance suite against cmcp serve"
+step "MCP conformance suite against cmcp serve"
 bash scripts/conformance.sh
 
-echo "== go test"
+step "go test"
 # go test -json through scripts/testsummary.go: the output of go test
 # without -v, then one last line "N passed, N failed". -timeout 25m: a
 # package of timing tests on a loaded 2-core machine ran past the default 10m.
 summary=$(mktemp -d)
 trap 'rm -rf "$summary"' EXIT
 go build -o "$summary/testsummary" scripts/testsummary.go
-go test -race -count=1 -timeout 25m -tags peers -json ./... | "$summary/testsummary"
+# go test starts the test binaries in the order the packages are named, -p
+# (the cores) at a time: the longest packages are named first, so that the
+# run does not end waiting for one of them started last (./... names each
+# package once, in its own order, after them).
+first=()
+for d in internal/gateway internal/server pkg/auditlog internal/cli . internal/upstream internal/policy pkg/digest internal/replay; do
+  if [ -d "$d" ]; then first+=("./$d"); fi
+done
+go test -race -count=1 -timeout 25m -tags peers -json "${first[@]}" ./... | "$summary/testsummary" -started "$started"

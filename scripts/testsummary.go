@@ -8,14 +8,20 @@
 // exits 1 when anything failed. scripts/test.sh runs it:
 //
 //	go test -json ./... | go run scripts/testsummary.go
+//
+// With -started UNIXSECONDS (when test.sh began), the line before the last
+// says how long go test took (from testsummary's own start, which is go
+// test's) and the whole command.
 package main
 
 import (
 	"bufio"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"strings"
+	"time"
 )
 
 type event struct {
@@ -27,6 +33,9 @@ type event struct {
 }
 
 func main() {
+	began := time.Now()
+	started := flag.Int64("started", 0, "when the whole run began, in Unix seconds: print the elapsed times")
+	flag.Parse()
 	out := bufio.NewWriter(os.Stdout)
 	defer out.Flush()
 	type key struct{ pkg, test string }
@@ -88,6 +97,9 @@ func main() {
 	if err := sc.Err(); err != nil {
 		fmt.Fprintln(out, "testsummary:", err)
 		failed++
+	}
+	if *started > 0 {
+		fmt.Fprintf(out, "-- go test: %d s (all steps: %d s)\n", int(time.Since(began).Seconds()), time.Now().Unix()-*started)
 	}
 	fmt.Fprintf(out, "%d passed, %d failed\n", passed, failed)
 	if failed > 0 {
