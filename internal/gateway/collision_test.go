@@ -18,6 +18,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/confidential-mcp/cmcp/internal/spawnaudit"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 )
@@ -62,7 +63,7 @@ func twoUpstreams(t *testing.T, mark string) *harness {
 	mk := func(name, tools string, env map[string]string) UpstreamOptions {
 		env[childEnv], env["CMCP_TEST_TOOLS"], env["CMCP_TEST_ID"] = "named", tools, name
 		spec := upstream.StdioSpec{Name: name, Command: exe, Pin: pin, Env: env}
-		return UpstreamOptions{Upstream: &upstream.Stdio{Spec: spec, Environ: os.Environ(), Hooks: StdioHooks(w, logger, nil), Share: "per-session"},
+		return UpstreamOptions{Upstream: &upstream.Stdio{Spec: spec, Environ: os.Environ(), Hooks: spawnaudit.Hooks(w, logger, nil), Share: "per-session"},
 			Namespaced: true, Class: upstream.ClassSpawnMeasured}
 	}
 	g, err := New(Options{Version: "test", Log: w, Logger: logger, Upstreams: []UpstreamOptions{

@@ -41,3 +41,11 @@ const (
 func fault(code int, format string, args ...any) *jsonrpc.Error {
 	return &jsonrpc.Error{Code: int64(code), Message: "cmcp: " + fmt.Sprintf(format, args...)}
 }
+
+// joinReason joins two parts of a record's reason.
+func joinReason(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
+}

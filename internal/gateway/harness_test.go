@@ -21,6 +21,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/gwtest"
 	"github.com/confidential-mcp/cmcp/internal/oauth"
 	"github.com/confidential-mcp/cmcp/internal/policy"
+	"github.com/confidential-mcp/cmcp/internal/spawnaudit"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
@@ -146,7 +147,7 @@ func newHarness(t testing.TB, c hconf) *harness {
 	if environ == nil {
 		environ = os.Environ()
 	}
-	uo := UpstreamOptions{Upstream: &upstream.Stdio{Spec: spec, Environ: environ, Hooks: StdioHooks(w, logger, nil), Share: share},
+	uo := UpstreamOptions{Upstream: &upstream.Stdio{Spec: spec, Environ: environ, Hooks: spawnaudit.Hooks(w, logger, nil), Share: share},
 		Namespaced: !c.flat, Shared: c.shared, ToolPins: c.toolPins, DriftWarn: c.driftWarn, Class: upstream.ClassSpawnMeasured, WarmSpares: c.warmSpares}
 	if c.http {
 		cs := newChildServer(c.mode)

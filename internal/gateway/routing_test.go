@@ -22,6 +22,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/confidential-mcp/cmcp/internal/spawnaudit"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 )
@@ -193,7 +194,7 @@ func newResGateway(t *testing.T, ups ...resUp) *resGateway {
 			}
 			env := map[string]string{childEnv: "res", "CMCP_TEST_ID": u.name, "CMCP_TEST_SEEN": seen, "CMCP_TEST_WITHOUT": u.without}
 			spec := upstream.StdioSpec{Name: u.name, Command: exe, Pin: pin, Env: env}
-			uo.Upstream, uo.Class = &upstream.Stdio{Spec: spec, Environ: os.Environ(), Hooks: StdioHooks(w, logger, nil), Share: share}, upstream.ClassSpawnMeasured
+			uo.Upstream, uo.Class = &upstream.Stdio{Spec: spec, Environ: os.Environ(), Hooks: spawnaudit.Hooks(w, logger, nil), Share: share}, upstream.ClassSpawnMeasured
 		}
 		uos = append(uos, uo)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/front/httpfront"
 	"github.com/confidential-mcp/cmcp/internal/gateway"
 	"github.com/confidential-mcp/cmcp/internal/policy"
+	"github.com/confidential-mcp/cmcp/internal/spawnaudit"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
@@ -118,7 +119,7 @@ func newPolicyGateway(t *testing.T, eng *policy.Engine) *policyGateway {
 	logs := &lockedWriter{}
 	logger := slog.New(slog.NewTextHandler(logs, nil))
 	spec := upstream.StdioSpec{Name: "t", Command: exe, Pin: pin, Env: map[string]string{childEnv: "server"}}
-	uo := gateway.UpstreamOptions{Upstream: &upstream.Stdio{Spec: spec, Environ: os.Environ(), Hooks: gateway.StdioHooks(w, logger, nil), Share: "per-session"},
+	uo := gateway.UpstreamOptions{Upstream: &upstream.Stdio{Spec: spec, Environ: os.Environ(), Hooks: spawnaudit.Hooks(w, logger, nil), Share: "per-session"},
 		Namespaced: true, Class: upstream.ClassSpawnMeasured}
 	g, err := gateway.New(gateway.Options{Version: "test", Log: w, Logger: logger, Policy: eng, Upstreams: []gateway.UpstreamOptions{uo}})
 	if err != nil {

@@ -42,6 +42,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/metrics"
 	"github.com/confidential-mcp/cmcp/internal/oauth"
 	"github.com/confidential-mcp/cmcp/internal/policy"
+	"github.com/confidential-mcp/cmcp/internal/spawnaudit"
 	"github.com/confidential-mcp/cmcp/internal/tee"
 	"github.com/confidential-mcp/cmcp/internal/tunnel"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
@@ -507,7 +508,7 @@ func (s *serve) startGateway() error {
 	})
 	for _, u := range s.ups {
 		if st, ok := u.Upstream.(*upstream.Stdio); ok {
-			st.Hooks = gateway.StdioHooks(w, logger, coreMetrics(o.Metrics))
+			st.Hooks = spawnaudit.Hooks(w, logger, coreMetrics(o.Metrics))
 		}
 	}
 	s.minted.log.Store(w)

@@ -1,4 +1,9 @@
-package gateway
+// Package spawnaudit records a stdio upstream's life in the audit log:
+// each spawn (started or refused, with its measurement, pins, argv digest
+// and committed environment), each exit and its stderr byte counts. Hooks
+// returns the upstream.Hooks that do it; the server sets them on every
+// stdio upstream.
+package spawnaudit
 
 import (
 	"context"
@@ -11,12 +16,24 @@ import (
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
-// StdioHooks returns the hooks that record a stdio upstream's spawns
+// Log is the audit log as the hooks write to it (gateway.AuditLog is one).
+type Log interface {
+	Append(ctx context.Context, rec auditlog.Record) (auditlog.Receipt, error)
+	Commit(payload []byte) auditlog.Commitment
+}
+
+// Metrics counts spawn attempts (gateway.Metrics is one).
+type Metrics interface {
+	// Spawn counts one attempt to start an upstream child, by result.
+	Spawn(upstream, result string)
+}
+
+// Hooks returns the hooks that record a stdio upstream's spawns
 // (started or refused), exits and stderr byte counts in the audit log, and
 // send its stderr lines to logger. No child is started while the log is
 // known to be broken, and a child whose spawn record fails is stopped at
 // once.
-func StdioHooks(log AuditLog, logger *slog.Logger, m Metrics) upstream.Hooks {
+func Hooks(log Log, logger *slog.Logger, m Metrics) upstream.Hooks {
 	return upstream.Hooks{
 		Log: logger,
 		Ready: func() error {
