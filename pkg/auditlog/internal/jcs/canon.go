@@ -27,7 +27,7 @@ type SyntaxError struct {
 
 func (e *SyntaxError) Error() string { return fmt.Sprintf("byte %d of the line: %s", e.Offset, e.Msg) }
 
-// Member is one top-level Member of a line's object.
+// Member is one top-level member of a line's object.
 type Member struct {
 	Key []byte // unescaped name
 	Val []byte
@@ -162,7 +162,7 @@ func (s *Scanner) object(top bool) error {
 	var prevKey []byte
 	for {
 		if s.i >= len(s.b) || s.b[s.i] != '"' {
-			return s.fail("expected a Member name in quotes")
+			return s.fail("expected a member name in quotes")
 		}
 		keyStart := s.i
 		raw, err := s.str()
@@ -172,14 +172,14 @@ func (s *Scanner) object(top bool) error {
 		if prevKey != nil {
 			switch cmp := compareKeys(prevKey, raw); {
 			case cmp == 0:
-				return &SyntaxError{Offset: keyStart, Msg: fmt.Sprintf("duplicate object Member name %s", Clip(s.b[keyStart:s.i]))}
+				return &SyntaxError{Offset: keyStart, Msg: fmt.Sprintf("duplicate object member name %s", Clip(s.b[keyStart:s.i]))}
 			case cmp > 0:
-				return &SyntaxError{Offset: keyStart, Msg: fmt.Sprintf("Member %s is out of order (RFC 8785 sorts names; not canonical)", Clip(s.b[keyStart:s.i]))}
+				return &SyntaxError{Offset: keyStart, Msg: fmt.Sprintf("member %s is out of order (RFC 8785 sorts names; not canonical)", Clip(s.b[keyStart:s.i]))}
 			}
 		}
 		prevKey = raw
 		if s.i >= len(s.b) || s.b[s.i] != ':' {
-			return s.fail("expected ':' after a Member name")
+			return s.fail("expected ':' after a member name")
 		}
 		s.i++
 		valStart := s.i
@@ -390,7 +390,7 @@ func (s *Scanner) number() error {
 	return nil
 }
 
-// compareKeys compares two raw (escaped) Member names by the UTF-16 code
+// compareKeys compares two raw (escaped) member names by the UTF-16 code
 // units of their values, as RFC 8785 §3.2.3 orders them.
 func compareKeys(a, b []byte) int {
 	if isPlain(a) && isPlain(b) {
