@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"io/fs"
@@ -33,14 +34,29 @@ func readInputMax(path string, limit int64) ([]byte, error) {
 	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > limit {
 		return nil, &fs.PathError{Op: "read", Path: path, Err: errTooLarge(limit)}
 	}
-	data, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, err
+	// In chunks kept as read (doubling from 64 KiB up to 4 MiB), joined at
+	// the end: each byte is written once, not copied again at every growth
+	// of one slice (an endless device costs its 64 MiB once).
+	var chunks [][]byte
+	var n int64
+	for n <= limit {
+		c := make([]byte, min(max(64<<10, n), 4<<20, limit+1-n))
+		k, err := io.ReadFull(f, c)
+		chunks, n = append(chunks, c[:k]), n+int64(k)
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
-	if int64(len(data)) > limit {
+	if n > limit {
 		return nil, &fs.PathError{Op: "read", Path: path, Err: errTooLarge(limit)}
 	}
-	return data, nil
+	if len(chunks) == 1 {
+		return chunks[0], nil
+	}
+	return bytes.Join(chunks, nil), nil
 }
 
 func errTooLarge(limit int64) error {
