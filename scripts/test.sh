@@ -66,14 +66,33 @@ if git grep -qE '^//go:build.*!peers' -- '*.go'; then
   tagsets=("-tags=" "-tags=peers")
 fi
 
-step "go vet"
-for tags in "${tagsets[@]}"; do go vet "$tags" ./...; done
+summary=$(mktemp -d)
+lint=""
+cleanup() {
+  # The tool it runs (go vet or staticcheck) ends by itself: not waited for.
+  if [ -n "$lint" ]; then kill "$lint" 2>/dev/null || true; fi
+  rm -rf "$summary"
+}
+trap cleanup EXIT
 
-step "staticcheck"
+step "go vet and staticcheck, alongside the steps below"
+# They use the cores while the conformance suite and the test packages
+# mostly wait (on children, the network, timers). Their output is printed
+# at the end, before the last line, and a finding fails the run there.
 # Zero findings, test files and the peers tag included. go-sdk's logging,
 # sampling and roots deprecations (SEP-2577) have no replacement: the files
 # that relay them say so with //lint:file-ignore SA1019.
-for tags in "${tagsets[@]}"; do "$CMCP_STATICCHECK" "$tags" ./...; done
+(
+  trap 'echo $? >"$summary/lint.tmp" && mv "$summary/lint.tmp" "$summary/lint.status"' EXIT
+  set -e
+  t0=$SECONDS
+  for tags in "${tagsets[@]}"; do go vet "$tags" ./...; done
+  echo "-- go vet: $((SECONDS - t0)) s"
+  t0=$SECONDS
+  for tags in "${tagsets[@]}"; do "$CMCP_STATICCHECK" "$tags" ./...; done
+  echo "-- staticcheck: $((SECONDS - t0)) s"
+) >"$summary/lint.log" 2>&1 &
+lint=$!
 
 step "MCP conformance suite against cmcp serve"
 bash scripts/conformance.sh
@@ -82,8 +101,6 @@ step "go test"
 # go test -json through scripts/testsummary.go: the output of go test
 # without -v, then one last line "N passed, N failed". -timeout 25m: a
 # package of timing tests on a loaded 2-core machine ran past the default 10m.
-summary=$(mktemp -d)
-trap 'rm -rf "$summary"' EXIT
 go build -o "$summary/testsummary" scripts/testsummary.go
 # go test starts the test binaries in the order the packages are named, -p
 # (the cores) at a time: the longest packages are named first, so that the
@@ -93,4 +110,20 @@ first=()
 for d in internal/gateway internal/server pkg/auditlog internal/cli . internal/upstream internal/policy pkg/digest internal/replay; do
   if [ -d "$d" ]; then first+=("./$d"); fi
 done
-go test -race -count=1 -timeout 25m -tags peers -json "${first[@]}" ./... | "$summary/testsummary" -started "$started"
+{
+  set +e
+  go test -race -count=1 -timeout 25m -tags peers -json "${first[@]}" ./...
+  status=$?
+  # testsummary prints lines that are not test events as they are; a
+  # failed go vet or staticcheck counts as one failure.
+  # (Not wait: this pipeline's shell is not their parent.)
+  echo "== go vet and staticcheck"
+  while [ ! -e "$summary/lint.status" ] && kill -0 "$lint" 2>/dev/null; do sleep 1; done
+  lint_status=$(cat "$summary/lint.status" 2>/dev/null || echo "unknown: killed")
+  cat "$summary/lint.log"
+  if [ "$lint_status" != 0 ]; then
+    echo "go vet or staticcheck failed (exit $lint_status): see above"
+    echo '{"Action":"fail","Package":"go vet and staticcheck"}'
+  fi
+  exit "$status"
+} | "$summary/testsummary" -started "$started"
