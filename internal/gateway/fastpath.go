@@ -19,7 +19,6 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/front/httpfront"
 	"github.com/confidential-mcp/cmcp/internal/front/stdiofront"
 	"github.com/confidential-mcp/cmcp/internal/rpcwire"
-	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 )
 
@@ -171,12 +170,12 @@ func encodeResponse(id jsonrpc.ID, result json.RawMessage, err error) []byte {
 }
 
 // stdioFast is the stdio front's fast path: it takes tools/call requests
-// of an initialised session, returning the call to run (the read loop runs
-// it), and the cancellations of those calls; it reports whether it took
-// the request.
-func (s *session) stdioFast(c *stdiofront.Conn) func(*jsonrpc.Request) (bool, func(func())) {
+// of an initialised session, returning the call to run (a worker of the
+// connection runs it while the agent's next messages are read), and the
+// cancellations of those calls; it reports whether it took the request.
+func (s *session) stdioFast(c *stdiofront.Conn) func(*jsonrpc.Request) (bool, func()) {
 	calls := &s.fast
-	return func(req *jsonrpc.Request) (bool, func(func())) {
+	return func(req *jsonrpc.Request) (bool, func()) {
 		switch req.Method {
 		case "notifications/cancelled":
 			return !req.IsCall() && calls.cancel(req.Params), nil
@@ -202,7 +201,7 @@ func (s *session) stdioFast(c *stdiofront.Conn) func(*jsonrpc.Request) (bool, fu
 		// pipeline returns: shutdown, and the session's end, wait for both.
 		s.g.inflight.Add(1)
 		s.answering.Add(1)
-		return true, func(resume func()) {
+		return true, func() {
 			defer s.g.inflight.Done()
 			defer cancel()
 			// Out of the in-flight table before the answer is written: the
@@ -211,7 +210,7 @@ func (s *session) stdioFast(c *stdiofront.Conn) func(*jsonrpc.Request) (bool, fu
 			done := sync.OnceFunc(func() { calls.remove(req.ID) })
 			defer done()
 			var appendResult func(undelivered string)
-			res, err := s.relay(upstream.WithWaiting(context.WithValue(cctx, stdioKey{}, c), resume), call, &appendResult)
+			res, err := s.relay(context.WithValue(cctx, stdioKey{}, c), call, &appendResult)
 			done()
 			// Cancelled by the agent: no response. Cut by the session's
 			// end: err says why, and the connection is still open.

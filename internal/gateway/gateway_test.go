@@ -1104,7 +1104,7 @@ func TestFastPathResponseShapes(t *testing.T) {
 
 // TestStdioReadsWhileACallWaits: over stdio, the agent's next messages are
 // read and answered while a call waits for its upstream to start (the
-// reader resumes before a call's slow steps, or after resumeAfter): a ping
+// call runs in a worker while the reader goes on): a ping
 // is answered while the call's child is held at its start, and the call
 // only after the child is let go.
 func TestStdioReadsWhileACallWaits(t *testing.T) {

@@ -17,7 +17,7 @@ import (
 	"io"
 	"strings"
 	"sync"
-	"time"
+	"sync/atomic"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -28,9 +28,9 @@ import (
 // maxAgentLine bounds one message from a stdio agent.
 const maxAgentLine = 16 << 20
 
-// resumeAfter bounds how long a fast call holds up reading the agent's
-// next messages before it is on its way to the upstream.
-const resumeAfter = 200 * time.Microsecond
+// maxIdleWorkers bounds the goroutines kept waiting for the next fast
+// call of a connection (more run while more calls are in flight).
+const maxIdleWorkers = 8
 
 // Transport is the transport of `cmcp serve --stdio`: newline-delimited
 // JSON-RPC with the agent on the other end. Unlike an upstream's stdout, a
@@ -40,10 +40,10 @@ type Transport struct {
 	In  io.ReadCloser
 	Out io.WriteCloser
 	// Fast, if set, returns the fast path of the connection: it sees every
-	// request first and reports whether it took it, with the work to run
-	// for it, if any (the gateway's fastpath.go). The work calls resume once it no
-	// longer needs to hold up reading.
-	Fast func(*Conn) func(*jsonrpc.Request) (bool, func(resume func()))
+	// request first, in the order read, and reports whether it took it,
+	// with the work to run for it, if any (the gateway's fastpath.go),
+	// which runs while the next messages are read.
+	Fast func(*Conn) func(*jsonrpc.Request) (bool, func())
 	// Passed, if set, sees every request the fast path did not take, just
 	// before go-sdk gets it.
 	Passed func(*jsonrpc.Request)
@@ -67,7 +67,8 @@ type Transport struct {
 
 // Connect starts reading the agent's lines.
 func (t *Transport) Connect(context.Context) (mcp.Connection, error) {
-	c := &Conn{t: t, Inbox: rpcwire.NewInbox(), unanswered: t.Unanswered}
+	c := &Conn{t: t, Inbox: rpcwire.NewInbox(), unanswered: t.Unanswered, in: pollableReader(t.In), out: pollableWriter(t.Out),
+		work: make(chan func()), closed: make(chan struct{})}
 	if c.unanswered == nil {
 		c.unanswered = &Unanswered{}
 	}
@@ -81,25 +82,30 @@ func (t *Transport) Connect(context.Context) (mcp.Connection, error) {
 // Conn is the connection to the agent.
 type Conn struct {
 	t              *Transport
-	*rpcwire.Inbox // Read
+	*rpcwire.Inbox                // Read
+	in             io.ReadCloser  // t.In, reopened by pollableReader if it could be
+	out            io.WriteCloser // t.Out, reopened by pollableWriter if it could be
 	wmu            sync.Mutex
-	fast           func(*jsonrpc.Request) (bool, func(resume func()))
+	fast           func(*jsonrpc.Request) (bool, func())
 	unanswered     *Unanswered
+	// work hands a fast call to a waiting worker; idle counts them.
+	work      chan func()
+	idle      atomic.Int32
+	closed    chan struct{}
+	closeOnce sync.Once
 }
 
 func (c *Conn) readLoop() {
-	c.read(bufio.NewReaderSize(c.t.In, 64<<10), 1)
+	c.read(bufio.NewReaderSize(c.in, 64<<10), 1)
 }
 
-// read reads lines from br (line n next) until the stream ends. When the
-// fast path takes a call, this goroutine runs the call and reading goes on
-// in a new goroutine: the call starts at once, instead of waiting for the
-// scheduler while this goroutine sits in a blocking read of the agent's
-// stdin (at one call at a time that wait was about 12 µs of the gateway's
-// added latency). The new reader starts once the call is on its way to
-// the upstream (upstream.WithWaiting), so that starting it is not on the
-// call's path either, or after resumeAfter if the call takes longer to
-// get there (a policy refusal, an upstream to start, a slow disk).
+// read reads lines from br (line n next) until the stream ends. A call the
+// fast path takes runs in a worker goroutine (dispatch) while reading goes
+// on, so that the agent's next messages (a cancellation, a ping, more
+// calls) are read while it waits for its upstream. The agent's input is
+// read through the poller where it can be (pollableReader): this
+// goroutine then waits parked, and the worker it just handed a call to
+// runs at once on the same thread.
 func (c *Conn) read(br *bufio.Reader, n int) {
 	for ; ; n++ {
 		line, tooLong, err := readLine(br, maxAgentLine)
@@ -133,19 +139,13 @@ func (c *Conn) read(br *bufio.Reader, n int) {
 				if took, run := c.fast(req); took {
 					if run != nil {
 						mine := c.unanswered.read(req.ID)
-						next := n + 1
-						resume := sync.OnceFunc(func() { go c.read(br, next) })
-						t := time.AfterFunc(resumeAfter, resume)
-						run(func() {
-							t.Stop()
-							resume()
+						id := req.ID
+						c.dispatch(func() {
+							run()
+							if mine { // a duplicate id leaves the first request's entry alone
+								c.unanswered.answered(id) // or cancelled by the agent: no answer is due
+							}
 						})
-						if mine { // a duplicate id leaves the first request's entry alone
-							c.unanswered.answered(req.ID) // or cancelled by the agent: no answer is due
-						}
-						t.Stop()
-						resume()
-						return
 					}
 					continue
 				}
@@ -168,6 +168,34 @@ func (c *Conn) read(br *bufio.Reader, n int) {
 			c.t.AgentReqs.answered(r.ID)
 		}
 		if !c.Deliver(msg) {
+			return
+		}
+	}
+}
+
+// dispatch runs a fast call in a worker: one waiting for work if there is
+// one, else a new one. A worker waits for the next call once it is done
+// (up to maxIdleWorkers of them: the goroutine and its grown stack are
+// reused, instead of a new goroutine per call).
+func (c *Conn) dispatch(run func()) {
+	select {
+	case c.work <- run:
+	default:
+		go c.worker(run)
+	}
+}
+
+func (c *Conn) worker(run func()) {
+	for {
+		run()
+		if c.idle.Add(1) > maxIdleWorkers {
+			c.idle.Add(-1)
+			return
+		}
+		select {
+		case run = <-c.work:
+			c.idle.Add(-1)
+		case <-c.closed:
 			return
 		}
 	}
@@ -467,7 +495,7 @@ func (c *Conn) reject(id json.RawMessage, code int64, msg string) {
 func (c *Conn) WriteLine(b []byte) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	_, err := c.t.Out.Write(append(b, '\n'))
+	_, err := c.out.Write(append(b, '\n'))
 	return err
 }
 
@@ -502,10 +530,11 @@ func (c *Conn) Read(ctx context.Context) (jsonrpc.Message, error) {
 }
 
 func (c *Conn) Close() error {
+	c.closeOnce.Do(func() { close(c.closed) })
 	c.unanswered.close()
 	if c.Inbox.Close() {
-		c.t.In.Close()
-		c.t.Out.Close()
+		c.in.Close()
+		c.out.Close()
 	}
 	return nil
 }
