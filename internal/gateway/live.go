@@ -53,6 +53,9 @@ type live struct {
 	subs map[string]map[*session]bool
 
 	nextTok atomic.Uint64
+	// refill, on a warm spare just handed out, makes its replacement:
+	// called once its first call is answered (see spares.Funcs.RefillAfter).
+	refill atomic.Pointer[func()]
 }
 
 // pending is a forwarded request whose server-to-client traffic (progress,

@@ -98,6 +98,19 @@ func (s *session) relay(ctx context.Context, params toolCall, after *func(undeli
 	g.metricCall(st.name, c.rec.Decision, result.Outcome, time.Since(c.start))
 	s.callsChanged() // the call may change what list_tools allows this session
 	c.appendResult(result, after)
+	if refill := lv.refill.Swap(nil); refill != nil {
+		// The first call to a warm spare: its replacement is made once
+		// the answer is on its way.
+		if after != nil && *after != nil {
+			answered := *after
+			*after = func(undelivered string) {
+				answered(undelivered)
+				(*refill)()
+			}
+		} else {
+			(*refill)()
+		}
+	}
 	return out, outErr
 }
 

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/confidential-mcp/cmcp/internal/spares"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
@@ -25,7 +26,9 @@ import (
 // refilled in the background, only while the HTTP front's open sessions
 // and the spares together stay below its session bound
 // (server.max_sessions; serve --stdio, one session per process, makes
-// none); DrainSpares (a reload) drops every spare, and
+// none), a spare's replacement once the spare's first call is answered
+// (or spareRefillAfter after it was taken); DrainSpares (a reload) drops
+// every spare, and
 // Shutdown drops them before the log is sealed.
 //
 // A spare is initialised before its agent is known: it offers the
@@ -54,11 +57,18 @@ func (g *Gateway) startSpares() {
 				}
 				return lv.conn.Changed()
 			},
-			Reserve: g.reserveSpare,
-			Release: func() { g.spareCount.Add(-1) },
+			Reserve:     g.reserveSpare,
+			Release:     func() { g.spareCount.Add(-1) },
+			RefillAfter: spareRefillAfter,
 		})
 	}
 }
+
+// spareRefillAfter bounds how long the replacement of a warm spare handed
+// out waits for the spare's first call to be answered. Spawning it at
+// once made the fresh child's first answer (its code still cold) wait
+// for the CPU the spawn took.
+const spareRefillAfter = 100 * time.Millisecond
 
 // reserveSpare takes room for one more spare: the HTTP front's open
 // sessions and the spares of every upstream together stay below its
@@ -92,6 +102,8 @@ func (st *upState) takeSpare(ctx context.Context, s *session) *live {
 	}
 	lv.owner.Store(s)
 	lv.conn.Assign(s.id)
+	refill := st.spares.Fill
+	lv.refill.Store(&refill)
 	err := st.g.record(ctx, &auditlog.Upstream{Name: st.name, Transport: st.transport(), Endpoint: lv.conn.Ref, EvidenceClass: lv.conn.Class,
 		Session: s.id, Event: "assigned", Reason: "a warm spare, started and recorded before the session, now serves it alone"})
 	if err != nil {

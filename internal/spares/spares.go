@@ -29,6 +29,11 @@ type Funcs[T any] struct {
 	// out or dropped, or its Make failed.
 	Reserve func() bool
 	Release func()
+	// RefillAfter, if set, delays the replacement of a spare Take hands
+	// out by up to that long, unless Fill is called first (by the taker,
+	// once its first use of the spare is over): made at once, the
+	// replacement competes for the CPU with that first use.
+	RefillAfter time.Duration
 }
 
 // Backoff bounds of the refill after a failed Make: the first retry waits
@@ -66,9 +71,19 @@ func New[T any](n int, fn Funcs[T]) *Pool[T] {
 }
 
 // Take hands out the oldest ready spare, if any (never one it handed out
-// before), and starts making its replacement.
+// before), and starts making its replacement: at once if there was none,
+// else by Funcs.RefillAfter at the latest.
 func (p *Pool[T]) Take() (T, bool) {
-	defer p.Fill()
+	v, ok := p.take()
+	if ok && p.fn.RefillAfter > 0 {
+		time.AfterFunc(p.fn.RefillAfter, p.Fill)
+	} else {
+		p.Fill()
+	}
+	return v, ok
+}
+
+func (p *Pool[T]) take() (T, bool) {
 	for {
 		p.mu.Lock()
 		if len(p.ready) == 0 || p.closed {

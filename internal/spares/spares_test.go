@@ -225,3 +225,40 @@ func TestCloseDropsAndCutsSpares(t *testing.T) {
 		t.Fatal("took a spare after Close")
 	}
 }
+
+// TestRefillWaitsForTheTaker: with RefillAfter, taking a spare does not
+// start its replacement (which would compete for the CPU with the spare's
+// first use): the taker's Fill does, or RefillAfter. Without a ready
+// spare, Take starts one at once.
+func TestRefillWaitsForTheTaker(t *testing.T) {
+	var l ledger
+	fn := l.funcs(nil)
+	fn.RefillAfter = time.Hour
+	p := New(2, fn)
+	defer p.Close("test done")
+	waitFor(t, "2 ready", func() bool { return p.Ready() == 2 })
+	making := func() int {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.making + len(p.ready)
+	}
+	if _, ok := p.Take(); !ok {
+		t.Fatal("no spare")
+	}
+	if n := making(); n != 1 {
+		t.Fatalf("%d spares ready or being made right after a Take, want 1: the replacement did not wait", n)
+	}
+	p.Fill() // the taker's first use is over
+	waitFor(t, "the replacement", func() bool { return p.Ready() == 2 })
+	for range 2 {
+		if _, ok := p.Take(); !ok {
+			t.Fatal("no spare")
+		}
+	}
+	if _, ok := p.Take(); ok {
+		t.Fatal("a third spare out of a pool of 2 with no refill")
+	}
+	if n := making(); n == 0 {
+		t.Fatal("a Take that found no spare did not start one")
+	}
+}
