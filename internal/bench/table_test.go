@@ -60,8 +60,9 @@ import (
 // its comma-separated words, and the direct ones), BENCH_GW_ENV (variables
 // added to the gateways' environment, e.g. "GOGC=100"), BENCH_CMCP (a cmcp
 // binary to run instead of this checkout's), BENCH_CMCP_BEFORE (an earlier
-// cmcp binary whose HTTP, per-session and shared stdio rows and serve
-// --stdio row join the same run, for a before/after pair).
+// cmcp binary whose HTTP, per-session (with and without warm spares) and
+// shared stdio rows and serve --stdio row join the same run, for a
+// before/after pair).
 func BenchmarkTable(b *testing.B) {
 	rounds := envInt(b, "BENCH_ROUNDS", 3)
 	calls := envInt(b, "BENCH_CALLS", 1000)
@@ -161,7 +162,8 @@ func BenchmarkTable(b *testing.B) {
 		// An earlier build in the same run, for a before/after pair.
 		gws = append(gws, struct{ bin, name, upYAML string }{before, "before: cmcp, HTTP upstream", httpUp},
 			struct{ bin, name, upYAML string }{before, "before: cmcp, stdio upstream (per-session)", stdioUp},
-			struct{ bin, name, upYAML string }{before, "before: cmcp, stdio upstream (shared)", stdioUp + "    lifecycle: shared\n"})
+			struct{ bin, name, upYAML string }{before, "before: cmcp, stdio upstream (shared)", stdioUp + "    lifecycle: shared\n"},
+			struct{ bin, name, upYAML string }{before, "before: cmcp, stdio upstream (per-session, warm spares)", stdioUp + "    warm_spares: 2\n"})
 	}
 	for _, g := range gws {
 		if !keep(g.name) {
