@@ -106,3 +106,22 @@ func BenchmarkDecide50Memo(b *testing.B) {
 		b.Fatal("no hits")
 	}
 }
+
+// BenchmarkDecideAllowList is the decision internal/bench's table makes
+// for every call (examples/policy/allow-list, the agent in group ops):
+// the policy's share of the floor under serve --stdio's added latency.
+func BenchmarkDecideAllowList(b *testing.B) {
+	bu, err := Load(context.Background(), "../../examples/policy/allow-list", LoadOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := base()
+	r.Agent, r.Groups, r.Upstream, r.Tool, r.ToolName = "bench", []string{"ops"}, "echo", "echo", "echo"
+	r.Arguments = []byte(`{"text":"hello"}`)
+	if d := bu.Decide(&r); !d.Allow {
+		b.Fatalf("not allowed: %+v", d)
+	}
+	for b.Loop() {
+		bu.Decide(&r)
+	}
+}
