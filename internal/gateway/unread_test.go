@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -60,6 +61,30 @@ type slowReader struct {
 
 func (s slowReader) Read(p []byte) (int, error) {
 	time.Sleep(s.pause)
+	return s.r.Read(p[:min(len(p), s.step)])
+}
+
+// pacedReader reads at most step bytes every pause, by the clock: once
+// started, a read waits for its slot in the schedule, and one late (the
+// reader descheduled, collecting garbage) is followed at once by the next,
+// at most two pauses behind.
+type pacedReader struct {
+	r     io.Reader
+	step  int
+	pause time.Duration
+	next  time.Time // zero: not started, not paced
+}
+
+func (s *pacedReader) start() { s.next = time.Now() }
+
+func (s *pacedReader) Read(p []byte) (int, error) {
+	if !s.next.IsZero() {
+		now := time.Now()
+		if s.next = s.next.Add(s.pause); s.next.Before(now.Add(-2 * s.pause)) {
+			s.next = now.Add(-2 * s.pause)
+		}
+		time.Sleep(s.next.Sub(now))
+	}
 	return s.r.Read(p[:min(len(p), s.step)])
 }
 
@@ -153,23 +178,35 @@ func TestUnreadAnswerEndsItsSession(t *testing.T) {
 		// blocked write went on only once about a third of that had
 		// drained, which a reader at this pace takes longer than the
 		// stall bound to read, and the answer was cut part way.
+		//
+		// Those are the gateway's send buffers. The agent's receive
+		// buffer is set (256 KiB, which ends its autotuning): one
+		// autotuned up to tcp_rmem's 32 MiB keeps its window shut until
+		// a sixteenth of it is free again (the receiver's silly window
+		// avoidance), a second at this pace, and the answer was cut at
+		// the same byte (2,830,336) in most runs on a loaded machine,
+		// by the reader's kernel, not the gateway's.
 		const stall = 500 * time.Millisecond
 		h := newHarness(t, hconf{idle: 2 * time.Second, stall: stall})
 		cs := h.connect("", nil)
 		addr := h.srv.Listener.Addr().String()
-		conn, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
+		conn := dialWindow(t, addr, 256<<10)
 		postOn(t, conn, addr, cs.ID(), bigEchoCall("steady", 700_000)) // about 8.4 MB
-		// 64 KiB every 60 ms (about 1 MB/s): never a stall bound without
-		// reading.
-		resp, err := http.ReadResponse(bufio.NewReaderSize(slowReader{r: conn, step: 64 << 10, pause: 60 * time.Millisecond}, 64<<10), nil)
+		// 64 KiB every 60 ms (about 1 MB/s) once the answer begins: never
+		// a stall bound without reading. The pace is kept by the clock
+		// (pacedReader), and the body read into a buffer that needs no
+		// growing: on a loaded machine a reader that slept 60 ms after
+		// each read, and copied megabytes as io.ReadAll grew its buffer,
+		// fell to a third of that pace, and stopped for up to a second.
+		pr := &pacedReader{r: conn, step: 64 << 10, pause: 60 * time.Millisecond}
+		resp, err := http.ReadResponse(bufio.NewReaderSize(pr, 64<<10), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := io.ReadAll(resp.Body)
+		pr.start()
+		body := bytes.NewBuffer(make([]byte, 0, 9<<20))
+		_, err = body.ReadFrom(resp.Body)
+		b := body.Bytes()
 		if err != nil || resp.StatusCode != 200 || !strings.Contains(string(b), `"id":"steady"`) || !strings.Contains(string(b), `"result"`) || len(b) < 8_000_000 {
 			t.Fatalf("steady reader got %d, %d bytes, %v", resp.StatusCode, len(b), err)
 		}
