@@ -32,7 +32,10 @@ func TestMain(m *testing.M) {
 		runChild(mode)
 		return
 	}
-	os.Exit(m.Run())
+	cleanup := gwtest.BuildChild()
+	code := m.Run()
+	cleanup()
+	os.Exit(code)
 }
 
 type hconf struct {

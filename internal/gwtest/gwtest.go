@@ -1,6 +1,7 @@
 // Package gwtest is the test kit the gateway's, the server assembly's, the
 // upstream connections' and the CLI's tests share: the test binary as a
-// real upstream MCP server (RunChild) and its pin (SelfDigest), a gate in
+// real upstream MCP server (RunChild; built without -race for that,
+// BuildChild) and its pin (SelfDigest), a gate in
 // front of its start (SlowStart), the audit records a test reads back,
 // waiting for an event (Eventually, WaitGoroutine), small client helpers
 // and a writer safe for a child's output (LockedWriter).
@@ -24,14 +25,17 @@ import (
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
-// SelfDigest is the path and pin of the test binary, which is also the
-// upstream. The binary does not change while its tests run: it is hashed
-// once per process (tens of MB under -race, once per harness before).
+// SelfDigest is the path and pin of the test upstream's binary: the test
+// package built without -race (BuildChild), or the test binary itself.
+// The binary does not change while the tests run: it is hashed once per
+// process (tens of MB, once per harness before).
 func SelfDigest(t testing.TB) (string, digest.Digest) {
 	t.Helper()
 	self.once.Do(func() {
-		if self.exe, self.err = os.Executable(); self.err != nil {
-			return
+		if self.exe = child.exe; self.exe == "" {
+			if self.exe, self.err = os.Executable(); self.err != nil {
+				return
+			}
 		}
 		var f *os.File
 		if f, self.d, self.err = digest.OpenFile(self.exe); self.err == nil {

@@ -7,8 +7,10 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/gwtest"
 )
 
-// The test binary doubles as the upstream MCP server (gwtest.RunChild)
-// and, for the crash tests, as a gateway process (runGatewayProcess).
+// The test binary doubles as the upstream MCP server (gwtest.RunChild;
+// built once more without -race for that, gwtest.BuildChild) and, for the
+// crash tests, as a gateway process (runGatewayProcess), which keeps the
+// race detector.
 func TestMain(m *testing.M) {
 	if mode := os.Getenv(gwtest.ChildEnv); mode != "" {
 		gwtest.RunChild(mode)
@@ -18,5 +20,8 @@ func TestMain(m *testing.M) {
 		runGatewayProcess(cfg)
 		return
 	}
-	os.Exit(m.Run())
+	cleanup := gwtest.BuildChild()
+	code := m.Run()
+	cleanup()
+	os.Exit(code)
 }
