@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
 // TestEachStartSignsWithANewKey: every start of the gateway opens a new
@@ -42,9 +43,21 @@ upstreams:
 	if geneses[0].Key == geneses[1].Key || geneses[0].Key == "" {
 		t.Fatalf("both starts signed with key %q", geneses[0].Key)
 	}
+	// The gateway here is the test binary (Serve runs in it); the child
+	// is the package built without -race (gwtest.BuildChild), or the
+	// test binary too.
+	gw, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, want, err := digest.OpenFile(gw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
 	for i, g := range geneses {
-		if !g.Gateway.Binary.Equal(pin) { // the test binary is the gateway here, and the child
-			t.Fatalf("genesis %d names binary %s, want %s", i+1, g.Gateway.Binary, pin)
+		if !g.Gateway.Binary.Equal(want) {
+			t.Fatalf("genesis %d names binary %s, want %s", i+1, g.Gateway.Binary, want)
 		}
 	}
 	if p := geneses[1].Predecessor; p == nil || p.Epoch != 1 || p.Origin != geneses[0].Origin {
