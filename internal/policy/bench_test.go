@@ -23,7 +23,7 @@ func bench50(b *testing.B) *Bundle {
 		fmt.Fprintf(&p, "@id(\"agent-%d\") permit (principal == Agent::\"agent-%d\", action, resource in Upstream::\"up%d\");\n", i, i, i)
 		fmt.Fprintf(&p, "@id(\"group-%d\") permit (principal in Group::\"g%d\", action == Action::\"call_tool\", resource == Tool::\"up%d__t\");\n", i, i, i)
 		fmt.Fprintf(&p, "@id(\"path-%d\") forbid (principal, action == Action::\"call_tool\", resource in Upstream::\"up%d\") when { context.arguments has path && !(context.arguments.path like \"/srv/%d/*\") };\n", i, i, i)
-		fmt.Fprintf(&p, "@id(\"class-%d\") forbid (principal in Group::\"g%d\", action, resource) when { resource.evidence_class == \"spawn-unmeasured\" || (resource.annotations.destructiveHint && context.session.calls > %d) };\n", i, i, 100+i)
+		fmt.Fprintf(&p, "@id(\"class-%d\") forbid (principal in Group::\"g%d\", action in [Action::\"call_tool\", Action::\"list_tools\"], resource) when { resource.evidence_class == \"spawn-unmeasured\" || (resource.annotations.destructiveHint && context.session.calls > %d) };\n", i, i, 100+i)
 		fmt.Fprintf(&p, "@id(\"session-%d\") forbid (principal, action, resource == Tool::\"up%d__post\") when { context.session.tools_used.contains(\"up%d__read\") };\n", i, i, i)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "schema.cedarschema"), sch, 0o644); err != nil {
