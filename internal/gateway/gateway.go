@@ -504,9 +504,9 @@ func (g *Gateway) sessionList() []*session {
 	return out
 }
 
-// shutdownLinger is how long a drain waits after the calls it drained,
+// ShutdownLinger is how long a drain waits after the calls it drained,
 // before the sessions end.
-const shutdownLinger = 200 * time.Millisecond
+const ShutdownLinger = 200 * time.Millisecond
 
 // drain refuses new calls (-32068) and waits until the calls in flight are
 // done, or ctx ends; it reports whether they are done. After calls it
@@ -524,7 +524,7 @@ func (g *Gateway) drain(ctx context.Context) bool {
 	}
 	if drained {
 		select {
-		case <-time.After(shutdownLinger):
+		case <-time.After(ShutdownLinger):
 		case <-ctx.Done():
 		}
 	}

@@ -745,11 +745,23 @@ func (s *serve) drainHTTP(hs *http.Server, posts *atomic.Int64) error {
 	defer cancel()
 	s.g.BeginDrain()
 	go hs.Shutdown(sctx) // stop accepting; idle connections close
+	waited := false
 	for posts.Load() > 0 && sctx.Err() == nil {
+		waited = true
 		time.Sleep(20 * time.Millisecond)
 	}
 	if n := posts.Load(); n > 0 {
 		s.logger.Warn("shutdown grace over with requests still in flight; cutting them", "requests", n)
+	} else if waited {
+		// The answers of the requests waited for are written, but each
+		// agent reads its own on its own connection; ending the sessions
+		// now would close their notification streams, which a client may
+		// see first and fail the call it was about to read (the gateway's
+		// drain lingers the same way after calls it waited for itself).
+		select {
+		case <-time.After(gateway.ShutdownLinger):
+		case <-sctx.Done():
+		}
 	}
 	err := s.g.Shutdown(sctx)
 	hs.Close() // the remaining notification streams, and idle connections
