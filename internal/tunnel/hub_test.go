@@ -265,23 +265,7 @@ func TestCancelledWriteKeepsTheTunnel(t *testing.T) {
 	hub, url := newHub(t, tunnel.Options{})
 	r := dialRogue(t, url, "m1")
 	m := waitLive(t, hub, "m1")
-	opened := make(chan *tunnel.Session, 1)
-	go func() {
-		s, err := m.Open(context.Background())
-		if err != nil {
-			t.Error(err)
-		}
-		opened <- s
-	}()
-	f := r.recv()
-	if f.T != wire.TOpen {
-		t.Fatalf("got %+v, want an open frame", f)
-	}
-	r.send(&wire.Frame{T: wire.TOpened, S: f.S})
-	s := <-opened
-	if s == nil {
-		t.FailNow()
-	}
+	s := openRogueSession(t, m, r)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if err := s.Write(ctx, []byte(`{"jsonrpc":"2.0","method":"notifications/first"}`)); err == nil {
@@ -308,23 +292,7 @@ func TestStalledTunnelDropped(t *testing.T) {
 	hub, url := newHub(t, tunnel.Options{Heartbeat: time.Minute, WriteTimeout: time.Second})
 	r := dialRogue(t, url, "m1")
 	m := waitLive(t, hub, "m1")
-	opened := make(chan *tunnel.Session, 1)
-	go func() {
-		s, err := m.Open(context.Background())
-		if err != nil {
-			t.Error(err)
-		}
-		opened <- s
-	}()
-	f := r.recv()
-	if f.T != wire.TOpen {
-		t.Fatalf("got %+v, want an open frame", f)
-	}
-	r.send(&wire.Frame{T: wire.TOpened, S: f.S})
-	s := <-opened
-	if s == nil {
-		t.FailNow()
-	}
+	s := openRogueSession(t, m, r)
 	// The rogue reads nothing more: the writes fill the socket buffers,
 	// then one waits.
 	big := []byte(`{"jsonrpc":"2.0","method":"notifications/message","params":{"data":"` + strings.Repeat("x", 1<<20) + `"}}`)
@@ -362,4 +330,28 @@ func TestStalledTunnelDropped(t *testing.T) {
 	if d := time.Since(start); d > 20*time.Second {
 		t.Fatalf("dropped after %v, want about the write timeout", d)
 	}
+}
+
+// openRogueSession opens a session on m, answering the open frame from
+// the rogue connector r, and returns the gateway's end of it.
+func openRogueSession(t *testing.T, m *tunnel.Machine, r *rogue) *tunnel.Session {
+	t.Helper()
+	opened := make(chan *tunnel.Session, 1)
+	go func() {
+		s, err := m.Open(context.Background())
+		if err != nil {
+			t.Error(err)
+		}
+		opened <- s
+	}()
+	f := r.recv()
+	if f.T != wire.TOpen {
+		t.Fatalf("got %+v, want an open frame", f)
+	}
+	r.send(&wire.Frame{T: wire.TOpened, S: f.S})
+	s := <-opened
+	if s == nil {
+		t.FailNow()
+	}
+	return s
 }
