@@ -193,16 +193,7 @@ func bareRelay(b *testing.B, server string) []func() error {
 	tr.MaxIdleConnsPerHost = n
 	relayClient := &http.Client{Transport: tr}
 	// The relay: one WebSocket; message = session index byte + body.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	rs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c, err := websocket.Accept(w, r, nil)
-		if err != nil {
-			return
-		}
-		c.SetReadLimit(-1)
+	c := wsHop(b, func(c *websocket.Conn) {
 		ins := make([]chan []byte, n)
 		for i := range ins {
 			ins[i] = make(chan []byte, 16)
@@ -231,15 +222,7 @@ func bareRelay(b *testing.B, server string) []func() error {
 			}
 			ins[m[0]] <- m[1:]
 		}
-	})}
-	go rs.Serve(ln)
-	b.Cleanup(func() { rs.Close() })
-	c, _, err := websocket.Dial(ctx, "ws://"+ln.Addr().String()+"/", nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	c.SetReadLimit(-1)
-	b.Cleanup(func() { c.CloseNow() })
+	})
 	outs := make([]chan []byte, n)
 	for i := range outs {
 		outs[i] = make(chan []byte, 1)
@@ -318,16 +301,7 @@ func floorTunnel(b *testing.B, server string) []func() error {
 		return err
 	}
 	// The relay.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	rs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c, err := websocket.Accept(w, r, nil)
-		if err != nil {
-			return
-		}
-		c.SetReadLimit(-1)
+	c := wsHop(b, func(c *websocket.Conn) {
 		var timers sync.Pool
 		var mu sync.Mutex
 		ins := map[string]chan []byte{}
@@ -395,16 +369,7 @@ func floorTunnel(b *testing.B, server string) []func() error {
 				return
 			}
 		}
-	})}
-	go rs.Serve(ln)
-	b.Cleanup(func() { rs.Close() })
-	// The gateway's end.
-	c, _, err := websocket.Dial(ctx, "ws://"+ln.Addr().String()+"/", nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	c.SetReadLimit(-1)
-	b.Cleanup(func() { c.CloseNow() })
+	})
 	type session struct {
 		id      string
 		mu      sync.Mutex
@@ -624,4 +589,31 @@ func BenchmarkTunnelReconnect(b *testing.B) {
 	g2 := startGateway(b, addr, o)
 	waitCount(b, g2.hub, n, 2*time.Minute)
 	b.ReportMetric(float64(time.Since(t0).Milliseconds()), "ms-until-all-100-routable")
+}
+
+// wsHop is one bare WebSocket connection on loopback, both ends reading
+// without a limit: relay serves the accepting end (it returns when the
+// connection ends), and the dialling end is returned.
+func wsHop(b *testing.B, relay func(c *websocket.Conn)) *websocket.Conn {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	rs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		c.SetReadLimit(-1)
+		relay(c)
+	})}
+	go rs.Serve(ln)
+	b.Cleanup(func() { rs.Close() })
+	c, _, err := websocket.Dial(context.Background(), "ws://"+ln.Addr().String()+"/", nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	c.SetReadLimit(-1)
+	b.Cleanup(func() { c.CloseNow() })
+	return c
 }

@@ -45,29 +45,33 @@ func pollable(f *os.File, flag int) (_ *os.File, ok bool) {
 // pollableReader is In reopened by pollable, if it could be: closing it
 // closes both descriptions.
 func pollableReader(in io.ReadCloser) io.ReadCloser {
-	f, ok := in.(*os.File)
-	if !ok {
-		return in
+	if r := reopen(in, unix.O_RDONLY); r != nil {
+		return r
 	}
-	p, ok := pollable(f, unix.O_RDONLY)
-	if !ok {
-		return in
-	}
-	return &reopened{File: p, orig: f}
+	return in
 }
 
 // pollableWriter is Out reopened by pollable, if it could be: the agent
 // sees the end of cmcp's output once both descriptions are closed.
 func pollableWriter(out io.WriteCloser) io.WriteCloser {
-	f, ok := out.(*os.File)
-	if !ok {
-		return out
+	if r := reopen(out, unix.O_WRONLY); r != nil {
+		return r
 	}
-	p, ok := pollable(f, unix.O_WRONLY)
+	return out
+}
+
+// reopen is f reopened by pollable with the access mode given, or nil when
+// f is not a file pollable reopens.
+func reopen(f any, mode int) *reopened {
+	orig, ok := f.(*os.File)
 	if !ok {
-		return out
+		return nil
 	}
-	return &reopened{File: p, orig: f}
+	p, ok := pollable(orig, mode)
+	if !ok {
+		return nil
+	}
+	return &reopened{File: p, orig: orig}
 }
 
 type reopened struct {
