@@ -15,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/confidential-mcp/cmcp/internal/catalog"
+	"github.com/confidential-mcp/cmcp/internal/machines"
 	"github.com/confidential-mcp/cmcp/internal/rpcwire"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
@@ -180,7 +181,7 @@ func (c *callRun) admit() (*upState, string, *live, error) {
 	rec.Upstream, rec.UpstreamTool, rec.EvidenceClass = st.name, toolName, st.expectedClass()
 	tun, isTunnel := st.opts.Upstream.(*upstream.Tunnel)
 	if isTunnel {
-		routed, machine, why := routeMachine(tun, c.args)
+		routed, machine, why := machines.Route(tun, c.args)
 		rec.Machine = machine
 		if why != "" {
 			// Answered as a tool error, which an agent reads and acts on

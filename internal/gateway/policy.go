@@ -9,6 +9,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/confidential-mcp/cmcp/internal/machines"
 	"github.com/confidential-mcp/cmcp/internal/policy"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
@@ -64,7 +65,7 @@ func (p *policyDecider) FilterTools(ctx context.Context, principal string, s Ses
 	out := tools[:0:0]
 	for _, t := range tools {
 		if st, _ := p.g.listMachinesOf(t.Name); st != nil {
-			c := policy.Call{Groups: s.Groups, Tool: t.Name, ToolName: ListMachinesTool, Upstream: st.name, EvidenceClass: upstream.ClassTunnel, Annotations: hints(t.Annotations)}
+			c := policy.Call{Groups: s.Groups, Tool: t.Name, ToolName: machines.Tool, Upstream: st.name, EvidenceClass: upstream.ClassTunnel, Annotations: hints(t.Annotations)}
 			if p.eng.Visible(principal, s.ID, c) {
 				out = append(out, t)
 			}

@@ -17,6 +17,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/catalog"
 	"github.com/confidential-mcp/cmcp/internal/credential"
 	"github.com/confidential-mcp/cmcp/internal/front/stdiofront"
+	"github.com/confidential-mcp/cmcp/internal/machines"
 	"github.com/confidential-mcp/cmcp/internal/oauth"
 	"github.com/confidential-mcp/cmcp/internal/route"
 	"github.com/confidential-mcp/cmcp/internal/rpcwire"
@@ -651,7 +652,7 @@ func (s *session) syncTools() {
 	}
 	for _, up := range s.g.order {
 		if _, ok := s.g.ups[up].opts.Upstream.(*upstream.Tunnel); ok {
-			e := listMachinesEntry(up)
+			e := machines.Entry(up)
 			want[e.Exposed] = e // the gateway's, answered from its tunnels
 		}
 	}
@@ -857,7 +858,7 @@ func (s *session) visibleNames() string {
 	tools := make([]*mcp.Tool, 0, len(names))
 	for _, n := range names {
 		if st, _ := s.g.listMachinesOf(n); st != nil {
-			tools = append(tools, listMachinesEntry(st.name).Tool)
+			tools = append(tools, machines.Entry(st.name).Tool)
 		} else if e, ok := cat.Lookup(n); ok && e.Tool != nil {
 			tools = append(tools, e.Tool)
 		}

@@ -1,4 +1,10 @@
-package gateway
+// Package machines is how agents reach the machines of a tunnel upstream
+// (machines that dialled in with cmcp connect): the gateway's own
+// list_machines tool (its definition and its answer) and the machineId
+// argument that routes a call to one machine (added to the schema of the
+// upstream's tools, read and removed from a call's arguments). The call
+// pipeline decides and records list_machines like any call.
+package machines
 
 import (
 	"bytes"
@@ -11,25 +17,25 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 )
 
-// MachineArgument is the argument of a tunnel upstream's tools that picks
+// Argument is the argument of a tunnel upstream's tools that picks
 // the machine a call goes to. The gateway reads it and removes it: the
 // machine's server never sees it.
-const MachineArgument = "machineId"
+const Argument = "machineId"
 
-// routeMachine reads and removes arguments.machineId of a call to a tunnel
+// Route reads and removes arguments.machineId of a call to a tunnel
 // upstream and picks its machine: the one named, or the only live one.
 // why, if not empty, is the tool error the agent is answered with (a
 // missing id with several machines live, an unknown id, none live): it
 // lists the live machines.
-func routeMachine(t *upstream.Tunnel, args json.RawMessage) (out json.RawMessage, machine, why string) {
+func Route(t *upstream.Tunnel, args json.RawMessage) (out json.RawMessage, machine, why string) {
 	out = args
 	var id []byte
 	found := false
-	if bytes.Contains(args, []byte(MachineArgument)) {
+	if bytes.Contains(args, []byte(Argument)) {
 		b := make([]byte, 0, len(args))
 		b = append(b, '{')
 		ok := rpcwire.EachMember(args, func(name, value []byte) {
-			if string(name) == MachineArgument {
+			if string(name) == Argument {
 				id, found = value, true
 				return
 			}
@@ -66,15 +72,3 @@ func routeMachine(t *upstream.Tunnel, args json.RawMessage) (out json.RawMessage
 	}
 	return nil, "", fmt.Sprintf("upstream %q runs on several machines: give the machineId argument; %s", t.Name(), list)
 }
-
-// toolError is a tools/call result with isError and text.
-func toolError(text string) json.RawMessage {
-	b, _ := json.Marshal(map[string]any{"content": []any{map[string]string{"type": "text", "text": "cmcp: " + text}}, "isError": true})
-	return b
-}
-
-// toolAnswer is admit's way to answer a call with a tool result (already
-// recorded as refused) instead of a fault.
-type toolAnswer struct{ raw json.RawMessage }
-
-func (a *toolAnswer) Error() string { return "answered as a tool error" }
