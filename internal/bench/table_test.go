@@ -20,8 +20,10 @@ import (
 )
 
 // BenchmarkTable prints issue 18's table: for cmcp with each kind of
-// upstream, the floors (a do-nothing stdio line relay and a do-nothing
-// httputil.ReverseProxy) and the upstream reached directly, all with the
+// upstream, the floors (a do-nothing stdio line relay, a do-nothing
+// httputil.ReverseProxy, and the floor of a correct stdio gateway: the
+// relay plus one Cedar decision and the call and result records per call,
+// internal/bench/floorrelay) and the upstream reached directly, all with the
 // same go-sdk client and the same go-sdk echo server (internal/bench/
 // echoserver), in one run of interleaved rounds:
 //
@@ -38,7 +40,8 @@ import (
 //   - gateway CPU per new session (the gateway's threads over the new
 //     sessions, opening and closing them, warm spares made meanwhile
 //     included) and per call (over the c1, c8 and 8-session calls); for
-//     serve --stdio, the CPU per call is its process's; for
+//     serve --stdio and the stdio relays, the CPU per call is its
+//     process's (the upstream's not included); for
 //     the direct modes, the client's CPU per new session (this process:
 //     for stdio direct, starting the server and the handshake) and the
 //     HTTP server's, the floors of a gateway's work per new session.
@@ -47,7 +50,8 @@ import (
 // each the median of the per-round ratios. "added" is a mode's c1 p50 minus
 // its direct mode's in the same round, and "× floor" divides it by the
 // floor's added p50 in that round (the relay's for stdio fronts, the
-// proxy's for the HTTP front). cmcp runs with the audit log (interval
+// proxy's for the HTTP front); for serve --stdio a line after the table
+// also divides it by the floor relay's. cmcp runs with the audit log (interval
 // durability) and the allow-list Cedar bundle deciding every call; stdio
 // upstreams are pinned and sealed. One command:
 //
@@ -80,6 +84,7 @@ func BenchmarkTable(b *testing.B) {
 	}
 	echo := buildGo(b, "echoserver", "github.com/confidential-mcp/cmcp/internal/bench/echoserver")
 	relay := buildGo(b, "noprelay", "github.com/confidential-mcp/cmcp/internal/bench/noprelay")
+	floorRelay := buildGo(b, "floorrelay", "github.com/confidential-mcp/cmcp/internal/bench/floorrelay")
 
 	httpAddr, err := FreeAddr()
 	if err != nil {
@@ -120,8 +125,8 @@ func BenchmarkTable(b *testing.B) {
 		connect Connector
 		gw      *Process                 // the gateway process (CPU, VmHWM), if one serves every session
 		server  *Process                 // a direct mode's server process, if one serves every session (CPU)
-		pids    func() []int             // the processes serving the open sessions (serve --stdio)
-		track   func(*mcp.ClientSession) // remembers a session's process (serve --stdio)
+		pids    func() []int             // the processes serving the open sessions (serve --stdio, the relays)
+		track   func(*mcp.ClientSession) // forgets a closed session's process (serve --stdio, the relays)
 	}
 	gateway := func(bin, name, upYAML string) (*Process, string) {
 		dir := b.TempDir()
@@ -135,10 +140,64 @@ func BenchmarkTable(b *testing.B) {
 	}
 	var modes []mode
 	add := func(m mode) { modes = append(modes, m) }
+	// perProcess completes m: each session is a process of its own,
+	// started with cmdFor(n) for the nth session, whose CPU and VmHWM are
+	// counted as the gateway's.
+	perProcess := func(m mode, cmdFor func(n int) (*exec.Cmd, error)) mode {
+		var mu sync.Mutex
+		procs := map[*mcp.ClientSession]int{}
+		var n int
+		m.connect = func(ctx context.Context) (*mcp.ClientSession, error) {
+			mu.Lock()
+			n++
+			i := n
+			mu.Unlock()
+			cmd, err := cmdFor(i)
+			if err != nil {
+				return nil, err
+			}
+			s, err := NewClient().Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+			if err == nil {
+				mu.Lock()
+				procs[s] = cmd.Process.Pid
+				mu.Unlock()
+			}
+			return s, err
+		}
+		m.pids = func() []int {
+			mu.Lock()
+			defer mu.Unlock()
+			var out []int
+			for _, p := range procs {
+				out = append(out, p)
+			}
+			return out
+		}
+		m.track = func(s *mcp.ClientSession) {
+			mu.Lock()
+			delete(procs, s)
+			mu.Unlock()
+		}
+		return m
+	}
 	add(mode{name: "http direct", connect: HTTPConnector(upURL, ""), server: up})
 	add(mode{name: "stdio direct", connect: StdioConnector(echo)})
 	add(mode{name: "http no-op proxy", direct: "http direct", connect: HTTPConnector(proxyURL, "")})
-	add(mode{name: "stdio no-op relay", direct: "stdio direct", connect: StdioConnector(relay, echo)})
+	add(perProcess(mode{name: "stdio no-op relay", direct: "stdio direct"}, func(int) (*exec.Cmd, error) {
+		cmd := exec.Command(relay, echo)
+		cmd.Env = env
+		return cmd, nil
+	}))
+	// The floor of a correct stdio gateway: the relay's hop plus the work
+	// cmcp's properties take per call (floorrelay's comment lists it), with
+	// the same Cedar bundle and groups and the same audit durability.
+	floorDir := b.TempDir()
+	add(perProcess(mode{name: floorRelayMode, direct: "stdio direct", floor: "stdio no-op relay"}, func(n int) (*exec.Cmd, error) {
+		audit := filepath.Join(floorDir, fmt.Sprint(n)) // one log per process, as serve --stdio has
+		cmd := exec.Command(floorRelay, "-policy", allowListDir(b), "-groups", "ops=bench", "-audit", audit, "-durability", "interval", echo)
+		cmd.Env = env
+		return cmd, nil
+	}))
 	keep := func(name string) bool {
 		only := os.Getenv("BENCH_MODES")
 		if only == "" {
@@ -177,52 +236,26 @@ func BenchmarkTable(b *testing.B) {
 			return
 		}
 		dir := b.TempDir()
-		var mu sync.Mutex
-		procs := map[*mcp.ClientSession]int{}
-		var n int
-		add(mode{name: name, direct: "stdio direct", floor: "stdio no-op relay",
-			connect: func(ctx context.Context) (*mcp.ClientSession, error) {
-				// One gateway process per session, each with its own
-				// audit log, as a local client would run it.
-				mu.Lock()
-				n++
-				d := filepath.Join(dir, fmt.Sprint(n))
-				mu.Unlock()
-				if err := os.MkdirAll(d, 0o700); err != nil {
-					return nil, err
-				}
-				cfg := tableConfig(b, d, stdioUp, token)
-				cmd := exec.Command(bin, "serve", "--stdio", "-c", cfg, "--log-level", "warn")
-				cmd.Env = gwEnv
-				s, err := NewClient().Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
-				if err == nil {
-					mu.Lock()
-					procs[s] = cmd.Process.Pid
-					mu.Unlock()
-				}
-				return s, err
-			},
-			pids: func() []int {
-				mu.Lock()
-				defer mu.Unlock()
-				var out []int
-				for _, p := range procs {
-					out = append(out, p)
-				}
-				return out
-			},
-			track: func(s *mcp.ClientSession) {
-				mu.Lock()
-				delete(procs, s)
-				mu.Unlock()
-			},
-		})
+		add(perProcess(mode{name: name, direct: "stdio direct", floor: "stdio no-op relay"}, func(n int) (*exec.Cmd, error) {
+			// One gateway process per session, each with its own
+			// audit log, as a local client would run it.
+			d := filepath.Join(dir, fmt.Sprint(n))
+			if err := os.MkdirAll(d, 0o700); err != nil {
+				return nil, err
+			}
+			cmd := exec.Command(bin, "serve", "--stdio", "-c", tableConfig(b, d, stdioUp, token), "--log-level", "warn")
+			cmd.Env = gwEnv
+			return cmd, nil
+		}))
 	}
 	serveStdio(cmcp, "cmcp serve --stdio, stdio upstream")
 	if before := os.Getenv("BENCH_CMCP_BEFORE"); before != "" {
 		serveStdio(before, "before: cmcp serve --stdio, stdio upstream")
 	}
 	modes = slices.DeleteFunc(modes, func(m mode) bool { return m.direct != "" && !keep(m.name) })
+	hasMode := func(name string) bool {
+		return slices.ContainsFunc(modes, func(m mode) bool { return m.name == name })
+	}
 
 	// Fresh params for every call: go-sdk's client writes the session's
 	// protocol version into a call's _meta.
@@ -385,15 +418,15 @@ func BenchmarkTable(b *testing.B) {
 	}
 	// added is the median over the rounds of mode's c1 p50 minus its
 	// direct mode's, and of that divided by the floor's.
-	added := func(m mode) (time.Duration, float64) {
+	added := func(m mode, floor string) (time.Duration, float64) {
 		var floorDirect string
 		for _, f := range modes {
-			if f.name == m.floor {
+			if f.name == floor {
 				floorDirect = f.direct
 			}
 		}
 		a, d := res[key{m.name, "c1"}], res[key{m.direct, "c1"}]
-		fl, fd := res[key{m.floor, "c1"}], res[key{floorDirect, "c1"}]
+		fl, fd := res[key{floor, "c1"}], res[key{floorDirect, "c1"}]
 		var adds, xs []float64
 		for i := range min(len(a), len(d)) {
 			add := float64(a[i].P50 - d[i].P50)
@@ -442,7 +475,7 @@ func BenchmarkTable(b *testing.B) {
 		}
 		row = append(row, mem)
 		if m.direct != "" {
-			a, x := added(m)
+			a, x := added(m, m.floor)
 			xs := ""
 			if m.floor != "" {
 				xs = fmt.Sprintf("%.2f", x)
@@ -488,8 +521,30 @@ func BenchmarkTable(b *testing.B) {
 			}
 		}
 		fmt.Printf("%s: new session %.2f × http direct's%s\n", m.name, ratio(m.name, "http direct", "new", p50), fm)
+		if m.floor == "stdio no-op relay" && m.name != floorRelayMode && hasMode(floorRelayMode) {
+			a, xRelay := added(m, m.floor)
+			fa, _ := added(mode{name: floorRelayMode, direct: "stdio direct"}, "")
+			_, xFloor := added(m, floorRelayMode)
+			fmt.Printf("%s: added c1 p50 %v, %.2f × the no-op relay's, %.2f × the floor relay's (%v, Cedar and the audit log); c8 calls/s %.2f × the floor relay's\n",
+				m.name, a.Round(time.Microsecond), xRelay, xFloor, fa.Round(time.Microsecond), ratio(m.name, floorRelayMode, "c8", cps))
+		}
 	}
 	fmt.Println("targets: new session ≤ 1.5 × http direct's (stdio per-session and HTTP upstreams), gateway CPU per new session < 2 ms; added c1 p50 ≤ 1.5 × the relay's (serve --stdio), ≤ 1.3 × the proxy's (HTTP front); c8 calls/s ≥ 0.9 × the relay's; VmHWM at 8 sessions < 24 MiB")
+}
+
+// floorRelayMode is the floor of a correct stdio gateway's row
+// (internal/bench/floorrelay).
+const floorRelayMode = "stdio floor relay (Cedar, audit)"
+
+// allowListDir is the Cedar bundle every gateway of the table decides
+// with.
+func allowListDir(b *testing.B) string {
+	b.Helper()
+	dir, err := filepath.Abs("../../examples/policy/allow-list")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return dir
 }
 
 func median(xs []float64) float64 {
@@ -520,10 +575,7 @@ func fileDigest(b *testing.B, path string) digest.Digest {
 // bundle (pinned) and the audit log in interval durability.
 func tableConfig(b *testing.B, dir, upYAML, token string) string {
 	b.Helper()
-	policyDir, err := filepath.Abs("../../examples/policy/allow-list")
-	if err != nil {
-		b.Fatal(err)
-	}
+	policyDir := allowListDir(b)
 	policyPin, err := digest.Tree(context.Background(), policyDir, digest.TreeOptions{})
 	if err != nil {
 		b.Fatalf("policy bundle %s: %v", policyDir, err)
