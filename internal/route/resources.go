@@ -14,6 +14,7 @@ import (
 	"github.com/yosida95/uritemplate/v3"
 
 	"github.com/confidential-mcp/cmcp/internal/catalog"
+	"github.com/confidential-mcp/cmcp/internal/faults"
 	"github.com/confidential-mcp/cmcp/internal/policy"
 )
 
@@ -232,14 +233,14 @@ func (rt *Router) resourceOwner(method, uri string, has func(*mcp.ServerCapabili
 	names, known := rt.resourceRoute(uri)
 	switch {
 	case len(names) == 0:
-		return "", fault(CodeResourceNotFound, "resource %q not found: no upstream serves resources", uri)
+		return "", faults.New(faults.ResourceNotFound, "resource %q not found: no upstream serves resources", uri)
 	case len(names) > 1 && known:
-		return "", fault(jsonrpc.CodeInvalidParams, "%s: the resource templates of upstreams %s all match %q; read the resource first (resources/read), so the gateway learns which upstream serves it", method, strings.Join(names, ", "), uri)
+		return "", faults.New(jsonrpc.CodeInvalidParams, "%s: the resource templates of upstreams %s all match %q; read the resource first (resources/read), so the gateway learns which upstream serves it", method, strings.Join(names, ", "), uri)
 	case len(names) > 1:
-		return "", fault(jsonrpc.CodeInvalidParams, "%s: no upstream is known to serve %q; list the resources (resources/list) or resource templates (resources/templates/list), or read the resource (resources/read), first, so the gateway learns which upstream serves it", method, uri)
+		return "", faults.New(jsonrpc.CodeInvalidParams, "%s: no upstream is known to serve %q; list the resources (resources/list) or resource templates (resources/templates/list), or read the resource (resources/read), first, so the gateway learns which upstream serves it", method, uri)
 	}
 	if !rt.s.Has(names[0], has) {
-		return "", fault(jsonrpc.CodeInvalidParams, "%s: upstream %q, which serves %q, does not support it", method, names[0], uri)
+		return "", faults.New(jsonrpc.CodeInvalidParams, "%s: upstream %q, which serves %q, does not support it", method, names[0], uri)
 	}
 	return names[0], nil
 }
@@ -272,7 +273,7 @@ func (rt *Router) ReadResource(ctx context.Context, req *mcp.ReadResourceRequest
 	}
 	names, known := rt.resourceRoute(uri)
 	if len(names) == 0 {
-		return nil, fault(CodeResourceNotFound, "resource %q not found: no upstream serves resources", uri)
+		return nil, faults.New(faults.ResourceNotFound, "resource %q not found: no upstream serves resources", uri)
 	}
 	// Every upstream that may be asked is decided (and recorded) first:
 	// those the policy refuses are not asked.
@@ -301,9 +302,9 @@ func (rt *Router) ReadResource(ctx context.Context, req *mcp.ReadResourceRequest
 			return nil, err
 		}
 		switch we.Code {
-		case CodeResourceNotFound, jsonrpc.CodeInvalidParams:
+		case faults.ResourceNotFound, jsonrpc.CodeInvalidParams:
 			answers = append(answers, fmt.Sprintf("%s: %d %s", name, we.Code, we.Message))
-		case CodeUpstreamUnavailable, CodeUpstreamFailed:
+		case faults.UpstreamUnavailable, faults.UpstreamFailed:
 			if failed == nil {
 				failed = err
 			}
@@ -314,7 +315,7 @@ func (rt *Router) ReadResource(ctx context.Context, req *mcp.ReadResourceRequest
 	if failed != nil {
 		return nil, failed
 	}
-	return nil, fault(CodeResourceNotFound, "resource %q not found in any upstream (%s)", uri, strings.Join(answers, "; "))
+	return nil, faults.New(faults.ResourceNotFound, "resource %q not found in any upstream (%s)", uri, strings.Join(answers, "; "))
 }
 
 func (rt *Router) Subscribe(ctx context.Context, req *mcp.SubscribeRequest) error {
@@ -432,7 +433,7 @@ func (rt *Router) Complete(ctx context.Context, req *mcp.CompleteRequest) (*mcp.
 			return nil, err
 		}
 		if !rt.s.Has(u, hasCompletions) {
-			return nil, fault(jsonrpc.CodeInvalidParams, "completion/complete: upstream %q, whose prompt %q it is, does not support it", u, p.Ref.Name)
+			return nil, faults.New(jsonrpc.CodeInvalidParams, "completion/complete: upstream %q, whose prompt %q it is, does not support it", u, p.Ref.Name)
 		}
 		a = promptAccess("completion/complete", p.Ref.Name, prompt)
 		ref := *p.Ref

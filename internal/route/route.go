@@ -12,25 +12,10 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/confidential-mcp/cmcp/internal/policy"
 )
-
-// JSON-RPC error codes the router answers with or tells apart (the
-// gateway's faults of the same names).
-const (
-	// CodeResourceNotFound answers resources/read when no upstream has the
-	// resource (MCP's resource-not-found code).
-	CodeResourceNotFound    = -32002
-	CodeUpstreamUnavailable = -32062 // the upstream could not be started or reached
-	CodeUpstreamFailed      = -32067 // the upstream died or broke the protocol during the call
-)
-
-func fault(code int, format string, args ...any) *jsonrpc.Error {
-	return &jsonrpc.Error{Code: int64(code), Message: "cmcp: " + fmt.Sprintf(format, args...)}
-}
 
 // Session is what the router needs of the agent session it routes for.
 type Session interface {
