@@ -58,14 +58,32 @@ func skipSpace(b []byte, i int) int {
 }
 
 // skipString returns the index just past the string starting at b[i].
+// Most strings (member names, ids, methods) end within a few bytes, which
+// are looked at one at a time; past those it finds the next quote and
+// checks the bytes before it for a backslash with bytes.IndexByte, which
+// scans many bytes at a time: a 64 KiB string (a tool's text) is skipped
+// in microseconds, not a tenth of a millisecond.
 func skipString(b []byte, i int) int {
-	for j := i + 1; j < len(b); j++ {
+	j := i + 1
+	for end := min(j+16, len(b)); j < end; j++ {
 		switch b[j] {
 		case '\\':
 			j++
 		case '"':
 			return j + 1
 		}
+	}
+	for j < len(b) {
+		q := bytes.IndexByte(b[j:], '"')
+		if q < 0 {
+			return len(b)
+		}
+		q += j
+		e := bytes.IndexByte(b[j:q], '\\')
+		if e < 0 {
+			return q + 1 // no escape before this quote: it ends the string
+		}
+		j += e + 2 // past the backslash and the byte it escapes
 	}
 	return len(b)
 }
