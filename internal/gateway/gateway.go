@@ -22,6 +22,7 @@ import (
 
 	"github.com/confidential-mcp/cmcp/internal/catalog"
 	"github.com/confidential-mcp/cmcp/internal/credential"
+	"github.com/confidential-mcp/cmcp/internal/decide"
 	"github.com/confidential-mcp/cmcp/internal/killswitch"
 	"github.com/confidential-mcp/cmcp/internal/policy"
 	"github.com/confidential-mcp/cmcp/internal/spares"
@@ -199,7 +200,7 @@ func New(opts Options) (*Gateway, error) {
 		ups: map[string]*upState{}, catalog: catalog.New(), sessions: map[*session]struct{}{}, byID: map[string]*session{}}
 	g.probeCtx, g.probeStop = context.WithCancel(context.Background())
 	if opts.Policy != nil {
-		pd := &policyDecider{g: g, eng: opts.Policy}
+		pd := &decide.Cedar{Engine: opts.Policy, Logger: g.logger, Tools: g.policyTools}
 		if g.decider == nil {
 			g.decider = pd
 		}
@@ -400,7 +401,7 @@ func (g *Gateway) CatalogDigest() digest.Digest { return g.Catalog().Digest() }
 
 // SetKillSwitch engages or clears the kill switch: while it is on, every
 // tools/call, and every resources/read, resources/subscribe, prompts/get
-// and completion/complete (decideAccess), is refused (and recorded). Engaging saves the state file
+// and completion/complete (decide.Gate), is refused (and recorded). Engaging saves the state file
 // (Options.KillSwitchFile, so that a restart keeps the switch engaged),
 // then records kill_switch_on; if either fails the switch is engaged anyway
 // (fail closed) and the error returned. Clearing records kill_switch_off
@@ -410,7 +411,7 @@ func (g *Gateway) CatalogDigest() digest.Digest { return g.Catalog().Digest() }
 // the record. If any step fails the switch stays engaged (a failure after
 // the record is followed by a new kill_switch_on saying so). No call or
 // access record written after kill_switch_on in the log says "forwarded":
-// relay and decideAccess check the switch and append their forwarded
+// relay and the access gate check the switch and append their forwarded
 // record under killMu's read lock, and the switch changes under its write
 // lock. The records are written even if ctx ends meanwhile.
 func (g *Gateway) SetKillSwitch(ctx context.Context, on bool, actor, reason string) error {

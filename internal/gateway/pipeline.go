@@ -15,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/confidential-mcp/cmcp/internal/catalog"
+	"github.com/confidential-mcp/cmcp/internal/decide"
 	"github.com/confidential-mcp/cmcp/internal/machines"
 	"github.com/confidential-mcp/cmcp/internal/rpcwire"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
@@ -287,7 +288,7 @@ func (c *callRun) decide(st *upState, toolName string, entry *catalog.Entry) err
 		g.opts.Metrics.Decision(rec.Decision, rec.PolicyMode)
 	}
 	if dec.Refuses() {
-		return c.refuse(deniedFault(params.Name, s.principal, dec))
+		return c.refuse(decide.DeniedFault(params.Name, s.principal, dec))
 	}
 	if dec.Effect != auditlog.DecisionAllow && dec.Mode == ModeAdvisory {
 		s.advise(ctx, params.Name, dec)

@@ -2,13 +2,10 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"strings"
+	"log/slog"
 
-	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
-
+	"github.com/confidential-mcp/cmcp/internal/decide"
 	"github.com/confidential-mcp/cmcp/internal/machines"
 	"github.com/confidential-mcp/cmcp/internal/policy"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
@@ -16,102 +13,99 @@ import (
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
-// policyDecider decides calls and filters tools/list with the Cedar engine
-// (Options.Policy).
-type policyDecider struct {
-	g   *Gateway
-	eng *policy.Engine
-}
+// The gateway's side of the policy stage (internal/decide): its decision
+// seam under the gateway's names, the Cedar decider's view of the
+// catalog, the access gate's view of the gateway and the session, and
+// the policy bundle's records and reload.
 
-// hints converts MCP tool annotations to the policy's view (MCP defaults
-// for what the tool does not declare). A tool whose definition is not known
-// yet (its upstream could not be started so far) gets the defaults, which
-// are the most cautious: not read-only, destructive, open world.
-func hints(a *mcp.ToolAnnotations) policy.Annotations {
-	h := policy.DefaultAnnotations
-	if a == nil {
-		return h
-	}
-	h.ReadOnly, h.Idempotent = a.ReadOnlyHint, a.IdempotentHint
-	if a.DestructiveHint != nil {
-		h.Destructive = *a.DestructiveHint
-	}
-	if a.OpenWorldHint != nil {
-		h.OpenWorld = *a.OpenWorldHint
-	}
-	return h
-}
+// The decision seam (internal/decide), under the names of the gateway's
+// Options.
+type (
+	Decider         = decide.Decider
+	Decision        = decide.Decision
+	DecisionRequest = decide.DecisionRequest
+	ListFilter      = decide.ListFilter
+	SessionInfo     = decide.SessionInfo
+	AllowAll        = decide.AllowAll
+)
 
-// Decide implements Decider.
-func (p *policyDecider) Decide(ctx context.Context, r DecisionRequest) (Decision, error) {
-	o := p.eng.DecideCall(policy.Call{
-		Agent: r.Principal, Groups: r.Session.Groups, Session: r.Session.ID, Tool: r.Tool, ToolName: r.UpstreamTool, Upstream: r.Upstream,
-		EvidenceClass: r.EvidenceClass, Machine: r.Machine, Annotations: hints(r.Annotations), Arguments: r.Args,
-	})
-	d := Decision{Effect: o.Effect(), PolicyIDs: o.PolicyIDs, Mode: string(o.Mode), Bundle: o.Bundle, Reason: o.Reason, Input: o.Input()}
-	if !o.Allow && o.Mode == policy.Advisory {
-		// Advisory: the operator sees what enforcing would have refused;
-		// the agent does not. Silent records it and says nothing.
-		p.g.logger.Warn("policy would deny this call (advisory mode: forwarded)", "agent", r.Principal, "session", r.Session.ID,
-			"tool", r.Tool, "policies", strings.Join(o.PolicyIDs, ","), "reason", o.Reason)
-	}
-	return d, nil
-}
+// Policy modes a Decision can carry (internal/decide).
+const (
+	ModeNone      = decide.ModeNone
+	ModeEnforcing = decide.ModeEnforcing
+	ModeAdvisory  = decide.ModeAdvisory
+	ModeSilent    = decide.ModeSilent
+)
 
-// FilterTools implements ListFilter: an agent sees a tool only if
-// list_tools permits it.
-func (p *policyDecider) FilterTools(ctx context.Context, principal string, s SessionInfo, tools []*mcp.Tool) []*mcp.Tool {
-	cat := p.g.Catalog()
-	out := tools[:0:0]
-	for _, t := range tools {
-		if st, _ := p.g.listMachinesOf(t.Name); st != nil {
-			c := policy.Call{Groups: s.Groups, Tool: t.Name, ToolName: machines.Tool, Upstream: st.name, EvidenceClass: upstream.ClassTunnel, Annotations: hints(t.Annotations)}
-			if p.eng.Visible(principal, s.ID, c) {
-				out = append(out, t)
-			}
-			continue
+// policyTools is the catalog as the Cedar decider's list filter sees it
+// (decide.Cedar.Tools): read once per tools/list.
+func (g *Gateway) policyTools() func(string) (decide.Tool, bool) {
+	cat := g.Catalog()
+	return func(name string) (decide.Tool, bool) {
+		if st, _ := g.listMachinesOf(name); st != nil {
+			return decide.Tool{Upstream: st.name, Name: machines.Tool, EvidenceClass: upstream.ClassTunnel}, true
 		}
-		e, ok := cat.Lookup(t.Name)
+		e, ok := cat.Lookup(name)
 		if !ok {
-			continue // not a catalog tool: never shown unchecked
+			return decide.Tool{}, false
 		}
 		class := ""
-		if st := p.g.ups[e.Upstream]; st != nil {
+		if st := g.ups[e.Upstream]; st != nil {
 			class = st.expectedClass()
 		}
-		c := policy.Call{Groups: s.Groups, Tool: t.Name, ToolName: e.Name, Upstream: e.Upstream, EvidenceClass: class, Annotations: hints(t.Annotations)}
-		if p.eng.Visible(principal, s.ID, c) {
-			out = append(out, t)
-		}
+		return decide.Tool{Upstream: e.Upstream, Name: e.Name, EvidenceClass: class}, true
 	}
-	return out
 }
 
-// deniedFault is the JSON-RPC error of a call refused by the policy: its
-// message and its data name the determining policies.
-func deniedFault(tool, principal string, d Decision) *jsonrpc.Error {
-	return deniedFaultFor(fmt.Sprintf("tool %q", tool), principal, d)
+// gate is the access gate of s's resource, prompt and completion
+// requests (decide.Gate).
+func (s *session) gate() decide.Gate {
+	return decide.Gate{Policy: s.g.opts.Policy, Core: gateCore{s.g}, Session: gateSession{s}}
 }
 
-// deniedFaultFor is deniedFault for any request: what names it.
-func deniedFaultFor(what, principal string, d Decision) *jsonrpc.Error {
-	msg := fmt.Sprintf("denied by policy: %s for %q", what, principal)
-	if d.Reason != "" {
-		msg += ": " + d.Reason
+// gateCore is the gateway as the access gate sees it (decide.GateCore).
+type gateCore struct{ g *Gateway }
+
+func (c gateCore) Class(up string) (string, bool) {
+	st := c.g.ups[up]
+	if st == nil {
+		return "", false
 	}
-	f := fault(CodeDenied, "%s", msg)
-	data := struct {
-		PolicyIDs []string `json:"policy_ids"`
-		Bundle    string   `json:"bundle,omitempty"`
-	}{PolicyIDs: d.PolicyIDs, Bundle: ""}
-	if data.PolicyIDs == nil {
-		data.PolicyIDs = []string{}
+	return st.expectedClass(), true
+}
+
+func (c gateCore) Commit(b []byte) auditlog.Commitment { return c.g.log.Commit(b) }
+func (c gateCore) Closing() bool                       { return c.g.closing.Load() }
+func (c gateCore) Killed() bool                        { return c.g.killed.Load() }
+func (c gateCore) Logger() *slog.Logger                { return c.g.logger }
+
+func (c gateCore) Record(ctx context.Context, rec auditlog.Record) error { return c.g.record(ctx, rec) }
+
+func (c gateCore) AppendForwarded(ctx context.Context, rec auditlog.Record) (bool, error) {
+	c.g.killMu.RLock()
+	defer c.g.killMu.RUnlock()
+	if c.g.killed.Load() {
+		return true, nil
 	}
-	if !d.Bundle.IsZero() {
-		data.Bundle = d.Bundle.String()
+	_, err := c.g.log.Append(context.WithoutCancel(ctx), rec)
+	return false, err
+}
+
+func (c gateCore) Decided(decision, mode string) {
+	if m := c.g.opts.Metrics; m != nil {
+		m.Decision(decision, mode)
 	}
-	f.Data, _ = json.Marshal(data)
-	return f
+}
+
+// gateSession is a session as the access gate sees it (decide.GateSession).
+type gateSession struct{ s *session }
+
+func (g gateSession) ID() string        { return g.s.id }
+func (g gateSession) Principal() string { return g.s.principal }
+func (g gateSession) Groups() []string  { return g.s.credGroups() }
+
+func (g gateSession) Warn(ctx context.Context, msg string, d Decision, data map[string]any) {
+	g.s.warnAgent(ctx, msg, d, data)
 }
 
 // PolicyEngine is the policy engine in force, or nil.

@@ -42,11 +42,11 @@ func (r routeSession) Forward(ctx context.Context, name string, tok any, f func(
 }
 
 func (r routeSession) Visible(action policy.Action, name string, keys []string) []bool {
-	return r.s.accessVisible(action, name, keys)
+	return r.s.gate().Visible(action, name, keys)
 }
 
 func (r routeSession) Gate(ctx context.Context, a route.Access, ups []string) ([]string, error) {
-	return r.s.gateAccess(ctx, a, ups)
+	return r.s.gate().Access(ctx, a, ups)
 }
 
 // routeConn is one of the session's upstream connections as the router

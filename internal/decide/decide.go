@@ -1,4 +1,13 @@
-package gateway
+// Package decide is the policy stage of the pipeline: how a request
+// becomes a Cedar decision and what follows from it. It holds the
+// decision seam of the call pipeline (Decider, Decision, ListFilter,
+// AllowAll), its Cedar implementation (Cedar: a tools/call as a Cedar
+// request, tools/list filtered by list_tools), the denied fault agents
+// are answered with, and the gate of resource, prompt and completion
+// requests (Gate: decided, recorded durably before anything is
+// forwarded). It reaches the gateway only through GateCore and
+// GateSession.
+package decide
 
 import (
 	"context"
