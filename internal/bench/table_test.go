@@ -517,7 +517,7 @@ func BenchmarkTable(b *testing.B) {
 		fm := ""
 		for _, f := range modes {
 			if f.name == m.floor {
-				fm = fmt.Sprintf("; c8 calls/s %.2f × the floor's, 8 sessions %.2f ×", ratio(m.name, f.name, "c8", cps), ratio(m.name, f.name, "s8", cps))
+				fm = fmt.Sprintf("; c8 calls/s %.2f × the %s's, 8 sessions %.2f ×", ratio(m.name, f.name, "c8", cps), f.name, ratio(m.name, f.name, "s8", cps))
 			}
 		}
 		fmt.Printf("%s: new session %.2f × http direct's%s\n", m.name, ratio(m.name, "http direct", "new", p50), fm)
