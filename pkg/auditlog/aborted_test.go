@@ -1,6 +1,8 @@
 package auditlog
 
 import (
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+
 	"errors"
 	"os"
 	"path/filepath"
@@ -22,20 +24,20 @@ func TestVerifyTakesEmptyNewestEpochAsAbortedStart(t *testing.T) {
 		make   func(edir string) // how it is emptied
 		fail   bool              // Verify fails
 	}{
-		{"newest with an empty segment", 2, 3, func(edir string) { os.WriteFile(filepath.Join(edir, segmentName(1)), nil, 0o600) }, false},
+		{"newest with an empty segment", 2, 3, func(edir string) { os.WriteFile(filepath.Join(edir, logdir.SegmentName(1)), nil, 0o600) }, false},
 		{"newest without segments", 2, 3, func(edir string) {}, false},
 		{"newest with a torn genesis", 1, 2, func(edir string) {
-			os.WriteFile(filepath.Join(edir, segmentName(1)), []byte(`{"body":{"checkpoint_every":"10`), 0o600)
+			os.WriteFile(filepath.Join(edir, logdir.SegmentName(1)), []byte(`{"body":{"checkpoint_every":"10`), 0o600)
 		}, false},
-		{"before the newest", 3, 2, func(edir string) { os.Truncate(filepath.Join(edir, segmentName(1)), 0) }, true},
-		{"the only epoch", 0, 1, func(edir string) { os.WriteFile(filepath.Join(edir, segmentName(1)), nil, 0o600) }, true},
+		{"before the newest", 3, 2, func(edir string) { os.Truncate(filepath.Join(edir, logdir.SegmentName(1)), 0) }, true},
+		{"the only epoch", 0, 1, func(edir string) { os.WriteFile(filepath.Join(edir, logdir.SegmentName(1)), nil, 0o600) }, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			for range tc.epochs {
 				writeLog(t, dir, Options{}, 5, 1)
 			}
-			edir := filepath.Join(dir, epochName(tc.empty))
+			edir := filepath.Join(dir, logdir.EpochName(tc.empty))
 			if err := os.MkdirAll(edir, 0o700); err != nil {
 				t.Fatal(err)
 			}
@@ -57,7 +59,7 @@ func TestVerifyTakesEmptyNewestEpochAsAbortedStart(t *testing.T) {
 			if len(rep.Epochs) != tc.epochs || rep.Epochs[len(rep.Epochs)-1].Epoch != tc.epochs {
 				t.Fatalf("report has %d epochs", len(rep.Epochs))
 			}
-			if w := strings.Join(rep.Warnings, "\n"); !strings.Contains(w, "aborted start") || !strings.Contains(w, epochName(tc.empty)) {
+			if w := strings.Join(rep.Warnings, "\n"); !strings.Contains(w, "aborted start") || !strings.Contains(w, logdir.EpochName(tc.empty)) {
 				t.Fatalf("warnings:\n%s", w)
 			}
 			p, err := Prove(dir, 0, 1, VerifyOptions{})

@@ -1,6 +1,8 @@
 package auditlog
 
 import (
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+
 	"bytes"
 	"context"
 	"fmt"
@@ -129,7 +131,7 @@ func benchAppend(b *testing.B, mode string, conc int) {
 			if _, err := f.Write(line); err != nil {
 				return err
 			}
-			return fdatasync(f)
+			return logdir.Fdatasync(f)
 		}
 		closeFn = f.Close
 		b.SetBytes(int64(len(line)))

@@ -1,6 +1,8 @@
 package auditlog
 
 import (
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/ageid"
 
 	"bufio"
@@ -25,7 +27,7 @@ import (
 const CommitmentScheme = "hmac-sha256/v1"
 
 // VaultFile is the name of the payload vault in an epoch directory.
-const VaultFile = "vault.jsonl"
+const VaultFile = logdir.VaultFile
 
 // Labels of the two HMACs (FORMAT.md §6), each with its 0x00 separator.
 var (
@@ -240,7 +242,7 @@ var ErrPayloadMismatch = errors.New("the vault's payload does not match the comm
 // callers may decrypt in parallel). A torn final line (the writer stopped
 // while writing it) holds no payload: VaultTorn reports its length.
 func (o *Opener) LoadVault(dir string, ids ...age.Identity) error {
-	f, err := openRegular(filepath.Join(dir, VaultFile))
+	f, err := logdir.OpenRegular(filepath.Join(dir, VaultFile))
 	if err != nil {
 		return fmt.Errorf("open payload vault: %w", err)
 	}

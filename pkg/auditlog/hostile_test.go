@@ -1,6 +1,8 @@
 package auditlog
 
 import (
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+
 	"context"
 	"fmt"
 	"io"
@@ -95,7 +97,7 @@ func TestSignedNamesAreNotEpochs(t *testing.T) {
 	if _, err := Verify(dir, VerifyOptions{}); err != nil {
 		t.Fatalf("a log with stray signed names: %v", err)
 	}
-	if n, ok := parseNumbered("epoch-+00001", "epoch-", ""); ok {
+	if n, ok := logdir.ParseNumbered("epoch-+00001", "epoch-", ""); ok {
 		t.Fatalf("epoch-+00001 parsed as %d", n)
 	}
 }
@@ -206,7 +208,7 @@ func TestVaultTornLineIsReported(t *testing.T) {
 func TestLastCheckpointLineIsParsed(t *testing.T) {
 	dir := t.TempDir()
 	writeLog(t, dir, Options{}, 5, 1)
-	seg := filepath.Join(dir, epochName(1), segmentName(1))
+	seg := filepath.Join(dir, logdir.EpochName(1), logdir.SegmentName(1))
 	want := lastCheckpointLine(seg)
 	if want < 0 {
 		t.Fatal("no checkpoint found")

@@ -1,6 +1,8 @@
 package auditlog
 
 import (
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+
 	"bytes"
 	"fmt"
 	"io"
@@ -44,7 +46,7 @@ func checkpointedSegment(t *testing.T, cpEvery, n int) ([]byte, [][]byte) {
 	t.Helper()
 	dir := t.TempDir()
 	writeLog(t, dir, Options{CheckpointEvery: int64(cpEvery)}, n, 1)
-	base, err := os.ReadFile(filepath.Join(dir, epochName(1), segmentName(1)))
+	base, err := os.ReadFile(filepath.Join(dir, logdir.EpochName(1), logdir.SegmentName(1)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +107,7 @@ func TestLastCheckpointLineAgreesWithTheWholeFileScan(t *testing.T) {
 	}
 	// And through the file.
 	for _, name := range []string{"log", "cp straddles+1", "newline tail", "empty"} {
-		p := filepath.Join(t.TempDir(), segmentName(1))
+		p := filepath.Join(t.TempDir(), logdir.SegmentName(1))
 		if err := os.WriteFile(p, variants[name], 0o600); err != nil {
 			t.Fatal(err)
 		}

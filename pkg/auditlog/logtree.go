@@ -1,6 +1,8 @@
 package auditlog
 
 import (
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+
 	"bufio"
 	"bytes"
 	"crypto/ed25519"
@@ -86,7 +88,7 @@ func LoadOrCreateLogKey(path, origin string) (ed25519.PrivateKey, error) {
 			os.Remove(path)
 			return nil, fmt.Errorf("write the log key %s: %w", path, err)
 		}
-		if err := syncDir(filepath.Dir(path)); err != nil {
+		if err := logdir.SyncDir(filepath.Dir(path)); err != nil {
 			return nil, err
 		}
 		b = []byte(skey)
@@ -259,13 +261,13 @@ func (t *LogTree) Prove(old, n int64) (tlog.TreeProof, error) {
 // does not verify the log (Verify does); it reads what is on disk.
 func ReadLogLeaves(dir string, n int64) ([]tlog.Hash, error) {
 	out := make([]tlog.Hash, 0, n)
-	epochs, err := listEpochs(dir)
+	epochs, err := logdir.ListEpochs(dir)
 	if err != nil {
 		return nil, err
 	}
 	for _, e := range epochs {
-		ed := filepath.Join(dir, epochName(e))
-		segs, err := listSegments(ed)
+		ed := filepath.Join(dir, logdir.EpochName(e))
+		segs, err := logdir.ListSegments(ed)
 		if err != nil {
 			return nil, err
 		}
@@ -273,7 +275,7 @@ func ReadLogLeaves(dir string, n int64) ([]tlog.Hash, error) {
 			if int64(len(out)) == n {
 				return out, nil
 			}
-			f, err := os.Open(filepath.Join(ed, segmentName(s)))
+			f, err := os.Open(filepath.Join(ed, logdir.SegmentName(s)))
 			if err != nil {
 				return nil, err
 			}
@@ -375,7 +377,7 @@ func noteKeyHash(name string, key []byte) uint32 {
 // WitnessFile is the file in an epoch directory that keeps the log
 // checkpoints with the witnesses' cosignatures (FORMAT.md section 11). It is
 // not part of the tree: cosignatures authenticate themselves.
-const WitnessFile = "witness.jsonl"
+const WitnessFile = logdir.WitnessFile
 
 // CosignedLine is one line of witness.jsonl.
 type CosignedLine struct {
@@ -398,7 +400,7 @@ func AppendCosigned(epochDir string, signed []byte) error {
 		return fmt.Errorf("open %s: %w", WitnessFile, err)
 	}
 	_, werr := f.Write(append(body, '\n'))
-	if err := errors.Join(werr, fdatasync(f), f.Close()); err != nil {
+	if err := errors.Join(werr, logdir.Fdatasync(f), f.Close()); err != nil {
 		return fmt.Errorf("write %s: %w", filepath.Join(epochDir, WitnessFile), err)
 	}
 	return nil
@@ -450,7 +452,7 @@ func logBaseOf(dir string, pred *Predecessor) (frontier, error) {
 		}
 		epochs = []int{pred.Epoch}
 	} else {
-		all, err := listEpochs(dir)
+		all, err := logdir.ListEpochs(dir)
 		if err != nil {
 			return frontier{}, err
 		}
@@ -465,7 +467,7 @@ func logBaseOf(dir string, pred *Predecessor) (frontier, error) {
 		if e == pred.Epoch {
 			limit = pred.Size
 		}
-		n, err := foldEpochLeaves(filepath.Join(dir, epochName(e)), limit, &f)
+		n, err := foldEpochLeaves(filepath.Join(dir, logdir.EpochName(e)), limit, &f)
 		if err != nil {
 			return frontier{}, err
 		}
@@ -479,13 +481,13 @@ func logBaseOf(dir string, pred *Predecessor) (frontier, error) {
 // foldEpochLeaves appends the leaf hashes of an epoch's records (at most
 // limit of them, unless limit < 0) to f and returns how many.
 func foldEpochLeaves(edir string, limit int64, f *frontier) (int64, error) {
-	segs, err := listSegments(edir)
+	segs, err := logdir.ListSegments(edir)
 	if err != nil {
 		return 0, err
 	}
 	var n int64
 	for _, s := range segs {
-		fh, err := os.Open(filepath.Join(edir, segmentName(s)))
+		fh, err := os.Open(filepath.Join(edir, logdir.SegmentName(s)))
 		if err != nil {
 			return n, err
 		}
@@ -509,7 +511,7 @@ func foldEpochLeaves(edir string, limit int64, f *frontier) (int64, error) {
 
 // readGenesis decodes the genesis record of an epoch.
 func readGenesis(dir string, epoch int) (*Genesis, error) {
-	fh, err := os.Open(filepath.Join(dir, epochName(epoch), segmentName(1)))
+	fh, err := os.Open(filepath.Join(dir, logdir.EpochName(epoch), logdir.SegmentName(1)))
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,8 @@
 package auditlog
 
 import (
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -175,7 +177,7 @@ func TestWitnessedLogVerifies(t *testing.T) {
 	logKey := testKey(t)
 	cps := writeEpochs(t, dir, logKey, 10, 12)
 	w1, w2 := newTestCosigner(t, "w1.example/w"), newTestCosigner(t, "w2.example/w")
-	_, e2 := filepath.Split(filepath.Join(dir, epochName(2)))
+	_, e2 := filepath.Split(filepath.Join(dir, logdir.EpochName(2)))
 	ed := filepath.Join(dir, e2)
 	mid, last := cps[len(cps)/2], cps[len(cps)-1]
 	for _, c := range []LogCheckpoint{mid, last} {
@@ -228,7 +230,7 @@ func TestWitnessedLogVerifies(t *testing.T) {
 	if err := AppendCosigned(ed, cosign(t, last.Note, w1)); err != nil {
 		t.Fatal(err)
 	}
-	seg := filepath.Join(ed, segmentName(1))
+	seg := filepath.Join(ed, logdir.SegmentName(1))
 	b, _ := os.ReadFile(seg)
 	lines := strings.SplitAfter(string(b), "\n")
 	if err := os.WriteFile(seg, []byte(strings.Join(lines[:len(lines)-6], "")), 0o600); err != nil {

@@ -1,6 +1,8 @@
 package auditlog
 
 import (
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -81,14 +83,14 @@ func newLogCheck(opt *VerifyOptions, dir string, epochs []int) (*logCheck, error
 		opt.WitnessQuorum = len(lc.wits)
 	}
 	for _, e := range epochs {
-		notes, err := readCosigned(filepath.Join(dir, epochName(e)))
+		notes, err := readCosigned(filepath.Join(dir, logdir.EpochName(e)))
 		if err != nil {
-			return nil, &VerifyError{Class: ClassIntegrity, Pos: Position{Epoch: e, File: filepath.Join(dir, epochName(e), WitnessFile)}, Msg: err.Error()}
+			return nil, &VerifyError{Class: ClassIntegrity, Pos: Position{Epoch: e, File: filepath.Join(dir, logdir.EpochName(e), WitnessFile)}, Msg: err.Error()}
 		}
 		for i, n := range notes {
 			cp, err := ParseCheckpoint(n)
 			if err != nil {
-				return nil, &VerifyError{Class: ClassIntegrity, Pos: Position{Epoch: e, File: filepath.Join(dir, epochName(e), WitnessFile), Line: int64(i + 1)}, Msg: fmt.Sprintf("cosigned log checkpoint: %v", err)}
+				return nil, &VerifyError{Class: ClassIntegrity, Pos: Position{Epoch: e, File: filepath.Join(dir, logdir.EpochName(e), WitnessFile), Line: int64(i + 1)}, Msg: fmt.Sprintf("cosigned log checkpoint: %v", err)}
 			}
 			lc.cosigned = append(lc.cosigned, cosignedAt{epoch: e, line: i + 1, raw: n, cp: cp})
 			lc.want[cp.Size] = nil
@@ -109,7 +111,7 @@ func (lc *logCheck) leaf(h tlog.Hash) {
 func (lc *logCheck) genesis(res *EpochResult, base frontier) error {
 	lc.bases[res.Epoch] = base.n
 	g := res.Genesis
-	pos := Position{Epoch: res.Epoch, File: filepath.Join(res.Dir, segmentName(1)), Line: 1, Index: 0, Kind: KindGenesis}
+	pos := Position{Epoch: res.Epoch, File: filepath.Join(res.Dir, logdir.SegmentName(1)), Line: 1, Index: 0, Kind: KindGenesis}
 	if g == nil || g.Log == nil {
 		return nil
 	}
@@ -186,7 +188,7 @@ type cosigs struct {
 // against the log key and the log tree, and adds its cosignatures to
 // bySize.
 func (lc *logCheck) cosignedCheckpoint(rep *Report, c cosignedAt, vs note.Verifiers, lv note.Verifier, bySize map[int64]*cosigs) error {
-	pos := Position{Epoch: c.epoch, File: filepath.Join(rep.Dir, epochName(c.epoch), WitnessFile), Line: int64(c.line)}
+	pos := Position{Epoch: c.epoch, File: filepath.Join(rep.Dir, logdir.EpochName(c.epoch), WitnessFile), Line: int64(c.line)}
 	n, err := note.Open(c.raw, vs)
 	if err != nil {
 		var bad *note.InvalidSignatureError

@@ -1,6 +1,8 @@
 package auditlog
 
 import (
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+
 	"bytes"
 	"encoding/base64"
 	"errors"
@@ -163,7 +165,7 @@ func Prove(dir string, epoch int, index int64, opt VerifyOptions) (*Proof, error
 	if epoch < 0 {
 		return nil, &VerifyError{Class: ClassUsage, Msg: fmt.Sprintf("epoch %d: epochs are numbered from 1 (0: the newest)", epoch)}
 	}
-	epochs, err := listEpochs(dir)
+	epochs, err := logdir.ListEpochs(dir)
 	if err != nil {
 		return nil, ioFailure(Position{}, err)
 	}

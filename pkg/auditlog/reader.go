@@ -1,6 +1,8 @@
 package auditlog
 
 import (
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+
 	"bufio"
 	"errors"
 	"fmt"
@@ -61,7 +63,7 @@ type Reader struct {
 
 // NewReader opens the audit directory dir.
 func NewReader(dir string) (*Reader, error) {
-	epochs, err := listEpochs(dir)
+	epochs, err := logdir.ListEpochs(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -141,7 +143,7 @@ func (r *Reader) advance() error {
 		if r.ei >= len(r.epochs) {
 			return io.EOF
 		}
-		segs, err := listSegments(filepath.Join(r.dir, epochName(r.epochs[r.ei])))
+		segs, err := logdir.ListSegments(filepath.Join(r.dir, logdir.EpochName(r.epochs[r.ei])))
 		if err != nil {
 			return ioFailure(Position{Epoch: r.epochs[r.ei]}, err)
 		}
@@ -149,8 +151,8 @@ func (r *Reader) advance() error {
 	}
 	r.si++
 	r.off, r.no = 0, 0
-	r.file = filepath.Join(r.dir, epochName(r.epochs[r.ei]), segmentName(r.segs[r.si]))
-	f, err := openRegular(r.file)
+	r.file = filepath.Join(r.dir, logdir.EpochName(r.epochs[r.ei]), logdir.SegmentName(r.segs[r.si]))
+	f, err := logdir.OpenRegular(r.file)
 	if err != nil {
 		return ioFailure(r.pos(), err)
 	}

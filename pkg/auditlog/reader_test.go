@@ -1,6 +1,8 @@
 package auditlog
 
 import (
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+
 	"bytes"
 	"context"
 	"errors"
@@ -31,7 +33,7 @@ func TestReaderLongLines(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	seg := filepath.Join(dir, epochName(1), segmentName(1))
+	seg := filepath.Join(dir, logdir.EpochName(1), logdir.SegmentName(1))
 	file, err := os.ReadFile(seg)
 	if err != nil {
 		t.Fatal(err)

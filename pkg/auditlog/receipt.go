@@ -1,6 +1,8 @@
 package auditlog
 
 import (
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -79,7 +81,7 @@ func MakeReceipt(dir, session string, opt VerifyOptions) (*SessionReceipt, error
 	if session == "" {
 		return nil, &VerifyError{Class: ClassUsage, Msg: "receipt: no session id given"}
 	}
-	epochs, err := listEpochs(dir)
+	epochs, err := logdir.ListEpochs(dir)
 	if err != nil {
 		return nil, ioFailure(Position{}, err)
 	}
@@ -219,7 +221,7 @@ func MakeReceipts(dir string, epoch int, sessions []string, opt VerifyOptions) (
 // cosignedSize returns the size of the largest cosigned log checkpoint
 // kept in the epoch's directory (0 if none).
 func cosignedSize(dir string, epoch int) (int64, error) {
-	notes, err := readCosigned(fmt.Sprintf("%s/%s", dir, epochName(epoch)))
+	notes, err := readCosigned(fmt.Sprintf("%s/%s", dir, logdir.EpochName(epoch)))
 	if err != nil {
 		return 0, err
 	}
@@ -235,7 +237,7 @@ func cosignedSize(dir string, epoch int) (int64, error) {
 // receiptLog proves the epoch checkpoint record at index n in the log tree
 // against the smallest cosigned log checkpoint that covers it.
 func receiptLog(dir string, epoch int, li *LogInfo, n int64, cpLine []byte) (*ReceiptLog, error) {
-	notes, err := readCosigned(fmt.Sprintf("%s/%s", dir, epochName(epoch)))
+	notes, err := readCosigned(fmt.Sprintf("%s/%s", dir, logdir.EpochName(epoch)))
 	if err != nil {
 		return nil, err
 	}

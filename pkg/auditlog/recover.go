@@ -1,6 +1,8 @@
 package auditlog
 
 import (
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -21,14 +23,14 @@ func recoverEpoch(dir string, epoch int) (*Predecessor, *Recovery, error) {
 		// The writer died before the genesis record was durable: nothing
 		// was ever acknowledged in this epoch. Move it aside and look at
 		// the one before.
-		aside := filepath.Join(dir, fmt.Sprintf("aborted-%s-%s", epochName(epoch), time.Now().UTC().Format("20060102T150405.000000000Z")))
-		if err := os.Rename(filepath.Join(dir, epochName(epoch)), aside); err != nil {
+		aside := filepath.Join(dir, fmt.Sprintf("aborted-%s-%s", logdir.EpochName(epoch), time.Now().UTC().Format("20060102T150405.000000000Z")))
+		if err := os.Rename(filepath.Join(dir, logdir.EpochName(epoch)), aside); err != nil {
 			return nil, nil, fmt.Errorf("move aside the empty epoch %d: %w", epoch, err)
 		}
-		if err := syncDir(dir); err != nil {
+		if err := logdir.SyncDir(dir); err != nil {
 			return nil, nil, err
 		}
-		epochs, err := listEpochs(dir)
+		epochs, err := logdir.ListEpochs(dir)
 		if err != nil || len(epochs) == 0 {
 			return nil, nil, err
 		}
@@ -115,7 +117,7 @@ func cutTail(path string, off int64) (int64, []byte, string, error) {
 	if err := f.Sync(); err != nil {
 		return 0, nil, "", fmt.Errorf("sync %s: %w", path, err)
 	}
-	if err := syncDir(filepath.Dir(path)); err != nil {
+	if err := logdir.SyncDir(filepath.Dir(path)); err != nil {
 		return 0, nil, "", err
 	}
 	return n, sum.Sum(nil), saved, nil

@@ -1,6 +1,8 @@
 package auditlog
 
 import (
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -135,7 +137,7 @@ func TestRecoveryRefusesDamageBeforeCheckpoint(t *testing.T) {
 	if !strings.Contains(err.Error(), "before its last signed checkpoint") || te.Err.Pos.Index != 11 || len(te.Hints()) == 0 {
 		t.Fatalf("error %v (index %d)", err, te.Err.Pos.Index)
 	}
-	if eps, _ := listEpochs(dir); len(eps) != 1 {
+	if eps, _ := logdir.ListEpochs(dir); len(eps) != 1 {
 		t.Fatalf("a new epoch was started on a tampered log: %v", eps)
 	}
 }

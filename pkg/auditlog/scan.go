@@ -1,6 +1,8 @@
 package auditlog
 
 import (
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/jcs"
 
 	"bytes"
@@ -123,7 +125,7 @@ func streamLines(epochDir string, segs []int, stop <-chan struct{}, opt *scanOpt
 		defer close(out)
 		defer func() { close(work); wg.Wait() }()
 		for _, n := range segs {
-			path := filepath.Join(epochDir, segmentName(n))
+			path := filepath.Join(epochDir, logdir.SegmentName(n))
 			if !readSegment(n, path, n != segs[len(segs)-1], send) {
 				return
 			}
@@ -315,7 +317,7 @@ func scanEpoch(dir string, epoch int, opt scanOptions) (*EpochResult, error) {
 	sc.finish()
 	if sc.res.Records == 0 && sc.res.tailErr == nil {
 		sc.res.empty = true
-		return sc.res, &VerifyError{Class: ClassIntegrity, Pos: Position{Epoch: epoch, File: filepath.Join(sc.edir, segmentName(1))}, Msg: "epoch holds no complete record"}
+		return sc.res, &VerifyError{Class: ClassIntegrity, Pos: Position{Epoch: epoch, File: filepath.Join(sc.edir, logdir.SegmentName(1))}, Msg: "epoch holds no complete record"}
 	}
 	return sc.res, nil
 }
@@ -349,7 +351,7 @@ type epochScan struct {
 // openEpochScan checks that the epoch directory holds segments numbered
 // from 1 without gaps. Its result (sc.res) is valid on error too.
 func openEpochScan(dir string, epoch int, opt scanOptions) (*epochScan, error) {
-	edir := filepath.Join(dir, epochName(epoch))
+	edir := filepath.Join(dir, logdir.EpochName(epoch))
 	sc := &epochScan{opt: opt, epoch: epoch, edir: edir, lastCPOff: -1, sealAt: -1,
 		res: &EpochResult{Epoch: epoch, Dir: edir, LastCheckpointAt: -1}}
 	fi, err := os.Stat(edir)
@@ -359,7 +361,7 @@ func openEpochScan(dir string, epoch int, opt scanOptions) (*epochScan, error) {
 	if !fi.IsDir() {
 		return sc, ioFailure(Position{Epoch: epoch}, fmt.Errorf("%s is not a directory", edir))
 	}
-	segs, err := listSegments(edir)
+	segs, err := logdir.ListSegments(edir)
 	if err != nil {
 		return sc, ioFailure(Position{Epoch: epoch}, err)
 	}
@@ -369,14 +371,14 @@ func openEpochScan(dir string, epoch int, opt scanOptions) (*epochScan, error) {
 	}
 	for i, n := range segs {
 		if n != i+1 {
-			return sc, &VerifyError{Class: ClassIntegrity, Pos: Position{Epoch: epoch, File: filepath.Join(edir, segmentName(i+1))},
-				Msg: fmt.Sprintf("segment %s is missing (found %s)", segmentName(i+1), segmentName(n)), Hint: "a whole segment file was deleted or renamed"}
+			return sc, &VerifyError{Class: ClassIntegrity, Pos: Position{Epoch: epoch, File: filepath.Join(edir, logdir.SegmentName(i+1))},
+				Msg: fmt.Sprintf("segment %s is missing (found %s)", logdir.SegmentName(i+1), logdir.SegmentName(n)), Hint: "a whole segment file was deleted or renamed"}
 		}
 	}
 	sc.segs = segs
 	sc.res.Segments = len(segs)
 	if opt.tolerateTail {
-		sc.lastCPOff = lastCheckpointLine(filepath.Join(edir, segmentName(segs[len(segs)-1])))
+		sc.lastCPOff = lastCheckpointLine(filepath.Join(edir, logdir.SegmentName(segs[len(segs)-1])))
 	}
 	return sc, nil
 }
@@ -544,7 +546,7 @@ func (sc *epochScan) genesis(ln *scanned) (done bool, err error) {
 	sc.g = g
 	res.Genesis = g
 	if g.Epoch != epoch {
-		return sc.fail(ln, ClassIntegrity, fmt.Sprint(epoch), fmt.Sprint(g.Epoch), "genesis names epoch %d but sits in %s", g.Epoch, epochName(epoch))
+		return sc.fail(ln, ClassIntegrity, fmt.Sprint(epoch), fmt.Sprint(g.Epoch), "genesis names epoch %d but sits in %s", g.Epoch, logdir.EpochName(epoch))
 	}
 	v, err := note.NewVerifier(g.Key)
 	if err != nil {
@@ -556,7 +558,7 @@ func (sc *epochScan) genesis(ln *scanned) (done bool, err error) {
 	if n := epochOfOrigin(g.Origin); n != epoch {
 		// Origins name their epoch: an epoch cannot borrow
 		// another's origin, key or saved checkpoints.
-		return sc.fail(ln, ClassIntegrity, fmt.Sprintf("<name>/%s-<8 hex digits>", epochName(epoch)), g.Origin, "genesis origin %q does not name %s", g.Origin, epochName(epoch))
+		return sc.fail(ln, ClassIntegrity, fmt.Sprintf("<name>/%s-<8 hex digits>", logdir.EpochName(epoch)), g.Origin, "genesis origin %q does not name %s", g.Origin, logdir.EpochName(epoch))
 	}
 	res.Origin, res.Key = g.Origin, g.Key
 	sc.verifiers = note.VerifierList(v)
@@ -722,7 +724,7 @@ func sigNames(n *note.Note) string {
 // bounded by the chunk and one line (a line longer than MaxLineBytes is no
 // record, and is skipped unread).
 func lastCheckpointLine(path string) int64 {
-	f, err := openRegular(path)
+	f, err := logdir.OpenRegular(path)
 	if err != nil {
 		return -1 // the scan reports what the file is
 	}

@@ -1,6 +1,8 @@
 package auditlog
 
 import (
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+
 	"bufio"
 	"errors"
 	"fmt"
@@ -67,7 +69,7 @@ func VerifySegment(path string, opt VerifyOptions) (*SegmentResult, error) {
 	br := bufio.NewReaderSize(f, MaxLineBytes+1)
 	// The epoch, for error positions: from the directory the file is in,
 	// then from the origin its first record names.
-	epoch, _ := parseNumbered(filepath.Base(filepath.Dir(path)), "epoch-", "")
+	epoch, _ := logdir.ParseNumbered(filepath.Base(filepath.Dir(path)), "epoch-", "")
 	sc := &segmentScan{path: path, trusted: trusted, vs: note.VerifierList(list...), res: res, lastCP: -1, sealAt: -1}
 	for {
 		raw, err := br.ReadSlice('\n')

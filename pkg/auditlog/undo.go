@@ -1,6 +1,8 @@
 package auditlog
 
 import (
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+
 	"fmt"
 	"os"
 	"path/filepath"
@@ -52,10 +54,10 @@ func cutFile(f *os.File, size int64) error {
 // what cannot be removed, the next start's recovery moves aside as an
 // aborted epoch.
 func (w *Writer) removeEpoch() {
-	for _, name := range []string{segmentName(1), VaultFile} {
+	for _, name := range []string{logdir.SegmentName(1), VaultFile} {
 		os.Remove(filepath.Join(w.epochDir, name))
 	}
 	if os.Remove(w.epochDir) == nil {
-		syncDir(w.dir)
+		logdir.SyncDir(w.dir)
 	}
 }

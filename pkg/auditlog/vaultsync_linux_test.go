@@ -1,6 +1,8 @@
 package auditlog
 
 import (
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+
 	"context"
 	"os"
 	"path/filepath"
@@ -24,12 +26,12 @@ func TestIntervalSyncCoversTheVault(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var synced []string
-	testHookSynced = func(f *os.File) {
+	logdir.TestHookSynced = func(f *os.File) {
 		mu.Lock()
 		synced = append(synced, filepath.Base(f.Name()))
 		mu.Unlock()
 	}
-	defer func() { testHookSynced = nil }()
+	defer func() { logdir.TestHookSynced = nil }()
 	dir := t.TempDir()
 	w, err := Open(dir, Options{Key: testKey(t), Recipients: []string{id.Recipient().String()}, Vault: true,
 		Durability: DurabilityInterval, SyncInterval: 20 * time.Millisecond, CheckpointInterval: time.Hour, CheckpointEvery: 1 << 20})

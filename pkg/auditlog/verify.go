@@ -1,6 +1,8 @@
 package auditlog
 
 import (
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+
 	"bytes"
 	"errors"
 	"fmt"
@@ -130,12 +132,12 @@ type Report struct {
 // progress bar).
 func LogBytes(dir string) int64 {
 	var n int64
-	epochs, _ := listEpochs(dir)
+	epochs, _ := logdir.ListEpochs(dir)
 	for _, e := range epochs {
-		ed := filepath.Join(dir, epochName(e))
-		segs, _ := listSegments(ed)
+		ed := filepath.Join(dir, logdir.EpochName(e))
+		segs, _ := logdir.ListSegments(ed)
 		for _, s := range segs {
-			if fi, err := os.Stat(filepath.Join(ed, segmentName(s))); err == nil && fi.Mode().IsRegular() {
+			if fi, err := os.Stat(filepath.Join(ed, logdir.SegmentName(s))); err == nil && fi.Mode().IsRegular() {
 				n += fi.Size()
 			}
 		}
@@ -253,7 +255,7 @@ func (v *verification) start() error {
 		wantRoots[cp.Origin][cp.Size] = nil
 	}
 	v.wantRoots = wantRoots
-	epochs, err := listEpochs(dir)
+	epochs, err := logdir.ListEpochs(dir)
 	if err != nil {
 		return ioFailure(Position{}, err)
 	}
@@ -266,7 +268,7 @@ func (v *verification) start() error {
 		}
 		ve := &VerifyError{Class: ClassNotLog, Msg: fmt.Sprintf("%s is not an audit log: it holds no epoch-NNNNNN directories", dir),
 			Hint: "give the directory cmcp serve writes its audit log to (audit.dir in cmcp.yaml)"}
-		if segs, _ := listSegments(dir); len(segs) > 0 {
+		if segs, _ := logdir.ListSegments(dir); len(segs) > 0 {
 			ve.Hint = fmt.Sprintf("%s looks like one epoch of a log; give the audit directory above it: %s", dir, filepath.Dir(filepath.Clean(dir)))
 		}
 		return ve
@@ -290,7 +292,7 @@ func (v *verification) scanEpochs() error {
 			// it so hides nothing that deleting the epoch would not: both
 			// are caught only by a saved checkpoint of its origin, and it
 			// has none.)
-			rep.Warnings = append(rep.Warnings, fmt.Sprintf("epoch %d (%s) holds no complete record: an aborted start, which stopped before its genesis record was durable, or a start under way; nothing in it was acknowledged, and the next start moves it aside as aborted-%s-<time>", e, res.Dir, epochName(e)))
+			rep.Warnings = append(rep.Warnings, fmt.Sprintf("epoch %d (%s) holds no complete record: an aborted start, which stopped before its genesis record was durable, or a start under way; nothing in it was acknowledged, and the next start moves it aside as aborted-%s-<time>", e, res.Dir, logdir.EpochName(e)))
 			break
 		}
 		rep.Epochs = append(rep.Epochs, res)
@@ -320,7 +322,7 @@ func (v *verification) scanEpochs() error {
 			rep.SignedLast = res.SignedLast
 		}
 		g := res.Genesis
-		gpos := Position{Epoch: e, File: filepath.Join(res.Dir, segmentName(1)), Line: 1, Index: 0, Kind: KindGenesis}
+		gpos := Position{Epoch: e, File: filepath.Join(res.Dir, logdir.SegmentName(1)), Line: 1, Index: 0, Kind: KindGenesis}
 		if i == 0 {
 			if g.Predecessor != nil {
 				return &VerifyError{Class: ClassTruncation, Pos: gpos,
@@ -337,7 +339,7 @@ func (v *verification) scanEpochs() error {
 		}
 		switch {
 		case e != epochs[i-1]+1:
-			return &VerifyError{Class: ClassTruncation, Pos: gpos, Expected: epochName(e - 1), Computed: epochName(epochs[i-1]),
+			return &VerifyError{Class: ClassTruncation, Pos: gpos, Expected: logdir.EpochName(e - 1), Computed: logdir.EpochName(epochs[i-1]),
 				Msg: fmt.Sprintf("epoch %d is missing: the directory goes from epoch %d to epoch %d", e-1, epochs[i-1], e)}
 		case p == nil:
 			return &VerifyError{Class: ClassIntegrity, Pos: gpos, Msg: fmt.Sprintf("epoch %d's genesis names no predecessor, but epoch %d precedes it", e, prev.Epoch)}
@@ -417,7 +419,7 @@ func (v *verification) external() error {
 						ve.Class = ClassFork
 						ve.Pos = Position{Epoch: n}
 						ve.Computed = r.Origin
-						ve.Msg = fmt.Sprintf("the saved checkpoint is for %s, but %s now holds another history (%s): the epoch was regenerated", x.cp.Origin, epochName(n), r.Origin)
+						ve.Msg = fmt.Sprintf("the saved checkpoint is for %s, but %s now holds another history (%s): the epoch was regenerated", x.cp.Origin, logdir.EpochName(n), r.Origin)
 						ve.Hint = "treat the log as rewritten; keep both the saved checkpoint and the directory as evidence"
 					}
 				}
@@ -497,7 +499,7 @@ func (v *verification) unsigned() error {
 // and fails on it with Strict.
 func (v *verification) stray() error {
 	dir, opt, rep, epochs := v.dir, &v.opt, v.rep, v.epochs
-	stray, err := strayEntries(dir, epochs)
+	stray, err := logdir.StrayEntries(dir, epochs)
 	if err != nil {
 		return ioFailure(Position{}, err)
 	}
@@ -543,7 +545,7 @@ func epochOfOrigin(origin string) int {
 	if i < 0 || len(origin) < i+13 {
 		return 0
 	}
-	n, ok := parseNumbered(origin[i+1:i+13], "epoch-", "")
+	n, ok := logdir.ParseNumbered(origin[i+1:i+13], "epoch-", "")
 	if !ok {
 		return 0
 	}

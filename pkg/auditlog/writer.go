@@ -1,6 +1,8 @@
 package auditlog
 
 import (
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -98,6 +100,10 @@ type Receipt struct {
 }
 
 // ErrClosed is returned by Append after Close.
+// ErrInUse is what Open's error wraps when another writer (another
+// gateway) holds the audit directory's lock.
+var ErrInUse = logdir.ErrInUse
+
 var ErrClosed = errors.New("audit log is closed")
 
 // FatalError wraps the write or sync error that made a Writer unusable.
@@ -316,7 +322,7 @@ func Open(dir string, opts Options) (*Writer, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create audit directory: %w", err)
 	}
-	lock, err := lockDir(dir)
+	lock, err := logdir.LockDir(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -332,7 +338,7 @@ func Open(dir string, opts Options) (*Writer, error) {
 		}
 	}()
 
-	epochs, err := listEpochs(dir)
+	epochs, err := logdir.ListEpochs(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -379,7 +385,7 @@ func (w *Writer) newIdentity(pred *Predecessor) (*LogInfo, error) {
 	if _, err := rand.Read(rnd[:]); err != nil {
 		return nil, err
 	}
-	name := epochName(w.epoch)
+	name := logdir.EpochName(w.epoch)
 	w.origin = opts.Name + "/" + name + "-" + hex.EncodeToString(rnd[:])
 	w.signer, w.vkey, err = NewNoteKeys(w.origin, opts.Key)
 	if err != nil {
@@ -469,14 +475,14 @@ func (w *Writer) genesis(pred *Predecessor, logInfo *LogInfo, recips []age.Recip
 // record, the recovery record if the previous epoch was recovered, and a
 // checkpoint, durably.
 func (w *Writer) start(g *Genesis, body []byte, recov *Recovery, created *bool) error {
-	dir, opts, name := w.dir, w.opts, epochName(w.epoch)
+	dir, opts, name := w.dir, w.opts, logdir.EpochName(w.epoch)
 	var err error
 	w.epochDir = filepath.Join(dir, name)
 	if err := os.Mkdir(w.epochDir, 0o700); err != nil {
 		return fmt.Errorf("create epoch directory: %w", err)
 	}
 	*created = true
-	if err := syncDir(dir); err != nil {
+	if err := logdir.SyncDir(dir); err != nil {
 		return err
 	}
 	if opts.Vault {
@@ -507,10 +513,6 @@ func (w *Writer) start(g *Genesis, body []byte, recov *Recovery, created *bool) 
 	return nil
 }
 
-func epochName(n int) string { return fmt.Sprintf("epoch-%06d", n) }
-
-func segmentName(n int) string { return fmt.Sprintf("seg-%06d.jsonl", n) }
-
 // StatementOf returns the statement digest of a genesis body: the digest of
 // its canonical JSON with the "statement" and "evidence" members removed.
 func StatementOf(body []byte) (digest.Digest, error) {
@@ -528,12 +530,12 @@ func StatementOf(body []byte) (digest.Digest, error) {
 }
 
 func (w *Writer) openSegment(n int) error {
-	p := filepath.Join(w.epochDir, segmentName(n))
+	p := filepath.Join(w.epochDir, logdir.SegmentName(n))
 	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("create segment: %w", err)
 	}
-	if err := syncDir(w.epochDir); err != nil {
+	if err := logdir.SyncDir(w.epochDir); err != nil {
 		f.Close()
 		return err
 	}
@@ -624,7 +626,7 @@ func (w *Writer) flush(sync bool) (err error) {
 		w.dirty = true
 	}
 	if sync && w.dirty {
-		if err := fdatasync(w.f); err != nil {
+		if err := logdir.Fdatasync(w.f); err != nil {
 			return fmt.Errorf("fdatasync %s: %w", w.f.Name(), err)
 		}
 		w.dirty = false
@@ -653,7 +655,7 @@ func (w *Writer) flushVault(sync bool) error {
 	// whose records refer to them: a record is never durable without its
 	// entry.
 	if sync && w.vaultDirty {
-		if err := fdatasync(w.vaultF); err != nil {
+		if err := logdir.Fdatasync(w.vaultF); err != nil {
 			return fmt.Errorf("fdatasync payload vault: %w", err)
 		}
 		w.vaultDirty = false
@@ -1048,7 +1050,7 @@ func (w *Writer) seal() error {
 	if err := w.closeFiles(); err != nil {
 		return err
 	}
-	return syncDir(w.epochDir)
+	return logdir.SyncDir(w.epochDir)
 }
 
 func (w *Writer) closeFiles() error {

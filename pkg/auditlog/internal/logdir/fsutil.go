@@ -1,4 +1,9 @@
-package auditlog
+// Package logdir is the layout of an audit directory on disk: the
+// epoch-NNNNNN directories, their seg-NNNNNN.jsonl segments, vault.jsonl
+// and witness.jsonl, the writer's lock, and the file operations that
+// reading and writing it share (listing, opening without blocking on a
+// FIFO, syncing). It knows nothing of the records inside the files.
+package logdir
 
 import (
 	"errors"
@@ -11,13 +16,20 @@ import (
 	"syscall"
 )
 
-// ErrInUse is what Open's error wraps when another writer (another
+// The files an epoch directory holds beside its segments (auditlog's
+// VaultFile and WitnessFile).
+const (
+	VaultFile   = "vault.jsonl"
+	WitnessFile = "witness.jsonl"
+)
+
+// ErrInUse is what LockDir's error wraps when another writer (another
 // gateway) holds the audit directory's lock.
 var ErrInUse = errors.New("in use by another writer")
 
-// lockDir takes an exclusive advisory lock on dir/.lock so that two writers
+// LockDir takes an exclusive advisory lock on dir/.lock so that two writers
 // never append to the same audit directory.
-func lockDir(dir string) (*os.File, error) {
+func LockDir(dir string) (*os.File, error) {
 	f, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("lock audit directory: %w", err)
@@ -32,7 +44,9 @@ func lockDir(dir string) (*os.File, error) {
 	return f, nil
 }
 
-func syncDir(dir string) error {
+// SyncDir syncs the directory dir (after a file in it was created,
+// renamed or removed).
+func SyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return fmt.Errorf("sync directory: %w", err)
@@ -44,8 +58,14 @@ func syncDir(dir string) error {
 	return nil
 }
 
-// parseNumbered returns n for names "<prefix>NNNNNN<suffix>".
-func parseNumbered(name, prefix, suffix string) (int, bool) {
+// EpochName is the name of epoch n's directory.
+func EpochName(n int) string { return fmt.Sprintf("epoch-%06d", n) }
+
+// SegmentName is the name of segment n's file in an epoch directory.
+func SegmentName(n int) string { return fmt.Sprintf("seg-%06d.jsonl", n) }
+
+// ParseNumbered returns n for names "<prefix>NNNNNN<suffix>".
+func ParseNumbered(name, prefix, suffix string) (int, bool) {
 	s, ok := strings.CutPrefix(name, prefix)
 	if !ok {
 		return 0, false
@@ -61,15 +81,15 @@ func parseNumbered(name, prefix, suffix string) (int, bool) {
 	return n, true
 }
 
-// listEpochs returns the epoch numbers in dir, ascending.
-func listEpochs(dir string) ([]int, error) {
+// ListEpochs returns the epoch numbers in dir, ascending.
+func ListEpochs(dir string) ([]int, error) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("read audit directory: %w", err)
 	}
 	var out []int
 	for _, e := range ents {
-		if n, ok := parseNumbered(e.Name(), "epoch-", ""); ok {
+		if n, ok := ParseNumbered(e.Name(), "epoch-", ""); ok {
 			out = append(out, n)
 		}
 	}
@@ -77,15 +97,15 @@ func listEpochs(dir string) ([]int, error) {
 	return out, nil
 }
 
-// listSegments returns the segment numbers in an epoch directory, ascending.
-func listSegments(epochDir string) ([]int, error) {
+// ListSegments returns the segment numbers in an epoch directory, ascending.
+func ListSegments(epochDir string) ([]int, error) {
 	ents, err := os.ReadDir(epochDir)
 	if err != nil {
 		return nil, fmt.Errorf("read epoch directory: %w", err)
 	}
 	var out []int
 	for _, e := range ents {
-		if n, ok := parseNumbered(e.Name(), "seg-", ".jsonl"); ok {
+		if n, ok := ParseNumbered(e.Name(), "seg-", ".jsonl"); ok {
 			out = append(out, n)
 		}
 	}
@@ -93,11 +113,11 @@ func listSegments(epochDir string) ([]int, error) {
 	return out, nil
 }
 
-// openRegular opens the regular file at path for reading. It opens without
+// OpenRegular opens the regular file at path for reading. It opens without
 // blocking (a FIFO put where a segment or vault should be would block the
 // open until something writes to it) and refuses anything but a regular
 // file, saying what it is.
-func openRegular(path string) (*os.File, error) {
+func OpenRegular(path string) (*os.File, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
@@ -118,7 +138,7 @@ func openRegular(path string) (*os.File, error) {
 	return f, nil
 }
 
-// strayEntries lists, as paths relative to dir with forward slashes and
+// StrayEntries lists, as paths relative to dir with forward slashes and
 // sorted, the entries of the audit directory dir and of its epoch
 // directories that are not part of the log: anything but epoch-NNNNNN
 // directories, seg-NNNNNN.jsonl, vault.jsonl and witness.jsonl in them, and what the
@@ -126,7 +146,7 @@ func openRegular(path string) (*os.File, error) {
 // seg-NNNNNN.jsonl.torn-TIME, an epoch moved aside as aborted-epoch-...).
 // A copy of a segment or an epoch under another name is never verified:
 // it is listed so that nobody takes it for verified.
-func strayEntries(dir string, epochs []int) ([]string, error) {
+func StrayEntries(dir string, epochs []int) ([]string, error) {
 	var out []string
 	ents, err := os.ReadDir(dir)
 	if err != nil {
@@ -134,7 +154,7 @@ func strayEntries(dir string, epochs []int) ([]string, error) {
 	}
 	for _, e := range ents {
 		name := e.Name()
-		_, epoch := parseNumbered(name, "epoch-", "")
+		_, epoch := ParseNumbered(name, "epoch-", "")
 		switch {
 		case epoch && e.IsDir():
 		case name == ".lock" && e.Type().IsRegular():
@@ -144,21 +164,21 @@ func strayEntries(dir string, epochs []int) ([]string, error) {
 		}
 	}
 	for _, n := range epochs {
-		ents, err := os.ReadDir(filepath.Join(dir, epochName(n)))
+		ents, err := os.ReadDir(filepath.Join(dir, EpochName(n)))
 		if err != nil {
 			return nil, err
 		}
 		for _, e := range ents {
 			name := e.Name()
-			_, seg := parseNumbered(name, "seg-", ".jsonl")
+			_, seg := ParseNumbered(name, "seg-", ".jsonl")
 			torn := false
 			if i := strings.Index(name, ".jsonl.torn-"); i > 0 {
-				_, torn = parseNumbered(name[:i+len(".jsonl")], "seg-", ".jsonl")
+				_, torn = ParseNumbered(name[:i+len(".jsonl")], "seg-", ".jsonl")
 			}
 			if (seg || torn || name == VaultFile || name == WitnessFile) && !e.IsDir() {
 				continue
 			}
-			out = append(out, epochName(n)+"/"+name)
+			out = append(out, EpochName(n)+"/"+name)
 		}
 	}
 	sort.Strings(out)
