@@ -17,6 +17,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/ui"
 	"github.com/confidential-mcp/cmcp/pkg/attestedlog"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
 )
 
 type verifyChainOptions struct {
@@ -330,7 +331,7 @@ type (
 	}
 )
 
-func cpDoc(cp *auditlog.Checkpoint) *checkpointDoc {
+func cpDoc(cp *c2sp.Checkpoint) *checkpointDoc {
 	if cp == nil {
 		return nil
 	}
@@ -361,7 +362,7 @@ func (o *verifyChainOptions) loadWitnesses() ([]string, error) {
 		out = append(out, k)
 	}
 	for _, k := range out {
-		if _, err := auditlog.NewCosignatureVerifier(k); err != nil {
+		if _, err := c2sp.NewCosignatureVerifier(k); err != nil {
 			return nil, exitcode.Errorf(exitcode.ExitUsage, "--witness: %v", err).Hint("give the witness's cosignature verifier key, as it publishes it (litewitness logs it at start: vkey=...)")
 		}
 	}
@@ -394,7 +395,7 @@ func runVerifyChain(p *ui.Printer, dir string, o *verifyChainOptions, keys []str
 		if err != nil {
 			return exitcode.Errorf(exitcode.ExitIO, "--checkpoint: %w", err)
 		}
-		if _, err := auditlog.ParseCheckpoint(b); err != nil {
+		if _, err := c2sp.ParseCheckpoint(b); err != nil {
 			return exitcode.Errorf(exitcode.ExitUsage, "--checkpoint %s: %v", f, err).
 				Hint("give a checkpoint note saved earlier with --save-checkpoint (origin, size, root hash, a blank line, signatures)")
 		}
@@ -407,7 +408,7 @@ func runVerifyChain(p *ui.Printer, dir string, o *verifyChainOptions, keys []str
 		b, err := os.ReadFile(o.SaveCheckpoint)
 		switch {
 		case err == nil:
-			if _, perr := auditlog.ParseCheckpoint(b); perr != nil {
+			if _, perr := c2sp.ParseCheckpoint(b); perr != nil {
 				return exitcode.Errorf(exitcode.ExitUsage, "--save-checkpoint %s: the file exists and holds no checkpoint: %v", o.SaveCheckpoint, perr).
 					Hint("choose another file, or remove this one if it is not a checkpoint you saved")
 			}

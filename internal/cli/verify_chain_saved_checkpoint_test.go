@@ -13,7 +13,7 @@ import (
 	"golang.org/x/mod/sumdb/note"
 
 	"github.com/confidential-mcp/cmcp/internal/exitcode"
-	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
 )
 
 // TestVerifyChainForgedSavedCheckpoint: a saved checkpoint (--checkpoint)
@@ -46,7 +46,7 @@ func TestVerifyChainForgedSavedCheckpoint(t *testing.T) {
 
 	// The same text signed by another key with the epoch's name.
 	_, other, _ := ed25519.GenerateKey(rand.Reader)
-	signer, _, err := auditlog.NewNoteKeys(origin, other)
+	signer, _, err := c2sp.NewNoteKeys(origin, other)
 	if err != nil {
 		t.Fatal(err)
 	}

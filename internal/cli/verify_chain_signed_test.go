@@ -16,6 +16,7 @@ import (
 
 	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
 )
 
 // What verify-chain counts as verified is what a signature covers: records
@@ -282,7 +283,7 @@ func TestProveAnUnsignedRecordOfACrashedEpoch(t *testing.T) {
 		t.Fatalf("exit %d\n%s%s", code, out, errOut)
 	}
 	// A signed record of the same epoch is proved as before.
-	if code, out, errOut := runCLI(t, "verify-chain", dir, "--prove", "0", "--epoch", "1"); code != 0 || !strings.HasPrefix(out, auditlog.ProofHeader) {
+	if code, out, errOut := runCLI(t, "verify-chain", dir, "--prove", "0", "--epoch", "1"); code != 0 || !strings.HasPrefix(out, c2sp.ProofHeader) {
 		t.Fatalf("signed record: exit %d\n%s%s", code, out, errOut)
 	}
 

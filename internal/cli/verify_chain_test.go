@@ -22,6 +22,7 @@ import (
 
 	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
@@ -131,7 +132,7 @@ func rechain(t *testing.T, lines [][]byte, from int, key ed25519.PrivateKey) {
 	if err := json.Unmarshal(lines[0], &g); err != nil {
 		t.Fatal(err)
 	}
-	signer, _, err := auditlog.NewNoteKeys(g.Body.Origin, key)
+	signer, _, err := c2sp.NewNoteKeys(g.Body.Origin, key)
 	if err != nil {
 		t.Fatal(err)
 	}

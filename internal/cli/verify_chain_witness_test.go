@@ -18,6 +18,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/witness"
 	"github.com/confidential-mcp/cmcp/internal/witness/litewitness"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
 )
 
 // witnessedLog writes two epochs of a log with a stable log identity whose
@@ -33,7 +34,7 @@ func witnessedLog(t *testing.T) (string, *litewitness.Server) {
 func witnessedLogAt(t *testing.T, lw *litewitness.Server, origin string) string {
 	t.Helper()
 	_, logKey, _ := ed25519.GenerateKey(rand.Reader)
-	_, vkey, _ := auditlog.NewNoteKeys(origin, logKey)
+	_, vkey, _ := c2sp.NewNoteKeys(origin, logKey)
 	lw.AddLog(origin, vkey)
 	dir := filepath.Join(t.TempDir(), "audit")
 	for range 2 {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/confidential-mcp/cmcp/internal/sessionbounds"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
@@ -275,7 +276,7 @@ func (a *Audit) Validate() error {
 			return valueAt("witnesses").hintf("add audit.log with an origin and a key_file",
 				"audit.witnesses needs audit.log: a witness follows one log origin and key across restarts")
 		}
-		v, err := auditlog.NewCosignatureVerifier(w.Key)
+		v, err := c2sp.NewCosignatureVerifier(w.Key)
 		if err != nil {
 			return valueAt("witnesses", i, "key").hintf("the witness's cosignature verifier key, as it publishes it (litewitness logs it at start: vkey=...)",
 				"audit.witnesses[%d].key: %v", i, err)

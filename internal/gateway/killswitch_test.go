@@ -18,6 +18,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/policy"
 	"github.com/confidential-mcp/cmcp/internal/replay"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
 )
 
 // TestKillSwitchStaysEngagedWhenItsStateCannotBeRemoved: a clearing that is
@@ -226,7 +227,7 @@ func TestKillSwitchClearedOnlyOnceTheClearingIsDurable(t *testing.T) {
 	if err := h.g.SetKillSwitch(ctx, false, "test", "resolved"); err != nil {
 		t.Fatal(err)
 	}
-	cp, err := auditlog.ParseCheckpoint(h.w.LatestCheckpoint())
+	cp, err := c2sp.ParseCheckpoint(h.w.LatestCheckpoint())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/gwtest"
 	"github.com/confidential-mcp/cmcp/internal/witness/litewitness"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
 )
 
 // TestServeWitnessedWithReceipts runs a real gateway (a measured stdio
@@ -30,11 +31,11 @@ func TestServeWitnessedWithReceipts(t *testing.T) {
 	exe, pin := selfDigest(t)
 	dir := t.TempDir()
 	lw := litewitness.Start(t, "w1.example/lw")
-	key, err := auditlog.LoadOrCreateLogKey(filepath.Join(dir, "state", "log.key"), "example.com/gw1")
+	key, err := c2sp.LoadOrCreateLogKey(filepath.Join(dir, "state", "log.key"), "example.com/gw1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, vkey, _ := auditlog.NewNoteKeys("example.com/gw1", key)
+	_, vkey, _ := c2sp.NewNoteKeys("example.com/gw1", key)
 	lw.AddLog("example.com/gw1", vkey)
 	adminAddr := freePort(t)
 	cfgPath := filepath.Join(dir, "cmcp.yaml")

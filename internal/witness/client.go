@@ -28,6 +28,7 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
 )
 
 // Witness names one witness.
@@ -144,7 +145,7 @@ func New(cfg Config) (*Client, error) {
 	}
 	c := &Client{cfg: cfg, logV: lv, log: cfg.Logger, http: cfg.HTTP}
 	for _, w := range cfg.Witnesses {
-		v, err := auditlog.NewCosignatureVerifier(w.Key)
+		v, err := c2sp.NewCosignatureVerifier(w.Key)
 		if err != nil {
 			return nil, fmt.Errorf("witness %s: %w", w.Name, err)
 		}

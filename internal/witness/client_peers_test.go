@@ -22,6 +22,7 @@ import (
 
 	"github.com/confidential-mcp/cmcp/internal/witness/litewitness"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
 )
 
 const origin = "test.example/gw1"
@@ -35,7 +36,7 @@ type epochRun struct {
 
 func openEpoch(t *testing.T, dir string, logKey ed25519.PrivateKey, ws ...*litewitness.Server) *epochRun {
 	t.Helper()
-	_, vkey, err := auditlog.NewNoteKeys(origin, logKey)
+	_, vkey, err := c2sp.NewNoteKeys(origin, logKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +140,7 @@ func wantFailure(t *testing.T, err error, class auditlog.Class, sub string) {
 func TestLitewitnessFollowsTheLogAcrossRestarts(t *testing.T) {
 	w1 := litewitness.Start(t, "w1.example/lw")
 	_, logKey, _ := ed25519.GenerateKey(rand.Reader)
-	_, vkey, _ := auditlog.NewNoteKeys(origin, logKey)
+	_, vkey, _ := c2sp.NewNoteKeys(origin, logKey)
 	w1.AddLog(origin, vkey)
 
 	dir := filepath.Join(t.TempDir(), "audit")
@@ -211,7 +212,7 @@ func TestLitewitnessFollowsTheLogAcrossRestarts(t *testing.T) {
 func TestLitewitnessDownIsRetried(t *testing.T) {
 	w1 := litewitness.Start(t, "w1.example/lw")
 	_, logKey, _ := ed25519.GenerateKey(rand.Reader)
-	_, vkey, _ := auditlog.NewNoteKeys(origin, logKey)
+	_, vkey, _ := c2sp.NewNoteKeys(origin, logKey)
 	w1.AddLog(origin, vkey)
 	dir := filepath.Join(t.TempDir(), "audit")
 	r := openEpoch(t, dir, logKey, w1)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
 )
 
 // Gateway is what a gateway needs of its log identity and witnesses
@@ -24,7 +25,7 @@ type Gateway struct {
 // loaded from keyFile or created there at the first start: audit.log) and
 // its witness client (audit.witnesses; none: no client).
 func NewGateway(origin, keyFile string, witnesses []Witness, auditDir string, logger *slog.Logger) (*Gateway, error) {
-	key, err := auditlog.LoadOrCreateLogKey(keyFile, origin)
+	key, err := c2sp.LoadOrCreateLogKey(keyFile, origin)
 	if err != nil {
 		return nil, fmt.Errorf("audit.log: %w", err)
 	}
@@ -32,7 +33,7 @@ func NewGateway(origin, keyFile string, witnesses []Witness, auditDir string, lo
 	if len(witnesses) == 0 {
 		return g, nil
 	}
-	_, vkey, err := auditlog.NewNoteKeys(origin, key)
+	_, vkey, err := c2sp.NewNoteKeys(origin, key)
 	if err != nil {
 		return nil, err
 	}

@@ -1,13 +1,14 @@
 package auditlog
 
 import (
-	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
-
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
 )
 
 // TestVerifyTakesEmptyNewestEpochAsAbortedStart: an epoch without one
@@ -66,7 +67,7 @@ func TestVerifyTakesEmptyNewestEpochAsAbortedStart(t *testing.T) {
 			if err != nil {
 				t.Fatalf("prove in the newest epoch: %v", err)
 			}
-			if cp, err := ParseCheckpoint(p.Checkpoint); err != nil || epochOfOrigin(cp.Origin) != tc.epochs {
+			if cp, err := c2sp.ParseCheckpoint(p.Checkpoint); err != nil || epochOfOrigin(cp.Origin) != tc.epochs {
 				t.Fatalf("proof against %+v (%v), want a checkpoint of epoch %d", cp, err, tc.epochs)
 			}
 			// The writer's recovery agrees: it moves the epoch aside and

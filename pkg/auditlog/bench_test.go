@@ -1,8 +1,6 @@
 package auditlog
 
 import (
-	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
-
 	"bytes"
 	"context"
 	"fmt"
@@ -13,9 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/mod/sumdb/tlog"
-
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
+	"golang.org/x/mod/sumdb/tlog"
 )
 
 // benchLog returns a directory holding a sealed log of n call records,
@@ -77,7 +76,7 @@ func BenchmarkInclusionOnly(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cp, _ := ParseCheckpoint(pr.Checkpoint)
+	cp, _ := c2sp.ParseCheckpoint(pr.Checkpoint)
 	leaf := tlog.RecordHash(pr.Record)
 	b.ResetTimer()
 	for range b.N {

@@ -1,10 +1,6 @@
 package auditlog
 
 import (
-	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
-
-	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/ageid"
-
 	"bufio"
 	"bytes"
 	"crypto/hmac"
@@ -20,6 +16,8 @@ import (
 	"sync"
 
 	"filippo.io/age"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/ageid"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
 	jsonv2 "github.com/go-json-experiment/json"
 )
 

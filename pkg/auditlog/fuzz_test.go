@@ -1,13 +1,13 @@
 package auditlog
 
 import (
-	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/jcs"
-
 	"bytes"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/jcs"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
@@ -78,16 +78,16 @@ func FuzzParseCheckpoint(f *testing.F) {
 	}
 	f.Add([]byte("o\n1\nAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=\nextension\n\n— o abc\n"))
 	f.Fuzz(func(t *testing.T, in []byte) {
-		cp, err := ParseCheckpoint(in)
+		cp, err := c2sp.ParseCheckpoint(in)
 		if err != nil {
 			return
 		}
 		text, _, _ := bytes.Cut(in, []byte("\n\n"))
-		body := checkpointBody(cp.Origin, cp.Size, cp.Root)
+		body := c2sp.CheckpointBody(cp.Origin, cp.Size, cp.Root)
 		if !bytes.HasPrefix(append(text, '\n'), []byte(body)) {
 			t.Fatalf("checkpoint %q parsed as %q", in, body)
 		}
-		OpenCheckpoint(in, nil) // nil verifiers: must not panic
+		c2sp.OpenCheckpoint(in, nil) // nil verifiers: must not panic
 		_ = vkey
 	})
 }
@@ -110,13 +110,13 @@ func FuzzParseProof(f *testing.F) {
 	f.Add([]byte("c2sp.org/tlog-proof@v1\nindex 1\n\no\n1\nAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=\n\n— o x\n"))
 	key := w.VerifierKey()
 	f.Fuzz(func(t *testing.T, in []byte) {
-		p, err := ParseProof(in)
+		p, err := c2sp.ParseProof(in)
 		if err == nil && !bytes.Equal(p.Format(), in) {
 			t.Fatalf("proof does not round-trip:\n in %q\nout %q", in, p.Format())
 		}
 		if _, err := VerifyProof(in, []string{key}); err == nil && !bytes.Equal(in, good) {
 			// Another valid proof must be for another record of the same log.
-			p2, _ := ParseProof(in)
+			p2, _ := c2sp.ParseProof(in)
 			if _, err := parseLine(p2.Record); err != nil {
 				t.Fatalf("accepted a proof with a malformed record %q", p2.Record)
 			}

@@ -1,8 +1,6 @@
 package auditlog
 
 import (
-	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
-
 	"context"
 	"fmt"
 	"io"
@@ -13,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
 )
 
 // within fails t if f does not return within d (a hang on hostile input).

@@ -1,24 +1,18 @@
 package auditlog
 
 import (
-	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
-
 	"bufio"
 	"bytes"
 	"crypto/ed25519"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
-	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
 )
 
@@ -60,58 +54,6 @@ type LogInfo struct {
 	Key      string   `json:"key"`         // note verifier key of the log key (name = Origin)
 	Size     int64    `json:"size,string"` // records of all earlier epochs = log index of this genesis
 	Frontier [][]byte `json:"frontier"`    // RFC 6962 compact range of those records, largest subtree first
-}
-
-// LoadOrCreateLogKey reads the log key kept at path (a note private key,
-// "PRIVATE+KEY+<origin>+<hash>+<base64>", as x/mod/sumdb/note writes them)
-// or, if path does not exist, creates one for origin there (mode 0600).
-// A key made for another origin is refused.
-func LoadOrCreateLogKey(path, origin string) (ed25519.PrivateKey, error) {
-	if strings.ContainsAny(origin, " +\t\n") || origin == "" {
-		return nil, fmt.Errorf("log origin %q: must be non-empty, without spaces or '+'", origin)
-	}
-	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		skey, _, err := note.GenerateKey(rand.Reader, origin)
-		if err != nil {
-			return nil, fmt.Errorf("generate the log key: %w", err)
-		}
-		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-			return nil, fmt.Errorf("create the log key's directory: %w", err)
-		}
-		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-		if err != nil {
-			return nil, fmt.Errorf("create the log key %s: %w", path, err)
-		}
-		_, werr := f.WriteString(skey + "\n")
-		if err := errors.Join(werr, f.Sync(), f.Close()); err != nil {
-			os.Remove(path)
-			return nil, fmt.Errorf("write the log key %s: %w", path, err)
-		}
-		if err := logdir.SyncDir(filepath.Dir(path)); err != nil {
-			return nil, err
-		}
-		b = []byte(skey)
-	} else if err != nil {
-		return nil, fmt.Errorf("read the log key: %w", err)
-	}
-	return parseLogKey(path, strings.TrimSpace(string(b)), origin)
-}
-
-func parseLogKey(path, skey, origin string) (ed25519.PrivateKey, error) {
-	// PRIVATE+KEY+<name>+<hash8>+<base64(0x01||seed)>
-	parts := strings.SplitN(skey, "+", 5)
-	if len(parts) != 5 || parts[0] != "PRIVATE" || parts[1] != "KEY" {
-		return nil, fmt.Errorf("log key %s is not a note private key (want PRIVATE+KEY+<origin>+<hash>+<base64>)", path)
-	}
-	if parts[2] != origin {
-		return nil, fmt.Errorf("log key %s is for origin %q, not %q: a log keeps its origin; move the key aside to start a new log identity", path, parts[2], origin)
-	}
-	raw, err := base64.StdEncoding.DecodeString(parts[4])
-	if err != nil || len(raw) != 1+ed25519.SeedSize || raw[0] != 0x01 {
-		return nil, fmt.Errorf("log key %s: not an Ed25519 note key", path)
-	}
-	return ed25519.NewKeyFromSeed(raw[1:]), nil
 }
 
 // nodesOf returns the compact range [0, n) as (lo, hi) pairs, largest first.
@@ -298,78 +240,6 @@ func ReadLogLeaves(dir string, n int64) ([]tlog.Hash, error) {
 		return nil, fmt.Errorf("the log holds %d records, fewer than the %d asked for", len(out), n)
 	}
 	return out, nil
-}
-
-// Cosignatures (c2sp.org/tlog-cosignature, cosignature/v1, Ed25519).
-
-const sigCosignatureV1 = 0x04
-
-type cosigVerifier struct {
-	name string
-	hash uint32
-	pub  ed25519.PublicKey
-}
-
-func (v *cosigVerifier) Name() string    { return v.name }
-func (v *cosigVerifier) KeyHash() uint32 { return v.hash }
-func (v *cosigVerifier) Verify(msg, sig []byte) bool {
-	if len(sig) != 8+ed25519.SignatureSize {
-		return false
-	}
-	var t uint64
-	for _, b := range sig[:8] {
-		t = t<<8 | uint64(b)
-	}
-	m := make([]byte, 0, 64+len(msg))
-	m = fmt.Appendf(m, "cosignature/v1\ntime %d\n", t)
-	m = append(m, msg...)
-	return ed25519.Verify(v.pub, m, sig[8:])
-}
-
-// NewCosignatureVerifier parses a witness's cosignature verifier key
-// ("<name>+<hash8>+<base64(0x04 || Ed25519 public key)>") into a
-// note.Verifier that checks cosignature/v1 signatures.
-func NewCosignatureVerifier(vkey string) (note.Verifier, error) {
-	name, rest, ok := strings.Cut(vkey, "+")
-	h16, b64k, ok2 := strings.Cut(rest, "+")
-	if !ok || !ok2 || name == "" || len(h16) != 8 {
-		return nil, fmt.Errorf("witness key %q: want <name>+<8 hex digits>+<base64 key>", clip(vkey))
-	}
-	raw, err := base64.StdEncoding.DecodeString(b64k)
-	if err != nil {
-		return nil, fmt.Errorf("witness key %q: %w", clip(vkey), err)
-	}
-	if len(raw) != 1+ed25519.PublicKeySize || raw[0] != sigCosignatureV1 {
-		return nil, fmt.Errorf("witness key %q is not an Ed25519 cosignature key (want type 0x04 and 32 bytes; a 0x01 key is a log's note key, not a witness's)", clip(vkey))
-	}
-	var want uint32
-	if _, err := fmt.Sscanf(h16, "%08x", &want); err != nil {
-		return nil, fmt.Errorf("witness key %q: key hash: %w", clip(vkey), err)
-	}
-	v := &cosigVerifier{name: name, pub: ed25519.PublicKey(raw[1:]), hash: noteKeyHash(name, raw)}
-	if v.hash != want {
-		return nil, fmt.Errorf("witness key %q: key hash %08x does not match the key (%08x)", clip(vkey), want, v.hash)
-	}
-	return v, nil
-}
-
-// CosignatureTime returns the timestamp of a cosignature/v1 signature
-// (seconds since the Unix epoch) from its base64 form as a note.Signature.
-func CosignatureTime(sig note.Signature) (int64, error) {
-	raw, err := base64.StdEncoding.DecodeString(sig.Base64)
-	if err != nil || len(raw) != 4+8+ed25519.SignatureSize {
-		return 0, fmt.Errorf("not a cosignature/v1 signature")
-	}
-	var t uint64
-	for _, b := range raw[4:12] {
-		t = t<<8 | uint64(b)
-	}
-	return int64(t), nil
-}
-
-func noteKeyHash(name string, key []byte) uint32 {
-	h := sha256.Sum256(append(append([]byte(name), '\n'), key...))
-	return uint32(h[0])<<24 | uint32(h[1])<<16 | uint32(h[2])<<8 | uint32(h[3])
 }
 
 // Cosigned log checkpoints (witness.jsonl).

@@ -1,8 +1,6 @@
 package auditlog
 
 import (
-	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
-
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -16,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
 )
@@ -32,7 +32,7 @@ func (c *testCosigner) pubRaw() []byte {
 	return append([]byte{0x04}, c.key.Public().(ed25519.PublicKey)...)
 }
 func (c *testCosigner) Name() string    { return c.name }
-func (c *testCosigner) KeyHash() uint32 { return noteKeyHash(c.name, c.pubRaw()) }
+func (c *testCosigner) KeyHash() uint32 { return c2sp.NoteKeyHash(c.name, c.pubRaw()) }
 func (c *testCosigner) Sign(msg []byte) ([]byte, error) {
 	m := fmt.Appendf(nil, "cosignature/v1\ntime %d\n", c.now)
 	sig := ed25519.Sign(c.key, append(m, msg...))
@@ -103,7 +103,7 @@ func TestLogTreeFollowsEveryEpoch(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, c := range cps {
-		cp, err := OpenCheckpoint(c.Note, note.VerifierList(lv))
+		cp, err := c2sp.OpenCheckpoint(c.Note, note.VerifierList(lv))
 		if err != nil {
 			t.Fatalf("log checkpoint %d: %v", i, err)
 		}
@@ -161,7 +161,7 @@ func TestLogTreeFollowsEveryEpoch(t *testing.T) {
 }
 
 func mustVkey(t *testing.T, name string, k ed25519.PrivateKey) string {
-	_, v, err := NewNoteKeys(name, k)
+	_, v, err := c2sp.NewNoteKeys(name, k)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +201,7 @@ func TestWitnessedLogVerifies(t *testing.T) {
 			t.Fatalf("a witnessed log still warns: %s", w)
 		}
 	}
-	if _, err := NewCosignatureVerifier(w1.vkey()); err != nil {
+	if _, err := c2sp.NewCosignatureVerifier(w1.vkey()); err != nil {
 		t.Fatal(err)
 	}
 	// A third witness the log never met: quorum 2 of (w1, w3) fails.
@@ -245,25 +245,5 @@ func wantClass(t *testing.T, err error, c Class, sub string) {
 	var ve *VerifyError
 	if !errors.As(err, &ve) || ve.Class != c || !strings.Contains(ve.Error(), sub) {
 		t.Fatalf("got %v, want a %s failure saying %q", err, c, sub)
-	}
-}
-
-// TestLogKeyFile: the log key is created once and read back; a key for
-// another origin is refused.
-func TestLogKeyFile(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "state", "log.key")
-	k1, err := LoadOrCreateLogKey(p, "a.example/gw")
-	if err != nil {
-		t.Fatal(err)
-	}
-	k2, err := LoadOrCreateLogKey(p, "a.example/gw")
-	if err != nil || !k1.Equal(k2) {
-		t.Fatalf("second load: %v (same key: %v)", err, k1.Equal(k2))
-	}
-	if fi, _ := os.Stat(p); fi.Mode().Perm() != 0o600 {
-		t.Fatalf("log key mode %v, want 0600", fi.Mode().Perm())
-	}
-	if _, err := LoadOrCreateLogKey(p, "b.example/gw"); err == nil || !strings.Contains(err.Error(), "is for origin") {
-		t.Fatalf("another origin: %v", err)
 	}
 }

@@ -1,8 +1,6 @@
 package auditlog
 
 import (
-	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
-
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -10,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
 )
@@ -58,14 +58,14 @@ type cosignedAt struct {
 	epoch int
 	line  int
 	raw   []byte
-	cp    *Checkpoint
+	cp    *c2sp.Checkpoint
 }
 
 func newLogCheck(opt *VerifyOptions, dir string, epochs []int) (*logCheck, error) {
 	lc := &logCheck{opt: opt, want: map[int64]*tlog.Hash{}, bases: map[int]int64{}}
 	seen := map[string]bool{}
 	for _, k := range opt.Witnesses {
-		v, err := NewCosignatureVerifier(strings.TrimSpace(k))
+		v, err := c2sp.NewCosignatureVerifier(strings.TrimSpace(k))
 		if err != nil {
 			return nil, &VerifyError{Class: ClassUsage, Msg: fmt.Sprintf("--witness: %v", err)}
 		}
@@ -88,7 +88,7 @@ func newLogCheck(opt *VerifyOptions, dir string, epochs []int) (*logCheck, error
 			return nil, &VerifyError{Class: ClassIntegrity, Pos: Position{Epoch: e, File: filepath.Join(dir, logdir.EpochName(e), WitnessFile)}, Msg: err.Error()}
 		}
 		for i, n := range notes {
-			cp, err := ParseCheckpoint(n)
+			cp, err := c2sp.ParseCheckpoint(n)
 			if err != nil {
 				return nil, &VerifyError{Class: ClassIntegrity, Pos: Position{Epoch: e, File: filepath.Join(dir, logdir.EpochName(e), WitnessFile), Line: int64(i + 1)}, Msg: fmt.Sprintf("cosigned log checkpoint: %v", err)}
 			}
@@ -180,7 +180,7 @@ func (lc *logCheck) finish(rep *Report) error {
 type cosigs struct {
 	names map[string]int64 // witness -> newest cosignature time
 	raw   []byte
-	cp    *Checkpoint
+	cp    *c2sp.Checkpoint
 	lines []string
 }
 
@@ -239,7 +239,7 @@ func (lc *logCheck) cosignedCheckpoint(rep *Report, c cosignedAt, vs note.Verifi
 		if sg.Name == lv.Name() && sg.Hash == lv.KeyHash() {
 			continue
 		}
-		t, err := CosignatureTime(sg)
+		t, err := c2sp.CosignatureTime(sg)
 		if err != nil {
 			return &VerifyError{Class: ClassSignature, Pos: pos, Msg: fmt.Sprintf("cosignature of %s: %v", sg.Name, err)}
 		}

@@ -1,108 +1,25 @@
 package auditlog
 
 import (
-	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
-
-	"bytes"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
 )
 
-// ProofHeader is the first line of an offline proof (c2sp.org/tlog-proof@v1).
-const ProofHeader = "c2sp.org/tlog-proof@v1"
-
-// maxProofHashes bounds the inclusion proof length (a tree of 2^63 leaves).
-const maxProofHashes = 63
-
-// Proof is a parsed offline proof for one record.
-type Proof struct {
-	Record     []byte // the record line (the "extra" data)
-	Index      int64
-	Hashes     tlog.RecordProof
-	Checkpoint []byte // the signed note, verbatim
-}
-
-// Format encodes p as a c2sp.org/tlog-proof@v1 text.
-func (p *Proof) Format() []byte {
-	var b bytes.Buffer
-	b.WriteString(ProofHeader + "\n")
-	b.WriteString("extra " + base64.StdEncoding.EncodeToString(p.Record) + "\n")
-	fmt.Fprintf(&b, "index %d\n", p.Index)
-	for _, h := range p.Hashes {
-		b.WriteString(base64.StdEncoding.EncodeToString(h[:]) + "\n")
-	}
-	b.WriteString("\n")
-	b.Write(p.Checkpoint)
-	return b.Bytes()
-}
-
-// ErrMalformedProof is returned (wrapped) by ParseProof.
-var ErrMalformedProof = errors.New("malformed proof")
-
-// ParseProof parses a c2sp.org/tlog-proof@v1 text with the record in its
-// extra line. It does not verify anything.
-func ParseProof(text []byte) (*Proof, error) {
-	if len(text) > MaxLineBytes*2 {
-		return nil, fmt.Errorf("%w: %d bytes is too large", ErrMalformedProof, len(text))
-	}
-	head, cp, ok := bytes.Cut(text, []byte("\n\n"))
-	if !ok {
-		return nil, fmt.Errorf("%w: no blank line before the checkpoint", ErrMalformedProof)
-	}
-	lines := strings.Split(string(head), "\n")
-	if lines[0] != ProofHeader {
-		return nil, fmt.Errorf("%w: first line %q, want %q", ErrMalformedProof, clip(lines[0]), ProofHeader)
-	}
-	p := &Proof{Checkpoint: cp}
-	k := 1
-	if k < len(lines) && strings.HasPrefix(lines[k], "extra ") {
-		rec, err := base64.StdEncoding.Strict().DecodeString(lines[k][len("extra "):])
-		if err != nil {
-			return nil, fmt.Errorf("%w: extra line: %v", ErrMalformedProof, err)
-		}
-		p.Record = rec
-		k++
-	}
-	if k >= len(lines) {
-		return nil, fmt.Errorf("%w: no index line", ErrMalformedProof)
-	}
-	is, ok := strings.CutPrefix(lines[k], "index ")
-	idx, err := strconv.ParseInt(is, 10, 64)
-	if !ok || err != nil || idx < 0 || strconv.FormatInt(idx, 10) != is {
-		return nil, fmt.Errorf("%w: line %d: want \"index N\"", ErrMalformedProof, k+1)
-	}
-	p.Index = idx
-	for i, l := range lines[k+1:] {
-		if len(p.Hashes) >= maxProofHashes {
-			return nil, fmt.Errorf("%w: more than %d hashes", ErrMalformedProof, maxProofHashes)
-		}
-		hb, err := base64.StdEncoding.Strict().DecodeString(l)
-		if err != nil || len(hb) != tlog.HashSize {
-			return nil, fmt.Errorf("%w: line %d is not a base64 SHA-256 hash", ErrMalformedProof, k+2+i)
-		}
-		p.Hashes = append(p.Hashes, tlog.Hash(hb))
-	}
-	if p.Record == nil {
-		return nil, fmt.Errorf("%w: no extra line with the record (cmcp proofs carry the record)", ErrMalformedProof)
-	}
-	if _, err := ParseCheckpoint(cp); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrMalformedProof, err)
-	}
-	return p, nil
-}
+// A proof carries a record line and a checkpoint: c2sp.MaxProofBytes is
+// twice MaxLineBytes (this does not compile if the two drift apart).
+var _ = [1]struct{}{}[c2sp.MaxProofBytes-2*MaxLineBytes]
 
 // ProofResult is what VerifyProof established.
 type ProofResult struct {
 	Index      int64
 	Kind       Kind
-	Checkpoint *Checkpoint
+	Checkpoint *c2sp.Checkpoint
 	Record     []byte
 }
 
@@ -111,7 +28,7 @@ type ProofResult struct {
 // the record is well-formed and carries that index, and the inclusion of
 // its leaf hash under the checkpoint's root.
 func VerifyProof(text []byte, keys []string) (*ProofResult, error) {
-	p, err := ParseProof(text)
+	p, err := c2sp.ParseProof(text)
 	if err != nil {
 		return nil, &VerifyError{Class: ClassIntegrity, Msg: err.Error(), Err: err}
 	}
@@ -127,7 +44,7 @@ func VerifyProof(text []byte, keys []string) (*ProofResult, error) {
 		v, _ := note.NewVerifier(k)
 		list = append(list, v)
 	}
-	cp, err := OpenCheckpoint(p.Checkpoint, note.VerifierList(list...))
+	cp, err := c2sp.OpenCheckpoint(p.Checkpoint, note.VerifierList(list...))
 	if err != nil {
 		var uv *note.UnverifiedNoteError
 		var bad *note.InvalidSignatureError
@@ -161,7 +78,7 @@ func VerifyProof(text []byte, keys []string) (*ProofResult, error) {
 // Prove builds an offline proof for record index of the given epoch (0:
 // the newest) against the newest checkpoint of that epoch. The epoch is
 // verified first; opt is as for Verify.
-func Prove(dir string, epoch int, index int64, opt VerifyOptions) (*Proof, error) {
+func Prove(dir string, epoch int, index int64, opt VerifyOptions) (*c2sp.Proof, error) {
 	if epoch < 0 {
 		return nil, &VerifyError{Class: ClassUsage, Msg: fmt.Sprintf("epoch %d: epochs are numbered from 1 (0: the newest)", epoch)}
 	}
@@ -237,7 +154,7 @@ func Prove(dir string, epoch int, index int64, opt VerifyOptions) (*Proof, error
 	if err != nil {
 		return nil, err
 	}
-	return &Proof{Record: line, Index: index, Hashes: hashes, Checkpoint: cp.Note}, nil
+	return &c2sp.Proof{Record: line, Index: index, Hashes: hashes, Checkpoint: cp.Note}, nil
 }
 
 type memStore []tlog.Hash

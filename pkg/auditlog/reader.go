@@ -1,8 +1,6 @@
 package auditlog
 
 import (
-	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
-
 	"bufio"
 	"errors"
 	"fmt"
@@ -11,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
 	"golang.org/x/mod/sumdb/tlog"
 )
 

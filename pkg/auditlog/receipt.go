@@ -1,8 +1,6 @@
 package auditlog
 
 import (
-	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
-
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -11,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
 	jsonv2 "github.com/go-json-experiment/json"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
@@ -123,8 +123,8 @@ func MakeReceipts(dir string, epoch int, sessions []string, opt VerifyOptions) (
 	hits := map[string][]hit{}
 	var genesisLine []byte
 	cpLines := map[int64][]byte{}
-	var cps []*Checkpoint
-	res, err := scanEpoch(dir, epoch, scanOptions{trusted: trusted, keepLeaves: true, evidence: opt.VerifyEvidence, onCheckpoint: func(c *Checkpoint) { cps = append(cps, c) }, onRecord: func(en *Entry) error {
+	var cps []*c2sp.Checkpoint
+	res, err := scanEpoch(dir, epoch, scanOptions{trusted: trusted, keepLeaves: true, evidence: opt.VerifyEvidence, onCheckpoint: func(c *c2sp.Checkpoint) { cps = append(cps, c) }, onRecord: func(en *Entry) error {
 		switch {
 		case en.Index == 0:
 			genesisLine = slices.Clone(en.Line)
@@ -227,7 +227,7 @@ func cosignedSize(dir string, epoch int) (int64, error) {
 	}
 	var n int64
 	for _, raw := range notes {
-		if cp, err := ParseCheckpoint(raw); err == nil {
+		if cp, err := c2sp.ParseCheckpoint(raw); err == nil {
 			n = max(n, cp.Size)
 		}
 	}
@@ -245,7 +245,7 @@ func receiptLog(dir string, epoch int, li *LogInfo, n int64, cpLine []byte) (*Re
 	var best []byte
 	var bestSize int64
 	for _, raw := range notes {
-		cp, err := ParseCheckpoint(raw)
+		cp, err := c2sp.ParseCheckpoint(raw)
 		if err != nil || cp.Size <= at {
 			continue
 		}
@@ -323,7 +323,7 @@ type ReceiptResult struct {
 	Origin      string               `json:"origin"`
 	Records     int                  `json:"records"`
 	Kinds       map[Kind]int         `json:"kinds"`
-	Checkpoint  *Checkpoint          `json:"-"`
+	Checkpoint  *c2sp.Checkpoint     `json:"-"`
 	KeysTrusted bool                 `json:"keys_trusted"`
 	Attested    bool                 `json:"attested"` // the genesis evidence was checked
 	Log         *WitnessedCheckpoint `json:"witnessed,omitempty"`
@@ -418,12 +418,12 @@ func receiptGenesis(r *SessionReceipt, opt ReceiptOptions, res *ReceiptResult) (
 }
 
 // receiptCheckpoint opens the receipt's checkpoint with the epoch's key.
-func receiptCheckpoint(r *SessionReceipt, g *Genesis) (*Checkpoint, error) {
+func receiptCheckpoint(r *SessionReceipt, g *Genesis) (*c2sp.Checkpoint, error) {
 	ev, err := note.NewVerifier(g.Key)
 	if err != nil {
 		return nil, receiptErr(ClassIntegrity, "genesis key: %v", err)
 	}
-	cp, err := OpenCheckpoint([]byte(r.Checkpoint), note.VerifierList(ev))
+	cp, err := c2sp.OpenCheckpoint([]byte(r.Checkpoint), note.VerifierList(ev))
 	if err != nil {
 		var uv *note.UnverifiedNoteError
 		if errors.As(err, &uv) {
@@ -472,7 +472,7 @@ func receiptIncl(rr ReceiptRecord, at, size int64, root tlog.Hash) error {
 
 // receiptRecords checks the genesis and the session's records against the
 // checkpoint: canonical, in log order, the session's, in its tree.
-func receiptRecords(r *SessionReceipt, cp *Checkpoint, res *ReceiptResult) error {
+func receiptRecords(r *SessionReceipt, cp *c2sp.Checkpoint, res *ReceiptResult) error {
 	if _, err := receiptLine(r.Genesis, cp.Size); err != nil {
 		return err
 	}
@@ -506,7 +506,7 @@ func receiptRecords(r *SessionReceipt, cp *Checkpoint, res *ReceiptResult) error
 
 // checkReceiptLog checks the log checkpoint the witnesses cosigned and the
 // epoch checkpoint's record in the log tree, and the witness quorum.
-func checkReceiptLog(r *SessionReceipt, opt ReceiptOptions, g *Genesis, cp *Checkpoint, res *ReceiptResult) error {
+func checkReceiptLog(r *SessionReceipt, opt ReceiptOptions, g *Genesis, cp *c2sp.Checkpoint, res *ReceiptResult) error {
 	if g.Log == nil {
 		return receiptErr(ClassIntegrity, "it holds a log checkpoint, but the genesis names no log identity")
 	}
@@ -517,7 +517,7 @@ func checkReceiptLog(r *SessionReceipt, opt ReceiptOptions, g *Genesis, cp *Chec
 	}
 	list := []note.Verifier{lv}
 	for _, k := range opt.Witnesses {
-		v, err := NewCosignatureVerifier(k)
+		v, err := c2sp.NewCosignatureVerifier(k)
 		if err != nil {
 			return &VerifyError{Class: ClassUsage, Msg: "--witness: " + err.Error()}
 		}
@@ -531,7 +531,7 @@ func checkReceiptLog(r *SessionReceipt, opt ReceiptOptions, g *Genesis, cp *Chec
 		}
 		return receiptErr(ClassKey, "the log checkpoint is not signed by the log key: %v", err)
 	}
-	lcp, err := parseBody(n.Text)
+	lcp, err := c2sp.ParseCheckpointBody(n.Text)
 	if err != nil || lcp.Origin != g.Log.Origin {
 		return receiptErr(ClassIntegrity, "the log checkpoint is not one of %s", g.Log.Origin)
 	}
@@ -542,7 +542,7 @@ func checkReceiptLog(r *SessionReceipt, opt ReceiptOptions, g *Genesis, cp *Chec
 			continue
 		}
 		wc.Witnesses = append(wc.Witnesses, s.Name)
-		if t, err := CosignatureTime(s); err == nil && (newest == 0 || t < newest) {
+		if t, err := c2sp.CosignatureTime(s); err == nil && (newest == 0 || t < newest) {
 			newest = t
 		}
 	}

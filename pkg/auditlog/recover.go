@@ -1,8 +1,6 @@
 package auditlog
 
 import (
-	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
-
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -10,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
 )
 
 // recoverEpoch examines the newest existing epoch before a new one starts.

@@ -1,10 +1,6 @@
 package auditlog
 
 import (
-	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
-
-	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/jcs"
-
 	"bytes"
 	"crypto/sha256"
 	"encoding/base64"
@@ -19,6 +15,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/jcs"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
 )
@@ -239,25 +238,25 @@ type scanOptions struct {
 	// tolerateTail: in the last segment, report an error after the last
 	// checkpoint as a cuttable tail instead of failing (writer recovery).
 	tolerateTail bool
-	onRecord     func(e *Entry) error // see VerifyOptions.OnRecord
-	decode       func(k Kind) bool    // see VerifyOptions.Decode
-	onLeaf       func(h tlog.Hash)    // every record's leaf hash, in order
-	onCheckpoint func(cp *Checkpoint) // every checkpoint that verified, in order
+	onRecord     func(e *Entry) error      // see VerifyOptions.OnRecord
+	decode       func(k Kind) bool         // see VerifyOptions.Decode
+	onLeaf       func(h tlog.Hash)         // every record's leaf hash, in order
+	onCheckpoint func(cp *c2sp.Checkpoint) // every checkpoint that verified, in order
 }
 
 // EpochResult is what verifying one epoch established.
 type EpochResult struct {
-	Epoch            int         `json:"epoch"`
-	Dir              string      `json:"dir"`
-	Origin           string      `json:"origin"`
-	Key              string      `json:"key"`
-	Genesis          *Genesis    `json:"-"`
-	Segments         int         `json:"segments"`
-	Records          int64       `json:"records"`
-	Checkpoints      int         `json:"checkpoints"`
-	LastCheckpoint   *Checkpoint `json:"-"`
-	LastCheckpointAt int64       `json:"last_checkpoint_index"` // index of the last checkpoint record, -1 if none
-	Unsealed         int64       `json:"unsealed"`              // records after the last checkpoint
+	Epoch            int              `json:"epoch"`
+	Dir              string           `json:"dir"`
+	Origin           string           `json:"origin"`
+	Key              string           `json:"key"`
+	Genesis          *Genesis         `json:"-"`
+	Segments         int              `json:"segments"`
+	Records          int64            `json:"records"`
+	Checkpoints      int              `json:"checkpoints"`
+	LastCheckpoint   *c2sp.Checkpoint `json:"-"`
+	LastCheckpointAt int64            `json:"last_checkpoint_index"` // index of the last checkpoint record, -1 if none
+	Unsealed         int64            `json:"unsealed"`              // records after the last checkpoint
 	// Signed is the number of records up to and including the last
 	// checkpoint (Records - Unsealed): the ones it signs, and itself.
 	// SignedFirst and SignedLast are the times of the first and the last
@@ -595,7 +594,7 @@ func (sc *epochScan) checkpoint(ln *scanned, tsBefore []byte) (done bool, err er
 		return sc.fail(ln, ClassIntegrity, "", "", "%v", err)
 	}
 	msg := []byte(r.(*CheckpointRecord).Note)
-	cp, err := OpenCheckpoint(msg, sc.verifiers)
+	cp, err := c2sp.OpenCheckpoint(msg, sc.verifiers)
 	if err != nil {
 		var uv *note.UnverifiedNoteError
 		var bad *note.InvalidSignatureError
@@ -604,7 +603,7 @@ func (sc *epochScan) checkpoint(ln *scanned, tsBefore []byte) (done bool, err er
 			return sc.fail(ln, ClassSignature, "", "", "checkpoint signature does not verify: %v", err)
 		case errors.As(err, &uv):
 			return sc.fail(ln, ClassKey, g.Key, sigNames(uv.Note), "checkpoint is not signed by the epoch's key (signed by %s)", sigNames(uv.Note))
-		case errors.Is(err, ErrMalformedCheckpoint):
+		case errors.Is(err, c2sp.ErrMalformedCheckpoint):
 			return sc.fail(ln, ClassIntegrity, "", "", "%v", err)
 		default:
 			return sc.fail(ln, ClassSignature, "", "", "checkpoint rejected: %v", err)

@@ -11,10 +11,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
+	"github.com/confidential-mcp/cmcp/pkg/digest"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
-
-	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
 // relink returns line with seq and prev set so that it follows prevLine at
@@ -74,7 +74,7 @@ func TestRecordsAfterSeal(t *testing.T) {
 	}
 
 	// Signed by the key after the seal: refused.
-	signer, _, err := NewNoteKeys(rep.Epochs[0].Origin, w.opts.Key)
+	signer, _, err := c2sp.NewNoteKeys(rep.Epochs[0].Origin, w.opts.Key)
 	if err != nil {
 		t.Fatal(err)
 	}

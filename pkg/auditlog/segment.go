@@ -1,8 +1,6 @@
 package auditlog
 
 import (
-	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
-
 	"bufio"
 	"errors"
 	"fmt"
@@ -11,19 +9,21 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
 )
 
 // SegmentResult is what VerifySegment established about one segment file.
 type SegmentResult struct {
-	File           string      `json:"file"`
-	Origin         string      `json:"origin"`
-	Epoch          int         `json:"epoch"`
-	FirstIndex     int64       `json:"first_index"`
-	Records        int64       `json:"records"`     // records in this file
-	Checkpoints    int         `json:"checkpoints"` // checkpoints in this file
-	LastCheckpoint *Checkpoint `json:"-"`
+	File           string           `json:"file"`
+	Origin         string           `json:"origin"`
+	Epoch          int              `json:"epoch"`
+	FirstIndex     int64            `json:"first_index"`
+	Records        int64            `json:"records"`     // records in this file
+	Checkpoints    int              `json:"checkpoints"` // checkpoints in this file
+	LastCheckpoint *c2sp.Checkpoint `json:"-"`
 	// CoveredThrough is the index of the last record the file's last
 	// checkpoint signs (its tree size minus one), nil when the file holds
 	// no checkpoint: then none of its records is signed.
@@ -188,7 +188,7 @@ func (sc *segmentScan) first(e *envelope) error {
 			return sc.fail(ClassIntegrity, "", "", "%v", err)
 		}
 		s := r.(*Segment)
-		cp, err := OpenCheckpoint([]byte(s.Checkpoint), sc.vs)
+		cp, err := c2sp.OpenCheckpoint([]byte(s.Checkpoint), sc.vs)
 		if err != nil {
 			return sc.fail(classOfNoteErr(err), "", "", "the checkpoint that closed the previous segment: %v", err)
 		}
@@ -216,7 +216,7 @@ func (sc *segmentScan) checkpoint(e *envelope) error {
 	if err != nil {
 		return sc.fail(ClassIntegrity, "", "", "%v", err)
 	}
-	cp, err := OpenCheckpoint([]byte(r.(*CheckpointRecord).Note), sc.vs)
+	cp, err := c2sp.OpenCheckpoint([]byte(r.(*CheckpointRecord).Note), sc.vs)
 	if err != nil {
 		return sc.fail(classOfNoteErr(err), "", "", "checkpoint: %v", err)
 	}
@@ -268,7 +268,7 @@ func classOfNoteErr(err error) Class {
 		return ClassSignature
 	case errors.As(err, &uv):
 		return ClassKey
-	case errors.Is(err, ErrMalformedCheckpoint):
+	case errors.Is(err, c2sp.ErrMalformedCheckpoint):
 		return ClassIntegrity
 	}
 	return ClassSignature

@@ -1,11 +1,11 @@
 package auditlog
 
 import (
-	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
-
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
 )
 
 // cutBatch undoes a flush that failed: the lines of the batch that reached

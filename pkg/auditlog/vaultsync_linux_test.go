@@ -1,8 +1,6 @@
 package auditlog
 
 import (
-	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
-
 	"context"
 	"os"
 	"path/filepath"
@@ -11,6 +9,7 @@ import (
 	"time"
 
 	"filippo.io/age"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
 )
 
 // TestIntervalSyncCoversTheVault: in interval mode an Append writes its

@@ -1,8 +1,6 @@
 package auditlog
 
 import (
-	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
-
 	"bytes"
 	"errors"
 	"fmt"
@@ -11,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
 )
@@ -112,7 +112,7 @@ type Report struct {
 	SignedRecords           int64            `json:"signed_records"`
 	SignedFirst, SignedLast time.Time        `json:"-"`
 	KeysTrusted             bool             `json:"keys_trusted"` // every epoch key was among the --key keys
-	Newest                  *Checkpoint      `json:"-"`            // newest in-band checkpoint: the last one of the newest epoch that has one
+	Newest                  *c2sp.Checkpoint `json:"-"`            // newest in-band checkpoint: the last one of the newest epoch that has one
 	NewestEpoch             int              `json:"newest_epoch"` // the epoch of Newest (0: no checkpoint in the log)
 	Unsealed                int64            `json:"unsealed"`     // records of the newest epoch after its last checkpoint
 	Unsigned                []UnsignedRange  `json:"unsigned"`     // records of earlier epochs that no signature of theirs covers
@@ -223,7 +223,7 @@ type verification struct {
 
 // savedCheckpoint is a checkpoint kept outside the log (--checkpoint).
 type savedCheckpoint struct {
-	cp  *Checkpoint
+	cp  *c2sp.Checkpoint
 	raw []byte
 }
 
@@ -244,7 +244,7 @@ func (v *verification) start() error {
 	}
 	wantRoots := map[string]map[int64]*tlog.Hash{}
 	for i, raw := range opt.Checkpoints {
-		cp, err := ParseCheckpoint(raw)
+		cp, err := c2sp.ParseCheckpoint(raw)
 		if err != nil {
 			return &VerifyError{Class: ClassUsage, Msg: fmt.Sprintf("external checkpoint %d: %v", i+1, err)}
 		}
@@ -393,7 +393,7 @@ func (v *verification) external() error {
 			vs = note.VerifierList(v)
 		}
 		if vs != nil {
-			if _, err := OpenCheckpoint(x.raw, vs); err != nil {
+			if _, err := c2sp.OpenCheckpoint(x.raw, vs); err != nil {
 				var uv *note.UnverifiedNoteError
 				var bad *note.InvalidSignatureError
 				switch {

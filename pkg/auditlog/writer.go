@@ -1,8 +1,6 @@
 package auditlog
 
 import (
-	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
-
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -20,12 +18,13 @@ import (
 	"time"
 
 	"filippo.io/age"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+	"github.com/confidential-mcp/cmcp/pkg/digest"
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
-
-	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
 // Defaults for Options.
@@ -387,7 +386,7 @@ func (w *Writer) newIdentity(pred *Predecessor) (*LogInfo, error) {
 	}
 	name := logdir.EpochName(w.epoch)
 	w.origin = opts.Name + "/" + name + "-" + hex.EncodeToString(rnd[:])
-	w.signer, w.vkey, err = NewNoteKeys(w.origin, opts.Key)
+	w.signer, w.vkey, err = c2sp.NewNoteKeys(w.origin, opts.Key)
 	if err != nil {
 		return nil, err
 	}
@@ -398,7 +397,7 @@ func (w *Writer) newIdentity(pred *Predecessor) (*LogInfo, error) {
 	w.keys = newKeyDeriver(w.secret)
 	var logInfo *LogInfo
 	if opts.Log != nil {
-		if w.logSigner, w.logVkey, err = NewNoteKeys(opts.Log.Origin, opts.Log.Key); err != nil {
+		if w.logSigner, w.logVkey, err = c2sp.NewNoteKeys(opts.Log.Origin, opts.Log.Key); err != nil {
 			return nil, fmt.Errorf("log key: %w", err)
 		}
 		if w.logBase, err = logBaseOf(dir, pred); err != nil {
@@ -563,7 +562,7 @@ func (w *Writer) addLine(kind Kind, body []byte, ts string) Receipt {
 
 // addCheckpoint appends a signed checkpoint over every record so far.
 func (w *Writer) addCheckpoint() error {
-	text := checkpointBody(w.origin, w.fr.n, w.fr.root())
+	text := c2sp.CheckpointBody(w.origin, w.fr.n, w.fr.root())
 	msg, err := note.Sign(&note.Note{Text: text}, w.signer)
 	if err != nil {
 		return fmt.Errorf("sign checkpoint: %w", err)
@@ -578,7 +577,7 @@ func (w *Writer) addCheckpoint() error {
 	w.cpNotes = append(w.cpNotes, msg)
 	if w.logSigner != nil {
 		root := w.logFr.root()
-		lmsg, err := note.Sign(&note.Note{Text: checkpointBody(w.opts.Log.Origin, w.logFr.n, root)}, w.logSigner)
+		lmsg, err := note.Sign(&note.Note{Text: c2sp.CheckpointBody(w.opts.Log.Origin, w.logFr.n, root)}, w.logSigner)
 		if err != nil {
 			return fmt.Errorf("sign log checkpoint: %w", err)
 		}

@@ -14,10 +14,10 @@ import (
 	"time"
 
 	"filippo.io/age"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
+	"github.com/confidential-mcp/cmcp/pkg/digest"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
-
-	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
 func testKey(t testing.TB) ed25519.PrivateKey {
@@ -252,7 +252,7 @@ func TestCheckpointsAndClose(t *testing.T) {
 	if err := w.Checkpoint(); err != nil {
 		t.Fatal(err)
 	}
-	cp, err := OpenCheckpoint(w.LatestCheckpoint(), verifiers(t, w.VerifierKey()))
+	cp, err := c2sp.OpenCheckpoint(w.LatestCheckpoint(), verifiers(t, w.VerifierKey()))
 	if err != nil {
 		t.Fatal(err)
 	}
