@@ -181,3 +181,21 @@ func TestLibrariesDoNotImportInternal(t *testing.T) {
 		}
 	}
 }
+
+// TestAuditlogFormatsStandAlone: pkg/auditlog/c2sp (C2SP checkpoints, note
+// keys, cosignatures, proofs) and pkg/auditlog/internal/logdir (the audit
+// directory's layout) sit below pkg/auditlog: they depend on no cmcp
+// package but logdir, so a witness client or a checkpoint or proof check
+// builds without cmcp's record format, and nothing below the audit log
+// reaches up into it.
+func TestAuditlogFormatsStandAlone(t *testing.T) {
+	const module = "github.com/confidential-mcp/cmcp/"
+	below := []string{module + "pkg/auditlog/c2sp", module + "pkg/auditlog/internal/logdir"}
+	for _, p := range goList(t, below...) {
+		for _, d := range p.Deps {
+			if strings.HasPrefix(d, module) && d != below[1] {
+				t.Errorf("%s depends on %s (see `go list -deps %s`); it must depend on no cmcp package but %s", p.ImportPath, d, p.ImportPath, below[1])
+			}
+		}
+	}
+}
