@@ -4,4 +4,6 @@
 // in-band C2SP signed checkpoints (Ed25519). Payloads appear only as HMAC
 // commitments; an optional vault keeps them sealed with age for auditors.
 // The format is specified in FORMAT.md. This package does no network I/O.
+// The C2SP formats it uses (checkpoints, note keys, cosignatures, proofs)
+// are package c2sp; the directory layout is internal/logdir.
 package auditlog
