@@ -79,11 +79,20 @@ func skipString(b []byte, i int) int {
 			return len(b)
 		}
 		q += j
-		e := bytes.IndexByte(b[j:q], '\\')
-		if e < 0 {
-			return q + 1 // no escape before this quote: it ends the string
+		// The escapes before this quote, each looked for from the one
+		// before (not from the start again, and the quote not looked for
+		// again unless it is escaped): a string of many escapes, such as
+		// a text encoded as \u003c, is skipped in one pass, not in time
+		// that grows with the square of its length.
+		for {
+			e := bytes.IndexByte(b[j:q], '\\')
+			if e < 0 {
+				return q + 1 // no escape left before this quote: it ends the string
+			}
+			if j += e + 2; j > q { // past the backslash and the byte it escapes
+				break // that byte was the quote: look for the next one
+			}
 		}
-		j += e + 2 // past the backslash and the byte it escapes
 	}
 	return len(b)
 }

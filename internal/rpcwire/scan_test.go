@@ -3,7 +3,6 @@ package rpcwire
 import (
 	"bytes"
 	"reflect"
-	"strconv"
 	"strings"
 	"testing"
 )
@@ -78,6 +77,16 @@ func TestSkipStringMatchesByteScan(t *testing.T) {
 			cases = append(cases, b, append(b, '"'))
 		}
 	}
+	// Escapes all along (a text of '<' as JSON encoders write it), with
+	// an escaped quote, an escaped backslash and a quote among them.
+	escapes := bytes.Repeat([]byte(`\u003c`), 12000)
+	for _, at := range []int{0, 6, 36000, 71994} {
+		for _, ins := range []string{`\"`, `\\`, `\\"`, `"`, `x`} {
+			b := append([]byte{'"'}, escapes...)
+			b = append(b[:1+at], append([]byte(ins), b[1+at:]...)...)
+			cases = append(cases, b, append(b, '"'))
+		}
+	}
 	for _, b := range cases {
 		for i := range b {
 			if b[i] != '"' {
@@ -99,11 +108,13 @@ func clipped(b []byte) []byte {
 
 // BenchmarkEachMember finds the members of a tools/call result, with a
 // short text and with 64 KiB of it (skipString: before the IndexByte
-// scan, 108–230 µs for 64 KiB on the benchmark machine).
+// scan, 108–230 µs for 64 KiB on the benchmark machine), and with 64 KiB
+// of escapes (\u003c, as JSON encoders write '<').
 func BenchmarkEachMember(b *testing.B) {
-	for _, n := range []int{5, 64 << 10} {
-		res := []byte(`{"content":[{"type":"text","text":"` + strings.Repeat("x", n) + `\"."}],"isError":false}`)
-		b.Run(strconv.Itoa(n)+"B", func(b *testing.B) {
+	texts := map[string]string{"5B": "xxxxx", "65536B": strings.Repeat("x", 64<<10), "65536B-escapes": strings.Repeat(`\u003c`, 64<<10/6)}
+	for _, name := range []string{"5B", "65536B", "65536B-escapes"} {
+		res := []byte(`{"content":[{"type":"text","text":"` + texts[name] + `\"."}],"isError":false}`)
+		b.Run(name, func(b *testing.B) {
 			b.SetBytes(int64(len(res)))
 			for b.Loop() {
 				if !EachMember(res, func(name, value []byte) {}) {
