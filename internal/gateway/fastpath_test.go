@@ -3,7 +3,9 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 
 	jsonv2 "github.com/go-json-experiment/json"
@@ -149,5 +151,29 @@ func BenchmarkFastCallMeta(b *testing.B) {
 		if !ok || len(spliceMeta(call.Meta, "cmcp-1")) == 0 {
 			b.Fatal("not taken")
 		}
+	}
+}
+
+// BenchmarkResultIsError reads a tools/call result's isError as the call
+// pipeline does: resultIsError checks the result's JSON first, which a
+// result from a line the strict decoder took (upstream.WithChecked) skips
+// (checkedIsError).
+func BenchmarkResultIsError(b *testing.B) {
+	for _, n := range []int{5, 64 << 10} {
+		res := json.RawMessage(`{"content":[{"type":"text","text":"` + strings.Repeat("x", n) + `"}],"isError":false}`)
+		b.Run(fmt.Sprintf("checked again/%dB", n), func(b *testing.B) {
+			for b.Loop() {
+				if _, err := resultIsError(res); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("checked on arrival/%dB", n), func(b *testing.B) {
+			for b.Loop() {
+				if _, ok := checkedIsError(res); !ok {
+					b.Fatal("not read")
+				}
+			}
+		})
 	}
 }

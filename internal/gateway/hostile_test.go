@@ -23,6 +23,9 @@ func init() { childModes["hostile"] = hostileChild }
 //   - cut answers with a lone surrogate escape whatever it is asked (a
 //     JavaScript server that cuts a string between the halves of a pair);
 //   - nullerror and nullresult answer with "id": null;
+//   - twice answers with a result whose isError appears twice (false,
+//     then true), and twiceok with one that repeats a member inside its
+//     content, both valid JSON only to a lenient reader;
 //   - wait answers after a second and a half;
 //   - pid answers with its process id.
 //
@@ -58,7 +61,7 @@ func hostileChild() {
 			reply(m.ID, `{"protocolVersion":"2025-11-25","capabilities":{"tools":{}},"serverInfo":{"name":"hostile","version":"1"}}`)
 		case "tools/list":
 			var tools []string
-			for _, n := range []string{"echo", "cut", "nullerror", "nullresult", "wait", "pid"} {
+			for _, n := range []string{"echo", "cut", "nullerror", "nullresult", "twice", "twiceok", "wait", "pid"} {
 				tools = append(tools, `{"name":"`+n+`","inputSchema":{"type":"object"}}`)
 			}
 			reply(m.ID, `{"tools":[`+strings.Join(tools, ",")+`]}`)
@@ -75,6 +78,10 @@ func hostileChild() {
 				reply(m.ID, text(string(m.Params.Arguments["text"])))
 			case "cut":
 				reply(m.ID, text(`"\ud83d"`))
+			case "twice":
+				reply(m.ID, `{"content":[{"type":"text","text":"x"}],"isError":false,"isError":true}`)
+			case "twiceok":
+				reply(m.ID, `{"content":[{"type":"text","text":"x","text":"y"}]}`)
 			case "nullerror":
 				mu.Lock()
 				fmt.Println(`{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}`)
@@ -339,5 +346,31 @@ func TestRequestWithoutSessionIsHTTP400(t *testing.T) {
 	// initialize still opens a session.
 	if resp, b := rawPostResp(t, h.url, "", []byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)); resp.StatusCode != 200 || resp.Header.Get("Mcp-Session-Id") == "" {
 		t.Errorf("initialize: HTTP %d %s", resp.StatusCode, b)
+	}
+}
+
+// TestAResultOnlyALenientReaderTakesIsRefused: a child's answer that only
+// a lenient JSON reader would take (a member repeated, isError or one
+// inside the content: readers disagree on which counts) is never
+// forwarded, on either front (the line is refused as it is read, and the
+// child stopped), though a result from a line the strict decoder took is
+// not checked a second time (upstream.WithChecked); a call made after it
+// is answered.
+func TestAResultOnlyALenientReaderTakesIsRefused(t *testing.T) {
+	for _, front := range fronts {
+		t.Run(front, func(t *testing.T) {
+			h := newHarness(t, hconf{mode: "hostile", env: map[string]string{"CMCP_TEST_SEEN": os.DevNull}, callTimeout: 10 * time.Second})
+			cs := h.connectVia(front, nil)
+			for _, tool := range []string{"t__twice", "t__twiceok"} {
+				res, err := call(t, cs, tool, nil)
+				if wireCode(err) != CodeUpstreamFailed || !strings.Contains(err.Error(), `upstream "t"`) {
+					t.Fatalf("%s: %v %v (code %d), want %d naming the upstream", tool, res, err, wireCode(err), CodeUpstreamFailed)
+				}
+			}
+			res, err := call(t, cs, "t__echo", map[string]any{"text": "fine"})
+			if err != nil || firstText(res) != "fine" {
+				t.Fatalf("echo after them: %v %v", res, err)
+			}
+		})
 	}
 }

@@ -128,6 +128,9 @@ type callRun struct {
 	// decided: a refusal from here on is counted under the decision (deny
 	// if the policy failed), not "none".
 	decided bool
+	// checked: the upstream's result was part of a line checked strictly
+	// on arrival (upstream.WithChecked): it is not checked again.
+	checked bool
 }
 
 // newCallRun starts the call record of params.
@@ -335,7 +338,7 @@ func (c *callRun) forward(lv *live, toolName string) (res json.RawMessage, sent 
 			conn, callErr = lv.conn.OnMachine(cctx, c.rec.Machine)
 		}
 		if callErr == nil {
-			res, callErr = forwardCall(cctx, conn, toolName, c.args, spliceMeta(c.params.Meta, upTok))
+			res, callErr = forwardCall(upstream.WithChecked(cctx, &c.checked), conn, toolName, c.args, spliceMeta(c.params.Meta, upTok))
 		}
 		cancel()
 		release()
@@ -354,7 +357,14 @@ func (c *callRun) outcome(result *auditlog.Result, st *upState, lv *live, toolNa
 		res = oneLine(res)
 		// The commitment is to the exact bytes the agent receives.
 		result.Result = g.log.Commit(res)
-		isError, err := resultIsError(res)
+		isError, read := false, false
+		if c.checked {
+			isError, read = checkedIsError(res)
+		}
+		var err error
+		if !read {
+			isError, err = resultIsError(res)
+		}
 		if err != nil {
 			f := fault(CodeUpstreamFailed, "upstream %q answered %q with a result that is not a tools/call result (%v); it was not forwarded", st.name, toolName, err)
 			result.Outcome, result.ErrorCode, result.Reason = auditlog.ResultUpstreamError, f.Code, f.Message
@@ -451,18 +461,8 @@ func jsonKind(v []byte) string {
 // result is not a JSON object whose isError (if any) is a boolean or null.
 func resultIsError(res json.RawMessage) (bool, error) {
 	if len(res) > 0 && res[0] == '{' && jsontext.Value(res).IsValid() {
-		var v []byte
-		if rpcwire.EachMember(res, func(name, value []byte) {
-			if string(name) == "isError" {
-				v = value
-			}
-		}) {
-			switch string(v) {
-			case "true":
-				return true, nil
-			case "", "false", "null":
-				return false, nil
-			}
+		if isError, ok := checkedIsError(res); ok {
+			return isError, nil
 		}
 	}
 	// Anything else is decoded in full, for its error.
@@ -471,6 +471,32 @@ func resultIsError(res json.RawMessage) (bool, error) {
 	}
 	err := jsonv2.Unmarshal(res, &shape)
 	return shape.IsError, err
+}
+
+// checkedIsError is resultIsError for a result known to be valid JSON in
+// the strict sense (RFC 7493: valid UTF-8, no repeated member names, so
+// isError is read one way by every reader): ok is false when it must be
+// decoded in full (not an object, a member name with an escape, an isError
+// that is not a boolean or null).
+func checkedIsError(res json.RawMessage) (isError, ok bool) {
+	if len(res) == 0 || res[0] != '{' {
+		return false, false
+	}
+	var v []byte
+	if !rpcwire.EachMember(res, func(name, value []byte) {
+		if string(name) == "isError" {
+			v = value
+		}
+	}) {
+		return false, false
+	}
+	switch string(v) {
+	case "true":
+		return true, true
+	case "", "false", "null":
+		return false, true
+	}
+	return false, false
 }
 
 // oneLine returns a result as the upstream sent it unless it holds line

@@ -82,7 +82,13 @@ func (c *childConn) readLoop() {
 			if rpcwire.MayBeNotUTF8(line) && c.notUTF8(line) {
 				continue
 			}
-			msg, err = rpcwire.DecodeMessage(line)
+			var strict bool
+			if msg, strict = rpcwire.DecodeFast(line); !strict {
+				msg, err = jsonrpc.DecodeMessage(line) // go-sdk's decoder decides (rpcwire.DecodeMessage)
+			}
+			if resp, ok := msg.(*jsonrpc.Response); ok && strict && strings.HasPrefix(rawID(resp), c.raw.Prefix) {
+				resp.Extra = checkedMark{} // a raw call's answer, checked whole (WithChecked)
+			}
 			if err != nil {
 				de := &DesyncError{Offset: r.Offset() - int64(len(line)) - 1, Excerpt: framing.Excerpt(line), Cause: err}
 				de.Why = nullID(line)
@@ -128,6 +134,12 @@ func (c *childConn) readLoop() {
 		c.Fail(err)
 		return
 	}
+}
+
+// rawID is a response's id if it is a string, else "".
+func rawID(resp *jsonrpc.Response) string {
+	id, _ := resp.ID.Raw().(string)
+	return id
 }
 
 // notUTF8 takes a line that is a JSON-RPC message but for text that is

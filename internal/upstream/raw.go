@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 )
 
 // rawIDPrefix starts the ids of requests sent with RawCall (an
@@ -34,6 +36,30 @@ func (c *Conn) RawCall(ctx context.Context, method string, params json.RawMessag
 		return nil, ErrRawUnsupported
 	}
 	return c.raw(ctx, method, params)
+}
+
+type checkedKey struct{}
+
+// checkedMark is the Extra of a response to a raw call whose whole line
+// passed the strict decoder (rpcwire.DecodeFast: valid JSON, valid UTF-8,
+// no repeated member names at any depth).
+type checkedMark struct{}
+
+// WithChecked returns a context with which a raw call sets *checked to
+// whether the result it returns was part of a line checked strictly when
+// it arrived (a stdio child's answer that rpcwire.DecodeFast took), so
+// that the caller need not check the result again. A result it does not
+// vouch for (another kind of connection, or a line only go-sdk's decoder
+// took) leaves *checked false.
+func WithChecked(ctx context.Context, checked *bool) context.Context {
+	return context.WithValue(ctx, checkedKey{}, checked)
+}
+
+// setChecked reports resp's strictness to the caller of a raw call.
+func setChecked(ctx context.Context, resp *jsonrpc.Response) {
+	if p, _ := ctx.Value(checkedKey{}).(*bool); p != nil {
+		_, *p = resp.Extra.(checkedMark)
+	}
 }
 
 // CanRawCall reports whether RawCall works on this connection.
@@ -77,6 +103,7 @@ func (c *childConn) rawCall(ctx context.Context, method string, params json.RawM
 		if resp.Error != nil {
 			return nil, resp.Error
 		}
+		setChecked(ctx, resp)
 		return resp.Result, nil
 	case <-ctx.Done():
 		c.raw.Forget(id)

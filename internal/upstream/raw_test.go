@@ -164,6 +164,22 @@ func TestRawCallBesideTheClient(t *testing.T) {
 
 func jsonInt(i int) string { b, _ := json.Marshal(i); return string(b) }
 
+// TestRawCallSaysItsResultWasChecked: a child's answer whose line the
+// strict decoder took is reported as checked (WithChecked), so the gateway
+// does not check its result again; an error answer sets nothing.
+func TestRawCallSaysItsResultWasChecked(t *testing.T) {
+	conn := rawConn(t)
+	var checked bool
+	ctx := WithChecked(context.Background(), &checked)
+	if _, err := conn.RawCall(ctx, "tools/call", callParams("echo", `{"a":1}`)); err != nil || !checked {
+		t.Fatalf("echo: checked %v, err %v; want a checked result", checked, err)
+	}
+	checked = false
+	if _, err := conn.RawCall(ctx, "tools/call", callParams("no-such-tool", "{}")); err == nil || checked {
+		t.Fatalf("an error answer: checked %v, err %v", checked, err)
+	}
+}
+
 // TestRawCallUpstreamError: a JSON-RPC error comes back as the upstream
 // sent it.
 func TestRawCallUpstreamError(t *testing.T) {
