@@ -1,22 +1,19 @@
 package gateway
 
 import (
+	"github.com/confidential-mcp/cmcp/internal/toagent"
 	"github.com/confidential-mcp/cmcp/internal/toolprobe"
 
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/confidential-mcp/cmcp/internal/catalog"
-	"github.com/confidential-mcp/cmcp/internal/front/httpfront"
-	"github.com/confidential-mcp/cmcp/internal/front/stdiofront"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
@@ -37,10 +34,13 @@ type live struct {
 	// a list_changed the upstream sends during the handshake waits for it.
 	ready chan struct{}
 
+	// rl relays what the upstream sends the agents on its own initiative
+	// (internal/toagent: progress, logging, sampling, elicitation, roots,
+	// list changes) and tracks the requests forwarded on conn.
+	rl *toagent.Relay
+
 	mu      sync.Mutex
 	allowed map[string]bool // upstream tool names usable on this connection
-	calls   map[uint64]*pending
-	tokens  map[string]*pending
 	closed  bool
 	broken  error // a failure that makes the connection unusable
 	// relisting: a re-list after list_changed is running; relistAgain:
@@ -52,21 +52,9 @@ type live struct {
 	// unsubscribes or ends.
 	subs map[string]map[*session]bool
 
-	nextTok atomic.Uint64
 	// refill, on a warm spare just handed out, makes its replacement:
 	// called once its first call is answered (see spares.Funcs.RefillAfter).
 	refill atomic.Pointer[func()]
-}
-
-// pending is a forwarded request whose server-to-client traffic (progress,
-// logging, sampling, elicitation, roots) must reach the agent on the
-// request's own stream.
-type pending struct {
-	id    uint64
-	ctx   context.Context
-	s     *session
-	token any // the agent's progress token
-	upTok string
 }
 
 // connect starts a new connection to the upstream for session s (nil for the
@@ -177,7 +165,8 @@ func (st *upState) probe(ctx context.Context) error {
 
 func (st *upState) dial(ctx context.Context, s *session) (*live, error) {
 	g := st.g
-	lv := &live{st: st, calls: map[uint64]*pending{}, tokens: map[string]*pending{}, ready: make(chan struct{})}
+	lv := &live{st: st, ready: make(chan struct{})}
+	lv.rl = toagent.New(liveConn{lv})
 	if !st.opts.Shared {
 		lv.owner.Store(s)
 	}
@@ -186,28 +175,28 @@ func (st *upState) dial(ctx context.Context, s *session) (*live, error) {
 		sessID = s.id
 	}
 	client := mcp.NewClient(&mcp.Implementation{Name: g.opts.Name, Version: g.opts.Version}, &mcp.ClientOptions{
-		Capabilities: lv.clientCaps(),
+		Capabilities: lv.rl.ClientCaps(),
 		// Notifications that reach the client session (an HTTP upstream's
-		// standalone stream); intercept takes those read beside it.
-		ResourceUpdatedHandler: lv.onResourceUpdated,
+		// standalone stream); Intercept takes those read beside it.
+		ResourceUpdatedHandler: lv.rl.ResourceUpdated,
 		ToolListChangedHandler: lv.onToolsChanged,
 		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
-			lv.onProgress(req.Params)
+			lv.rl.OnProgress(req.Params)
 		},
 		LoggingMessageHandler: func(_ context.Context, req *mcp.LoggingMessageRequest) {
-			lv.onLog(req.Params)
+			lv.rl.OnLog(req.Params)
 		},
 		PromptListChangedHandler: func(context.Context, *mcp.PromptListChangedRequest) {
-			lv.forEachSession(func(s *session) { s.notifyListChanged("prompts") })
+			lv.rl.ListChanged("prompts")
 		},
 		ResourceListChangedHandler: func(context.Context, *mcp.ResourceListChangedRequest) {
-			lv.forEachSession(func(s *session) { s.notifyListChanged("resources") })
+			lv.rl.ListChanged("resources")
 		},
 	})
-	client.AddReceivingMiddleware(lv.serverRequests)
+	client.AddReceivingMiddleware(lv.rl.ServerRequests)
 	cctx := upstream.WithSession(ctx, sessID)
 	conn, err := toolprobe.ConnectWithin(cctx, g.opts.ConnectTimeout, func(ctx context.Context) (*upstream.Conn, error) {
-		return st.opts.Upstream.Connect(ctx, client, upstream.ConnectOptions{Intercept: lv.intercept, ServerRequest: lv.serverRequest, Identity: st.identityFor(s)})
+		return st.opts.Upstream.Connect(ctx, client, upstream.ConnectOptions{Intercept: lv.rl.Intercept, ServerRequest: lv.rl.ServerRequest, Identity: st.identityFor(s)})
 	})
 	if err != nil && errors.Is(err, toolprobe.ErrConnectTimeout) {
 		err = fmt.Errorf("upstream %q did not complete the MCP handshake within %s: %w", st.name, g.opts.ConnectTimeout, err)
@@ -356,186 +345,9 @@ func (lv *live) dead() error {
 	return nil
 }
 
-// track registers a forwarded request and returns the progress token to
-// send upstream (nil if the agent sent none) and a release function.
+// track registers a request forwarded for s (see toagent.Relay.Track).
 func (lv *live) track(ctx context.Context, s *session, agentToken any) (upTok any, release func()) {
-	p := &pending{id: lv.nextTok.Add(1), ctx: ctx, s: s, token: agentToken}
-	lv.mu.Lock()
-	lv.calls[p.id] = p
-	if agentToken != nil {
-		p.upTok = fmt.Sprintf("cmcp-%d", p.id)
-		lv.tokens[p.upTok] = p
-	}
-	lv.mu.Unlock()
-	release = func() {
-		lv.mu.Lock()
-		delete(lv.calls, p.id)
-		if p.upTok != "" {
-			delete(lv.tokens, p.upTok)
-		}
-		lv.mu.Unlock()
-	}
-	if p.upTok == "" {
-		return nil, release
-	}
-	return p.upTok, release
-}
-
-// route picks where a server-to-client message goes: the request it belongs
-// to (by progress token), else any in-flight request of this connection,
-// else the owning session outside any request. It finds none (nil) when a
-// shared connection has calls of several sessions in flight: busy is their
-// number then.
-func (lv *live) route(tok any) (ctx context.Context, s *session, busy int) {
-	lv.mu.Lock()
-	defer lv.mu.Unlock()
-	if t, ok := tok.(string); ok {
-		if p, ok := lv.tokens[t]; ok {
-			return p.ctx, p.s, 0
-		}
-	}
-	var best *pending
-	sessions := map[*session]bool{}
-	for _, p := range lv.calls {
-		sessions[p.s] = true
-		if best == nil || p.id > best.id {
-			best = p
-		}
-	}
-	// A shared upstream's request or log line without a progress token
-	// cannot be tied to one call: it goes to an agent only when a single
-	// session has calls in flight, never to a guess among several.
-	owner := lv.owner.Load()
-	if best != nil && (owner != nil || len(sessions) == 1) {
-		return best.ctx, best.s, 0
-	}
-	if owner != nil {
-		return context.Background(), owner, 0
-	}
-	if best != nil {
-		lv.st.g.logger.Warn("shared upstream sent a message that cannot be tied to one agent session; not forwarded", "upstream", lv.st.name, "sessions", len(sessions))
-	}
-	return nil, nil, len(sessions)
-}
-
-func (lv *live) forEachSession(f func(*session)) {
-	if owner := lv.owner.Load(); owner != nil {
-		f(owner)
-		return
-	}
-	g := lv.st.g
-	ss := g.sessionList()
-	for _, s := range ss {
-		f(s)
-	}
-}
-
-// clientCaps mirrors the agent's capabilities upstream, so an upstream only
-// asks for sampling, elicitation or roots if the agent can answer.
-func (lv *live) clientCaps() *mcp.ClientCapabilities {
-	if lv.owner.Load() != nil {
-		if ss := lv.owner.Load().downSession(); ss != nil {
-			if ip := ss.InitializeParams(); ip != nil && ip.Capabilities != nil {
-				c := *ip.Capabilities
-				return &c
-			}
-		}
-	}
-	return &mcp.ClientCapabilities{Sampling: &mcp.SamplingCapabilities{}, Elicitation: &mcp.ElicitationCapabilities{}}
-}
-
-// rootsChangedMarker is the one root the connection's own client holds:
-// see notifyRootsChanged.
-const rootsChangedMarker = "cmcp-internal:///roots-changed"
-
-// notifyRootsChanged sends the upstream notifications/roots/list_changed,
-// if the connection declared roots.listChanged (clientCaps: the agent's
-// own capabilities). go-sdk's client sends it when the client's roots
-// change; those roots are never what the upstream is told (serverRequests
-// forwards roots/list to the agent), so one marker root is set again.
-func (lv *live) notifyRootsChanged() {
-	lv.client.AddRoots(&mcp.Root{URI: rootsChangedMarker, Name: "cmcp: the agent's roots changed"})
-}
-
-// intercept forwards progress and logging notifications in wire order,
-// before the response they precede reaches the caller. It also takes the
-// notifications an upstream may send on a call's own response stream,
-// which a raw call reads and go-sdk's client session never sees (an HTTP
-// upstream's): list changes (tools: the pins are checked again) and
-// resource updates go to the same handlers the client session uses.
-func (lv *live) intercept(msg jsonrpc.Message) bool {
-	req, ok := msg.(*jsonrpc.Request)
-	if !ok || req.IsCall() {
-		return false
-	}
-	switch req.Method {
-	case "notifications/tools/list_changed":
-		lv.onToolsChanged(context.Background(), nil)
-		return true
-	case "notifications/prompts/list_changed":
-		lv.forEachSession(func(s *session) { s.notifyListChanged("prompts") })
-		return true
-	case "notifications/resources/list_changed":
-		lv.forEachSession(func(s *session) { s.notifyListChanged("resources") })
-		return true
-	case "notifications/resources/updated":
-		var p mcp.ResourceUpdatedNotificationParams
-		if json.Unmarshal(req.Params, &p) == nil {
-			lv.onResourceUpdated(context.Background(), &mcp.ResourceUpdatedNotificationRequest{Params: &p})
-		}
-		return true
-	case "notifications/progress":
-		var p mcp.ProgressNotificationParams
-		if json.Unmarshal(req.Params, &p) == nil {
-			lv.onProgress(&p)
-		}
-		return true
-	case "notifications/message":
-		var p mcp.LoggingMessageParams
-		if json.Unmarshal(req.Params, &p) == nil {
-			lv.onLog(&p)
-		}
-		return true
-	}
-	return false
-}
-
-func (lv *live) onProgress(params *mcp.ProgressNotificationParams) {
-	lv.mu.Lock()
-	p := lv.tokens[fmt.Sprint(params.ProgressToken)]
-	lv.mu.Unlock()
-	if p == nil {
-		return // progress for a request that is over, or not ours
-	}
-	out := *params
-	out.ProgressToken = p.token
-	if sk := sinkFrom(p.ctx); sk != nil {
-		_ = sk.Notify("notifications/progress", &out)
-		return
-	}
-	if ss := p.s.downSession(); ss != nil {
-		_ = ss.NotifyProgress(p.ctx, &out)
-	}
-}
-
-func (lv *live) onLog(params *mcp.LoggingMessageParams) {
-	ctx, s, _ := lv.route(nil)
-	if s == nil {
-		return
-	}
-	if sk := sinkFrom(ctx); sk != nil {
-		if s.logs(params.Level) {
-			_ = sk.Notify("notifications/message", params)
-		}
-		return
-	}
-	if ss := s.downSession(); ss != nil {
-		_ = ss.Log(ctx, params)
-	}
-}
-
-func (lv *live) onResourceUpdated(ctx context.Context, req *mcp.ResourceUpdatedNotificationRequest) {
-	lv.forEachSession(func(s *session) { _ = s.srv.ResourceUpdated(context.Background(), req.Params) })
+	return lv.rl.Track(ctx, agentOf(s), agentToken)
 }
 
 // onToolsChanged re-lists the upstream's tools and checks them again. It
@@ -609,126 +421,6 @@ func (lv *live) relist() {
 	} else {
 		owner.syncTools()
 	}
-}
-
-// serverRequests forwards the upstream's requests to the agent verbatim:
-// sampling, elicitation (without the client's own schema validation, which
-// rejects valid SEP-1330 schemas) and roots.
-func (lv *live) serverRequests(next mcp.MethodHandler) mcp.MethodHandler {
-	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-		if !forwardedToAgent(method) {
-			return next(ctx, method, req)
-		}
-		res, err := lv.toAgent(ctx, method, req.GetParams())
-		if errors.Is(err, errNotForwarded) {
-			return next(ctx, method, req)
-		}
-		return res, err
-	}
-}
-
-// serverRequest answers a request an upstream sent on a raw call's
-// response stream (upstream.ConnectOptions.ServerRequest): the same
-// forwarding as serverRequests, with the params decoded as the MCP client
-// session would decode them.
-func (lv *live) serverRequest(ctx context.Context, req *jsonrpc.Request) (json.RawMessage, error) {
-	var params mcp.Params
-	switch req.Method {
-	case "elicitation/create":
-		params = &mcp.ElicitParams{}
-	case "sampling/createMessage":
-		params = &mcp.CreateMessageWithToolsParams{}
-	case "roots/list":
-		params = &mcp.ListRootsParams{}
-	default:
-		return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: fmt.Sprintf("method %q is not supported", req.Method)}
-	}
-	if len(req.Params) > 0 {
-		if err := json.Unmarshal(req.Params, params); err != nil {
-			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("%s: invalid params: %v", req.Method, err)}
-		}
-	}
-	res, err := lv.toAgent(ctx, req.Method, params)
-	if err != nil {
-		return nil, err
-	}
-	return json.Marshal(res)
-}
-
-func forwardedToAgent(method string) bool {
-	switch method {
-	case "elicitation/create", "sampling/createMessage", "roots/list":
-		return true
-	}
-	return false
-}
-
-// errNotForwarded: toAgent has no way to forward these params.
-var errNotForwarded = errors.New("not forwarded")
-
-// toAgent forwards an upstream's sampling, elicitation or roots request to
-// the agent the upstream is working for and returns its answer. A request
-// that came on a raw call's own response stream (an HTTP upstream) goes on
-// that call's stream; otherwise route picks the call. Either way it lives
-// as long as the upstream's request (ctx), not as long as the call whose
-// stream carried it: a shorter call that ends meanwhile does not fail it,
-// the agent's answer arriving on its own.
-func (lv *live) toAgent(ctx context.Context, method string, params mcp.Params) (mcp.Result, error) {
-	if sk := sinkFrom(ctx); sk != nil {
-		if res, err := sk.Forward(ctx, method, params); !errors.Is(err, httpfront.ErrStreamClosed) {
-			return res, err
-		}
-	}
-	dctx, s, busy := lv.route(nil)
-	if busy > 1 {
-		return nil, fault(CodeNotRoutable, "%s from upstream %q: the upstream is shared (lifecycle: shared) and %d agent sessions have calls in flight on it; "+
-			"a stdio upstream's request does not say which call it belongs to, so it was sent to none of them; "+
-			"use lifecycle: per-session or an HTTP upstream for sampling, elicitation and roots", method, lv.st.name, busy)
-	}
-	if s == nil || s.downSession() == nil {
-		return nil, fault(CodeUpstreamUnavailable, "%s from upstream %q: no agent session to forward it to", method, lv.st.name)
-	}
-	inputGone := func() error {
-		return fault(CodeSessionEnded, "%s from upstream %q: the agent closed its input (EOF on stdin) and can answer no request; the session ends once its calls are answered", method, lv.st.name)
-	}
-	if s.stdio.agentReqs.HasEnded() {
-		return nil, inputGone()
-	}
-	// dctx's values (the call's stream), ctx's end, or the end of the
-	// agent's input before it answered (stdiofront.AgentRequests, stdio only).
-	dctx, cancel := context.WithCancelCause(context.WithoutCancel(dctx))
-	defer cancel(nil)
-	defer context.AfterFunc(ctx, func() { cancel(nil) })()
-	req := stdiofront.NewAgentRequest(cancel)
-	defer s.stdio.agentReqs.Done(req)
-	dctx = stdiofront.WithAgentRequest(dctx, req)
-	if sk := sinkFrom(dctx); sk != nil {
-		// The call route picked may just have ended (an upstream child
-		// cannot say which call a request belongs to): then the request
-		// goes through go-sdk, on the session's own stream.
-		if res, err := sk.Forward(dctx, method, params); !errors.Is(err, httpfront.ErrStreamClosed) {
-			return res, err
-		}
-	}
-	ss := s.downSession()
-	var res mcp.Result
-	var err error
-	switch p := params.(type) {
-	case *mcp.ElicitParams:
-		res, err = ss.Elicit(dctx, p)
-	case *mcp.CreateMessageWithToolsParams:
-		res, err = ss.CreateMessageWithTools(dctx, p)
-	case *mcp.CreateMessageParams:
-		res, err = ss.CreateMessage(dctx, p)
-	case *mcp.ListRootsParams:
-		res, err = ss.ListRoots(dctx, p)
-	default:
-		return nil, errNotForwarded
-	}
-	if err != nil && errors.Is(context.Cause(dctx), stdiofront.ErrInputEnded) {
-		return nil, inputGone()
-	}
-	return res, err
 }
 
 func (st *upState) transport() string {

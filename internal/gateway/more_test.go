@@ -285,9 +285,7 @@ func TestSharedUpstreamNeverMisroutes(t *testing.T) {
 		if lv == nil {
 			return "no shared connection"
 		}
-		lv.mu.Lock()
-		defer lv.mu.Unlock()
-		if len(lv.calls) == 0 {
+		if lv.rl.InFlight() == 0 {
 			return "a's call is not in flight yet"
 		}
 		return ""

@@ -21,6 +21,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/oauth"
 	"github.com/confidential-mcp/cmcp/internal/route"
 	"github.com/confidential-mcp/cmcp/internal/rpcwire"
+	"github.com/confidential-mcp/cmcp/internal/toagent"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
@@ -240,7 +241,7 @@ func (s *session) downSession() *mcp.ServerSession { return s.down.Load() }
 // the roots asks for them again (its roots/list reaches this agent).
 // Connections started later ask afresh anyway. A shared connection is not
 // told: it serves several agents, so it declares no roots capability (its
-// capabilities are not one agent's, see clientCaps), and a notification
+// capabilities are not one agent's, see toagent.Relay.ClientCaps), and a notification
 // for a capability it did not declare would break the protocol; a shared
 // upstream that asked for roots all the same would get those of whichever
 // agent its request was routed to, and this agent's change says nothing
@@ -253,7 +254,7 @@ func (s *session) rootsChanged(context.Context, *mcp.RootsListChangedRequest) {
 	}
 	s.mu.Unlock()
 	for _, lv := range lives {
-		go lv.notifyRootsChanged() // an upstream slow to read holds up nothing
+		go toagent.RootsChanged(lv.client) // an upstream slow to read holds up nothing
 	}
 }
 
