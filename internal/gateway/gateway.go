@@ -99,7 +99,7 @@ type Options struct {
 	// session's own calls are found within listRecheckDelay of the call.
 	ListRecheck time.Duration
 	// KillSwitchFile is where the engaged kill switch's state is kept
-	// (killswitch.go; server.Serve puts it in the audit directory). Start engages
+	// (killswitch.Switch; server.Serve puts it in the audit directory). Start engages
 	// the switch if the file is there or cannot be read. "": the switch
 	// lives in memory only.
 	KillSwitchFile string
@@ -130,9 +130,7 @@ type Gateway struct {
 	byID         map[string]*session
 	slots        sessionSlots // the HTTP front's open sessions, against its bounds
 
-	killed   atomic.Bool
-	killMu   sync.RWMutex      // see SetKillSwitch
-	kill     killswitch.Status // who engaged the kill switch, when, why (guarded by killMu)
+	ks       *killswitch.Switch // the kill switch
 	closing  atomic.Bool
 	inflight counter      // tools/call requests in the pipeline
 	fastPath atomic.Int64 // tools/call requests a front answered itself (fastpath.go)
@@ -198,6 +196,7 @@ func New(opts Options) (*Gateway, error) {
 	}
 	g := &Gateway{opts: opts, log: opts.Log, decider: opts.Decider, logger: opts.Logger,
 		ups: map[string]*upState{}, catalog: catalog.New(), sessions: map[*session]struct{}{}, byID: map[string]*session{}}
+	g.ks = &killswitch.Switch{File: func() string { return g.opts.KillSwitchFile }, Log: killLog{g}, Logger: opts.Logger}
 	g.probeCtx, g.probeStop = context.WithCancel(context.Background())
 	if opts.Policy != nil {
 		pd := &decide.Cedar{Engine: opts.Policy, Logger: g.logger, Tools: g.policyTools}
@@ -246,7 +245,7 @@ func New(opts Options) (*Gateway, error) {
 // again (re-measured). Per-session upstreams are stopped after this probe;
 // a shared one is kept.
 func (g *Gateway) Start(ctx context.Context) error {
-	g.restoreKillSwitch(ctx)
+	g.ks.Restore(ctx)
 	g.recordPolicyLoaded(ctx)
 	for _, name := range g.order {
 		st := g.ups[name]
@@ -399,67 +398,18 @@ func (g *Gateway) Catalog() *catalog.Catalog {
 // CatalogDigest is the digest of the exposed tools and their pins.
 func (g *Gateway) CatalogDigest() digest.Digest { return g.Catalog().Digest() }
 
-// SetKillSwitch engages or clears the kill switch: while it is on, every
-// tools/call, and every resources/read, resources/subscribe, prompts/get
-// and completion/complete (decide.Gate), is refused (and recorded). Engaging saves the state file
-// (Options.KillSwitchFile, so that a restart keeps the switch engaged),
-// then records kill_switch_on; if either fails the switch is engaged anyway
-// (fail closed) and the error returned. Clearing records kill_switch_off
-// first, makes it durable (with audit.durability: interval Append returns
-// before the record is synced, so a checkpoint syncs it) and only then
-// removes the state file: a power cut never leaves the file gone without
-// the record. If any step fails the switch stays engaged (a failure after
-// the record is followed by a new kill_switch_on saying so). No call or
-// access record written after kill_switch_on in the log says "forwarded":
-// relay and the access gate check the switch and append their forwarded
-// record under killMu's read lock, and the switch changes under its write
-// lock. The records are written even if ctx ends meanwhile.
+// SetKillSwitch engages or clears the kill switch (killswitch.Switch.Set):
+// while it is on, every tools/call, and every resources/read,
+// resources/subscribe, prompts/get and completion/complete (decide.Gate),
+// is refused (and recorded). No call or access record written after
+// kill_switch_on in the log says "forwarded": relay and the access gate
+// check the switch and append their forwarded record under its read lock.
 func (g *Gateway) SetKillSwitch(ctx context.Context, on bool, actor, reason string) error {
-	ctx = context.WithoutCancel(ctx)
-	g.killMu.Lock()
-	defer g.killMu.Unlock()
-	if on {
-		st := killswitch.Status{Engaged: true, Since: time.Now().UTC(), Actor: actor, Reason: reason}
-		var errs []error
-		if path := g.opts.KillSwitchFile; path != "" {
-			if err := killswitch.Write(path, st); err != nil {
-				errs = append(errs, fmt.Errorf("its state could not be saved, so a restart would clear it (%s): %w", path, err))
-			}
-		}
-		if _, err := g.log.Append(ctx, &auditlog.Admin{Action: AdminKillSwitchOn, Actor: actor, Reason: reason}); err != nil {
-			errs = append(errs, fmt.Errorf("its audit record could not be written: %w", err))
-		}
-		g.killed.Store(true)
-		g.kill = st
-		return errors.Join(errs...)
-	}
-	rc, err := g.log.Append(ctx, &auditlog.Admin{Action: AdminKillSwitchOff, Actor: actor, Reason: reason})
-	if err != nil {
-		return fmt.Errorf("clearing it could not be recorded in the audit log: record %s: %w", AdminKillSwitchOff, err)
-	}
-	if !rc.Durable {
-		if err := g.log.Checkpoint(); err != nil {
-			why := fmt.Sprintf("clearing failed after it was recorded: the %s record could not be made durable (%v); the switch stays engaged", AdminKillSwitchOff, err)
-			g.record(ctx, &auditlog.Admin{Action: AdminKillSwitchOn, Actor: actor, Reason: why})
-			return errors.New(why)
-		}
-	}
-	if path := g.opts.KillSwitchFile; path != "" {
-		if err := killswitch.Remove(path); err != nil {
-			// Recorded as cleared, but a restart would engage it again:
-			// it stays engaged, and the log says so.
-			why := fmt.Sprintf("clearing failed after it was recorded: the state file %s could not be removed (%v); the switch stays engaged", path, err)
-			g.record(ctx, &auditlog.Admin{Action: AdminKillSwitchOn, Actor: actor, Reason: why})
-			return errors.New(why)
-		}
-	}
-	g.killed.Store(false)
-	g.kill = killswitch.Status{}
-	return nil
+	return g.ks.Set(ctx, on, actor, reason)
 }
 
 // KillSwitch reports whether the kill switch is engaged.
-func (g *Gateway) KillSwitch() bool { return g.killed.Load() }
+func (g *Gateway) KillSwitch() bool { return g.ks.Engaged() }
 
 // Sessions returns the number of live agent sessions.
 func (g *Gateway) Sessions() int {

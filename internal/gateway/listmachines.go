@@ -42,7 +42,7 @@ func (c *callRun) listMachines(st *upState, tun *upstream.Tunnel, after *func(un
 		return nil, err
 	}
 	rec.Upstream, rec.UpstreamTool, rec.EvidenceClass = st.name, machines.Tool, upstream.ClassTunnel
-	if g.killed.Load() {
+	if g.ks.Engaged() {
 		return nil, c.refuse(fault(CodeKillSwitch, "the kill switch is engaged: an operator has stopped all tool calls; retry when it is cleared"))
 	}
 	if err := c.decide(st, machines.Tool, machines.Entry(st.name)); err != nil {

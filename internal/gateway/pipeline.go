@@ -200,7 +200,7 @@ func (c *callRun) admit() (*upState, string, *live, error) {
 		}
 		c.args = routed
 	}
-	if g.killed.Load() {
+	if g.ks.Engaged() {
 		return nil, "", nil, c.refuse(fault(CodeKillSwitch, "the kill switch is engaged: an operator has stopped all tool calls; retry when it is cleared"))
 	}
 	if err := c.decide(st, toolName, entry); err != nil {
@@ -304,14 +304,14 @@ func (c *callRun) decide(st *upState, toolName string, entry *catalog.Entry) err
 // one), and never after kill_switch_on (see SetKillSwitch).
 func (c *callRun) recordForwarded() (auditlog.Receipt, error) {
 	g, rec := c.s.g, c.rec
-	g.killMu.RLock()
-	if g.killed.Load() {
-		g.killMu.RUnlock()
+	g.ks.RLock()
+	if g.ks.Engaged() {
+		g.ks.RUnlock()
 		return auditlog.Receipt{}, c.refuse(fault(CodeKillSwitch, "the kill switch is engaged: an operator has stopped all tool calls; retry when it is cleared"))
 	}
 	rec.Outcome = auditlog.OutcomeForwarded
 	rcpt, err := g.log.Append(context.WithoutCancel(c.ctx), rec)
-	g.killMu.RUnlock()
+	g.ks.RUnlock()
 	if err != nil {
 		g.metricCall(rec.Upstream, rec.Decision, OutcomeGatewayFault, 0)
 		g.logger.Error("audit append failed; call refused", "tool", c.params.Name, "err", err)

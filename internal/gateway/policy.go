@@ -76,15 +76,15 @@ func (c gateCore) Class(up string) (string, bool) {
 
 func (c gateCore) Commit(b []byte) auditlog.Commitment { return c.g.log.Commit(b) }
 func (c gateCore) Closing() bool                       { return c.g.closing.Load() }
-func (c gateCore) Killed() bool                        { return c.g.killed.Load() }
+func (c gateCore) Killed() bool                        { return c.g.ks.Engaged() }
 func (c gateCore) Logger() *slog.Logger                { return c.g.logger }
 
 func (c gateCore) Record(ctx context.Context, rec auditlog.Record) error { return c.g.record(ctx, rec) }
 
 func (c gateCore) AppendForwarded(ctx context.Context, rec auditlog.Record) (bool, error) {
-	c.g.killMu.RLock()
-	defer c.g.killMu.RUnlock()
-	if c.g.killed.Load() {
+	c.g.ks.RLock()
+	defer c.g.ks.RUnlock()
+	if c.g.ks.Engaged() {
 		return true, nil
 	}
 	_, err := c.g.log.Append(context.WithoutCancel(ctx), rec)

@@ -1,9 +1,11 @@
-// Package killswitch is the kill switch's durable state: while an operator
-// has engaged the switch, a small file in the audit directory (StateFile)
-// says since when, by whom and why. It is written with fsync and rename,
-// and removed with the directory synced, so that a gateway that restarts
-// starts engaged. The switch itself, its records and its refusals are the
-// gateway core's; the admin listener engages and clears it.
+// Package killswitch is the gateway's kill switch (Switch): whether it is
+// engaged, its kill_switch_on and kill_switch_off records, the lock under
+// which the gateway appends what must not follow kill_switch_on, and its
+// durable state: while an operator has engaged the switch, a small file
+// in the audit directory (StateFile) says since when, by whom and why. It
+// is written with fsync and rename, and removed with the directory
+// synced, so that a gateway that restarts starts engaged. The refusals
+// are the gateway core's; the admin listener engages and clears it.
 package killswitch
 
 import (

@@ -256,7 +256,7 @@ type epochState struct {
 	// killedAt is 1 + the index of the kill_switch_on record that engaged
 	// the kill switch, 0 while it is clear. Each epoch starts clear: a
 	// gateway that restarts with the switch engaged records a new
-	// kill_switch_on in its new epoch before it serves (restoreKillSwitch).
+	// kill_switch_on in its new epoch before it serves (killswitch.Switch.Restore).
 	killedAt int64
 	// machines are the tunnel machines a machine record registered in
 	// the epoch (upstream "\x00" machine id); machineRecords: the epoch
