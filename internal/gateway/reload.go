@@ -2,14 +2,12 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"sync/atomic"
 
 	"github.com/confidential-mcp/cmcp/internal/front/httpfront"
-	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
@@ -51,49 +49,6 @@ type ReloadedTokens struct {
 	Agents []httpfront.Token
 	// Admin is admin.token_sha256 (nil: no admin section).
 	Admin *digest.Digest
-}
-
-// ReloadUpstreamCredentials reads the HTTP upstreams' credential files
-// again (upstream.HTTPUpstream.ReloadCredentials), and logs and records
-// which upstreams' credentials changed.
-func (g *Gateway) ReloadUpstreamCredentials(ctx context.Context) error {
-	var changed, fromEnv []string
-	var errs []error
-	for _, name := range g.order {
-		h, ok := g.ups[name].opts.Upstream.(*upstream.HTTPUpstream)
-		if !ok {
-			continue
-		}
-		if h.CredentialsFromEnvironment() {
-			fromEnv = append(fromEnv, name)
-		}
-		switch c, err := h.ReloadCredentials(); {
-		case err != nil:
-			g.logger.Error("SIGHUP: an upstream's credential file could not be read again; the credentials read before stay in force", "upstream", name, "err", err)
-			errs = append(errs, err)
-			// A rotation that did not take must show in the log as well:
-			// the old credential stays in force. The error names the file,
-			// never its contents.
-			reason := fmt.Sprintf("upstream %q: credentials not re-read (%v); the credentials read before stay in force", name, err)
-			if rerr := g.record(ctx, &auditlog.Admin{Action: AdminReloadRejected, Actor: ReloadActor, Reason: reason}); rerr != nil {
-				errs = append(errs, fmt.Errorf("the failed credential reload could not be recorded: %w", rerr))
-			}
-		case c:
-			changed = append(changed, name)
-		}
-	}
-	if len(fromEnv) > 0 {
-		g.logger.Info("SIGHUP: upstream credentials from environment variables are read only at start; a restart applies new values", "upstreams", strings.Join(fromEnv, ", "))
-	}
-	if len(changed) == 0 {
-		return errors.Join(errs...)
-	}
-	reason := fmt.Sprintf("credentials re-read from their files, in force for every request from now on: %s", strings.Join(changed, ", "))
-	g.logger.Warn("SIGHUP: upstream credentials reloaded", "upstreams", strings.Join(changed, ", "))
-	if rerr := g.record(ctx, &auditlog.Admin{Action: AdminUpstreamCredentialsReloaded, Actor: ReloadActor, Reason: reason}); rerr != nil {
-		errs = append(errs, fmt.Errorf("the reloaded upstream credentials are in force but their change could not be recorded: %w", rerr))
-	}
-	return errors.Join(errs...)
 }
 
 // ReloadTokens puts the reloaded agent tokens and admin token next in

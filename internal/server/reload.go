@@ -9,6 +9,7 @@ import (
 
 	"github.com/confidential-mcp/cmcp/internal/config"
 	"github.com/confidential-mcp/cmcp/internal/gateway"
+	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 )
 
@@ -39,6 +40,9 @@ type reloadTargets struct {
 	// started is the configuration as read from the file at start (before
 	// command-line overrides), to tell which settings need a restart.
 	started *config.Config
+	// ups are the gateway's upstreams (their credential files are read
+	// again).
+	ups []gateway.UpstreamOptions
 	gateway.ReloadTargets
 }
 
@@ -61,7 +65,7 @@ func reloadConfig(ctx context.Context, g *gateway.Gateway, path string, rt *relo
 		g.Logger().Warn("SIGHUP: these settings changed in the configuration but take effect only after a restart; the running gateway keeps the ones it started with",
 			"settings", strings.Join(restart, ", "), "config", path)
 	}
-	cerr := g.ReloadUpstreamCredentials(ctx)
+	cerr := reloadUpstreamCredentials(ctx, g, rt.ups)
 	var perr error
 	if g.PolicyEngine() != nil {
 		g.Logger().Info("SIGHUP: reloading the policy", "config", path)
@@ -71,6 +75,50 @@ func reloadConfig(ctx context.Context, g *gateway.Gateway, path string, rt *relo
 	// measured then) are not handed out after it.
 	g.DrainSpares("configuration reloaded (SIGHUP)")
 	return errors.Join(terr, cerr, perr)
+}
+
+// reloadUpstreamCredentials reads the credential files of the HTTP
+// upstreams of ups again (upstream.HTTPUpstream.ReloadCredentials), and logs and records
+// which upstreams' credentials changed.
+func reloadUpstreamCredentials(ctx context.Context, g *gateway.Gateway, ups []gateway.UpstreamOptions) error {
+	var changed, fromEnv []string
+	var errs []error
+	for _, u := range ups {
+		h, ok := u.Upstream.(*upstream.HTTPUpstream)
+		if !ok {
+			continue
+		}
+		name := h.Name()
+		if h.CredentialsFromEnvironment() {
+			fromEnv = append(fromEnv, name)
+		}
+		switch c, err := h.ReloadCredentials(); {
+		case err != nil:
+			g.Logger().Error("SIGHUP: an upstream's credential file could not be read again; the credentials read before stay in force", "upstream", name, "err", err)
+			errs = append(errs, err)
+			// A rotation that did not take must show in the log as well:
+			// the old credential stays in force. The error names the file,
+			// never its contents.
+			reason := fmt.Sprintf("upstream %q: credentials not re-read (%v); the credentials read before stay in force", name, err)
+			if rerr := g.Record(ctx, &auditlog.Admin{Action: gateway.AdminReloadRejected, Actor: gateway.ReloadActor, Reason: reason}); rerr != nil {
+				errs = append(errs, fmt.Errorf("the failed credential reload could not be recorded: %w", rerr))
+			}
+		case c:
+			changed = append(changed, name)
+		}
+	}
+	if len(fromEnv) > 0 {
+		g.Logger().Info("SIGHUP: upstream credentials from environment variables are read only at start; a restart applies new values", "upstreams", strings.Join(fromEnv, ", "))
+	}
+	if len(changed) == 0 {
+		return errors.Join(errs...)
+	}
+	reason := fmt.Sprintf("credentials re-read from their files, in force for every request from now on: %s", strings.Join(changed, ", "))
+	g.Logger().Warn("SIGHUP: upstream credentials reloaded", "upstreams", strings.Join(changed, ", "))
+	if rerr := g.Record(ctx, &auditlog.Admin{Action: gateway.AdminUpstreamCredentialsReloaded, Actor: gateway.ReloadActor, Reason: reason}); rerr != nil {
+		errs = append(errs, fmt.Errorf("the reloaded upstream credentials are in force but their change could not be recorded: %w", rerr))
+	}
+	return errors.Join(errs...)
 }
 
 // reloadedTokens are the credentials cfg puts in force.

@@ -544,7 +544,7 @@ func (s *serve) startGateway() error {
 // returns.
 func (s *serve) startReload() error {
 	srvCfg := s.srv
-	s.hup = &reloadTargets{started: &s.started}
+	s.hup = &reloadTargets{started: &s.started, ups: s.ups}
 	s.hup.Open = len(srvCfg.Tokens) == 0 && (srvCfg.TLS == nil || srvCfg.TLS.ClientCA == "")
 	if !s.o.Stdio {
 		s.hup.Tokens = httpfront.NewTokenSet(tokens(srvCfg))
