@@ -199,3 +199,57 @@ func TestAuditlogFormatsStandAlone(t *testing.T) {
 		}
 	}
 }
+
+// TestPipelineStagesStandAlone: the stages cut out of the gateway core
+// (route, decide, toagent, machines, killswitch, faults, toolprobe,
+// spawnaudit) are imported by the core, which reaches them and is reached
+// by them only through small interfaces. None of them depends on the
+// core, the server assembly, the configuration or the command line, and
+// a stage imports another stage only where listed here, so each can be
+// read and tested on its own.
+func TestPipelineStagesStandAlone(t *testing.T) {
+	const internal = "github.com/confidential-mcp/cmcp/internal/"
+	mayImport := map[string][]string{
+		"route":      {"faults"},
+		"decide":     {"faults", "route"}, // route.Access: what the router asks the gate
+		"toagent":    {"faults"},
+		"machines":   nil,
+		"killswitch": nil,
+		"faults":     nil,
+		"toolprobe":  nil,
+		"spawnaudit": nil,
+	}
+	// config only directly: internal/upstream, which several stages
+	// use, still reads it (TestOnlyTheServerAssemblyReadsConfig).
+	never := []string{"gateway", "server", "cli"}
+	var paths []string
+	for stage := range mayImport {
+		paths = append(paths, "./internal/"+stage)
+	}
+	pkgs := goList(t, paths...)
+	if len(pkgs) != len(mayImport) {
+		t.Fatalf("go list listed %d of the %d stages", len(pkgs), len(mayImport))
+	}
+	for _, p := range pkgs {
+		stage := strings.TrimPrefix(p.ImportPath, internal)
+		for _, d := range p.Deps {
+			for _, n := range never {
+				if d == internal+n {
+					t.Errorf("%s depends on %s (see `go list -deps %s`); a stage of the pipeline is reached through interfaces, it never depends on the core, the server assembly, the configuration or the command line", p.ImportPath, d, p.ImportPath)
+				}
+			}
+		}
+		if slices.Contains(p.Imports, internal+"config") {
+			t.Errorf("%s imports %sconfig; only the server assembly reads the configuration", p.ImportPath, internal)
+		}
+		for _, imp := range p.Imports {
+			other, ok := strings.CutPrefix(imp, internal)
+			if _, isStage := mayImport[other]; !ok || !isStage || other == stage {
+				continue
+			}
+			if !slices.Contains(mayImport[stage], other) {
+				t.Errorf("%s imports the stage %s; stages talk through the core's interfaces (or list the import in TestPipelineStagesStandAlone with why)", p.ImportPath, imp)
+			}
+		}
+	}
+}
