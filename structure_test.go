@@ -200,6 +200,23 @@ func TestAuditlogFormatsStandAlone(t *testing.T) {
 	}
 }
 
+// TestAuditRecordFormatStandsAlone: pkg/auditlog/record (the record kinds,
+// their canonical encoding, the verification errors) sits below
+// pkg/auditlog: it depends on no cmcp package but internal/jcs and
+// pkg/digest, so a third party decoding audit records does not build the
+// writer or the verifier.
+func TestAuditRecordFormatStandsAlone(t *testing.T) {
+	const module = "github.com/confidential-mcp/cmcp/"
+	allowed := map[string]bool{module + "pkg/auditlog/internal/jcs": true, module + "pkg/digest": true}
+	for _, p := range goList(t, module+"pkg/auditlog/record") {
+		for _, d := range p.Deps {
+			if strings.HasPrefix(d, module) && !allowed[d] {
+				t.Errorf("%s depends on %s (see `go list -deps %s`); it must depend on no cmcp package but internal/jcs and pkg/digest", p.ImportPath, d, p.ImportPath)
+			}
+		}
+	}
+}
+
 // TestPipelineStagesStandAlone: the stages cut out of the gateway core
 // (route, decide, toagent, machines, killswitch, faults, toolprobe,
 // spawnaudit) are imported by the core, which reaches them and is reached

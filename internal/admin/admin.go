@@ -25,13 +25,14 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/killswitch"
 	"github.com/confidential-mcp/cmcp/internal/metrics"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
 // Log is what the admin listener needs from the audit log: the record
 // of a forced checkpoint, and the checkpoint. *auditlog.Writer implements it.
 type Log interface {
-	Append(ctx context.Context, rec auditlog.Record) (auditlog.Receipt, error)
+	Append(ctx context.Context, rec record.Record) (auditlog.Receipt, error)
 	Checkpoint() error
 }
 
@@ -363,7 +364,7 @@ func (a *Admin) checkpoint(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	actor := actorOf(r)
-	if _, err := a.o.Log.Append(r.Context(), &auditlog.Admin{Action: Checkpoint, Actor: actor, Reason: req.Reason}); err != nil {
+	if _, err := a.o.Log.Append(r.Context(), &record.Admin{Action: Checkpoint, Actor: actor, Reason: req.Reason}); err != nil {
 		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": fmt.Sprintf("record the checkpoint request: %v", err)})
 		return
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
@@ -214,7 +215,7 @@ func TestServeConnectMachineRecords(t *testing.T) {
 	stopServe(t, gw, exited)
 
 	auditDir := filepath.Join(tmp, "audit")
-	var machines []*auditlog.Machine
+	var machines []*record.Machine
 	var callMachines []string
 	r, err := auditlog.NewReader(auditDir)
 	if err != nil {
@@ -230,18 +231,18 @@ func TestServeConnectMachineRecords(t *testing.T) {
 			t.Fatal(err)
 		}
 		switch rec := rec.(type) {
-		case *auditlog.Machine:
+		case *record.Machine:
 			machines = append(machines, rec)
-		case *auditlog.Call:
+		case *record.Call:
 			callMachines = append(callMachines, rec.Machine)
 		}
 	}
 	r.Close()
-	byEvent := map[string][]*auditlog.Machine{}
+	byEvent := map[string][]*record.Machine{}
 	for _, m := range machines {
 		byEvent[m.Event] = append(byEvent[m.Event], m)
 	}
-	reg := byEvent[auditlog.MachineRegistered]
+	reg := byEvent[record.MachineRegistered]
 	if len(reg) != 1 {
 		t.Fatalf("%d registered records, want 1: %+v", len(reg), machines)
 	}
@@ -250,11 +251,11 @@ func TestServeConnectMachineRecords(t *testing.T) {
 		m.Host == nil || m.Host.OS == "" || m.Host.CPUs == 0 || m.Version == "" || m.Remote == "" {
 		t.Errorf("registered record: %+v server %+v host %+v", m, m.Server, m.Host)
 	}
-	refused := byEvent[auditlog.MachineRefused]
+	refused := byEvent[record.MachineRefused]
 	if len(refused) == 0 || refused[0].Machine != "lab-2" || refused[0].Code != "unauthorized" || refused[0].TokenID != "" || !strings.Contains(refused[0].Reason, "not a machine token") {
 		t.Errorf("refused records: %+v", refused)
 	}
-	gone := byEvent[auditlog.MachineGone]
+	gone := byEvent[record.MachineGone]
 	if len(gone) != 1 || gone[0].Machine != "lab-1" || gone[0].Reason == "" || gone[0].ConnectedMS <= 0 || gone[0].TokenID != "tokens[1]" {
 		t.Errorf("gone records: %+v", gone)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/policy"
 	"github.com/confidential-mcp/cmcp/internal/ui"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // replayLog writes a small log as the gateway would: decided by the real
@@ -28,17 +29,17 @@ import (
 // records the opposite decision for that call.
 func replayLog(t *testing.T, id *age.X25519Identity, flip int) string {
 	t.Helper()
-	return replayLogWith(t, id, func(i int, rec *auditlog.Call) bool {
+	return replayLogWith(t, id, func(i int, rec *record.Call) bool {
 		if i == flip {
 			rec.Decision = "allow"
 		}
-		return rec.Outcome == auditlog.OutcomeForwarded
+		return rec.Outcome == record.OutcomeForwarded
 	})
 }
 
 // replayLogWith writes replayLog's log, with mut rewriting call i's record
 // before it is appended and saying whether a result follows.
-func replayLogWith(t *testing.T, id *age.X25519Identity, mut func(i int, rec *auditlog.Call) bool) string {
+func replayLogWith(t *testing.T, id *age.X25519Identity, mut func(i int, rec *record.Call) bool) string {
 	t.Helper()
 	const bundleDir = "../../examples/policy/path-guard"
 	b, err := policy.Load(context.Background(), bundleDir, policy.LoadOptions{})
@@ -54,16 +55,16 @@ func replayLogWith(t *testing.T, id *age.X25519Identity, mut func(i int, rec *au
 	}
 	eng := policy.NewEngine(b, policy.Enforcing, nil)
 	ctx := context.Background()
-	w.Append(ctx, &auditlog.Session{ID: "s1", Event: "start", Agent: "alice", Front: "http"})
+	w.Append(ctx, &record.Session{ID: "s1", Event: "start", Agent: "alice", Front: "http"})
 	for i, path := range []string{"/srv/data/a", "/etc/passwd", "/srv/data/b"} {
 		args := []byte(`{"path":"` + path + `"}`)
 		c := policy.Call{Agent: "alice", Session: "s1", Tool: "fs__read_file", ToolName: "read_file", Upstream: "fs", EvidenceClass: "spawn-measured", Arguments: args}
 		o := eng.DecideCall(c)
-		rec := &auditlog.Call{Session: "s1", Agent: "alice", Tool: c.Tool, Upstream: "fs", UpstreamTool: c.ToolName, EvidenceClass: c.EvidenceClass,
+		rec := &record.Call{Session: "s1", Agent: "alice", Tool: c.Tool, Upstream: "fs", UpstreamTool: c.ToolName, EvidenceClass: c.EvidenceClass,
 			Args: w.Commit(args), Decision: o.Effect(), PolicyIDs: o.PolicyIDs, PolicyMode: string(o.Mode), PolicyBundle: o.Bundle,
-			Outcome: auditlog.OutcomeForwarded, PolicyInput: o.Input()}
+			Outcome: record.OutcomeForwarded, PolicyInput: o.Input()}
 		if o.Refuse {
-			rec.Outcome = auditlog.OutcomeRefused
+			rec.Outcome = record.OutcomeRefused
 		}
 		withResult := mut(i, rec)
 		rc, err := w.Append(ctx, rec)
@@ -71,7 +72,7 @@ func replayLogWith(t *testing.T, id *age.X25519Identity, mut func(i int, rec *au
 			t.Fatal(err)
 		}
 		if withResult {
-			w.Append(ctx, &auditlog.Result{Call: rc.Index, Session: "s1", Outcome: auditlog.ResultOK, LatencyMicros: 1500})
+			w.Append(ctx, &record.Result{Call: rc.Index, Session: "s1", Outcome: record.ResultOK, LatencyMicros: 1500})
 		}
 	}
 	if err := w.Close(); err != nil {
@@ -233,11 +234,11 @@ func TestReplayFilters(t *testing.T) {
 // timeline (no bundle needed) and with --policy.
 func TestReplayCommandReportsAnInconsistentRecord(t *testing.T) {
 	id, _ := age.GenerateX25519Identity()
-	log := replayLogWith(t, id, func(i int, rec *auditlog.Call) bool {
+	log := replayLogWith(t, id, func(i int, rec *record.Call) bool {
 		if i == 1 {
-			rec.Outcome = auditlog.OutcomeForwarded
+			rec.Outcome = record.OutcomeForwarded
 		}
-		return rec.Outcome == auditlog.OutcomeForwarded
+		return rec.Outcome == record.OutcomeForwarded
 	})
 	const why = "inconsistent: recorded deny in mode enforcing, yet forwarded"
 	out, errs, code := run("replay", log)
@@ -254,8 +255,8 @@ func TestReplayCommandReportsAnInconsistentRecord(t *testing.T) {
 // record reads forwarded/none, with a warning and a count, and exit 0.
 func TestReplayCommandShowsAMissingResult(t *testing.T) {
 	id, _ := age.GenerateX25519Identity()
-	log := replayLogWith(t, id, func(i int, rec *auditlog.Call) bool {
-		return rec.Outcome == auditlog.OutcomeForwarded && i != 0
+	log := replayLogWith(t, id, func(i int, rec *record.Call) bool {
+		return rec.Outcome == record.OutcomeForwarded && i != 0
 	})
 	out, errs, code := run("replay", log)
 	if code != 0 || !strings.Contains(out, "forwarded/none") || !strings.Contains(out, "1 forwarded without a result record") || !strings.Contains(errs, "forwarded calls without a result record: 1") {
@@ -389,8 +390,8 @@ func TestReplayEscapesAgentText(t *testing.T) {
 	}
 	ctx := context.Background()
 	const evil = "tab\there \x1b[31mred\rcr\u0085nel\u2028ls\x1b]0;title\x07"
-	w.Append(ctx, &auditlog.Session{ID: "s1", Event: "start", Agent: "al\x1b[8mice", Front: "http", ClientName: evil})
-	w.Append(ctx, &auditlog.Call{Session: "s1", Agent: "al\x1b[8mice", Tool: "fs__read\tfile", Upstream: "fs", Outcome: auditlog.OutcomeRefused, Reason: "unknown tool"})
+	w.Append(ctx, &record.Session{ID: "s1", Event: "start", Agent: "al\x1b[8mice", Front: "http", ClientName: evil})
+	w.Append(ctx, &record.Call{Session: "s1", Agent: "al\x1b[8mice", Tool: "fs__read\tfile", Upstream: "fs", Outcome: record.OutcomeRefused, Reason: "unknown tool"})
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -464,23 +465,23 @@ func TestReplayStreamsItsTables(t *testing.T) {
 	const n = 2000
 	_, key, _ := ed25519.GenerateKey(rand.Reader)
 	dir := t.TempDir()
-	w, err := auditlog.Open(dir, auditlog.Options{Key: key, CheckpointEvery: 1000, Durability: auditlog.DurabilityInterval})
+	w, err := auditlog.Open(dir, auditlog.Options{Key: key, CheckpointEvery: 1000, Durability: record.DurabilityInterval})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
 	for i := range n {
 		sess := fmt.Sprintf("session-%05d", i)
-		if _, err := w.Append(ctx, &auditlog.Session{ID: sess, Event: "start", Agent: "alice", Front: "http"}); err != nil {
+		if _, err := w.Append(ctx, &record.Session{ID: sess, Event: "start", Agent: "alice", Front: "http"}); err != nil {
 			t.Fatal(err)
 		}
-		rc, err := w.Append(ctx, &auditlog.Call{Session: sess, Agent: "alice", Tool: "fs__read_file", Upstream: "fs", UpstreamTool: "read_file",
+		rc, err := w.Append(ctx, &record.Call{Session: sess, Agent: "alice", Tool: "fs__read_file", Upstream: "fs", UpstreamTool: "read_file",
 			EvidenceClass: "spawn-measured", Args: w.Commit([]byte(fmt.Sprintf(`{"path":"/srv/data/%d"}`, i))), Decision: "allow",
-			PolicyIDs: []string{"allow-data"}, PolicyMode: "enforcing", Outcome: auditlog.OutcomeForwarded})
+			PolicyIDs: []string{"allow-data"}, PolicyMode: "enforcing", Outcome: record.OutcomeForwarded})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := w.Append(ctx, &auditlog.Result{Call: rc.Index, Session: sess, Outcome: auditlog.ResultOK, LatencyMicros: 1500}); err != nil {
+		if _, err := w.Append(ctx, &record.Result{Call: rc.Index, Session: sess, Outcome: record.ResultOK, LatencyMicros: 1500}); err != nil {
 			t.Fatal(err)
 		}
 	}

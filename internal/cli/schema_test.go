@@ -22,6 +22,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/config"
 	"github.com/confidential-mcp/cmcp/internal/ui"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"github.com/confidential-mcp/cmcp/pkg/evidence"
 )
 
@@ -73,12 +74,12 @@ func jsonDocs(ts ...reflect.Type) func() (*schemaGen, map[string]any) {
 }
 
 // auditKinds are the record kinds and their bodies. A kind added to
-// pkg/auditlog/records.go must be added here (TestSchemasMatchTheGoTypes).
-var auditKinds = []auditlog.Record{
-	&auditlog.Genesis{}, &auditlog.Segment{}, &auditlog.CheckpointRecord{}, &auditlog.Recovery{}, &auditlog.Seal{},
-	&auditlog.Spawn{}, &auditlog.Upstream{}, &auditlog.Drift{}, &auditlog.Session{}, &auditlog.Call{},
-	&auditlog.Access{}, &auditlog.Result{}, &auditlog.Stderr{}, &auditlog.Policy{}, &auditlog.Admin{},
-	&auditlog.CredentialMinted{}, &auditlog.Machine{},
+// pkg/auditlog/record/records.go must be added here (TestSchemasMatchTheGoTypes).
+var auditKinds = []record.Record{
+	&record.Genesis{}, &record.Segment{}, &record.CheckpointRecord{}, &record.Recovery{}, &record.Seal{},
+	&record.Spawn{}, &record.Upstream{}, &record.Drift{}, &record.Session{}, &record.Call{},
+	&record.Access{}, &record.Result{}, &record.Stderr{}, &record.Policy{}, &record.Admin{},
+	&record.CredentialMinted{}, &record.Machine{},
 }
 
 func auditRecordSchema() (*schemaGen, map[string]any) {
@@ -188,7 +189,7 @@ func generateSchema(d schemaDoc) ([]byte, []string) {
 //	go test ./internal/cli -run TestSchemasMatchTheGoTypes -update-schemas
 //
 // Descriptions are not compared (the config schema's come from
-// docs/configuration.md). Every record kind of pkg/auditlog/records.go has
+// docs/configuration.md). Every record kind of pkg/auditlog/record/records.go has
 // its body in the audit record schema, and docs/schema holds no other
 // schema.
 func TestSchemasMatchTheGoTypes(t *testing.T) {
@@ -224,12 +225,12 @@ func TestSchemasMatchTheGoTypes(t *testing.T) {
 			t.Errorf("%s: no Go type makes it", f)
 		}
 	}
-	src, err := os.ReadFile("../../pkg/auditlog/records.go")
+	src, err := os.ReadFile("../../pkg/auditlog/record/records.go")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, m := range regexp.MustCompile(`(?m)^\s+Kind\w+\s+Kind = "([a-z_]+)"`).FindAllStringSubmatch(string(src), -1) {
-		if !slices.ContainsFunc(auditKinds, func(r auditlog.Record) bool { return string(r.Kind()) == m[1] }) {
+		if !slices.ContainsFunc(auditKinds, func(r record.Record) bool { return string(r.Kind()) == m[1] }) {
 			t.Errorf("record kind %q is not in auditKinds (schema_test.go): add its body type", m[1])
 		}
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/confidential-mcp/cmcp/internal/gwtest"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
@@ -162,7 +163,7 @@ func TestServeReplayEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if gen := g.(*auditlog.Genesis); gen.PolicyDigest != d1 || gen.PolicyMode != "enforcing" {
+	if gen := g.(*record.Genesis); gen.PolicyDigest != d1 || gen.PolicyMode != "enforcing" {
 		t.Fatalf("genesis names policy %s (%s), want %s", gen.PolicyDigest, gen.PolicyMode, d1)
 	}
 	if _, errs, code := run("verify-chain", auditDir); code != 0 {
@@ -192,7 +193,7 @@ func TestServeReplayEndToEnd(t *testing.T) {
 	if err := os.WriteFile(rf, []byte(receipt), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if code, out, errs := runCLI(t, "-o", "json", "verify-chain", "--receipt", rf, "--key", g.(*auditlog.Genesis).Key); code != 0 || !strings.Contains(out, `"status": "verified"`) {
+	if code, out, errs := runCLI(t, "-o", "json", "verify-chain", "--receipt", rf, "--key", g.(*record.Genesis).Key); code != 0 || !strings.Contains(out, `"status": "verified"`) {
 		t.Fatalf("--receipt -o json: %d\n%s%s", code, out, errs)
 	}
 	out, errs, code := run("replay", auditDir, "--policy", dir1, "--policy", dir2, "--identity", idFile, "--all")

@@ -14,6 +14,7 @@ import (
 
 	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // Unsigned records in the auditor's tools (found in review of the first
@@ -52,16 +53,16 @@ func TestUnsignedResultOfASignedCall(t *testing.T) {
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "audit")
 	w := openRarelySigning(t, dir)
-	w.Append(ctx, &auditlog.Session{ID: "s1", Event: "start", Agent: "alice"})
-	rc, err := w.Append(ctx, &auditlog.Call{Session: "s1", Agent: "alice", Tool: "files__rm", Upstream: "files", EvidenceClass: "spawn-measured",
-		Args: w.Commit([]byte(`{}`)), Decision: "allow", PolicyMode: "none", Outcome: auditlog.OutcomeForwarded})
+	w.Append(ctx, &record.Session{ID: "s1", Event: "start", Agent: "alice"})
+	rc, err := w.Append(ctx, &record.Call{Session: "s1", Agent: "alice", Tool: "files__rm", Upstream: "files", EvidenceClass: "spawn-measured",
+		Args: w.Commit([]byte(`{}`)), Decision: "allow", PolicyMode: "none", Outcome: record.OutcomeForwarded})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := w.Checkpoint(); err != nil {
 		t.Fatal(err)
 	}
-	w.Append(ctx, &auditlog.Result{Call: rc.Index, Session: "s1", Outcome: auditlog.ResultIsError, LatencyMicros: 10})
+	w.Append(ctx, &record.Result{Call: rc.Index, Session: "s1", Outcome: record.ResultIsError, LatencyMicros: 10})
 	crashed := snapshot(t, dir)
 	w.Close()
 	seg := filepath.Join(crashed, "epoch-000001", "seg-000001.jsonl")
@@ -102,7 +103,7 @@ func TestVerifyChainJSONListsUnsigned(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "audit")
 	w := openRarelySigning(t, dir)
 	w.Checkpoint()
-	w.Append(ctx, &auditlog.Session{ID: "s1", Event: "start", Agent: "alice"})
+	w.Append(ctx, &record.Session{ID: "s1", Event: "start", Agent: "alice"})
 	crashed := snapshot(t, dir)
 	w.Close()
 	openRarelySigning(t, crashed).Close()
@@ -129,7 +130,7 @@ func TestTornBytesInAnEarlierEpochFail(t *testing.T) {
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "audit")
 	w := openRarelySigning(t, dir)
-	w.Append(ctx, &auditlog.Session{ID: "s1", Event: "start", Agent: "alice"})
+	w.Append(ctx, &record.Session{ID: "s1", Event: "start", Agent: "alice"})
 	crashed := snapshot(t, dir)
 	w.Close()
 	openRarelySigning(t, crashed).Close()

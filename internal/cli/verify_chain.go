@@ -18,6 +18,7 @@ import (
 	"github.com/confidential-mcp/cmcp/pkg/attestedlog"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 type verifyChainOptions struct {
@@ -221,7 +222,7 @@ func verifyErr(err error) error {
 	if errors.As(err, &ue) {
 		return err
 	}
-	var ve *auditlog.VerifyError
+	var ve *record.VerifyError
 	if errors.As(err, &ve) {
 		return exitcode.WithCode(failureCode(ve), err)
 	}
@@ -231,7 +232,7 @@ func verifyErr(err error) error {
 // failureCode is the exit code for a verification failure: the code of an
 // underlying error that has one (e.g. from the genesis evidence check),
 // else the code of its class.
-func failureCode(ve *auditlog.VerifyError) int {
+func failureCode(ve *record.VerifyError) int {
 	var c exitcode.Coder
 	if ve.Err != nil && errors.As(ve.Err, &c) {
 		return c.ExitCode()
@@ -278,7 +279,7 @@ type verifyChainDoc struct {
 	TailProtected string                       `json:"tail_protected_by"` // witnesses, saved-checkpoint, none
 	Warnings      []string                     `json:"warnings"`
 	Evidence      []*attestedlog.GenesisResult `json:"evidence"`
-	Failure       *auditlog.VerifyError        `json:"failure,omitempty"`
+	Failure       *record.VerifyError          `json:"failure,omitempty"`
 	ExitCode      int                          `json:"exit_code"`
 }
 
@@ -286,9 +287,9 @@ type verifyChainDoc struct {
 type (
 	// failedDoc: --proof, --segment or --receipt that failed verification.
 	failedDoc struct {
-		SchemaVersion int                   `json:"schema_version"`
-		Status        string                `json:"status"`
-		Failure       *auditlog.VerifyError `json:"failure"`
+		SchemaVersion int                 `json:"schema_version"`
+		Status        string              `json:"status"`
+		Failure       *record.VerifyError `json:"failure"`
 	}
 	// proveDoc: --prove N.
 	proveDoc struct {
@@ -310,9 +311,9 @@ type (
 		SchemaVersion int    `json:"schema_version"`
 		Status        string `json:"status"`
 		*auditlog.SegmentResult
-		Newest   *checkpointDoc        `json:"newest_checkpoint,omitempty"`
-		Failure  *auditlog.VerifyError `json:"failure,omitempty"`
-		ExitCode int                   `json:"exit_code"`
+		Newest   *checkpointDoc      `json:"newest_checkpoint,omitempty"`
+		Failure  *record.VerifyError `json:"failure,omitempty"`
+		ExitCode int                 `json:"exit_code"`
 	}
 	// receiptCheckDoc: --receipt FILE, verified.
 	receiptCheckDoc struct {
@@ -422,7 +423,7 @@ func runVerifyChain(p *ui.Printer, dir string, o *verifyChainOptions, keys []str
 	rep, err := auditlog.Verify(dir, opt)
 	prog.Done()
 
-	var ve *auditlog.VerifyError
+	var ve *record.VerifyError
 	if err != nil && !errors.As(err, &ve) {
 		return exitcode.WithCode(exitcode.ExitIO, err)
 	}
@@ -434,9 +435,9 @@ func runVerifyChain(p *ui.Printer, dir string, o *verifyChainOptions, keys []str
 	}
 	// A log that holds no checkpoint is well-formed, but nothing in it is
 	// signed: it is reported, and not verified.
-	var unsigned *auditlog.VerifyError
+	var unsigned *record.VerifyError
 	if ve == nil && rep.Newest == nil {
-		unsigned = &auditlog.VerifyError{Class: auditlog.ClassUnsigned, Pos: auditlog.Position{Epoch: rep.Epochs[len(rep.Epochs)-1].Epoch},
+		unsigned = &record.VerifyError{Class: record.ClassUnsigned, Pos: record.Position{Epoch: rep.Epochs[len(rep.Epochs)-1].Epoch},
 			Msg:  "no checkpoint in the log signs any of its records: anyone able to write the directory could have written them",
 			Hint: "if the gateway has just started, verify again after its first checkpoint (by default it signs one within a second)"}
 		code = failureCode(unsigned)
@@ -591,7 +592,7 @@ func printReport(p *ui.Printer, rep *auditlog.Report) {
 		p.OK("VERIFIED"), n-1, rep.NewestEpoch, n-1, plural(int(n), "record"), rep.NewestEpoch, n, n, rep.Newest.Root, last.Epoch)
 }
 
-func printFailure(p *ui.Printer, ve *auditlog.VerifyError) {
+func printFailure(p *ui.Printer, ve *record.VerifyError) {
 	p.Printf("%s %s\n", p.Bad("FAIL"), p.Bold(string(ve.Class)))
 	p.Printf("  %s\n", strings.ReplaceAll(ve.Msg, "\n", "\n  "))
 	if ve.Pos.Epoch > 0 {
@@ -645,8 +646,8 @@ func runVerifyProof(p *ui.Printer, file string, keys []string) error {
 	}
 	res, err := auditlog.VerifyProof(b, keys)
 	if err != nil {
-		var ve *auditlog.VerifyError
-		if errors.As(err, &ve) && ve.Class == auditlog.ClassUsage {
+		var ve *record.VerifyError
+		if errors.As(err, &ve) && ve.Class == record.ClassUsage {
 			return exitcode.WithCode(exitcode.ExitUsage, err)
 		}
 		if p.JSONOut {
@@ -672,14 +673,14 @@ func plural(n int, word string) string {
 
 func runVerifySegment(p *ui.Printer, file string, keys []string) error {
 	res, err := auditlog.VerifySegment(file, auditlog.VerifyOptions{Keys: keys})
-	var ve *auditlog.VerifyError
+	var ve *record.VerifyError
 	if err != nil && !errors.As(err, &ve) {
 		return verifyErr(err)
 	}
 	// A file without a checkpoint of its own (ClassUnsigned) is reported
 	// like a verified one, with NOT VERIFIED as its result: its records
 	// are well-formed and linked, but nothing signs them.
-	unsigned := ve != nil && ve.Class == auditlog.ClassUnsigned
+	unsigned := ve != nil && ve.Class == record.ClassUnsigned
 	if err != nil && !unsigned {
 		if ve.IsVerification() {
 			if p.JSONOut {
@@ -801,8 +802,8 @@ func runVerifyReceipt(p *ui.Printer, o *verifyChainOptions, keys []string) error
 	opt := auditlog.ReceiptOptions{Keys: keys, Witnesses: wits, WitnessQuorum: o.WitnessQuorum, VerifyEvidence: ce.Check}
 	res, err := auditlog.VerifyReceipt(b, opt)
 	if err != nil {
-		var ve *auditlog.VerifyError
-		if errors.As(err, &ve) && ve.Class == auditlog.ClassUsage {
+		var ve *record.VerifyError
+		if errors.As(err, &ve) && ve.Class == record.ClassUsage {
 			return exitcode.WithCode(exitcode.ExitUsage, err)
 		}
 		if p.JSONOut {
@@ -843,16 +844,16 @@ func runVerifyReceipt(p *ui.Printer, o *verifyChainOptions, keys []string) error
 
 // fleetRow is one gateway's verdict in a fleet verification.
 type fleetRow struct {
-	Dir       string                `json:"dir"`
-	Status    string                `json:"status"`
-	Origin    string                `json:"log_origin,omitempty"`
-	Epochs    int                   `json:"epochs"`
-	Records   int64                 `json:"records"`
-	Witnessed []string              `json:"witnessed_by"`
-	Sealed    bool                  `json:"sealed"`
-	Warnings  []string              `json:"warnings"`
-	Failure   *auditlog.VerifyError `json:"failure,omitempty"`
-	ExitCode  int                   `json:"exit_code"`
+	Dir       string              `json:"dir"`
+	Status    string              `json:"status"`
+	Origin    string              `json:"log_origin,omitempty"`
+	Epochs    int                 `json:"epochs"`
+	Records   int64               `json:"records"`
+	Witnessed []string            `json:"witnessed_by"`
+	Sealed    bool                `json:"sealed"`
+	Warnings  []string            `json:"warnings"`
+	Failure   *record.VerifyError `json:"failure,omitempty"`
+	ExitCode  int                 `json:"exit_code"`
 }
 
 func runVerifyFleet(p *ui.Printer, dirs []string, o *verifyChainOptions, keys []string) error {
@@ -861,7 +862,7 @@ func runVerifyFleet(p *ui.Printer, dirs []string, o *verifyChainOptions, keys []
 		return err
 	}
 	var rows []*fleetRow
-	var first *auditlog.VerifyError
+	var first *record.VerifyError
 	code := exitcode.ExitOK
 	origins := map[string]string{}
 	for _, dir := range dirs {
@@ -873,12 +874,12 @@ func runVerifyFleet(p *ui.Printer, dirs []string, o *verifyChainOptions, keys []
 			Witnesses: wits, WitnessQuorum: o.WitnessQuorum, WitnessMaxAge: o.WitnessMaxAge}
 		rep, err := auditlog.Verify(dir, opt)
 		row := &fleetRow{Dir: dir, Status: "verified", Witnessed: []string{}, Warnings: []string{}}
-		var ve *auditlog.VerifyError
+		var ve *record.VerifyError
 		if err != nil && !errors.As(err, &ve) {
-			ve = &auditlog.VerifyError{Class: auditlog.ClassIO, Msg: err.Error()}
+			ve = &record.VerifyError{Class: record.ClassIO, Msg: err.Error()}
 		}
 		if ve == nil && rep.Newest == nil {
-			ve = &auditlog.VerifyError{Class: auditlog.ClassUnsigned, Msg: "no checkpoint in the log signs any of its records"}
+			ve = &record.VerifyError{Class: record.ClassUnsigned, Msg: "no checkpoint in the log signs any of its records"}
 		}
 		if rep != nil {
 			row.Epochs, row.Records, row.Warnings = len(rep.Epochs), rep.Records, append(row.Warnings, rep.Warnings...)
@@ -894,7 +895,7 @@ func runVerifyFleet(p *ui.Printer, dirs []string, o *verifyChainOptions, keys []
 		}
 		if ve == nil && row.Origin != "" {
 			if other, ok := origins[row.Origin]; ok {
-				ve = &auditlog.VerifyError{Class: auditlog.ClassIntegrity, Msg: fmt.Sprintf("log origin %s is also the origin of %s: each gateway of a fleet keeps its own log identity", row.Origin, other)}
+				ve = &record.VerifyError{Class: record.ClassIntegrity, Msg: fmt.Sprintf("log origin %s is also the origin of %s: each gateway of a fleet keeps its own log identity", row.Origin, other)}
 			}
 			origins[row.Origin] = dir
 		}

@@ -31,6 +31,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/internal/tee"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 	"github.com/confidential-mcp/cmcp/pkg/evidence"
 )
@@ -95,9 +96,9 @@ func openAttested(t *testing.T, dir string, f *snpFake, opts auditlog.Options) *
 	_, key, _ := ed25519.GenerateKey(rand.Reader)
 	opts.Key = key
 	opts.Evidence = f.ev
-	opts.Gateway = auditlog.GatewayInfo{Version: "test", Platform: evidence.PlatformSEVSNP}
+	opts.Gateway = record.GatewayInfo{Version: "test", Platform: evidence.PlatformSEVSNP}
 	if opts.Durability == "" {
-		opts.Durability = auditlog.DurabilityGroup
+		opts.Durability = record.DurabilityGroup
 	}
 	w, err := auditlog.Open(dir, opts)
 	if err != nil {
@@ -109,9 +110,9 @@ func openAttested(t *testing.T, dir string, f *snpFake, opts auditlog.Options) *
 func appendCalls(t *testing.T, w *auditlog.Writer, n int, tool string) {
 	t.Helper()
 	for i := range n {
-		c := &auditlog.Call{Session: "s1", Agent: "agent-a", Tool: tool, Upstream: "fs", EvidenceClass: evidence.ClassSpawnMeasured,
-			Args: w.Commit([]byte(fmt.Sprintf(`{"i":%d}`, i))), Decision: auditlog.DecisionAllow, PolicyMode: "enforcing",
-			PolicyBundle: digest.Bytes([]byte("bundle")), Outcome: auditlog.OutcomeForwarded}
+		c := &record.Call{Session: "s1", Agent: "agent-a", Tool: tool, Upstream: "fs", EvidenceClass: evidence.ClassSpawnMeasured,
+			Args: w.Commit([]byte(fmt.Sprintf(`{"i":%d}`, i))), Decision: record.DecisionAllow, PolicyMode: "enforcing",
+			PolicyBundle: digest.Bytes([]byte("bundle")), Outcome: record.OutcomeForwarded}
 		if _, err := w.Append(context.Background(), c); err != nil {
 			t.Fatal(err)
 		}
@@ -333,7 +334,7 @@ func TestEpochBorrowingAnOriginIsRefused(t *testing.T) {
 	}
 	_, key, _ := ed25519.GenerateKey(rand.Reader)
 	_, err = auditlog.Open(dir, auditlog.Options{Key: key})
-	var te *auditlog.TamperError
+	var te *record.TamperError
 	if !errors.As(err, &te) || !strings.Contains(err.Error(), "does not name epoch-000002") {
 		t.Fatalf("Open on top of the borrowed epoch: %v", err)
 	}

@@ -23,13 +23,14 @@ import (
 
 	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
 // openKeyed starts a writer on dir with key and no evidence.
 func openKeyed(t *testing.T, dir string, key ed25519.PrivateKey) *auditlog.Writer {
 	t.Helper()
-	w, err := auditlog.Open(dir, auditlog.Options{Key: key, CheckpointEvery: 1000, CheckpointInterval: time.Hour, Durability: auditlog.DurabilityGroup})
+	w, err := auditlog.Open(dir, auditlog.Options{Key: key, CheckpointEvery: 1000, CheckpointInterval: time.Hour, Durability: record.DurabilityGroup})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/tee"
 	"github.com/confidential-mcp/cmcp/pkg/attestedlog"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 	"github.com/confidential-mcp/cmcp/pkg/evidence"
 )
@@ -24,15 +25,15 @@ func evidenceLog(t *testing.T, ev func(statement digest.Digest, pub ed25519.Publ
 	t.Helper()
 	_, key, _ := ed25519.GenerateKey(rand.Reader)
 	dir := filepath.Join(t.TempDir(), "log")
-	w, err := auditlog.Open(dir, auditlog.Options{Key: key, CheckpointEvery: 10, Durability: auditlog.DurabilityInterval,
-		Gateway: auditlog.GatewayInfo{Version: "test", Platform: platform}, Evidence: ev})
+	w, err := auditlog.Open(dir, auditlog.Options{Key: key, CheckpointEvery: 10, Durability: record.DurabilityInterval,
+		Gateway: record.GatewayInfo{Version: "test", Platform: platform}, Evidence: ev})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range 5 {
-		c := &auditlog.Call{Session: "s1", Agent: "a", Tool: "fs__read", Upstream: "fs", EvidenceClass: evidence.ClassSpawnMeasured,
-			Args: w.Commit([]byte{byte(i)}), Decision: auditlog.DecisionAllow, PolicyMode: "enforcing",
-			PolicyBundle: digest.Bytes([]byte("bundle")), Outcome: auditlog.OutcomeForwarded}
+		c := &record.Call{Session: "s1", Agent: "a", Tool: "fs__read", Upstream: "fs", EvidenceClass: evidence.ClassSpawnMeasured,
+			Args: w.Commit([]byte{byte(i)}), Decision: record.DecisionAllow, PolicyMode: "enforcing",
+			PolicyBundle: digest.Bytes([]byte("bundle")), Outcome: record.OutcomeForwarded}
 		if _, err := w.Append(context.Background(), c); err != nil {
 			t.Fatal(err)
 		}

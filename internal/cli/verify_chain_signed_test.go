@@ -17,6 +17,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // What verify-chain counts as verified is what a signature covers: records
@@ -126,12 +127,12 @@ func segmentLog(t *testing.T) (string, string) {
 	t.Helper()
 	_, key, _ := ed25519.GenerateKey(rand.Reader)
 	dir := filepath.Join(t.TempDir(), "log")
-	w, err := auditlog.Open(dir, auditlog.Options{Key: key, SegmentBytes: 8 << 10, Durability: auditlog.DurabilityInterval, CheckpointEvery: 10})
+	w, err := auditlog.Open(dir, auditlog.Options{Key: key, SegmentBytes: 8 << 10, Durability: record.DurabilityInterval, CheckpointEvery: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range 100 {
-		if _, err := w.Append(context.Background(), &auditlog.Session{ID: fmt.Sprint("s", i), Event: "start", Agent: "a"}); err != nil {
+		if _, err := w.Append(context.Background(), &record.Session{ID: fmt.Sprint("s", i), Event: "start", Agent: "a"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -149,11 +150,11 @@ func crashedOnceRestarted(t *testing.T) string {
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "audit")
 	w := openRarelySigning(t, dir)
-	w.Append(ctx, &auditlog.Session{ID: "s1", Event: "start", Agent: "alice"})
+	w.Append(ctx, &record.Session{ID: "s1", Event: "start", Agent: "alice"})
 	if err := w.Checkpoint(); err != nil {
 		t.Fatal(err)
 	}
-	w.Append(ctx, &auditlog.Session{ID: "s2", Event: "start", Agent: "alice"})
+	w.Append(ctx, &record.Session{ID: "s2", Event: "start", Agent: "alice"})
 	crashed := snapshot(t, dir)
 	w.Close()
 	openRarelySigning(t, crashed).Close()
@@ -229,12 +230,12 @@ func TestSummaryCountsOnlySignedRecords(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "audit")
 	w := openRarelySigning(t, dir)
 	for i := range 3 {
-		w.Append(ctx, &auditlog.Session{ID: fmt.Sprint("s", i), Event: "start", Agent: "alice"})
+		w.Append(ctx, &record.Session{ID: fmt.Sprint("s", i), Event: "start", Agent: "alice"})
 	}
 	if err := w.Checkpoint(); err != nil {
 		t.Fatal(err)
 	}
-	w.Append(ctx, &auditlog.Session{ID: "s9", Event: "start", Agent: "alice"})
+	w.Append(ctx, &record.Session{ID: "s9", Event: "start", Agent: "alice"})
 	crashed := snapshot(t, dir) // the newest epoch, unsealed, one record after its checkpoint
 	w.Close()
 	seg := filepath.Join(crashed, "epoch-000001", "seg-000001.jsonl")
@@ -293,11 +294,11 @@ func TestProveAnUnsignedRecordOfACrashedEpoch(t *testing.T) {
 	ctx := context.Background()
 	live := filepath.Join(t.TempDir(), "audit")
 	w := openRarelySigning(t, live)
-	w.Append(ctx, &auditlog.Session{ID: "s1", Event: "start", Agent: "alice"})
+	w.Append(ctx, &record.Session{ID: "s1", Event: "start", Agent: "alice"})
 	if err := w.Checkpoint(); err != nil {
 		t.Fatal(err)
 	}
-	w.Append(ctx, &auditlog.Session{ID: "s2", Event: "start", Agent: "alice"})
+	w.Append(ctx, &record.Session{ID: "s2", Event: "start", Agent: "alice"})
 	open := snapshot(t, live)
 	w.Close()
 	last = len(readLines(t, filepath.Join(open, "epoch-000001", "seg-000001.jsonl"))) - 1

@@ -23,6 +23,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
@@ -36,14 +37,14 @@ type testLog struct {
 func writeTestLog(t *testing.T, dir string, key ed25519.PrivateKey, calls int) *testLog {
 	t.Helper()
 	// interval: these logs test the verifier, not durability; keep them fast.
-	w, err := auditlog.Open(dir, auditlog.Options{Key: key, CheckpointEvery: 50, Durability: auditlog.DurabilityInterval})
+	w, err := auditlog.Open(dir, auditlog.Options{Key: key, CheckpointEvery: 50, Durability: record.DurabilityInterval})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range calls {
-		c := &auditlog.Call{Session: "s1", Agent: "agent-a", Tool: "fs__read", Upstream: "fs", EvidenceClass: "spawn-measured",
-			Args: w.Commit([]byte(fmt.Sprintf(`{"path":"/srv/%d"}`, i))), Decision: auditlog.DecisionAllow, PolicyMode: "enforcing",
-			PolicyBundle: digest.Bytes([]byte("bundle")), Outcome: auditlog.OutcomeForwarded}
+		c := &record.Call{Session: "s1", Agent: "agent-a", Tool: "fs__read", Upstream: "fs", EvidenceClass: "spawn-measured",
+			Args: w.Commit([]byte(fmt.Sprintf(`{"path":"/srv/%d"}`, i))), Decision: record.DecisionAllow, PolicyMode: "enforcing",
+			PolicyBundle: digest.Bytes([]byte("bundle")), Outcome: record.OutcomeForwarded}
 		if _, err := w.Append(context.Background(), c); err != nil {
 			t.Fatal(err)
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/witness/litewitness"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // witnessedLog writes two epochs of a log with a stable log identity whose
@@ -53,7 +54,7 @@ func witnessedLogAt(t *testing.T, lw *litewitness.Server, origin string) string 
 			t.Fatal(err)
 		}
 		for i := range 5 {
-			if _, err := w.Append(context.Background(), &auditlog.Session{ID: fmt.Sprint(i), Event: "start", Agent: "a"}); err != nil {
+			if _, err := w.Append(context.Background(), &record.Session{ID: fmt.Sprint(i), Event: "start", Agent: "a"}); err != nil {
 				t.Fatal(err)
 			}
 		}

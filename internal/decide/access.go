@@ -11,7 +11,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/faults"
 	"github.com/confidential-mcp/cmcp/internal/policy"
 	"github.com/confidential-mcp/cmcp/internal/route"
-	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // Gate decides and records one session's requests for resources, prompts
@@ -29,10 +29,10 @@ type GateCore interface {
 	// is false when there is no such upstream.
 	Class(up string) (class string, known bool)
 	// Commit is the audit log's commitment to a payload.
-	Commit(payload []byte) auditlog.Commitment
+	Commit(payload []byte) record.Commitment
 	// Record appends rec, even if ctx ends meanwhile; a failure is
 	// logged and returned.
-	Record(ctx context.Context, rec auditlog.Record) error
+	Record(ctx context.Context, rec record.Record) error
 	// Closing reports whether the gateway shuts down.
 	Closing() bool
 	// Killed reports whether the kill switch is engaged.
@@ -40,7 +40,7 @@ type GateCore interface {
 	// AppendForwarded appends rec unless the kill switch is engaged
 	// (killed: nothing appended), checked and appended under the
 	// switch's read lock: no forwarded record follows kill_switch_on.
-	AppendForwarded(ctx context.Context, rec auditlog.Record) (killed bool, err error)
+	AppendForwarded(ctx context.Context, rec record.Record) (killed bool, err error)
 	// Decided counts one policy decision (metrics).
 	Decided(decision, mode string)
 	Logger() *slog.Logger
@@ -96,8 +96,8 @@ func (gt Gate) decide(ctx context.Context, a route.Access, name string) error {
 	if !known {
 		return faults.New(faults.UpstreamUnavailable, "no upstream %q", name)
 	}
-	rec := &auditlog.Access{Session: s.ID(), Agent: s.Principal(), Method: a.Method, Action: string(a.Action), Upstream: name,
-		EvidenceClass: class, Prompt: a.Prompt, Decision: auditlog.DecisionAllow, PolicyMode: ModeNone}
+	rec := &record.Access{Session: s.ID(), Agent: s.Principal(), Method: a.Method, Action: string(a.Action), Upstream: name,
+		EvidenceClass: class, Prompt: a.Prompt, Decision: record.DecisionAllow, PolicyMode: ModeNone}
 	if a.Action == policy.ActionReadResource {
 		// The URI is a payload (it may name a file): committed, never in clear.
 		rec.URI = g.Commit([]byte(a.URI))
@@ -106,7 +106,7 @@ func (gt Gate) decide(ctx context.Context, a route.Access, name string) error {
 		rec.Args = g.Commit(a.Args)
 	}
 	refuse := func(err *jsonrpc.Error) error {
-		rec.Outcome, rec.Reason = auditlog.OutcomeRefused, err.Message
+		rec.Outcome, rec.Reason = record.OutcomeRefused, err.Message
 		if aerr := g.Record(ctx, rec); aerr != nil {
 			return faults.New(faults.AuditUnavailable, "the audit log cannot record requests (%v): every request is refused until an operator fixes it", aerr)
 		}
@@ -118,7 +118,7 @@ func (gt Gate) decide(ctx context.Context, a route.Access, name string) error {
 	if g.Killed() {
 		// Refused before the policy is asked, as a call is: decision deny,
 		// mode none.
-		rec.Decision = auditlog.DecisionDeny
+		rec.Decision = record.DecisionDeny
 		return refuse(killSwitchAccessFault())
 	}
 	if eng := gt.Policy; eng != nil {
@@ -141,7 +141,7 @@ func (gt Gate) decide(ctx context.Context, a route.Access, name string) error {
 	// call's (see the gateway's SetKillSwitch): the switch is checked
 	// again, and the record appended, under its read lock
 	// (GateCore.AppendForwarded).
-	rec.Outcome = auditlog.OutcomeForwarded
+	rec.Outcome = record.OutcomeForwarded
 	killed, err := g.AppendForwarded(ctx, rec)
 	if killed {
 		return refuse(killSwitchAccessFault())

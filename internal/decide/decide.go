@@ -15,7 +15,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
@@ -65,7 +65,7 @@ type Decision struct {
 	Reason    string // shown to the agent on a refusal
 	// Input is what the decision used beyond the request, recorded in the
 	// call record for replay (nil for AllowAll).
-	Input *auditlog.PolicyInput
+	Input *record.PolicyInput
 }
 
 // Refuses reports whether the decision stops the call.

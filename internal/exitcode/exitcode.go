@@ -121,7 +121,7 @@ func HintsOf(err error) []string {
 }
 
 // LogFailureCode maps the class of an audit-log verification failure
-// (pkg/auditlog.Class: "integrity", "signature", ...) to its exit code, so
+// (pkg/auditlog/record.Class: "integrity", "signature", ...) to its exit code, so
 // verify-chain and replay report the same failure with the same code.
 func LogFailureCode(class string) int {
 	switch class {

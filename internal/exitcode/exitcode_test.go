@@ -6,21 +6,21 @@ import (
 	"testing"
 
 	"github.com/confidential-mcp/cmcp/internal/exitcode"
-	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // Every verification failure class of pkg/auditlog has its own documented
 // exit code; a class the map does not know would fall back to 1.
 func TestLogFailureCodeCoversEveryClass(t *testing.T) {
-	want := map[auditlog.Class]int{
-		auditlog.ClassIntegrity:  exitcode.ExitLogInteg,
-		auditlog.ClassSignature:  exitcode.ExitLogSig,
-		auditlog.ClassKey:        exitcode.ExitLogKey,
-		auditlog.ClassTruncation: exitcode.ExitLogTrunc,
-		auditlog.ClassFork:       exitcode.ExitLogFork,
-		auditlog.ClassIO:         exitcode.ExitIO,
-		auditlog.ClassNotLog:     exitcode.ExitUsage,
-		auditlog.ClassUsage:      exitcode.ExitUsage,
+	want := map[record.Class]int{
+		record.ClassIntegrity:  exitcode.ExitLogInteg,
+		record.ClassSignature:  exitcode.ExitLogSig,
+		record.ClassKey:        exitcode.ExitLogKey,
+		record.ClassTruncation: exitcode.ExitLogTrunc,
+		record.ClassFork:       exitcode.ExitLogFork,
+		record.ClassIO:         exitcode.ExitIO,
+		record.ClassNotLog:     exitcode.ExitUsage,
+		record.ClassUsage:      exitcode.ExitUsage,
 	}
 	for class, code := range want {
 		if got := exitcode.LogFailureCode(string(class)); got != code {

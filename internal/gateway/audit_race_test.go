@@ -21,7 +21,7 @@ import (
 
 	"github.com/confidential-mcp/cmcp/internal/front/stdiofront"
 	"github.com/confidential-mcp/cmcp/internal/gwtest"
-	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 //lint:file-ignore SA1019 go-sdk deprecates MCP logging, sampling and roots (SEP-2577) with no replacement; the gateway still relays them while clients use them
@@ -55,10 +55,10 @@ func TestKillSwitchBeatsACallInProgress(t *testing.T) {
 			killed := false
 			for _, e := range logEntries(t, h.dir) {
 				switch r := e.Rec.(type) {
-				case *auditlog.Admin:
+				case *record.Admin:
 					killed = killed || r.Action == "kill_switch_on"
-				case *auditlog.Call:
-					if killed && r.Outcome == auditlog.OutcomeForwarded {
+				case *record.Call:
+					if killed && r.Outcome == record.OutcomeForwarded {
 						t.Fatalf("call record %d after kill_switch_on says forwarded", e.Index)
 					}
 				}
@@ -118,7 +118,7 @@ func TestCancelledCallIsRecorded(t *testing.T) {
 // is answered as an audit failure.
 func TestCancellationsRacingTheCallRecord(t *testing.T) {
 	seen := filepath.Join(t.TempDir(), "seen")
-	h := newHarness(t, hconf{durability: auditlog.DurabilityStrict, env: map[string]string{"CMCP_TEST_SEEN": seen}})
+	h := newHarness(t, hconf{durability: record.DurabilityStrict, env: map[string]string{"CMCP_TEST_SEEN": seen}})
 	var wg sync.WaitGroup
 	for range 8 {
 		cs := h.connect("", nil)
@@ -154,11 +154,11 @@ func checkOneResultPerForwardedCall(t *testing.T, h *harness) int {
 	var results []int64
 	for _, e := range logEntries(t, h.dir) {
 		switch r := e.Rec.(type) {
-		case *auditlog.Call:
-			if r.Outcome == auditlog.OutcomeForwarded {
+		case *record.Call:
+			if r.Outcome == record.OutcomeForwarded {
 				fwd[e.Index] = 0
 			}
-		case *auditlog.Result:
+		case *record.Result:
 			results = append(results, r.Call)
 		}
 	}

@@ -6,9 +6,8 @@ import (
 	"os/exec"
 	"testing"
 
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-
-	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 )
 
 // BenchmarkCall is one tools/call at concurrency 1 through the gateway
@@ -43,7 +42,7 @@ func BenchmarkCall(b *testing.B) {
 		defer cs.Close()
 		run(b, cs, "echo")
 	})
-	for _, d := range []string{auditlog.DurabilityInterval, auditlog.DurabilityGroup} {
+	for _, d := range []string{record.DurabilityInterval, record.DurabilityGroup} {
 		b.Run("cmcp-stdio-"+d, func(b *testing.B) {
 			h := newHarness(b, hconf{durability: d})
 			inR, inW, _ := os.Pipe()

@@ -16,7 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/confidential-mcp/cmcp/internal/upstream"
-	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // TestHTTPUpstreamURLQueryStaysSecret: an HTTP upstream's url may carry a
@@ -95,7 +95,7 @@ func TestHTTPUpstreamURLQueryStaysSecret(t *testing.T) {
 		if strings.Contains(string(b), secret) {
 			t.Errorf("an audit record has the url's query: %s", b)
 		}
-		if u, ok := r.(*auditlog.Upstream); ok && u.Event == "connected" {
+		if u, ok := r.(*record.Upstream); ok && u.Event == "connected" {
 			connected++
 			if u.Endpoint != srv.URL+"/mcp" {
 				t.Errorf("connected record's endpoint %q, want %q", u.Endpoint, srv.URL+"/mcp")

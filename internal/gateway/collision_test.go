@@ -21,6 +21,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/spawnaudit"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 func init() { childModes["named"] = namedChild }
@@ -54,7 +55,7 @@ func twoUpstreams(t *testing.T, mark string) *harness {
 	exe, pin := selfDigest(t)
 	dir := t.TempDir()
 	_, key, _ := ed25519.GenerateKey(rand.Reader)
-	w, err := auditlog.Open(filepath.Join(dir, "audit"), auditlog.Options{Key: key, Durability: auditlog.DurabilityGroup, Gateway: auditlog.GatewayInfo{Version: "test"}})
+	w, err := auditlog.Open(filepath.Join(dir, "audit"), auditlog.Options{Key: key, Durability: record.DurabilityGroup, Gateway: record.GatewayInfo{Version: "test"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,7 @@ import (
 	"log/slog"
 	"slices"
 
-	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // What the server assembly (internal/server) drives a running gateway
@@ -15,7 +15,7 @@ import (
 
 // Record appends rec to the audit log; it is written even if ctx ends
 // meanwhile. A failure is logged and returned.
-func (g *Gateway) Record(ctx context.Context, rec auditlog.Record) error { return g.record(ctx, rec) }
+func (g *Gateway) Record(ctx context.Context, rec record.Record) error { return g.record(ctx, rec) }
 
 // Logger is the gateway log (Options.Logger).
 func (g *Gateway) Logger() *slog.Logger { return g.logger }

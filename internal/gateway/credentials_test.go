@@ -16,6 +16,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/credential/credtest"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // whoamiVia is credtest.WhoAmIVia.
@@ -36,7 +37,7 @@ func TestReloadForgetsTheCredentialsOfRemovedIdentities(t *testing.T) {
 	}
 	dir := t.TempDir()
 	_, key, _ := ed25519.GenerateKey(rand.Reader)
-	w, err := auditlog.Open(dir, auditlog.Options{Key: key, Durability: auditlog.DurabilityGroup, Gateway: auditlog.GatewayInfo{Version: "test", Platform: "software"}})
+	w, err := auditlog.Open(dir, auditlog.Options{Key: key, Durability: record.DurabilityGroup, Gateway: record.GatewayInfo{Version: "test", Platform: "software"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/front/httpfront"
 	"github.com/confidential-mcp/cmcp/internal/front/stdiofront"
 	"github.com/confidential-mcp/cmcp/internal/rpcwire"
-	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 //lint:file-ignore SA1019 go-sdk deprecates MCP logging, sampling and roots (SEP-2577) with no replacement; the gateway still relays them while clients use them
@@ -350,8 +350,8 @@ func toolNameOf(params json.RawMessage) string {
 // recordRefusedCall writes the call record of a tools/call refused before
 // the pipeline saw it, with its JSON-RPC id when it has a valid one.
 func (s *session) recordRefusedCall(id jsonrpc.ID, tool, reason string) {
-	rec := &auditlog.Call{Session: s.id, Agent: s.principal, Tool: tool, Decision: auditlog.DecisionDeny,
-		PolicyMode: ModeNone, Outcome: auditlog.OutcomeRefused, Reason: reason}
+	rec := &record.Call{Session: s.id, Agent: s.principal, Tool: tool, Decision: record.DecisionDeny,
+		PolicyMode: ModeNone, Outcome: record.OutcomeRefused, Reason: reason}
 	if id.IsValid() {
 		rec.RequestID, _ = json.Marshal(id.Raw())
 	}

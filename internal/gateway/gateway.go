@@ -28,14 +28,15 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/spares"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
 // AuditLog is what the gateway needs from the audit log writer.
 // *auditlog.Writer implements it.
 type AuditLog interface {
-	Append(ctx context.Context, rec auditlog.Record) (auditlog.Receipt, error)
-	Commit(payload []byte) auditlog.Commitment
+	Append(ctx context.Context, rec record.Record) (auditlog.Receipt, error)
+	Commit(payload []byte) record.Commitment
 	// Checkpoint makes every record appended so far durable (and signs a
 	// checkpoint over them).
 	Checkpoint() error
@@ -552,7 +553,7 @@ func (g *Gateway) recordDrift(ctx context.Context, d catalog.DriftEvent, action,
 	if change == catalog.DriftAdded {
 		change = "new"
 	}
-	rec := &auditlog.Drift{Upstream: d.Upstream, Tool: d.Tool, Change: change, Pin: d.Pinned, Observed: d.Got, Action: action, Session: session}
+	rec := &record.Drift{Upstream: d.Upstream, Tool: d.Tool, Change: change, Pin: d.Pinned, Observed: d.Got, Action: action, Session: session}
 	if _, err := g.log.Append(context.WithoutCancel(ctx), rec); err != nil {
 		g.logger.Error("record drift", "err", err)
 	}
@@ -562,7 +563,7 @@ func (g *Gateway) recordDrift(ctx context.Context, d catalog.DriftEvent, action,
 // record appends rec. It is written even if ctx ends meanwhile: a record
 // is never lost because the agent cancelled or the session ended (Append
 // gives up on a cancelled ctx before the record is queued).
-func (g *Gateway) record(ctx context.Context, rec auditlog.Record) error {
+func (g *Gateway) record(ctx context.Context, rec record.Record) error {
 	_, err := g.log.Append(context.WithoutCancel(ctx), rec)
 	if err != nil {
 		g.logger.Error("audit append failed", "kind", rec.Kind(), "err", err)

@@ -24,6 +24,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/spawnaudit"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
@@ -117,7 +118,7 @@ func newHarness(t testing.TB, c hconf) *harness {
 	}
 	dir := t.TempDir()
 	_, key, _ := ed25519.GenerateKey(rand.Reader)
-	aopts := auditlog.Options{Key: key, Durability: auditlog.DurabilityGroup, Gateway: auditlog.GatewayInfo{Version: "test", Platform: "software"}}
+	aopts := auditlog.Options{Key: key, Durability: record.DurabilityGroup, Gateway: record.GatewayInfo{Version: "test", Platform: "software"}}
 	if c.policy != nil {
 		aopts.PolicyDigest, aopts.PolicyMode = c.policy.Bundle().Digest(), string(c.policy.Mode())
 	}

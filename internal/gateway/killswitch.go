@@ -5,6 +5,7 @@ import (
 
 	"github.com/confidential-mcp/cmcp/internal/killswitch"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // The kill switch (killswitch.Switch: its state file, its records, its
@@ -27,7 +28,7 @@ func (g *Gateway) KillStatus() killswitch.Status { return g.ks.Status() }
 // killLog is the gateway's audit log as the kill switch writes to it.
 type killLog struct{ g *Gateway }
 
-func (l killLog) Append(ctx context.Context, rec auditlog.Record) (auditlog.Receipt, error) {
+func (l killLog) Append(ctx context.Context, rec record.Record) (auditlog.Receipt, error) {
 	return l.g.log.Append(ctx, rec)
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/replay"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // TestKillSwitchStaysEngagedWhenItsStateCannotBeRemoved: a clearing that is
@@ -67,9 +68,9 @@ type syncSpy struct {
 	events []string
 }
 
-func (s *syncSpy) Append(ctx context.Context, rec auditlog.Record) (auditlog.Receipt, error) {
+func (s *syncSpy) Append(ctx context.Context, rec record.Record) (auditlog.Receipt, error) {
 	rc, err := s.AuditLog.Append(ctx, rec)
-	if a, ok := rec.(*auditlog.Admin); ok && err == nil {
+	if a, ok := rec.(*record.Admin); ok && err == nil {
 		s.events = append(s.events, fmt.Sprintf("%s durable=%v", a.Action, rc.Durable))
 	}
 	return rc, err
@@ -92,7 +93,7 @@ func (s *syncSpy) Checkpoint() error {
 // checkpoint fails, the file stays and the switch stays engaged. What it
 // proves is the order of the calls, not survival of a real power cut.
 func TestKillSwitchClearSyncsTheRecordBeforeRemovingTheFile(t *testing.T) {
-	h := newHarness(t, hconf{durability: auditlog.DurabilityInterval})
+	h := newHarness(t, hconf{durability: record.DurabilityInterval})
 	state := filepath.Join(t.TempDir(), KillSwitchStateFile)
 	h.g.opts.KillSwitchFile = state
 	spy := &syncSpy{AuditLog: h.g.log, state: state}
@@ -219,7 +220,7 @@ permit (principal, action in [Action::"read_resource", Action::"get_prompt"], re
 // cleared only once its kill_switch_off record is durable: a published
 // (durable) checkpoint covers it when the clearing returns.
 func TestKillSwitchClearedOnlyOnceTheClearingIsDurable(t *testing.T) {
-	h := newHarness(t, hconf{durability: auditlog.DurabilityInterval})
+	h := newHarness(t, hconf{durability: record.DurabilityInterval})
 	ctx := context.Background()
 	if err := h.g.SetKillSwitch(ctx, true, "test", "incident"); err != nil {
 		t.Fatal(err)
@@ -233,7 +234,7 @@ func TestKillSwitchClearedOnlyOnceTheClearingIsDurable(t *testing.T) {
 	}
 	off := int64(-1)
 	for _, e := range logEntries(t, h.dir) {
-		if r, ok := e.Rec.(*auditlog.Admin); ok && r.Action == AdminKillSwitchOff {
+		if r, ok := e.Rec.(*record.Admin); ok && r.Action == AdminKillSwitchOff {
 			off = e.Index
 		}
 	}
@@ -283,7 +284,7 @@ permit (principal, action in [Action::"read_resource", Action::"get_prompt"], re
 }
 
 func TestKillSwitchBeatsAnAccessInProgress(t *testing.T) {
-	h := newHarness(t, hconf{durability: auditlog.DurabilityStrict})
+	h := newHarness(t, hconf{durability: record.DurabilityStrict})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const agents = 6
@@ -332,10 +333,10 @@ func accessesAfterKill(t *testing.T, dir string) (killed bool, refused int) {
 	t.Helper()
 	for _, e := range logEntries(t, dir) {
 		switch r := e.Rec.(type) {
-		case *auditlog.Admin:
+		case *record.Admin:
 			killed = killed || r.Action == "kill_switch_on"
-		case *auditlog.Access:
-			if killed && r.Outcome == auditlog.OutcomeForwarded {
+		case *record.Access:
+			if killed && r.Outcome == record.OutcomeForwarded {
 				t.Fatalf("access record %d after kill_switch_on says forwarded", e.Index)
 			}
 			if killed {

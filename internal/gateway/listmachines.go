@@ -9,7 +9,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/catalog"
 	"github.com/confidential-mcp/cmcp/internal/machines"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
-	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // The gateway's side of a tunnel upstream's machines (internal/machines):
@@ -53,8 +53,8 @@ func (c *callRun) listMachines(st *upState, tun *upstream.Tunnel, after *func(un
 		return nil, err
 	}
 	res := machines.Answer(st.name, tun)
-	result := &auditlog.Result{Call: receiptIndex(rcpt), Session: s.id, LatencyMicros: time.Since(c.start).Microseconds(),
-		Outcome: auditlog.ResultOK, Result: g.log.Commit(res)}
+	result := &record.Result{Call: receiptIndex(rcpt), Session: s.id, LatencyMicros: time.Since(c.start).Microseconds(),
+		Outcome: record.ResultOK, Result: g.log.Commit(res)}
 	g.metricCall(st.name, rec.Decision, result.Outcome, time.Since(c.start))
 	s.callsChanged()
 	c.appendResult(result, after)

@@ -3,6 +3,7 @@ package gateway
 import (
 	"github.com/confidential-mcp/cmcp/internal/toagent"
 	"github.com/confidential-mcp/cmcp/internal/toolprobe"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 
 	"context"
 	"errors"
@@ -15,7 +16,6 @@ import (
 
 	"github.com/confidential-mcp/cmcp/internal/catalog"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
-	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
@@ -205,7 +205,7 @@ func (st *upState) dial(ctx context.Context, s *session) (*live, error) {
 		m.UpstreamHealth(st.name, err == nil)
 	}
 	if err != nil {
-		g.record(ctx, &auditlog.Upstream{Name: st.name, Transport: st.transport(), EvidenceClass: st.expectedClass(), Session: sessID, Event: "failed", Reason: err.Error()})
+		g.record(ctx, &record.Upstream{Name: st.name, Transport: st.transport(), EvidenceClass: st.expectedClass(), Session: sessID, Event: "failed", Reason: err.Error()})
 		return nil, err
 	}
 	lv.conn, lv.client = conn, client
@@ -215,10 +215,10 @@ func (st *upState) dial(ctx context.Context, s *session) (*live, error) {
 	if err != nil {
 		conn.Close()
 		err = fmt.Errorf("upstream %q: %w", st.name, err)
-		g.record(ctx, &auditlog.Upstream{Name: st.name, Transport: st.transport(), EvidenceClass: conn.Class, Session: sessID, Event: "failed", Reason: err.Error()})
+		g.record(ctx, &record.Upstream{Name: st.name, Transport: st.transport(), EvidenceClass: conn.Class, Session: sessID, Event: "failed", Reason: err.Error()})
 		return nil, err
 	}
-	up := &auditlog.Upstream{Name: st.name, Transport: st.transport(), Endpoint: conn.Ref, EvidenceClass: conn.Class, Tools: int64(len(tools)), Session: sessID, Event: "connected"}
+	up := &record.Upstream{Name: st.name, Transport: st.transport(), Endpoint: conn.Ref, EvidenceClass: conn.Class, Tools: int64(len(tools)), Session: sessID, Event: "connected"}
 	if init != nil && init.ServerInfo != nil {
 		up.ServerName, up.ServerVersion = init.ServerInfo.Name, init.ServerInfo.Version
 	}
@@ -316,7 +316,7 @@ func (lv *live) close(reason string) {
 	if owner := lv.owner.Load(); owner != nil {
 		sessID = owner.id
 	}
-	lv.st.g.record(context.Background(), &auditlog.Upstream{Name: lv.st.name, Transport: lv.st.transport(), EvidenceClass: lv.conn.Class, Session: sessID, Event: "disconnected", Reason: reason})
+	lv.st.g.record(context.Background(), &record.Upstream{Name: lv.st.name, Transport: lv.st.transport(), EvidenceClass: lv.conn.Class, Session: sessID, Event: "disconnected", Reason: reason})
 }
 
 // markBroken makes dead report err from now on.
@@ -412,7 +412,7 @@ func (lv *live) relist() {
 		err = fmt.Errorf("upstream %q: after notifications/tools/list_changed: %w; its tools are refused on this connection, the next use reconnects", st.name, err)
 		lv.markBroken(err)
 		g.logger.Warn("re-list tools after list_changed failed", "upstream", st.name, "session", sessID, "err", err)
-		g.record(context.Background(), &auditlog.Upstream{Name: st.name, Transport: st.transport(), EvidenceClass: lv.conn.Class, Session: sessID, Event: "failed", Reason: err.Error()})
+		g.record(context.Background(), &record.Upstream{Name: st.name, Transport: st.transport(), EvidenceClass: lv.conn.Class, Session: sessID, Event: "failed", Reason: err.Error()})
 		return
 	}
 	lv.applyTools(context.Background(), tools, nil, sessID)

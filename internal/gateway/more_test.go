@@ -30,6 +30,7 @@ import (
 
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
@@ -408,7 +409,7 @@ func openTestLog(t *testing.T) (*auditlog.Writer, string) {
 	t.Helper()
 	dir := t.TempDir()
 	_, key, _ := ed25519.GenerateKey(rand.Reader)
-	w, err := auditlog.Open(dir, auditlog.Options{Key: key, Gateway: auditlog.GatewayInfo{Version: "test", Platform: "software"}})
+	w, err := auditlog.Open(dir, auditlog.Options{Key: key, Gateway: record.GatewayInfo{Version: "test", Platform: "software"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/rpcwire"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // toolCall is one tools/call as the agent sent it.
@@ -95,7 +96,7 @@ func (s *session) relay(ctx context.Context, params toolCall, after *func(undeli
 	}
 	// From here on the call gets exactly one result record.
 	res, sent, cctx, callErr := c.forward(lv, toolName)
-	result := &auditlog.Result{Call: receiptIndex(rcpt), Session: s.id, LatencyMicros: time.Since(c.start).Microseconds()}
+	result := &record.Result{Call: receiptIndex(rcpt), Session: s.id, LatencyMicros: time.Since(c.start).Microseconds()}
 	out, outErr := c.outcome(result, st, lv, toolName, res, callErr, sent, cctx)
 	g.metricCall(st.name, c.rec.Decision, result.Outcome, time.Since(c.start))
 	s.callsChanged() // the call may change what list_tools allows this session
@@ -124,7 +125,7 @@ type callRun struct {
 	params toolCall
 	args   json.RawMessage
 	start  time.Time
-	rec    *auditlog.Call
+	rec    *record.Call
 	// decided: a refusal from here on is counted under the decision (deny
 	// if the policy failed), not "none".
 	decided bool
@@ -139,7 +140,7 @@ func (s *session) newCallRun(ctx context.Context, params toolCall) *callRun {
 	if len(args) == 0 || string(args) == "null" {
 		args = json.RawMessage("{}")
 	}
-	rec := &auditlog.Call{Session: s.id, Agent: s.principal, Tool: params.Name, Decision: auditlog.DecisionDeny, PolicyMode: ModeNone}
+	rec := &record.Call{Session: s.id, Agent: s.principal, Tool: params.Name, Decision: record.DecisionDeny, PolicyMode: ModeNone}
 	rec.Args = s.g.log.Commit(args)
 	if params.ID.IsValid() {
 		// The id as sent (a string, or an integer: rpcwire refuses others),
@@ -157,7 +158,7 @@ func (s *session) newCallRun(ctx context.Context, params toolCall) *callRun {
 // failed, refused for the rest.
 func (c *callRun) refuse(err *jsonrpc.Error) error {
 	g, rec := c.s.g, c.rec
-	rec.Outcome, rec.Reason = auditlog.OutcomeRefused, err.Message
+	rec.Outcome, rec.Reason = record.OutcomeRefused, err.Message
 	decision := rec.Decision
 	if !c.decided {
 		decision = DecisionNone
@@ -190,7 +191,7 @@ func (c *callRun) admit() (*upState, string, *live, error) {
 		if why != "" {
 			// Answered as a tool error, which an agent reads and acts on
 			// (the live machines are listed), and recorded as refused.
-			rec.Outcome, rec.Reason = auditlog.OutcomeRefused, why
+			rec.Outcome, rec.Reason = record.OutcomeRefused, why
 			if aerr := g.record(ctx, rec); aerr != nil {
 				return nil, "", nil, fault(CodeAuditUnavailable, "the audit log cannot record calls (%v): every call is refused until an operator fixes it", aerr)
 			}
@@ -285,7 +286,7 @@ func (c *callRun) decide(st *upState, toolName string, entry *catalog.Entry) err
 	}
 	rec.Decision, rec.PolicyIDs, rec.PolicyMode, rec.PolicyBundle, rec.PolicyInput = dec.Effect, dec.PolicyIDs, dec.Mode, dec.Bundle, dec.Input
 	if rec.Decision == "" {
-		rec.Decision = auditlog.DecisionDeny
+		rec.Decision = record.DecisionDeny
 	}
 	if g.opts.Metrics != nil {
 		g.opts.Metrics.Decision(rec.Decision, rec.PolicyMode)
@@ -293,7 +294,7 @@ func (c *callRun) decide(st *upState, toolName string, entry *catalog.Entry) err
 	if dec.Refuses() {
 		return c.refuse(decide.DeniedFault(params.Name, s.principal, dec))
 	}
-	if dec.Effect != auditlog.DecisionAllow && dec.Mode == ModeAdvisory {
+	if dec.Effect != record.DecisionAllow && dec.Mode == ModeAdvisory {
 		s.advise(ctx, params.Name, dec)
 	}
 	return nil
@@ -309,7 +310,7 @@ func (c *callRun) recordForwarded() (auditlog.Receipt, error) {
 		g.ks.RUnlock()
 		return auditlog.Receipt{}, c.refuse(fault(CodeKillSwitch, "the kill switch is engaged: an operator has stopped all tool calls; retry when it is cleared"))
 	}
-	rec.Outcome = auditlog.OutcomeForwarded
+	rec.Outcome = record.OutcomeForwarded
 	rcpt, err := g.log.Append(context.WithoutCancel(c.ctx), rec)
 	g.ks.RUnlock()
 	if err != nil {
@@ -348,7 +349,7 @@ func (c *callRun) forward(lv *live, toolName string) (res json.RawMessage, sent 
 
 // outcome fills in the result record of a forwarded call and returns the
 // agent's answer: the upstream's result, its error, or the gateway's fault.
-func (c *callRun) outcome(result *auditlog.Result, st *upState, lv *live, toolName string, res json.RawMessage, callErr error, sent bool, cctx context.Context) (json.RawMessage, error) {
+func (c *callRun) outcome(result *record.Result, st *upState, lv *live, toolName string, res json.RawMessage, callErr error, sent bool, cctx context.Context) (json.RawMessage, error) {
 	s, g, ctx := c.s, c.s.g, c.ctx
 	var out json.RawMessage
 	var outErr error
@@ -367,14 +368,14 @@ func (c *callRun) outcome(result *auditlog.Result, st *upState, lv *live, toolNa
 		}
 		if err != nil {
 			f := fault(CodeUpstreamFailed, "upstream %q answered %q with a result that is not a tools/call result (%v); it was not forwarded", st.name, toolName, err)
-			result.Outcome, result.ErrorCode, result.Reason = auditlog.ResultUpstreamError, f.Code, f.Message
+			result.Outcome, result.ErrorCode, result.Reason = record.ResultUpstreamError, f.Code, f.Message
 			outErr = f
 			break
 		}
 		out = res
-		result.Outcome = auditlog.ResultOK
+		result.Outcome = record.ResultOK
 		if isError {
-			result.Outcome = auditlog.ResultIsError
+			result.Outcome = record.ResultIsError
 		}
 	case sessionEndOf(ctx) != nil:
 		// Cut by its session's end (the gateway's shutdown, an idle
@@ -386,23 +387,23 @@ func (c *callRun) outcome(result *auditlog.Result, st *upState, lv *live, toolNa
 		if !sent {
 			when = "before it was sent upstream"
 		}
-		result.Outcome, result.ErrorCode = auditlog.ResultCancelled, f.Code
+		result.Outcome, result.ErrorCode = record.ResultCancelled, f.Code
 		result.Reason = fmt.Sprintf("the gateway cut the call %s: its session ended (%s)", when, se.why)
 		outErr = f
 	case !sent:
-		result.Outcome, result.Reason = auditlog.ResultCancelled, "the agent cancelled the call before it was sent upstream"
+		result.Outcome, result.Reason = record.ResultCancelled, "the agent cancelled the call before it was sent upstream"
 		outErr = ctx.Err()
 	case ctx.Err() != nil:
-		result.Outcome, result.Reason = auditlog.ResultCancelled, "the agent cancelled the call"
+		result.Outcome, result.Reason = record.ResultCancelled, "the agent cancelled the call"
 		outErr = ctx.Err()
 	case errors.Is(cctx.Err(), context.DeadlineExceeded):
-		result.Outcome = auditlog.ResultGatewayFault
+		result.Outcome = record.ResultGatewayFault
 		f := fault(CodeUpstreamTimeout, "upstream %q did not answer %q within %s; the call was cancelled upstream", st.name, toolName, g.opts.CallTimeout)
 		result.ErrorCode, result.Reason = f.Code, f.Message
 		outErr = f
 	default:
 		outErr = s.upstreamError(lv, callErr)
-		result.Outcome = auditlog.ResultUpstreamError
+		result.Outcome = record.ResultUpstreamError
 		var we *jsonrpc.Error
 		if errors.As(outErr, &we) {
 			result.ErrorCode, result.Reason = we.Code, we.Message
@@ -420,7 +421,7 @@ func (c *callRun) outcome(result *auditlog.Result, st *upState, lv *live, toolNa
 // the response; otherwise it is appended in the background. Shutdown
 // waits for these appends before the log is sealed; if one fails the
 // writer is broken and every further call is refused at its call record.
-func (c *callRun) appendResult(result *auditlog.Result, after *func(undelivered string)) {
+func (c *callRun) appendResult(result *record.Result, after *func(undelivered string)) {
 	g, ctx := c.s.g, c.ctx
 	g.results.Add(1)
 	appendResult := func(undelivered string) {

@@ -9,7 +9,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/machines"
 	"github.com/confidential-mcp/cmcp/internal/policy"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
-	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
@@ -74,14 +74,14 @@ func (c gateCore) Class(up string) (string, bool) {
 	return st.expectedClass(), true
 }
 
-func (c gateCore) Commit(b []byte) auditlog.Commitment { return c.g.log.Commit(b) }
-func (c gateCore) Closing() bool                       { return c.g.closing.Load() }
-func (c gateCore) Killed() bool                        { return c.g.ks.Engaged() }
-func (c gateCore) Logger() *slog.Logger                { return c.g.logger }
+func (c gateCore) Commit(b []byte) record.Commitment { return c.g.log.Commit(b) }
+func (c gateCore) Closing() bool                     { return c.g.closing.Load() }
+func (c gateCore) Killed() bool                      { return c.g.ks.Engaged() }
+func (c gateCore) Logger() *slog.Logger              { return c.g.logger }
 
-func (c gateCore) Record(ctx context.Context, rec auditlog.Record) error { return c.g.record(ctx, rec) }
+func (c gateCore) Record(ctx context.Context, rec record.Record) error { return c.g.record(ctx, rec) }
 
-func (c gateCore) AppendForwarded(ctx context.Context, rec auditlog.Record) (bool, error) {
+func (c gateCore) AppendForwarded(ctx context.Context, rec record.Record) (bool, error) {
 	c.g.ks.RLock()
 	defer c.g.ks.RUnlock()
 	if c.g.ks.Engaged() {
@@ -118,7 +118,7 @@ func (g *Gateway) recordPolicyLoaded(ctx context.Context) {
 		return
 	}
 	b := eng.Bundle()
-	g.record(ctx, &auditlog.Policy{Event: "loaded", Bundle: b.Digest(), Mode: string(eng.Mode()), Path: b.Dir(), Policies: int64(len(b.PolicyIDs()))})
+	g.record(ctx, &record.Policy{Event: "loaded", Bundle: b.Digest(), Mode: string(eng.Mode()), Path: b.Dir(), Policies: int64(len(b.PolicyIDs()))})
 }
 
 // ReloadPolicy replaces the policy bundle (SIGHUP): only if the bundle in
@@ -132,11 +132,11 @@ func (g *Gateway) ReloadPolicy(ctx context.Context, dir string, expect digest.Di
 	}
 	sw, err := eng.Reload(ctx, dir, expect, mode, groups)
 	if err != nil {
-		g.record(ctx, &auditlog.Policy{Event: "rejected", Previous: sw.Old, Mode: string(sw.Mode), Path: dir, Reason: err.Error()})
+		g.record(ctx, &record.Policy{Event: "rejected", Previous: sw.Old, Mode: string(sw.Mode), Path: dir, Reason: err.Error()})
 		g.logger.Error("policy reload refused; the old bundle stays in force", "bundle", sw.Old.String(), "err", err)
 		return err
 	}
-	if rerr := g.record(ctx, &auditlog.Policy{Event: "reloaded", Bundle: sw.New, Previous: sw.Old, Mode: string(sw.Mode), Path: dir, Policies: int64(sw.Policies)}); rerr != nil {
+	if rerr := g.record(ctx, &record.Policy{Event: "reloaded", Bundle: sw.New, Previous: sw.Old, Mode: string(sw.Mode), Path: dir, Policies: int64(sw.Policies)}); rerr != nil {
 		return fmt.Errorf("policy bundle %s is in force but its switch could not be recorded: %w", sw.New, rerr)
 	}
 	g.logger.Info("policy reloaded", "from", sw.Old.String(), "to", sw.New.String(), "mode", string(sw.Mode), "policies", sw.Policies)
@@ -162,7 +162,7 @@ func (g *Gateway) ReloadPolicy(ctx context.Context, dir string, expect digest.Di
 // RejectPolicyReload records and logs a refused policy reload.
 func (g *Gateway) RejectPolicyReload(ctx context.Context, err error) error {
 	eng := g.opts.Policy
-	g.record(ctx, &auditlog.Policy{Event: "rejected", Previous: eng.Bundle().Digest(), Mode: string(eng.Mode()), Reason: err.Error()})
+	g.record(ctx, &record.Policy{Event: "rejected", Previous: eng.Bundle().Digest(), Mode: string(eng.Mode()), Reason: err.Error()})
 	g.logger.Error("policy reload refused; the old bundle stays in force", "bundle", eng.Bundle().Digest().String(), "err", err)
 	return err
 }

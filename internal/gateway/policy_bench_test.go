@@ -19,6 +19,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/policy"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // benchGateway starts an in-process gateway (real measured stdio child,
@@ -26,7 +27,7 @@ import (
 func benchGateway(b *testing.B, eng *policy.Engine) (*mcp.ClientSession, *Gateway) {
 	exe, pin := selfDigest(b)
 	_, key, _ := ed25519.GenerateKey(rand.Reader)
-	w, err := auditlog.Open(b.TempDir(), auditlog.Options{Key: key, Durability: auditlog.DurabilityGroup})
+	w, err := auditlog.Open(b.TempDir(), auditlog.Options{Key: key, Durability: record.DurabilityGroup})
 	if err != nil {
 		b.Fatal(err)
 	}

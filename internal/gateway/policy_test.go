@@ -24,6 +24,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/policy"
 	"github.com/confidential-mcp/cmcp/internal/replay"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
@@ -312,11 +313,11 @@ func TestReplayCatchesFlipInGatewayLog(t *testing.T) {
 	calls, flipped := 0, int64(-1)
 	for _, e := range logEntries(t, h.dir) {
 		switch e.Kind {
-		case auditlog.KindGenesis, auditlog.KindCheckpoint, auditlog.KindSeal, auditlog.KindSegment, auditlog.KindRecovery:
+		case record.KindGenesis, record.KindCheckpoint, record.KindSeal, record.KindSegment, record.KindRecovery:
 			continue
 		}
 		switch rec := e.Rec.(type) {
-		case *auditlog.Call:
+		case *record.Call:
 			p, err := opener.Payload(rec.Args)
 			if err != nil {
 				t.Fatal(err)
@@ -329,7 +330,7 @@ func TestReplayCatchesFlipInGatewayLog(t *testing.T) {
 				rec.Decision, rec.PolicyIDs, rec.Outcome = "allow", []string{"staff-calls"}, "forwarded"
 			}
 			calls++
-		case *auditlog.Result:
+		case *record.Result:
 			rec.Call = newIndex[rec.Call]
 			if !rec.Result.IsZero() {
 				p, err := opener.Payload(rec.Result)
@@ -344,7 +345,7 @@ func TestReplayCatchesFlipInGatewayLog(t *testing.T) {
 			t.Fatal(err)
 		}
 		newIndex[e.Index] = rc.Index
-		if c, ok := e.Rec.(*auditlog.Call); ok && c.Decision == "allow" && slices.Equal(c.PolicyIDs, []string{"staff-calls"}) && calls == 2 {
+		if c, ok := e.Rec.(*record.Call); ok && c.Decision == "allow" && slices.Equal(c.PolicyIDs, []string{"staff-calls"}) && calls == 2 {
 			flipped = rc.Index
 		}
 	}
@@ -492,13 +493,13 @@ func TestAgentGetsTheCommittedBytes(t *testing.T) {
 	var results, arguments [][]byte
 	for _, e := range logEntries(t, h.dir) {
 		switch rec := e.Rec.(type) {
-		case *auditlog.Call:
+		case *record.Call:
 			p, err := opener.Payload(rec.Args)
 			if err != nil {
 				t.Fatal(err)
 			}
 			arguments = append(arguments, p)
-		case *auditlog.Result:
+		case *record.Result:
 			p, err := opener.Payload(rec.Result)
 			if err != nil {
 				t.Fatal(err)

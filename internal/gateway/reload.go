@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/confidential-mcp/cmcp/internal/front/httpfront"
-	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
@@ -113,7 +113,7 @@ func (g *Gateway) ReloadTokens(ctx context.Context, next ReloadedTokens, rt *Rel
 	reason := strings.Join(notes, "; ")
 	g.logger.Warn("SIGHUP: tokens reloaded", "change", reason)
 	var err error
-	if rerr := g.record(ctx, &auditlog.Admin{Action: AdminTokensReloaded, Actor: ReloadActor, Reason: reason}); rerr != nil {
+	if rerr := g.record(ctx, &record.Admin{Action: AdminTokensReloaded, Actor: ReloadActor, Reason: reason}); rerr != nil {
 		err = fmt.Errorf("the reloaded tokens are in force but their change could not be recorded: %w", rerr)
 	}
 	if nowOf != nil {

@@ -25,6 +25,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/spawnaudit"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 //lint:file-ignore SA1019 go-sdk deprecates MCP logging, sampling and roots (SEP-2577) with no replacement; the gateway still relays them while clients use them
@@ -161,7 +162,7 @@ func newResGateway(t *testing.T, ups ...resUp) *resGateway {
 	dir := t.TempDir()
 	seen := filepath.Join(dir, "seen")
 	_, key, _ := ed25519.GenerateKey(rand.Reader)
-	w, err := auditlog.Open(filepath.Join(dir, "audit"), auditlog.Options{Key: key, Durability: auditlog.DurabilityGroup, Gateway: auditlog.GatewayInfo{Version: "test"}})
+	w, err := auditlog.Open(filepath.Join(dir, "audit"), auditlog.Options{Key: key, Durability: record.DurabilityGroup, Gateway: record.GatewayInfo{Version: "test"}})
 	if err != nil {
 		t.Fatal(err)
 	}

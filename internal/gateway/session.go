@@ -23,7 +23,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/rpcwire"
 	"github.com/confidential-mcp/cmcp/internal/toagent"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
-	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
@@ -84,7 +84,7 @@ func (s *session) authedWith(id *oauth.Identity, token credential.Secret) {
 	sid, started := s.id, s.started
 	s.mu.Unlock()
 	if started {
-		s.g.record(context.Background(), &auditlog.Session{ID: sid, Event: "token", Agent: s.principal, Front: s.front, Issuer: id.Issuer, TokenID: id.JTI, Groups: id.Groups})
+		s.g.record(context.Background(), &record.Session{ID: sid, Event: "token", Agent: s.principal, Front: s.front, Issuer: id.Issuer, TokenID: id.JTI, Groups: id.Groups})
 	}
 }
 
@@ -283,7 +283,7 @@ func (s *session) bind(ss *mcp.ServerSession, params *mcp.InitializeParams) {
 	}
 	s.mu.Unlock()
 	s.down.Store(ss)
-	rec := &auditlog.Session{ID: s.id, Event: "start", Agent: s.principal, Front: s.front}
+	rec := &record.Session{ID: s.id, Event: "start", Agent: s.principal, Front: s.front}
 	if a := s.auth.Load(); a != nil {
 		rec.Issuer, rec.TokenID, rec.Groups = a.Issuer, a.JTI, a.Groups
 	}
@@ -466,7 +466,7 @@ func (s *session) end(e *sessionEnd) {
 		}
 		wg.Wait()
 		if id != "" {
-			s.g.record(context.Background(), &auditlog.Session{ID: id, Event: "end", Agent: s.principal, Front: s.front, Reason: reason})
+			s.g.record(context.Background(), &record.Session{ID: id, Event: "end", Agent: s.principal, Front: s.front, Reason: reason})
 			if eng := s.g.opts.Policy; eng != nil {
 				eng.EndSession(id)
 			}

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/confidential-mcp/cmcp/internal/spares"
-	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // Warm spares (UpstreamOptions.WarmSpares): connections of a per-session
@@ -104,7 +104,7 @@ func (st *upState) takeSpare(ctx context.Context, s *session) *live {
 	lv.conn.Assign(s.id)
 	refill := st.spares.Fill
 	lv.refill.Store(&refill)
-	err := st.g.record(ctx, &auditlog.Upstream{Name: st.name, Transport: st.transport(), Endpoint: lv.conn.Ref, EvidenceClass: lv.conn.Class,
+	err := st.g.record(ctx, &record.Upstream{Name: st.name, Transport: st.transport(), Endpoint: lv.conn.Ref, EvidenceClass: lv.conn.Class,
 		Session: s.id, Event: "assigned", Reason: "a warm spare, started and recorded before the session, now serves it alone"})
 	if err != nil {
 		lv.close(fmt.Sprintf("the warm spare's hand-over to session %s could not be recorded: %v", s.id, err))

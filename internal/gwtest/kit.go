@@ -19,6 +19,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // The bearer tokens of the tests' admin listener and agents.
@@ -146,7 +147,7 @@ func PolicyBundle(t *testing.T, policies string) string {
 
 // ReadGenesis reads the genesis record of the log in dir and an opener
 // for its commitments with id.
-func ReadGenesis(t *testing.T, dir string, id age.Identity) (*auditlog.Genesis, *auditlog.Opener) {
+func ReadGenesis(t *testing.T, dir string, id age.Identity) (*record.Genesis, *auditlog.Opener) {
 	t.Helper()
 	r, err := auditlog.NewReader(dir)
 	if err != nil {
@@ -161,7 +162,7 @@ func ReadGenesis(t *testing.T, dir string, id age.Identity) (*auditlog.Genesis, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := rec.(*auditlog.Genesis)
+	g := rec.(*record.Genesis)
 	o, err := auditlog.NewOpener(g, id)
 	if err != nil {
 		t.Fatal(err)
@@ -175,8 +176,8 @@ func ReadGenesis(t *testing.T, dir string, id age.Identity) (*auditlog.Genesis, 
 // LogEntry is one record of an audit log, decoded, with its index.
 type LogEntry struct {
 	Index int64
-	Kind  auditlog.Kind
-	Rec   auditlog.Record
+	Kind  record.Kind
+	Rec   record.Record
 }
 
 // LogEntries reads and decodes every record of the audit log in dir.
@@ -205,11 +206,11 @@ func LogEntries(t *testing.T, dir string) []LogEntry {
 }
 
 // AdminRecords returns the admin records in the audit log so far.
-func AdminRecords(t *testing.T, dir string) []*auditlog.Admin {
+func AdminRecords(t *testing.T, dir string) []*record.Admin {
 	t.Helper()
-	var out []*auditlog.Admin
+	var out []*record.Admin
 	for _, e := range LogEntries(t, dir) {
-		if a, ok := e.Rec.(*auditlog.Admin); ok {
+		if a, ok := e.Rec.(*record.Admin); ok {
 			out = append(out, a)
 		}
 	}
@@ -217,9 +218,9 @@ func AdminRecords(t *testing.T, dir string) []*auditlog.Admin {
 }
 
 // ReadAuditRecords reads and decodes every record of the log in dir.
-func ReadAuditRecords(t *testing.T, dir string) []auditlog.Record {
+func ReadAuditRecords(t *testing.T, dir string) []record.Record {
 	t.Helper()
-	var out []auditlog.Record
+	var out []record.Record
 	for _, e := range LogEntries(t, dir) {
 		out = append(out, e.Rec)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // The kill switch outlives the process: while it is engaged its state is a
@@ -49,7 +50,7 @@ type Switch struct {
 
 // Log is what the switch needs of the audit log.
 type Log interface {
-	Append(ctx context.Context, rec auditlog.Record) (auditlog.Receipt, error)
+	Append(ctx context.Context, rec record.Record) (auditlog.Receipt, error)
 	// Checkpoint makes every record appended so far durable.
 	Checkpoint() error
 }
@@ -90,21 +91,21 @@ func (k *Switch) Set(ctx context.Context, on bool, actor, reason string) error {
 				errs = append(errs, fmt.Errorf("its state could not be saved, so a restart would clear it (%s): %w", path, err))
 			}
 		}
-		if _, err := k.Log.Append(ctx, &auditlog.Admin{Action: ActionOn, Actor: actor, Reason: reason}); err != nil {
+		if _, err := k.Log.Append(ctx, &record.Admin{Action: ActionOn, Actor: actor, Reason: reason}); err != nil {
 			errs = append(errs, fmt.Errorf("its audit record could not be written: %w", err))
 		}
 		k.on.Store(true)
 		k.st = st
 		return errors.Join(errs...)
 	}
-	rc, err := k.Log.Append(ctx, &auditlog.Admin{Action: ActionOff, Actor: actor, Reason: reason})
+	rc, err := k.Log.Append(ctx, &record.Admin{Action: ActionOff, Actor: actor, Reason: reason})
 	if err != nil {
 		return fmt.Errorf("clearing it could not be recorded in the audit log: record %s: %w", ActionOff, err)
 	}
 	if !rc.Durable {
 		if err := k.Log.Checkpoint(); err != nil {
 			why := fmt.Sprintf("clearing failed after it was recorded: the %s record could not be made durable (%v); the switch stays engaged", ActionOff, err)
-			k.record(ctx, &auditlog.Admin{Action: ActionOn, Actor: actor, Reason: why})
+			k.record(ctx, &record.Admin{Action: ActionOn, Actor: actor, Reason: why})
 			return errors.New(why)
 		}
 	}
@@ -113,7 +114,7 @@ func (k *Switch) Set(ctx context.Context, on bool, actor, reason string) error {
 			// Recorded as cleared, but a restart would engage it again:
 			// it stays engaged, and the log says so.
 			why := fmt.Sprintf("clearing failed after it was recorded: the state file %s could not be removed (%v); the switch stays engaged", path, err)
-			k.record(ctx, &auditlog.Admin{Action: ActionOn, Actor: actor, Reason: why})
+			k.record(ctx, &record.Admin{Action: ActionOn, Actor: actor, Reason: why})
 			return errors.New(why)
 		}
 	}
@@ -123,7 +124,7 @@ func (k *Switch) Set(ctx context.Context, on bool, actor, reason string) error {
 }
 
 // record appends rec even if ctx ends meanwhile; a failure is logged.
-func (k *Switch) record(ctx context.Context, rec auditlog.Record) {
+func (k *Switch) record(ctx context.Context, rec record.Record) {
 	if _, err := k.Log.Append(context.WithoutCancel(ctx), rec); err != nil {
 		k.Logger.Error("audit append failed", "kind", rec.Kind(), "err", err)
 	}
@@ -161,7 +162,7 @@ func (k *Switch) Restore(ctx context.Context) {
 			"with POST /admin/kill-switch/clear", "since", st.Since, "actor", st.Actor, "reason", st.Reason, "file", path)
 	}
 	k.st = *st
-	if _, err := k.Log.Append(context.WithoutCancel(ctx), &auditlog.Admin{Action: ActionOn, Actor: RestartActor, Reason: reason}); err != nil {
+	if _, err := k.Log.Append(context.WithoutCancel(ctx), &record.Admin{Action: ActionOn, Actor: RestartActor, Reason: reason}); err != nil {
 		k.Logger.Error("record the carried-over kill switch (it stays engaged)", "err", err)
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
@@ -249,29 +249,29 @@ func (e *Engine) Reload(ctx context.Context, dir string, expect digest.Digest, m
 }
 
 // Input is what the call record must carry beyond its own fields for replay
-// to rebuild the request (pkg/auditlog.PolicyInput).
-func (o *Outcome) Input() *auditlog.PolicyInput {
+// to rebuild the request (pkg/auditlog/record.PolicyInput).
+func (o *Outcome) Input() *record.PolicyInput {
 	r := &o.Request
 	a := r.Annotations
-	return &auditlog.PolicyInput{
+	return &record.PolicyInput{
 		Groups: r.Groups, EvidenceClass: r.EvidenceClass, Machine: r.Machine,
-		Hints:        auditlog.ToolHints{ReadOnly: a.ReadOnly, Destructive: a.Destructive, Idempotent: a.Idempotent, OpenWorld: a.OpenWorld},
+		Hints:        record.ToolHints{ReadOnly: a.ReadOnly, Destructive: a.Destructive, Idempotent: a.Idempotent, OpenWorld: a.OpenWorld},
 		SessionCalls: r.Session.Calls, ToolsUsed: r.Session.ToolsUsed, Time: r.Time, Errors: o.Errors,
 	}
 }
 
 // AccessInput is what the access record must carry beyond its own fields
-// for replay to rebuild the request (pkg/auditlog.AccessInput).
-func (o *Outcome) AccessInput() *auditlog.AccessInput {
+// for replay to rebuild the request (pkg/auditlog/record.AccessInput).
+func (o *Outcome) AccessInput() *record.AccessInput {
 	r := &o.Request
-	return &auditlog.AccessInput{Groups: r.Groups, EvidenceClass: r.EvidenceClass,
+	return &record.AccessInput{Groups: r.Groups, EvidenceClass: r.EvidenceClass,
 		SessionCalls: r.Session.Calls, ToolsUsed: r.Session.ToolsUsed, Time: r.Time, Errors: o.Errors}
 }
 
 // Effect is "allow" or "deny", as the call record spells it.
 func (d Decision) Effect() string {
 	if d.Allow {
-		return auditlog.DecisionAllow
+		return record.DecisionAllow
 	}
-	return auditlog.DecisionDeny
+	return record.DecisionDeny
 }

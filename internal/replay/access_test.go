@@ -9,6 +9,7 @@ import (
 
 	"github.com/confidential-mcp/cmcp/internal/policy"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // TestAccessRecordsReplayed: access records are replayed like calls:
@@ -24,7 +25,7 @@ func TestAccessRecordsReplayed(t *testing.T) {
 	eng := policy.NewEngine(b, policy.Enforcing, nil)
 	type acc struct {
 		a   policy.Access
-		mut func(*auditlog.Access)
+		mut func(*record.Access)
 	}
 	accs := []acc{
 		{policy.Access{Action: policy.ActionReadResource, Agent: "alice", Session: "s1", Upstream: "fs", EvidenceClass: "spawn-measured", URI: "file:///srv/data/a"}, nil},
@@ -33,25 +34,25 @@ func TestAccessRecordsReplayed(t *testing.T) {
 		{policy.Access{Action: policy.ActionReadResource, Agent: "bob", Session: "s2", Upstream: "git", EvidenceClass: "spawn-measured", URI: "git://x"}, nil},
 		// The same, flipped to allow.
 		{policy.Access{Action: policy.ActionGetPrompt, Agent: "bob", Session: "s2", Upstream: "git", EvidenceClass: "spawn-measured", Prompt: "p"},
-			func(r *auditlog.Access) {
-				r.Decision, r.Outcome, r.Reason = auditlog.DecisionAllow, auditlog.OutcomeForwarded, ""
+			func(r *record.Access) {
+				r.Decision, r.Outcome, r.Reason = record.DecisionAllow, record.OutcomeForwarded, ""
 			}},
 		// The same, denied but forwarded.
 		{policy.Access{Action: policy.ActionReadResource, Agent: "bob", Session: "s2", Upstream: "git", EvidenceClass: "spawn-measured", URI: "git://y"},
-			func(r *auditlog.Access) { r.Outcome, r.Reason = auditlog.OutcomeForwarded, "" }},
+			func(r *record.Access) { r.Outcome, r.Reason = record.OutcomeForwarded, "" }},
 	}
 	dir, _ := writeLogWith(t, id, logSpec{extra: func(w *auditlog.Writer, _ []int64) {
 		for _, x := range accs {
 			o := eng.DecideAccess(x.a)
 			method := map[policy.Action]string{policy.ActionReadResource: "resources/read", policy.ActionGetPrompt: "prompts/get"}[x.a.Action]
-			r := &auditlog.Access{Session: x.a.Session, Agent: x.a.Agent, Method: method, Action: string(x.a.Action), Upstream: x.a.Upstream,
+			r := &record.Access{Session: x.a.Session, Agent: x.a.Agent, Method: method, Action: string(x.a.Action), Upstream: x.a.Upstream,
 				EvidenceClass: x.a.EvidenceClass, Prompt: x.a.Prompt, Decision: o.Effect(), PolicyIDs: o.PolicyIDs, PolicyMode: string(o.Mode),
-				PolicyBundle: o.Bundle, Outcome: auditlog.OutcomeForwarded, PolicyInput: o.AccessInput()}
+				PolicyBundle: o.Bundle, Outcome: record.OutcomeForwarded, PolicyInput: o.AccessInput()}
 			if x.a.Action == policy.ActionReadResource {
 				r.URI = w.Commit([]byte(x.a.URI))
 			}
 			if o.Refuse {
-				r.Outcome, r.Reason = auditlog.OutcomeRefused, o.Reason
+				r.Outcome, r.Reason = record.OutcomeRefused, o.Reason
 			}
 			if x.mut != nil {
 				x.mut(r)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/confidential-mcp/cmcp/internal/policy"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // benchLog writes a log of n calls (n/2 fs calls that depend on their path
@@ -27,7 +28,7 @@ func benchLog(b *testing.B, n int, id *age.X25519Identity) string {
 	}
 	_, key, _ := ed25519.GenerateKey(rand.Reader)
 	dir := b.TempDir()
-	opts := auditlog.Options{Key: key, PolicyDigest: bu.Digest(), PolicyMode: "enforcing", Durability: auditlog.DurabilityInterval, SyncInterval: time.Second}
+	opts := auditlog.Options{Key: key, PolicyDigest: bu.Digest(), PolicyMode: "enforcing", Durability: record.DurabilityInterval, SyncInterval: time.Second}
 	if id != nil {
 		opts.Recipients, opts.Vault = []string{id.Recipient().String()}, true
 	}
@@ -56,11 +57,11 @@ func benchLog(b *testing.B, n int, id *age.X25519Identity) string {
 				}
 				c.Arguments = args
 				o := eng.DecideCall(c)
-				rec := &auditlog.Call{Session: sess, Agent: c.Agent, Tool: c.Tool, Upstream: c.Upstream, UpstreamTool: c.ToolName,
+				rec := &record.Call{Session: sess, Agent: c.Agent, Tool: c.Tool, Upstream: c.Upstream, UpstreamTool: c.ToolName,
 					EvidenceClass: c.EvidenceClass, Args: w.Commit(args), Decision: o.Effect(), PolicyIDs: o.PolicyIDs,
-					PolicyMode: string(o.Mode), PolicyBundle: o.Bundle, Outcome: auditlog.OutcomeForwarded, PolicyInput: o.Input()}
+					PolicyMode: string(o.Mode), PolicyBundle: o.Bundle, Outcome: record.OutcomeForwarded, PolicyInput: o.Input()}
 				if o.Refuse {
-					rec.Outcome = auditlog.OutcomeRefused
+					rec.Outcome = record.OutcomeRefused
 				}
 				rc, err := w.Append(ctx, rec)
 				if err != nil {
@@ -68,7 +69,7 @@ func benchLog(b *testing.B, n int, id *age.X25519Identity) string {
 					return
 				}
 				if !o.Refuse {
-					if _, err := w.Append(ctx, &auditlog.Result{Call: rc.Index, Session: sess, Outcome: auditlog.ResultOK, LatencyMicros: 900}); err != nil {
+					if _, err := w.Append(ctx, &record.Result{Call: rc.Index, Session: sess, Outcome: record.ResultOK, LatencyMicros: 900}); err != nil {
 						b.Error(err)
 						return
 					}

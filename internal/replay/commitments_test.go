@@ -8,6 +8,7 @@ import (
 	"filippo.io/age"
 
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // TestReplayFindsADroppedOrReusedArgumentCommitment: call 1 (alice reads
@@ -23,38 +24,38 @@ func TestReplayFindsADroppedOrReusedArgumentCommitment(t *testing.T) {
 	_, id := newKeys(t)
 	cases := []struct {
 		name    string
-		mut     func(first auditlog.Commitment, rec *auditlog.Call)
+		mut     func(first record.Commitment, rec *record.Call)
 		why     string
 		refused bool // the call stays denied and refused: only its commitment is touched
 	}{
-		{"dropped", func(_ auditlog.Commitment, rec *auditlog.Call) { rec.Args = auditlog.Commitment{} },
+		{"dropped", func(_ record.Commitment, rec *record.Call) { rec.Args = record.Commitment{} },
 			"call record without the commitment to its arguments", false},
-		{"reused", func(first auditlog.Commitment, rec *auditlog.Call) { rec.Args = first },
+		{"reused", func(first record.Commitment, rec *record.Call) { rec.Args = first },
 			"commitment 0, which an earlier record of the epoch already used", false},
 		// A decided call that was refused keeps its commitment too: only
 		// a call refused before the pipeline saw it has none, and no
 		// decision (no policy_input).
-		{"dropped from a refused deny", func(_ auditlog.Commitment, rec *auditlog.Call) { rec.Args = auditlog.Commitment{} },
+		{"dropped from a refused deny", func(_ record.Commitment, rec *record.Call) { rec.Args = record.Commitment{} },
 			"a refused call record without the commitment to its arguments", true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			var first auditlog.Commitment
-			dir, idx := writeLogWith(t, id, logSpec{mut: func(i int, rec *auditlog.Call) bool {
+			var first record.Commitment
+			dir, idx := writeLogWith(t, id, logSpec{mut: func(i int, rec *record.Call) bool {
 				if i == 0 {
 					first = rec.Args
 				}
 				if i != 1 {
-					return rec.Outcome == auditlog.OutcomeForwarded
+					return rec.Outcome == record.OutcomeForwarded
 				}
 				if tc.refused {
-					if rec.Outcome != auditlog.OutcomeRefused || rec.PolicyInput == nil {
+					if rec.Outcome != record.OutcomeRefused || rec.PolicyInput == nil {
 						t.Fatalf("call 1 is not a decided, refused call: %+v", rec)
 					}
 					tc.mut(first, rec)
 					return false
 				}
-				rec.Decision, rec.PolicyIDs, rec.Outcome, rec.Reason = "allow", []string{"fs-allowed"}, auditlog.OutcomeForwarded, ""
+				rec.Decision, rec.PolicyIDs, rec.Outcome, rec.Reason = "allow", []string{"fs-allowed"}, record.OutcomeForwarded, ""
 				tc.mut(first, rec)
 				return true
 			}})
@@ -91,17 +92,17 @@ func TestReplayFindsADroppedOrReusedArgumentCommitment(t *testing.T) {
 // payload anew) makes the call inconsistent.
 func TestReplayFindsAResultReusingACommitment(t *testing.T) {
 	_, id := newKeys(t)
-	var args auditlog.Commitment
+	var args record.Commitment
 	dir, idx := writeLogWith(t, id, logSpec{
-		mut: func(i int, rec *auditlog.Call) bool {
+		mut: func(i int, rec *record.Call) bool {
 			if i == 0 {
 				args = rec.Args
 				return false // its result is written by extra
 			}
-			return rec.Outcome == auditlog.OutcomeForwarded
+			return rec.Outcome == record.OutcomeForwarded
 		},
 		extra: func(w *auditlog.Writer, idx []int64) {
-			if _, err := w.Append(context.Background(), &auditlog.Result{Call: idx[0], Session: "s1", Outcome: auditlog.ResultOK, Result: args}); err != nil {
+			if _, err := w.Append(context.Background(), &record.Result{Call: idx[0], Session: "s1", Outcome: record.ResultOK, Result: args}); err != nil {
 				t.Fatal(err)
 			}
 		},
@@ -120,17 +121,17 @@ func TestReplayFindsAResultReusingACommitment(t *testing.T) {
 // anew) is inconsistent.
 func TestReplayFindsAnAccessReusingACommitment(t *testing.T) {
 	_, id := newKeys(t)
-	var args auditlog.Commitment
+	var args record.Commitment
 	dir, _ := writeLogWith(t, id, logSpec{
-		mut: func(i int, rec *auditlog.Call) bool {
+		mut: func(i int, rec *record.Call) bool {
 			if i == 0 {
 				args = rec.Args
 			}
-			return rec.Outcome == auditlog.OutcomeForwarded
+			return rec.Outcome == record.OutcomeForwarded
 		},
 		extra: func(w *auditlog.Writer, idx []int64) {
-			if _, err := w.Append(context.Background(), &auditlog.Access{Session: "s1", Agent: "alice", Method: "resources/read", Action: "read_resource",
-				Upstream: "fs", EvidenceClass: "spawn-measured", URI: args, Outcome: auditlog.OutcomeForwarded}); err != nil {
+			if _, err := w.Append(context.Background(), &record.Access{Session: "s1", Agent: "alice", Method: "resources/read", Action: "read_resource",
+				Upstream: "fs", EvidenceClass: "spawn-measured", URI: args, Outcome: record.OutcomeForwarded}); err != nil {
 				t.Fatal(err)
 			}
 		},
@@ -151,11 +152,11 @@ func TestReplayFindsAnAccessReusingACommitment(t *testing.T) {
 func TestReplayFindsAFarCommitmentReused(t *testing.T) {
 	_, id := newKeys(t)
 	const far = 1<<25 + 5
-	dir, idx := writeLogWith(t, id, logSpec{mut: func(i int, rec *auditlog.Call) bool {
+	dir, idx := writeLogWith(t, id, logSpec{mut: func(i int, rec *record.Call) bool {
 		if i <= 1 {
 			rec.Args.ID = far
 		}
-		return rec.Outcome == auditlog.OutcomeForwarded
+		return rec.Outcome == record.OutcomeForwarded
 	}})
 	rep, err := Run(context.Background(), dir, Options{})
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/internal/policy"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
@@ -23,7 +24,7 @@ type logSpec struct {
 	// mut, if set, rewrites call i's record before it is appended (a
 	// gateway whose memory was tampered with, or a log rewritten with the
 	// real key: the log verifies) and returns whether a result follows.
-	mut func(i int, rec *auditlog.Call) bool
+	mut func(i int, rec *record.Call) bool
 	// before, if set, appends records before call i.
 	before func(w *auditlog.Writer, i int)
 	// extra, if set, appends records after the calls (idx: their indices).
@@ -45,7 +46,7 @@ func writeLogWith(t *testing.T, id *age.X25519Identity, spec logSpec) (string, [
 	}
 	dir := t.TempDir()
 	key, _ := newKeys(t)
-	w, err := auditlog.Open(dir, auditlog.Options{Key: key, PolicyDigest: b.Digest(), PolicyMode: string(mode), Durability: auditlog.DurabilityGroup,
+	w, err := auditlog.Open(dir, auditlog.Options{Key: key, PolicyDigest: b.Digest(), PolicyMode: string(mode), Durability: record.DurabilityGroup,
 		CheckpointEvery: spec.checkpointEvery, Recipients: []string{id.Recipient().String()}, Vault: true})
 	if err != nil {
 		t.Fatal(err)
@@ -53,7 +54,7 @@ func writeLogWith(t *testing.T, id *age.X25519Identity, spec logSpec) (string, [
 	ctx := context.Background()
 	eng := policy.NewEngine(b, mode, nil)
 	for _, s := range []string{"s1", "s2"} {
-		if _, err := w.Append(ctx, &auditlog.Session{ID: s, Event: "start", Agent: map[string]string{"s1": "alice", "s2": "bob"}[s]}); err != nil {
+		if _, err := w.Append(ctx, &record.Session{ID: s, Event: "start", Agent: map[string]string{"s1": "alice", "s2": "bob"}[s]}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -64,14 +65,14 @@ func writeLogWith(t *testing.T, id *age.X25519Identity, spec logSpec) (string, [
 		}
 		c.call.Arguments = []byte(c.args)
 		o := eng.DecideCall(c.call)
-		rec := &auditlog.Call{Session: c.call.Session, Agent: c.call.Agent, Tool: c.call.Tool, Upstream: c.call.Upstream,
+		rec := &record.Call{Session: c.call.Session, Agent: c.call.Agent, Tool: c.call.Tool, Upstream: c.call.Upstream,
 			UpstreamTool: c.call.ToolName, EvidenceClass: c.call.EvidenceClass, Args: w.Commit([]byte(c.args)),
 			Decision: o.Effect(), PolicyIDs: o.PolicyIDs, PolicyMode: string(o.Mode), PolicyBundle: o.Bundle,
-			Outcome: auditlog.OutcomeForwarded, PolicyInput: o.Input()}
+			Outcome: record.OutcomeForwarded, PolicyInput: o.Input()}
 		if o.Refuse {
-			rec.Outcome, rec.Reason = auditlog.OutcomeRefused, o.Reason
+			rec.Outcome, rec.Reason = record.OutcomeRefused, o.Reason
 		}
-		withResult := rec.Outcome == auditlog.OutcomeForwarded
+		withResult := rec.Outcome == record.OutcomeForwarded
 		if spec.mut != nil {
 			withResult = spec.mut(i, rec)
 		}
@@ -81,7 +82,7 @@ func writeLogWith(t *testing.T, id *age.X25519Identity, spec logSpec) (string, [
 		}
 		idx = append(idx, rc.Index)
 		if withResult {
-			if _, err := w.Append(ctx, &auditlog.Result{Call: rc.Index, Session: rec.Session, Outcome: auditlog.ResultOK, LatencyMicros: 1200, Result: w.Commit([]byte(`{"content":[]}`))}); err != nil {
+			if _, err := w.Append(ctx, &record.Result{Call: rc.Index, Session: rec.Session, Outcome: record.ResultOK, LatencyMicros: 1200, Result: w.Commit([]byte(`{"content":[]}`))}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -108,33 +109,33 @@ func TestReplayFindsAForwardedDeny(t *testing.T) {
 	other := digest.Bytes([]byte("some other bundle"))
 	cases := []struct {
 		name   string
-		mut    func(*auditlog.Call)
+		mut    func(*record.Call)
 		status string // with --policy
 		why    string // in Call.Inconsistent
 	}{
-		{"plain flip", func(r *auditlog.Call) { r.Decision = "allow" }, StatusDiffers, ""},
-		{"flip and a bundle no record put in force", func(r *auditlog.Call) { r.Decision = "allow"; r.PolicyBundle = other },
+		{"plain flip", func(r *record.Call) { r.Decision = "allow" }, StatusDiffers, ""},
+		{"flip and a bundle no record put in force", func(r *record.Call) { r.Decision = "allow"; r.PolicyBundle = other },
 			StatusInconsistent, "decided by bundle " + other.String() + ", which neither epoch 1's genesis nor its policy records put in force"},
-		{"flip and policy fields dropped", func(r *auditlog.Call) {
+		{"flip and policy fields dropped", func(r *record.Call) {
 			r.Decision = "allow"
 			r.PolicyBundle, r.PolicyInput, r.PolicyIDs, r.PolicyMode = digest.Digest{}, nil, nil, "none"
 		}, StatusInconsistent, "forwarded without a policy decision (mode none), but epoch 1 runs bundle"},
-		{"deny recorded, forwarded anyway", func(r *auditlog.Call) { r.Reason = "" },
+		{"deny recorded, forwarded anyway", func(r *record.Call) { r.Reason = "" },
 			StatusInconsistent, "recorded deny in mode enforcing, yet forwarded"},
-		{"deny, mode relabelled advisory, forwarded", func(r *auditlog.Call) { r.Reason = ""; r.PolicyMode = "advisory" },
+		{"deny, mode relabelled advisory, forwarded", func(r *record.Call) { r.Reason = ""; r.PolicyMode = "advisory" },
 			StatusInconsistent, "recorded mode advisory, but epoch 1 ran bundle"},
-		{"deny, mode relabelled silent, refused", func(r *auditlog.Call) { r.PolicyMode = "silent" },
+		{"deny, mode relabelled silent, refused", func(r *record.Call) { r.PolicyMode = "silent" },
 			StatusInconsistent, "recorded mode silent, but epoch 1 ran bundle"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			dir, _ := writeLogWith(t, id, logSpec{mut: func(i int, r *auditlog.Call) bool {
+			dir, _ := writeLogWith(t, id, logSpec{mut: func(i int, r *record.Call) bool {
 				if i != 4 {
-					return r.Outcome == auditlog.OutcomeForwarded
+					return r.Outcome == record.OutcomeForwarded
 				}
-				r.Outcome = auditlog.OutcomeForwarded
+				r.Outcome = record.OutcomeForwarded
 				tc.mut(r)
-				return r.Outcome == auditlog.OutcomeForwarded
+				return r.Outcome == record.OutcomeForwarded
 			}})
 			rep, err := Run(context.Background(), dir, Options{Policies: []string{"testdata/recorded"}, Identities: []age.Identity{id}})
 			if err != nil {
@@ -148,7 +149,7 @@ func TestReplayFindsAForwardedDeny(t *testing.T) {
 			// refused by the policy), bob's next call, decided with
 			// tools_used [], contradicts it, and says so.
 			collateral := 0
-			if c.Mode != "none" && (c.Decision == auditlog.DecisionAllow || c.Mode != string(policy.Enforcing)) {
+			if c.Mode != "none" && (c.Decision == record.DecisionAllow || c.Mode != string(policy.Enforcing)) {
 				collateral = 1
 				want := fmt.Sprintf("decided with tools_used [] where the session's calls decided before it (session_calls 0) used [git__log] (git__log from record %d)", c.Index)
 				if c5 := rep.Calls[5]; c5.Replay.Status != StatusInconsistent || !strings.Contains(c5.Inconsistent, want) {
@@ -187,7 +188,7 @@ func TestReplayAcceptsWhatTheGatewayWrites(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := strings.Join(statuses(rep, replayOf), " "); got != "same same same same same same" || rep.Findings() || rep.Calls[4].Outcome != auditlog.OutcomeForwarded {
+		if got := strings.Join(statuses(rep, replayOf), " "); got != "same same same same same same" || rep.Findings() || rep.Calls[4].Outcome != record.OutcomeForwarded {
 			t.Fatalf("%s: %s, %+v", mode, got, rep.Summary)
 		}
 	}
@@ -206,13 +207,13 @@ func TestReplayAcceptsWhatTheGatewayWrites(t *testing.T) {
 		before: func(w *auditlog.Writer, i int) {
 			switch i {
 			case 0:
-				w.Append(context.Background(), &auditlog.Call{Session: "s1", Agent: "alice", Tool: "nope", Decision: "deny", PolicyMode: "none",
-					Args: w.Commit([]byte(`{}`)), Outcome: auditlog.OutcomeRefused, Reason: `unknown tool "nope"`})
+				w.Append(context.Background(), &record.Call{Session: "s1", Agent: "alice", Tool: "nope", Decision: "deny", PolicyMode: "none",
+					Args: w.Commit([]byte(`{}`)), Outcome: record.OutcomeRefused, Reason: `unknown tool "nope"`})
 			case 3:
-				w.Append(context.Background(), &auditlog.Policy{Event: "reloaded", Bundle: next.Digest(), Mode: "advisory", Path: "testdata/next"})
+				w.Append(context.Background(), &record.Policy{Event: "reloaded", Bundle: next.Digest(), Mode: "advisory", Path: "testdata/next"})
 			}
 		},
-		mut: func(i int, r *auditlog.Call) bool {
+		mut: func(i int, r *record.Call) bool {
 			if i == 2 {
 				c := calls()[2]
 				c.call.Arguments = []byte(c.args)
@@ -222,7 +223,7 @@ func TestReplayAcceptsWhatTheGatewayWrites(t *testing.T) {
 				in.SessionCalls, in.ToolsUsed = r.PolicyInput.SessionCalls, r.PolicyInput.ToolsUsed
 				r.Decision, r.PolicyIDs, r.PolicyMode, r.PolicyBundle, r.PolicyInput = o.Effect(), o.PolicyIDs, string(o.Mode), o.Bundle, in
 			}
-			return r.Outcome == auditlog.OutcomeForwarded
+			return r.Outcome == record.OutcomeForwarded
 		},
 	})
 	rep, err := Run(context.Background(), dir, Options{Policies: []string{"testdata/recorded", "testdata/next"}, Identities: []age.Identity{id}})
@@ -241,14 +242,14 @@ func TestReplayAcceptsWhatTheGatewayWrites(t *testing.T) {
 	dir, _ = writeLogWith(t, id, logSpec{
 		before: func(w *auditlog.Writer, i int) {
 			if i == 3 {
-				w.Append(context.Background(), &auditlog.Policy{Event: "reloaded", Bundle: next.Digest(), Mode: "advisory", Path: "testdata/next"})
+				w.Append(context.Background(), &record.Policy{Event: "reloaded", Bundle: next.Digest(), Mode: "advisory", Path: "testdata/next"})
 			}
 		},
-		mut: func(i int, r *auditlog.Call) bool {
+		mut: func(i int, r *record.Call) bool {
 			if i == 5 {
 				r.PolicyMode = "advisory"
 			}
-			return r.Outcome == auditlog.OutcomeForwarded
+			return r.Outcome == record.OutcomeForwarded
 		},
 	})
 	rep, err = Run(context.Background(), dir, Options{})
@@ -271,15 +272,15 @@ func TestReplayRefusesABundleOnlyACallNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	nextEng := policy.NewEngine(next, policy.Enforcing, nil)
-	dir, _ := writeLogWith(t, id, logSpec{mut: func(i int, r *auditlog.Call) bool {
+	dir, _ := writeLogWith(t, id, logSpec{mut: func(i int, r *record.Call) bool {
 		if i == 4 { // next allows bob's git__log
 			c := calls()[4]
 			c.call.Arguments = []byte(c.args)
 			o := nextEng.DecideCall(c.call)
 			r.Decision, r.PolicyIDs, r.PolicyMode, r.PolicyBundle, r.PolicyInput = o.Effect(), o.PolicyIDs, string(o.Mode), o.Bundle, o.Input()
-			r.Outcome, r.Reason = auditlog.OutcomeForwarded, ""
+			r.Outcome, r.Reason = record.OutcomeForwarded, ""
 		}
-		return r.Outcome == auditlog.OutcomeForwarded
+		return r.Outcome == record.OutcomeForwarded
 	}})
 	_, err = Run(context.Background(), dir, Options{Policies: []string{"testdata/recorded", "testdata/next"}, Identities: []age.Identity{id}})
 	var ue *exitcode.Error

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // TestReplayReadsCredentialMintedRecords: a log with the gateway's
@@ -13,7 +14,7 @@ import (
 func TestReplayReadsCredentialMintedRecords(t *testing.T) {
 	_, id := newKeys(t)
 	dir, _ := writeLogWith(t, id, logSpec{before: func(w *auditlog.Writer, i int) {
-		if _, err := w.Append(context.Background(), &auditlog.CredentialMinted{Upstream: "fs", Identity: "agent-a", Source: "exec",
+		if _, err := w.Append(context.Background(), &record.CredentialMinted{Upstream: "fs", Identity: "agent-a", Source: "exec",
 			Reason: "first", Expires: "2030-01-01T00:00:00Z", Fingerprint: "hmac-sha256:0123456789abcdef01234567"}); err != nil {
 			t.Fatal(err)
 		}

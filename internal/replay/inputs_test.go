@@ -12,6 +12,7 @@ import (
 
 	"github.com/confidential-mcp/cmcp/internal/policy"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // inputsBundle forbids git__push once the session read a file, and git__log
@@ -43,24 +44,24 @@ func inputsBundle(t *testing.T) (string, *policy.Bundle) {
 // writer): fs__rm refused (enforcing deny: its tool is not used), fs__read_file
 // forwarded, an access, git__push and git__log (both denied and refused);
 // forge, if set, rewrites a record before it is appended.
-func writeInputsLog(t *testing.T, b *policy.Bundle, id *age.X25519Identity, forge func(i int, o *policy.Outcome, in *auditlog.PolicyInput)) string {
+func writeInputsLog(t *testing.T, b *policy.Bundle, id *age.X25519Identity, forge func(i int, o *policy.Outcome, in *record.PolicyInput)) string {
 	t.Helper()
 	return writeInputsLogSkipping(t, b, id, forge, -1)
 }
 
 // writeInputsLogSkipping is writeInputsLog that decides record skip (if
 // not -1) but does not write it: a call missing from the log.
-func writeInputsLogSkipping(t *testing.T, b *policy.Bundle, id *age.X25519Identity, forge func(i int, o *policy.Outcome, in *auditlog.PolicyInput), skip int) string {
+func writeInputsLogSkipping(t *testing.T, b *policy.Bundle, id *age.X25519Identity, forge func(i int, o *policy.Outcome, in *record.PolicyInput), skip int) string {
 	t.Helper()
 	ctx := context.Background()
 	key, _ := newKeys(t)
 	dir := t.TempDir()
-	w, err := auditlog.Open(dir, auditlog.Options{Key: key, PolicyDigest: b.Digest(), PolicyMode: "enforcing", Durability: auditlog.DurabilityGroup,
+	w, err := auditlog.Open(dir, auditlog.Options{Key: key, PolicyDigest: b.Digest(), PolicyMode: "enforcing", Durability: record.DurabilityGroup,
 		Recipients: []string{id.Recipient().String()}, Vault: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.Append(ctx, &auditlog.Session{ID: "s1", Event: "start", Agent: "alice"})
+	w.Append(ctx, &record.Session{ID: "s1", Event: "start", Agent: "alice"})
 	eng := policy.NewEngine(b, policy.Enforcing, nil)
 	call := func(tool string) policy.Call {
 		up, name, _ := strings.Cut(tool, "__")
@@ -70,14 +71,14 @@ func writeInputsLogSkipping(t *testing.T, b *policy.Bundle, id *age.X25519Identi
 		if tool == "access" {
 			o := eng.DecideAccess(policy.Access{Action: policy.ActionGetPrompt, Agent: "alice", Session: "s1", Upstream: "git", EvidenceClass: "spawn-measured", Prompt: "p"})
 			ai := o.AccessInput()
-			in := &auditlog.PolicyInput{ToolsUsed: ai.ToolsUsed, Time: ai.Time, SessionCalls: ai.SessionCalls}
+			in := &record.PolicyInput{ToolsUsed: ai.ToolsUsed, Time: ai.Time, SessionCalls: ai.SessionCalls}
 			if forge != nil {
 				forge(i, &o, in)
 			}
 			ai.ToolsUsed, ai.Time, ai.SessionCalls = in.ToolsUsed, in.Time, in.SessionCalls
-			if _, err := w.Append(ctx, &auditlog.Access{Session: "s1", Agent: "alice", Method: "prompts/get", Action: "get_prompt", Upstream: "git",
+			if _, err := w.Append(ctx, &record.Access{Session: "s1", Agent: "alice", Method: "prompts/get", Action: "get_prompt", Upstream: "git",
 				EvidenceClass: "spawn-measured", Prompt: "p", Decision: o.Effect(), PolicyIDs: o.PolicyIDs, PolicyMode: "enforcing",
-				PolicyBundle: b.Digest(), Outcome: auditlog.OutcomeForwarded, PolicyInput: ai}); err != nil {
+				PolicyBundle: b.Digest(), Outcome: record.OutcomeForwarded, PolicyInput: ai}); err != nil {
 				t.Fatal(err)
 			}
 			continue
@@ -88,11 +89,11 @@ func writeInputsLogSkipping(t *testing.T, b *policy.Bundle, id *age.X25519Identi
 		if forge != nil {
 			forge(i, &o, in)
 		}
-		rec := &auditlog.Call{Session: "s1", Agent: "alice", Tool: c.Tool, Upstream: c.Upstream, UpstreamTool: c.ToolName,
+		rec := &record.Call{Session: "s1", Agent: "alice", Tool: c.Tool, Upstream: c.Upstream, UpstreamTool: c.ToolName,
 			EvidenceClass: c.EvidenceClass, Args: w.Commit(c.Arguments), Decision: o.Effect(), PolicyIDs: o.PolicyIDs,
-			PolicyMode: "enforcing", PolicyBundle: b.Digest(), Outcome: auditlog.OutcomeForwarded, PolicyInput: in}
+			PolicyMode: "enforcing", PolicyBundle: b.Digest(), Outcome: record.OutcomeForwarded, PolicyInput: in}
 		if !o.Allow {
-			rec.Outcome, rec.Reason = auditlog.OutcomeRefused, o.Reason
+			rec.Outcome, rec.Reason = record.OutcomeRefused, o.Reason
 		}
 		if i == skip {
 			continue
@@ -101,8 +102,8 @@ func writeInputsLogSkipping(t *testing.T, b *policy.Bundle, id *age.X25519Identi
 		if err != nil {
 			t.Fatal(err)
 		}
-		if rec.Outcome == auditlog.OutcomeForwarded {
-			w.Append(ctx, &auditlog.Result{Call: rc.Index, Session: "s1", Outcome: auditlog.ResultOK, LatencyMicros: 900, Result: w.Commit([]byte(`{"content":[]}`))})
+		if rec.Outcome == record.OutcomeForwarded {
+			w.Append(ctx, &record.Result{Call: rc.Index, Session: "s1", Outcome: record.ResultOK, LatencyMicros: 900, Result: w.Commit([]byte(`{"content":[]}`))})
 		}
 	}
 	if err := w.Close(); err != nil {
@@ -133,26 +134,26 @@ func TestReplayFindsForgedDecisionInputs(t *testing.T) {
 	}
 	cases := []struct {
 		name  string
-		forge func(i int, o *policy.Outcome, in *auditlog.PolicyInput)
+		forge func(i int, o *policy.Outcome, in *record.PolicyInput)
 		at    int // the forged record among the calls and accesses
 		why   string
 	}{
-		{"tools_used emptied", func(i int, o *policy.Outcome, in *auditlog.PolicyInput) {
+		{"tools_used emptied", func(i int, o *policy.Outcome, in *record.PolicyInput) {
 			if i == 3 {
 				o.Allow, o.PolicyIDs, in.ToolsUsed = true, []string{"allow-all"}, nil
 			}
 		}, 3, "tools_used [] where the session's calls decided before it (session_calls 0-1) used [fs__read_file]"},
-		{"tools_used of an access emptied", func(i int, o *policy.Outcome, in *auditlog.PolicyInput) {
+		{"tools_used of an access emptied", func(i int, o *policy.Outcome, in *record.PolicyInput) {
 			if i == 2 {
 				in.ToolsUsed = nil
 			}
 		}, 2, "tools_used [] where the session's calls decided before it (session_calls 0-1) used [fs__read_file]"},
-		{"a refused call's tool added", func(i int, o *policy.Outcome, in *auditlog.PolicyInput) {
+		{"a refused call's tool added", func(i int, o *policy.Outcome, in *record.PolicyInput) {
 			if i == 3 {
 				in.ToolsUsed = []string{"fs__read_file", "fs__rm"}
 			}
 		}, 3, "tools_used [fs__read_file fs__rm] where"},
-		{"time set back", func(i int, o *policy.Outcome, in *auditlog.PolicyInput) {
+		{"time set back", func(i int, o *policy.Outcome, in *record.PolicyInput) {
 			if i == 4 {
 				o.Allow, o.PolicyIDs = true, []string{"allow-all"}
 				in.Time = time.Date(2019, 6, 1, 12, 0, 0, 0, time.UTC)
@@ -161,12 +162,12 @@ func TestReplayFindsForgedDecisionInputs(t *testing.T) {
 		// A forwarded call's record is written within its result's latency
 		// (900µs) of the decision, so 10 minutes before is too long ago
 		// though well within the 24 hours of a call without a result.
-		{"time of a forwarded call set back 10 minutes", func(i int, o *policy.Outcome, in *auditlog.PolicyInput) {
+		{"time of a forwarded call set back 10 minutes", func(i int, o *policy.Outcome, in *record.PolicyInput) {
 			if i == 1 {
 				in.Time = in.Time.Add(-10 * time.Minute)
 			}
 		}, 1, "within the call's latency (900µs, its result record"},
-		{"time set forward", func(i int, o *policy.Outcome, in *auditlog.PolicyInput) {
+		{"time set forward", func(i int, o *policy.Outcome, in *record.PolicyInput) {
 			if i == 1 {
 				in.Time = in.Time.Add(time.Hour)
 			}
@@ -202,7 +203,7 @@ func TestReplayFindsAToolMissingWithACallMissing(t *testing.T) {
 	_, id := newKeys(t)
 	ctx := context.Background()
 	for _, forged := range []bool{false, true} {
-		dir := writeInputsLogSkipping(t, b, id, func(i int, o *policy.Outcome, in *auditlog.PolicyInput) {
+		dir := writeInputsLogSkipping(t, b, id, func(i int, o *policy.Outcome, in *record.PolicyInput) {
 			if i == 4 && forged {
 				in.ToolsUsed = nil
 			}

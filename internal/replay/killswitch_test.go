@@ -9,6 +9,7 @@ import (
 	"filippo.io/age"
 
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // TestReplayFindsACallForwardedWhileKilled: the gateway writes no
@@ -21,7 +22,7 @@ import (
 func TestReplayFindsACallForwardedWhileKilled(t *testing.T) {
 	_, id := newKeys(t)
 	admin := func(w *auditlog.Writer, action string) int64 {
-		rc, err := w.Append(context.Background(), &auditlog.Admin{Action: action, Actor: "admin-token@127.0.0.1", Reason: "incident"})
+		rc, err := w.Append(context.Background(), &record.Admin{Action: action, Actor: "admin-token@127.0.0.1", Reason: "incident"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -43,7 +44,7 @@ func TestReplayFindsACallForwardedWhileKilled(t *testing.T) {
 		}
 		want := fmt.Sprintf("forwarded while the kill switch was engaged (kill_switch_on, record %d)", on)
 		for i, c := range rep.Calls {
-			killed := (i == 2 || i == 3) && c.Outcome == auditlog.OutcomeForwarded
+			killed := (i == 2 || i == 3) && c.Outcome == record.OutcomeForwarded
 			if got := strings.Contains(c.Inconsistent, want); got != killed {
 				t.Errorf("%s: call %d (%s): inconsistent %q", name, i, c.Outcome, c.Inconsistent)
 			}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // TestReplayChecksCallsWentToRegisteredMachines: replay reads machine
@@ -20,20 +21,20 @@ func TestReplayChecksCallsWentToRegisteredMachines(t *testing.T) {
 		return logSpec{
 			before: func(w *auditlog.Writer, i int) {
 				if i == 0 && register {
-					if _, err := w.Append(context.Background(), &auditlog.Machine{Event: auditlog.MachineRegistered, Upstream: "fs", Machine: "lab-1", TokenID: "tokens[0]", Class: "tunnel"}); err != nil {
+					if _, err := w.Append(context.Background(), &record.Machine{Event: record.MachineRegistered, Upstream: "fs", Machine: "lab-1", TokenID: "tokens[0]", Class: "tunnel"}); err != nil {
 						t.Fatal(err)
 					}
 				}
 			},
-			mut: func(i int, rec *auditlog.Call) bool {
-				if rec.Outcome == auditlog.OutcomeForwarded && rec.Upstream == "fs" {
+			mut: func(i int, rec *record.Call) bool {
+				if rec.Outcome == record.OutcomeForwarded && rec.Upstream == "fs" {
 					rec.Machine = "lab-1"
 					if len(machineOf) == 1 {
 						rec.Machine = "lab-9" // the second forwarded call: never registered
 					}
 					machineOf[i] = rec.Machine
 				}
-				return rec.Outcome == auditlog.OutcomeForwarded
+				return rec.Outcome == record.OutcomeForwarded
 			},
 		}
 	}

@@ -6,8 +6,7 @@ import (
 	"testing"
 
 	"filippo.io/age"
-
-	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // TestReplayCatchesAnotherDeterminingPolicy: a call record changed only in
@@ -26,14 +25,14 @@ func TestReplayCatchesAnotherDeterminingPolicy(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// Call 2 (alice, git__log) is allowed by alice-git.
-			dir, idx := writeLogWith(t, id, logSpec{mut: func(i int, rec *auditlog.Call) bool {
+			dir, idx := writeLogWith(t, id, logSpec{mut: func(i int, rec *record.Call) bool {
 				if i == 2 {
-					if strings.Join(rec.PolicyIDs, ",") != "alice-git" || rec.Decision != auditlog.DecisionAllow {
+					if strings.Join(rec.PolicyIDs, ",") != "alice-git" || rec.Decision != record.DecisionAllow {
 						t.Fatalf("call 2 was decided %s by %v", rec.Decision, rec.PolicyIDs)
 					}
 					rec.PolicyIDs = tc.ids
 				}
-				return rec.Outcome == auditlog.OutcomeForwarded
+				return rec.Outcome == record.OutcomeForwarded
 			}})
 			rep, err := Run(context.Background(), dir, Options{Policies: []string{"testdata/recorded"}, Identities: []age.Identity{id}})
 			if err != nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/internal/policy"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
@@ -146,8 +147,8 @@ type Call struct {
 	// --policy, and is a finding.
 	Inconsistent string `json:"inconsistent,omitempty"`
 
-	rec      *auditlog.Call   // for an access: its decision's fields, Args the URI's commitment
-	acc      *auditlog.Access // the access record, or nil
+	rec      *record.Call   // for an access: its decision's fields, Args the URI's commitment
+	acc      *record.Access // the access record, or nil
 	ep       *epochState
 	npol     int    // len(ep.policies) when the record was read
 	resultAt int64  // index of the result record, if any
@@ -235,7 +236,7 @@ func (r *Report) Findings() bool {
 type epochState struct {
 	epoch   int
 	dir     string
-	genesis *auditlog.Genesis
+	genesis *record.Genesis
 	opener  *auditlog.Opener
 	openErr error
 	// notOpen holds the check of a call whose decision reads the arguments
@@ -270,7 +271,7 @@ type epochState struct {
 // kill_switch_on and kill_switch_off (Gateway.SetKillSwitch: both check the
 // switch and append under the lock the switch changes under).
 func (ep *epochState) killed(outcome string) string {
-	if ep.killedAt == 0 || outcome != auditlog.OutcomeForwarded {
+	if ep.killedAt == 0 || outcome != record.OutcomeForwarded {
 		return ""
 	}
 	return fmt.Sprintf("forwarded while the kill switch was engaged (kill_switch_on, record %d): the gateway forwards nothing from kill_switch_on until kill_switch_off", ep.killedAt-1)
@@ -284,7 +285,7 @@ const maxDenseCommit = 1 << 25
 // earlier record of the epoch used its number: the writer numbers every
 // commitment anew (Writer.Commit), so a number used twice is a record
 // that borrowed another's payload.
-func (ep *epochState) commit(c auditlog.Commitment) bool {
+func (ep *epochState) commit(c record.Commitment) bool {
 	if c.IsZero() {
 		return false
 	}
@@ -306,7 +307,7 @@ func (ep *epochState) commit(c auditlog.Commitment) bool {
 }
 
 // reusedMsg says how a record reuses a commitment number.
-func reusedMsg(what string, c auditlog.Commitment) string {
+func reusedMsg(what string, c record.Commitment) string {
 	return fmt.Sprintf("%s commitment %d, which an earlier record of the epoch already used: the gateway commits to every payload under a new number, so the record borrowed another's payload", what, c.ID)
 }
 
@@ -442,7 +443,7 @@ func Run(ctx context.Context, dir string, opts Options) (*Report, error) {
 	}
 	var noResult []string
 	for _, c := range rep.Calls {
-		if c.acc == nil && c.Outcome == auditlog.OutcomeForwarded && c.Result == "" {
+		if c.acc == nil && c.Outcome == record.OutcomeForwarded && c.Result == "" {
 			c.Result = ResultNone
 			if rep.Summary.NoResult++; len(noResult) < maxStrays {
 				noResult = append(noResult, fmt.Sprintf("%d:%d", c.Epoch, c.Index))
@@ -569,7 +570,7 @@ func (s *Summary) count(status string) {
 	// or without a check.
 }
 
-func openVault(g *auditlog.Genesis, dir string, ids []age.Identity) (*auditlog.Opener, error) {
+func openVault(g *record.Genesis, dir string, ids []age.Identity) (*auditlog.Opener, error) {
 	o, err := auditlog.NewOpener(g, ids...)
 	if err != nil {
 		return nil, err
@@ -698,9 +699,9 @@ func (ep *epochState) notOpened(what string) *Check {
 
 func effect(d policy.Decision) string {
 	if d.Allow {
-		return auditlog.DecisionAllow
+		return record.DecisionAllow
 	}
-	return auditlog.DecisionDeny
+	return record.DecisionDeny
 }
 
 func replayCall(c *Call, b *policy.Bundle, memo *policy.Memo) *Check {
@@ -760,13 +761,13 @@ func inconsistency(c *Call) string {
 	// when none were sent, see relay); only a call refused before the
 	// pipeline saw it (recordRefusedCall: an invalid request) has none,
 	// and no decision.
-	if c.acc == nil && rec.Args.IsZero() && (c.Outcome == auditlog.OutcomeForwarded || rec.PolicyInput != nil) {
+	if c.acc == nil && rec.Args.IsZero() && (c.Outcome == record.OutcomeForwarded || rec.PolicyInput != nil) {
 		return fmt.Sprintf("a %s call record without the commitment to its arguments: the gateway commits to the arguments of every call it decides or forwards", c.Outcome)
 	}
-	if c.Outcome == auditlog.OutcomeForwarded && c.Decision != auditlog.DecisionAllow && c.Mode != string(policy.Advisory) && c.Mode != string(policy.Silent) {
+	if c.Outcome == record.OutcomeForwarded && c.Decision != record.DecisionAllow && c.Mode != string(policy.Advisory) && c.Mode != string(policy.Silent) {
 		return fmt.Sprintf("recorded %s in mode %s, yet forwarded: only the advisory and silent modes forward a denied call", c.Decision, c.Mode)
 	}
-	if c.Outcome == auditlog.OutcomeRefused && c.Result != "" {
+	if c.Outcome == record.OutcomeRefused && c.Result != "" {
 		return fmt.Sprintf("recorded refused, yet result record %d (%s) answers it: a refused call is never sent", c.resultAt, c.Result)
 	}
 	if len(ep.policies) == 0 {
@@ -782,7 +783,7 @@ func inconsistency(c *Call) string {
 	known := ep.policies[:min(c.npol+1, len(ep.policies))]
 	inForce := known[max(c.npol, 1)-1] // the state in force when the call was written (or the first)
 	if rec.PolicyBundle.IsZero() || rec.PolicyInput == nil {
-		if c.Outcome == auditlog.OutcomeForwarded {
+		if c.Outcome == record.OutcomeForwarded {
 			return fmt.Sprintf("forwarded without a policy decision (mode %s), but epoch %d runs bundle %s in mode %s (record %d): the gateway decides every call it forwards", orNone(c.Mode), c.Epoch, inForce.bundle, inForce.mode, inForce.at)
 		}
 		return "" // refused before the decision (unknown tool, kill switch, shutdown)
@@ -956,9 +957,9 @@ func (st *readState) hiddenOf(checks []*Call) []*Call {
 }
 
 // replayed reports whether replay reads the records of kind k.
-func replayed(k auditlog.Kind) bool {
+func replayed(k record.Kind) bool {
 	switch k {
-	case auditlog.KindGenesis, auditlog.KindSession, auditlog.KindCall, auditlog.KindAccess, auditlog.KindResult, auditlog.KindPolicy, auditlog.KindAdmin, auditlog.KindMachine:
+	case record.KindGenesis, record.KindSession, record.KindCall, record.KindAccess, record.KindResult, record.KindPolicy, record.KindAdmin, record.KindMachine:
 		return true
 	}
 	return false
@@ -981,7 +982,7 @@ func (st *readState) add(e *auditlog.Entry) {
 	}
 	pos := &e.Pos
 	switch rec := r.(type) {
-	case *auditlog.Genesis:
+	case *record.Genesis:
 		ep := &epochState{epoch: pos.Epoch, dir: filepath.Dir(pos.File), genesis: rec, calls: map[int64]*Call{}}
 		st.ep = ep
 		if !rec.PolicyDigest.IsZero() {
@@ -1003,7 +1004,7 @@ func (st *readState) add(e *auditlog.Entry) {
 				}
 			}
 		}
-	case *auditlog.Policy:
+	case *record.Policy:
 		if !rec.Bundle.IsZero() {
 			st.recorded[rec.Bundle] = true
 			// A rejected reload names no bundle; the one in force stays.
@@ -1011,17 +1012,17 @@ func (st *readState) add(e *auditlog.Entry) {
 				st.ep.policies = append(st.ep.policies, policyState{rec.Bundle, rec.Mode, pos.Index})
 			}
 		}
-	case *auditlog.Machine:
+	case *record.Machine:
 		if ep := st.ep; ep != nil {
 			ep.machineRecords = true
-			if rec.Event == auditlog.MachineRegistered {
+			if rec.Event == record.MachineRegistered {
 				if ep.machines == nil {
 					ep.machines = map[string]bool{}
 				}
 				ep.machines[rec.Upstream+"\x00"+rec.Machine] = true
 			}
 		}
-	case *auditlog.Admin:
+	case *record.Admin:
 		if st.ep != nil {
 			switch rec.Action {
 			case "kill_switch_on":
@@ -1032,7 +1033,7 @@ func (st *readState) add(e *auditlog.Entry) {
 				st.ep.killedAt = 0
 			}
 		}
-	case *auditlog.Session:
+	case *record.Session:
 		key := sessionKey{pos.Epoch, rec.ID}
 		s := st.sessions[key]
 		if s == nil {
@@ -1047,7 +1048,7 @@ func (st *readState) add(e *auditlog.Entry) {
 			s.End = e.Time
 		}
 		s.last = pos.Index
-	case *auditlog.Call:
+	case *record.Call:
 		ep := st.ep
 		if ep == nil {
 			st.failed = fmt.Errorf("%s: call record before any genesis record", pos)
@@ -1057,7 +1058,7 @@ func (st *readState) add(e *auditlog.Entry) {
 		// and policy records say which bundles the gateway put in force
 		// (inconsistency reports a call that names another).
 		ep.isCall.set(pos.Index)
-		if rec.Machine != "" && rec.Outcome == auditlog.OutcomeForwarded && !ep.machines[rec.Upstream+"\x00"+rec.Machine] {
+		if rec.Machine != "" && rec.Outcome == record.OutcomeForwarded && !ep.machines[rec.Upstream+"\x00"+rec.Machine] {
 			st.unregistered = append(st.unregistered, unregisteredCall{ep, fmt.Sprintf("%d:%d %s/%s", pos.Epoch, pos.Index, rec.Upstream, rec.Machine)})
 		}
 		contra := ep.killed(rec.Outcome)
@@ -1068,7 +1069,7 @@ func (st *readState) add(e *auditlog.Entry) {
 		if rec.PolicyInput != nil {
 			// The engine adds the tool to the session's tools_used unless
 			// the policy refused the call (policy.Engine.DecideCall).
-			refused := rec.Decision != auditlog.DecisionAllow && rec.PolicyMode == string(policy.Enforcing)
+			refused := rec.Decision != record.DecisionAllow && rec.PolicyMode == string(policy.Enforcing)
 			st.facts[key] = append(st.facts[key], decided{rec.PolicyInput.SessionCalls, rec.Tool, !refused, pos.Index})
 		}
 		c := &Call{Epoch: pos.Epoch, Index: pos.Index, Time: e.Time, Session: rec.Session, Agent: rec.Agent, Tool: rec.Tool,
@@ -1094,7 +1095,7 @@ func (st *readState) add(e *auditlog.Entry) {
 		if st.checking {
 			st.checks = append(st.checks, c)
 		}
-	case *auditlog.Access:
+	case *record.Access:
 		ep := st.ep
 		if ep == nil {
 			st.failed = fmt.Errorf("%s: access record before any genesis record", pos)
@@ -1111,11 +1112,11 @@ func (st *readState) add(e *auditlog.Entry) {
 		// checks and the consistency rules of calls apply as they are; Args
 		// is the URI's commitment. Accesses do not count in the session's
 		// calls (session_calls counts tools/call only).
-		crec := &auditlog.Call{Session: rec.Session, Agent: rec.Agent, Upstream: rec.Upstream, EvidenceClass: rec.EvidenceClass,
+		crec := &record.Call{Session: rec.Session, Agent: rec.Agent, Upstream: rec.Upstream, EvidenceClass: rec.EvidenceClass,
 			Args: rec.URI, Decision: rec.Decision, PolicyIDs: rec.PolicyIDs, PolicyMode: rec.PolicyMode, PolicyBundle: rec.PolicyBundle,
 			Outcome: rec.Outcome, Reason: rec.Reason}
 		if in := rec.PolicyInput; in != nil {
-			crec.PolicyInput = &auditlog.PolicyInput{Groups: in.Groups, EvidenceClass: in.EvidenceClass, SessionCalls: in.SessionCalls,
+			crec.PolicyInput = &record.PolicyInput{Groups: in.Groups, EvidenceClass: in.EvidenceClass, SessionCalls: in.SessionCalls,
 				ToolsUsed: in.ToolsUsed, Time: in.Time, Errors: in.Errors}
 		}
 		c := &Call{Epoch: pos.Epoch, Index: pos.Index, Time: e.Time, Session: rec.Session, Agent: rec.Agent,
@@ -1135,7 +1136,7 @@ func (st *readState) add(e *auditlog.Entry) {
 		if st.checking {
 			st.checks = append(st.checks, c)
 		}
-	case *auditlog.Result:
+	case *record.Result:
 		ep := st.ep
 		if ep == nil {
 			return
@@ -1267,7 +1268,7 @@ func inputs(c *Call, u *sessionUse) string {
 	}
 	if !c.Time.IsZero() {
 		bound, why := maxDecisionLag, "within "+maxDecisionLag.String()
-		if c.acc == nil && c.Outcome == auditlog.OutcomeForwarded && c.resultAt > 0 {
+		if c.acc == nil && c.Outcome == record.OutcomeForwarded && c.resultAt > 0 {
 			bound = time.Duration(c.LatencyMicros) * time.Microsecond
 			why = fmt.Sprintf("within the call's latency (%s, its result record %d)", bound, c.resultAt)
 		}
@@ -1374,7 +1375,7 @@ func whatIfSessions(checks, hidden []*Call, used map[sessionKey]*sessionUse, wha
 				case c.WhatIf.Status != StatusUnchanged && c.WhatIf.Status != StatusChanges:
 					blockedWhy = whyBlocked
 					blocked = fmt.Sprintf("the what-if bundle reads context.session.tools_used, and whether call record %d (%s, session_calls %d) would put its tool in the session's tools_used is not known: its own what-if is %s", d.at, d.tool, d.n, c.WhatIf.Status)
-				case c.WhatIf.Decision == auditlog.DecisionAllow || c.Mode != string(policy.Enforcing):
+				case c.WhatIf.Decision == record.DecisionAllow || c.Mode != string(policy.Enforcing):
 					j, _ := slices.BinarySearch(sim, d.tool)
 					sim = slices.Insert(slices.Clip(sim), j, d.tool)
 				}

@@ -19,6 +19,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/internal/policy"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 type testCall struct {
@@ -64,7 +65,7 @@ func writeLog(t *testing.T, key ed25519.PrivateKey, id *age.X25519Identity, flip
 		t.Fatal(err)
 	}
 	f := &logFixture{dir: t.TempDir(), key: key, identity: id, bundle: b}
-	opts := auditlog.Options{Key: key, PolicyDigest: b.Digest(), PolicyMode: "enforcing", Durability: auditlog.DurabilityGroup}
+	opts := auditlog.Options{Key: key, PolicyDigest: b.Digest(), PolicyMode: "enforcing", Durability: record.DurabilityGroup}
 	if id != nil {
 		opts.Recipients = []string{id.Recipient().String()}
 		opts.Vault = true
@@ -76,19 +77,19 @@ func writeLog(t *testing.T, key ed25519.PrivateKey, id *age.X25519Identity, flip
 	ctx := context.Background()
 	eng := policy.NewEngine(b, policy.Enforcing, nil)
 	for _, s := range []string{"s1", "s2"} {
-		if _, err := w.Append(ctx, &auditlog.Session{ID: s, Event: "start", Agent: map[string]string{"s1": "alice", "s2": "bob"}[s]}); err != nil {
+		if _, err := w.Append(ctx, &record.Session{ID: s, Event: "start", Agent: map[string]string{"s1": "alice", "s2": "bob"}[s]}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for i, c := range calls() {
 		c.call.Arguments = []byte(c.args)
 		o := eng.DecideCall(c.call)
-		rec := &auditlog.Call{Session: c.call.Session, Agent: c.call.Agent, Tool: c.call.Tool, Upstream: c.call.Upstream,
+		rec := &record.Call{Session: c.call.Session, Agent: c.call.Agent, Tool: c.call.Tool, Upstream: c.call.Upstream,
 			UpstreamTool: c.call.ToolName, EvidenceClass: c.call.EvidenceClass, Args: w.Commit([]byte(c.args)),
 			Decision: o.Effect(), PolicyIDs: o.PolicyIDs, PolicyMode: string(o.Mode), PolicyBundle: o.Bundle,
-			Outcome: auditlog.OutcomeForwarded, PolicyInput: o.Input()}
+			Outcome: record.OutcomeForwarded, PolicyInput: o.Input()}
 		if o.Refuse {
-			rec.Outcome, rec.Reason = auditlog.OutcomeRefused, o.Reason
+			rec.Outcome, rec.Reason = record.OutcomeRefused, o.Reason
 		}
 		if i == flip {
 			rec.Decision = map[string]string{"allow": "deny", "deny": "allow"}[rec.Decision]
@@ -98,8 +99,8 @@ func writeLog(t *testing.T, key ed25519.PrivateKey, id *age.X25519Identity, flip
 			t.Fatal(err)
 		}
 		f.callIdx = append(f.callIdx, rc.Index)
-		if rec.Outcome == auditlog.OutcomeForwarded {
-			if _, err := w.Append(ctx, &auditlog.Result{Call: rc.Index, Session: rec.Session, Outcome: auditlog.ResultOK, LatencyMicros: 1200, Result: w.Commit([]byte(`{"content":[]}`))}); err != nil {
+		if rec.Outcome == record.OutcomeForwarded {
+			if _, err := w.Append(ctx, &record.Result{Call: rc.Index, Session: rec.Session, Outcome: record.ResultOK, LatencyMicros: 1200, Result: w.Commit([]byte(`{"content":[]}`))}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -250,12 +251,12 @@ func TestWhatIfSeesArgumentTypeDenials(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	w, err := auditlog.Open(dir, auditlog.Options{Key: key, PolicyDigest: b.Digest(), PolicyMode: "enforcing", Durability: auditlog.DurabilityGroup,
+	w, err := auditlog.Open(dir, auditlog.Options{Key: key, PolicyDigest: b.Digest(), PolicyMode: "enforcing", Durability: record.DurabilityGroup,
 		Recipients: []string{id.Recipient().String()}, Vault: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.Append(ctx, &auditlog.Session{ID: "s1", Event: "start", Agent: "alice"}); err != nil {
+	if _, err := w.Append(ctx, &record.Session{ID: "s1", Event: "start", Agent: "alice"}); err != nil {
 		t.Fatal(err)
 	}
 	args := []string{`{"path":5}`, `{"path":"/srv"}`, `{}`}
@@ -268,13 +269,13 @@ func TestWhatIfSeesArgumentTypeDenials(t *testing.T) {
 			t.Fatalf("%s: the next bundle decides %s %v", a, live.Effect(), live.Errors)
 		}
 		o := policy.NewEngine(b, policy.Enforcing, nil).DecideCall(call)
-		rc, err := w.Append(ctx, &auditlog.Call{Session: "s1", Agent: "alice", Tool: call.Tool, Upstream: "git", UpstreamTool: "log",
+		rc, err := w.Append(ctx, &record.Call{Session: "s1", Agent: "alice", Tool: call.Tool, Upstream: "git", UpstreamTool: "log",
 			EvidenceClass: call.EvidenceClass, Args: w.Commit(call.Arguments), Decision: o.Effect(), PolicyIDs: o.PolicyIDs,
-			PolicyMode: string(o.Mode), PolicyBundle: o.Bundle, Outcome: auditlog.OutcomeForwarded, PolicyInput: o.Input()})
+			PolicyMode: string(o.Mode), PolicyBundle: o.Bundle, Outcome: record.OutcomeForwarded, PolicyInput: o.Input()})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := w.Append(ctx, &auditlog.Result{Call: rc.Index, Session: "s1", Outcome: auditlog.ResultOK, Result: w.Commit([]byte(`{"content":[]}`))}); err != nil {
+		if _, err := w.Append(ctx, &record.Result{Call: rc.Index, Session: "s1", Outcome: record.ResultOK, Result: w.Commit([]byte(`{"content":[]}`))}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -451,10 +452,10 @@ func writeLogSkipping(t *testing.T, key ed25519.PrivateKey, id *age.X25519Identi
 		if i == skip {
 			continue
 		}
-		rec := &auditlog.Call{Session: c.call.Session, Agent: c.call.Agent, Tool: c.call.Tool, Upstream: c.call.Upstream,
+		rec := &record.Call{Session: c.call.Session, Agent: c.call.Agent, Tool: c.call.Tool, Upstream: c.call.Upstream,
 			UpstreamTool: c.call.ToolName, EvidenceClass: c.call.EvidenceClass, Args: w.Commit([]byte(c.args)),
 			Decision: o.Effect(), PolicyIDs: o.PolicyIDs, PolicyMode: string(o.Mode), PolicyBundle: o.Bundle,
-			Outcome: auditlog.OutcomeRefused, PolicyInput: o.Input()}
+			Outcome: record.OutcomeRefused, PolicyInput: o.Input()}
 		if _, err := w.Append(context.Background(), rec); err != nil {
 			t.Fatal(err)
 		}
@@ -540,16 +541,16 @@ func TestNotCheckedSaysWhy(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	w.Append(ctx, &auditlog.Session{ID: "s1", Event: "start", Agent: "alice"})
-	w.Append(ctx, &auditlog.Policy{Event: "reloaded", Bundle: b2.Digest(), Previous: f.bundle.Digest(), Mode: "enforcing"})
+	w.Append(ctx, &record.Session{ID: "s1", Event: "start", Agent: "alice"})
+	w.Append(ctx, &record.Policy{Event: "reloaded", Bundle: b2.Digest(), Previous: f.bundle.Digest(), Mode: "enforcing"})
 	c := calls()[2]
 	c.call.Arguments = []byte(c.args)
 	o := policy.NewEngine(b2, policy.Enforcing, nil).DecideCall(c.call)
-	rec := &auditlog.Call{Session: "s1", Agent: "alice", Tool: c.call.Tool, Upstream: c.call.Upstream, UpstreamTool: c.call.ToolName,
+	rec := &record.Call{Session: "s1", Agent: "alice", Tool: c.call.Tool, Upstream: c.call.Upstream, UpstreamTool: c.call.ToolName,
 		EvidenceClass: c.call.EvidenceClass, Args: w.Commit([]byte(c.args)), Decision: o.Effect(), PolicyIDs: o.PolicyIDs,
-		PolicyMode: string(o.Mode), PolicyBundle: o.Bundle, Outcome: auditlog.OutcomeForwarded, PolicyInput: o.Input()}
+		PolicyMode: string(o.Mode), PolicyBundle: o.Bundle, Outcome: record.OutcomeForwarded, PolicyInput: o.Input()}
 	if o.Refuse {
-		rec.Outcome = auditlog.OutcomeRefused
+		rec.Outcome = record.OutcomeRefused
 	}
 	w.Append(ctx, rec)
 	if err := w.Close(); err != nil {

@@ -9,6 +9,7 @@ import (
 	"filippo.io/age"
 
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // TestReplayFindsAResultOfARefusedCall: a result record that answers a call
@@ -16,7 +17,7 @@ import (
 func TestReplayFindsAResultOfARefusedCall(t *testing.T) {
 	_, id := newKeys(t)
 	dir, idx := writeLogWith(t, id, logSpec{extra: func(w *auditlog.Writer, idx []int64) {
-		w.Append(context.Background(), &auditlog.Result{Call: idx[1], Session: "s1", Outcome: auditlog.ResultOK, LatencyMicros: 7,
+		w.Append(context.Background(), &record.Result{Call: idx[1], Session: "s1", Outcome: record.ResultOK, LatencyMicros: 7,
 			Result: w.Commit([]byte(`{"content":[{"type":"text","text":"root:x:0:0"}]}`))})
 	}})
 	for _, opts := range []Options{{}, {Policies: []string{"testdata/recorded"}, Identities: []age.Identity{id}}} {
@@ -25,7 +26,7 @@ func TestReplayFindsAResultOfARefusedCall(t *testing.T) {
 			t.Fatal(err)
 		}
 		c := rep.Calls[1]
-		if !rep.Findings() || rep.Summary.Inconsistent != 1 || c.Outcome != auditlog.OutcomeRefused || c.Result != auditlog.ResultOK ||
+		if !rep.Findings() || rep.Summary.Inconsistent != 1 || c.Outcome != record.OutcomeRefused || c.Result != record.ResultOK ||
 			!strings.Contains(c.Inconsistent, "recorded refused, yet result record") || !strings.Contains(c.Inconsistent, "a refused call is never sent") {
 			t.Fatalf("call 1 (%d): %s/%s %q, summary %+v", idx[1], c.Outcome, c.Result, c.Inconsistent, rep.Summary)
 		}
@@ -43,11 +44,11 @@ func TestReplayWarnsOfStrayResults(t *testing.T) {
 	var second, orphan, beforeCall int64
 	dir, idx := writeLogWith(t, id, logSpec{extra: func(w *auditlog.Writer, idx []int64) {
 		ctx := context.Background()
-		rc, _ := w.Append(ctx, &auditlog.Result{Call: idx[0], Session: "s1", Outcome: auditlog.ResultIsError, LatencyMicros: 5})
+		rc, _ := w.Append(ctx, &record.Result{Call: idx[0], Session: "s1", Outcome: record.ResultIsError, LatencyMicros: 5})
 		second = rc.Index
-		rc, _ = w.Append(ctx, &auditlog.Result{Call: 99999, Session: "s1", Outcome: auditlog.ResultOK, LatencyMicros: 9})
+		rc, _ = w.Append(ctx, &record.Result{Call: 99999, Session: "s1", Outcome: record.ResultOK, LatencyMicros: 9})
 		orphan = rc.Index
-		rc, _ = w.Append(ctx, &auditlog.Result{Call: 1, Session: "s1", Outcome: auditlog.ResultOK, LatencyMicros: 9}) // a session record
+		rc, _ = w.Append(ctx, &record.Result{Call: 1, Session: "s1", Outcome: record.ResultOK, LatencyMicros: 9}) // a session record
 		beforeCall = rc.Index
 	}})
 	rep, err := Run(context.Background(), dir, Options{Filter: Filter{Agent: "bob"}}) // the strays are found whatever is reported
@@ -72,7 +73,7 @@ func TestReplayWarnsOfStrayResults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := rep.Calls[0]; c.Result != auditlog.ResultOK || c.LatencyMicros != 1200 || len(ownWarnings(rep)) != 3 {
+	if c := rep.Calls[0]; c.Result != record.ResultOK || c.LatencyMicros != 1200 || len(ownWarnings(rep)) != 3 {
 		t.Fatalf("call 0: %s %d, warnings %q", c.Result, c.LatencyMicros, ownWarnings(rep))
 	}
 }
@@ -82,8 +83,8 @@ func TestReplayWarnsOfStrayResults(t *testing.T) {
 // cause it, so it is not a finding.
 func TestReplayMarksAMissingResult(t *testing.T) {
 	_, id := newKeys(t)
-	dir, idx := writeLogWith(t, id, logSpec{mut: func(i int, r *auditlog.Call) bool {
-		return r.Outcome == auditlog.OutcomeForwarded && i != 0
+	dir, idx := writeLogWith(t, id, logSpec{mut: func(i int, r *record.Call) bool {
+		return r.Outcome == record.OutcomeForwarded && i != 0
 	}})
 	rep, err := Run(context.Background(), dir, Options{Policies: []string{"testdata/recorded"}, Identities: []age.Identity{id}})
 	if err != nil {

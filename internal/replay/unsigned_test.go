@@ -14,6 +14,7 @@ import (
 	"filippo.io/age"
 
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
@@ -89,7 +90,7 @@ func checkUnsigned(t *testing.T, rep *Report, last map[int]int64) {
 func TestReplayMarksTheUnsealedTailUnsigned(t *testing.T) {
 	_, id := newKeys(t)
 	dir, _ := writeLogWith(t, id, logSpec{checkpointEvery: 8, extra: func(w *auditlog.Writer, _ []int64) {
-		w.Append(context.Background(), &auditlog.Session{ID: "s2", Event: "end", Agent: "bob"})
+		w.Append(context.Background(), &record.Session{ID: "s2", Event: "end", Agent: "bob"})
 	}})
 	opts := Options{Policies: []string{"testdata/recorded"}, Identities: []age.Identity{id}}
 

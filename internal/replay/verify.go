@@ -5,11 +5,11 @@ import (
 	"io/fs"
 
 	"github.com/confidential-mcp/cmcp/internal/exitcode"
-	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // NotVerifiedError is a log that does not verify; replay refuses it unless
-// Options.Unverified. It wraps the *auditlog.VerifyError.
+// Options.Unverified. It wraps the *record.VerifyError.
 type NotVerifiedError struct{ Err error }
 
 func (e *NotVerifiedError) Error() string { return "the audit log does not verify: " + e.Err.Error() }
@@ -37,7 +37,7 @@ func (e *ReadError) Unwrap() error { return e.Err }
 // exitcode.ExitLogInteg (a record not in the form the gateway writes) otherwise.
 func (e *ReadError) ExitCode() int {
 	var c exitcode.Coder
-	var ve *auditlog.VerifyError
+	var ve *record.VerifyError
 	var pe *fs.PathError
 	switch {
 	case errors.As(e.Err, &c):
@@ -52,7 +52,7 @@ func (e *ReadError) ExitCode() int {
 
 // ExitCode is the verify-chain exit code of the failure's class.
 func (e *NotVerifiedError) ExitCode() int {
-	var ve *auditlog.VerifyError
+	var ve *record.VerifyError
 	if !errors.As(e.Err, &ve) {
 		return exitcode.ExitIO
 	}

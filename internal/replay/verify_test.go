@@ -11,6 +11,7 @@ import (
 
 	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // TestReplayRefusesTruncationFoundAtTheEnd cuts the seal and the final
@@ -34,12 +35,12 @@ func TestReplayRefusesTruncationFoundAtTheEnd(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if e.Kind == auditlog.KindCheckpoint {
+		if e.Kind == record.KindCheckpoint {
 			rec, err := e.Decode()
 			if err != nil {
 				t.Fatal(err)
 			}
-			saved = []byte(rec.(*auditlog.CheckpointRecord).Note)
+			saved = []byte(rec.(*record.CheckpointRecord).Note)
 		}
 	}
 	r.Close()

@@ -15,7 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/confidential-mcp/cmcp/internal/upstream"
-	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // TestServeSpawnRecordsTheEnvironment: a pinned upstream whose environment
@@ -72,17 +72,17 @@ upstreams:
 		t.Fatal(err)
 	}
 
-	var spawn *auditlog.Spawn
-	var calls []*auditlog.Call
+	var spawn *record.Spawn
+	var calls []*record.Call
 	eventually(t, 10*time.Second, func() string {
 		spawn, calls = nil, nil
 		for _, r := range readAuditRecords(t, auditDir) {
 			switch r := r.(type) {
-			case *auditlog.Spawn:
+			case *record.Spawn:
 				if r.PID == pid && r.Outcome == "started" {
 					spawn = r
 				}
-			case *auditlog.Call:
+			case *record.Call:
 				calls = append(calls, r)
 			}
 		}

@@ -5,7 +5,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
@@ -31,9 +31,9 @@ upstreams:
 			_, auditDir = serveYAML(t, dir, cfg, os.Environ())
 		})
 	}
-	var geneses []*auditlog.Genesis
+	var geneses []*record.Genesis
 	for _, r := range readAuditRecords(t, auditDir) {
-		if g, ok := r.(*auditlog.Genesis); ok {
+		if g, ok := r.(*record.Genesis); ok {
 			geneses = append(geneses, g)
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"github.com/confidential-mcp/cmcp/internal/gwtest"
 	"log/slog"
 	"net"
 	"os"
@@ -18,6 +17,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/confidential-mcp/cmcp/internal/gwtest"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 
 	"filippo.io/age"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -244,7 +246,7 @@ wait:
 // with the opener of its epoch.
 type forwardedArg struct {
 	o *auditlog.Opener
-	c auditlog.Commitment
+	c record.Commitment
 }
 
 // forwardedArgs reads every epoch of the log in dir and returns the
@@ -255,13 +257,13 @@ func forwardedArgs(t *testing.T, dir string, id age.Identity) []forwardedArg {
 	var out []forwardedArg
 	for _, e := range logEntries(t, dir) {
 		switch rec := e.Rec.(type) {
-		case *auditlog.Genesis:
+		case *record.Genesis:
 			var err error
 			if o, err = auditlog.NewOpener(rec, id); err != nil {
 				t.Fatal(err)
 			}
-		case *auditlog.Call:
-			if rec.Outcome == auditlog.OutcomeForwarded {
+		case *record.Call:
+			if rec.Outcome == record.OutcomeForwarded {
 				out = append(out, forwardedArg{o, rec.Args})
 			}
 		}

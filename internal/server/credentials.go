@@ -15,6 +15,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/credential"
 	"github.com/confidential-mcp/cmcp/internal/gateway"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // credentialEnv is how a source reads what the configuration names: the
@@ -120,7 +121,7 @@ func (m *mintRecorder) record(c credential.Minted) {
 	if w == nil {
 		return
 	}
-	rec := &auditlog.CredentialMinted{Upstream: c.Upstream, Identity: c.Identity, Source: c.Source, Reason: c.Reason, Fingerprint: c.Fingerprint}
+	rec := &record.CredentialMinted{Upstream: c.Upstream, Identity: c.Identity, Source: c.Source, Reason: c.Reason, Fingerprint: c.Fingerprint}
 	if !c.Expiry.IsZero() {
 		rec.Expires = c.Expiry.UTC().Format("2006-01-02T15:04:05Z07:00")
 	}

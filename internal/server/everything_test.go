@@ -27,7 +27,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/confidential-mcp/cmcp/internal/gateway"
-	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
@@ -185,22 +185,22 @@ func TestServerEverythingThroughCmcp(t *testing.T) {
 	// the last one rather than read the log the moment the call returned.
 	cancel()
 	cs.Close()
-	var counts map[auditlog.Kind]int
-	var spawn *auditlog.Spawn
+	var counts map[record.Kind]int
+	var spawn *record.Spawn
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		counts, spawn = map[auditlog.Kind]int{}, nil
+		counts, spawn = map[record.Kind]int{}, nil
 		for _, rec := range readAuditRecords(t, auditDir) {
 			counts[rec.Kind()]++
-			if s, ok := rec.(*auditlog.Spawn); ok && spawn == nil {
+			if s, ok := rec.(*record.Spawn); ok && spawn == nil {
 				spawn = s
 			}
 		}
-		if counts[auditlog.KindResult] >= 4 || time.Now().After(deadline) {
+		if counts[record.KindResult] >= 4 || time.Now().After(deadline) {
 			break
 		}
 	}
-	if counts[auditlog.KindCall] != 4 || counts[auditlog.KindResult] != 4 {
-		t.Errorf("audit: %d call and %d result records, want 4 and 4 (%v)", counts[auditlog.KindCall], counts[auditlog.KindResult], counts)
+	if counts[record.KindCall] != 4 || counts[record.KindResult] != 4 {
+		t.Errorf("audit: %d call and %d result records, want 4 and 4 (%v)", counts[record.KindCall], counts[record.KindResult], counts)
 	}
 	if spawn == nil {
 		t.Fatal("audit: no spawn record")

@@ -21,6 +21,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/gateway"
 	"github.com/confidential-mcp/cmcp/internal/killswitch"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // killSwitchGateway is a configuration for a gateway process with an agent
@@ -68,14 +69,14 @@ func callOnce(t *testing.T, endpoint string) error {
 }
 
 // lastEpochAdmin returns the admin records of the newest epoch in dir.
-func lastEpochAdmin(t *testing.T, dir string) []*auditlog.Admin {
+func lastEpochAdmin(t *testing.T, dir string) []*record.Admin {
 	t.Helper()
-	var out []*auditlog.Admin
+	var out []*record.Admin
 	for _, e := range logEntries(t, dir) {
 		switch r := e.Rec.(type) {
-		case *auditlog.Genesis:
+		case *record.Genesis:
 			out = nil
-		case *auditlog.Admin:
+		case *record.Admin:
 			out = append(out, r)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/confidential-mcp/cmcp/internal/gwtest"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
@@ -63,7 +64,7 @@ func policyBundle(t *testing.T, policies string) string {
 	t.Helper()
 	return gwtest.PolicyBundle(t, policies)
 }
-func readGenesis(t *testing.T, dir string, id age.Identity) (*auditlog.Genesis, *auditlog.Opener) {
+func readGenesis(t *testing.T, dir string, id age.Identity) (*record.Genesis, *auditlog.Opener) {
 	t.Helper()
 	return gwtest.ReadGenesis(t, dir, id)
 }
@@ -71,11 +72,11 @@ func logEntries(t *testing.T, dir string) []logEntry {
 	t.Helper()
 	return gwtest.LogEntries(t, dir)
 }
-func adminRecords(t *testing.T, dir string) []*auditlog.Admin {
+func adminRecords(t *testing.T, dir string) []*record.Admin {
 	t.Helper()
 	return gwtest.AdminRecords(t, dir)
 }
-func readAuditRecords(t *testing.T, dir string) []auditlog.Record {
+func readAuditRecords(t *testing.T, dir string) []record.Record {
 	t.Helper()
 	return gwtest.ReadAuditRecords(t, dir)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/tunnel"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // refusalsPerWindow bounds the refused records of one refusalWindow:
@@ -55,28 +56,28 @@ func (r *machineRecorder) record(ev tunnel.Event) error {
 	if w == nil {
 		return errNoAuditLog
 	}
-	rec := &auditlog.Machine{Upstream: ev.Upstream, Machine: ev.MachineID, Name: ev.Name, Remote: ev.Remote, Version: ev.Version,
+	rec := &record.Machine{Upstream: ev.Upstream, Machine: ev.MachineID, Name: ev.Name, Remote: ev.Remote, Version: ev.Version,
 		TokenID: ev.TokenID, Attested: ev.Attested, Code: ev.Code, Reason: ev.Reason}
 	switch ev.Kind {
 	case tunnel.EventRegistered:
-		rec.Event = auditlog.MachineRegistered
+		rec.Event = record.MachineRegistered
 	case tunnel.EventRefused:
-		rec.Event = auditlog.MachineRefused
+		rec.Event = record.MachineRefused
 		if !r.admitRefusal(rec) {
 			return nil
 		}
 	case tunnel.EventGone:
-		rec.Event = auditlog.MachineGone
+		rec.Event = record.MachineGone
 		rec.ConnectedMS = ev.Connected.Milliseconds()
 	default:
 		return nil
 	}
 	if ev.Server.Kind != "" {
 		rec.Class = upstream.ClassTunnel
-		rec.Server = &auditlog.MachineServer{Kind: ev.Server.Kind, Command: ev.Server.Command, Pin: ev.Server.Pin, Digest: ev.Server.Digest, Class: ev.Server.Class}
+		rec.Server = &record.MachineServer{Kind: ev.Server.Kind, Command: ev.Server.Command, Pin: ev.Server.Pin, Digest: ev.Server.Digest, Class: ev.Server.Class}
 		h := ev.Host
 		if h.Hostname != "" || h.OS != "" || h.Arch != "" || h.CPUs != 0 {
-			rec.Host = &auditlog.MachineHost{Hostname: h.Hostname, OS: h.OS, Arch: h.Arch, CPUs: int64(h.CPUs)}
+			rec.Host = &record.MachineHost{Hostname: h.Hostname, OS: h.OS, Arch: h.Arch, CPUs: int64(h.CPUs)}
 		}
 	}
 	if _, err := w.Append(context.Background(), rec); err != nil {
@@ -93,7 +94,7 @@ func (r *machineRecorder) record(ev tunnel.Event) error {
 
 // admitRefusal reports whether a refused record may be written now, and
 // sets its count of the refusals left unrecorded before it.
-func (r *machineRecorder) admitRefusal(rec *auditlog.Machine) bool {
+func (r *machineRecorder) admitRefusal(rec *record.Machine) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := time.Now()

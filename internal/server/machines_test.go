@@ -9,6 +9,7 @@ import (
 
 	"github.com/confidential-mcp/cmcp/internal/tunnel"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // TestMachineRefusalsRecordedAtABoundedRate: refusals of tunnel
@@ -23,7 +24,7 @@ func TestMachineRefusalsRecordedAtABoundedRate(t *testing.T) {
 	}
 	dir := filepath.Join(t.TempDir(), "audit")
 	_, key, _ := ed25519.GenerateKey(rand.Reader)
-	w, err := auditlog.Open(dir, auditlog.Options{Key: key, Gateway: auditlog.GatewayInfo{Version: "test", Platform: "software"}})
+	w, err := auditlog.Open(dir, auditlog.Options{Key: key, Gateway: record.GatewayInfo{Version: "test", Platform: "software"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,12 +63,12 @@ func TestMachineRefusalsRecordedAtABoundedRate(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if m, ok := rec.(*auditlog.Machine); ok {
+		if m, ok := rec.(*record.Machine); ok {
 			switch m.Event {
-			case auditlog.MachineRefused:
+			case record.MachineRefused:
 				refused++
 				suppressed = append(suppressed, m.Suppressed)
-			case auditlog.MachineGone:
+			case record.MachineGone:
 				gone++
 			}
 		}

@@ -24,6 +24,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/spawnaudit"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
@@ -111,7 +112,7 @@ func newPolicyGateway(t *testing.T, eng *policy.Engine) *policyGateway {
 	exe, pin := selfDigest(t)
 	dir := t.TempDir()
 	_, key, _ := ed25519.GenerateKey(rand.Reader)
-	w, err := auditlog.Open(dir, auditlog.Options{Key: key, Durability: auditlog.DurabilityGroup, Gateway: auditlog.GatewayInfo{Version: "test", Platform: "software"},
+	w, err := auditlog.Open(dir, auditlog.Options{Key: key, Durability: record.DurabilityGroup, Gateway: record.GatewayInfo{Version: "test", Platform: "software"},
 		PolicyDigest: eng.Bundle().Digest(), PolicyMode: string(eng.Mode())})
 	if err != nil {
 		t.Fatal(err)

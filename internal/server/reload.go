@@ -10,7 +10,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/config"
 	"github.com/confidential-mcp/cmcp/internal/gateway"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
-	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // What SIGHUP changes. It re-reads the configuration file; a file that does
@@ -53,9 +53,9 @@ func reloadConfig(ctx context.Context, g *gateway.Gateway, path string, rt *relo
 	if err != nil {
 		err = fmt.Errorf("reload refused: %w", err)
 		g.Logger().Error("SIGHUP: the configuration is invalid; nothing was changed (tokens, admin token and policy stay in force)", "config", path, "err", err)
-		g.Record(ctx, &auditlog.Admin{Action: gateway.AdminReloadRejected, Actor: gateway.ReloadActor, Reason: err.Error()})
+		g.Record(ctx, &record.Admin{Action: gateway.AdminReloadRejected, Actor: gateway.ReloadActor, Reason: err.Error()})
 		if eng := g.PolicyEngine(); eng != nil {
-			g.Record(ctx, &auditlog.Policy{Event: "rejected", Previous: eng.Bundle().Digest(), Mode: string(eng.Mode()), Reason: err.Error()})
+			g.Record(ctx, &record.Policy{Event: "rejected", Previous: eng.Bundle().Digest(), Mode: string(eng.Mode()), Reason: err.Error()})
 		}
 		return err
 	}
@@ -100,7 +100,7 @@ func reloadUpstreamCredentials(ctx context.Context, g *gateway.Gateway, ups []ga
 			// the old credential stays in force. The error names the file,
 			// never its contents.
 			reason := fmt.Sprintf("upstream %q: credentials not re-read (%v); the credentials read before stay in force", name, err)
-			if rerr := g.Record(ctx, &auditlog.Admin{Action: gateway.AdminReloadRejected, Actor: gateway.ReloadActor, Reason: reason}); rerr != nil {
+			if rerr := g.Record(ctx, &record.Admin{Action: gateway.AdminReloadRejected, Actor: gateway.ReloadActor, Reason: reason}); rerr != nil {
 				errs = append(errs, fmt.Errorf("the failed credential reload could not be recorded: %w", rerr))
 			}
 		case c:
@@ -115,7 +115,7 @@ func reloadUpstreamCredentials(ctx context.Context, g *gateway.Gateway, ups []ga
 	}
 	reason := fmt.Sprintf("credentials re-read from their files, in force for every request from now on: %s", strings.Join(changed, ", "))
 	g.Logger().Warn("SIGHUP: upstream credentials reloaded", "upstreams", strings.Join(changed, ", "))
-	if rerr := g.Record(ctx, &auditlog.Admin{Action: gateway.AdminUpstreamCredentialsReloaded, Actor: gateway.ReloadActor, Reason: reason}); rerr != nil {
+	if rerr := g.Record(ctx, &record.Admin{Action: gateway.AdminUpstreamCredentialsReloaded, Actor: gateway.ReloadActor, Reason: reason}); rerr != nil {
 		errs = append(errs, fmt.Errorf("the reloaded upstream credentials are in force but their change could not be recorded: %w", rerr))
 	}
 	return errors.Join(errs...)

@@ -16,7 +16,7 @@ import (
 
 	"github.com/confidential-mcp/cmcp/internal/front/httpfront"
 	"github.com/confidential-mcp/cmcp/internal/gateway"
-	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // TestSIGHUPReloadsTokens runs a gateway process and changes its
@@ -184,7 +184,7 @@ upstreams:
 	}
 	aliceEnded := false
 	for _, e := range logEntries(t, auditDir) {
-		if s, ok := e.Rec.(*auditlog.Session); ok && s.Agent == "alice" && s.Event == "end" && strings.Contains(s.Reason, "no longer has a bearer token") {
+		if s, ok := e.Rec.(*record.Session); ok && s.Agent == "alice" && s.Event == "end" && strings.Contains(s.Reason, "no longer has a bearer token") {
 			aliceEnded = true
 		}
 	}

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/confidential-mcp/cmcp/internal/gateway"
-	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
@@ -35,11 +35,11 @@ func scriptServer(t *testing.T, dir string) (script string, pin digest.Digest, l
 	return script, pin, link
 }
 
-func spawnRecords(t *testing.T, auditDir string) []*auditlog.Spawn {
+func spawnRecords(t *testing.T, auditDir string) []*record.Spawn {
 	t.Helper()
-	var out []*auditlog.Spawn
+	var out []*record.Spawn
 	for _, r := range readAuditRecords(t, auditDir) {
-		if s, ok := r.(*auditlog.Spawn); ok && s.Outcome != "exited" {
+		if s, ok := r.(*record.Spawn); ok && s.Outcome != "exited" {
 			out = append(out, s)
 		}
 	}

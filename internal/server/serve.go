@@ -48,6 +48,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/internal/witness"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
@@ -140,7 +141,7 @@ type serve struct {
 	scheme  string
 	adminLn net.Listener
 
-	gwInfo auditlog.GatewayInfo
+	gwInfo record.GatewayInfo
 	binary func() digest.Digest // the gateway's own binary's digest (hashSelf)
 	prov   tee.Provider
 	key    ed25519.PrivateKey
@@ -314,7 +315,7 @@ func hashSelf() func() digest.Digest {
 // provider and makes the epoch's key.
 func (s *serve) measure() error {
 	srvCfg := s.srv
-	s.gwInfo = auditlog.GatewayInfo{Version: buildinfo.Get().Version, Commit: buildinfo.Get().Commit, Binary: s.binary()}
+	s.gwInfo = record.GatewayInfo{Version: buildinfo.Get().Version, Commit: buildinfo.Get().Commit, Binary: s.binary()}
 	// server.tee unset: hardware if there is any, else the software
 	// provider, loudly. "auto" insists on hardware.
 	teeName := srvCfg.TEE
@@ -391,7 +392,7 @@ func (s *serve) openAuditLog() error {
 	cfg, o, logger := s.cfg, s.o, s.logger
 	durability := cfg.Audit.Durability
 	if durability == "" {
-		durability = auditlog.DurabilityGroup
+		durability = record.DurabilityGroup
 	}
 	auditDir := cfg.Resolve(cfg.Audit.Dir)
 	s.auditDir = auditDir
@@ -446,7 +447,7 @@ func (s *serve) openAuditLog() error {
 		// A log damaged where recovery may not cut (before its last
 		// checkpoint) is an integrity finding: verify-chain's exit code.
 		code := exitcode.ExitIO
-		var ve *auditlog.VerifyError
+		var ve *record.VerifyError
 		if errors.As(err, &ve) && ve.IsVerification() {
 			code = exitcode.LogFailureCode(string(ve.Class))
 		}

@@ -35,6 +35,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/metrics"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
@@ -265,7 +266,7 @@ upstreams:
 		}
 		var class string
 		for _, rec := range readAuditRecords(t, auditDir) {
-			if c, ok := rec.(*auditlog.Call); ok {
+			if c, ok := rec.(*record.Call); ok {
 				class = c.EvidenceClass
 			}
 		}
@@ -800,12 +801,12 @@ func TestServeRefusesLogDamagedBeforeCheckpoint(t *testing.T) {
 	dir := t.TempDir()
 	auditDir := filepath.Join(dir, "audit")
 	_, key, _ := ed25519.GenerateKey(rand.Reader)
-	w, err := auditlog.Open(auditDir, auditlog.Options{Key: key, Gateway: auditlog.GatewayInfo{Version: "test", Platform: "software"}})
+	w, err := auditlog.Open(auditDir, auditlog.Options{Key: key, Gateway: record.GatewayInfo{Version: "test", Platform: "software"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range 5 {
-		if _, err := w.Append(context.Background(), &auditlog.Session{ID: fmt.Sprint(i), Event: "start", Agent: "allowed-agent", Front: "http"}); err != nil {
+		if _, err := w.Append(context.Background(), &record.Session{ID: fmt.Sprint(i), Event: "start", Agent: "allowed-agent", Front: "http"}); err != nil {
 			t.Fatal(err)
 		}
 	}

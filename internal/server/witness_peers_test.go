@@ -16,6 +16,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/witness/litewitness"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // TestServeWitnessedWithReceipts runs a real gateway (a measured stdio
@@ -93,7 +94,7 @@ upstreams:
 		if err != nil {
 			t.Fatalf("the receipt served on request: %v", err)
 		}
-		if res.Kinds[auditlog.KindCall] != 3 || res.Log == nil {
+		if res.Kinds[record.KindCall] != 3 || res.Log == nil {
 			t.Fatalf("receipt on request: %+v", res)
 		}
 		if code, _ := httpDo(t, "GET", "http://"+adminAddr+"/admin/receipt?session=nobody", testAdminToken); code != 404 {
@@ -113,7 +114,7 @@ upstreams:
 			return ""
 		})
 		b, _ := os.ReadFile(rfile)
-		if res, err := auditlog.VerifyReceipt(b, witnessOpt); err != nil || res.Kinds[auditlog.KindSession] != 2 {
+		if res, err := auditlog.VerifyReceipt(b, witnessOpt); err != nil || res.Kinds[record.KindSession] != 2 {
 			t.Fatalf("the receipt written at session end: %v %+v", err, res)
 		}
 

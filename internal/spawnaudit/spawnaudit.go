@@ -13,13 +13,14 @@ import (
 
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
 // Log is the audit log as the hooks write to it (gateway.AuditLog is one).
 type Log interface {
-	Append(ctx context.Context, rec auditlog.Record) (auditlog.Receipt, error)
-	Commit(payload []byte) auditlog.Commitment
+	Append(ctx context.Context, rec record.Record) (auditlog.Receipt, error)
+	Commit(payload []byte) record.Commitment
 }
 
 // Metrics counts spawn attempts (gateway.Metrics is one).
@@ -43,7 +44,7 @@ func Hooks(log Log, logger *slog.Logger, m Metrics) upstream.Hooks {
 			return nil
 		},
 		Spawn: func(ev upstream.SpawnEvent) error {
-			rec := &auditlog.Spawn{Upstream: ev.Upstream, Session: ev.Session, Shared: ev.SessionShare == "shared", Path: ev.Path,
+			rec := &record.Spawn{Upstream: ev.Upstream, Session: ev.Session, Shared: ev.SessionShare == "shared", Path: ev.Path,
 				MeasureTarget: ev.MeasurePath, Digest: ev.Digest, Pin: ev.Pin, EvidenceClass: ev.Class, PID: int64(ev.PID), Outcome: "started", Reason: ev.Reason}
 			if ev.MeasurePath != "" {
 				// The record names the measure target; its digest and pin are
@@ -92,7 +93,7 @@ func Hooks(log Log, logger *slog.Logger, m Metrics) upstream.Hooks {
 			return err
 		},
 		Stderr: func(ev upstream.ExitEvent) {
-			srec := &auditlog.Stderr{Upstream: ev.Upstream, Session: ev.Session, Bytes: ev.StderrBytes, Lines: ev.StderrLines, Dropped: ev.Dropped}
+			srec := &record.Stderr{Upstream: ev.Upstream, Session: ev.Session, Bytes: ev.StderrBytes, Lines: ev.StderrLines, Dropped: ev.Dropped}
 			if _, err := log.Append(context.Background(), srec); err != nil && logger != nil {
 				logger.Error("record child stderr", "upstream", ev.Upstream, "err", err)
 			}
@@ -101,12 +102,12 @@ func Hooks(log Log, logger *slog.Logger, m Metrics) upstream.Hooks {
 			if logger != nil && ev.Fault != "" {
 				logger.Warn("upstream child ended", "upstream", ev.Upstream, "session", ev.Session, "pid", ev.PID, "fault", ev.Fault)
 			}
-			rec := &auditlog.Spawn{Upstream: ev.Upstream, Session: ev.Session, Path: ev.Path, EvidenceClass: ev.Class, PID: int64(ev.PID), Outcome: "exited",
+			rec := &record.Spawn{Upstream: ev.Upstream, Session: ev.Session, Path: ev.Path, EvidenceClass: ev.Class, PID: int64(ev.PID), Outcome: "exited",
 				ExitCode: int64(ev.ExitCode), Signal: ev.Signal, Reason: ev.Fault}
 			if _, err := log.Append(context.Background(), rec); err != nil && logger != nil {
 				logger.Error("record child exit", "upstream", ev.Upstream, "err", err)
 			}
-			srec := &auditlog.Stderr{Upstream: ev.Upstream, Session: ev.Session, Bytes: ev.StderrBytes, Lines: ev.StderrLines, Dropped: ev.Dropped}
+			srec := &record.Stderr{Upstream: ev.Upstream, Session: ev.Session, Bytes: ev.StderrBytes, Lines: ev.StderrLines, Dropped: ev.Dropped}
 			if _, err := log.Append(context.Background(), srec); err != nil && logger != nil {
 				logger.Error("record child stderr", "upstream", ev.Upstream, "err", err)
 			}

@@ -23,6 +23,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/witness/litewitness"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 const origin = "test.example/gw1"
@@ -67,7 +68,7 @@ func openEpoch(t *testing.T, dir string, logKey ed25519.PrivateKey, ws ...*litew
 func (r *epochRun) append(t *testing.T, n int) {
 	t.Helper()
 	for i := range n {
-		rec := &auditlog.Session{ID: fmt.Sprintf("s%d", i), Event: "start", Agent: "a"}
+		rec := &record.Session{ID: fmt.Sprintf("s%d", i), Event: "start", Agent: "a"}
 		if _, err := r.w.Append(context.Background(), rec); err != nil {
 			t.Fatal(err)
 		}
@@ -121,9 +122,9 @@ func verify(dir string, quorum int, ws ...*litewitness.Server) (*auditlog.Report
 	return auditlog.Verify(dir, auditlog.VerifyOptions{Witnesses: keys, WitnessQuorum: quorum})
 }
 
-func wantFailure(t *testing.T, err error, class auditlog.Class, sub string) {
+func wantFailure(t *testing.T, err error, class record.Class, sub string) {
 	t.Helper()
-	var ve *auditlog.VerifyError
+	var ve *record.VerifyError
 	if !errors.As(err, &ve) || ve.Class != class || !strings.Contains(ve.Error(), sub) {
 		t.Fatalf("got %v, want a %s failure saying %q", err, class, sub)
 	}
@@ -173,7 +174,7 @@ func TestLitewitnessFollowsTheLogAcrossRestarts(t *testing.T) {
 	lines := strings.SplitAfter(string(b), "\n")
 	os.WriteFile(seg, []byte(strings.Join(lines[:len(lines)-5], "")), 0o600)
 	_, err = verify(cut, 1, w1)
-	wantFailure(t, err, auditlog.ClassTruncation, "records were cut from its tail")
+	wantFailure(t, err, record.ClassTruncation, "records were cut from its tail")
 
 	// Rolled back: the copy taken after epoch 1 runs on; the witness has
 	// seen epochs 2 and 3 and refuses it.
@@ -191,7 +192,7 @@ func TestLitewitnessFollowsTheLogAcrossRestarts(t *testing.T) {
 	r.c.Close(ctx)
 	cancel()
 	_, err = verify(afterEpoch1, 1, w1)
-	wantFailure(t, err, auditlog.ClassTruncation, "carries 0 of the 1 cosignatures")
+	wantFailure(t, err, record.ClassTruncation, "carries 0 of the 1 cosignatures")
 
 	// The fork shown to a second witness: it cosigns, but a quorum of
 	// both witnesses is not met, and the real log lacks w2 as well.
@@ -204,7 +205,7 @@ func TestLitewitnessFollowsTheLogAcrossRestarts(t *testing.T) {
 		t.Fatalf("the fork verifies with w2 alone (as it should: w2 never saw the real log): %v", err)
 	}
 	_, err = verify(afterEpoch1, 2, w1, w2)
-	wantFailure(t, err, auditlog.ClassTruncation, "carries 1 of the 2 cosignatures required from the given witnesses (cosigned by: w2.example/lw)")
+	wantFailure(t, err, record.ClassTruncation, "carries 1 of the 2 cosignatures required from the given witnesses (cosigned by: w2.example/lw)")
 }
 
 // TestLitewitnessDownIsRetried: a witness that is down shows as down and

@@ -12,7 +12,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"github.com/confidential-mcp/cmcp/pkg/evidence"
 )
 
@@ -46,7 +46,7 @@ type GenesisCheck struct {
 }
 
 // NoteKeyPublic extracts the Ed25519 key from a note verifier key
-// "name+hash+base64(0x01 || key)", the form of auditlog.Genesis.Key.
+// "name+hash+base64(0x01 || key)", the form of record.Genesis.Key.
 func NoteKeyPublic(vkey string) (ed25519.PublicKey, error) {
 	parts := strings.SplitN(vkey, "+", 3)
 	if len(parts) != 3 {
@@ -61,7 +61,7 @@ func NoteKeyPublic(vkey string) (ed25519.PublicKey, error) {
 
 // Check is auditlog.VerifyOptions.VerifyEvidence: the genesis evidence must
 // bind the epoch's signing key and the genesis statement.
-func (c *GenesisCheck) Check(g *auditlog.Genesis) error {
+func (c *GenesisCheck) Check(g *record.Genesis) error {
 	ge := &GenesisResult{Epoch: g.Epoch, Platform: "none", Binding: evidence.BindingNotApplicable, Verdict: string(evidence.StatusWarning)}
 	c.Results = append(c.Results, ge)
 	if len(g.Evidence) == 0 {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/confidential-mcp/cmcp/pkg/attestedlog"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // Verify an audit log as `cmcp verify-chain --key KEYS` does, including the
@@ -37,7 +38,7 @@ func ExampleGenesisCheck() {
 
 	strict := &attestedlog.GenesisCheck{RequireAttested: true}
 	_, err = auditlog.Verify("../../testdata/auditlog/log", auditlog.VerifyOptions{Keys: strings.Fields(string(keys)), VerifyEvidence: strict.Check})
-	var verr *auditlog.VerifyError
+	var verr *record.VerifyError
 	if errors.As(err, &verr) {
 		fmt.Println("with RequireAttested:", verr.Class)
 	}

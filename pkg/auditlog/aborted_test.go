@@ -9,6 +9,7 @@ import (
 
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // TestVerifyTakesEmptyNewestEpochAsAbortedStart: an epoch without one
@@ -45,8 +46,8 @@ func TestVerifyTakesEmptyNewestEpochAsAbortedStart(t *testing.T) {
 			tc.make(edir)
 			rep, err := Verify(dir, VerifyOptions{})
 			if tc.fail {
-				var ve *VerifyError
-				if !errors.As(err, &ve) || ve.Class != ClassIntegrity || ve.Pos.Epoch != tc.empty {
+				var ve *record.VerifyError
+				if !errors.As(err, &ve) || ve.Class != record.ClassIntegrity || ve.Pos.Epoch != tc.empty {
 					t.Fatalf("verify: %v", err)
 				}
 				if tc.epochs == 0 && !strings.Contains(strings.Join(ve.Hints(), " "), "first start") {

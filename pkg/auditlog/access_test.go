@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"filippo.io/age"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // TestAccessRecord (FORMAT.md section 5): an access record is written,
@@ -26,9 +27,9 @@ func TestAccessRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	uri := "file:///srv/very-secret-path-91c2"
-	want := &Access{Session: "s", Agent: "a", Method: "resources/read", Action: "read_resource", Upstream: "fs", EvidenceClass: "spawn-measured",
-		URI: w.Commit([]byte(uri)), Decision: DecisionDeny, PolicyMode: "enforcing", Outcome: OutcomeRefused, Reason: "denied",
-		PolicyInput: &AccessInput{Groups: []string{"g"}, EvidenceClass: "spawn-measured", SessionCalls: 3, Time: time.UnixMilli(1700000000123).UTC()}}
+	want := &record.Access{Session: "s", Agent: "a", Method: "resources/read", Action: "read_resource", Upstream: "fs", EvidenceClass: "spawn-measured",
+		URI: w.Commit([]byte(uri)), Decision: record.DecisionDeny, PolicyMode: "enforcing", Outcome: record.OutcomeRefused, Reason: "denied",
+		PolicyInput: &record.AccessInput{Groups: []string{"g"}, EvidenceClass: "spawn-measured", SessionCalls: 3, Time: time.UnixMilli(1700000000123).UTC()}}
 	if _, err := w.Append(context.Background(), want); err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +48,7 @@ func TestAccessRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	var got *Access
+	var got *record.Access
 	for {
 		e, err := r.Next()
 		if err == io.EOF {
@@ -56,16 +57,16 @@ func TestAccessRecord(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if e.Kind != KindAccess {
+		if e.Kind != record.KindAccess {
 			continue
 		}
 		rec, err := e.Decode()
 		if err != nil {
 			t.Fatal(err)
 		}
-		got = rec.(*Access)
+		got = rec.(*record.Access)
 		body := append([]byte(strings.TrimSuffix(string(e.Body), "}")), `,"zz":"1"}`...)
-		if _, err := DecodeBody(KindAccess, body); err == nil {
+		if _, err := record.DecodeBody(record.KindAccess, body); err == nil {
 			t.Fatal("an access body with an unknown member decoded")
 		}
 	}
@@ -84,7 +85,7 @@ func TestAccessRecord(t *testing.T) {
 	}
 }
 
-func mustGenesis(t *testing.T, dir string) *Genesis {
+func mustGenesis(t *testing.T, dir string) *record.Genesis {
 	t.Helper()
 	r, err := NewReader(dir)
 	if err != nil {
@@ -99,5 +100,5 @@ func mustGenesis(t *testing.T, dir string) *Genesis {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return g.(*Genesis)
+	return g.(*record.Genesis)
 }

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // BenchmarkAppendLatency measures one appender (concurrency 1) appending
@@ -13,13 +15,13 @@ import (
 // Append, and the p50/p90/p99 of the individual Appends are reported too.
 // The records (and their commitments) are built before the timer starts.
 func BenchmarkAppendLatency(b *testing.B) {
-	for _, mode := range []string{DurabilityInterval, DurabilityGroup} {
+	for _, mode := range []string{record.DurabilityInterval, record.DurabilityGroup} {
 		b.Run(mode, func(b *testing.B) {
 			w, err := Open(b.TempDir(), Options{Key: testKey(b), Durability: mode})
 			if err != nil {
 				b.Fatal(err)
 			}
-			recs := make([]*Call, 256)
+			recs := make([]*record.Call, 256)
 			for i := range recs {
 				recs[i] = gatewayCall(w, i)
 			}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 	"golang.org/x/mod/sumdb/tlog"
 )
@@ -25,7 +26,7 @@ func benchLog(b *testing.B, n int) (string, string) {
 		return dir, string(kb)
 	}
 	os.RemoveAll(dir)
-	w := writeLog(b, dir, Options{Durability: DurabilityInterval, SegmentBytes: 128 << 20}, n, 8)
+	w := writeLog(b, dir, Options{Durability: record.DurabilityInterval, SegmentBytes: 128 << 20}, n, 8)
 	if err := os.WriteFile(dir+".vkey", []byte(w.VerifierKey()), 0o644); err != nil {
 		b.Fatal(err)
 	}
@@ -93,7 +94,7 @@ func BenchmarkInclusionOnly(b *testing.B) {
 // a fixed count, e.g. -bench Append -benchtime 3000x.
 func BenchmarkAppend(b *testing.B) {
 	for _, conc := range []int{1, 8, 64} {
-		for _, mode := range []string{"baseline", DurabilityStrict, DurabilityGroup, DurabilityInterval} {
+		for _, mode := range []string{"baseline", record.DurabilityStrict, record.DurabilityGroup, record.DurabilityInterval} {
 			b.Run(fmt.Sprintf("%s/c%d", mode, conc), func(b *testing.B) {
 				benchAppend(b, mode, conc)
 			})
@@ -108,7 +109,7 @@ func benchAppend(b *testing.B, mode string, conc int) {
 	if mode == "baseline" {
 		// The bytes of a real record line.
 		tmp := b.TempDir()
-		w := writeLog(b, tmp, Options{Durability: DurabilityInterval}, 1, 1)
+		w := writeLog(b, tmp, Options{Durability: record.DurabilityInterval}, 1, 1)
 		_ = w
 		r, _ := NewReader(tmp)
 		var line []byte
@@ -117,7 +118,7 @@ func benchAppend(b *testing.B, mode string, conc int) {
 			if err != nil {
 				break
 			}
-			if e.Kind == KindCall {
+			if e.Kind == record.KindCall {
 				line = append(e.Line, '\n')
 			}
 		}
@@ -139,7 +140,7 @@ func benchAppend(b *testing.B, mode string, conc int) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		calls := make([]*Call, 64)
+		calls := make([]*record.Call, 64)
 		for i := range calls {
 			calls[i] = sampleCall(w, i)
 		}
@@ -188,7 +189,7 @@ func benchAppend(b *testing.B, mode string, conc int) {
 // canonical check, common members) and the leaf hash.
 func BenchmarkParseLine(b *testing.B) {
 	dir := b.TempDir()
-	writeLog(b, dir, Options{Durability: DurabilityInterval}, 2, 1)
+	writeLog(b, dir, Options{Durability: record.DurabilityInterval}, 2, 1)
 	r, _ := NewReader(dir)
 	var line []byte
 	for {
@@ -196,7 +197,7 @@ func BenchmarkParseLine(b *testing.B) {
 		if err != nil {
 			break
 		}
-		if e.Kind == KindCall {
+		if e.Kind == record.KindCall {
 			line = e.Line
 		}
 	}
@@ -206,7 +207,7 @@ func BenchmarkParseLine(b *testing.B) {
 	b.Run("parse", func(b *testing.B) {
 		b.ReportAllocs()
 		for range b.N {
-			if _, err := parseLine(line); err != nil {
+			if _, err := record.ParseLine(line); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -220,15 +221,15 @@ func BenchmarkParseLine(b *testing.B) {
 
 // gatewayCall is a call record as the gateway writes it for an allowed
 // tools/call decided by a Cedar policy.
-func gatewayCall(w *Writer, i int) *Call {
-	return &Call{
+func gatewayCall(w *Writer, i int) *record.Call {
+	return &record.Call{
 		Session: "3f1c9a7e-5b2d-4c8e-9a41-6d0b2e7f8c13", Agent: "agent-a", Tool: "fs__read_file", Upstream: "fs", UpstreamTool: "read_file",
 		EvidenceClass: "spawn-measured", Args: w.Commit([]byte(fmt.Sprintf(`{"path":"/srv/data/report-%d.txt"}`, i))),
-		Decision: DecisionAllow, PolicyIDs: []string{"policy0", "allow-read"}, PolicyMode: "enforcing",
-		PolicyBundle: digest.Bytes([]byte("bundle")), Outcome: OutcomeForwarded,
-		PolicyInput: &PolicyInput{
+		Decision: record.DecisionAllow, PolicyIDs: []string{"policy0", "allow-read"}, PolicyMode: "enforcing",
+		PolicyBundle: digest.Bytes([]byte("bundle")), Outcome: record.OutcomeForwarded,
+		PolicyInput: &record.PolicyInput{
 			Groups: []string{"readers"}, EvidenceClass: "spawn-measured",
-			Hints:        ToolHints{ReadOnly: true, OpenWorld: true},
+			Hints:        record.ToolHints{ReadOnly: true, OpenWorld: true},
 			SessionCalls: int64(i), ToolsUsed: []string{"fs__list", "fs__read_file"},
 			Time: time.Date(2025, 3, 14, 15, 9, 26, 535_000_000, time.UTC),
 		},
@@ -238,7 +239,7 @@ func gatewayCall(w *Writer, i int) *Call {
 // BenchmarkCommit measures one payload commitment (no vault): the
 // per-commitment key and the MAC over a 200-byte payload.
 func BenchmarkCommit(b *testing.B) {
-	w, err := Open(b.TempDir(), Options{Key: testKey(b), Durability: DurabilityInterval})
+	w, err := Open(b.TempDir(), Options{Key: testKey(b), Durability: record.DurabilityInterval})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -255,20 +256,20 @@ func BenchmarkCommit(b *testing.B) {
 
 // BenchmarkEncodeBody measures encoding one record body to canonical JSON.
 func BenchmarkEncodeBody(b *testing.B) {
-	w, err := Open(b.TempDir(), Options{Key: testKey(b), Durability: DurabilityInterval})
+	w, err := Open(b.TempDir(), Options{Key: testKey(b), Durability: record.DurabilityInterval})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer w.Close()
-	recs := []Record{
+	recs := []record.Record{
 		gatewayCall(w, 7),
-		&Result{Call: 12345, Session: "3f1c9a7e-5b2d-4c8e-9a41-6d0b2e7f8c13", Outcome: ResultOK, Result: w.Commit(make([]byte, 900)), LatencyMicros: 1834},
+		&record.Result{Call: 12345, Session: "3f1c9a7e-5b2d-4c8e-9a41-6d0b2e7f8c13", Outcome: record.ResultOK, Result: w.Commit(make([]byte, 900)), LatencyMicros: 1834},
 	}
 	for _, r := range recs {
 		b.Run(string(r.Kind()), func(b *testing.B) {
 			b.ReportAllocs()
 			for range b.N {
-				if _, err := encodeBody(r); err != nil {
+				if _, err := record.EncodeBody(r); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -281,7 +282,7 @@ func BenchmarkEncodeBody(b *testing.B) {
 // the call record (waiting for its write), commit the result, append the
 // result record.
 func BenchmarkAppendGateway(b *testing.B) {
-	w, err := Open(b.TempDir(), Options{Key: testKey(b), Durability: DurabilityInterval})
+	w, err := Open(b.TempDir(), Options{Key: testKey(b), Durability: record.DurabilityInterval})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -302,7 +303,7 @@ func BenchmarkAppendGateway(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			res := &Result{Call: r.Index, Session: "3f1c9a7e-5b2d-4c8e-9a41-6d0b2e7f8c13", Outcome: ResultOK, Result: w.Commit(result), LatencyMicros: 1834}
+			res := &record.Result{Call: r.Index, Session: "3f1c9a7e-5b2d-4c8e-9a41-6d0b2e7f8c13", Outcome: record.ResultOK, Result: w.Commit(result), LatencyMicros: 1834}
 			if _, err := w.Append(ctx, res); err != nil {
 				b.Fatal(err)
 			}

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"filippo.io/age"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // TestPayloadsOnlyAsCommitmentsAndVaultDeletable: a payload never appears in
@@ -28,7 +29,7 @@ func TestPayloadsOnlyAsCommitmentsAndVaultDeletable(t *testing.T) {
 	}
 	secret := []byte(`{"path":"/srv/very-secret-payload-7f3a"}`)
 	c := w.Commit(secret)
-	if _, err := w.Append(context.Background(), &Call{Session: "s", Agent: "a", Tool: "t", Upstream: "u", EvidenceClass: "plaintext", Args: c, Decision: DecisionAllow, PolicyMode: "enforcing", Outcome: OutcomeForwarded}); err != nil {
+	if _, err := w.Append(context.Background(), &record.Call{Session: "s", Agent: "a", Tool: "t", Upstream: "u", EvidenceClass: "plaintext", Args: c, Decision: record.DecisionAllow, PolicyMode: "enforcing", Outcome: record.OutcomeForwarded}); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.Close(); err != nil {
@@ -74,26 +75,26 @@ func TestUnknownMembersRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := bytes.Split(bytes.TrimSuffix(data, []byte("\n")), []byte("\n"))
-	seen := map[Kind]bool{}
+	seen := map[record.Kind]bool{}
 	for i, line := range lines {
-		e, err := parseLine(line)
+		e, err := record.ParseLine(line)
 		if err != nil {
 			t.Fatalf("fixture line %d: %v", i+1, err)
 		}
 		// "x" sorts after "v": still canonical, one member too many.
 		extra := append(bytes.TrimSuffix(append([]byte(nil), line...), []byte("}")), []byte(`,"x":"1"}`)...)
-		if _, err := parseLine(extra); err == nil || !strings.Contains(err.Error(), "unknown member") {
+		if _, err := record.ParseLine(extra); err == nil || !strings.Contains(err.Error(), "unknown member") {
 			t.Errorf("line %d with an extra member: err = %v", i+1, err)
 		}
 		if seen[e.Kind] {
 			continue
 		}
 		seen[e.Kind] = true
-		if _, err := DecodeBody(e.Kind, e.Body); err != nil {
+		if _, err := record.DecodeBody(e.Kind, e.Body); err != nil {
 			t.Fatalf("line %d: %s body does not decode: %v", i+1, e.Kind, err)
 		}
 		body := append(bytes.TrimSuffix(append([]byte(nil), e.Body...), []byte("}")), []byte(`,"zz_unknown":"1"}`)...)
-		if _, err := DecodeBody(e.Kind, body); err == nil {
+		if _, err := record.DecodeBody(e.Kind, body); err == nil {
 			t.Errorf("%s body with an unknown member was accepted", e.Kind)
 		}
 	}
@@ -112,7 +113,7 @@ func TestVaultWrittenBeforeTheRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	w, err := Open(dir, Options{Key: testKey(t), Recipients: []string{id.Recipient().String()}, Vault: true, Durability: DurabilityStrict})
+	w, err := Open(dir, Options{Key: testKey(t), Recipients: []string{id.Recipient().String()}, Vault: true, Durability: record.DurabilityStrict})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +121,7 @@ func TestVaultWrittenBeforeTheRecord(t *testing.T) {
 	for i := range 5 {
 		payload := []byte(fmt.Sprintf(`{"n":%d}`, i))
 		c := w.Commit(payload)
-		if _, err := w.Append(context.Background(), &Call{Session: "s", Agent: "a", Tool: "t", Upstream: "u", EvidenceClass: "plaintext", Args: c, Decision: DecisionAllow, PolicyMode: "enforcing", Outcome: OutcomeForwarded}); err != nil {
+		if _, err := w.Append(context.Background(), &record.Call{Session: "s", Agent: "a", Tool: "t", Upstream: "u", EvidenceClass: "plaintext", Args: c, Decision: record.DecisionAllow, PolicyMode: "enforcing", Outcome: record.OutcomeForwarded}); err != nil {
 			t.Fatal(err)
 		}
 		// The writer is still open: read what is on disk now.

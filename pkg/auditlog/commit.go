@@ -18,6 +18,7 @@ import (
 	"filippo.io/age"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/ageid"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	jsonv2 "github.com/go-json-experiment/json"
 )
 
@@ -149,18 +150,18 @@ func (m *hmacSHA256) deriveKey(d *keyDeriver, id int64) {
 }
 
 // commitment returns the commitment to payload under k_id.
-func (d *keyDeriver) commitment(id int64, payload []byte) Commitment {
+func (d *keyDeriver) commitment(id int64, payload []byte) record.Commitment {
 	m := getMAC()
 	m.deriveKey(d, id)
 	mac := m.mac(make([]byte, 0, sha256.Size), m.key[:], payloadLabel, payload)
 	clear(m.key[:])
 	macPool.Put(m)
-	return Commitment{ID: id, Size: int64(len(payload)), MAC: mac}
+	return record.Commitment{ID: id, Size: int64(len(payload)), MAC: mac}
 }
 
 // CheckCommitment reports whether payload matches c under the commitment
 // key k (from Opener.Key). The comparison is constant-time.
-func CheckCommitment(key []byte, c Commitment, payload []byte) bool {
+func CheckCommitment(key []byte, c record.Commitment, payload []byte) bool {
 	if c.IsZero() || int64(len(payload)) != c.Size {
 		return false
 	}
@@ -194,7 +195,7 @@ type Opener struct {
 
 // NewOpener decrypts the epoch commitment secret sealed in g with one of the
 // identities.
-func NewOpener(g *Genesis, ids ...age.Identity) (*Opener, error) {
+func NewOpener(g *record.Genesis, ids ...age.Identity) (*Opener, error) {
 	if len(g.Commitments.SealedSecret) == 0 {
 		return nil, fmt.Errorf("epoch %d has no sealed commitment secret: it was written without age recipients, so its commitments cannot be opened", g.Epoch)
 	}
@@ -217,7 +218,7 @@ func NewOpener(g *Genesis, ids ...age.Identity) (*Opener, error) {
 func (o *Opener) Key(id int64) []byte { return commitKey(o.secret, id) }
 
 // Check reports whether payload is what c commits to.
-func (o *Opener) Check(c Commitment, payload []byte) bool {
+func (o *Opener) Check(c record.Commitment, payload []byte) bool {
 	return CheckCommitment(o.Key(c.ID), c, payload)
 }
 
@@ -321,7 +322,7 @@ func (o *Opener) VaultTorn() int64 { return o.torn }
 
 // Payload decrypts the vault's payload for c and checks it against c. It is
 // safe for concurrent use after LoadVault.
-func (o *Opener) Payload(c Commitment) ([]byte, error) {
+func (o *Opener) Payload(c record.Commitment) ([]byte, error) {
 	ct, ok := o.vault[c.ID]
 	if !ok {
 		return nil, fmt.Errorf("commitment %d: %w", c.ID, ErrNoPayload)

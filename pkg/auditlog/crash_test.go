@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // TestCrashChild is the writer process of TestCrashSIGKILL. It appends from
@@ -39,7 +41,7 @@ func TestCrashChild(t *testing.T) {
 			defer wg.Done()
 			for i := 0; ; i++ {
 				tag := fmt.Sprintf("g%d-%d", g, i)
-				r, err := w.Append(context.Background(), &Session{ID: tag, Event: "start", Agent: "crash"})
+				r, err := w.Append(context.Background(), &record.Session{ID: tag, Event: "start", Agent: "crash"})
 				if err != nil {
 					fmt.Fprintln(os.Stderr, "append:", err)
 					os.Exit(4)
@@ -79,7 +81,7 @@ func TestCrashSIGKILL(t *testing.T) {
 		index int64
 	}
 	acked := map[ack]string{}
-	modes := []string{DurabilityGroup, DurabilityGroup, DurabilityStrict, DurabilityInterval}
+	modes := []string{record.DurabilityGroup, record.DurabilityGroup, record.DurabilityStrict, record.DurabilityInterval}
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
 	kills, earlyKills, cuts := 0, 0, 0
 	start := time.Now()
@@ -171,15 +173,15 @@ func TestCrashSIGKILL(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if e.Kind == KindRecovery && kills == crashKills {
+			if e.Kind == record.KindRecovery && kills == crashKills {
 				rec, _ := e.Decode()
-				if rec.(*Recovery).DroppedBytes > 0 {
+				if rec.(*record.Recovery).DroppedBytes > 0 {
 					cuts++
 				}
 			}
-			if e.Kind == KindSession {
+			if e.Kind == record.KindSession {
 				rec, _ := e.Decode()
-				present[ack{e.Pos.Epoch, e.Index}] = rec.(*Session).ID
+				present[ack{e.Pos.Epoch, e.Index}] = rec.(*record.Session).ID
 			}
 		}
 		r.Close()

@@ -5,5 +5,6 @@
 // commitments; an optional vault keeps them sealed with age for auditors.
 // The format is specified in FORMAT.md. This package does no network I/O.
 // The C2SP formats it uses (checkpoints, note keys, cosignatures, proofs)
-// are package c2sp; the directory layout is internal/logdir.
+// are package c2sp; the record kinds, their encoding and the verification
+// errors are package record; the directory layout is internal/logdir.
 package auditlog

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"golang.org/x/mod/sumdb/tlog"
 )
 
@@ -18,7 +19,7 @@ import (
 // genesis names the mode (and the sync period). In every mode the record is
 // in the file, with the leaf hash of the receipt, when Append returns.
 func TestDurabilityModesReceipts(t *testing.T) {
-	for _, mode := range []string{DurabilityStrict, DurabilityGroup, DurabilityInterval} {
+	for _, mode := range []string{record.DurabilityStrict, record.DurabilityGroup, record.DurabilityInterval} {
 		t.Run(mode, func(t *testing.T) {
 			dir := t.TempDir()
 			w, err := Open(dir, Options{Key: testKey(t), Durability: mode, SyncInterval: 250 * time.Millisecond, CheckpointEvery: 1 << 30, CheckpointInterval: time.Hour})
@@ -51,7 +52,7 @@ func TestDurabilityModesReceipts(t *testing.T) {
 			n := 0
 			for rc := range receipts {
 				n++
-				if want := mode != DurabilityInterval; rc.Durable != want {
+				if want := mode != record.DurabilityInterval; rc.Durable != want {
 					t.Fatalf("%s: receipt of record %d says durable=%v, want %v", mode, rc.Index, rc.Durable, want)
 				}
 				if rc.Index >= int64(len(lines)) || tlog.RecordHash(lines[rc.Index]) != rc.Hash {
@@ -72,7 +73,7 @@ func TestDurabilityModesReceipts(t *testing.T) {
 			if g.Durability != mode {
 				t.Fatalf("genesis names durability %q, want %q", g.Durability, mode)
 			}
-			if mode == DurabilityInterval && g.IntervalMillis != 250 {
+			if mode == record.DurabilityInterval && g.IntervalMillis != 250 {
 				t.Fatalf("genesis interval_ms %d, want 250", g.IntervalMillis)
 			}
 		})

@@ -14,6 +14,7 @@ import (
 	"filippo.io/age"
 
 	"github.com/confidential-mcp/cmcp/internal/tee"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
@@ -68,9 +69,9 @@ func TestAuditFixture(t *testing.T) {
 		if err != nil {
 			break
 		}
-		if e.Pos.Epoch == 1 && e.Kind == KindCall {
+		if e.Pos.Epoch == 1 && e.Kind == record.KindCall {
 			rec, _ := e.Decode()
-			if c := rec.(*Call); !c.Args.IsZero() {
+			if c := rec.(*record.Call); !c.Args.IsZero() {
 				if _, err := o.Payload(c.Args); err != nil {
 					t.Fatal(err)
 				}
@@ -96,7 +97,7 @@ func writeFixture(t *testing.T) {
 	var last []byte
 	for epoch := 1; epoch <= 2; epoch++ {
 		w, err := Open(dir, Options{Key: testKey(t), Name: "cmcp.test/fixture", CheckpointEvery: 5, CheckpointInterval: time.Hour,
-			Gateway: GatewayInfo{Version: "v0.0.0-fixture", Platform: "software"}, ConfigDigest: digest.Bytes([]byte("config")),
+			Gateway: record.GatewayInfo{Version: "v0.0.0-fixture", Platform: "software"}, ConfigDigest: digest.Bytes([]byte("config")),
 			PolicyDigest: bundle, CatalogDigest: digest.Bytes([]byte("catalog")), PolicyMode: "enforcing",
 			Recipients: []string{id.Recipient().String()}, Vault: epoch == 1,
 			Evidence: func(st digest.Digest, pub ed25519.PublicKey) (json.RawMessage, error) {
@@ -113,12 +114,12 @@ func writeFixture(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		recs := []Record{
-			&Policy{Event: "loaded", Bundle: bundle, Mode: "enforcing", Path: "policies/", Policies: 3},
-			&Spawn{Upstream: "fs", Path: "/usr/local/bin/mcp-fs", Digest: digest.Bytes([]byte("exe")), Pin: digest.Bytes([]byte("exe")), EvidenceClass: "spawn-measured", PID: 4242, Outcome: "started", Session: "sess-1"},
-			&Upstream{Name: "fs", Transport: "stdio", EvidenceClass: "spawn-measured", Tools: 2, Event: "connected", Session: "sess-1"},
-			&Session{ID: "sess-1", Event: "start", Agent: "agent-a", Front: "http", ClientName: "claude-code", ClientVersion: "2.1"},
-			&Drift{Upstream: "fs", Tool: "write", Change: "new", Observed: digest.Bytes([]byte("tool")), Action: "refused", Session: "sess-1"},
+		recs := []record.Record{
+			&record.Policy{Event: "loaded", Bundle: bundle, Mode: "enforcing", Path: "policies/", Policies: 3},
+			&record.Spawn{Upstream: "fs", Path: "/usr/local/bin/mcp-fs", Digest: digest.Bytes([]byte("exe")), Pin: digest.Bytes([]byte("exe")), EvidenceClass: "spawn-measured", PID: 4242, Outcome: "started", Session: "sess-1"},
+			&record.Upstream{Name: "fs", Transport: "stdio", EvidenceClass: "spawn-measured", Tools: 2, Event: "connected", Session: "sess-1"},
+			&record.Session{ID: "sess-1", Event: "start", Agent: "agent-a", Front: "http", ClientName: "claude-code", ClientVersion: "2.1"},
+			&record.Drift{Upstream: "fs", Tool: "write", Change: "new", Observed: digest.Bytes([]byte("tool")), Action: "refused", Session: "sess-1"},
 		}
 		for _, r := range recs {
 			if _, err := w.Append(ctx, r); err != nil {
@@ -126,24 +127,24 @@ func writeFixture(t *testing.T) {
 			}
 		}
 		args := []byte(`{"path":"/srv/data/report.txt"}`)
-		call, err := w.Append(ctx, &Call{Session: "sess-1", Agent: "agent-a", RequestID: json.RawMessage(`7`), Tool: "fs__read", Upstream: "fs", UpstreamTool: "read",
-			EvidenceClass: "spawn-measured", Args: w.Commit(args), Decision: DecisionAllow, PolicyIDs: []string{"policy0"}, PolicyMode: "enforcing", PolicyBundle: bundle, Outcome: OutcomeForwarded})
+		call, err := w.Append(ctx, &record.Call{Session: "sess-1", Agent: "agent-a", RequestID: json.RawMessage(`7`), Tool: "fs__read", Upstream: "fs", UpstreamTool: "read",
+			EvidenceClass: "spawn-measured", Args: w.Commit(args), Decision: record.DecisionAllow, PolicyIDs: []string{"policy0"}, PolicyMode: "enforcing", PolicyBundle: bundle, Outcome: record.OutcomeForwarded})
 		if err != nil {
 			t.Fatal(err)
 		}
 		result := []byte(`{"content":[{"type":"text","text":"quarterly numbers"}],"isError":false}`)
-		if _, err := w.Append(ctx, &Result{Call: call.Index, Session: "sess-1", Outcome: ResultOK, Result: w.Commit(result), LatencyMicros: 1834}); err != nil {
+		if _, err := w.Append(ctx, &record.Result{Call: call.Index, Session: "sess-1", Outcome: record.ResultOK, Result: w.Commit(result), LatencyMicros: 1834}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := w.Append(ctx, &Call{Session: "sess-1", Agent: "agent-a", RequestID: json.RawMessage(`"req-8"`), Tool: "fs__write", Upstream: "fs", UpstreamTool: "write",
-			EvidenceClass: "spawn-measured", Args: w.Commit([]byte(`{"path":"/etc/passwd","content":"x"}`)), Decision: DecisionDeny, PolicyIDs: []string{"policy2"}, PolicyMode: "enforcing",
-			PolicyBundle: bundle, Outcome: OutcomeRefused, Reason: "denied by policy"}); err != nil {
+		if _, err := w.Append(ctx, &record.Call{Session: "sess-1", Agent: "agent-a", RequestID: json.RawMessage(`"req-8"`), Tool: "fs__write", Upstream: "fs", UpstreamTool: "write",
+			EvidenceClass: "spawn-measured", Args: w.Commit([]byte(`{"path":"/etc/passwd","content":"x"}`)), Decision: record.DecisionDeny, PolicyIDs: []string{"policy2"}, PolicyMode: "enforcing",
+			PolicyBundle: bundle, Outcome: record.OutcomeRefused, Reason: "denied by policy"}); err != nil {
 			t.Fatal(err)
 		}
-		for _, r := range []Record{
-			&Stderr{Upstream: "fs", Session: "sess-1", Bytes: 512, Lines: 4},
-			&Admin{Action: "checkpoint", Actor: "operator"},
-			&Session{ID: "sess-1", Event: "end", Agent: "agent-a", Reason: "client closed"},
+		for _, r := range []record.Record{
+			&record.Stderr{Upstream: "fs", Session: "sess-1", Bytes: 512, Lines: 4},
+			&record.Admin{Action: "checkpoint", Actor: "operator"},
+			&record.Session{ID: "sess-1", Event: "end", Agent: "agent-a", Reason: "client closed"},
 		} {
 			if _, err := w.Append(ctx, r); err != nil {
 				t.Fatal(err)

@@ -8,13 +8,14 @@ import (
 
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/jcs"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
 // seedLines returns real lines of a small log (every writer-made kind).
 func seedLines(f *testing.F) ([][]byte, string) {
 	dir := f.TempDir()
-	w := writeLog(f, dir, Options{CheckpointEvery: 4, SegmentBytes: 2048, Durability: DurabilityInterval}, 12, 1)
+	w := writeLog(f, dir, Options{CheckpointEvery: 4, SegmentBytes: 2048, Durability: record.DurabilityInterval}, 12, 1)
 	var lines [][]byte
 	segs, _ := filepath.Glob(filepath.Join(dir, "epoch-000001", "seg-*.jsonl"))
 	for _, s := range segs {
@@ -55,14 +56,14 @@ func FuzzParseLine(f *testing.F) {
 		f.Add(l)
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
-		e, err := parseLine(in)
+		e, err := record.ParseLine(in)
 		if err != nil {
 			return
 		}
-		if got := appendLine(nil, e.Kind, e.Body, e.Prev, e.Seq, string(e.TS)); !bytes.Equal(got, in) {
+		if got := record.AppendLine(nil, e.Kind, e.Body, e.Prev, e.Seq, string(e.TS)); !bytes.Equal(got, in) {
 			t.Fatalf("parsed line does not round-trip:\n in %q\nout %q", in, got)
 		}
-		DecodeBody(e.Kind, e.Body) // must not panic
+		record.DecodeBody(e.Kind, e.Body) // must not panic
 	})
 }
 
@@ -71,9 +72,9 @@ func FuzzParseLine(f *testing.F) {
 func FuzzParseCheckpoint(f *testing.F) {
 	lines, vkey := seedLines(f)
 	for _, l := range lines {
-		if e, err := parseLine(l); err == nil && e.Kind == KindCheckpoint {
-			r, _ := DecodeBody(KindCheckpoint, e.Body)
-			f.Add([]byte(r.(*CheckpointRecord).Note))
+		if e, err := record.ParseLine(l); err == nil && e.Kind == record.KindCheckpoint {
+			r, _ := record.DecodeBody(record.KindCheckpoint, e.Body)
+			f.Add([]byte(r.(*record.CheckpointRecord).Note))
 		}
 	}
 	f.Add([]byte("o\n1\nAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=\nextension\n\n— o abc\n"))
@@ -97,7 +98,7 @@ func FuzzParseCheckpoint(f *testing.F) {
 // a proof that was changed.
 func FuzzParseProof(f *testing.F) {
 	dir := f.TempDir()
-	w := writeLog(f, dir, Options{CheckpointEvery: 4, Durability: DurabilityInterval}, 12, 1)
+	w := writeLog(f, dir, Options{CheckpointEvery: 4, Durability: record.DurabilityInterval}, 12, 1)
 	var good []byte
 	for _, idx := range []int64{0, 3, 7, 12} {
 		p, err := Prove(dir, 1, idx, VerifyOptions{Keys: []string{w.VerifierKey()}})
@@ -117,7 +118,7 @@ func FuzzParseProof(f *testing.F) {
 		if _, err := VerifyProof(in, []string{key}); err == nil && !bytes.Equal(in, good) {
 			// Another valid proof must be for another record of the same log.
 			p2, _ := c2sp.ParseProof(in)
-			if _, err := parseLine(p2.Record); err != nil {
+			if _, err := record.ParseLine(p2.Record); err != nil {
 				t.Fatalf("accepted a proof with a malformed record %q", p2.Record)
 			}
 		}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // within fails t if f does not return within d (a hang on hostile input).
@@ -123,7 +124,7 @@ func TestVaultLineTooLong(t *testing.T) {
 // told failed (appends race short deadlines in group durability).
 func TestAppendErrorMeansNotWritten(t *testing.T) {
 	dir := t.TempDir()
-	w, err := Open(dir, Options{Key: testKey(t), Durability: DurabilityGroup})
+	w, err := Open(dir, Options{Key: testKey(t), Durability: record.DurabilityGroup})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +137,7 @@ func TestAppendErrorMeansNotWritten(t *testing.T) {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(i%7)*50*time.Microsecond)
 			defer cancel()
-			_, err := w.Append(ctx, &Session{ID: fmt.Sprint(i), Event: "start", Agent: "a", Front: "http"})
+			_, err := w.Append(ctx, &record.Session{ID: fmt.Sprint(i), Event: "start", Agent: "a", Front: "http"})
 			ok[i] = err == nil
 		}()
 	}
@@ -162,7 +163,7 @@ func TestAppendErrorMeansNotWritten(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if s, isSession := rec.(*Session); isSession {
+		if s, isSession := rec.(*record.Session); isSession {
 			var i int
 			fmt.Sscan(s.ID, &i)
 			written[i] = true
@@ -213,7 +214,7 @@ func TestLastCheckpointLineIsParsed(t *testing.T) {
 	if want < 0 {
 		t.Fatal("no checkpoint found")
 	}
-	line := appendLine(nil, KindSession, []byte(`{"x":{"a":1,"kind":"checkpoint","z":2}}`), [32]byte{}, 99, "2026-12-01T00:00:00Z")
+	line := record.AppendLine(nil, record.KindSession, []byte(`{"x":{"a":1,"kind":"checkpoint","z":2}}`), [32]byte{}, 99, "2026-12-01T00:00:00Z")
 	f, err := os.OpenFile(seg, os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)

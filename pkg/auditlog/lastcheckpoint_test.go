@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // wholeFileLastCheckpoint is the reference for lastCheckpointLine: the
@@ -19,7 +20,7 @@ func wholeFileLastCheckpoint(b []byte) int64 {
 	end := bytes.LastIndexByte(b, '\n')
 	for end > 0 {
 		start := bytes.LastIndexByte(b[:end], '\n') + 1
-		if e, err := parseLine(b[start:end]); err == nil && e.Kind == KindCheckpoint {
+		if e, err := record.ParseLine(b[start:end]); err == nil && e.Kind == record.KindCheckpoint {
 			return int64(start)
 		}
 		end = start - 1
@@ -52,7 +53,7 @@ func checkpointedSegment(t *testing.T, cpEvery, n int) ([]byte, [][]byte) {
 	}
 	var cps [][]byte
 	for _, l := range bytes.SplitAfter(base, []byte("\n")) {
-		if e, err := parseLine(bytes.TrimSuffix(l, []byte("\n"))); err == nil && e.Kind == KindCheckpoint {
+		if e, err := record.ParseLine(bytes.TrimSuffix(l, []byte("\n"))); err == nil && e.Kind == record.KindCheckpoint {
 			cps = append(cps, l)
 		}
 	}
@@ -77,7 +78,7 @@ func TestLastCheckpointLineAgreesWithTheWholeFileScan(t *testing.T) {
 		"log":           base,
 		"crlf":          bytes.ReplaceAll(base, []byte("\n"), []byte("\r\n")),
 		"long line":     cat(base, pad(3*chunk, 'q'), []byte("\n")),
-		"huge line":     cat(base, pad(MaxLineBytes+10, 'q'), []byte("\n")),
+		"huge line":     cat(base, pad(record.MaxLineBytes+10, 'q'), []byte("\n")),
 		"empty":         nil,
 		"only newlines": []byte("\n\n\n"),
 		"one cp":        cps[0],

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 	"golang.org/x/mod/sumdb/tlog"
@@ -43,17 +44,6 @@ type LogCheckpoint struct {
 	// the records since the previous log checkpoint of this writer (for the
 	// first one, since the epoch's base), so that a LogTree can follow.
 	Leaves []tlog.Hash
-}
-
-// LogInfo is the genesis member that binds an epoch to the log identity:
-// the log origin and key, and the log tree of every earlier epoch's
-// records (size and compact range). The genesis statement covers it, so
-// the epoch's attestation evidence binds the log key too.
-type LogInfo struct {
-	Origin   string   `json:"origin"`
-	Key      string   `json:"key"`         // note verifier key of the log key (name = Origin)
-	Size     int64    `json:"size,string"` // records of all earlier epochs = log index of this genesis
-	Frontier [][]byte `json:"frontier"`    // RFC 6962 compact range of those records, largest subtree first
 }
 
 // nodesOf returns the compact range [0, n) as (lo, hi) pairs, largest first.
@@ -306,7 +296,7 @@ func readCosigned(epochDir string) ([][]byte, error) {
 // the previous epoch's genesis gives the tree before it (or, when it has no
 // log member, the epochs before it are read), and the previous epoch's
 // records, as recovery left them (pred.Size), are folded in.
-func logBaseOf(dir string, pred *Predecessor) (frontier, error) {
+func logBaseOf(dir string, pred *record.Predecessor) (frontier, error) {
 	if pred == nil {
 		return frontier{}, nil
 	}
@@ -380,7 +370,7 @@ func foldEpochLeaves(edir string, limit int64, f *frontier) (int64, error) {
 }
 
 // readGenesis decodes the genesis record of an epoch.
-func readGenesis(dir string, epoch int) (*Genesis, error) {
+func readGenesis(dir string, epoch int) (*record.Genesis, error) {
 	fh, err := os.Open(filepath.Join(dir, logdir.EpochName(epoch), logdir.SegmentName(1)))
 	if err != nil {
 		return nil, err
@@ -390,16 +380,16 @@ func readGenesis(dir string, epoch int) (*Genesis, error) {
 	if err != nil {
 		return nil, fmt.Errorf("epoch %d: read the genesis record: %w", epoch, err)
 	}
-	e, err := parseLine(line[:len(line)-1])
+	e, err := record.ParseLine(line[:len(line)-1])
 	if err != nil {
 		return nil, fmt.Errorf("epoch %d: genesis record: %w", epoch, err)
 	}
-	r, err := DecodeBody(KindGenesis, e.Body)
+	r, err := record.DecodeBody(record.KindGenesis, e.Body)
 	if err != nil {
 		return nil, fmt.Errorf("epoch %d: %w", epoch, err)
 	}
-	g, ok := r.(*Genesis)
-	if !ok || e.Kind != KindGenesis {
+	g, ok := r.(*record.Genesis)
+	if !ok || e.Kind != record.KindGenesis {
 		return nil, fmt.Errorf("epoch %d: the first record is not a genesis record", epoch)
 	}
 	return g, nil

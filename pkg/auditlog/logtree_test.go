@@ -16,6 +16,7 @@ import (
 
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
 )
@@ -207,11 +208,11 @@ func TestWitnessedLogVerifies(t *testing.T) {
 	// A third witness the log never met: quorum 2 of (w1, w3) fails.
 	w3 := newTestCosigner(t, "w3.example/w")
 	_, err = Verify(dir, VerifyOptions{Witnesses: []string{w1.vkey(), w3.vkey()}, WitnessQuorum: 2})
-	wantClass(t, err, ClassTruncation, "carries 1 of the 2 cosignatures")
+	wantClass(t, err, record.ClassTruncation, "carries 1 of the 2 cosignatures")
 
 	// Freshness.
 	_, err = Verify(dir, VerifyOptions{Witnesses: []string{w1.vkey()}, WitnessMaxAge: time.Minute, Now: func() time.Time { return time.Now().Add(time.Hour) }})
-	wantClass(t, err, ClassTruncation, "--witness-max-age")
+	wantClass(t, err, record.ClassTruncation, "--witness-max-age")
 
 	// A cosignature that does not verify is an error, not ignored.
 	good := string(cosign(t, last.Note, w1))
@@ -223,7 +224,7 @@ func TestWitnessedLogVerifies(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = Verify(dir, opt)
-	wantClass(t, err, ClassSignature, "w1.example/w does not verify")
+	wantClass(t, err, record.ClassSignature, "w1.example/w does not verify")
 	os.Remove(filepath.Join(ed, WitnessFile))
 
 	// The log cut below what a witness cosigned.
@@ -237,12 +238,12 @@ func TestWitnessedLogVerifies(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = Verify(dir, VerifyOptions{Witnesses: []string{w1.vkey()}})
-	wantClass(t, err, ClassTruncation, "records were cut from its tail")
+	wantClass(t, err, record.ClassTruncation, "records were cut from its tail")
 }
 
-func wantClass(t *testing.T, err error, c Class, sub string) {
+func wantClass(t *testing.T, err error, c record.Class, sub string) {
 	t.Helper()
-	var ve *VerifyError
+	var ve *record.VerifyError
 	if !errors.As(err, &ve) || ve.Class != c || !strings.Contains(ve.Error(), sub) {
 		t.Fatalf("got %v, want a %s failure saying %q", err, c, sub)
 	}

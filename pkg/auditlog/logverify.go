@@ -10,6 +10,7 @@ import (
 
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
 )
@@ -49,7 +50,7 @@ type logCheck struct {
 	want      map[int64]*tlog.Hash
 	cosigned  []cosignedAt
 	bases     map[int]int64
-	id        *LogInfo // the identity of the newest epoch that has one
+	id        *record.LogInfo // the identity of the newest epoch that has one
 	idEpoch   int
 	lastWithL int // newest epoch with a log member
 }
@@ -67,17 +68,17 @@ func newLogCheck(opt *VerifyOptions, dir string, epochs []int) (*logCheck, error
 	for _, k := range opt.Witnesses {
 		v, err := c2sp.NewCosignatureVerifier(strings.TrimSpace(k))
 		if err != nil {
-			return nil, &VerifyError{Class: ClassUsage, Msg: fmt.Sprintf("--witness: %v", err)}
+			return nil, &record.VerifyError{Class: record.ClassUsage, Msg: fmt.Sprintf("--witness: %v", err)}
 		}
 		id := fmt.Sprintf("%s+%08x", v.Name(), v.KeyHash())
 		if seen[id] {
-			return nil, &VerifyError{Class: ClassUsage, Msg: fmt.Sprintf("--witness %s is given twice: a quorum counts distinct witnesses", clip(k))}
+			return nil, &record.VerifyError{Class: record.ClassUsage, Msg: fmt.Sprintf("--witness %s is given twice: a quorum counts distinct witnesses", clip(k))}
 		}
 		seen[id] = true
 		lc.wits = append(lc.wits, v)
 	}
 	if opt.WitnessQuorum < 0 || opt.WitnessQuorum > len(lc.wits) {
-		return nil, &VerifyError{Class: ClassUsage, Msg: fmt.Sprintf("--witness-quorum %d: want 1 to the number of --witness keys (%d)", opt.WitnessQuorum, len(lc.wits))}
+		return nil, &record.VerifyError{Class: record.ClassUsage, Msg: fmt.Sprintf("--witness-quorum %d: want 1 to the number of --witness keys (%d)", opt.WitnessQuorum, len(lc.wits))}
 	}
 	if len(lc.wits) > 0 && opt.WitnessQuorum == 0 {
 		opt.WitnessQuorum = len(lc.wits)
@@ -85,12 +86,12 @@ func newLogCheck(opt *VerifyOptions, dir string, epochs []int) (*logCheck, error
 	for _, e := range epochs {
 		notes, err := readCosigned(filepath.Join(dir, logdir.EpochName(e)))
 		if err != nil {
-			return nil, &VerifyError{Class: ClassIntegrity, Pos: Position{Epoch: e, File: filepath.Join(dir, logdir.EpochName(e), WitnessFile)}, Msg: err.Error()}
+			return nil, &record.VerifyError{Class: record.ClassIntegrity, Pos: record.Position{Epoch: e, File: filepath.Join(dir, logdir.EpochName(e), WitnessFile)}, Msg: err.Error()}
 		}
 		for i, n := range notes {
 			cp, err := c2sp.ParseCheckpoint(n)
 			if err != nil {
-				return nil, &VerifyError{Class: ClassIntegrity, Pos: Position{Epoch: e, File: filepath.Join(dir, logdir.EpochName(e), WitnessFile), Line: int64(i + 1)}, Msg: fmt.Sprintf("cosigned log checkpoint: %v", err)}
+				return nil, &record.VerifyError{Class: record.ClassIntegrity, Pos: record.Position{Epoch: e, File: filepath.Join(dir, logdir.EpochName(e), WitnessFile), Line: int64(i + 1)}, Msg: fmt.Sprintf("cosigned log checkpoint: %v", err)}
 			}
 			lc.cosigned = append(lc.cosigned, cosignedAt{epoch: e, line: i + 1, raw: n, cp: cp})
 			lc.want[cp.Size] = nil
@@ -111,30 +112,30 @@ func (lc *logCheck) leaf(h tlog.Hash) {
 func (lc *logCheck) genesis(res *EpochResult, base frontier) error {
 	lc.bases[res.Epoch] = base.n
 	g := res.Genesis
-	pos := Position{Epoch: res.Epoch, File: filepath.Join(res.Dir, logdir.SegmentName(1)), Line: 1, Index: 0, Kind: KindGenesis}
+	pos := record.Position{Epoch: res.Epoch, File: filepath.Join(res.Dir, logdir.SegmentName(1)), Line: 1, Index: 0, Kind: record.KindGenesis}
 	if g == nil || g.Log == nil {
 		return nil
 	}
 	l := g.Log
 	v, err := note.NewVerifier(l.Key)
 	if err != nil {
-		return &VerifyError{Class: ClassIntegrity, Pos: pos, Msg: fmt.Sprintf("genesis log key %q: %v", clip(l.Key), err)}
+		return &record.VerifyError{Class: record.ClassIntegrity, Pos: pos, Msg: fmt.Sprintf("genesis log key %q: %v", clip(l.Key), err)}
 	}
 	if v.Name() != l.Origin {
-		return &VerifyError{Class: ClassIntegrity, Pos: pos, Expected: l.Origin, Computed: v.Name(), Msg: "genesis log key name differs from the log origin"}
+		return &record.VerifyError{Class: record.ClassIntegrity, Pos: pos, Expected: l.Origin, Computed: v.Name(), Msg: "genesis log key name differs from the log origin"}
 	}
 	if lc.id != nil && (lc.id.Origin != l.Origin || lc.id.Key != l.Key) {
-		return &VerifyError{Class: ClassIntegrity, Pos: pos, Expected: lc.id.Origin + " " + lc.id.Key, Computed: l.Origin + " " + l.Key,
+		return &record.VerifyError{Class: record.ClassIntegrity, Pos: pos, Expected: lc.id.Origin + " " + lc.id.Key, Computed: l.Origin + " " + l.Key,
 			Msg:  fmt.Sprintf("epoch %d names another log identity than epoch %d: a log keeps one origin and one log key", res.Epoch, lc.idEpoch),
 			Hint: "a new log identity is a new log: start it in a new audit directory"}
 	}
 	if l.Size != base.n {
-		return &VerifyError{Class: ClassIntegrity, Pos: pos, Expected: fmt.Sprint(l.Size), Computed: fmt.Sprint(base.n),
+		return &record.VerifyError{Class: record.ClassIntegrity, Pos: pos, Expected: fmt.Sprint(l.Size), Computed: fmt.Sprint(base.n),
 			Msg: fmt.Sprintf("epoch %d's genesis says the earlier epochs hold %d records, they hold %d", res.Epoch, l.Size, base.n)}
 	}
 	f, err := frontierFrom(l.Size, l.Frontier)
 	if err != nil || !slices.Equal(f.hashes, base.hashes) {
-		return &VerifyError{Class: ClassIntegrity, Pos: pos, Msg: fmt.Sprintf("epoch %d's genesis log frontier does not match the earlier epochs' records", res.Epoch)}
+		return &record.VerifyError{Class: record.ClassIntegrity, Pos: pos, Msg: fmt.Sprintf("epoch %d's genesis log frontier does not match the earlier epochs' records", res.Epoch)}
 	}
 	lc.id, lc.idEpoch, lc.lastWithL = l, res.Epoch, res.Epoch
 	return nil
@@ -145,11 +146,11 @@ func (lc *logCheck) finish(rep *Report) error {
 	if lc.id == nil {
 		if len(lc.cosigned) > 0 {
 			c := lc.cosigned[0]
-			return &VerifyError{Class: ClassIntegrity, Pos: Position{Epoch: c.epoch, File: WitnessFile, Line: int64(c.line)},
+			return &record.VerifyError{Class: record.ClassIntegrity, Pos: record.Position{Epoch: c.epoch, File: WitnessFile, Line: int64(c.line)},
 				Msg: "the log holds cosigned log checkpoints but no epoch names a log identity (genesis member log)"}
 		}
 		if len(lc.wits) > 0 {
-			return &VerifyError{Class: ClassTruncation, Msg: "--witness: the log has no log identity (no genesis names a log origin and key), so no witness can have cosigned it",
+			return &record.VerifyError{Class: record.ClassTruncation, Msg: "--witness: the log has no log identity (no genesis names a log origin and key), so no witness can have cosigned it",
 				Hint: "configure the gateway's log identity and witnesses (audit.log, audit.witnesses), or verify without --witness"}
 		}
 		return nil
@@ -188,18 +189,18 @@ type cosigs struct {
 // against the log key and the log tree, and adds its cosignatures to
 // bySize.
 func (lc *logCheck) cosignedCheckpoint(rep *Report, c cosignedAt, vs note.Verifiers, lv note.Verifier, bySize map[int64]*cosigs) error {
-	pos := Position{Epoch: c.epoch, File: filepath.Join(rep.Dir, logdir.EpochName(c.epoch), WitnessFile), Line: int64(c.line)}
+	pos := record.Position{Epoch: c.epoch, File: filepath.Join(rep.Dir, logdir.EpochName(c.epoch), WitnessFile), Line: int64(c.line)}
 	n, err := note.Open(c.raw, vs)
 	if err != nil {
 		var bad *note.InvalidSignatureError
 		var uv *note.UnverifiedNoteError
 		switch {
 		case errors.As(err, &bad):
-			return &VerifyError{Class: ClassSignature, Pos: pos, Msg: fmt.Sprintf("log checkpoint of size %d: the signature of %s does not verify: a forged or altered cosignature", c.cp.Size, bad.Name)}
+			return &record.VerifyError{Class: record.ClassSignature, Pos: pos, Msg: fmt.Sprintf("log checkpoint of size %d: the signature of %s does not verify: a forged or altered cosignature", c.cp.Size, bad.Name)}
 		case errors.As(err, &uv):
-			return &VerifyError{Class: ClassKey, Pos: pos, Msg: fmt.Sprintf("log checkpoint of size %d is not signed by the log key %s (signed by %s)", c.cp.Size, lc.id.Origin, sigNames(uv.Note))}
+			return &record.VerifyError{Class: record.ClassKey, Pos: pos, Msg: fmt.Sprintf("log checkpoint of size %d is not signed by the log key %s (signed by %s)", c.cp.Size, lc.id.Origin, sigNames(uv.Note))}
 		}
-		return &VerifyError{Class: ClassSignature, Pos: pos, Msg: fmt.Sprintf("log checkpoint of size %d: %v", c.cp.Size, err)}
+		return &record.VerifyError{Class: record.ClassSignature, Pos: pos, Msg: fmt.Sprintf("log checkpoint of size %d: %v", c.cp.Size, err)}
 	}
 	haveLog := false
 	for _, s := range n.Sigs {
@@ -208,13 +209,13 @@ func (lc *logCheck) cosignedCheckpoint(rep *Report, c cosignedAt, vs note.Verifi
 		}
 	}
 	if !haveLog {
-		return &VerifyError{Class: ClassKey, Pos: pos, Msg: fmt.Sprintf("log checkpoint of size %d carries cosignatures but not the log key's signature", c.cp.Size)}
+		return &record.VerifyError{Class: record.ClassKey, Pos: pos, Msg: fmt.Sprintf("log checkpoint of size %d carries cosignatures but not the log key's signature", c.cp.Size)}
 	}
 	if c.cp.Origin != lc.id.Origin {
-		return &VerifyError{Class: ClassIntegrity, Pos: pos, Expected: lc.id.Origin, Computed: c.cp.Origin, Msg: "cosigned log checkpoint of another origin"}
+		return &record.VerifyError{Class: record.ClassIntegrity, Pos: pos, Expected: lc.id.Origin, Computed: c.cp.Origin, Msg: "cosigned log checkpoint of another origin"}
 	}
 	if c.cp.Size > lc.fr.n {
-		return &VerifyError{Class: ClassTruncation, Pos: pos, Expected: fmt.Sprint(c.cp.Size), Computed: fmt.Sprint(lc.fr.n),
+		return &record.VerifyError{Class: record.ClassTruncation, Pos: pos, Expected: fmt.Sprint(c.cp.Size), Computed: fmt.Sprint(lc.fr.n),
 			Msg:  fmt.Sprintf("a log checkpoint signed by the log key (and cosigned by %s) commits to %d records, but the log holds %d: %d records were cut from its tail (truncation or rollback)", witnessNames(n, lv), c.cp.Size, lc.fr.n, c.cp.Size-lc.fr.n),
 			Hint: "restore the log from a backup; the cosigned checkpoint proves the missing records existed"}
 	}
@@ -223,7 +224,7 @@ func (lc *logCheck) cosignedCheckpoint(rep *Report, c cosignedAt, vs note.Verifi
 		root = *r
 	}
 	if root != c.cp.Root {
-		return &VerifyError{Class: ClassFork, Pos: pos, Expected: b64(c.cp.Root), Computed: b64(root),
+		return &record.VerifyError{Class: record.ClassFork, Pos: pos, Expected: b64(c.cp.Root), Computed: b64(root),
 			Msg:  fmt.Sprintf("SECURITY ERROR: fork: the first %d records of the log hash to another root than the log checkpoint cosigned by %s: this log is not the one the witnesses saw", c.cp.Size, witnessNames(n, lv)),
 			Hint: "the history was rewritten by someone holding the keys; keep this directory and the witnesses' state as evidence"}
 	}
@@ -241,7 +242,7 @@ func (lc *logCheck) cosignedCheckpoint(rep *Report, c cosignedAt, vs note.Verifi
 		}
 		t, err := c2sp.CosignatureTime(sg)
 		if err != nil {
-			return &VerifyError{Class: ClassSignature, Pos: pos, Msg: fmt.Sprintf("cosignature of %s: %v", sg.Name, err)}
+			return &record.VerifyError{Class: record.ClassSignature, Pos: pos, Msg: fmt.Sprintf("cosignature of %s: %v", sg.Name, err)}
 		}
 		id := fmt.Sprintf("%s+%08x", sg.Name, sg.Hash)
 		if t > s.names[id] {
@@ -265,10 +266,10 @@ func (lc *logCheck) witnessed(rep *Report, lv note.Verifier, bySize map[int64]*c
 		}
 	}
 	if last == nil {
-		return nil, &VerifyError{Class: ClassUnsigned, Msg: "--witness: the log holds no checkpoint to be witnessed"}
+		return nil, &record.VerifyError{Class: record.ClassUnsigned, Msg: "--witness: the log holds no checkpoint to be witnessed"}
 	}
 	if last.Epoch < lc.lastWithL || last.Genesis == nil || last.Genesis.Log == nil {
-		return nil, &VerifyError{Class: ClassTruncation, Pos: Position{Epoch: last.Epoch},
+		return nil, &record.VerifyError{Class: record.ClassTruncation, Pos: record.Position{Epoch: last.Epoch},
 			Msg: fmt.Sprintf("--witness: epoch %d holds the newest checkpoint but names no log identity, so no witness cosigned it", last.Epoch)}
 	}
 	size := lc.bases[last.Epoch] + last.LastCheckpointAt + 1
@@ -298,7 +299,7 @@ func (lc *logCheck) witnessed(rep *Report, lv note.Verifier, bySize map[int64]*c
 		if len(wc.Witnesses) > 0 {
 			names = strings.Join(wc.Witnesses, ", ")
 		}
-		return nil, &VerifyError{Class: ClassTruncation, Pos: Position{Epoch: last.Epoch, Index: last.LastCheckpointAt, Kind: KindCheckpoint},
+		return nil, &record.VerifyError{Class: record.ClassTruncation, Pos: record.Position{Epoch: last.Epoch, Index: last.LastCheckpointAt, Kind: record.KindCheckpoint},
 			Expected: fmt.Sprint(lc.opt.WitnessQuorum), Computed: fmt.Sprint(len(wc.Witnesses)),
 			Msg: fmt.Sprintf("the newest checkpoint (epoch %d record %d, log size %d) carries %d of the %d cosignatures required from the given witnesses (cosigned by: %s): the log was cut back or rolled back to a point the witnesses have moved past, forked, or its newest checkpoint was not yet witnessed",
 				last.Epoch, last.LastCheckpointAt, size, len(wc.Witnesses), lc.opt.WitnessQuorum, names),
@@ -313,7 +314,7 @@ func (lc *logCheck) witnessed(rep *Report, lv note.Verifier, bySize map[int64]*c
 			now = lc.opt.Now()
 		}
 		if age := now.Sub(wc.Time); age > lc.opt.WitnessMaxAge {
-			return nil, &VerifyError{Class: ClassTruncation, Pos: Position{Epoch: last.Epoch, Index: last.LastCheckpointAt, Kind: KindCheckpoint},
+			return nil, &record.VerifyError{Class: record.ClassTruncation, Pos: record.Position{Epoch: last.Epoch, Index: last.LastCheckpointAt, Kind: record.KindCheckpoint},
 				Msg: fmt.Sprintf("the newest checkpoint was cosigned by a quorum at %s, %s ago, more than --witness-max-age %s: a log cut back to an earlier witnessed point looks like this (a running gateway has its newest checkpoint cosigned again while idle)",
 					wc.Time.Format(time.RFC3339), age.Round(time.Second), lc.opt.WitnessMaxAge)}
 		}

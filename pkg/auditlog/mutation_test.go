@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // TestRandomDamageDetected changes one random byte of a sealed log (or cuts
@@ -31,8 +33,8 @@ import (
 // check in scanEpoch fails the test.
 func TestRandomDamageDetected(t *testing.T) {
 	dir := t.TempDir()
-	w1 := writeLog(t, dir, Options{CheckpointEvery: 9, SegmentBytes: 6 << 10, Durability: DurabilityInterval}, 40, 1)
-	w := writeLog(t, dir, Options{CheckpointEvery: 9, SegmentBytes: 6 << 10, Durability: DurabilityInterval}, 40, 1)
+	w1 := writeLog(t, dir, Options{CheckpointEvery: 9, SegmentBytes: 6 << 10, Durability: record.DurabilityInterval}, 40, 1)
+	w := writeLog(t, dir, Options{CheckpointEvery: 9, SegmentBytes: 6 << 10, Durability: record.DurabilityInterval}, 40, 1)
 	// Only the newest epoch's final checkpoint is kept outside; epoch 1 is
 	// protected through epoch 2's genesis.
 	opt := VerifyOptions{Keys: []string{w1.VerifierKey(), w.VerifierKey()}, Checkpoints: [][]byte{w.LatestCheckpoint()}}
@@ -109,8 +111,8 @@ func TestRandomDamageDetected(t *testing.T) {
 		os.WriteFile(seg, bytes.Join(damaged, nil), 0o600)
 		_, err := Verify(dir, opt)
 		os.WriteFile(seg, orig[seg], 0o600)
-		var ve *VerifyError
-		if !errors.As(err, &ve) || ve.Class != ClassIntegrity {
+		var ve *record.VerifyError
+		if !errors.As(err, &ve) || ve.Class != record.ClassIntegrity {
 			t.Fatalf("record %s of %s rewritten (relinked %v): got %v, want an integrity failure", rec.Seq, filepath.Base(seg), relink, err)
 		}
 		want := fmt.Sprintf("broken hash link: prev does not match the hash of record %s: record %s was modified", rec.Seq, rec.Seq)

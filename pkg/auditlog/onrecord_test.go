@@ -8,10 +8,12 @@ import (
 	"path/filepath"
 	"reflect"
 	"testing"
+
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // readerEntries reads a log with a Reader (and decodes every record).
-func readerEntries(t *testing.T, dir string) ([]Entry, []Record) {
+func readerEntries(t *testing.T, dir string) ([]Entry, []record.Record) {
 	t.Helper()
 	r, err := NewReader(dir)
 	if err != nil {
@@ -19,7 +21,7 @@ func readerEntries(t *testing.T, dir string) ([]Entry, []Record) {
 	}
 	defer r.Close()
 	var es []Entry
-	var recs []Record
+	var recs []record.Record
 	for {
 		e, err := r.Next()
 		if err == io.EOF {
@@ -44,7 +46,7 @@ func TestVerifyOnRecord(t *testing.T) {
 	want, wantRecs := readerEntries(t, dir)
 	for _, ahead := range []bool{false, true} {
 		var got []Entry
-		var gotRecs []Record
+		var gotRecs []record.Record
 		opt := VerifyOptions{OnRecord: func(e *Entry) error {
 			rec, err := e.Decode()
 			if err != nil {
@@ -54,7 +56,7 @@ func TestVerifyOnRecord(t *testing.T) {
 			return nil
 		}}
 		if ahead {
-			opt.Decode = func(k Kind) bool { return k == KindCall || k == KindGenesis }
+			opt.Decode = func(k record.Kind) bool { return k == record.KindCall || k == record.KindGenesis }
 		}
 		if _, err := Verify(dir, opt); err != nil {
 			t.Fatal(err)
@@ -125,8 +127,8 @@ func TestVerifyOnRecordStopsAtDamage(t *testing.T) {
 		seen = append(seen, e.Index)
 		return nil
 	}})
-	var ve *VerifyError
-	if !errors.As(err, &ve) || ve.Class != ClassIntegrity || ve.Pos.Index != 4 {
+	var ve *record.VerifyError
+	if !errors.As(err, &ve) || ve.Class != record.ClassIntegrity || ve.Pos.Index != 4 {
 		t.Fatalf("Verify: %v", err)
 	}
 	if len(seen) != 4 || seen[3] != 3 {

@@ -7,18 +7,19 @@ import (
 
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
 )
 
 // A proof carries a record line and a checkpoint: c2sp.MaxProofBytes is
 // twice MaxLineBytes (this does not compile if the two drift apart).
-var _ = [1]struct{}{}[c2sp.MaxProofBytes-2*MaxLineBytes]
+var _ = [1]struct{}{}[c2sp.MaxProofBytes-2*record.MaxLineBytes]
 
 // ProofResult is what VerifyProof established.
 type ProofResult struct {
 	Index      int64
-	Kind       Kind
+	Kind       record.Kind
 	Checkpoint *c2sp.Checkpoint
 	Record     []byte
 }
@@ -30,14 +31,14 @@ type ProofResult struct {
 func VerifyProof(text []byte, keys []string) (*ProofResult, error) {
 	p, err := c2sp.ParseProof(text)
 	if err != nil {
-		return nil, &VerifyError{Class: ClassIntegrity, Msg: err.Error(), Err: err}
+		return nil, &record.VerifyError{Class: record.ClassIntegrity, Msg: err.Error(), Err: err}
 	}
 	set, err := ParseKeys(keys)
 	if err != nil {
 		return nil, err
 	}
 	if len(set) == 0 {
-		return nil, &VerifyError{Class: ClassUsage, Msg: "checking a proof needs the trusted key (--key): the proof carries no key of its own"}
+		return nil, &record.VerifyError{Class: record.ClassUsage, Msg: "checking a proof needs the trusted key (--key): the proof carries no key of its own"}
 	}
 	var list []note.Verifier
 	for k := range set {
@@ -50,27 +51,27 @@ func VerifyProof(text []byte, keys []string) (*ProofResult, error) {
 		var bad *note.InvalidSignatureError
 		switch {
 		case errors.As(err, &bad):
-			return nil, &VerifyError{Class: ClassSignature, Pos: Position{Index: p.Index}, Msg: fmt.Sprintf("the proof's checkpoint signature does not verify: %v", err)}
+			return nil, &record.VerifyError{Class: record.ClassSignature, Pos: record.Position{Index: p.Index}, Msg: fmt.Sprintf("the proof's checkpoint signature does not verify: %v", err)}
 		case errors.As(err, &uv):
-			return nil, &VerifyError{Class: ClassKey, Pos: Position{Index: p.Index}, Msg: fmt.Sprintf("the proof's checkpoint is not signed by a trusted key (signed by %s)", sigNames(uv.Note))}
+			return nil, &record.VerifyError{Class: record.ClassKey, Pos: record.Position{Index: p.Index}, Msg: fmt.Sprintf("the proof's checkpoint is not signed by a trusted key (signed by %s)", sigNames(uv.Note))}
 		}
-		return nil, &VerifyError{Class: ClassIntegrity, Pos: Position{Index: p.Index}, Msg: fmt.Sprintf("the proof's checkpoint: %v", err)}
+		return nil, &record.VerifyError{Class: record.ClassIntegrity, Pos: record.Position{Index: p.Index}, Msg: fmt.Sprintf("the proof's checkpoint: %v", err)}
 	}
 	res := &ProofResult{Index: p.Index, Checkpoint: cp, Record: p.Record}
-	pos := Position{Epoch: epochOfOrigin(cp.Origin), Index: p.Index, Record: excerpt(p.Record)}
+	pos := record.Position{Epoch: epochOfOrigin(cp.Origin), Index: p.Index, Record: excerpt(p.Record)}
 	if p.Index >= cp.Size {
-		return res, &VerifyError{Class: ClassIntegrity, Pos: pos, Msg: fmt.Sprintf("record %d is not covered by the checkpoint (size %d)", p.Index, cp.Size)}
+		return res, &record.VerifyError{Class: record.ClassIntegrity, Pos: pos, Msg: fmt.Sprintf("record %d is not covered by the checkpoint (size %d)", p.Index, cp.Size)}
 	}
-	env, err := parseLine(p.Record)
+	env, err := record.ParseLine(p.Record)
 	if err != nil {
-		return res, &VerifyError{Class: ClassIntegrity, Pos: pos, Msg: fmt.Sprintf("the proof's record is malformed: %v", err)}
+		return res, &record.VerifyError{Class: record.ClassIntegrity, Pos: pos, Msg: fmt.Sprintf("the proof's record is malformed: %v", err)}
 	}
 	res.Kind = env.Kind
 	if env.Seq != p.Index {
-		return res, &VerifyError{Class: ClassIntegrity, Pos: pos, Expected: fmt.Sprint(p.Index), Computed: fmt.Sprint(env.Seq), Msg: "the record's seq differs from the proof's index"}
+		return res, &record.VerifyError{Class: record.ClassIntegrity, Pos: pos, Expected: fmt.Sprint(p.Index), Computed: fmt.Sprint(env.Seq), Msg: "the record's seq differs from the proof's index"}
 	}
 	if err := tlog.CheckRecord(p.Hashes, cp.Size, cp.Root, p.Index, tlog.RecordHash(p.Record)); err != nil {
-		return res, &VerifyError{Class: ClassIntegrity, Pos: pos, Expected: b64(cp.Root), Msg: fmt.Sprintf("inclusion proof does not verify: the record, its index or the proof hashes were changed (%v)", err)}
+		return res, &record.VerifyError{Class: record.ClassIntegrity, Pos: pos, Expected: b64(cp.Root), Msg: fmt.Sprintf("inclusion proof does not verify: the record, its index or the proof hashes were changed (%v)", err)}
 	}
 	return res, nil
 }
@@ -80,20 +81,20 @@ func VerifyProof(text []byte, keys []string) (*ProofResult, error) {
 // verified first; opt is as for Verify.
 func Prove(dir string, epoch int, index int64, opt VerifyOptions) (*c2sp.Proof, error) {
 	if epoch < 0 {
-		return nil, &VerifyError{Class: ClassUsage, Msg: fmt.Sprintf("epoch %d: epochs are numbered from 1 (0: the newest)", epoch)}
+		return nil, &record.VerifyError{Class: record.ClassUsage, Msg: fmt.Sprintf("epoch %d: epochs are numbered from 1 (0: the newest)", epoch)}
 	}
 	epochs, err := logdir.ListEpochs(dir)
 	if err != nil {
-		return nil, ioFailure(Position{}, err)
+		return nil, record.IOFailure(record.Position{}, err)
 	}
 	if len(epochs) == 0 {
-		return nil, &VerifyError{Class: ClassNotLog, Msg: fmt.Sprintf("%s is not an audit log: it holds no epoch-NNNNNN directories", dir)}
+		return nil, &record.VerifyError{Class: record.ClassNotLog, Msg: fmt.Sprintf("%s is not an audit log: it holds no epoch-NNNNNN directories", dir)}
 	}
 	newest := epoch == 0
 	if newest {
 		epoch = epochs[len(epochs)-1]
 	} else if !slices.Contains(epochs, epoch) {
-		return nil, &VerifyError{Class: ClassUsage, Msg: fmt.Sprintf("%s has epochs %d-%d; there is no epoch %d", dir, epochs[0], epochs[len(epochs)-1], epoch)}
+		return nil, &record.VerifyError{Class: record.ClassUsage, Msg: fmt.Sprintf("%s has epochs %d-%d; there is no epoch %d", dir, epochs[0], epochs[len(epochs)-1], epoch)}
 	}
 	var trusted map[string]bool
 	if len(opt.Keys) > 0 {
@@ -115,7 +116,7 @@ func Prove(dir string, epoch int, index int64, opt VerifyOptions) (*c2sp.Proof, 
 		return nil, err
 	}
 	if index < 0 || index >= res.Records {
-		return nil, &VerifyError{Class: ClassUsage, Pos: Position{Epoch: epoch}, Msg: fmt.Sprintf("epoch %d has records 0-%d; there is no record %d", epoch, res.Records-1, index)}
+		return nil, &record.VerifyError{Class: record.ClassUsage, Pos: record.Position{Epoch: epoch}, Msg: fmt.Sprintf("epoch %d has records 0-%d; there is no record %d", epoch, res.Records-1, index)}
 	}
 	cp := res.LastCheckpoint
 	if closed && !res.Sealed && (cp == nil || index > cp.Size) {
@@ -124,18 +125,18 @@ func Prove(dir string, epoch int, index int64, opt VerifyOptions) (*c2sp.Proof, 
 		if cp != nil {
 			first = cp.Size + 1
 		}
-		return nil, &VerifyError{Class: ClassUnsigned, Pos: Position{Epoch: epoch, Index: index},
+		return nil, &record.VerifyError{Class: record.ClassUnsigned, Pos: record.Position{Epoch: epoch, Index: index},
 			Msg: fmt.Sprintf("record %d is one of the records %d-%d that crashed epoch %d left UNSIGNED: the writer stopped before a checkpoint of its key covered them, and a later epoch began, so none ever will: no proof can exist", index, first, res.Records-1, epoch)}
 	}
 	if cp == nil {
-		return nil, &VerifyError{Class: ClassUsage, Pos: Position{Epoch: epoch, Index: index}, Msg: fmt.Sprintf("epoch %d has no checkpoint yet", epoch)}
+		return nil, &record.VerifyError{Class: record.ClassUsage, Pos: record.Position{Epoch: epoch, Index: index}, Msg: fmt.Sprintf("epoch %d has no checkpoint yet", epoch)}
 	}
 	if index == cp.Size && (res.Sealed || closed) {
-		return nil, &VerifyError{Class: ClassUsage, Pos: Position{Epoch: epoch, Index: index},
+		return nil, &record.VerifyError{Class: record.ClassUsage, Pos: record.Position{Epoch: epoch, Index: index},
 			Msg: fmt.Sprintf("record %d is epoch %d's last checkpoint: a checkpoint is covered only by a later one, and none follows (prove a record before it, 0-%d)", index, epoch, cp.Size-1)}
 	}
 	if index >= cp.Size {
-		return nil, &VerifyError{Class: ClassUsage, Pos: Position{Epoch: epoch, Index: index},
+		return nil, &record.VerifyError{Class: record.ClassUsage, Pos: record.Position{Epoch: epoch, Index: index},
 			Msg: fmt.Sprintf("record %d is in the unsealed tail of epoch %d: no checkpoint covers it yet (the last one covers records 0-%d)", index, epoch, cp.Size-1)}
 	}
 	st := make(memStore, 0, 2*cp.Size)

@@ -4,20 +4,22 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // TestProveEpochArgument: an epoch that cannot exist is a usage error that
 // says which epochs there are, not an I/O error about "epoch--00001".
 func TestProveEpochArgument(t *testing.T) {
 	dir := t.TempDir()
-	writeLog(t, dir, Options{Key: testKey(t), Durability: DurabilityInterval}, 5, 1)
+	writeLog(t, dir, Options{Key: testKey(t), Durability: record.DurabilityInterval}, 5, 1)
 	if _, err := Prove(dir, 1, 2, VerifyOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	for epoch, want := range map[int]string{-1: "numbered from 1", 7: "has epochs 1-1; there is no epoch 7"} {
 		_, err := Prove(dir, epoch, 2, VerifyOptions{})
-		var ve *VerifyError
-		if !errors.As(err, &ve) || ve.Class != ClassUsage || !strings.Contains(err.Error(), want) {
+		var ve *record.VerifyError
+		if !errors.As(err, &ve) || ve.Class != record.ClassUsage || !strings.Contains(err.Error(), want) {
 			t.Errorf("epoch %d: %v, want a usage error with %q", epoch, err, want)
 		}
 	}
@@ -28,7 +30,7 @@ func TestProveEpochArgument(t *testing.T) {
 // said to be "in the unsealed tail".
 func TestProveLastCheckpoint(t *testing.T) {
 	dir := t.TempDir()
-	writeLog(t, dir, Options{Key: testKey(t), Durability: DurabilityInterval}, 5, 1)
+	writeLog(t, dir, Options{Key: testKey(t), Durability: record.DurabilityInterval}, 5, 1)
 	rep, err := Verify(dir, VerifyOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -10,13 +10,14 @@ import (
 	"time"
 
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"golang.org/x/mod/sumdb/tlog"
 )
 
 // Entry is one record as read from the log.
 type Entry struct {
-	Pos   Position
-	Kind  Kind
+	Pos   record.Position
+	Kind  record.Kind
 	Index int64     // seq within the epoch
 	Time  time.Time // ts (zero for checkpoint records)
 	Hash  tlog.Hash // leaf hash of Line
@@ -24,16 +25,16 @@ type Entry struct {
 	Body  []byte    // the canonical JSON body
 
 	// decoded ahead (VerifyOptions.Decode)
-	rec     Record
+	rec     record.Record
 	decErr  error
 	decoded bool
 }
 
 // Decode returns the typed record (*Call, *Result, *Genesis, ...).
-func (e *Entry) Decode() (Record, error) {
+func (e *Entry) Decode() (record.Record, error) {
 	r, err := e.rec, e.decErr
 	if !e.decoded {
-		r, err = DecodeBody(e.Kind, e.Body)
+		r, err = record.DecodeBody(e.Kind, e.Body)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", e.Pos, err)
@@ -67,7 +68,7 @@ func NewReader(dir string) (*Reader, error) {
 		return nil, err
 	}
 	if len(epochs) == 0 {
-		return nil, &VerifyError{Class: ClassNotLog, Pos: Position{}, Msg: fmt.Sprintf("%s holds no audit log (no epoch-NNNNNN directories)", dir)}
+		return nil, &record.VerifyError{Class: record.ClassNotLog, Pos: record.Position{}, Msg: fmt.Sprintf("%s holds no audit log (no epoch-NNNNNN directories)", dir)}
 	}
 	return &Reader{dir: dir, epochs: epochs, ei: -1}, nil
 }
@@ -85,12 +86,12 @@ func (r *Reader) Next() (*Entry, error) {
 		if errors.Is(err, bufio.ErrBufferFull) {
 			// A line longer than the buffer: gathered, up to MaxLineBytes.
 			long := append([]byte(nil), line...)
-			for errors.Is(err, bufio.ErrBufferFull) && len(long) <= MaxLineBytes {
+			for errors.Is(err, bufio.ErrBufferFull) && len(long) <= record.MaxLineBytes {
 				line, err = r.br.ReadSlice('\n')
 				long = append(long, line...)
 			}
-			if len(long) > MaxLineBytes+1 || len(long) == MaxLineBytes+1 && long[MaxLineBytes] != '\n' {
-				return nil, &VerifyError{Class: ClassIntegrity, Pos: r.pos(), Msg: fmt.Sprintf("line is longer than %d bytes", MaxLineBytes)}
+			if len(long) > record.MaxLineBytes+1 || len(long) == record.MaxLineBytes+1 && long[record.MaxLineBytes] != '\n' {
+				return nil, &record.VerifyError{Class: record.ClassIntegrity, Pos: r.pos(), Msg: fmt.Sprintf("line is longer than %d bytes", record.MaxLineBytes)}
 			}
 			line = long
 		}
@@ -100,15 +101,15 @@ func (r *Reader) Next() (*Entry, error) {
 			continue // a final fragment without '\n' is a torn write
 		}
 		if err != nil {
-			return nil, ioFailure(r.pos(), err)
+			return nil, record.IOFailure(r.pos(), err)
 		}
 		r.no++
 		pos := r.pos()
 		r.off += int64(len(line))
 		line = append([]byte(nil), line[:len(line)-1]...)
-		env, err := parseLine(line)
+		env, err := record.ParseLine(line)
 		if err != nil {
-			return nil, &VerifyError{Class: ClassIntegrity, Pos: pos, Msg: "malformed record: " + err.Error()}
+			return nil, &record.VerifyError{Class: record.ClassIntegrity, Pos: pos, Msg: "malformed record: " + err.Error()}
 		}
 		pos.Index, pos.Kind = env.Seq, env.Kind
 		e := &Entry{Pos: pos, Kind: env.Kind, Index: env.Seq, Hash: tlog.RecordHash(line), Line: line, Body: env.Body}
@@ -119,8 +120,8 @@ func (r *Reader) Next() (*Entry, error) {
 	}
 }
 
-func (r *Reader) pos() Position {
-	p := Position{Offset: r.off, Line: r.no}
+func (r *Reader) pos() record.Position {
+	p := record.Position{Offset: r.off, Line: r.no}
 	if r.ei >= 0 && r.ei < len(r.epochs) {
 		p.Epoch = r.epochs[r.ei]
 		if r.si >= 0 && r.si < len(r.segs) {
@@ -144,7 +145,7 @@ func (r *Reader) advance() error {
 		}
 		segs, err := logdir.ListSegments(filepath.Join(r.dir, logdir.EpochName(r.epochs[r.ei])))
 		if err != nil {
-			return ioFailure(Position{Epoch: r.epochs[r.ei]}, err)
+			return record.IOFailure(record.Position{Epoch: r.epochs[r.ei]}, err)
 		}
 		r.segs, r.si = segs, -1
 	}
@@ -153,7 +154,7 @@ func (r *Reader) advance() error {
 	r.file = filepath.Join(r.dir, logdir.EpochName(r.epochs[r.ei]), logdir.SegmentName(r.segs[r.si]))
 	f, err := logdir.OpenRegular(r.file)
 	if err != nil {
-		return ioFailure(r.pos(), err)
+		return record.IOFailure(r.pos(), err)
 	}
 	if r.buf == nil {
 		r.buf = bufio.NewReaderSize(f, readerBuffer)

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // TestReaderLongLines: the Reader's buffer is smaller than the longest
@@ -26,7 +27,7 @@ func TestReaderLongLines(t *testing.T) {
 	}
 	long := strings.Repeat("s", 3*readerBuffer+17)
 	for _, id := range []string{"short", long, "after"} {
-		if _, err := w.Append(context.Background(), &Session{ID: id, Event: "start", Agent: "a"}); err != nil {
+		if _, err := w.Append(context.Background(), &record.Session{ID: id, Event: "start", Agent: "a"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -44,7 +45,7 @@ func TestReaderLongLines(t *testing.T) {
 		if !bytes.Contains(file, append(append([]byte{}, e.Line...), '\n')) {
 			t.Fatalf("entry %d is not a line of the file", i)
 		}
-		if s, ok := recs[i].(*Session); ok {
+		if s, ok := recs[i].(*record.Session); ok {
 			ids = append(ids, s.ID)
 		}
 	}
@@ -66,17 +67,17 @@ func TestReaderLongLines(t *testing.T) {
 	}
 	// One buffer for every case (4 MiB under the race detector is slow to
 	// fill and copy).
-	b := bytes.Repeat([]byte("x"), MaxLineBytes+1)
-	var ve *VerifyError
-	b[MaxLineBytes] = '\n'
-	if err := next(b[:MaxLineBytes+1]); !errors.As(err, &ve) || !strings.Contains(ve.Msg, "malformed record") {
+	b := bytes.Repeat([]byte("x"), record.MaxLineBytes+1)
+	var ve *record.VerifyError
+	b[record.MaxLineBytes] = '\n'
+	if err := next(b[:record.MaxLineBytes+1]); !errors.As(err, &ve) || !strings.Contains(ve.Msg, "malformed record") {
 		t.Fatalf("a line of MaxLineBytes: %v, want a malformed record", err)
 	}
-	b[MaxLineBytes] = 'x'
-	if err := next(b[:MaxLineBytes]); err != io.EOF {
+	b[record.MaxLineBytes] = 'x'
+	if err := next(b[:record.MaxLineBytes]); err != io.EOF {
 		t.Fatalf("MaxLineBytes without a line break (a torn write): %v, want io.EOF", err)
 	}
-	if err := next(b[:MaxLineBytes+1]); !errors.As(err, &ve) || !strings.Contains(ve.Msg, "line is longer than") {
+	if err := next(b[:record.MaxLineBytes+1]); !errors.As(err, &ve) || !strings.Contains(ve.Msg, "line is longer than") {
 		t.Fatalf("MaxLineBytes+1, no line break: %v, want a line longer than MaxLineBytes", err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	jsonv2 "github.com/go-json-experiment/json"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
@@ -54,7 +55,7 @@ type ReceiptLog struct {
 }
 
 // sessionOf returns the session a gateway record belongs to ("" if none).
-func sessionOf(k Kind, body []byte) string {
+func sessionOf(k record.Kind, body []byte) string {
 	var m struct {
 		ID      string `json:"id"`
 		Session string `json:"session"`
@@ -62,10 +63,10 @@ func sessionOf(k Kind, body []byte) string {
 	if jsonv2.Unmarshal(body, &m) != nil {
 		return ""
 	}
-	if k == KindSession {
+	if k == record.KindSession {
 		return m.ID
 	}
-	if writerKinds[k] {
+	if record.WriterKinds[k] {
 		return ""
 	}
 	return m.Session
@@ -79,17 +80,17 @@ func sessionOf(k Kind, body []byte) string {
 // Verify (Keys, VerifyEvidence).
 func MakeReceipt(dir, session string, opt VerifyOptions) (*SessionReceipt, error) {
 	if session == "" {
-		return nil, &VerifyError{Class: ClassUsage, Msg: "receipt: no session id given"}
+		return nil, &record.VerifyError{Class: record.ClassUsage, Msg: "receipt: no session id given"}
 	}
 	epochs, err := logdir.ListEpochs(dir)
 	if err != nil {
-		return nil, ioFailure(Position{}, err)
+		return nil, record.IOFailure(record.Position{}, err)
 	}
 	for i := len(epochs) - 1; i >= 0; i-- {
 		rs, err := MakeReceipts(dir, epochs[i], []string{session}, opt)
 		if err != nil {
-			var ve *VerifyError
-			if errors.As(err, &ve) && ve.Class == ClassNotLog && i == len(epochs)-1 && i > 0 {
+			var ve *record.VerifyError
+			if errors.As(err, &ve) && ve.Class == record.ClassNotLog && i == len(epochs)-1 && i > 0 {
 				continue // an aborted start
 			}
 			return nil, err
@@ -98,7 +99,7 @@ func MakeReceipt(dir, session string, opt VerifyOptions) (*SessionReceipt, error
 			return r, nil
 		}
 	}
-	return nil, &VerifyError{Class: ClassUsage, Msg: fmt.Sprintf("receipt: no record of session %q in %s", session, dir)}
+	return nil, &record.VerifyError{Class: record.ClassUsage, Msg: fmt.Sprintf("receipt: no record of session %q in %s", session, dir)}
 }
 
 // MakeReceipts builds the receipts of several sessions of one epoch with
@@ -128,7 +129,7 @@ func MakeReceipts(dir string, epoch int, sessions []string, opt VerifyOptions) (
 		switch {
 		case en.Index == 0:
 			genesisLine = slices.Clone(en.Line)
-		case en.Kind == KindCheckpoint:
+		case en.Kind == record.KindCheckpoint:
 			cpLines[en.Index] = slices.Clone(en.Line)
 		default:
 			if s := sessionOf(en.Kind, en.Body); s != "" && want[s] {
@@ -139,7 +140,7 @@ func MakeReceipts(dir string, epoch int, sessions []string, opt VerifyOptions) (
 	}})
 	if err != nil {
 		if res != nil && res.empty {
-			return nil, &VerifyError{Class: ClassNotLog, Pos: Position{Epoch: epoch}, Msg: fmt.Sprintf("epoch %d holds no record", epoch)}
+			return nil, &record.VerifyError{Class: record.ClassNotLog, Pos: record.Position{Epoch: epoch}, Msg: fmt.Sprintf("epoch %d holds no record", epoch)}
 		}
 		return nil, err
 	}
@@ -150,7 +151,7 @@ func MakeReceipts(dir string, epoch int, sessions []string, opt VerifyOptions) (
 	cp := res.LastCheckpoint
 	for s, hs := range hits {
 		if last := hs[len(hs)-1].idx; cp == nil || last >= cp.Size {
-			return nil, &VerifyError{Class: ClassUsage, Pos: Position{Epoch: epoch, Index: last},
+			return nil, &record.VerifyError{Class: record.ClassUsage, Pos: record.Position{Epoch: epoch, Index: last},
 				Msg:  fmt.Sprintf("session %s has records after epoch %d's newest checkpoint: no signature covers them yet", s, epoch),
 				Hint: "ask the gateway for the receipt (it signs a checkpoint first), or wait for its next checkpoint (by default within a second)"}
 		}
@@ -236,7 +237,7 @@ func cosignedSize(dir string, epoch int) (int64, error) {
 
 // receiptLog proves the epoch checkpoint record at index n in the log tree
 // against the smallest cosigned log checkpoint that covers it.
-func receiptLog(dir string, epoch int, li *LogInfo, n int64, cpLine []byte) (*ReceiptLog, error) {
+func receiptLog(dir string, epoch int, li *record.LogInfo, n int64, cpLine []byte) (*ReceiptLog, error) {
 	notes, err := readCosigned(fmt.Sprintf("%s/%s", dir, logdir.EpochName(epoch)))
 	if err != nil {
 		return nil, err
@@ -311,7 +312,7 @@ func (r *SessionReceipt) Encode() ([]byte, error) {
 // ReceiptOptions control VerifyReceipt.
 type ReceiptOptions struct {
 	Keys           []string // trusted epoch keys (as Verify)
-	VerifyEvidence func(g *Genesis) error
+	VerifyEvidence func(g *record.Genesis) error
 	Witnesses      []string // as Verify: the receipt's log checkpoint must carry WitnessQuorum of them
 	WitnessQuorum  int
 }
@@ -322,7 +323,7 @@ type ReceiptResult struct {
 	Epoch       int                  `json:"epoch"`
 	Origin      string               `json:"origin"`
 	Records     int                  `json:"records"`
-	Kinds       map[Kind]int         `json:"kinds"`
+	Kinds       map[record.Kind]int  `json:"kinds"`
 	Checkpoint  *c2sp.Checkpoint     `json:"-"`
 	KeysTrusted bool                 `json:"keys_trusted"`
 	Attested    bool                 `json:"attested"` // the genesis evidence was checked
@@ -340,12 +341,12 @@ type ReceiptResult struct {
 func VerifyReceipt(b []byte, opt ReceiptOptions) (*ReceiptResult, error) {
 	var r SessionReceipt
 	if err := jsonv2.Unmarshal(b, &r, jsonv2.RejectUnknownMembers(true)); err != nil {
-		return nil, &VerifyError{Class: ClassUsage, Msg: fmt.Sprintf("receipt: not a session receipt: %v", err)}
+		return nil, &record.VerifyError{Class: record.ClassUsage, Msg: fmt.Sprintf("receipt: not a session receipt: %v", err)}
 	}
 	if r.Format != ReceiptFormat {
-		return nil, &VerifyError{Class: ClassUsage, Msg: fmt.Sprintf("receipt: format %q, want %q", r.Format, ReceiptFormat)}
+		return nil, &record.VerifyError{Class: record.ClassUsage, Msg: fmt.Sprintf("receipt: format %q, want %q", r.Format, ReceiptFormat)}
 	}
-	res := &ReceiptResult{Session: r.Session, Epoch: r.Epoch, Kinds: map[Kind]int{}, Warnings: []string{}}
+	res := &ReceiptResult{Session: r.Session, Epoch: r.Epoch, Kinds: map[record.Kind]int{}, Warnings: []string{}}
 	g, err := receiptGenesis(&r, opt, res)
 	if err != nil {
 		return nil, err
@@ -361,7 +362,7 @@ func VerifyReceipt(b []byte, opt ReceiptOptions) (*ReceiptResult, error) {
 	// The witnessed log.
 	if r.Log == nil {
 		if len(opt.Witnesses) > 0 {
-			return nil, receiptErr(ClassTruncation, "--witness: the receipt holds no cosigned log checkpoint")
+			return nil, receiptErr(record.ClassTruncation, "--witness: the receipt holds no cosigned log checkpoint")
 		}
 		return res, nil
 	}
@@ -371,28 +372,28 @@ func VerifyReceipt(b []byte, opt ReceiptOptions) (*ReceiptResult, error) {
 	return res, nil
 }
 
-func receiptErr(c Class, format string, a ...any) error {
-	return &VerifyError{Class: c, Msg: "receipt: " + fmt.Sprintf(format, a...)}
+func receiptErr(c record.Class, format string, a ...any) error {
+	return &record.VerifyError{Class: c, Msg: "receipt: " + fmt.Sprintf(format, a...)}
 }
 
 // receiptGenesis checks the receipt's genesis (canonical, its statement,
 // its epoch) and, per opt, that its key is trusted and its evidence holds.
-func receiptGenesis(r *SessionReceipt, opt ReceiptOptions, res *ReceiptResult) (*Genesis, error) {
+func receiptGenesis(r *SessionReceipt, opt ReceiptOptions, res *ReceiptResult) (*record.Genesis, error) {
 	// The genesis: key, statement, evidence.
-	ge, err := parseLine([]byte(r.Genesis.Line))
-	if err != nil || ge.Kind != KindGenesis || ge.Seq != 0 || r.Genesis.Index != 0 {
-		return nil, receiptErr(ClassIntegrity, "the genesis line is not a canonical genesis record at index 0 (%v)", err)
+	ge, err := record.ParseLine([]byte(r.Genesis.Line))
+	if err != nil || ge.Kind != record.KindGenesis || ge.Seq != 0 || r.Genesis.Index != 0 {
+		return nil, receiptErr(record.ClassIntegrity, "the genesis line is not a canonical genesis record at index 0 (%v)", err)
 	}
-	gr, err := DecodeBody(KindGenesis, ge.Body)
+	gr, err := record.DecodeBody(record.KindGenesis, ge.Body)
 	if err != nil {
-		return nil, receiptErr(ClassIntegrity, "genesis: %v", err)
+		return nil, receiptErr(record.ClassIntegrity, "genesis: %v", err)
 	}
-	g := gr.(*Genesis)
+	g := gr.(*record.Genesis)
 	if st, err := StatementOf(ge.Body); err != nil || st != g.Statement {
-		return nil, receiptErr(ClassIntegrity, "the genesis statement does not match its body")
+		return nil, receiptErr(record.ClassIntegrity, "the genesis statement does not match its body")
 	}
 	if g.Epoch != r.Epoch {
-		return nil, receiptErr(ClassIntegrity, "the genesis is epoch %d's, the receipt says epoch %d", g.Epoch, r.Epoch)
+		return nil, receiptErr(record.ClassIntegrity, "the genesis is epoch %d's, the receipt says epoch %d", g.Epoch, r.Epoch)
 	}
 	res.Origin = g.Origin
 	if len(opt.Keys) > 0 {
@@ -401,13 +402,13 @@ func receiptGenesis(r *SessionReceipt, opt ReceiptOptions, res *ReceiptResult) (
 			return nil, err
 		}
 		if !set[g.Key] {
-			return nil, receiptErr(ClassKey, "epoch %d's key %s is not a trusted key (--key)", g.Epoch, clip(g.Key))
+			return nil, receiptErr(record.ClassKey, "epoch %d's key %s is not a trusted key (--key)", g.Epoch, clip(g.Key))
 		}
 		res.KeysTrusted = true
 	}
 	if opt.VerifyEvidence != nil {
 		if err := opt.VerifyEvidence(g); err != nil {
-			return nil, &VerifyError{Class: ClassKey, Msg: fmt.Sprintf("receipt: genesis evidence: %v", err), Err: err}
+			return nil, &record.VerifyError{Class: record.ClassKey, Msg: fmt.Sprintf("receipt: genesis evidence: %v", err), Err: err}
 		}
 		res.Attested = true
 	}
@@ -418,37 +419,37 @@ func receiptGenesis(r *SessionReceipt, opt ReceiptOptions, res *ReceiptResult) (
 }
 
 // receiptCheckpoint opens the receipt's checkpoint with the epoch's key.
-func receiptCheckpoint(r *SessionReceipt, g *Genesis) (*c2sp.Checkpoint, error) {
+func receiptCheckpoint(r *SessionReceipt, g *record.Genesis) (*c2sp.Checkpoint, error) {
 	ev, err := note.NewVerifier(g.Key)
 	if err != nil {
-		return nil, receiptErr(ClassIntegrity, "genesis key: %v", err)
+		return nil, receiptErr(record.ClassIntegrity, "genesis key: %v", err)
 	}
 	cp, err := c2sp.OpenCheckpoint([]byte(r.Checkpoint), note.VerifierList(ev))
 	if err != nil {
 		var uv *note.UnverifiedNoteError
 		if errors.As(err, &uv) {
-			return nil, receiptErr(ClassKey, "the checkpoint is not signed by the epoch's key")
+			return nil, receiptErr(record.ClassKey, "the checkpoint is not signed by the epoch's key")
 		}
-		return nil, receiptErr(ClassSignature, "the checkpoint: %v", err)
+		return nil, receiptErr(record.ClassSignature, "the checkpoint: %v", err)
 	}
 	if cp.Origin != g.Origin {
-		return nil, receiptErr(ClassIntegrity, "the checkpoint's origin %s is not the epoch's %s", cp.Origin, g.Origin)
+		return nil, receiptErr(record.ClassIntegrity, "the checkpoint's origin %s is not the epoch's %s", cp.Origin, g.Origin)
 	}
 	return cp, nil
 }
 
 // receiptLine parses a record of the receipt and checks its index
 // against the tree of size size.
-func receiptLine(rr ReceiptRecord, size int64) (envelope, error) {
-	e, err := parseLine([]byte(rr.Line))
+func receiptLine(rr ReceiptRecord, size int64) (record.Envelope, error) {
+	e, err := record.ParseLine([]byte(rr.Line))
 	if err != nil {
-		return e, receiptErr(ClassIntegrity, "record %d is not canonical: %v", rr.Index, err)
+		return e, receiptErr(record.ClassIntegrity, "record %d is not canonical: %v", rr.Index, err)
 	}
 	if e.Seq != rr.Index {
-		return e, receiptErr(ClassIntegrity, "record %d has seq %d", rr.Index, e.Seq)
+		return e, receiptErr(record.ClassIntegrity, "record %d has seq %d", rr.Index, e.Seq)
 	}
 	if rr.Index >= size {
-		return e, receiptErr(ClassIntegrity, "record %d is not covered by a checkpoint of size %d", rr.Index, size)
+		return e, receiptErr(record.ClassIntegrity, "record %d is not covered by a checkpoint of size %d", rr.Index, size)
 	}
 	return e, nil
 }
@@ -460,12 +461,12 @@ func receiptIncl(rr ReceiptRecord, at, size int64, root tlog.Hash) error {
 	for _, s := range rr.Proof {
 		h, err := tlog.ParseHash(s)
 		if err != nil {
-			return receiptErr(ClassIntegrity, "record %d: proof hash %q: %v", rr.Index, clip(s), err)
+			return receiptErr(record.ClassIntegrity, "record %d: proof hash %q: %v", rr.Index, clip(s), err)
 		}
 		p = append(p, h)
 	}
 	if err := tlog.CheckRecord(p, size, root, at, tlog.RecordHash([]byte(rr.Line))); err != nil {
-		return receiptErr(ClassIntegrity, "record %d is not in the tree the checkpoint signs (size %d): %v", rr.Index, size, err)
+		return receiptErr(record.ClassIntegrity, "record %d is not in the tree the checkpoint signs (size %d): %v", rr.Index, size, err)
 	}
 	return nil
 }
@@ -486,11 +487,11 @@ func receiptRecords(r *SessionReceipt, cp *c2sp.Checkpoint, res *ReceiptResult) 
 			return err
 		}
 		if rr.Index <= prev {
-			return receiptErr(ClassIntegrity, "records are not in log order (record %d after %d)", rr.Index, prev)
+			return receiptErr(record.ClassIntegrity, "records are not in log order (record %d after %d)", rr.Index, prev)
 		}
 		prev = rr.Index
 		if s := sessionOf(e.Kind, e.Body); s != r.Session {
-			return receiptErr(ClassIntegrity, "record %d (%s) belongs to session %q, not %q", rr.Index, e.Kind, s, r.Session)
+			return receiptErr(record.ClassIntegrity, "record %d (%s) belongs to session %q, not %q", rr.Index, e.Kind, s, r.Session)
 		}
 		if err := receiptIncl(rr, rr.Index, cp.Size, cp.Root); err != nil {
 			return err
@@ -499,27 +500,27 @@ func receiptRecords(r *SessionReceipt, cp *c2sp.Checkpoint, res *ReceiptResult) 
 	}
 	res.Records = len(r.Records)
 	if len(r.Records) == 0 {
-		return receiptErr(ClassIntegrity, "it holds no record of the session")
+		return receiptErr(record.ClassIntegrity, "it holds no record of the session")
 	}
 	return nil
 }
 
 // checkReceiptLog checks the log checkpoint the witnesses cosigned and the
 // epoch checkpoint's record in the log tree, and the witness quorum.
-func checkReceiptLog(r *SessionReceipt, opt ReceiptOptions, g *Genesis, cp *c2sp.Checkpoint, res *ReceiptResult) error {
+func checkReceiptLog(r *SessionReceipt, opt ReceiptOptions, g *record.Genesis, cp *c2sp.Checkpoint, res *ReceiptResult) error {
 	if g.Log == nil {
-		return receiptErr(ClassIntegrity, "it holds a log checkpoint, but the genesis names no log identity")
+		return receiptErr(record.ClassIntegrity, "it holds a log checkpoint, but the genesis names no log identity")
 	}
 	res.LogOrigin = g.Log.Origin
 	lv, err := note.NewVerifier(g.Log.Key)
 	if err != nil {
-		return receiptErr(ClassIntegrity, "genesis log key: %v", err)
+		return receiptErr(record.ClassIntegrity, "genesis log key: %v", err)
 	}
 	list := []note.Verifier{lv}
 	for _, k := range opt.Witnesses {
 		v, err := c2sp.NewCosignatureVerifier(k)
 		if err != nil {
-			return &VerifyError{Class: ClassUsage, Msg: "--witness: " + err.Error()}
+			return &record.VerifyError{Class: record.ClassUsage, Msg: "--witness: " + err.Error()}
 		}
 		list = append(list, v)
 	}
@@ -527,13 +528,13 @@ func checkReceiptLog(r *SessionReceipt, opt ReceiptOptions, g *Genesis, cp *c2sp
 	if err != nil {
 		var bs *note.InvalidSignatureError
 		if errors.As(err, &bs) {
-			return receiptErr(ClassSignature, "the log checkpoint: the signature of %s does not verify", bs.Name)
+			return receiptErr(record.ClassSignature, "the log checkpoint: the signature of %s does not verify", bs.Name)
 		}
-		return receiptErr(ClassKey, "the log checkpoint is not signed by the log key: %v", err)
+		return receiptErr(record.ClassKey, "the log checkpoint is not signed by the log key: %v", err)
 	}
 	lcp, err := c2sp.ParseCheckpointBody(n.Text)
 	if err != nil || lcp.Origin != g.Log.Origin {
-		return receiptErr(ClassIntegrity, "the log checkpoint is not one of %s", g.Log.Origin)
+		return receiptErr(record.ClassIntegrity, "the log checkpoint is not one of %s", g.Log.Origin)
 	}
 	wc := &WitnessedCheckpoint{Size: lcp.Size, Root: b64(lcp.Root), Epoch: r.Epoch, Index: cp.Size, Quorum: opt.WitnessQuorum, Witnesses: []string{}, Note: r.Log.Checkpoint}
 	var newest int64
@@ -551,15 +552,15 @@ func checkReceiptLog(r *SessionReceipt, opt ReceiptOptions, g *Genesis, cp *c2sp
 	}
 	// The epoch checkpoint's own record, in the log tree.
 	if r.Log.Record.Index != cp.Size {
-		return receiptErr(ClassIntegrity, "the log proof is for record %d, the checkpoint is record %d", r.Log.Record.Index, cp.Size)
+		return receiptErr(record.ClassIntegrity, "the log proof is for record %d, the checkpoint is record %d", r.Log.Record.Index, cp.Size)
 	}
-	ce, err := parseLine([]byte(r.Log.Record.Line))
-	if err != nil || ce.Kind != KindCheckpoint || ce.Seq != cp.Size {
-		return receiptErr(ClassIntegrity, "the log proof's record is not the checkpoint record %d", cp.Size)
+	ce, err := record.ParseLine([]byte(r.Log.Record.Line))
+	if err != nil || ce.Kind != record.KindCheckpoint || ce.Seq != cp.Size {
+		return receiptErr(record.ClassIntegrity, "the log proof's record is not the checkpoint record %d", cp.Size)
 	}
-	cr, err := DecodeBody(KindCheckpoint, ce.Body)
-	if err != nil || cr.(*CheckpointRecord).Note != r.Checkpoint {
-		return receiptErr(ClassIntegrity, "the log proof's checkpoint record does not hold the receipt's checkpoint")
+	cr, err := record.DecodeBody(record.KindCheckpoint, ce.Body)
+	if err != nil || cr.(*record.CheckpointRecord).Note != r.Checkpoint {
+		return receiptErr(record.ClassIntegrity, "the log proof's checkpoint record does not hold the receipt's checkpoint")
 	}
 	if err := receiptIncl(r.Log.Record, g.Log.Size+cp.Size, lcp.Size, lcp.Root); err != nil {
 		return err
@@ -569,7 +570,7 @@ func checkReceiptLog(r *SessionReceipt, opt ReceiptOptions, g *Genesis, cp *c2sp
 			q = len(opt.Witnesses)
 		}
 		if len(wc.Witnesses) < q {
-			return receiptErr(ClassTruncation, "the log checkpoint carries %d of the %d cosignatures required (cosigned by: %s)", len(wc.Witnesses), q, strings.Join(wc.Witnesses, ", "))
+			return receiptErr(record.ClassTruncation, "the log checkpoint carries %d of the %d cosignatures required (cosigned by: %s)", len(wc.Witnesses), q, strings.Join(wc.Witnesses, ", "))
 		}
 		wc.Quorum = q
 		res.Log = wc

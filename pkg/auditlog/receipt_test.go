@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // TestSessionReceipt: a receipt made from the log verifies on its own (no
@@ -30,7 +32,7 @@ func TestSessionReceipt(t *testing.T) {
 			}
 		}
 	}
-	if _, err := w.Append(context.Background(), &Session{ID: "s1", Event: "end", Agent: "agent-a"}); err != nil {
+	if _, err := w.Append(context.Background(), &record.Session{ID: "s1", Event: "end", Agent: "agent-a"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.Checkpoint(); err != nil {
@@ -63,7 +65,7 @@ func TestSessionReceipt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Records != 11 || res.Kinds[KindCall] != 10 || res.Kinds[KindSession] != 1 || res.Log == nil || len(res.Log.Witnesses) != 1 || !res.KeysTrusted {
+	if res.Records != 11 || res.Kinds[record.KindCall] != 10 || res.Kinds[record.KindSession] != 1 || res.Log == nil || len(res.Log.Witnesses) != 1 || !res.KeysTrusted {
 		t.Fatalf("result %+v", res)
 	}
 
@@ -84,16 +86,16 @@ func TestSessionReceipt(t *testing.T) {
 		name string
 		b    []byte
 		opt  ReceiptOptions
-		c    Class
+		c    record.Class
 		want string
 	}{
 		{"altered record", mutate(func(r *SessionReceipt) {
 			r.Records[3].Line = strings.Replace(r.Records[3].Line, `"allow"`, `"deny"`, 1)
-		}), opt, ClassIntegrity, "is not in the tree the checkpoint signs"},
+		}), opt, record.ClassIntegrity, "is not in the tree the checkpoint signs"},
 		{"another session's record", mutate(func(r *SessionReceipt) {
 			r.Records[0] = other.Records[0]
-		}), opt, ClassIntegrity, `belongs to session "s2"`},
-		{"untrusted key", b, ReceiptOptions{Keys: []string{mustVkey(t, "test.example/x", testKey(t))}}, ClassKey, "is not a trusted key"},
+		}), opt, record.ClassIntegrity, `belongs to session "s2"`},
+		{"untrusted key", b, ReceiptOptions{Keys: []string{mustVkey(t, "test.example/x", testKey(t))}}, record.ClassKey, "is not a trusted key"},
 		{"bad cosignature", mutate(func(r *SessionReceipt) {
 			i := strings.LastIndex(r.Log.Checkpoint, " ") + 1
 			sig := []byte(r.Log.Checkpoint[i:])
@@ -103,8 +105,8 @@ func TestSessionReceipt(t *testing.T) {
 				sig[10] = 'A'
 			}
 			r.Log.Checkpoint = r.Log.Checkpoint[:i] + string(sig)
-		}), opt, ClassSignature, "w1.example/w does not verify"},
-		{"quorum", b, ReceiptOptions{Keys: []string{vkey}, Witnesses: []string{wit.vkey(), newTestCosigner(t, "w2.example/w").vkey()}, WitnessQuorum: 2}, ClassTruncation, "carries 1 of the 2"},
+		}), opt, record.ClassSignature, "w1.example/w does not verify"},
+		{"quorum", b, ReceiptOptions{Keys: []string{vkey}, Witnesses: []string{wit.vkey(), newTestCosigner(t, "w2.example/w").vkey()}, WitnessQuorum: 2}, record.ClassTruncation, "carries 1 of the 2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := VerifyReceipt(tc.b, tc.opt)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // recoverEpoch examines the newest existing epoch before a new one starts.
@@ -17,7 +18,7 @@ import (
 // may end with an incomplete or damaged tail after its last checkpoint: the
 // tail is saved to "<segment>.torn-<time>", cut off and described in the
 // returned Recovery record. Damage before the last checkpoint is refused.
-func recoverEpoch(dir string, epoch int) (*Predecessor, *Recovery, error) {
+func recoverEpoch(dir string, epoch int) (*record.Predecessor, *record.Recovery, error) {
 	res, err := scanEpoch(dir, epoch, scanOptions{tolerateTail: true})
 	if err != nil && res.empty {
 		// The writer died before the genesis record was durable: nothing
@@ -42,17 +43,17 @@ func recoverEpoch(dir string, epoch int) (*Predecessor, *Recovery, error) {
 		err = res.tailErr
 	}
 	if err != nil {
-		var ve *VerifyError
-		if errors.As(err, &ve) && ve.Class != ClassIO {
-			return nil, nil, &TamperError{Dir: dir, Err: ve}
+		var ve *record.VerifyError
+		if errors.As(err, &ve) && ve.Class != record.ClassIO {
+			return nil, nil, &record.TamperError{Dir: dir, Err: ve}
 		}
 		return nil, nil, fmt.Errorf("read the previous epoch: %w", err)
 	}
-	pred := &Predecessor{Epoch: epoch, Origin: res.Origin, Size: res.Records, Root: res.Root[:], Sealed: res.Sealed}
+	pred := &record.Predecessor{Epoch: epoch, Origin: res.Origin, Size: res.Records, Root: res.Root[:], Sealed: res.Sealed}
 	if res.Sealed {
 		return pred, nil, nil
 	}
-	rec := &Recovery{Epoch: epoch, Origin: res.Origin, Records: res.Records, Unsealed: res.Unsealed, Root: res.Root[:], File: filepath.Base(res.lastFile)}
+	rec := &record.Recovery{Epoch: epoch, Origin: res.Origin, Records: res.Records, Unsealed: res.Unsealed, Root: res.Root[:], File: filepath.Base(res.lastFile)}
 	var cut int64 = -1
 	switch {
 	case res.tailErr != nil:

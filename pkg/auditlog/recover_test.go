@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // unseal drops the seal and final checkpoint of a closed epoch, leaving it
@@ -130,7 +131,7 @@ func TestRecoveryRefusesDamageBeforeCheckpoint(t *testing.T) {
 	lines[10] = bytes.Replace(lines[10], []byte(`"allow"`), []byte(`"deny"`), 1)
 	os.WriteFile(seg, append(bytes.Join(lines, []byte("\n")), '\n'), 0o600)
 	_, err := Open(dir, Options{Key: testKey(t)})
-	var te *TamperError
+	var te *record.TamperError
 	if !errors.As(err, &te) {
 		t.Fatalf("Open on a tampered log: %v", err)
 	}
@@ -253,8 +254,8 @@ func TestCrashedTailIsReportedUnsigned(t *testing.T) {
 		t.Fatalf("warnings %s", warn)
 	}
 	_, err = Verify(dir, VerifyOptions{RequireSigned: true})
-	var ve *VerifyError
-	if !errors.As(err, &ve) || ve.Class != ClassUnsigned || ve.Pos.Epoch != 1 || ve.Pos.Index != want.First {
+	var ve *record.VerifyError
+	if !errors.As(err, &ve) || ve.Class != record.ClassUnsigned || ve.Pos.Epoch != 1 || ve.Pos.Index != want.First {
 		t.Fatalf("RequireSigned: %v", err)
 	}
 }
@@ -268,7 +269,7 @@ func TestCrashedTailIsReportedUnsigned(t *testing.T) {
 func TestRecoveryOfAHugeTornTailIsBounded(t *testing.T) {
 	const pad = 64 << 20
 	dir := t.TempDir()
-	writeLog(t, dir, Options{CheckpointEvery: 40, Durability: DurabilityInterval}, 100, 1)
+	writeLog(t, dir, Options{CheckpointEvery: 40, Durability: record.DurabilityInterval}, 100, 1)
 	seg := filepath.Join(dir, "epoch-000001", "seg-000001.jsonl")
 	unseal(t, seg)
 	before, _ := os.ReadFile(seg)
@@ -279,7 +280,7 @@ func TestRecoveryOfAHugeTornTailIsBounded(t *testing.T) {
 	var m0, m1 runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&m0)
-	w, err := Open(dir, Options{Key: testKey(t), Durability: DurabilityInterval})
+	w, err := Open(dir, Options{Key: testKey(t), Durability: record.DurabilityInterval})
 	runtime.ReadMemStats(&m1)
 	if err != nil {
 		t.Fatal(err)

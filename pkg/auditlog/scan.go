@@ -18,30 +18,10 @@ import (
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/jcs"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
 )
-
-// Position locates a record or a failure in an audit directory.
-type Position struct {
-	Epoch  int    `json:"epoch"`
-	File   string `json:"file,omitempty"`   // path of the segment file
-	Line   int64  `json:"line,omitempty"`   // 1-based line in the file
-	Offset int64  `json:"offset"`           // byte offset in the file
-	Index  int64  `json:"index"`            // record index (seq) in the epoch
-	Kind   Kind   `json:"kind,omitempty"`   // kind of the record, if known
-	Record string `json:"record,omitempty"` // excerpt of the line
-}
-
-func (p Position) String() string {
-	if p.File == "" {
-		return fmt.Sprintf("epoch %d", p.Epoch)
-	}
-	if p.Line == 0 {
-		return fmt.Sprintf("epoch %d, %s", p.Epoch, p.File)
-	}
-	return fmt.Sprintf("epoch %d, record %d (%s:%d, byte %d)", p.Epoch, p.Index, p.File, p.Line, p.Offset)
-}
 
 // rawLine is one line of a segment with what the workers computed for it.
 type rawLine struct {
@@ -50,12 +30,12 @@ type rawLine struct {
 	no      int64
 	torn    bool // final fragment without '\n'
 	tooLong bool
-	env     envelope
+	env     record.Envelope
 	hash    tlog.Hash
 	perr    error
 	// With scanOptions.onRecord only:
 	ts      time.Time
-	rec     Record // decoded body, if scanOptions.decode selected its kind
+	rec     record.Record // decoded body, if scanOptions.decode selected its kind
 	decErr  error
 	decoded bool
 }
@@ -91,14 +71,14 @@ func streamLines(epochDir string, segs []int, stop <-chan struct{}, opt *scanOpt
 					if l.torn || l.tooLong {
 						continue
 					}
-					l.env, l.perr = parseLine(l.line)
+					l.env, l.perr = record.ParseLine(l.line)
 					l.hash = tlog.RecordHash(l.line)
 					if opt.onRecord != nil && l.perr == nil {
 						if l.env.TS != nil {
 							l.ts, _ = time.Parse(time.RFC3339Nano, string(l.env.TS))
 						}
 						if opt.decode != nil && opt.decode(l.env.Kind) {
-							l.rec, l.decErr = DecodeBody(l.env.Kind, l.env.Body)
+							l.rec, l.decErr = record.DecodeBody(l.env.Kind, l.env.Body)
 							l.decoded = true
 						}
 					}
@@ -197,7 +177,7 @@ func readSegment(seg int, path string, hashFile bool, send func(*lineBatch) bool
 			}
 			no++
 			b.lines = append(b.lines, rawLine{line: rest[:i], off: off, no: no})
-			if i > MaxLineBytes {
+			if i > record.MaxLineBytes {
 				b.lines[len(b.lines)-1].tooLong = true
 				b.lines[len(b.lines)-1].line = rest[:256]
 			}
@@ -205,7 +185,7 @@ func readSegment(seg int, path string, hashFile bool, send func(*lineBatch) bool
 			rest = rest[i+1:]
 		}
 		carry = rest
-		if len(carry) > MaxLineBytes {
+		if len(carry) > record.MaxLineBytes {
 			no++
 			b.lines = append(b.lines, rawLine{line: carry[:256], off: off, no: no, tooLong: true})
 			if !send(b) {
@@ -234,12 +214,12 @@ type scanOptions struct {
 	wantRoots  map[string]map[int64]*tlog.Hash // by origin: sizes whose roots to keep
 	keepLeaves bool
 	progress   func(bytes int64)
-	evidence   func(g *Genesis) error
+	evidence   func(g *record.Genesis) error
 	// tolerateTail: in the last segment, report an error after the last
 	// checkpoint as a cuttable tail instead of failing (writer recovery).
 	tolerateTail bool
 	onRecord     func(e *Entry) error      // see VerifyOptions.OnRecord
-	decode       func(k Kind) bool         // see VerifyOptions.Decode
+	decode       func(k record.Kind) bool  // see VerifyOptions.Decode
 	onLeaf       func(h tlog.Hash)         // every record's leaf hash, in order
 	onCheckpoint func(cp *c2sp.Checkpoint) // every checkpoint that verified, in order
 }
@@ -250,7 +230,7 @@ type EpochResult struct {
 	Dir              string           `json:"dir"`
 	Origin           string           `json:"origin"`
 	Key              string           `json:"key"`
-	Genesis          *Genesis         `json:"-"`
+	Genesis          *record.Genesis  `json:"-"`
 	Segments         int              `json:"segments"`
 	Records          int64            `json:"records"`
 	Checkpoints      int              `json:"checkpoints"`
@@ -261,18 +241,18 @@ type EpochResult struct {
 	// checkpoint (Records - Unsealed): the ones it signs, and itself.
 	// SignedFirst and SignedLast are the times of the first and the last
 	// record its tree covers (zero without a checkpoint).
-	Signed                  int64       `json:"signed"`
-	SignedFirst, SignedLast time.Time   `json:"-"`
-	Sealed                  bool        `json:"sealed"`     // ended with seal + final checkpoint
-	TornBytes               int64       `json:"torn_bytes"` // incomplete final line (crash)
-	TornAt                  *Position   `json:"torn_at,omitempty"`
-	First, Last             time.Time   `json:"-"`
-	Root                    tlog.Hash   `json:"-"`
-	Recovery                *Recovery   `json:"-"` // recovery record in this epoch (about the previous one)
-	Leaves                  []tlog.Hash `json:"-"`
+	Signed                  int64            `json:"signed"`
+	SignedFirst, SignedLast time.Time        `json:"-"`
+	Sealed                  bool             `json:"sealed"`     // ended with seal + final checkpoint
+	TornBytes               int64            `json:"torn_bytes"` // incomplete final line (crash)
+	TornAt                  *record.Position `json:"torn_at,omitempty"`
+	First, Last             time.Time        `json:"-"`
+	Root                    tlog.Hash        `json:"-"`
+	Recovery                *record.Recovery `json:"-"` // recovery record in this epoch (about the previous one)
+	Leaves                  []tlog.Hash      `json:"-"`
 
 	// tail (writer recovery only): where a bad tail after the last checkpoint starts.
-	tailErr   *VerifyError
+	tailErr   *record.VerifyError
 	tailStart int64
 	// endsSealed: the records before any damaged or torn tail end with
 	// seal + checkpoint (what the epoch is once recovery cuts that tail).
@@ -293,7 +273,7 @@ func scanEpoch(dir string, epoch int, opt scanOptions) (*EpochResult, error) {
 	for b := range streamLines(sc.edir, sc.segs, stop, &sc.opt) {
 		<-b.ready
 		if b.ioErr != nil {
-			return sc.res, ioFailure(Position{Epoch: epoch, File: b.file, Index: sc.res.Records}, b.ioErr)
+			return sc.res, record.IOFailure(record.Position{Epoch: epoch, File: b.file, Index: sc.res.Records}, b.ioErr)
 		}
 		if b.seg != sc.curSeg {
 			sc.curSeg = b.seg
@@ -316,7 +296,7 @@ func scanEpoch(dir string, epoch int, opt scanOptions) (*EpochResult, error) {
 	sc.finish()
 	if sc.res.Records == 0 && sc.res.tailErr == nil {
 		sc.res.empty = true
-		return sc.res, &VerifyError{Class: ClassIntegrity, Pos: Position{Epoch: epoch, File: filepath.Join(sc.edir, logdir.SegmentName(1))}, Msg: "epoch holds no complete record"}
+		return sc.res, &record.VerifyError{Class: record.ClassIntegrity, Pos: record.Position{Epoch: epoch, File: filepath.Join(sc.edir, logdir.SegmentName(1))}, Msg: "epoch holds no complete record"}
 	}
 	return sc.res, nil
 }
@@ -332,11 +312,11 @@ type epochScan struct {
 	res       *EpochResult
 
 	fr        frontier
-	lastKinds [2]Kind
+	lastKinds [2]record.Kind
 	sealAt    int64 // index of the seal record, if any (-1)
 	prev      tlog.Hash
 	verifiers note.Verifiers
-	g         *Genesis
+	g         *record.Genesis
 	segStart  bool
 	prevSum   []byte
 	prevFile  string
@@ -355,22 +335,22 @@ func openEpochScan(dir string, epoch int, opt scanOptions) (*epochScan, error) {
 		res: &EpochResult{Epoch: epoch, Dir: edir, LastCheckpointAt: -1}}
 	fi, err := os.Stat(edir)
 	if err != nil {
-		return sc, ioFailure(Position{Epoch: epoch}, err)
+		return sc, record.IOFailure(record.Position{Epoch: epoch}, err)
 	}
 	if !fi.IsDir() {
-		return sc, ioFailure(Position{Epoch: epoch}, fmt.Errorf("%s is not a directory", edir))
+		return sc, record.IOFailure(record.Position{Epoch: epoch}, fmt.Errorf("%s is not a directory", edir))
 	}
 	segs, err := logdir.ListSegments(edir)
 	if err != nil {
-		return sc, ioFailure(Position{Epoch: epoch}, err)
+		return sc, record.IOFailure(record.Position{Epoch: epoch}, err)
 	}
 	if len(segs) == 0 {
 		sc.res.empty = true
-		return sc, &VerifyError{Class: ClassIntegrity, Pos: Position{Epoch: epoch}, Msg: fmt.Sprintf("epoch directory %s holds no segment files (seg-000001.jsonl ...)", edir)}
+		return sc, &record.VerifyError{Class: record.ClassIntegrity, Pos: record.Position{Epoch: epoch}, Msg: fmt.Sprintf("epoch directory %s holds no segment files (seg-000001.jsonl ...)", edir)}
 	}
 	for i, n := range segs {
 		if n != i+1 {
-			return sc, &VerifyError{Class: ClassIntegrity, Pos: Position{Epoch: epoch, File: filepath.Join(edir, logdir.SegmentName(i+1))},
+			return sc, &record.VerifyError{Class: record.ClassIntegrity, Pos: record.Position{Epoch: epoch, File: filepath.Join(edir, logdir.SegmentName(i+1))},
 				Msg: fmt.Sprintf("segment %s is missing (found %s)", logdir.SegmentName(i+1), logdir.SegmentName(n)), Hint: "a whole segment file was deleted or renamed"}
 		}
 	}
@@ -396,7 +376,7 @@ func (sc *epochScan) finish() {
 		res.Unsealed = res.Records
 	}
 	res.Signed = res.Records - res.Unsealed
-	res.endsSealed = sc.lastKinds == [2]Kind{KindSeal, KindCheckpoint}
+	res.endsSealed = sc.lastKinds == [2]record.Kind{record.KindSeal, record.KindCheckpoint}
 	res.Sealed = res.tailErr == nil && res.TornBytes == 0 && res.endsSealed
 }
 
@@ -404,16 +384,16 @@ func (sc *epochScan) finish() {
 type scanned struct {
 	b   *lineBatch
 	l   *rawLine
-	pos Position
+	pos record.Position
 }
 
 // fail ends the scan at line ln with a VerifyError, or, in the last
 // segment after its last checkpoint with tolerateTail, ends it there as a
 // tail the writer's recovery cuts (done, no error).
-func (sc *epochScan) fail(ln *scanned, class Class, expected, computed, format string, args ...any) (done bool, err error) {
+func (sc *epochScan) fail(ln *scanned, class record.Class, expected, computed, format string, args ...any) (done bool, err error) {
 	res := sc.res
 	ln.pos.Record = excerpt(ln.l.line)
-	ve := &VerifyError{Class: class, Pos: ln.pos, Expected: expected, Computed: computed, Msg: fmt.Sprintf(format, args...)}
+	ve := &record.VerifyError{Class: class, Pos: ln.pos, Expected: expected, Computed: computed, Msg: fmt.Sprintf(format, args...)}
 	if res.LastCheckpoint != nil {
 		ve.LastGood = res.LastCheckpoint.Size
 	}
@@ -431,10 +411,10 @@ func (sc *epochScan) fail(ln *scanned, class Class, expected, computed, format s
 // (with err, or with none for a tail recovery cuts).
 func (sc *epochScan) line(b *lineBatch, l *rawLine) (done bool, err error) {
 	res := sc.res
-	ln := &scanned{b: b, l: l, pos: Position{Epoch: sc.epoch, File: b.file, Line: l.no, Offset: l.off, Index: res.Records, Kind: l.env.Kind}}
+	ln := &scanned{b: b, l: l, pos: record.Position{Epoch: sc.epoch, File: b.file, Line: l.no, Offset: l.off, Index: res.Records, Kind: l.env.Kind}}
 	if l.torn {
 		if b.seg != sc.segs[len(sc.segs)-1] {
-			return sc.fail(ln, ClassIntegrity, "", "", "segment %s ends with an incomplete line of %d bytes but is not the last segment", filepath.Base(b.file), len(l.line))
+			return sc.fail(ln, record.ClassIntegrity, "", "", "segment %s ends with an incomplete line of %d bytes but is not the last segment", filepath.Base(b.file), len(l.line))
 		}
 		res.TornBytes = int64(len(l.line))
 		p := ln.pos
@@ -443,15 +423,15 @@ func (sc *epochScan) line(b *lineBatch, l *rawLine) (done bool, err error) {
 		return false, nil
 	}
 	if l.tooLong {
-		return sc.fail(ln, ClassIntegrity, "", "", "line is longer than %d bytes; no record is that large", MaxLineBytes)
+		return sc.fail(ln, record.ClassIntegrity, "", "", "line is longer than %d bytes; no record is that large", record.MaxLineBytes)
 	}
 	if l.perr != nil {
 		var se *jcs.SyntaxError
 		if errors.As(l.perr, &se) {
 			ln.pos.Offset += int64(se.Offset)
-			return sc.fail(ln, ClassIntegrity, "", "", "malformed record: %s (byte %d of the line)", se.Msg, se.Offset)
+			return sc.fail(ln, record.ClassIntegrity, "", "", "malformed record: %s (byte %d of the line)", se.Msg, se.Offset)
 		}
-		return sc.fail(ln, ClassIntegrity, "", "", "malformed record: %v", l.perr)
+		return sc.fail(ln, record.ClassIntegrity, "", "", "malformed record: %v", l.perr)
 	}
 	if done, err := sc.place(ln); done {
 		return done, err
@@ -465,27 +445,27 @@ func (sc *epochScan) line(b *lineBatch, l *rawLine) (done bool, err error) {
 		sc.lastTS = e.TS
 	}
 	switch e.Kind {
-	case KindGenesis:
+	case record.KindGenesis:
 		done, err = sc.genesis(ln)
-	case KindCheckpoint:
+	case record.KindCheckpoint:
 		done, err = sc.checkpoint(ln, tsBefore)
-	case KindSegment:
+	case record.KindSegment:
 		done, err = sc.segment(ln)
-	case KindSeal:
-		r, derr := DecodeBody(KindSeal, e.Body)
+	case record.KindSeal:
+		r, derr := record.DecodeBody(record.KindSeal, e.Body)
 		if derr != nil {
-			return sc.fail(ln, ClassIntegrity, "", "", "%v", derr)
+			return sc.fail(ln, record.ClassIntegrity, "", "", "%v", derr)
 		}
-		if r.(*Seal).Records != res.Records {
-			return sc.fail(ln, ClassIntegrity, fmt.Sprint(res.Records), fmt.Sprint(r.(*Seal).Records), "seal record counts another number of records")
+		if r.(*record.Seal).Records != res.Records {
+			return sc.fail(ln, record.ClassIntegrity, fmt.Sprint(res.Records), fmt.Sprint(r.(*record.Seal).Records), "seal record counts another number of records")
 		}
 		sc.sealAt = res.Records
-	case KindRecovery:
-		r, derr := DecodeBody(KindRecovery, e.Body)
+	case record.KindRecovery:
+		r, derr := record.DecodeBody(record.KindRecovery, e.Body)
 		if derr != nil {
-			return sc.fail(ln, ClassIntegrity, "", "", "%v", derr)
+			return sc.fail(ln, record.ClassIntegrity, "", "", "%v", derr)
 		}
-		res.Recovery = r.(*Recovery)
+		res.Recovery = r.(*record.Recovery)
 	}
 	if done {
 		return done, err
@@ -498,36 +478,36 @@ func (sc *epochScan) line(b *lineBatch, l *rawLine) (done bool, err error) {
 func (sc *epochScan) place(ln *scanned) (done bool, err error) {
 	res, b, e := sc.res, ln.b, &ln.l.env
 	if e.Seq != res.Records {
-		return sc.fail(ln, ClassIntegrity, fmt.Sprint(res.Records), fmt.Sprint(e.Seq), "sequence number %d, expected %d: a record was removed, duplicated or reordered", e.Seq, res.Records)
+		return sc.fail(ln, record.ClassIntegrity, fmt.Sprint(res.Records), fmt.Sprint(e.Seq), "sequence number %d, expected %d: a record was removed, duplicated or reordered", e.Seq, res.Records)
 	}
 	if e.Prev != sc.prev {
-		return sc.fail(ln, ClassIntegrity, b64(e.Prev), b64(sc.prev), "broken hash link: prev does not match the hash of record %d: record %d was modified, or records between were removed", res.Records-1, res.Records-1)
+		return sc.fail(ln, record.ClassIntegrity, b64(e.Prev), b64(sc.prev), "broken hash link: prev does not match the hash of record %d: record %d was modified, or records between were removed", res.Records-1, res.Records-1)
 	}
-	if res.Records == 0 && e.Kind != KindGenesis {
-		return sc.fail(ln, ClassIntegrity, string(KindGenesis), string(e.Kind), "the first record of an epoch must be genesis")
+	if res.Records == 0 && e.Kind != record.KindGenesis {
+		return sc.fail(ln, record.ClassIntegrity, string(record.KindGenesis), string(e.Kind), "the first record of an epoch must be genesis")
 	}
-	if sc.segStart && b.seg > 1 && e.Kind != KindSegment {
-		return sc.fail(ln, ClassIntegrity, string(KindSegment), string(e.Kind), "the first record of segment %d must be a segment record", b.seg)
+	if sc.segStart && b.seg > 1 && e.Kind != record.KindSegment {
+		return sc.fail(ln, record.ClassIntegrity, string(record.KindSegment), string(e.Kind), "the first record of segment %d must be a segment record", b.seg)
 	}
-	if !sc.segStart && e.Kind == KindSegment || b.seg == 1 && e.Kind == KindSegment {
-		return sc.fail(ln, ClassIntegrity, "", "", "a segment record in the middle of a segment")
+	if !sc.segStart && e.Kind == record.KindSegment || b.seg == 1 && e.Kind == record.KindSegment {
+		return sc.fail(ln, record.ClassIntegrity, "", "", "a segment record in the middle of a segment")
 	}
 	sc.segStart = false
-	if res.Records > 0 && e.Kind == KindGenesis {
-		return sc.fail(ln, ClassIntegrity, "", "", "a second genesis record inside an epoch")
+	if res.Records > 0 && e.Kind == record.KindGenesis {
+		return sc.fail(ln, record.ClassIntegrity, "", "", "a second genesis record inside an epoch")
 	}
 	// The writer's close is seal then the final checkpoint, and
 	// nothing after: any record after them was not written by the
 	// writer (a checkpoint there was signed by a key holder
 	// extending a closed epoch; other records need no key at all).
-	if sc.sealAt >= 0 && (e.Kind != KindCheckpoint || res.Records > sc.sealAt+1) {
-		if e.Kind == KindCheckpoint {
-			return sc.fail(ln, ClassIntegrity, "", "", "a checkpoint after the epoch's seal (record %d) and its final checkpoint: the writer signs nothing after closing the epoch", sc.sealAt)
+	if sc.sealAt >= 0 && (e.Kind != record.KindCheckpoint || res.Records > sc.sealAt+1) {
+		if e.Kind == record.KindCheckpoint {
+			return sc.fail(ln, record.ClassIntegrity, "", "", "a checkpoint after the epoch's seal (record %d) and its final checkpoint: the writer signs nothing after closing the epoch", sc.sealAt)
 		}
-		return sc.fail(ln, ClassIntegrity, "", "", "a %s record after the epoch's seal (record %d) and its final checkpoint: the writer writes nothing after closing an epoch, so someone with write access appended it", e.Kind, sc.sealAt)
+		return sc.fail(ln, record.ClassIntegrity, "", "", "a %s record after the epoch's seal (record %d) and its final checkpoint: the writer writes nothing after closing an epoch, so someone with write access appended it", e.Kind, sc.sealAt)
 	}
-	if e.Kind == KindRecovery && res.Records != 1 {
-		return sc.fail(ln, ClassIntegrity, "", "", "a recovery record at index %d: the writer writes it right after the genesis record (index 1) only", res.Records)
+	if e.Kind == record.KindRecovery && res.Records != 1 {
+		return sc.fail(ln, record.ClassIntegrity, "", "", "a recovery record at index %d: the writer writes it right after the genesis record (index 1) only", res.Records)
 	}
 	return false, nil
 }
@@ -537,40 +517,40 @@ func (sc *epochScan) place(ln *scanned) (done bool, err error) {
 // evidence holds.
 func (sc *epochScan) genesis(ln *scanned) (done bool, err error) {
 	res, epoch, e := sc.res, sc.epoch, &ln.l.env
-	r, err := DecodeBody(KindGenesis, e.Body)
+	r, err := record.DecodeBody(record.KindGenesis, e.Body)
 	if err != nil {
-		return sc.fail(ln, ClassIntegrity, "", "", "genesis: %v", err)
+		return sc.fail(ln, record.ClassIntegrity, "", "", "genesis: %v", err)
 	}
-	g := r.(*Genesis)
+	g := r.(*record.Genesis)
 	sc.g = g
 	res.Genesis = g
 	if g.Epoch != epoch {
-		return sc.fail(ln, ClassIntegrity, fmt.Sprint(epoch), fmt.Sprint(g.Epoch), "genesis names epoch %d but sits in %s", g.Epoch, logdir.EpochName(epoch))
+		return sc.fail(ln, record.ClassIntegrity, fmt.Sprint(epoch), fmt.Sprint(g.Epoch), "genesis names epoch %d but sits in %s", g.Epoch, logdir.EpochName(epoch))
 	}
 	v, err := note.NewVerifier(g.Key)
 	if err != nil {
-		return sc.fail(ln, ClassIntegrity, "", "", "genesis key %q: %v", g.Key, err)
+		return sc.fail(ln, record.ClassIntegrity, "", "", "genesis key %q: %v", g.Key, err)
 	}
 	if v.Name() != g.Origin {
-		return sc.fail(ln, ClassIntegrity, g.Origin, v.Name(), "genesis key name differs from the origin")
+		return sc.fail(ln, record.ClassIntegrity, g.Origin, v.Name(), "genesis key name differs from the origin")
 	}
 	if n := epochOfOrigin(g.Origin); n != epoch {
 		// Origins name their epoch: an epoch cannot borrow
 		// another's origin, key or saved checkpoints.
-		return sc.fail(ln, ClassIntegrity, fmt.Sprintf("<name>/%s-<8 hex digits>", logdir.EpochName(epoch)), g.Origin, "genesis origin %q does not name %s", g.Origin, logdir.EpochName(epoch))
+		return sc.fail(ln, record.ClassIntegrity, fmt.Sprintf("<name>/%s-<8 hex digits>", logdir.EpochName(epoch)), g.Origin, "genesis origin %q does not name %s", g.Origin, logdir.EpochName(epoch))
 	}
 	res.Origin, res.Key = g.Origin, g.Key
 	sc.verifiers = note.VerifierList(v)
 	st, err := StatementOf(e.Body)
 	if err != nil {
-		return sc.fail(ln, ClassIntegrity, "", "", "genesis statement: %v", err)
+		return sc.fail(ln, record.ClassIntegrity, "", "", "genesis statement: %v", err)
 	}
 	if !st.Equal(g.Statement) {
-		return sc.fail(ln, ClassIntegrity, g.Statement.String(), st.String(), "genesis statement digest does not match its body")
+		return sc.fail(ln, record.ClassIntegrity, g.Statement.String(), st.String(), "genesis statement digest does not match its body")
 	}
 	if sc.opt.trusted != nil {
 		if !sc.opt.trusted[g.Key] {
-			ve := &VerifyError{Class: ClassKey, Pos: ln.pos, Computed: g.Key,
+			ve := &record.VerifyError{Class: record.ClassKey, Pos: ln.pos, Computed: g.Key,
 				Msg:  fmt.Sprintf("epoch %d is signed by key %s+%08x, which is not among the trusted keys (--key)", epoch, v.Name(), v.KeyHash()),
 				Hint: "the log was written (or rewritten) with another key; pass the gateway's key with --key if it is genuine"}
 			return true, ve
@@ -578,7 +558,7 @@ func (sc *epochScan) genesis(ln *scanned) (done bool, err error) {
 	}
 	if sc.opt.evidence != nil {
 		if err := sc.opt.evidence(g); err != nil {
-			return true, &VerifyError{Class: ClassKey, Pos: ln.pos, Msg: fmt.Sprintf("genesis evidence: %v", err), Err: err}
+			return true, &record.VerifyError{Class: record.ClassKey, Pos: ln.pos, Msg: fmt.Sprintf("genesis evidence: %v", err), Err: err}
 		}
 	}
 	return false, nil
@@ -589,34 +569,34 @@ func (sc *epochScan) genesis(ln *scanned) (done bool, err error) {
 // before it, the last its tree signs.
 func (sc *epochScan) checkpoint(ln *scanned, tsBefore []byte) (done bool, err error) {
 	res, g, e := sc.res, sc.g, &ln.l.env
-	r, err := DecodeBody(KindCheckpoint, e.Body)
+	r, err := record.DecodeBody(record.KindCheckpoint, e.Body)
 	if err != nil {
-		return sc.fail(ln, ClassIntegrity, "", "", "%v", err)
+		return sc.fail(ln, record.ClassIntegrity, "", "", "%v", err)
 	}
-	msg := []byte(r.(*CheckpointRecord).Note)
+	msg := []byte(r.(*record.CheckpointRecord).Note)
 	cp, err := c2sp.OpenCheckpoint(msg, sc.verifiers)
 	if err != nil {
 		var uv *note.UnverifiedNoteError
 		var bad *note.InvalidSignatureError
 		switch {
 		case errors.As(err, &bad):
-			return sc.fail(ln, ClassSignature, "", "", "checkpoint signature does not verify: %v", err)
+			return sc.fail(ln, record.ClassSignature, "", "", "checkpoint signature does not verify: %v", err)
 		case errors.As(err, &uv):
-			return sc.fail(ln, ClassKey, g.Key, sigNames(uv.Note), "checkpoint is not signed by the epoch's key (signed by %s)", sigNames(uv.Note))
+			return sc.fail(ln, record.ClassKey, g.Key, sigNames(uv.Note), "checkpoint is not signed by the epoch's key (signed by %s)", sigNames(uv.Note))
 		case errors.Is(err, c2sp.ErrMalformedCheckpoint):
-			return sc.fail(ln, ClassIntegrity, "", "", "%v", err)
+			return sc.fail(ln, record.ClassIntegrity, "", "", "%v", err)
 		default:
-			return sc.fail(ln, ClassSignature, "", "", "checkpoint rejected: %v", err)
+			return sc.fail(ln, record.ClassSignature, "", "", "checkpoint rejected: %v", err)
 		}
 	}
 	if cp.Origin != g.Origin {
-		return sc.fail(ln, ClassIntegrity, g.Origin, cp.Origin, "checkpoint origin differs from the epoch's origin")
+		return sc.fail(ln, record.ClassIntegrity, g.Origin, cp.Origin, "checkpoint origin differs from the epoch's origin")
 	}
 	if cp.Size != res.Records {
-		return sc.fail(ln, ClassIntegrity, fmt.Sprint(res.Records), fmt.Sprint(cp.Size), "checkpoint size does not match its position (it must cover exactly the records before it)")
+		return sc.fail(ln, record.ClassIntegrity, fmt.Sprint(res.Records), fmt.Sprint(cp.Size), "checkpoint size does not match its position (it must cover exactly the records before it)")
 	}
 	if root := sc.fr.root(); root != cp.Root {
-		return sc.fail(ln, ClassIntegrity, b64(cp.Root), b64(root), "Merkle root mismatch at size %d: the checkpoint signs one root, the records hash to another", cp.Size)
+		return sc.fail(ln, record.ClassIntegrity, b64(cp.Root), b64(root), "Merkle root mismatch at size %d: the checkpoint signs one root, the records hash to another", cp.Size)
 	}
 	res.LastCheckpoint = cp
 	res.LastCheckpointAt = res.Records
@@ -633,26 +613,26 @@ func (sc *epochScan) checkpoint(ln *scanned, tsBefore []byte) (done bool, err er
 // file and checkpoint that closed the previous one.
 func (sc *epochScan) segment(ln *scanned) (done bool, err error) {
 	res, b, e := sc.res, ln.b, &ln.l.env
-	r, err := DecodeBody(KindSegment, e.Body)
+	r, err := record.DecodeBody(record.KindSegment, e.Body)
 	if err != nil {
-		return sc.fail(ln, ClassIntegrity, "", "", "%v", err)
+		return sc.fail(ln, record.ClassIntegrity, "", "", "%v", err)
 	}
-	s := r.(*Segment)
+	s := r.(*record.Segment)
 	switch {
 	case s.Number != b.seg:
-		return sc.fail(ln, ClassIntegrity, fmt.Sprint(b.seg), fmt.Sprint(s.Number), "segment record names another segment number")
+		return sc.fail(ln, record.ClassIntegrity, fmt.Sprint(b.seg), fmt.Sprint(s.Number), "segment record names another segment number")
 	case s.FirstIndex != res.Records:
-		return sc.fail(ln, ClassIntegrity, fmt.Sprint(res.Records), fmt.Sprint(s.FirstIndex), "segment record names another first index")
+		return sc.fail(ln, record.ClassIntegrity, fmt.Sprint(res.Records), fmt.Sprint(s.FirstIndex), "segment record names another first index")
 	case s.PrevFile != sc.prevFile:
-		return sc.fail(ln, ClassIntegrity, sc.prevFile, s.PrevFile, "segment record names another previous file")
+		return sc.fail(ln, record.ClassIntegrity, sc.prevFile, s.PrevFile, "segment record names another previous file")
 	case !bytes.Equal(s.PrevSHA256, sc.prevSum):
-		return sc.fail(ln, ClassIntegrity, fmt.Sprintf("%x", s.PrevSHA256), fmt.Sprintf("%x", sc.prevSum), "the previous segment file %s does not hash to what the segment record says: it was modified", sc.prevFile)
+		return sc.fail(ln, record.ClassIntegrity, fmt.Sprintf("%x", s.PrevSHA256), fmt.Sprintf("%x", sc.prevSum), "the previous segment file %s does not hash to what the segment record says: it was modified", sc.prevFile)
 	case res.LastCheckpoint == nil || s.Checkpoint != string(res.LastCheckpoint.Note):
-		return sc.fail(ln, ClassIntegrity, "", "", "segment record does not carry the checkpoint that closed the previous segment")
+		return sc.fail(ln, record.ClassIntegrity, "", "", "segment record does not carry the checkpoint that closed the previous segment")
 	}
 	sf, err := frontierFrom(res.Records, s.Frontier)
 	if err != nil || sf.root() != sc.fr.root() {
-		return sc.fail(ln, ClassIntegrity, "", "", "segment record's tree frontier does not match the records before it")
+		return sc.fail(ln, record.ClassIntegrity, "", "", "segment record's tree frontier does not match the records before it")
 	}
 	return false, nil
 }
@@ -753,7 +733,7 @@ func lastCheckpointIn(r io.ReaderAt, size int64, chunkSize int) int64 {
 			break
 		}
 		start := nl + 1
-		if n := end - start; n <= MaxLineBytes {
+		if n := end - start; n <= record.MaxLineBytes {
 			var l []byte
 			if b, ok := s.cached(start, end); ok {
 				l = b
@@ -765,7 +745,7 @@ func lastCheckpointIn(r io.ReaderAt, size int64, chunkSize int) int64 {
 				l = line
 			}
 			// Parsed, not searched: a record's body may hold the same bytes.
-			if e, perr := parseLine(l); perr == nil && e.Kind == KindCheckpoint {
+			if e, perr := record.ParseLine(l); perr == nil && e.Kind == record.KindCheckpoint {
 				return start
 			}
 		}

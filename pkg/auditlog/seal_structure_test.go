@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
@@ -43,7 +44,7 @@ func relink(t *testing.T, line, prevLine []byte, seq int64) []byte {
 // recovery record could sit anywhere.
 func TestRecordsAfterSeal(t *testing.T) {
 	dir := t.TempDir()
-	w := writeLog(t, dir, Options{CheckpointEvery: 40, Durability: DurabilityInterval}, 100, 1)
+	w := writeLog(t, dir, Options{CheckpointEvery: 40, Durability: record.DurabilityInterval}, 100, 1)
 	seg := filepath.Join(dir, "epoch-000001", "seg-000001.jsonl")
 	orig, err := os.ReadFile(seg)
 	if err != nil {
@@ -63,13 +64,13 @@ func TestRecordsAfterSeal(t *testing.T) {
 		t.Fatal(err)
 	}
 	rep, err := Verify(dir, VerifyOptions{})
-	var ve *VerifyError
-	if !errors.As(err, &ve) || ve.Class != ClassIntegrity || !strings.Contains(err.Error(), "a call record after the epoch's seal") || ve.Pos.Index != n {
+	var ve *record.VerifyError
+	if !errors.As(err, &ve) || ve.Class != record.ClassIntegrity || !strings.Contains(err.Error(), "a call record after the epoch's seal") || ve.Pos.Index != n {
 		t.Fatalf("Verify = %v, want an integrity failure at record %d", err, n)
 	}
 	// The same file checked on its own (verify-chain --segment).
 	_, err = VerifySegment(seg, VerifyOptions{Keys: []string{rep.Epochs[0].Key}})
-	if !errors.As(err, &ve) || ve.Class != ClassIntegrity || !strings.Contains(err.Error(), "a call record after the epoch's seal") {
+	if !errors.As(err, &ve) || ve.Class != record.ClassIntegrity || !strings.Contains(err.Error(), "a call record after the epoch's seal") {
 		t.Fatalf("VerifySegment = %v, want an integrity failure", err)
 	}
 
@@ -83,7 +84,7 @@ func TestRecordsAfterSeal(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = Verify(dir, VerifyOptions{})
-	if !errors.As(err, &ve) || ve.Class != ClassIntegrity || !strings.Contains(err.Error(), "a checkpoint after the epoch's seal") || ve.Pos.Index != n {
+	if !errors.As(err, &ve) || ve.Class != record.ClassIntegrity || !strings.Contains(err.Error(), "a checkpoint after the epoch's seal") || ve.Pos.Index != n {
 		t.Fatalf("Verify = %v, want an integrity failure at record %d", err, n)
 	}
 
@@ -94,7 +95,7 @@ func TestRecordsAfterSeal(t *testing.T) {
 	rl := relink(t, recovery, kept[len(kept)-1], n-2)
 	os.WriteFile(seg, append(bytes.Join(append(kept, rl), []byte("\n")), '\n'), 0o600)
 	_, err = Verify(dir, VerifyOptions{})
-	if !errors.As(err, &ve) || ve.Class != ClassIntegrity || !strings.Contains(err.Error(), "a recovery record at index") {
+	if !errors.As(err, &ve) || ve.Class != record.ClassIntegrity || !strings.Contains(err.Error(), "a recovery record at index") {
 		t.Fatalf("Verify = %v, want an integrity failure for the recovery record", err)
 	}
 	os.WriteFile(seg, orig, 0o600)
@@ -133,7 +134,7 @@ func signedCheckpointAfter(t *testing.T, signer note.Signer, origin string, line
 // ("genesis says epoch 1 was sealed=false, the log says true").
 func TestRecoveryAfterSealedEpochWithTornTail(t *testing.T) {
 	dir := t.TempDir()
-	writeLog(t, dir, Options{CheckpointEvery: 40, Durability: DurabilityInterval}, 50, 1)
+	writeLog(t, dir, Options{CheckpointEvery: 40, Durability: record.DurabilityInterval}, 50, 1)
 	seg := filepath.Join(dir, "epoch-000001", "seg-000001.jsonl")
 	f, err := os.OpenFile(seg, os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
@@ -174,7 +175,7 @@ func TestRecoveryAfterSealedEpochWithTornTail(t *testing.T) {
 // and the predecessor it names is the sealed epoch as the writer closed it.
 func TestRecoveryCutsRecordsAfterASeal(t *testing.T) {
 	dir := t.TempDir()
-	writeLog(t, dir, Options{CheckpointEvery: 40, Durability: DurabilityInterval}, 50, 1)
+	writeLog(t, dir, Options{CheckpointEvery: 40, Durability: record.DurabilityInterval}, 50, 1)
 	seg := filepath.Join(dir, "epoch-000001", "seg-000001.jsonl")
 	orig, err := os.ReadFile(seg)
 	if err != nil {

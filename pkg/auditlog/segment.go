@@ -11,6 +11,7 @@ import (
 
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
 )
@@ -49,7 +50,7 @@ func VerifySegment(path string, opt VerifyOptions) (*SegmentResult, error) {
 		return res, err
 	}
 	if len(trusted) == 0 {
-		return res, &VerifyError{Class: ClassUsage, Msg: "verifying a segment on its own needs the trusted key (--key): the genesis record is in another file"}
+		return res, &record.VerifyError{Class: record.ClassUsage, Msg: "verifying a segment on its own needs the trusted key (--key): the genesis record is in another file"}
 	}
 	var list []note.Verifier
 	for k := range trusted {
@@ -58,15 +59,15 @@ func VerifySegment(path string, opt VerifyOptions) (*SegmentResult, error) {
 	}
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0) // a FIFO must not block: refused below
 	if err != nil {
-		return res, ioFailure(Position{File: path}, err)
+		return res, record.IOFailure(record.Position{File: path}, err)
 	}
 	defer f.Close()
 	if fi, err := f.Stat(); err != nil {
-		return res, ioFailure(Position{File: path}, err)
+		return res, record.IOFailure(record.Position{File: path}, err)
 	} else if !fi.Mode().IsRegular() {
-		return res, ioFailure(Position{File: path}, errors.New("the segment is not a regular file"))
+		return res, record.IOFailure(record.Position{File: path}, errors.New("the segment is not a regular file"))
 	}
-	br := bufio.NewReaderSize(f, MaxLineBytes+1)
+	br := bufio.NewReaderSize(f, record.MaxLineBytes+1)
 	// The epoch, for error positions: from the directory the file is in,
 	// then from the origin its first record names.
 	epoch, _ := logdir.ParseNumbered(filepath.Base(filepath.Dir(path)), "epoch-", "")
@@ -77,16 +78,16 @@ func VerifySegment(path string, opt VerifyOptions) (*SegmentResult, error) {
 			epoch = e
 		}
 		sc.raw = raw
-		sc.pos = Position{Epoch: epoch, File: path, Line: sc.no + 1, Offset: sc.off, Index: sc.seq}
+		sc.pos = record.Position{Epoch: epoch, File: path, Line: sc.no + 1, Offset: sc.off, Index: sc.seq}
 		if errors.Is(err, bufio.ErrBufferFull) {
-			return res, sc.fail(ClassIntegrity, "", "", "line is longer than %d bytes; no record is that large", MaxLineBytes)
+			return res, sc.fail(record.ClassIntegrity, "", "", "line is longer than %d bytes; no record is that large", record.MaxLineBytes)
 		}
 		if err == io.EOF {
 			res.TornBytes = int64(len(raw))
 			break
 		}
 		if err != nil {
-			return res, ioFailure(sc.pos, err)
+			return res, record.IOFailure(sc.pos, err)
 		}
 		if err := sc.record(raw); err != nil {
 			return res, err
@@ -111,12 +112,12 @@ type segmentScan struct {
 	sealAt  int64 // index of the seal (-1: none)
 
 	raw []byte
-	pos Position
+	pos record.Position
 }
 
-func (sc *segmentScan) fail(class Class, expected, computed, format string, args ...any) error {
+func (sc *segmentScan) fail(class record.Class, expected, computed, format string, args ...any) error {
 	sc.pos.Record = excerpt(sc.raw)
-	return &VerifyError{Class: class, Pos: sc.pos, Expected: expected, Computed: computed, Msg: fmt.Sprintf(format, args...)}
+	return &record.VerifyError{Class: class, Pos: sc.pos, Expected: expected, Computed: computed, Msg: fmt.Sprintf(format, args...)}
 }
 
 // record checks one complete line (raw, with its '\n') and adds it.
@@ -125,9 +126,9 @@ func (sc *segmentScan) record(raw []byte) error {
 	sc.no++
 	sc.off += int64(len(raw))
 	line := raw[:len(raw)-1]
-	e, perr := parseLine(line)
+	e, perr := record.ParseLine(line)
 	if perr != nil {
-		return sc.fail(ClassIntegrity, "", "", "malformed record: %v", perr)
+		return sc.fail(record.ClassIntegrity, "", "", "malformed record: %v", perr)
 	}
 	sc.pos.Kind = e.Kind
 	h := tlog.RecordHash(line)
@@ -138,23 +139,23 @@ func (sc *segmentScan) record(raw []byte) error {
 	}
 	seq := sc.seq
 	if e.Seq != seq {
-		return sc.fail(ClassIntegrity, fmt.Sprint(seq), fmt.Sprint(e.Seq), "sequence number %d, expected %d: a record was removed, duplicated or reordered", e.Seq, seq)
+		return sc.fail(record.ClassIntegrity, fmt.Sprint(seq), fmt.Sprint(e.Seq), "sequence number %d, expected %d: a record was removed, duplicated or reordered", e.Seq, seq)
 	}
 	if e.Prev != sc.prev {
-		return sc.fail(ClassIntegrity, b64(e.Prev), b64(sc.prev), "broken hash link: record %d was modified, or records between were removed", seq-1)
+		return sc.fail(record.ClassIntegrity, b64(e.Prev), b64(sc.prev), "broken hash link: record %d was modified, or records between were removed", seq-1)
 	}
-	if sc.no > 1 && (e.Kind == KindGenesis || e.Kind == KindSegment) {
-		return sc.fail(ClassIntegrity, "", string(e.Kind), "a %s record in the middle of a segment", e.Kind)
+	if sc.no > 1 && (e.Kind == record.KindGenesis || e.Kind == record.KindSegment) {
+		return sc.fail(record.ClassIntegrity, "", string(e.Kind), "a %s record in the middle of a segment", e.Kind)
 	}
 	// As in a whole epoch: after a seal the writer writes its final
 	// checkpoint and nothing else.
-	if sc.sealAt >= 0 && (e.Kind != KindCheckpoint || seq > sc.sealAt+1) {
-		return sc.fail(ClassIntegrity, "", string(e.Kind), "a %s record after the epoch's seal (record %d) and its final checkpoint: the writer writes nothing after closing an epoch", e.Kind, sc.sealAt)
+	if sc.sealAt >= 0 && (e.Kind != record.KindCheckpoint || seq > sc.sealAt+1) {
+		return sc.fail(record.ClassIntegrity, "", string(e.Kind), "a %s record after the epoch's seal (record %d) and its final checkpoint: the writer writes nothing after closing an epoch", e.Kind, sc.sealAt)
 	}
-	if e.Kind == KindSeal {
+	if e.Kind == record.KindSeal {
 		sc.sealAt = seq
 	}
-	if e.Kind == KindCheckpoint {
+	if e.Kind == record.KindCheckpoint {
 		if err := sc.checkpoint(&e); err != nil {
 			return err
 		}
@@ -168,41 +169,41 @@ func (sc *segmentScan) record(raw []byte) error {
 
 // first checks the file's first record: a genesis signed by a trusted key,
 // or a segment record whose checkpoint and frontier the file continues.
-func (sc *segmentScan) first(e *envelope) error {
+func (sc *segmentScan) first(e *record.Envelope) error {
 	res := sc.res
 	sc.pos.Index = e.Seq
 	switch e.Kind {
-	case KindGenesis:
-		r, err := DecodeBody(KindGenesis, e.Body)
+	case record.KindGenesis:
+		r, err := record.DecodeBody(record.KindGenesis, e.Body)
 		if err != nil {
-			return sc.fail(ClassIntegrity, "", "", "%v", err)
+			return sc.fail(record.ClassIntegrity, "", "", "%v", err)
 		}
-		g := r.(*Genesis)
+		g := r.(*record.Genesis)
 		if !sc.trusted[g.Key] {
-			return sc.fail(ClassKey, "", g.Key, "the segment's epoch is signed by key %s, which is not among the trusted keys (--key)", g.Key)
+			return sc.fail(record.ClassKey, "", g.Key, "the segment's epoch is signed by key %s, which is not among the trusted keys (--key)", g.Key)
 		}
 		res.Origin = g.Origin
-	case KindSegment:
-		r, err := DecodeBody(KindSegment, e.Body)
+	case record.KindSegment:
+		r, err := record.DecodeBody(record.KindSegment, e.Body)
 		if err != nil {
-			return sc.fail(ClassIntegrity, "", "", "%v", err)
+			return sc.fail(record.ClassIntegrity, "", "", "%v", err)
 		}
-		s := r.(*Segment)
+		s := r.(*record.Segment)
 		cp, err := c2sp.OpenCheckpoint([]byte(s.Checkpoint), sc.vs)
 		if err != nil {
 			return sc.fail(classOfNoteErr(err), "", "", "the checkpoint that closed the previous segment: %v", err)
 		}
 		if s.FirstIndex != e.Seq || cp.Size != s.FirstIndex-1 {
-			return sc.fail(ClassIntegrity, fmt.Sprint(s.FirstIndex-1), fmt.Sprint(cp.Size), "the segment record's first index and checkpoint do not line up")
+			return sc.fail(record.ClassIntegrity, fmt.Sprint(s.FirstIndex-1), fmt.Sprint(cp.Size), "the segment record's first index and checkpoint do not line up")
 		}
 		if sc.fr, err = frontierFrom(s.FirstIndex, s.Frontier); err != nil {
-			return sc.fail(ClassIntegrity, "", "", "segment frontier: %v", err)
+			return sc.fail(record.ClassIntegrity, "", "", "segment frontier: %v", err)
 		}
 		res.Origin = cp.Origin
 		sc.seq, sc.prev = e.Seq, e.Prev
 		sc.pos.Index = sc.seq
 	default:
-		return sc.fail(ClassIntegrity, "", string(e.Kind), "a segment file starts with a genesis or a segment record")
+		return sc.fail(record.ClassIntegrity, "", string(e.Kind), "a segment file starts with a genesis or a segment record")
 	}
 	res.FirstIndex = sc.seq
 	return nil
@@ -210,21 +211,21 @@ func (sc *segmentScan) first(e *envelope) error {
 
 // checkpoint checks a checkpoint record against the key, the origin, its
 // position and the tree.
-func (sc *segmentScan) checkpoint(e *envelope) error {
+func (sc *segmentScan) checkpoint(e *record.Envelope) error {
 	res, seq := sc.res, sc.seq
-	r, err := DecodeBody(KindCheckpoint, e.Body)
+	r, err := record.DecodeBody(record.KindCheckpoint, e.Body)
 	if err != nil {
-		return sc.fail(ClassIntegrity, "", "", "%v", err)
+		return sc.fail(record.ClassIntegrity, "", "", "%v", err)
 	}
-	cp, err := c2sp.OpenCheckpoint([]byte(r.(*CheckpointRecord).Note), sc.vs)
+	cp, err := c2sp.OpenCheckpoint([]byte(r.(*record.CheckpointRecord).Note), sc.vs)
 	if err != nil {
 		return sc.fail(classOfNoteErr(err), "", "", "checkpoint: %v", err)
 	}
 	if cp.Origin != res.Origin || cp.Size != seq {
-		return sc.fail(ClassIntegrity, fmt.Sprintf("%s size %d", res.Origin, seq), fmt.Sprintf("%s size %d", cp.Origin, cp.Size), "checkpoint does not match its position")
+		return sc.fail(record.ClassIntegrity, fmt.Sprintf("%s size %d", res.Origin, seq), fmt.Sprintf("%s size %d", cp.Origin, cp.Size), "checkpoint does not match its position")
 	}
 	if root := sc.fr.root(); root != cp.Root {
-		return sc.fail(ClassIntegrity, b64(cp.Root), b64(root), "Merkle root mismatch at size %d: the checkpoint signs one root, the frontier and records hash to another", cp.Size)
+		return sc.fail(record.ClassIntegrity, b64(cp.Root), b64(root), "Merkle root mismatch at size %d: the checkpoint signs one root, the frontier and records hash to another", cp.Size)
 	}
 	res.Checkpoints++
 	res.LastCheckpoint = cp
@@ -237,7 +238,7 @@ func (sc *segmentScan) checkpoint(e *envelope) error {
 func (sc *segmentScan) result(epoch int) (*SegmentResult, error) {
 	res, path, seq, lastCP := sc.res, sc.path, sc.seq, sc.lastCP
 	if res.Records == 0 {
-		return res, &VerifyError{Class: ClassIntegrity, Pos: Position{File: path}, Msg: "the segment holds no complete record"}
+		return res, &record.VerifyError{Class: record.ClassIntegrity, Pos: record.Position{File: path}, Msg: "the segment holds no complete record"}
 	}
 	res.Epoch = epoch
 	if lastCP < 0 {
@@ -250,7 +251,7 @@ func (sc *segmentScan) result(epoch int) (*SegmentResult, error) {
 		if res.FirstIndex == 0 {
 			why = "its genesis record carries the epoch's key, but no checkpoint signed with it follows"
 		}
-		return res, &VerifyError{Class: ClassUnsigned, Pos: Position{Epoch: epoch, File: path, Line: 1, Index: res.FirstIndex},
+		return res, &record.VerifyError{Class: record.ClassUnsigned, Pos: record.Position{Epoch: epoch, File: path, Line: 1, Index: res.FirstIndex},
 			Msg:  fmt.Sprintf("the file holds no checkpoint: none of its records %d-%d is signed (%s)", res.FirstIndex, seq-1, why),
 			Hint: "if the gateway is still writing this segment, verify it again after its next checkpoint; verify-chain DIR reports these records as the unsealed tail, or as UNSIGNED once a later epoch began"}
 	}
@@ -260,16 +261,16 @@ func (sc *segmentScan) result(epoch int) (*SegmentResult, error) {
 	return res, nil
 }
 
-func classOfNoteErr(err error) Class {
+func classOfNoteErr(err error) record.Class {
 	var uv *note.UnverifiedNoteError
 	var bad *note.InvalidSignatureError
 	switch {
 	case errors.As(err, &bad):
-		return ClassSignature
+		return record.ClassSignature
 	case errors.As(err, &uv):
-		return ClassKey
+		return record.ClassKey
 	case errors.Is(err, c2sp.ErrMalformedCheckpoint):
-		return ClassIntegrity
+		return record.ClassIntegrity
 	}
-	return ClassSignature
+	return record.ClassSignature
 }

@@ -9,12 +9,13 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"golang.org/x/mod/sumdb/tlog"
 )
 
 func TestVerifySegmentAlone(t *testing.T) {
 	dir := t.TempDir()
-	w := writeLog(t, dir, Options{SegmentBytes: 8 << 10, CheckpointEvery: 7, Durability: DurabilityInterval}, 200, 1)
+	w := writeLog(t, dir, Options{SegmentBytes: 8 << 10, CheckpointEvery: 7, Durability: record.DurabilityInterval}, 200, 1)
 	keys := []string{w.VerifierKey()}
 	segs, _ := filepath.Glob(filepath.Join(dir, "epoch-000001", "seg-*.jsonl"))
 	if len(segs) < 4 {
@@ -40,31 +41,31 @@ func TestVerifySegmentAlone(t *testing.T) {
 	p := segs[2]
 	b, _ := os.ReadFile(p)
 	lines := bytes.Split(bytes.TrimSuffix(b, []byte("\n")), []byte("\n"))
-	e, _ := parseLine(lines[0])
-	r, _ := DecodeBody(KindSegment, e.Body)
-	s := r.(*Segment)
+	e, _ := record.ParseLine(lines[0])
+	r, _ := record.DecodeBody(record.KindSegment, e.Body)
+	s := r.(*record.Segment)
 	s.Frontier[0][0] ^= 1
-	body, _ := encodeBody(s)
-	lines[0] = appendLine(nil, KindSegment, body, e.Prev, e.Seq, string(e.TS))
+	body, _ := record.EncodeBody(s)
+	lines[0] = record.AppendLine(nil, record.KindSegment, body, e.Prev, e.Seq, string(e.TS))
 	// Re-link the unsigned records up to the file's first checkpoint, as a
 	// forger would.
 	for i := 1; i < len(lines); i++ {
-		e, _ := parseLine(lines[i])
-		lines[i] = appendLine(nil, e.Kind, e.Body, hashOf(lines[i-1]), e.Seq, string(e.TS))
-		if e.Kind == KindCheckpoint {
+		e, _ := record.ParseLine(lines[i])
+		lines[i] = record.AppendLine(nil, e.Kind, e.Body, hashOf(lines[i-1]), e.Seq, string(e.TS))
+		if e.Kind == record.KindCheckpoint {
 			break
 		}
 	}
 	os.WriteFile(p, append(bytes.Join(lines, []byte("\n")), '\n'), 0o600)
 	_, err := VerifySegment(p, VerifyOptions{Keys: keys})
-	var ve *VerifyError
-	if !errors.As(err, &ve) || ve.Class != ClassIntegrity || ve.Pos.Kind != KindCheckpoint {
+	var ve *record.VerifyError
+	if !errors.As(err, &ve) || ve.Class != record.ClassIntegrity || ve.Pos.Kind != record.KindCheckpoint {
 		t.Fatalf("forged frontier: %v", err)
 	}
 	if _, err := VerifySegment(segs[1], VerifyOptions{}); err == nil {
 		t.Fatal("a segment verified without a trusted key")
 	}
-	if _, err := VerifySegment(segs[1], VerifyOptions{Keys: []string{writeLog(t, t.TempDir(), Options{}, 1, 1).VerifierKey()}}); !errors.As(err, &ve) || ve.Class != ClassKey {
+	if _, err := VerifySegment(segs[1], VerifyOptions{Keys: []string{writeLog(t, t.TempDir(), Options{}, 1, 1).VerifierKey()}}); !errors.As(err, &ve) || ve.Class != record.ClassKey {
 		t.Fatalf("foreign key: %v", err)
 	}
 }
@@ -76,13 +77,13 @@ func hashOf(line []byte) tlog.Hash { return tlog.RecordHash(line) }
 // first record of a segment said "record 0".
 func TestVerifySegmentErrorPosition(t *testing.T) {
 	dir := t.TempDir()
-	writeLog(t, dir, Options{SegmentBytes: 8 << 10, CheckpointEvery: 7, Durability: DurabilityInterval}, 100, 1)
+	writeLog(t, dir, Options{SegmentBytes: 8 << 10, CheckpointEvery: 7, Durability: record.DurabilityInterval}, 100, 1)
 	seg := filepath.Join(dir, "epoch-000001", "seg-000003.jsonl")
 	// A key that is not the epoch's: the carried checkpoint fails on record 0 of the file.
-	_, err := VerifySegment(seg, VerifyOptions{Keys: []string{writeLog(t, t.TempDir(), Options{Key: otherKey(t), Durability: DurabilityInterval}, 1, 1).VerifierKey()}})
-	var ve *VerifyError
+	_, err := VerifySegment(seg, VerifyOptions{Keys: []string{writeLog(t, t.TempDir(), Options{Key: otherKey(t), Durability: record.DurabilityInterval}, 1, 1).VerifierKey()}})
+	var ve *record.VerifyError
 	b, _ := os.ReadFile(seg)
-	e, _ := parseLine(bytes.SplitN(b, []byte("\n"), 2)[0])
+	e, _ := record.ParseLine(bytes.SplitN(b, []byte("\n"), 2)[0])
 	if !errors.As(err, &ve) || ve.Pos.Epoch != 1 || ve.Pos.Index != e.Seq || ve.Pos.Line != 1 {
 		t.Fatalf("untrusted key: %v (position %+v, want epoch 1 record %d)", err, ve.Pos, e.Seq)
 	}
@@ -120,7 +121,7 @@ func keyOf(t *testing.T, dir string) string {
 // checkpoints reports the records its last one covers.
 func TestVerifySegmentNeedsACheckpointInTheFile(t *testing.T) {
 	dir := t.TempDir()
-	w := writeLog(t, dir, Options{SegmentBytes: 8 << 10, CheckpointEvery: 7, Durability: DurabilityInterval}, 100, 1)
+	w := writeLog(t, dir, Options{SegmentBytes: 8 << 10, CheckpointEvery: 7, Durability: record.DurabilityInterval}, 100, 1)
 	keys := []string{w.VerifierKey()}
 	seg := filepath.Join(dir, "epoch-000001", "seg-000002.jsonl")
 	r, err := VerifySegment(seg, VerifyOptions{Keys: keys})
@@ -130,19 +131,19 @@ func TestVerifySegmentNeedsACheckpointInTheFile(t *testing.T) {
 
 	b, _ := os.ReadFile(seg)
 	lines := bytes.Split(bytes.TrimSuffix(b, []byte("\n")), []byte("\n"))
-	first, _ := parseLine(lines[0])
-	tmpl, _ := parseLine(lines[1])
-	if tmpl.Kind == KindCheckpoint {
-		tmpl, _ = parseLine(lines[2])
+	first, _ := record.ParseLine(lines[0])
+	tmpl, _ := record.ParseLine(lines[1])
+	if tmpl.Kind == record.KindCheckpoint {
+		tmpl, _ = record.ParseLine(lines[2])
 	}
 	forged := [][]byte{lines[0]}
 	for i := range 3 {
-		forged = append(forged, appendLine(nil, tmpl.Kind, tmpl.Body, hashOf(forged[i]), first.Seq+1+int64(i), "2099-01-01T00:00:00Z"))
+		forged = append(forged, record.AppendLine(nil, tmpl.Kind, tmpl.Body, hashOf(forged[i]), first.Seq+1+int64(i), "2099-01-01T00:00:00Z"))
 	}
 	os.WriteFile(seg, append(bytes.Join(forged, []byte("\n")), '\n'), 0o600)
 	r, err = VerifySegment(seg, VerifyOptions{Keys: keys})
-	var ve *VerifyError
-	if !errors.As(err, &ve) || ve.Class != ClassUnsigned || r.Checkpoints != 0 || r.CoveredThrough != nil || r.Records != 4 {
+	var ve *record.VerifyError
+	if !errors.As(err, &ve) || ve.Class != record.ClassUnsigned || r.Checkpoints != 0 || r.CoveredThrough != nil || r.Records != 4 {
 		t.Fatalf("segment without a checkpoint: %+v, %v", r, err)
 	}
 
@@ -151,14 +152,14 @@ func TestVerifySegmentNeedsACheckpointInTheFile(t *testing.T) {
 	seg1 := filepath.Join(dir, "epoch-000001", "seg-000001.jsonl")
 	b, _ = os.ReadFile(seg1)
 	lines = bytes.Split(bytes.TrimSuffix(b, []byte("\n")), []byte("\n"))
-	first, _ = parseLine(lines[0])
+	first, _ = record.ParseLine(lines[0])
 	forged = [][]byte{lines[0]}
 	for i := range 3 {
-		forged = append(forged, appendLine(nil, tmpl.Kind, tmpl.Body, hashOf(forged[i]), first.Seq+1+int64(i), "2099-01-01T00:00:00Z"))
+		forged = append(forged, record.AppendLine(nil, tmpl.Kind, tmpl.Body, hashOf(forged[i]), first.Seq+1+int64(i), "2099-01-01T00:00:00Z"))
 	}
 	os.WriteFile(seg1, append(bytes.Join(forged, []byte("\n")), '\n'), 0o600)
 	r, err = VerifySegment(seg1, VerifyOptions{Keys: keys})
-	if !errors.As(err, &ve) || ve.Class != ClassUnsigned || r.Checkpoints != 0 || r.CoveredThrough != nil || r.Records != 4 {
+	if !errors.As(err, &ve) || ve.Class != record.ClassUnsigned || r.Checkpoints != 0 || r.CoveredThrough != nil || r.Records != 4 {
 		t.Fatalf("first segment without a checkpoint: %+v, %v", r, err)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"testing"
 
 	"filippo.io/age"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // fileSizeChildEnv makes the test binary the child process of
@@ -130,13 +131,13 @@ func fileSize(t *testing.T, path string) int64 {
 // failedBatch is what the child process of TestFailedBatchLeavesNoRecord
 // saw.
 type failedBatch struct {
-	Seg, Vault           int64      // the segment's and the vault's size before the failed append
-	SegAfter, VaultAfter int64      // and right after it
-	First                Commitment // the arguments of the call whose append succeeded
-	Err                  string     // the failed append's error
-	Fatal, EFBIG         bool       // whether that is a *FatalError and wraps EFBIG
-	Next                 string     // the error of the append after the failed one
-	NextSame             bool       // whether that is the failed append's error
+	Seg, Vault           int64             // the segment's and the vault's size before the failed append
+	SegAfter, VaultAfter int64             // and right after it
+	First                record.Commitment // the arguments of the call whose append succeeded
+	Err                  string            // the failed append's error
+	Fatal, EFBIG         bool              // whether that is a *FatalError and wraps EFBIG
+	Next                 string            // the error of the append after the failed one
+	NextSame             bool              // whether that is the failed append's error
 }
 
 // failBatch is the child process of TestFailedBatchLeavesNoRecord: it
@@ -250,7 +251,7 @@ func TestFailedBatchLeavesNoRecord(t *testing.T) {
 					t.Fatal(err)
 				}
 				if rec, err := e.Decode(); err == nil {
-					if _, ok := rec.(*Call); ok {
+					if _, ok := rec.(*record.Call); ok {
 						calls++
 					}
 				}

@@ -10,6 +10,7 @@ import (
 
 	"filippo.io/age"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // TestIntervalSyncCoversTheVault: in interval mode an Append writes its
@@ -33,7 +34,7 @@ func TestIntervalSyncCoversTheVault(t *testing.T) {
 	defer func() { logdir.TestHookSynced = nil }()
 	dir := t.TempDir()
 	w, err := Open(dir, Options{Key: testKey(t), Recipients: []string{id.Recipient().String()}, Vault: true,
-		Durability: DurabilityInterval, SyncInterval: 20 * time.Millisecond, CheckpointInterval: time.Hour, CheckpointEvery: 1 << 20})
+		Durability: record.DurabilityInterval, SyncInterval: 20 * time.Millisecond, CheckpointInterval: time.Hour, CheckpointEvery: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +43,7 @@ func TestIntervalSyncCoversTheVault(t *testing.T) {
 	synced = nil // what Open synced does not count
 	mu.Unlock()
 	c := w.Commit([]byte(`{"n":1}`))
-	if _, err := w.Append(context.Background(), &Call{Session: "s", Agent: "a", Tool: "t", Upstream: "u", EvidenceClass: "plaintext", Args: c, Decision: DecisionAllow, PolicyMode: "enforcing", Outcome: OutcomeForwarded}); err != nil {
+	if _, err := w.Append(context.Background(), &record.Call{Session: "s", Agent: "a", Tool: "t", Upstream: "u", EvidenceClass: "plaintext", Args: c, Decision: record.DecisionAllow, PolicyMode: "enforcing", Outcome: record.OutcomeForwarded}); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(5 * time.Second)

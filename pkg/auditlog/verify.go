@@ -11,13 +11,10 @@ import (
 
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
 )
-
-// ClassUsage marks bad verifier input (a malformed --key, an unreadable
-// --checkpoint).
-const ClassUsage Class = "usage"
 
 // VerifyOptions control Verify.
 type VerifyOptions struct {
@@ -33,7 +30,7 @@ type VerifyOptions struct {
 	// VerifyEvidence, if set, checks each genesis record's attestation
 	// evidence (bound to its key and statement); an error fails the epoch
 	// with ClassKey.
-	VerifyEvidence func(g *Genesis) error
+	VerifyEvidence func(g *record.Genesis) error
 	// Progress is called with the number of bytes verified since the last
 	// call (see LogBytes for the total).
 	Progress func(bytes int64)
@@ -52,7 +49,7 @@ type VerifyOptions struct {
 	// Decode, if set, selects the kinds whose bodies are decoded ahead on
 	// all cores for OnRecord: (*Entry).Decode then returns the decoded record
 	// (or the decoding error) without decoding again.
-	Decode func(k Kind) bool
+	Decode func(k record.Kind) bool
 	// RequireSigned fails the log (ClassUnsigned) when an epoch before the
 	// newest holds records that no checkpoint signed by its own key covers:
 	// the tail of an epoch whose writer stopped before signing it. The next
@@ -152,7 +149,7 @@ func ParseKeys(keys []string) (map[string]bool, error) {
 		k = strings.TrimSpace(k)
 		v, err := note.NewVerifier(k)
 		if err != nil {
-			return nil, &VerifyError{Class: ClassUsage, Msg: fmt.Sprintf("key %q is not a note verifier key (want origin+hash+base64): %v", clip(k), err)}
+			return nil, &record.VerifyError{Class: record.ClassUsage, Msg: fmt.Sprintf("key %q is not a note verifier key (want origin+hash+base64): %v", clip(k), err)}
 		}
 		_ = v
 		set[k] = true
@@ -232,10 +229,10 @@ func (v *verification) start() error {
 	dir, opt := v.dir, &v.opt
 	fi, err := os.Stat(dir)
 	if err != nil {
-		return ioFailure(Position{}, err)
+		return record.IOFailure(record.Position{}, err)
 	}
 	if !fi.IsDir() {
-		return &VerifyError{Class: ClassNotLog, Msg: fmt.Sprintf("%s is not a directory; give the audit directory (the one holding epoch-NNNNNN/)", dir)}
+		return &record.VerifyError{Class: record.ClassNotLog, Msg: fmt.Sprintf("%s is not a directory; give the audit directory (the one holding epoch-NNNNNN/)", dir)}
 	}
 	if len(opt.Keys) > 0 {
 		if v.trusted, err = ParseKeys(opt.Keys); err != nil {
@@ -246,7 +243,7 @@ func (v *verification) start() error {
 	for i, raw := range opt.Checkpoints {
 		cp, err := c2sp.ParseCheckpoint(raw)
 		if err != nil {
-			return &VerifyError{Class: ClassUsage, Msg: fmt.Sprintf("external checkpoint %d: %v", i+1, err)}
+			return &record.VerifyError{Class: record.ClassUsage, Msg: fmt.Sprintf("external checkpoint %d: %v", i+1, err)}
 		}
 		v.exts = append(v.exts, savedCheckpoint{cp, raw})
 		if wantRoots[cp.Origin] == nil {
@@ -257,16 +254,16 @@ func (v *verification) start() error {
 	v.wantRoots = wantRoots
 	epochs, err := logdir.ListEpochs(dir)
 	if err != nil {
-		return ioFailure(Position{}, err)
+		return record.IOFailure(record.Position{}, err)
 	}
 	v.epochs = epochs
 	if len(epochs) == 0 {
 		if len(v.exts) > 0 {
-			return &VerifyError{Class: ClassTruncation, Expected: fmt.Sprint(v.exts[0].cp.Size), Computed: "0",
+			return &record.VerifyError{Class: record.ClassTruncation, Expected: fmt.Sprint(v.exts[0].cp.Size), Computed: "0",
 				Msg:  fmt.Sprintf("%s holds no epochs, but the saved checkpoint commits to %d records of %s: the log was deleted", dir, v.exts[0].cp.Size, v.exts[0].cp.Origin),
 				Hint: "restore the audit directory from a backup"}
 		}
-		ve := &VerifyError{Class: ClassNotLog, Msg: fmt.Sprintf("%s is not an audit log: it holds no epoch-NNNNNN directories", dir),
+		ve := &record.VerifyError{Class: record.ClassNotLog, Msg: fmt.Sprintf("%s is not an audit log: it holds no epoch-NNNNNN directories", dir),
 			Hint: "give the directory cmcp serve writes its audit log to (audit.dir in cmcp.yaml)"}
 		if segs, _ := logdir.ListSegments(dir); len(segs) > 0 {
 			ve.Hint = fmt.Sprintf("%s looks like one epoch of a log; give the audit directory above it: %s", dir, filepath.Dir(filepath.Clean(dir)))
@@ -297,7 +294,7 @@ func (v *verification) scanEpochs() error {
 		}
 		rep.Epochs = append(rep.Epochs, res)
 		if err != nil {
-			var ve *VerifyError
+			var ve *record.VerifyError
 			if res.empty && len(epochs) == 1 && errors.As(err, &ve) && ve.Hint == "" {
 				ve.Hint = "if the gateway's first start failed before its genesis record was durable (a full disk), this is what it left: the next start moves the epoch aside and begins again; there is no record to verify"
 			}
@@ -322,10 +319,10 @@ func (v *verification) scanEpochs() error {
 			rep.SignedLast = res.SignedLast
 		}
 		g := res.Genesis
-		gpos := Position{Epoch: e, File: filepath.Join(res.Dir, logdir.SegmentName(1)), Line: 1, Index: 0, Kind: KindGenesis}
+		gpos := record.Position{Epoch: e, File: filepath.Join(res.Dir, logdir.SegmentName(1)), Line: 1, Index: 0, Kind: record.KindGenesis}
 		if i == 0 {
 			if g.Predecessor != nil {
-				return &VerifyError{Class: ClassTruncation, Pos: gpos,
+				return &record.VerifyError{Class: record.ClassTruncation, Pos: gpos,
 					Msg:  fmt.Sprintf("epoch %d names a predecessor (epoch %d, %s, %d records) that is not in the directory: earlier epochs were deleted", e, g.Predecessor.Epoch, g.Predecessor.Origin, g.Predecessor.Size),
 					Hint: "verify the complete audit directory, or restore the missing epochs"}
 			}
@@ -334,33 +331,33 @@ func (v *verification) scanEpochs() error {
 		prev := rep.Epochs[i-1]
 		p := g.Predecessor
 		if prev.TornBytes > 0 {
-			return &VerifyError{Class: ClassIntegrity, Pos: *prev.TornAt,
+			return &record.VerifyError{Class: record.ClassIntegrity, Pos: *prev.TornAt,
 				Msg: fmt.Sprintf("epoch %d ends with an incomplete line of %d bytes, but epoch %d follows it: the writer's recovery cuts such a line before it starts a new epoch, so it was added afterwards", prev.Epoch, prev.TornBytes, e)}
 		}
 		switch {
 		case e != epochs[i-1]+1:
-			return &VerifyError{Class: ClassTruncation, Pos: gpos, Expected: logdir.EpochName(e - 1), Computed: logdir.EpochName(epochs[i-1]),
+			return &record.VerifyError{Class: record.ClassTruncation, Pos: gpos, Expected: logdir.EpochName(e - 1), Computed: logdir.EpochName(epochs[i-1]),
 				Msg: fmt.Sprintf("epoch %d is missing: the directory goes from epoch %d to epoch %d", e-1, epochs[i-1], e)}
 		case p == nil:
-			return &VerifyError{Class: ClassIntegrity, Pos: gpos, Msg: fmt.Sprintf("epoch %d's genesis names no predecessor, but epoch %d precedes it", e, prev.Epoch)}
+			return &record.VerifyError{Class: record.ClassIntegrity, Pos: gpos, Msg: fmt.Sprintf("epoch %d's genesis names no predecessor, but epoch %d precedes it", e, prev.Epoch)}
 		case p.Epoch != prev.Epoch || p.Origin != prev.Origin:
-			return &VerifyError{Class: ClassIntegrity, Pos: gpos, Expected: p.Origin, Computed: prev.Origin,
+			return &record.VerifyError{Class: record.ClassIntegrity, Pos: gpos, Expected: p.Origin, Computed: prev.Origin,
 				Msg: fmt.Sprintf("epoch %d's genesis names predecessor %s (epoch %d), but the directory holds %s", e, p.Origin, p.Epoch, prev.Origin)}
 		case p.Size > prev.Records:
-			return &VerifyError{Class: ClassTruncation, Pos: gpos, Expected: fmt.Sprint(p.Size), Computed: fmt.Sprint(prev.Records),
+			return &record.VerifyError{Class: record.ClassTruncation, Pos: gpos, Expected: fmt.Sprint(p.Size), Computed: fmt.Sprint(prev.Records),
 				Msg:  fmt.Sprintf("epoch %d had %d records when epoch %d began, now it has %d: %d records were cut from its tail", prev.Epoch, p.Size, e, prev.Records, p.Size-prev.Records),
 				Hint: "restore the epoch from a backup; the records are lost from this copy"}
 		case p.Size < prev.Records:
-			return &VerifyError{Class: ClassIntegrity, Pos: Position{Epoch: prev.Epoch, Index: p.Size}, Expected: fmt.Sprint(p.Size), Computed: fmt.Sprint(prev.Records),
+			return &record.VerifyError{Class: record.ClassIntegrity, Pos: record.Position{Epoch: prev.Epoch, Index: p.Size}, Expected: fmt.Sprint(p.Size), Computed: fmt.Sprint(prev.Records),
 				Msg: fmt.Sprintf("epoch %d has %d records but had %d when epoch %d began: %d records were appended to it afterwards", prev.Epoch, prev.Records, p.Size, e, prev.Records-p.Size)}
 		case !bytes.Equal(p.Root, prev.Root[:]):
-			return &VerifyError{Class: ClassIntegrity, Pos: gpos, Expected: b64h(p.Root), Computed: b64(prev.Root),
+			return &record.VerifyError{Class: record.ClassIntegrity, Pos: gpos, Expected: b64h(p.Root), Computed: b64(prev.Root),
 				Msg: fmt.Sprintf("epoch %d's records hash to another root than epoch %d's genesis recorded: epoch %d was changed after it ended", prev.Epoch, e, prev.Epoch)}
 		case p.Sealed != prev.Sealed:
-			return &VerifyError{Class: ClassIntegrity, Pos: gpos, Msg: fmt.Sprintf("epoch %d's genesis says epoch %d was sealed=%v, the log says %v", e, prev.Epoch, p.Sealed, prev.Sealed)}
+			return &record.VerifyError{Class: record.ClassIntegrity, Pos: gpos, Msg: fmt.Sprintf("epoch %d's genesis says epoch %d was sealed=%v, the log says %v", e, prev.Epoch, p.Sealed, prev.Sealed)}
 		}
 		if r := res.Recovery; r != nil && (r.Epoch != prev.Epoch || r.Records != prev.Records || !bytes.Equal(r.Root, prev.Root[:])) {
-			return &VerifyError{Class: ClassIntegrity, Pos: Position{Epoch: e}, Msg: fmt.Sprintf("epoch %d's recovery record does not describe epoch %d as it is now", e, prev.Epoch)}
+			return &record.VerifyError{Class: record.ClassIntegrity, Pos: record.Position{Epoch: e}, Msg: fmt.Sprintf("epoch %d's recovery record does not describe epoch %d as it is now", e, prev.Epoch)}
 		}
 	}
 	return nil
@@ -398,16 +395,16 @@ func (v *verification) external() error {
 				var bad *note.InvalidSignatureError
 				switch {
 				case errors.As(err, &bad):
-					return &VerifyError{Class: ClassSignature, Msg: fmt.Sprintf("the saved checkpoint (%s, size %d) has a bad signature: %v", x.cp.Origin, x.cp.Size, err)}
+					return &record.VerifyError{Class: record.ClassSignature, Msg: fmt.Sprintf("the saved checkpoint (%s, size %d) has a bad signature: %v", x.cp.Origin, x.cp.Size, err)}
 				case errors.As(err, &uv):
-					return &VerifyError{Class: ClassKey, Msg: fmt.Sprintf("the saved checkpoint (%s, size %d) is not signed by a trusted key (signed by %s)", x.cp.Origin, x.cp.Size, sigNames(uv.Note))}
+					return &record.VerifyError{Class: record.ClassKey, Msg: fmt.Sprintf("the saved checkpoint (%s, size %d) is not signed by a trusted key (signed by %s)", x.cp.Origin, x.cp.Size, sigNames(uv.Note))}
 				default:
-					return &VerifyError{Class: ClassSignature, Msg: fmt.Sprintf("the saved checkpoint: %v", err)}
+					return &record.VerifyError{Class: record.ClassSignature, Msg: fmt.Sprintf("the saved checkpoint: %v", err)}
 				}
 			}
 		}
 		if er == nil {
-			ve := &VerifyError{Class: ClassTruncation, Expected: x.cp.Origin,
+			ve := &record.VerifyError{Class: record.ClassTruncation, Expected: x.cp.Origin,
 				Msg:  fmt.Sprintf("the saved checkpoint commits to %d records of %s, but no epoch of this log has that origin: the epoch was deleted or replaced", x.cp.Size, x.cp.Origin),
 				Hint: "restore the missing epoch from a backup"}
 			if vs == nil {
@@ -416,8 +413,8 @@ func (v *verification) external() error {
 			if n := epochOfOrigin(x.cp.Origin); n > 0 {
 				for _, r := range rep.Epochs {
 					if r.Epoch == n {
-						ve.Class = ClassFork
-						ve.Pos = Position{Epoch: n}
+						ve.Class = record.ClassFork
+						ve.Pos = record.Position{Epoch: n}
 						ve.Computed = r.Origin
 						ve.Msg = fmt.Sprintf("the saved checkpoint is for %s, but %s now holds another history (%s): the epoch was regenerated", x.cp.Origin, logdir.EpochName(n), r.Origin)
 						ve.Hint = "treat the log as rewritten; keep both the saved checkpoint and the directory as evidence"
@@ -428,7 +425,7 @@ func (v *verification) external() error {
 		}
 		ec.Epoch, ec.Records = er.Epoch, er.Records
 		if x.cp.Size > er.Records {
-			return &VerifyError{Class: ClassTruncation, Pos: Position{Epoch: er.Epoch, Index: er.Records}, Expected: fmt.Sprint(x.cp.Size), Computed: fmt.Sprint(er.Records),
+			return &record.VerifyError{Class: record.ClassTruncation, Pos: record.Position{Epoch: er.Epoch, Index: er.Records}, Expected: fmt.Sprint(x.cp.Size), Computed: fmt.Sprint(er.Records),
 				Msg:  fmt.Sprintf("epoch %d has %d records but the saved checkpoint commits to %d: %d records were removed from its tail (truncation or rollback)", er.Epoch, er.Records, x.cp.Size, x.cp.Size-er.Records),
 				Hint: "restore the epoch from a backup; the saved checkpoint proves the missing records existed"}
 		}
@@ -439,7 +436,7 @@ func (v *verification) external() error {
 			root = *r
 		}
 		if root != x.cp.Root {
-			return &VerifyError{Class: ClassFork, Pos: Position{Epoch: er.Epoch, Index: x.cp.Size}, Expected: b64(x.cp.Root), Computed: b64(root),
+			return &record.VerifyError{Class: record.ClassFork, Pos: record.Position{Epoch: er.Epoch, Index: x.cp.Size}, Expected: b64(x.cp.Root), Computed: b64(root),
 				Msg:  fmt.Sprintf("SECURITY ERROR: fork: the first %d records of epoch %d hash to another root than the saved checkpoint signs; this log is not an extension of what was seen before.\nsaved checkpoint:\n%s", x.cp.Size, er.Epoch, indent(string(x.raw))),
 				Hint: "the history was rewritten by someone holding the key; keep both the saved checkpoint and this directory as evidence"}
 		}
@@ -487,7 +484,7 @@ func (v *verification) unsigned() error {
 	}
 	if opt.RequireSigned && len(rep.Unsigned) > 0 {
 		u := rep.Unsigned[0]
-		return &VerifyError{Class: ClassUnsigned, Pos: Position{Epoch: u.Epoch, Index: u.First},
+		return &record.VerifyError{Class: record.ClassUnsigned, Pos: record.Position{Epoch: u.Epoch, Index: u.First},
 			Msg:  fmt.Sprintf("records %d-%d of epoch %d are not signed by the epoch's key (the writer stopped before signing them); epoch %d's genesis only records that they were on disk when it started", u.First, u.Last, u.Epoch, u.By),
 			Hint: "without --require-signed the log verifies with these records reported as unsigned; whether to trust them depends on who could write the audit disk while the gateway was down"}
 	}
@@ -501,14 +498,14 @@ func (v *verification) stray() error {
 	dir, opt, rep, epochs := v.dir, &v.opt, v.rep, v.epochs
 	stray, err := logdir.StrayEntries(dir, epochs)
 	if err != nil {
-		return ioFailure(Position{}, err)
+		return record.IOFailure(record.Position{}, err)
 	}
 	rep.Stray = stray
 	for _, p := range stray {
 		rep.Warnings = append(rep.Warnings, fmt.Sprintf("%s is not part of the log and was not verified: only epoch-NNNNNN/seg-NNNNNN.jsonl files are (six digits); a copy of a segment or an epoch under another name proves nothing (move it out of the audit directory)", filepath.FromSlash(p)))
 	}
 	if opt.Strict && len(stray) > 0 {
-		return &VerifyError{Class: ClassIntegrity,
+		return &record.VerifyError{Class: record.ClassIntegrity,
 			Msg:  fmt.Sprintf("%s holds %d entries that are not part of the log (--strict): %s", dir, len(stray), strings.Join(stray, ", ")),
 			Hint: "move them out of the audit directory; without --strict each is a warning"}
 	}

@@ -20,6 +20,7 @@ import (
 	"filippo.io/age"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
@@ -58,7 +59,7 @@ type Options struct {
 	// SegmentBytes rotates to a new segment file beyond this size (default 256 MiB).
 	SegmentBytes int64
 	// Genesis content supplied by the gateway.
-	Gateway       GatewayInfo
+	Gateway       record.GatewayInfo
 	ConfigDigest  digest.Digest
 	PolicyDigest  digest.Digest
 	CatalogDigest digest.Digest
@@ -116,7 +117,7 @@ func (e *FatalError) Error() string {
 func (e *FatalError) Unwrap() error { return e.Err }
 
 type pending struct {
-	kind Kind
+	kind record.Kind
 	body []byte
 	res  Receipt
 	err  error
@@ -164,7 +165,7 @@ type Writer struct {
 	epochDir string
 	epoch    int
 	origin   string
-	recovery *Recovery // what Open recovered from a crashed previous epoch
+	recovery *record.Recovery // what Open recovered from a crashed previous epoch
 	vkey     string
 	signer   note.Signer
 	opts     Options
@@ -239,7 +240,7 @@ func (w *Writer) Origin() string { return w.origin }
 // (the writer crashed or was killed) and what it cut from its tail, as
 // written in this epoch's recovery record; nil when the previous epoch was
 // sealed or there was none. The gateway logs it at start.
-func (w *Writer) Recovery() *Recovery { return w.recovery }
+func (w *Writer) Recovery() *record.Recovery { return w.recovery }
 
 // VerifierKey returns the note verifier key of the epoch's signing key
 // ("origin+hash+base64"), the form `cmcp verify-chain --key` takes.
@@ -275,8 +276,8 @@ func (o *Options) setDefaults() error {
 	}
 	switch o.Durability {
 	case "":
-		o.Durability = DurabilityGroup
-	case DurabilityStrict, DurabilityGroup, DurabilityInterval:
+		o.Durability = record.DurabilityGroup
+	case record.DurabilityStrict, record.DurabilityGroup, record.DurabilityInterval:
 	default:
 		return fmt.Errorf("options: durability %q: want strict, group or interval", o.Durability)
 	}
@@ -341,8 +342,8 @@ func Open(dir string, opts Options) (*Writer, error) {
 	if err != nil {
 		return nil, err
 	}
-	var pred *Predecessor
-	var recov *Recovery
+	var pred *record.Predecessor
+	var recov *record.Recovery
 	if len(epochs) > 0 {
 		pred, recov, err = recoverEpoch(dir, epochs[len(epochs)-1])
 		if err != nil {
@@ -377,7 +378,7 @@ func Open(dir string, opts Options) (*Writer, error) {
 // newIdentity makes the new epoch's origin, key and commitment secret,
 // and with a log identity (Options.Log) its place in the log tree, which
 // the genesis records (the returned LogInfo; nil without one).
-func (w *Writer) newIdentity(pred *Predecessor) (*LogInfo, error) {
+func (w *Writer) newIdentity(pred *record.Predecessor) (*record.LogInfo, error) {
 	dir, opts := w.dir, w.opts
 	var err error
 	var rnd [4]byte
@@ -395,7 +396,7 @@ func (w *Writer) newIdentity(pred *Predecessor) (*LogInfo, error) {
 		return nil, err
 	}
 	w.keys = newKeyDeriver(w.secret)
-	var logInfo *LogInfo
+	var logInfo *record.LogInfo
 	if opts.Log != nil {
 		if w.logSigner, w.logVkey, err = c2sp.NewNoteKeys(opts.Log.Origin, opts.Log.Key); err != nil {
 			return nil, fmt.Errorf("log key: %w", err)
@@ -404,7 +405,7 @@ func (w *Writer) newIdentity(pred *Predecessor) (*LogInfo, error) {
 			return nil, fmt.Errorf("the log tree of the earlier epochs: %w", err)
 		}
 		w.logFr = w.logBase.clone()
-		logInfo = &LogInfo{Origin: opts.Log.Origin, Key: w.logVkey, Size: w.logBase.n, Frontier: [][]byte{}}
+		logInfo = &record.LogInfo{Origin: opts.Log.Origin, Key: w.logVkey, Size: w.logBase.n, Frontier: [][]byte{}}
 		for _, h := range w.logBase.hashes {
 			logInfo.Frontier = append(logInfo.Frontier, append([]byte(nil), h[:]...))
 		}
@@ -415,10 +416,10 @@ func (w *Writer) newIdentity(pred *Predecessor) (*LogInfo, error) {
 // genesis builds the new epoch's genesis record and its body: its
 // statement over the body, the attestation evidence of that statement
 // (Options.Evidence), and the sealed commitment secret.
-func (w *Writer) genesis(pred *Predecessor, logInfo *LogInfo, recips []age.Recipient) (*Genesis, []byte, error) {
+func (w *Writer) genesis(pred *record.Predecessor, logInfo *record.LogInfo, recips []age.Recipient) (*record.Genesis, []byte, error) {
 	opts := w.opts
 	var err error
-	g := &Genesis{
+	g := &record.Genesis{
 		Origin:           w.origin,
 		Epoch:            w.epoch,
 		Key:              w.vkey,
@@ -432,12 +433,12 @@ func (w *Writer) genesis(pred *Predecessor, logInfo *LogInfo, recips []age.Recip
 		PolicyDigest:     opts.PolicyDigest,
 		CatalogDigest:    opts.CatalogDigest,
 		PolicyMode:       opts.PolicyMode,
-		Commitments:      CommitmentInfo{Scheme: CommitmentScheme},
+		Commitments:      record.CommitmentInfo{Scheme: CommitmentScheme},
 		Predecessor:      pred,
 		Log:              logInfo,
 		Extra:            opts.Extra,
 	}
-	if opts.Durability == DurabilityInterval {
+	if opts.Durability == record.DurabilityInterval {
 		g.IntervalMillis = opts.SyncInterval.Milliseconds()
 	}
 	if len(recips) > 0 {
@@ -449,7 +450,7 @@ func (w *Writer) genesis(pred *Predecessor, logInfo *LogInfo, recips []age.Recip
 			g.Commitments.Vault = VaultFile
 		}
 	}
-	body, err := encodeBody(g)
+	body, err := record.EncodeBody(g)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -463,7 +464,7 @@ func (w *Writer) genesis(pred *Predecessor, logInfo *LogInfo, recips []age.Recip
 		}
 		g.Evidence = ev
 	}
-	if body, err = encodeBody(g); err != nil {
+	if body, err = record.EncodeBody(g); err != nil {
 		return nil, nil, err
 	}
 	return g, body, nil
@@ -473,7 +474,7 @@ func (w *Writer) genesis(pred *Predecessor, logInfo *LogInfo, recips []age.Recip
 // removes it), its vault and first segment, and writes the genesis
 // record, the recovery record if the previous epoch was recovered, and a
 // checkpoint, durably.
-func (w *Writer) start(g *Genesis, body []byte, recov *Recovery, created *bool) error {
+func (w *Writer) start(g *record.Genesis, body []byte, recov *record.Recovery, created *bool) error {
 	dir, opts, name := w.dir, w.opts, logdir.EpochName(w.epoch)
 	var err error
 	w.epochDir = filepath.Join(dir, name)
@@ -492,14 +493,14 @@ func (w *Writer) start(g *Genesis, body []byte, recov *Recovery, created *bool) 
 	if err := w.openSegment(1); err != nil {
 		return err
 	}
-	ts := timestamp(g.Created)
-	w.addLine(KindGenesis, body, ts)
+	ts := record.Timestamp(g.Created)
+	w.addLine(record.KindGenesis, body, ts)
 	if recov != nil {
-		rb, err := encodeBody(recov)
+		rb, err := record.EncodeBody(recov)
 		if err != nil {
 			return err
 		}
-		w.addLine(KindRecovery, rb, timestamp(w.now()))
+		w.addLine(record.KindRecovery, rb, record.Timestamp(w.now()))
 	}
 	if err := w.addCheckpoint(); err != nil {
 		return err
@@ -543,9 +544,9 @@ func (w *Writer) openSegment(n int) error {
 }
 
 // addLine appends one record to the pending buffer and advances the chain.
-func (w *Writer) addLine(kind Kind, body []byte, ts string) Receipt {
+func (w *Writer) addLine(kind record.Kind, body []byte, ts string) Receipt {
 	start := len(w.buf)
-	w.buf = appendLine(w.buf, kind, body, w.prev, w.seq, ts)
+	w.buf = record.AppendLine(w.buf, kind, body, w.prev, w.seq, ts)
 	h := tlog.RecordHash(w.buf[start:])
 	w.buf = append(w.buf, '\n')
 	r := Receipt{Epoch: w.epoch, Index: w.seq, Hash: h}
@@ -567,11 +568,11 @@ func (w *Writer) addCheckpoint() error {
 	if err != nil {
 		return fmt.Errorf("sign checkpoint: %w", err)
 	}
-	body, err := encodeBody(&CheckpointRecord{Note: string(msg)})
+	body, err := record.EncodeBody(&record.CheckpointRecord{Note: string(msg)})
 	if err != nil {
 		return err
 	}
-	w.addLine(KindCheckpoint, body, "")
+	w.addLine(record.KindCheckpoint, body, "")
 	w.sinceCP = 0
 	w.lastNote = string(msg)
 	w.cpNotes = append(w.cpNotes, msg)
@@ -700,7 +701,7 @@ func (w *Writer) setFatal(err error) *FatalError {
 // and the record is not written. Once the record is queued (or committed
 // by Append itself, the log being idle), Append waits for its outcome, so
 // that an error always means the record was not written.
-func (w *Writer) Append(ctx context.Context, rec Record) (Receipt, error) {
+func (w *Writer) Append(ctx context.Context, rec record.Record) (Receipt, error) {
 	r, err := w.appendOne(ctx, rec)
 	if err != nil && (ctx.Err() == nil || err != ctx.Err()) {
 		w.appendErrors.Add(1)
@@ -708,12 +709,12 @@ func (w *Writer) Append(ctx context.Context, rec Record) (Receipt, error) {
 	return r, err
 }
 
-func (w *Writer) appendOne(ctx context.Context, rec Record) (Receipt, error) {
+func (w *Writer) appendOne(ctx context.Context, rec record.Record) (Receipt, error) {
 	if rec == nil {
 		return Receipt{}, errors.New("append: nil record")
 	}
 	k := rec.Kind()
-	if writerKinds[k] {
+	if record.WriterKinds[k] {
 		return Receipt{}, fmt.Errorf("append: %s records are written by the log itself", k)
 	}
 	if fe := w.fatal.Load(); fe != nil {
@@ -723,15 +724,15 @@ func (w *Writer) appendOne(ctx context.Context, rec Record) (Receipt, error) {
 		return Receipt{}, err
 	}
 	p := pendingPool.Get().(*pending)
-	body, err := appendBody(p.body[:0], rec)
+	body, err := record.AppendBody(p.body[:0], rec)
 	if err != nil {
 		putPending(p)
 		return Receipt{}, err
 	}
 	p.kind, p.body = k, body
-	if len(body) > MaxRecordBytes-256 {
+	if len(body) > record.MaxRecordBytes-256 {
 		putPending(p)
-		return Receipt{}, fmt.Errorf("append: %s record is %d bytes, the limit is %d", k, len(body), MaxRecordBytes-256)
+		return Receipt{}, fmt.Errorf("append: %s record is %d bytes, the limit is %d", k, len(body), record.MaxRecordBytes-256)
 	}
 	w.mu.RLock()
 	if w.closed {
@@ -777,7 +778,7 @@ func (w *Writer) appendOne(ctx context.Context, rec Record) (Receipt, error) {
 // fresh per-commitment key. With a vault, the payload is also sealed with
 // age to the recipients and written to the vault before any record that
 // is appended after this call becomes durable.
-func (w *Writer) Commit(payload []byte) Commitment {
+func (w *Writer) Commit(payload []byte) record.Commitment {
 	id := w.nextCommit.Add(1) - 1
 	c := w.keys.commitment(id, payload)
 	if w.vaultF != nil {
@@ -836,7 +837,7 @@ func (w *Writer) run() {
 	cpTick := time.NewTicker(w.opts.CheckpointInterval)
 	defer cpTick.Stop()
 	var syncC <-chan time.Time
-	if w.opts.Durability == DurabilityInterval {
+	if w.opts.Durability == record.DurabilityInterval {
 		t := time.NewTicker(w.opts.SyncInterval)
 		defer t.Stop()
 		syncC = t.C
@@ -849,7 +850,7 @@ func (w *Writer) run() {
 			w.cmu.Lock()
 			w.committerWaits.Store(false)
 			batch = append(batch[:0], p)
-			if w.opts.Durability != DurabilityStrict {
+			if w.opts.Durability != record.DurabilityStrict {
 				batch = w.drain(batch) // what queued while the lock was busy too
 			}
 			w.commit(batch)
@@ -863,7 +864,7 @@ func (w *Writer) run() {
 					if err := w.addCheckpoint(); err != nil {
 						return err
 					}
-					return w.flush(w.opts.Durability != DurabilityInterval)
+					return w.flush(w.opts.Durability != record.DurabilityInterval)
 				}) == nil {
 					w.maybeRotate()
 				}
@@ -952,12 +953,12 @@ func (w *Writer) commit(batch []*pending) {
 	}
 	now := w.now()
 	w.tsBuf = now.UTC().AppendFormat(w.tsBuf[:0], time.RFC3339Nano) // timestamp(now) without a string per batch
-	ts := unsafeString(w.tsBuf)
+	ts := record.UnsafeString(w.tsBuf)
 	for _, p := range batch {
 		p.res = w.addLine(p.kind, p.body, ts)
 		p.res.Time = now
 	}
-	durable := w.opts.Durability != DurabilityInterval
+	durable := w.opts.Durability != record.DurabilityInterval
 	err := w.guard(func() error {
 		if w.sinceCP >= w.opts.CheckpointEvery {
 			if err := w.addCheckpoint(); err != nil {
@@ -1007,11 +1008,11 @@ func (w *Writer) maybeRotate() error {
 		for i, h := range w.fr.hashes {
 			fr[i] = append([]byte(nil), h[:]...)
 		}
-		body, err := encodeBody(&Segment{Number: w.segNo, FirstIndex: w.seq, PrevFile: prevName, PrevSHA256: prevSum, Checkpoint: w.lastNote, Frontier: fr})
+		body, err := record.EncodeBody(&record.Segment{Number: w.segNo, FirstIndex: w.seq, PrevFile: prevName, PrevSHA256: prevSum, Checkpoint: w.lastNote, Frontier: fr})
 		if err != nil {
 			return err
 		}
-		w.addLine(KindSegment, body, timestamp(w.now()))
+		w.addLine(record.KindSegment, body, record.Timestamp(w.now()))
 		return w.flush(true)
 	}()
 	if err != nil {
@@ -1027,11 +1028,11 @@ func (w *Writer) seal() error {
 		return fe
 	}
 	err := func() error {
-		body, err := encodeBody(&Seal{Reason: "close", Records: w.seq})
+		body, err := record.EncodeBody(&record.Seal{Reason: "close", Records: w.seq})
 		if err != nil {
 			return err
 		}
-		w.addLine(KindSeal, body, timestamp(w.now()))
+		w.addLine(record.KindSeal, body, record.Timestamp(w.now()))
 		if err := w.addCheckpoint(); err != nil {
 			return err
 		}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"filippo.io/age"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // TestInlineAndQueuedAppends mixes appends that commit their own record
@@ -25,7 +26,7 @@ func TestInlineAndQueuedAppends(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, mode := range []string{DurabilityStrict, DurabilityGroup, DurabilityInterval} {
+	for _, mode := range []string{record.DurabilityStrict, record.DurabilityGroup, record.DurabilityInterval} {
 		t.Run(mode, func(t *testing.T) {
 			dir := t.TempDir()
 			w, err := Open(dir, Options{
@@ -73,8 +74,8 @@ func TestInlineAndQueuedAppends(t *testing.T) {
 							ctx, cancel = context.WithTimeout(ctx, time.Duration(rand.IntN(200))*time.Microsecond)
 						}
 						tag := fmt.Sprintf("g%d-%d", g, i)
-						rec := &Call{Session: tag, Agent: "a", Tool: "t", Upstream: "u", EvidenceClass: "plaintext",
-							Args: w.Commit([]byte(tag)), Decision: DecisionAllow, PolicyMode: "enforcing", Outcome: OutcomeForwarded}
+						rec := &record.Call{Session: tag, Agent: "a", Tool: "t", Upstream: "u", EvidenceClass: "plaintext",
+							Args: w.Commit([]byte(tag)), Decision: record.DecisionAllow, PolicyMode: "enforcing", Outcome: record.OutcomeForwarded}
 						rc, err := w.Append(ctx, rec)
 						cancel()
 						if errors.Is(err, context.DeadlineExceeded) {
@@ -109,7 +110,7 @@ func TestInlineAndQueuedAppends(t *testing.T) {
 			entries, recs := readerEntries(t, dir)
 			calls := 0
 			for _, r := range recs {
-				if _, ok := r.(*Call); ok {
+				if _, ok := r.(*record.Call); ok {
 					calls++
 				}
 			}
@@ -126,7 +127,7 @@ func TestInlineAndQueuedAppends(t *testing.T) {
 					if i >= int64(len(entries)) || entries[i].Hash != a.rc.Hash {
 						t.Fatalf("acknowledged record %s (index %d) is not in the log as its receipt says", a.tag, i)
 					}
-					if c, ok := recs[i].(*Call); !ok || c.Session != a.tag {
+					if c, ok := recs[i].(*record.Call); !ok || c.Session != a.tag {
 						t.Fatalf("index %d holds %#v, want call %s", i, recs[i], a.tag)
 					}
 				}
@@ -144,7 +145,7 @@ func TestInlineAndQueuedAppends(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, r := range recs {
-				if c, ok := r.(*Call); ok {
+				if c, ok := r.(*record.Call); ok {
 					if p, err := o.Payload(c.Args); err != nil || string(p) != c.Session {
 						t.Fatalf("vault payload of %s: %q, %v", c.Session, p, err)
 					}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"filippo.io/age"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // TestFatalSyncError: a failed fdatasync stops the writer like a failed
@@ -28,7 +29,7 @@ func TestFatalSyncError(t *testing.T) {
 		{"vault", func(w *Writer) *os.File { return w.vaultF }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			w, err := Open(t.TempDir(), Options{Key: testKey(t), Recipients: []string{id.Recipient().String()}, Vault: true, Durability: DurabilityStrict})
+			w, err := Open(t.TempDir(), Options{Key: testKey(t), Recipients: []string{id.Recipient().String()}, Vault: true, Durability: record.DurabilityStrict})
 			if err != nil {
 				t.Fatal(err)
 			}

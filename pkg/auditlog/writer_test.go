@@ -15,6 +15,7 @@ import (
 
 	"filippo.io/age"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
@@ -29,12 +30,12 @@ func testKey(t testing.TB) ed25519.PrivateKey {
 	return k
 }
 
-func sampleCall(w *Writer, i int) *Call {
-	return &Call{
+func sampleCall(w *Writer, i int) *record.Call {
+	return &record.Call{
 		Session: "sess-1", Agent: "agent-a", Tool: "fs__read", Upstream: "fs", UpstreamTool: "read",
 		EvidenceClass: "spawn-measured", Args: w.Commit([]byte(fmt.Sprintf(`{"path":"/tmp/%d"}`, i))),
-		Decision: DecisionAllow, PolicyIDs: []string{"policy0"}, PolicyMode: "enforcing",
-		PolicyBundle: digest.Bytes([]byte("bundle")), Outcome: OutcomeForwarded,
+		Decision: record.DecisionAllow, PolicyIDs: []string{"policy0"}, PolicyMode: "enforcing",
+		PolicyBundle: digest.Bytes([]byte("bundle")), Outcome: record.OutcomeForwarded,
 	}
 }
 
@@ -70,7 +71,7 @@ func writeLog(t testing.TB, dir string, opts Options, n, conc int) *Writer {
 }
 
 func TestWriterRoundTrip(t *testing.T) {
-	for _, mode := range []string{DurabilityStrict, DurabilityGroup, DurabilityInterval} {
+	for _, mode := range []string{record.DurabilityStrict, record.DurabilityGroup, record.DurabilityInterval} {
 		t.Run(mode, func(t *testing.T) {
 			dir := t.TempDir()
 			w := writeLog(t, dir, Options{Durability: mode, CheckpointEvery: 50}, 400, 8)
@@ -105,7 +106,7 @@ func TestWriterRoundTrip(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if c, ok := rec.(*Call); ok {
+				if c, ok := rec.(*record.Call); ok {
 					calls++
 					if c.Tool != "fs__read" || c.Args.IsZero() {
 						t.Fatalf("call decoded as %+v", c)
@@ -161,7 +162,7 @@ func TestCommitmentsAndVault(t *testing.T) {
 	}
 	payload := []byte(`{"path":"/etc/passwd"}`)
 	c := w.Commit(payload)
-	if _, err := w.Append(context.Background(), &Call{Session: "s", Agent: "a", Tool: "t", Upstream: "u", EvidenceClass: "plaintext", Args: c, Decision: DecisionAllow, PolicyMode: "enforcing", Outcome: OutcomeForwarded}); err != nil {
+	if _, err := w.Append(context.Background(), &record.Call{Session: "s", Agent: "a", Tool: "t", Upstream: "u", EvidenceClass: "plaintext", Args: c, Decision: record.DecisionAllow, PolicyMode: "enforcing", Outcome: record.OutcomeForwarded}); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.Close(); err != nil {
@@ -213,7 +214,7 @@ func TestAppendRefusesWriterKinds(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	if _, err := w.Append(context.Background(), &Seal{}); err == nil {
+	if _, err := w.Append(context.Background(), &record.Seal{}); err == nil {
 		t.Fatal("seal accepted from a caller")
 	}
 }

@@ -10,18 +10,19 @@ import (
 	"testing"
 
 	"filippo.io/age"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 // callsOnDisk returns the call records in dir's log as they are on disk.
-func callsOnDisk(t *testing.T, dir string) (*Genesis, []*Call) {
+func callsOnDisk(t *testing.T, dir string) (*record.Genesis, []*record.Call) {
 	t.Helper()
 	r, err := NewReader(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	var g *Genesis
-	var calls []*Call
+	var g *record.Genesis
+	var calls []*record.Call
 	for {
 		e, err := r.Next()
 		if err == io.EOF {
@@ -35,9 +36,9 @@ func callsOnDisk(t *testing.T, dir string) (*Genesis, []*Call) {
 			t.Fatal(err)
 		}
 		switch rec := rec.(type) {
-		case *Genesis:
+		case *record.Genesis:
 			g = rec
-		case *Call:
+		case *record.Call:
 			calls = append(calls, rec)
 		}
 	}
@@ -55,7 +56,7 @@ func TestNoRecordRefersToAVaultEntryNotWritten(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	w, err := Open(dir, Options{Key: testKey(t), Recipients: []string{id.Recipient().String()}, Vault: true, Durability: DurabilityStrict})
+	w, err := Open(dir, Options{Key: testKey(t), Recipients: []string{id.Recipient().String()}, Vault: true, Durability: record.DurabilityStrict})
 	if err != nil {
 		t.Fatal(err)
 	}

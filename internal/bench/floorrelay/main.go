@@ -50,13 +50,14 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/policy"
 	"github.com/confidential-mcp/cmcp/internal/rpcwire"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
 func main() {
 	policyDir := flag.String("policy", "", "the Cedar bundle's directory")
 	groups := flag.String("groups", "", "group=agent,agent;... (policy.groups)")
 	auditDir := flag.String("audit", "", "the audit log's directory")
-	durability := flag.String("durability", auditlog.DurabilityInterval, "the audit log's durability")
+	durability := flag.String("durability", record.DurabilityInterval, "the audit log's durability")
 	agent := flag.String("agent", "bench", "the agent's identity")
 	flag.Parse()
 	if flag.NArg() < 1 || *policyDir == "" || *auditDir == "" {
@@ -87,7 +88,7 @@ func run(policyDir, groupSpec, auditDir, durability, agent string, command []str
 		return err
 	}
 	log, err := auditlog.Open(auditDir, auditlog.Options{Key: key, Durability: durability,
-		Gateway: auditlog.GatewayInfo{Version: "floorrelay", Platform: "software"}, PolicyDigest: b.Digest(), PolicyMode: string(policy.Enforcing)})
+		Gateway: record.GatewayInfo{Version: "floorrelay", Platform: "software"}, PolicyDigest: b.Digest(), PolicyMode: string(policy.Enforcing)})
 	if err != nil {
 		return err
 	}
@@ -177,12 +178,12 @@ func (r *relay) admit(req *jsonrpc.Request) string {
 	start := time.Now()
 	o := r.eng.DecideCall(policy.Call{Agent: r.agent, Session: r.session, Tool: name, ToolName: name, Upstream: "echo",
 		EvidenceClass: "spawn-measured", Annotations: policy.DefaultAnnotations, Arguments: args})
-	rec := &auditlog.Call{Session: r.session, Agent: r.agent, Tool: name, Upstream: "echo", UpstreamTool: name, EvidenceClass: "spawn-measured",
+	rec := &record.Call{Session: r.session, Agent: r.agent, Tool: name, Upstream: "echo", UpstreamTool: name, EvidenceClass: "spawn-measured",
 		Args: r.log.Commit(args), Decision: o.Effect(), PolicyIDs: o.PolicyIDs, PolicyMode: string(o.Mode), PolicyBundle: o.Bundle,
-		Outcome: auditlog.OutcomeForwarded, PolicyInput: o.Input()}
+		Outcome: record.OutcomeForwarded, PolicyInput: o.Input()}
 	rec.RequestID, _ = json.Marshal(req.ID.Raw())
 	if o.Refuse {
-		rec.Outcome = auditlog.OutcomeRefused
+		rec.Outcome = record.OutcomeRefused
 		r.log.Append(context.Background(), rec)
 		return "floorrelay: denied by policy"
 	}
@@ -217,9 +218,9 @@ func (r *relay) fromChild(from io.Reader, agent io.Writer) {
 			r.toAgent(agent, line)
 			return true
 		}
-		res := &auditlog.Result{Call: c.index, Session: r.session, Outcome: auditlog.ResultOK}
+		res := &record.Result{Call: c.index, Session: r.session, Outcome: record.ResultOK}
 		if we, isErr := resp.Error.(*jsonrpc.Error); isErr {
-			res.Outcome, res.ErrorCode, res.Reason = auditlog.ResultUpstreamError, we.Code, we.Message
+			res.Outcome, res.ErrorCode, res.Reason = record.ResultUpstreamError, we.Code, we.Message
 		} else {
 			var isError []byte
 			if len(resp.Result) == 0 || resp.Result[0] != '{' || !rpcwire.EachMember(resp.Result, func(n, v []byte) {
@@ -231,7 +232,7 @@ func (r *relay) fromChild(from io.Reader, agent io.Writer) {
 			}
 			switch string(isError) {
 			case "true":
-				res.Outcome = auditlog.ResultIsError
+				res.Outcome = record.ResultIsError
 			case "", "false", "null":
 			default:
 				return false

@@ -15,7 +15,7 @@ import (
 const ProofHeader = "c2sp.org/tlog-proof@v1"
 
 // MaxProofBytes bounds the size of a proof ParseProof reads: twice
-// auditlog.MaxLineBytes, for a record line and the checkpoint.
+// record.MaxLineBytes, for a record line and the checkpoint.
 const MaxProofBytes = 8 << 20
 
 // maxProofHashes bounds the inclusion proof length (a tree of 2^63 leaves).

@@ -1,4 +1,4 @@
-package auditlog
+package record
 
 import (
 	"encoding/json"
@@ -36,7 +36,7 @@ const (
 )
 
 // writerKinds are written only by the Writer itself.
-var writerKinds = map[Kind]bool{KindGenesis: true, KindSegment: true, KindCheckpoint: true, KindRecovery: true, KindSeal: true}
+var WriterKinds = map[Kind]bool{KindGenesis: true, KindSegment: true, KindCheckpoint: true, KindRecovery: true, KindSeal: true}
 
 // Record is one typed record body. Every type below implements it.
 type Record interface {
@@ -501,4 +501,15 @@ func DecodeBody(k Kind, body []byte) (Record, error) {
 		return nil, fmt.Errorf("%s record: %w", k, err)
 	}
 	return r, nil
+}
+
+// LogInfo is the genesis member that binds an epoch to the log identity:
+// the log origin and key, and the log tree of every earlier epoch's
+// records (size and compact range). The genesis statement covers it, so
+// the epoch's attestation evidence binds the log key too.
+type LogInfo struct {
+	Origin   string   `json:"origin"`
+	Key      string   `json:"key"`         // note verifier key of the log key (name = Origin)
+	Size     int64    `json:"size,string"` // records of all earlier epochs = log index of this genesis
+	Frontier [][]byte `json:"frontier"`    // RFC 6962 compact range of those records, largest subtree first
 }

@@ -1,4 +1,4 @@
-package auditlog
+package record
 
 import (
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/jcs"

@@ -1,4 +1,4 @@
-package auditlog
+package record
 
 import (
 	"errors"
@@ -76,7 +76,7 @@ func (e *VerifyError) Hints() []string {
 	return hs
 }
 
-func ioFailure(pos Position, err error) *VerifyError {
+func IOFailure(pos Position, err error) *VerifyError {
 	ve := &VerifyError{Class: ClassIO, Pos: pos, Msg: err.Error(), Err: err}
 	if errors.Is(err, fs.ErrPermission) {
 		ve.Hint = "run as a user that may read the audit directory"
@@ -104,3 +104,28 @@ func (e *TamperError) Hints() []string {
 		"to keep serving, start a new audit directory (move this one aside); the gateway never appends to a damaged log",
 	}
 }
+
+// Position locates a record or a failure in an audit directory.
+type Position struct {
+	Epoch  int    `json:"epoch"`
+	File   string `json:"file,omitempty"`   // path of the segment file
+	Line   int64  `json:"line,omitempty"`   // 1-based line in the file
+	Offset int64  `json:"offset"`           // byte offset in the file
+	Index  int64  `json:"index"`            // record index (seq) in the epoch
+	Kind   Kind   `json:"kind,omitempty"`   // kind of the record, if known
+	Record string `json:"record,omitempty"` // excerpt of the line
+}
+
+func (p Position) String() string {
+	if p.File == "" {
+		return fmt.Sprintf("epoch %d", p.Epoch)
+	}
+	if p.Line == 0 {
+		return fmt.Sprintf("epoch %d, %s", p.Epoch, p.File)
+	}
+	return fmt.Sprintf("epoch %d, record %d (%s:%d, byte %d)", p.Epoch, p.Index, p.File, p.Line, p.Offset)
+}
+
+// ClassUsage marks bad verifier input (a malformed --key, an unreadable
+// --checkpoint).
+const ClassUsage Class = "usage"

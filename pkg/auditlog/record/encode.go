@@ -1,4 +1,4 @@
-package auditlog
+package record
 
 import (
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/jcs"
@@ -26,7 +26,7 @@ const MaxLineBytes = 4 << 20
 
 // encodeBody marshals a record body to RFC 8785 canonical JSON. Invalid
 // UTF-8 in strings is replaced by U+FFFD rather than failing the record.
-func encodeBody(r Record) ([]byte, error) {
+func EncodeBody(r Record) ([]byte, error) {
 	if b, ok := appendFastBody(make([]byte, 0, 1024), r); ok {
 		return b, nil
 	}
@@ -37,7 +37,7 @@ func encodeBody(r Record) ([]byte, error) {
 // records (the gateway's per-call records) in one pass by appendFastBody,
 // the others (and any value the fast encoders do not handle) by
 // encodeBodyGeneral.
-func appendBody(dst []byte, r Record) ([]byte, error) {
+func AppendBody(dst []byte, r Record) ([]byte, error) {
 	if b, ok := appendFastBody(dst, r); ok {
 		return b, nil
 	}
@@ -68,7 +68,7 @@ func encodeBodyGeneral(r Record) ([]byte, error) {
 // appendLine appends the canonical line for one record (without '\n'). The
 // members are written in RFC 8785 order: body, kind, prev, seq, ts, v. ts is
 // omitted when empty (checkpoint records).
-func appendLine(dst []byte, kind Kind, body []byte, prev tlog.Hash, seq int64, ts string) []byte {
+func AppendLine(dst []byte, kind Kind, body []byte, prev tlog.Hash, seq int64, ts string) []byte {
 	dst = append(dst, `{"body":`...)
 	dst = append(dst, body...)
 	dst = append(dst, `,"kind":"`...)
@@ -88,10 +88,10 @@ func appendLine(dst []byte, kind Kind, body []byte, prev tlog.Hash, seq int64, t
 }
 
 // timestamp formats t as the "ts" member: RFC 3339, UTC, nanoseconds.
-func timestamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+func Timestamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
 // envelope is a parsed line: the common members and the raw body.
-type envelope struct {
+type Envelope struct {
 	Kind Kind
 	Seq  int64
 	Prev tlog.Hash
@@ -104,8 +104,8 @@ var envelopeMembers = [...]string{"body", "kind", "prev", "seq", "ts", "v"}
 
 // parseLine validates a line (strict, canonical) and its common members.
 // It does not allocate for a valid line.
-func parseLine(line []byte) (envelope, error) {
-	var e envelope
+func ParseLine(line []byte) (Envelope, error) {
+	var e Envelope
 	var s jcs.Scanner
 	if err := s.Scan(line); err != nil {
 		return e, err
@@ -244,11 +244,11 @@ func validTimestamp(b []byte) bool {
 	if len(b) < 20 || len(b) > 30 || b[len(b)-1] != 'Z' {
 		return false
 	}
-	_, err := time.Parse(time.RFC3339Nano, unsafeString(b))
+	_, err := time.Parse(time.RFC3339Nano, UnsafeString(b))
 	return err == nil
 }
 
-func unsafeString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+func UnsafeString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
 // memberOffset is the offset of m's value within line.
 func memberOffset(line []byte, m jcs.Member) int {

@@ -1,4 +1,4 @@
-package auditlog
+package record
 
 import (
 	"bytes"
@@ -104,7 +104,7 @@ func TestFastEncoding(t *testing.T) {
 	for name, r := range fastCases() {
 		t.Run(name, func(t *testing.T) {
 			want, werr := encodeBodyGeneral(r)
-			got, gerr := encodeBody(r)
+			got, gerr := EncodeBody(r)
 			if (werr == nil) != (gerr == nil) || werr != nil && werr.Error() != gerr.Error() {
 				t.Fatalf("error: fast path %v, general path %v", gerr, werr)
 			}
@@ -113,7 +113,7 @@ func TestFastEncoding(t *testing.T) {
 			}
 			// With a prefix already in the buffer, only the body is appended.
 			pre := []byte("prefix")
-			got2, _ := appendBody(pre, r)
+			got2, _ := AppendBody(pre, r)
 			if werr == nil && !bytes.Equal(got2, append([]byte("prefix"), want...)) {
 				t.Fatalf("appendBody with a prefix: %q", got2)
 			}
@@ -155,7 +155,7 @@ func FuzzFastEncoding(f *testing.F) {
 		}
 		for _, r := range recs {
 			want, werr := encodeBodyGeneral(r)
-			got, gerr := encodeBody(r)
+			got, gerr := EncodeBody(r)
 			if (werr == nil) != (gerr == nil) || werr != nil && werr.Error() != gerr.Error() {
 				t.Fatalf("%s: error: fast path %v, general path %v", r.Kind(), gerr, werr)
 			}
