@@ -66,7 +66,7 @@ func sessionOf(k record.Kind, body []byte) string {
 	if k == record.KindSession {
 		return m.ID
 	}
-	if record.WriterKinds[k] {
+	if record.IsWriterKind(k) {
 		return ""
 	}
 	return m.Session

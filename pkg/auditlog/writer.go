@@ -714,7 +714,7 @@ func (w *Writer) appendOne(ctx context.Context, rec record.Record) (Receipt, err
 		return Receipt{}, errors.New("append: nil record")
 	}
 	k := rec.Kind()
-	if record.WriterKinds[k] {
+	if record.IsWriterKind(k) {
 		return Receipt{}, fmt.Errorf("append: %s records are written by the log itself", k)
 	}
 	if fe := w.fatal.Load(); fe != nil {

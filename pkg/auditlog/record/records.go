@@ -36,7 +36,12 @@ const (
 )
 
 // writerKinds are written only by the Writer itself.
-var WriterKinds = map[Kind]bool{KindGenesis: true, KindSegment: true, KindCheckpoint: true, KindRecovery: true, KindSeal: true}
+var writerKinds = map[Kind]bool{KindGenesis: true, KindSegment: true, KindCheckpoint: true, KindRecovery: true, KindSeal: true}
+
+// IsWriterKind reports whether records of kind k are written only by the
+// log's writer itself (genesis, segment, checkpoint, recovery, seal), never
+// by a caller of Append.
+func IsWriterKind(k Kind) bool { return writerKinds[k] }
 
 // Record is one typed record body. Every type below implements it.
 type Record interface {
