@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -23,29 +22,6 @@ import (
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
-
-func init() { childModes["named"] = namedChild }
-
-// namedChild serves the tools named in CMCP_TEST_TOOLS, each answering
-// which upstream (CMCP_TEST_ID) and tool it is. It does not start while
-// CMCP_TEST_MARK names a file that does not exist.
-func namedChild() {
-	if m := os.Getenv("CMCP_TEST_MARK"); m != "" {
-		if _, err := os.Stat(m); err != nil {
-			fmt.Fprintln(os.Stderr, "not ready: no", m)
-			os.Exit(3)
-		}
-	}
-	id := os.Getenv("CMCP_TEST_ID")
-	s := mcp.NewServer(&mcp.Implementation{Name: "named", Version: "1"}, nil)
-	for _, n := range strings.Split(os.Getenv("CMCP_TEST_TOOLS"), ",") {
-		s.AddTool(&mcp.Tool{Name: n, Description: "tool " + n + " of " + id, InputSchema: json.RawMessage(`{"type":"object"}`)},
-			func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "answered by upstream " + id + " tool " + n}}}, nil
-			})
-	}
-	s.Run(context.Background(), &mcp.StdioTransport{})
-}
 
 // twoUpstreams is a gateway with per-session upstreams "a" and "a_" (the
 // "named" child), whose tools "_b" and "b" are both exposed as "a___b".

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,95 +11,6 @@ import (
 	"testing"
 	"time"
 )
-
-func init() { childModes["hostile"] = hostileChild }
-
-// hostileChild is a stdio server that reads a line at a time, as the
-// Python and TypeScript SDKs' servers do, and writes what a careless or
-// hostile server writes. Its tools:
-//   - echo answers with the text argument's JSON token as the agent sent
-//     it (Python's json.dumps writes a lone surrogate back as "\ud800");
-//   - cut answers with a lone surrogate escape whatever it is asked (a
-//     JavaScript server that cuts a string between the halves of a pair);
-//   - nullerror and nullresult answer with "id": null;
-//   - twice answers with a result whose isError appears twice (false,
-//     then true), and twiceok with one that repeats a member inside its
-//     content, both valid JSON only to a lenient reader;
-//   - wait answers after a second and a half;
-//   - pid answers with its process id.
-//
-// Every call it runs is appended to CMCP_TEST_SEEN, one a line.
-// With CMCP_TEST_EARLY set it writes an answer to id 1 before it has read
-// anything.
-func hostileChild() {
-	if os.Getenv("CMCP_TEST_EARLY") != "" {
-		fmt.Println(`{"jsonrpc":"2.0","id":1,"result":{}}`)
-	}
-	var mu sync.Mutex
-	reply := func(id json.RawMessage, result string) {
-		mu.Lock()
-		defer mu.Unlock()
-		fmt.Printf(`{"jsonrpc":"2.0","id":%s,"result":%s}`+"\n", id, result)
-	}
-	in := bufio.NewScanner(os.Stdin)
-	in.Buffer(make([]byte, 1<<20), 4<<20)
-	for in.Scan() {
-		var m struct {
-			ID     json.RawMessage `json:"id"`
-			Method string          `json:"method"`
-			Params struct {
-				Name      string                     `json:"name"`
-				Arguments map[string]json.RawMessage `json:"arguments"`
-			} `json:"params"`
-		}
-		if json.Unmarshal(in.Bytes(), &m) != nil {
-			continue
-		}
-		switch m.Method {
-		case "initialize":
-			reply(m.ID, `{"protocolVersion":"2025-11-25","capabilities":{"tools":{}},"serverInfo":{"name":"hostile","version":"1"}}`)
-		case "tools/list":
-			var tools []string
-			for _, n := range []string{"echo", "cut", "nullerror", "nullresult", "twice", "twiceok", "wait", "pid"} {
-				tools = append(tools, `{"name":"`+n+`","inputSchema":{"type":"object"}}`)
-			}
-			reply(m.ID, `{"tools":[`+strings.Join(tools, ",")+`]}`)
-		case "ping":
-			reply(m.ID, `{}`)
-		case "tools/call":
-			if f, err := os.OpenFile(os.Getenv("CMCP_TEST_SEEN"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600); err == nil {
-				fmt.Fprintf(f, "%s\n", in.Bytes())
-				f.Close()
-			}
-			text := func(t string) string { return `{"content":[{"type":"text","text":` + t + `}]}` }
-			switch m.Params.Name {
-			case "echo":
-				reply(m.ID, text(string(m.Params.Arguments["text"])))
-			case "cut":
-				reply(m.ID, text(`"\ud83d"`))
-			case "twice":
-				reply(m.ID, `{"content":[{"type":"text","text":"x"}],"isError":false,"isError":true}`)
-			case "twiceok":
-				reply(m.ID, `{"content":[{"type":"text","text":"x","text":"y"}]}`)
-			case "nullerror":
-				mu.Lock()
-				fmt.Println(`{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}`)
-				mu.Unlock()
-			case "nullresult":
-				mu.Lock()
-				fmt.Println(`{"jsonrpc":"2.0","id":null,"result":{}}`)
-				mu.Unlock()
-			case "wait":
-				go func(id json.RawMessage) {
-					time.Sleep(1500 * time.Millisecond)
-					reply(id, text(`"waited"`))
-				}(m.ID)
-			case "pid":
-				reply(m.ID, text(fmt.Sprintf(`"%d"`, os.Getpid())))
-			}
-		}
-	}
-}
 
 // TestAgentTextThatIsNotUTF8IsRefused: arguments or _meta holding a lone
 // surrogate escape or bytes that are not UTF-8 are refused with -32602 and

@@ -32,8 +32,6 @@ const (
 	testPolicy     = gwtest.TestPolicy
 )
 
-var childModes = gwtest.ChildModes
-
 type (
 	rec          = gwtest.Rec
 	lockedWriter = gwtest.LockedWriter
@@ -48,8 +46,11 @@ var callPaths = func() (out []struct{ name, meta string }) {
 	return out
 }()
 
-func runChild(mode string)                            { gwtest.RunChild(mode) }
-func newChildServer(mode string) *mcp.Server          { return gwtest.NewChildServer(mode) }
+func runChild(mode string)                   { gwtest.RunChild(mode) }
+func newChildServer(mode string) *mcp.Server { return gwtest.NewChildServer(mode) }
+func newResServer(id, seen, without string) *mcp.Server {
+	return gwtest.NewResServer(id, seen, without)
+}
 func selfDigest(t testing.TB) (string, digest.Digest) { return gwtest.SelfDigest(t) }
 func readRecords(t testing.TB, dir string) []rec      { return gwtest.ReadRecords(t, dir) }
 func kinds(rs []rec, kind string) []rec               { return gwtest.Kinds(rs, kind) }

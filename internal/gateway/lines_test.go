@@ -1,57 +1,12 @@
 package gateway
 
 import (
-	"bufio"
-	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 )
-
-func init() { childModes["lines"] = lineChild }
-
-// lineChild reads its stdin as the TypeScript and Python SDKs' stdio
-// servers do: a line at a time, each line taken for one message, and a
-// line that is not one skipped. It serves the tools echo and forbidden and
-// appends the name and arguments of every call it runs to CMCP_TEST_SEEN.
-func lineChild() {
-	in := bufio.NewScanner(os.Stdin)
-	in.Buffer(make([]byte, 1<<20), 1<<20)
-	reply := func(id json.RawMessage, result string) {
-		fmt.Printf(`{"jsonrpc":"2.0","id":%s,"result":%s}`+"\n", id, result)
-	}
-	for in.Scan() {
-		var m struct {
-			ID     json.RawMessage `json:"id"`
-			Method string          `json:"method"`
-			Params struct {
-				Name      string          `json:"name"`
-				Arguments json.RawMessage `json:"arguments"`
-			} `json:"params"`
-		}
-		if json.Unmarshal(in.Bytes(), &m) != nil {
-			continue
-		}
-		switch m.Method {
-		case "initialize":
-			reply(m.ID, `{"protocolVersion":"2025-11-25","capabilities":{"tools":{}},"serverInfo":{"name":"lines","version":"1"}}`)
-		case "tools/list":
-			reply(m.ID, `{"tools":[{"name":"echo","inputSchema":{"type":"object"}},{"name":"forbidden","inputSchema":{"type":"object"}}]}`)
-		case "tools/call":
-			f, err := os.OpenFile(os.Getenv("CMCP_TEST_SEEN"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
-			if err == nil {
-				fmt.Fprintf(f, "%s %s\n", m.Params.Name, m.Params.Arguments)
-				f.Close()
-			}
-			reply(m.ID, `{"content":[{"type":"text","text":"ran `+m.Params.Name+`"}]}`)
-		case "ping":
-			reply(m.ID, `{}`)
-		}
-	}
-}
 
 // TestLineBreaksInACallNeverReachAStdioChild: an agent on HTTP may send
 // its tools/call with line breaks between the tokens of its arguments and

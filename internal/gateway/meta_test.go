@@ -9,27 +9,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
-
-func init() { childModes["teestdin"] = teeStdinChild }
-
-// teeStdinChild is the test upstream (newChildServer) with every byte it
-// reads on stdin also written to the file CMCP_TEST_SEEN: what the gateway
-// sent it, as sent.
-func teeStdinChild() {
-	f, err := os.OpenFile(os.Getenv("CMCP_TEST_SEEN"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
-	if err != nil {
-		os.Exit(1)
-	}
-	pr, pw := io.Pipe()
-	go func() {
-		_, err := io.Copy(io.MultiWriter(f, pw), os.Stdin)
-		pw.CloseWithError(err)
-	}()
-	_ = newChildServer("server").Run(context.Background(), &mcp.IOTransport{Reader: pr, Writer: os.Stdout})
-}
 
 // rawExchange opens an initialised session with h over front without an
 // SDK client, sends one request line whose id is `"x"` and returns every

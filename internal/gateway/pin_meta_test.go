@@ -2,33 +2,10 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
-	"os"
 	"testing"
-
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
-
-func init() { childModes["toolmeta"] = toolMetaChild }
-
-// toolMetaChild serves echo with the _meta (ui/resourceUri) and icon given
-// in CMCP_TEST_META and CMCP_TEST_ICON.
-func toolMetaChild() {
-	s := mcp.NewServer(&mcp.Implementation{Name: "toolmeta", Version: "1"}, nil)
-	tool := &mcp.Tool{Name: "echo", Description: "Echo the text back.", InputSchema: json.RawMessage(`{"type":"object"}`)}
-	if m := os.Getenv("CMCP_TEST_META"); m != "" {
-		tool.Meta = mcp.Meta{"ui/resourceUri": m}
-	}
-	if i := os.Getenv("CMCP_TEST_ICON"); i != "" {
-		tool.Icons = []mcp.Icon{{Source: i, MIMEType: "image/png"}}
-	}
-	s.AddTool(tool, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "ok"}}}, nil
-	})
-	s.Run(context.Background(), &mcp.StdioTransport{})
-}
 
 // TestToolMetaAndIconsArePinned: a tool's _meta (an MCP Apps
 // ui/resourceUri) and icons are shown to agents, so the pin covers them:

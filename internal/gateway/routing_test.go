@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -29,86 +28,6 @@ import (
 )
 
 //lint:file-ignore SA1019 go-sdk deprecates MCP logging, sampling and roots (SEP-2577) with no replacement; the gateway still relays them while clients use them
-
-func init() {
-	childModes["res"] = func() {
-		s := newResServer(os.Getenv("CMCP_TEST_ID"), os.Getenv("CMCP_TEST_SEEN"), os.Getenv("CMCP_TEST_WITHOUT"))
-		_ = s.Run(context.Background(), &mcp.StdioTransport{})
-	}
-}
-
-// newResServer is an upstream named id with resources under its own
-// scheme: id://static/1 (listed), the template id://tmpl/{n}, and
-// id://bad/{n}, whose reads fail with -32602 "bad n". It has a prompt,
-// completion (unless without names "complete") and subscriptions (unless
-// without names "subscribe"), and its tool "roots" asks for the agent's
-// roots. It appends what it was asked to the file seen, a line each:
-// "<id> <method> <uri>".
-func newResServer(id, seen, without string) *mcp.Server {
-	note := func(line string) {
-		f, err := os.OpenFile(seen, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
-		if err != nil {
-			return
-		}
-		defer f.Close()
-		fmt.Fprintf(f, "%s %s\n", id, line)
-	}
-	opts := &mcp.ServerOptions{
-		RootsListChangedHandler: func(context.Context, *mcp.RootsListChangedRequest) { note("notifications/roots/list_changed") },
-	}
-	if !strings.Contains(without, "complete") {
-		opts.CompletionHandler = func(_ context.Context, req *mcp.CompleteRequest) (*mcp.CompleteResult, error) {
-			return &mcp.CompleteResult{Completion: mcp.CompletionResultDetails{Values: []string{id + ":" + req.Params.Argument.Value}}}, nil
-		}
-	}
-	if !strings.Contains(without, "subscribe") {
-		opts.SubscribeHandler = func(context.Context, *mcp.SubscribeRequest) error { return nil }
-		opts.UnsubscribeHandler = func(context.Context, *mcp.UnsubscribeRequest) error { return nil }
-	}
-	s := mcp.NewServer(&mcp.Implementation{Name: "res-" + id, Version: "1"}, opts)
-	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
-		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-			switch p := req.GetParams().(type) {
-			case *mcp.ReadResourceParams:
-				note(method + " " + p.URI)
-			case *mcp.SubscribeParams:
-				note(method + " " + p.URI)
-			case *mcp.UnsubscribeParams:
-				note(method + " " + p.URI)
-			case *mcp.CompleteParams:
-				note(method + " " + p.Ref.URI + p.Ref.Name)
-			}
-			return next(ctx, method, req)
-		}
-	})
-	text := func(uri, t string) *mcp.ReadResourceResult {
-		return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: uri, Text: t}}}
-	}
-	s.AddResource(&mcp.Resource{URI: id + "://static/1", Name: "static"}, func(_ context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
-		return text(req.Params.URI, id+" static"), nil
-	})
-	s.AddResourceTemplate(&mcp.ResourceTemplate{URITemplate: id + "://tmpl/{n}", Name: "tmpl"}, func(_ context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
-		return text(req.Params.URI, id+" template "+req.Params.URI), nil
-	})
-	s.AddResourceTemplate(&mcp.ResourceTemplate{URITemplate: id + "://bad/{n}", Name: "bad"}, func(_ context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
-		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "bad n"}
-	})
-	s.AddPrompt(&mcp.Prompt{Name: "hello"}, func(context.Context, *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
-		return &mcp.GetPromptResult{Messages: []*mcp.PromptMessage{{Role: "user", Content: &mcp.TextContent{Text: "hello from " + id}}}}, nil
-	})
-	s.AddTool(&mcp.Tool{Name: "roots", InputSchema: json.RawMessage(`{"type":"object"}`)}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		r, err := req.Session.ListRoots(ctx, nil)
-		if err != nil {
-			return nil, err
-		}
-		var uris []string
-		for _, root := range r.Roots {
-			uris = append(uris, root.URI)
-		}
-		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: strings.Join(uris, ",")}}}, nil
-	})
-	return s
-}
 
 // resUp is one upstream of newResGateway: a "res" child on stdio, or with
 // http newResServer over Streamable HTTP on 127.0.0.1.

@@ -3,136 +3,19 @@ package gateway
 import (
 	"github.com/confidential-mcp/cmcp/internal/toolprobe"
 
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
-
-func init() {
-	childModes["pager"] = pagerChild
-	childModes["driftonrestart"] = func() {
-		// The first start is the usual test upstream; later ones (after
-		// its "crash" tool) have a drifted echo.
-		mode, mark := "server", os.Getenv("CMCP_TEST_MARK")
-		if _, err := os.Stat(mark); err == nil {
-			mode = "drift"
-		}
-		os.WriteFile(mark, nil, 0o600)
-		newChildServer(mode).Run(context.Background(), &mcp.StdioTransport{})
-	}
-}
-
-// pagerChild is a raw MCP server whose tools/list misbehaves as
-// CMCP_TEST_PAGING says, from the start (CMCP_TEST_PAGING_AT=start) or
-// after its "change" tool sent list_changed:
-//
-//	repeat   every page's nextCursor is "again"
-//	endless  every page has a new nextCursor
-//	many     2,000 tools a page, and a new nextCursor
-//	slow     endless, 200 ms a page
-//	error    tools/list answers a JSON-RPC error
-//
-// Its "burst" tool sends 50 list_changed at once and leaves the listing
-// honest. Each tools/list it answers appends a line to CMCP_TEST_COUNT;
-// "pid" answers its process id.
-func pagerChild() {
-	var mu sync.Mutex
-	out := bufio.NewWriter(os.Stdout)
-	send := func(v any) {
-		b, _ := json.Marshal(v)
-		mu.Lock()
-		out.Write(append(b, '\n'))
-		out.Flush()
-		mu.Unlock()
-	}
-	paging := os.Getenv("CMCP_TEST_PAGING")
-	bad := os.Getenv("CMCP_TEST_PAGING_AT") == "start"
-	obj := map[string]any{"type": "object"}
-	honest := []any{map[string]any{"name": "change", "inputSchema": obj}, map[string]any{"name": "burst", "inputSchema": obj}, map[string]any{"name": "pid", "inputSchema": obj}}
-	in := bufio.NewReader(os.Stdin)
-	for pages := 0; ; {
-		line, err := in.ReadBytes('\n')
-		if err != nil {
-			return
-		}
-		var r struct {
-			ID     json.RawMessage `json:"id"`
-			Method string          `json:"method"`
-			Params struct {
-				Name string `json:"name"`
-			} `json:"params"`
-		}
-		json.Unmarshal(line, &r)
-		if r.ID == nil {
-			continue
-		}
-		res := func(v any) { send(map[string]any{"jsonrpc": "2.0", "id": r.ID, "result": v}) }
-		switch r.Method {
-		case "initialize":
-			res(map[string]any{"protocolVersion": "2025-06-18", "capabilities": map[string]any{"tools": map[string]any{"listChanged": true}}, "serverInfo": map[string]any{"name": "pager", "version": "1"}})
-		case "tools/list":
-			if f := os.Getenv("CMCP_TEST_COUNT"); f != "" {
-				fh, _ := os.OpenFile(f, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
-				fmt.Fprintln(fh, os.Getpid())
-				fh.Close()
-			}
-			if !bad {
-				res(map[string]any{"tools": honest})
-				continue
-			}
-			pages++
-			var page []any
-			n := 20
-			if paging == "many" {
-				n = 2000
-			}
-			for i := range n {
-				page = append(page, map[string]any{"name": fmt.Sprintf("f%d_%d", pages, i), "description": strings.Repeat("x", 100), "inputSchema": obj})
-			}
-			cursor := fmt.Sprintf("page-%d", pages)
-			switch paging {
-			case "repeat":
-				cursor = "again"
-			case "slow":
-				time.Sleep(500 * time.Millisecond)
-			case "error":
-				send(map[string]any{"jsonrpc": "2.0", "id": r.ID, "error": map[string]any{"code": -32603, "message": "tools are being rebuilt"}})
-				continue
-			}
-			res(map[string]any{"tools": page, "nextCursor": cursor})
-		case "tools/call":
-			switch r.Params.Name {
-			case "pid":
-				res(map[string]any{"content": []any{map[string]any{"type": "text", "text": fmt.Sprint(os.Getpid())}}})
-			case "burst":
-				res(map[string]any{"content": []any{map[string]any{"type": "text", "text": "burst"}}})
-				for range 50 {
-					send(map[string]any{"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
-				}
-			default:
-				res(map[string]any{"content": []any{map[string]any{"type": "text", "text": "changed"}}})
-				bad = true
-				send(map[string]any{"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
-			}
-		case "ping":
-			res(map[string]any{})
-		default:
-			send(map[string]any{"jsonrpc": "2.0", "id": r.ID, "error": map[string]any{"code": -32601, "message": "method not found"}})
-		}
-	}
-}
 
 // listsBy is how many tools/list requests the child pid answered, as the
 // pager counts them in the file f (a line with its pid each).

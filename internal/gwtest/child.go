@@ -21,21 +21,17 @@ import (
 
 //lint:file-ignore SA1019 go-sdk deprecates MCP logging, sampling and roots (SEP-2577) with no replacement; the gateway still relays them while clients use them
 
-// The test binary doubles as the upstream MCP server: with CMCP_TEST_CHILD
-// set, TestMain runs RunChild instead of the tests. The child is a real
-// go-sdk server on stdio whose tools inject faults on demand.
+// The test upstream is a real go-sdk server on stdio whose tools inject
+// faults on demand. It runs as the program internal/gwtest/child, built
+// without -race for the tests (BuildChild), or as the test binary itself:
+// with CMCP_TEST_CHILD set, TestMain runs RunChild instead of the tests.
 
-// ChildEnv names the mode the test binary runs in as a test upstream.
+// ChildEnv names the mode the test upstream runs in.
 const ChildEnv = "CMCP_TEST_CHILD"
-
-// ChildModes are more test upstreams, registered by the test files that
-// use them (in init, before TestMain runs): each serves on stdio and
-// returns when done.
-var ChildModes = map[string]func(){}
 
 // RunChild runs the test upstream of the given mode and exits.
 func RunChild(mode string) {
-	if run := ChildModes[mode]; run != nil {
+	if run := childModes[mode]; run != nil {
 		run()
 		os.Exit(0)
 	}

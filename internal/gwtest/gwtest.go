@@ -1,7 +1,8 @@
 // Package gwtest is the test kit the gateway's, the server assembly's, the
-// upstream connections' and the CLI's tests share: the test binary as a
-// real upstream MCP server (RunChild; built without -race for that,
-// BuildChild) and its pin (SelfDigest), a gate in
+// upstream connections' and the CLI's tests share: a real upstream MCP
+// server (RunChild, in modes that inject faults; the program
+// internal/gwtest/child, built without -race by BuildChild) and its pin
+// (SelfDigest), a gate in
 // front of its start (SlowStart), the audit records a test reads back,
 // waiting for an event (Eventually, WaitGoroutine), small client helpers
 // and a writer safe for a child's output (LockedWriter).
@@ -25,10 +26,10 @@ import (
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
-// SelfDigest is the path and pin of the test upstream's binary: the test
-// package built without -race (BuildChild), or the test binary itself.
+// SelfDigest is the path and pin of the test upstream's binary: the
+// program internal/gwtest/child (BuildChild), or the test binary itself.
 // The binary does not change while the tests run: it is hashed once per
-// process (tens of MB, once per harness before).
+// process (once per harness before).
 func SelfDigest(t testing.TB) (string, digest.Digest) {
 	t.Helper()
 	self.once.Do(func() {

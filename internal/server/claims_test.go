@@ -44,7 +44,7 @@ upstreams:
 		t.Fatalf("both starts signed with key %q", geneses[0].Key)
 	}
 	// The gateway here is the test binary (Serve runs in it); the child
-	// is the package built without -race (gwtest.BuildChild), or the
+	// is the program internal/gwtest/child (gwtest.BuildChild), or the
 	// test binary too.
 	gw, err := os.Executable()
 	if err != nil {

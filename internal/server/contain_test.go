@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -13,62 +12,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-
-	"github.com/confidential-mcp/cmcp/internal/gwtest"
 )
-
-func init() {
-	gwtest.ChildModes["setsidforker"] = setsidForker
-	gwtest.ChildModes["daemonize"] = func() {
-		// Double fork: a sleeper in a session of its own, whose parent
-		// (this process) exits at once.
-		gc := exec.Command(os.Args[0])
-		gc.Env = append(os.Environ(), childEnv+"=sleeper")
-		gc.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-		if gc.Start() == nil {
-			appendPID(gc.Process.Pid)
-		}
-	}
-}
-
-func appendPID(pid int) {
-	if f, err := os.OpenFile(os.Getenv("CMCP_TEST_MARK"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600); err == nil {
-		fmt.Fprintln(f, pid)
-		f.Close()
-	}
-}
-
-// setsidForker is a server that starts 50 sleepers that leave its process
-// group: 25 it starts with setsid, 25 double-forked (their parent, which
-// called setsid for them, exits at once). Every pid goes to
-// CMCP_TEST_MARK. Then it serves the test upstream.
-func setsidForker() {
-	var parents []*exec.Cmd
-	for i := range 50 {
-		mode := "sleeper"
-		if i%2 == 1 {
-			mode = "daemonize"
-		}
-		c := exec.Command(os.Args[0])
-		c.Env = append(os.Environ(), childEnv+"="+mode)
-		c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-		if c.Start() != nil {
-			continue
-		}
-		if mode == "sleeper" {
-			appendPID(c.Process.Pid)
-		} else {
-			parents = append(parents, c)
-		}
-	}
-	// The double-forking parents run at once and are waited for only
-	// now: one after the other, 25 starts of a -race test binary took
-	// longer than the gateway's start-up probe may wait on a loaded machine.
-	for _, c := range parents {
-		c.Wait()
-	}
-	_ = gwtest.NewChildServer("server").Run(context.Background(), &mcp.StdioTransport{})
-}
 
 // TestSetsidGrandchildrenAreContained: a server that starts 50 processes
 // that call setsid (half of them double-forked) leaves none running after

@@ -25,8 +25,6 @@ const (
 	testPolicy     = gwtest.TestPolicy
 )
 
-var childModes = gwtest.ChildModes
-
 type (
 	rec          = gwtest.Rec
 	lockedWriter = gwtest.LockedWriter

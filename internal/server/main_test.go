@@ -7,10 +7,10 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/gwtest"
 )
 
-// The test binary doubles as the upstream MCP server (gwtest.RunChild;
-// built once more without -race for that, gwtest.BuildChild) and, for the
-// crash tests, as a gateway process (runGatewayProcess), which keeps the
-// race detector.
+// The test upstream is the program internal/gwtest/child, built without
+// -race (gwtest.BuildChild; the test binary itself, in gwtest.RunChild,
+// if it cannot be built). The test binary doubles, for the crash tests,
+// as a gateway process (runGatewayProcess), which keeps the race detector.
 func TestMain(m *testing.M) {
 	if mode := os.Getenv(gwtest.ChildEnv); mode != "" {
 		gwtest.RunChild(mode)

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,19 +14,6 @@ import (
 
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 )
-
-func init() { childModes["failhang"] = failThenHangChild }
-
-// failThenHangChild exits at once (a failed start) until the file
-// CMCP_TEST_MARK exists; then it starts but never answers the MCP
-// handshake, reading its stdin until the gateway closes it.
-func failThenHangChild() {
-	if _, err := os.Stat(os.Getenv("CMCP_TEST_MARK")); err != nil {
-		fmt.Fprintln(os.Stderr, "child: exiting at start on purpose")
-		os.Exit(3)
-	}
-	io.Copy(io.Discard, os.Stdin)
-}
 
 // checkStoppedLog checks the audit log of a gateway that stopped
 // gracefully: it verifies and is sealed, and before the seal it holds the
