@@ -16,6 +16,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"filippo.io/age"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
@@ -493,14 +494,14 @@ func (w *Writer) start(g *record.Genesis, body []byte, recov *record.Recovery, c
 	if err := w.openSegment(1); err != nil {
 		return err
 	}
-	ts := record.Timestamp(g.Created)
+	ts := timestamp(g.Created)
 	w.addLine(record.KindGenesis, body, ts)
 	if recov != nil {
 		rb, err := record.EncodeBody(recov)
 		if err != nil {
 			return err
 		}
-		w.addLine(record.KindRecovery, rb, record.Timestamp(w.now()))
+		w.addLine(record.KindRecovery, rb, timestamp(w.now()))
 	}
 	if err := w.addCheckpoint(); err != nil {
 		return err
@@ -943,6 +944,9 @@ func (w *Writer) forcedCheckpoint() error {
 	})
 }
 
+// timestamp formats t as the "ts" member: RFC 3339, UTC, nanoseconds.
+func timestamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
 func (w *Writer) commit(batch []*pending) {
 	if fe := w.fatal.Load(); fe != nil {
 		for _, p := range batch {
@@ -953,7 +957,8 @@ func (w *Writer) commit(batch []*pending) {
 	}
 	now := w.now()
 	w.tsBuf = now.UTC().AppendFormat(w.tsBuf[:0], time.RFC3339Nano) // timestamp(now) without a string per batch
-	ts := record.UnsafeString(w.tsBuf)
+	// A view of tsBuf, not a copy: tsBuf is not touched again until the next batch.
+	ts := unsafe.String(unsafe.SliceData(w.tsBuf), len(w.tsBuf))
 	for _, p := range batch {
 		p.res = w.addLine(p.kind, p.body, ts)
 		p.res.Time = now
@@ -1012,7 +1017,7 @@ func (w *Writer) maybeRotate() error {
 		if err != nil {
 			return err
 		}
-		w.addLine(record.KindSegment, body, record.Timestamp(w.now()))
+		w.addLine(record.KindSegment, body, timestamp(w.now()))
 		return w.flush(true)
 	}()
 	if err != nil {
@@ -1032,7 +1037,7 @@ func (w *Writer) seal() error {
 		if err != nil {
 			return err
 		}
-		w.addLine(record.KindSeal, body, record.Timestamp(w.now()))
+		w.addLine(record.KindSeal, body, timestamp(w.now()))
 		if err := w.addCheckpoint(); err != nil {
 			return err
 		}

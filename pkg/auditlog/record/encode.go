@@ -87,9 +87,6 @@ func AppendLine(dst []byte, kind Kind, body []byte, prev tlog.Hash, seq int64, t
 	return dst
 }
 
-// timestamp formats t as the "ts" member: RFC 3339, UTC, nanoseconds.
-func Timestamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
-
 // envelope is a parsed line: the common members and the raw body.
 type Envelope struct {
 	Kind Kind
@@ -244,11 +241,13 @@ func validTimestamp(b []byte) bool {
 	if len(b) < 20 || len(b) > 30 || b[len(b)-1] != 'Z' {
 		return false
 	}
-	_, err := time.Parse(time.RFC3339Nano, UnsafeString(b))
+	_, err := time.Parse(time.RFC3339Nano, unsafeString(b))
 	return err == nil
 }
 
-func UnsafeString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+// unsafeString views b as a string without copying; b must not change
+// while the string is in use.
+func unsafeString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
 // memberOffset is the offset of m's value within line.
 func memberOffset(line []byte, m jcs.Member) int {
