@@ -9,6 +9,7 @@ import (
 
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logtest"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
@@ -73,7 +74,7 @@ func TestVerifyTakesEmptyNewestEpochAsAbortedStart(t *testing.T) {
 			}
 			// The writer's recovery agrees: it moves the epoch aside and
 			// takes its number.
-			w, err := Open(dir, Options{Key: testKey(t)})
+			w, err := Open(dir, Options{Key: logtest.Key(t)})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logtest"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
@@ -17,7 +18,7 @@ import (
 func BenchmarkAppendLatency(b *testing.B) {
 	for _, mode := range []string{record.DurabilityInterval, record.DurabilityGroup} {
 		b.Run(mode, func(b *testing.B) {
-			w, err := Open(b.TempDir(), Options{Key: testKey(b), Durability: mode})
+			w, err := Open(b.TempDir(), Options{Key: logtest.Key(b), Durability: mode})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logtest"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 	"golang.org/x/mod/sumdb/tlog"
@@ -136,13 +137,13 @@ func benchAppend(b *testing.B, mode string, conc int) {
 		closeFn = f.Close
 		b.SetBytes(int64(len(line)))
 	} else {
-		w, err := Open(dir, Options{Key: testKey(b), Durability: mode})
+		w, err := Open(dir, Options{Key: logtest.Key(b), Durability: mode})
 		if err != nil {
 			b.Fatal(err)
 		}
 		calls := make([]*record.Call, 64)
 		for i := range calls {
-			calls[i] = sampleCall(w, i)
+			calls[i] = logtest.SampleCall(w, i)
 		}
 		do = func(i int) error {
 			_, err := w.Append(context.Background(), calls[i%len(calls)])
@@ -239,7 +240,7 @@ func gatewayCall(w *Writer, i int) *record.Call {
 // BenchmarkCommit measures one payload commitment (no vault): the
 // per-commitment key and the MAC over a 200-byte payload.
 func BenchmarkCommit(b *testing.B) {
-	w, err := Open(b.TempDir(), Options{Key: testKey(b), Durability: record.DurabilityInterval})
+	w, err := Open(b.TempDir(), Options{Key: logtest.Key(b), Durability: record.DurabilityInterval})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -256,7 +257,7 @@ func BenchmarkCommit(b *testing.B) {
 
 // BenchmarkEncodeBody measures encoding one record body to canonical JSON.
 func BenchmarkEncodeBody(b *testing.B) {
-	w, err := Open(b.TempDir(), Options{Key: testKey(b), Durability: record.DurabilityInterval})
+	w, err := Open(b.TempDir(), Options{Key: logtest.Key(b), Durability: record.DurabilityInterval})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -282,7 +283,7 @@ func BenchmarkEncodeBody(b *testing.B) {
 // the call record (waiting for its write), commit the result, append the
 // result record.
 func BenchmarkAppendGateway(b *testing.B) {
-	w, err := Open(b.TempDir(), Options{Key: testKey(b), Durability: record.DurabilityInterval})
+	w, err := Open(b.TempDir(), Options{Key: logtest.Key(b), Durability: record.DurabilityInterval})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logtest"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
@@ -28,7 +29,7 @@ func TestCrashChild(t *testing.T) {
 		return
 	}
 	mode := os.Getenv("CMCP_AUDIT_CRASH_MODE")
-	w, err := Open(dir, Options{Key: testKey(t), Durability: mode, CheckpointEvery: 64, CheckpointInterval: 20 * time.Millisecond, SegmentBytes: 64 << 10})
+	w, err := Open(dir, Options{Key: logtest.Key(t), Durability: mode, CheckpointEvery: 64, CheckpointInterval: 20 * time.Millisecond, SegmentBytes: 64 << 10})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "open:", err)
 		os.Exit(3)
@@ -150,7 +151,7 @@ func TestCrashSIGKILL(t *testing.T) {
 		}
 
 		// Reopen (recovery), close, verify, and count.
-		w, err := Open(dir, Options{Key: testKey(t)})
+		w, err := Open(dir, Options{Key: logtest.Key(t)})
 		if err != nil {
 			t.Fatalf("kill %d (%s): reopen: %v", kills, mode, err)
 		}

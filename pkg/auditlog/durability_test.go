@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logtest"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"golang.org/x/mod/sumdb/tlog"
 )
@@ -22,7 +23,7 @@ func TestDurabilityModesReceipts(t *testing.T) {
 	for _, mode := range []string{record.DurabilityStrict, record.DurabilityGroup, record.DurabilityInterval} {
 		t.Run(mode, func(t *testing.T) {
 			dir := t.TempDir()
-			w, err := Open(dir, Options{Key: testKey(t), Durability: mode, SyncInterval: 250 * time.Millisecond, CheckpointEvery: 1 << 30, CheckpointInterval: time.Hour})
+			w, err := Open(dir, Options{Key: logtest.Key(t), Durability: mode, SyncInterval: 250 * time.Millisecond, CheckpointEvery: 1 << 30, CheckpointInterval: time.Hour})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -32,7 +33,7 @@ func TestDurabilityModesReceipts(t *testing.T) {
 			for g := range conc {
 				wg.Go(func() {
 					for i := range per {
-						rc, err := w.Append(context.Background(), sampleCall(w, g*per+i))
+						rc, err := w.Append(context.Background(), logtest.SampleCall(w, g*per+i))
 						if err != nil {
 							t.Error(err)
 							return

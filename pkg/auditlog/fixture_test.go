@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"filippo.io/age"
-
 	"github.com/confidential-mcp/cmcp/internal/tee"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logtest"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
@@ -96,7 +96,7 @@ func writeFixture(t *testing.T) {
 	var keys []string
 	var last []byte
 	for epoch := 1; epoch <= 2; epoch++ {
-		w, err := Open(dir, Options{Key: testKey(t), Name: "cmcp.test/fixture", CheckpointEvery: 5, CheckpointInterval: time.Hour,
+		w, err := Open(dir, Options{Key: logtest.Key(t), Name: "cmcp.test/fixture", CheckpointEvery: 5, CheckpointInterval: time.Hour,
 			Gateway: record.GatewayInfo{Version: "v0.0.0-fixture", Platform: "software"}, ConfigDigest: digest.Bytes([]byte("config")),
 			PolicyDigest: bundle, CatalogDigest: digest.Bytes([]byte("catalog")), PolicyMode: "enforcing",
 			Recipients: []string{id.Recipient().String()}, Vault: epoch == 1,

@@ -13,22 +13,9 @@ import (
 	"time"
 
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logtest"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
-
-// within fails t if f does not return within d (a hang on hostile input).
-func within(t *testing.T, d time.Duration, what string, f func() error) error {
-	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- f() }()
-	select {
-	case err := <-done:
-		return err
-	case <-time.After(d):
-		t.Fatalf("%s hung for %v", what, d)
-		return nil
-	}
-}
 
 // TestFIFOInPlaceOfASegmentIsRefused: a FIFO where a segment should be is
 // refused, saying what it is, by the verifier, the reader and the writer's
@@ -44,11 +31,11 @@ func TestFIFOInPlaceOfASegmentIsRefused(t *testing.T) {
 	if err := syscall.Mkfifo(last, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	err := within(t, 10*time.Second, "Verify", func() error { _, err := Verify(dir, VerifyOptions{}); return err })
+	err := logtest.Within(t, 10*time.Second, "Verify", func() error { _, err := Verify(dir, VerifyOptions{}); return err })
 	if err == nil || !strings.Contains(err.Error(), "not a regular file") && !strings.Contains(err.Error(), "named pipe") {
 		t.Fatalf("Verify: %v", err)
 	}
-	err = within(t, 10*time.Second, "the reader", func() error {
+	err = logtest.Within(t, 10*time.Second, "the reader", func() error {
 		r, err := NewReader(dir)
 		if err != nil {
 			return err
@@ -63,8 +50,8 @@ func TestFIFOInPlaceOfASegmentIsRefused(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "not a regular file") {
 		t.Fatalf("reader: %v", err)
 	}
-	err = within(t, 10*time.Second, "Open", func() error {
-		w, err := Open(dir, Options{Key: testKey(t)})
+	err = logtest.Within(t, 10*time.Second, "Open", func() error {
+		w, err := Open(dir, Options{Key: logtest.Key(t)})
 		if err == nil {
 			w.Close()
 		}
@@ -73,7 +60,7 @@ func TestFIFOInPlaceOfASegmentIsRefused(t *testing.T) {
 	if err == nil {
 		t.Fatal("Open recovered a log whose last segment is a FIFO")
 	}
-	err = within(t, 10*time.Second, "VerifySegment", func() error {
+	err = logtest.Within(t, 10*time.Second, "VerifySegment", func() error {
 		_, err := VerifySegment(last, VerifyOptions{})
 		return err
 	})
@@ -124,7 +111,7 @@ func TestVaultLineTooLong(t *testing.T) {
 // told failed (appends race short deadlines in group durability).
 func TestAppendErrorMeansNotWritten(t *testing.T) {
 	dir := t.TempDir()
-	w, err := Open(dir, Options{Key: testKey(t), Durability: record.DurabilityGroup})
+	w, err := Open(dir, Options{Key: logtest.Key(t), Durability: record.DurabilityGroup})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,11 +3,7 @@ package auditlog
 import (
 	"context"
 	"crypto/ed25519"
-	"crypto/rand"
 	"encoding/base64"
-	"encoding/binary"
-	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,52 +12,11 @@ import (
 
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logtest"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
 )
-
-// testCosigner is a cosignature/v1 signer (c2sp.org/tlog-cosignature), as
-// a witness signs; the tests against a real witness use litewitness.
-type testCosigner struct {
-	name string
-	key  ed25519.PrivateKey
-	now  int64
-}
-
-func (c *testCosigner) pubRaw() []byte {
-	return append([]byte{0x04}, c.key.Public().(ed25519.PublicKey)...)
-}
-func (c *testCosigner) Name() string    { return c.name }
-func (c *testCosigner) KeyHash() uint32 { return c2sp.NoteKeyHash(c.name, c.pubRaw()) }
-func (c *testCosigner) Sign(msg []byte) ([]byte, error) {
-	m := fmt.Appendf(nil, "cosignature/v1\ntime %d\n", c.now)
-	sig := ed25519.Sign(c.key, append(m, msg...))
-	return append(binary.BigEndian.AppendUint64(nil, uint64(c.now)), sig...), nil
-}
-func (c *testCosigner) vkey() string {
-	return fmt.Sprintf("%s+%08x+%s", c.name, c.KeyHash(), base64.StdEncoding.EncodeToString(c.pubRaw()))
-}
-
-func newTestCosigner(t *testing.T, name string) *testCosigner {
-	_, k, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &testCosigner{name: name, key: k, now: time.Now().Unix()}
-}
-
-// cosign adds c's cosignature to a signed log checkpoint.
-func cosign(t *testing.T, signed []byte, c *testCosigner) []byte {
-	t.Helper()
-	text, _, _ := strings.Cut(string(signed), "\n\n")
-	n, err := note.Sign(&note.Note{Text: text + "\n"}, c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, line, _ := strings.Cut(string(n), "\n\n")
-	return append(append([]byte(nil), signed...), line...)
-}
 
 // writeEpochs writes epochs with a log identity and returns every log
 // checkpoint they made, in order.
@@ -69,13 +24,13 @@ func writeEpochs(t *testing.T, dir string, logKey ed25519.PrivateKey, records ..
 	t.Helper()
 	var cps []LogCheckpoint
 	for _, n := range records {
-		w, err := Open(dir, Options{Key: testKey(t), Name: "test.example/audit", CheckpointEvery: 7,
+		w, err := Open(dir, Options{Key: logtest.Key(t), Name: "test.example/audit", CheckpointEvery: 7,
 			Log: &LogIdentity{Origin: "test.example/gw1", Key: logKey, OnCheckpoint: func(c LogCheckpoint) { cps = append(cps, c) }}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		for i := range n {
-			if _, err := w.Append(context.Background(), sampleCall(w, i)); err != nil {
+			if _, err := w.Append(context.Background(), logtest.SampleCall(w, i)); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -93,9 +48,9 @@ func writeEpochs(t *testing.T, dir string, logKey ed25519.PrivateKey, records ..
 // Verify recomputes the same log tree.
 func TestLogTreeFollowsEveryEpoch(t *testing.T) {
 	dir := t.TempDir()
-	logKey := testKey(t)
+	logKey := logtest.Key(t)
 	cps := writeEpochs(t, dir, logKey, 20, 3, 40)
-	lv, err := note.NewVerifier(mustVkey(t, "test.example/gw1", logKey))
+	lv, err := note.NewVerifier(logtest.MustVkey(t, "test.example/gw1", logKey))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,34 +116,26 @@ func TestLogTreeFollowsEveryEpoch(t *testing.T) {
 	}
 }
 
-func mustVkey(t *testing.T, name string, k ed25519.PrivateKey) string {
-	_, v, err := c2sp.NewNoteKeys(name, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
-}
-
 // TestWitnessedLogVerifies: with the newest checkpoint cosigned by a quorum
 // of the given witnesses, Verify reports it witnessed and drops the
 // truncation warning; without the quorum, with a cosignature that does not
 // verify, or with the log cut below a cosigned size, it fails.
 func TestWitnessedLogVerifies(t *testing.T) {
 	dir := t.TempDir()
-	logKey := testKey(t)
+	logKey := logtest.Key(t)
 	cps := writeEpochs(t, dir, logKey, 10, 12)
-	w1, w2 := newTestCosigner(t, "w1.example/w"), newTestCosigner(t, "w2.example/w")
+	w1, w2 := logtest.NewCosigner(t, "w1.example/w"), logtest.NewCosigner(t, "w2.example/w")
 	_, e2 := filepath.Split(filepath.Join(dir, logdir.EpochName(2)))
 	ed := filepath.Join(dir, e2)
 	mid, last := cps[len(cps)/2], cps[len(cps)-1]
 	for _, c := range []LogCheckpoint{mid, last} {
-		for _, w := range []*testCosigner{w1, w2} {
-			if err := AppendCosigned(ed, cosign(t, c.Note, w)); err != nil {
+		for _, w := range []*logtest.Cosigner{w1, w2} {
+			if err := AppendCosigned(ed, logtest.Cosign(t, c.Note, w)); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	opt := VerifyOptions{Witnesses: []string{w1.vkey(), w2.vkey()}, WitnessQuorum: 2}
+	opt := VerifyOptions{Witnesses: []string{w1.Vkey(), w2.Vkey()}, WitnessQuorum: 2}
 	rep, err := Verify(dir, opt)
 	if err != nil {
 		t.Fatal(err)
@@ -202,20 +149,20 @@ func TestWitnessedLogVerifies(t *testing.T) {
 			t.Fatalf("a witnessed log still warns: %s", w)
 		}
 	}
-	if _, err := c2sp.NewCosignatureVerifier(w1.vkey()); err != nil {
+	if _, err := c2sp.NewCosignatureVerifier(w1.Vkey()); err != nil {
 		t.Fatal(err)
 	}
 	// A third witness the log never met: quorum 2 of (w1, w3) fails.
-	w3 := newTestCosigner(t, "w3.example/w")
-	_, err = Verify(dir, VerifyOptions{Witnesses: []string{w1.vkey(), w3.vkey()}, WitnessQuorum: 2})
-	wantClass(t, err, record.ClassTruncation, "carries 1 of the 2 cosignatures")
+	w3 := logtest.NewCosigner(t, "w3.example/w")
+	_, err = Verify(dir, VerifyOptions{Witnesses: []string{w1.Vkey(), w3.Vkey()}, WitnessQuorum: 2})
+	logtest.WantClass(t, err, record.ClassTruncation, "carries 1 of the 2 cosignatures")
 
 	// Freshness.
-	_, err = Verify(dir, VerifyOptions{Witnesses: []string{w1.vkey()}, WitnessMaxAge: time.Minute, Now: func() time.Time { return time.Now().Add(time.Hour) }})
-	wantClass(t, err, record.ClassTruncation, "--witness-max-age")
+	_, err = Verify(dir, VerifyOptions{Witnesses: []string{w1.Vkey()}, WitnessMaxAge: time.Minute, Now: func() time.Time { return time.Now().Add(time.Hour) }})
+	logtest.WantClass(t, err, record.ClassTruncation, "--witness-max-age")
 
 	// A cosignature that does not verify is an error, not ignored.
-	good := string(cosign(t, last.Note, w1))
+	good := string(logtest.Cosign(t, last.Note, w1))
 	i := strings.LastIndex(good, " ") + 1
 	raw, _ := base64.StdEncoding.DecodeString(strings.TrimSpace(good[i:]))
 	raw[len(raw)-1] ^= 1
@@ -224,11 +171,11 @@ func TestWitnessedLogVerifies(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = Verify(dir, opt)
-	wantClass(t, err, record.ClassSignature, "w1.example/w does not verify")
+	logtest.WantClass(t, err, record.ClassSignature, "w1.example/w does not verify")
 	os.Remove(filepath.Join(ed, WitnessFile))
 
 	// The log cut below what a witness cosigned.
-	if err := AppendCosigned(ed, cosign(t, last.Note, w1)); err != nil {
+	if err := AppendCosigned(ed, logtest.Cosign(t, last.Note, w1)); err != nil {
 		t.Fatal(err)
 	}
 	seg := filepath.Join(ed, logdir.SegmentName(1))
@@ -237,14 +184,6 @@ func TestWitnessedLogVerifies(t *testing.T) {
 	if err := os.WriteFile(seg, []byte(strings.Join(lines[:len(lines)-6], "")), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, err = Verify(dir, VerifyOptions{Witnesses: []string{w1.vkey()}})
-	wantClass(t, err, record.ClassTruncation, "records were cut from its tail")
-}
-
-func wantClass(t *testing.T, err error, c record.Class, sub string) {
-	t.Helper()
-	var ve *record.VerifyError
-	if !errors.As(err, &ve) || ve.Class != c || !strings.Contains(ve.Error(), sub) {
-		t.Fatalf("got %v, want a %s failure saying %q", err, c, sub)
-	}
+	_, err = Verify(dir, VerifyOptions{Witnesses: []string{w1.Vkey()}})
+	logtest.WantClass(t, err, record.ClassTruncation, "records were cut from its tail")
 }

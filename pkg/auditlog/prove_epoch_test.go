@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logtest"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
@@ -12,7 +13,7 @@ import (
 // says which epochs there are, not an I/O error about "epoch--00001".
 func TestProveEpochArgument(t *testing.T) {
 	dir := t.TempDir()
-	writeLog(t, dir, Options{Key: testKey(t), Durability: record.DurabilityInterval}, 5, 1)
+	writeLog(t, dir, Options{Key: logtest.Key(t), Durability: record.DurabilityInterval}, 5, 1)
 	if _, err := Prove(dir, 1, 2, VerifyOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +31,7 @@ func TestProveEpochArgument(t *testing.T) {
 // said to be "in the unsealed tail".
 func TestProveLastCheckpoint(t *testing.T) {
 	dir := t.TempDir()
-	writeLog(t, dir, Options{Key: testKey(t), Durability: record.DurabilityInterval}, 5, 1)
+	writeLog(t, dir, Options{Key: logtest.Key(t), Durability: record.DurabilityInterval}, 5, 1)
 	rep, err := Verify(dir, VerifyOptions{})
 	if err != nil {
 		t.Fatal(err)

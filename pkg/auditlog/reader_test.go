@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logtest"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
@@ -21,7 +22,7 @@ import (
 // refused as too long (MaxLineBytes of them are a torn write).
 func TestReaderLongLines(t *testing.T) {
 	dir := t.TempDir()
-	w, err := Open(dir, Options{Key: testKey(t)})
+	w, err := Open(dir, Options{Key: logtest.Key(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logtest"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
@@ -16,16 +17,16 @@ import (
 // key, a cosignature that does not verify and a missing quorum each fail.
 func TestSessionReceipt(t *testing.T) {
 	dir := t.TempDir()
-	logKey := testKey(t)
+	logKey := logtest.Key(t)
 	var cps []LogCheckpoint
-	w, err := Open(dir, Options{Key: testKey(t), Name: "test.example/audit", CheckpointEvery: 4,
+	w, err := Open(dir, Options{Key: logtest.Key(t), Name: "test.example/audit", CheckpointEvery: 4,
 		Log: &LogIdentity{Origin: "test.example/gw1", Key: logKey, OnCheckpoint: func(c LogCheckpoint) { cps = append(cps, c) }}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range 10 {
 		for _, s := range []string{"s1", "s2"} {
-			c := sampleCall(w, i)
+			c := logtest.SampleCall(w, i)
 			c.Session = s
 			if _, err := w.Append(context.Background(), c); err != nil {
 				t.Fatal(err)
@@ -43,9 +44,9 @@ func TestSessionReceipt(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	wit := newTestCosigner(t, "w1.example/w")
+	wit := logtest.NewCosigner(t, "w1.example/w")
 	for _, c := range cps {
-		if err := AppendCosigned(ed, cosign(t, c.Note, wit)); err != nil {
+		if err := AppendCosigned(ed, logtest.Cosign(t, c.Note, wit)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -60,7 +61,7 @@ func TestSessionReceipt(t *testing.T) {
 	if strings.Contains(string(b), "/tmp/") {
 		t.Fatalf("the receipt holds a payload: %s", b)
 	}
-	opt := ReceiptOptions{Keys: []string{vkey}, Witnesses: []string{wit.vkey()}, WitnessQuorum: 1}
+	opt := ReceiptOptions{Keys: []string{vkey}, Witnesses: []string{wit.Vkey()}, WitnessQuorum: 1}
 	res, err := VerifyReceipt(b, opt)
 	if err != nil {
 		t.Fatal(err)
@@ -95,7 +96,7 @@ func TestSessionReceipt(t *testing.T) {
 		{"another session's record", mutate(func(r *SessionReceipt) {
 			r.Records[0] = other.Records[0]
 		}), opt, record.ClassIntegrity, `belongs to session "s2"`},
-		{"untrusted key", b, ReceiptOptions{Keys: []string{mustVkey(t, "test.example/x", testKey(t))}}, record.ClassKey, "is not a trusted key"},
+		{"untrusted key", b, ReceiptOptions{Keys: []string{logtest.MustVkey(t, "test.example/x", logtest.Key(t))}}, record.ClassKey, "is not a trusted key"},
 		{"bad cosignature", mutate(func(r *SessionReceipt) {
 			i := strings.LastIndex(r.Log.Checkpoint, " ") + 1
 			sig := []byte(r.Log.Checkpoint[i:])
@@ -106,11 +107,11 @@ func TestSessionReceipt(t *testing.T) {
 			}
 			r.Log.Checkpoint = r.Log.Checkpoint[:i] + string(sig)
 		}), opt, record.ClassSignature, "w1.example/w does not verify"},
-		{"quorum", b, ReceiptOptions{Keys: []string{vkey}, Witnesses: []string{wit.vkey(), newTestCosigner(t, "w2.example/w").vkey()}, WitnessQuorum: 2}, record.ClassTruncation, "carries 1 of the 2"},
+		{"quorum", b, ReceiptOptions{Keys: []string{vkey}, Witnesses: []string{wit.Vkey(), logtest.NewCosigner(t, "w2.example/w").Vkey()}, WitnessQuorum: 2}, record.ClassTruncation, "carries 1 of the 2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := VerifyReceipt(tc.b, tc.opt)
-			wantClass(t, err, tc.c, tc.want)
+			logtest.WantClass(t, err, tc.c, tc.want)
 		})
 	}
 	if _, err := MakeReceipt(dir, "nobody", VerifyOptions{}); err == nil || !strings.Contains(err.Error(), "no record of session") {
@@ -126,14 +127,14 @@ func TestSessionReceipt(t *testing.T) {
 func TestReceiptPrefersTheCosignedCheckpoint(t *testing.T) {
 	dir := t.TempDir()
 	var cps []LogCheckpoint
-	w, err := Open(dir, Options{Key: testKey(t), Name: "test.example/audit", CheckpointEvery: 1000,
-		Log: &LogIdentity{Origin: "test.example/gw1", Key: testKey(t), OnCheckpoint: func(c LogCheckpoint) { cps = append(cps, c) }}})
+	w, err := Open(dir, Options{Key: logtest.Key(t), Name: "test.example/audit", CheckpointEvery: 1000,
+		Log: &LogIdentity{Origin: "test.example/gw1", Key: logtest.Key(t), OnCheckpoint: func(c LogCheckpoint) { cps = append(cps, c) }}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	add := func(s string, n int) {
 		for i := range n {
-			c := sampleCall(w, i)
+			c := logtest.SampleCall(w, i)
 			c.Session = s
 			if _, err := w.Append(context.Background(), c); err != nil {
 				t.Fatal(err)
@@ -150,15 +151,15 @@ func TestReceiptPrefersTheCosignedCheckpoint(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	wit := newTestCosigner(t, "w1.example/w")
+	wit := logtest.NewCosigner(t, "w1.example/w")
 	// cps: the genesis checkpoint's, s1's, s2's, the seal's.
 	if len(cps) != 4 {
 		t.Fatalf("%d log checkpoints", len(cps))
 	}
-	if err := AppendCosigned(ed, cosign(t, cps[1].Note, wit)); err != nil {
+	if err := AppendCosigned(ed, logtest.Cosign(t, cps[1].Note, wit)); err != nil {
 		t.Fatal(err)
 	}
-	opt := ReceiptOptions{Keys: []string{vkey}, Witnesses: []string{wit.vkey()}, WitnessQuorum: 1}
+	opt := ReceiptOptions{Keys: []string{vkey}, Witnesses: []string{wit.Vkey()}, WitnessQuorum: 1}
 	r, err := MakeReceipt(dir, "s1", VerifyOptions{Keys: []string{vkey}})
 	if err != nil {
 		t.Fatal(err)

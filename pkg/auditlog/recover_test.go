@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logtest"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
@@ -61,7 +62,7 @@ func TestRecoveryCutsTornTail(t *testing.T) {
 		t.Fatalf("warnings %q", rep.Warnings)
 	}
 
-	w, err := Open(dir, Options{Key: testKey(t)})
+	w, err := Open(dir, Options{Key: logtest.Key(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +107,7 @@ func TestRecoveryCutsDamagedLineAfterLastCheckpoint(t *testing.T) {
 	last := len(lines) - 3
 	lines[last] = bytes.Repeat([]byte{0}, len(lines[last]))
 	os.WriteFile(seg, append(bytes.Join(lines, []byte("\n")), '\n'), 0o600)
-	w, err := Open(dir, Options{Key: testKey(t)})
+	w, err := Open(dir, Options{Key: logtest.Key(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +131,7 @@ func TestRecoveryRefusesDamageBeforeCheckpoint(t *testing.T) {
 	lines := unseal(t, seg)
 	lines[10] = bytes.Replace(lines[10], []byte(`"allow"`), []byte(`"deny"`), 1)
 	os.WriteFile(seg, append(bytes.Join(lines, []byte("\n")), '\n'), 0o600)
-	_, err := Open(dir, Options{Key: testKey(t)})
+	_, err := Open(dir, Options{Key: logtest.Key(t)})
 	var te *record.TamperError
 	if !errors.As(err, &te) {
 		t.Fatalf("Open on a tampered log: %v", err)
@@ -149,7 +150,7 @@ func TestRecoveryMovesAsideEpochWithoutGenesis(t *testing.T) {
 	// A writer died while creating epoch 2: directory and an empty segment.
 	os.Mkdir(filepath.Join(dir, "epoch-000002"), 0o700)
 	os.WriteFile(filepath.Join(dir, "epoch-000002", "seg-000001.jsonl"), []byte(`{"body":{"check`), 0o600)
-	w, err := Open(dir, Options{Key: testKey(t)})
+	w, err := Open(dir, Options{Key: logtest.Key(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,11 +171,11 @@ func TestRecoveryMovesAsideEpochWithoutGenesis(t *testing.T) {
 // later one, with the same error; Close reports it too.
 func TestFatalWriteError(t *testing.T) {
 	dir := t.TempDir()
-	w, err := Open(dir, Options{Key: testKey(t)})
+	w, err := Open(dir, Options{Key: logtest.Key(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.Append(context.Background(), sampleCall(w, 0)); err != nil {
+	if _, err := w.Append(context.Background(), logtest.SampleCall(w, 0)); err != nil {
 		t.Fatal(err)
 	}
 	full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
@@ -191,7 +192,7 @@ func TestFatalWriteError(t *testing.T) {
 	if err := syscall.Dup2(int(full.Fd()), int(w.f.Fd())); err != nil {
 		t.Fatal(err)
 	}
-	_, err1 := w.Append(context.Background(), sampleCall(w, 1))
+	_, err1 := w.Append(context.Background(), logtest.SampleCall(w, 1))
 	var fe *FatalError
 	if !errors.As(err1, &fe) || !errors.Is(err1, syscall.ENOSPC) {
 		t.Fatalf("append on a full disk: %v", err1)
@@ -207,7 +208,7 @@ func TestFatalWriteError(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 3 {
-		if _, err := w.Append(context.Background(), sampleCall(w, 2+i)); err != err1 {
+		if _, err := w.Append(context.Background(), logtest.SampleCall(w, 2+i)); err != err1 {
 			t.Fatalf("append %d after the fatal error, the disk having room again: %v", i, err)
 		}
 	}
@@ -233,7 +234,7 @@ func TestCrashedTailIsReportedUnsigned(t *testing.T) {
 	writeLog(t, dir, countedCheckpoints, 100, 1)
 	seg := filepath.Join(dir, "epoch-000001", "seg-000001.jsonl")
 	lines := unseal(t, seg)
-	w, err := Open(dir, Options{Key: testKey(t)})
+	w, err := Open(dir, Options{Key: logtest.Key(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +281,7 @@ func TestRecoveryOfAHugeTornTailIsBounded(t *testing.T) {
 	var m0, m1 runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&m0)
-	w, err := Open(dir, Options{Key: testKey(t), Durability: record.DurabilityInterval})
+	w, err := Open(dir, Options{Key: logtest.Key(t), Durability: record.DurabilityInterval})
 	runtime.ReadMemStats(&m1)
 	if err != nil {
 		t.Fatal(err)

@@ -12,30 +12,12 @@ import (
 	"testing"
 
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logtest"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
 )
-
-// relink returns line with seq and prev set so that it follows prevLine at
-// index seq: what anyone with write access can do without the key.
-func relink(t *testing.T, line, prevLine []byte, seq int64) []byte {
-	t.Helper()
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(line, &m); err != nil {
-		t.Fatal(err)
-	}
-	h := tlog.RecordHash(prevLine)
-	m["prev"], _ = json.Marshal(base64.StdEncoding.EncodeToString(h[:]))
-	m["seq"], _ = json.Marshal(strconv.FormatInt(seq, 10))
-	raw, _ := json.Marshal(m)
-	out, err := digest.Canonicalize(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
 
 // TestRecordsAfterSeal: an epoch closed by the writer ends with seal and
 // one checkpoint. Before, a checkpoint signing records after them (a key
@@ -59,7 +41,7 @@ func TestRecordsAfterSeal(t *testing.T) {
 
 	// Unsigned records after the final checkpoint: refused (they once were
 	// only a warning, and the log verified).
-	extra := relink(t, call, lines[n-1], n)
+	extra := logtest.Relink(t, call, lines[n-1], n)
 	if err := os.WriteFile(seg, append(append(bytes.Clone(orig), extra...), '\n'), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +74,7 @@ func TestRecordsAfterSeal(t *testing.T) {
 	// unsealed tail of a crashed epoch).
 	recovery := []byte(`{"body":{"dropped_bytes":"0","dropped_sha256":"` + base64.StdEncoding.EncodeToString(make([]byte, 32)) + `","epoch":"1","file":"seg-000001.jsonl","offset":"0","origin":"x/epoch-000001-00000000","reason":"x","records":"1","root":"` + base64.StdEncoding.EncodeToString(make([]byte, 32)) + `","unsealed":"0"},"kind":"recovery","prev":"","seq":"0","ts":"2026-01-01T00:00:00Z","v":1}`)
 	kept := append([][]byte{}, lines[:n-2]...)
-	rl := relink(t, recovery, kept[len(kept)-1], n-2)
+	rl := logtest.Relink(t, recovery, kept[len(kept)-1], n-2)
 	os.WriteFile(seg, append(bytes.Join(append(kept, rl), []byte("\n")), '\n'), 0o600)
 	_, err = Verify(dir, VerifyOptions{})
 	if !errors.As(err, &ve) || ve.Class != record.ClassIntegrity || !strings.Contains(err.Error(), "a recovery record at index") {
@@ -109,7 +91,7 @@ func signedCheckpointAfter(t *testing.T, signer note.Signer, origin string, line
 	for _, l := range lines {
 		leaves = append(leaves, tlog.RecordHash(l))
 	}
-	root, err := tlog.TreeHash(size, memHashes(storedHashes(t, leaves)))
+	root, err := tlog.TreeHash(size, logtest.MemHashes(logtest.StoredHashes(t, leaves)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +124,7 @@ func TestRecoveryAfterSealedEpochWithTornTail(t *testing.T) {
 	}
 	f.WriteString(`{"body":{"part`)
 	f.Close()
-	w, err := Open(dir, Options{Key: testKey(t)})
+	w, err := Open(dir, Options{Key: logtest.Key(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +134,7 @@ func TestRecoveryAfterSealedEpochWithTornTail(t *testing.T) {
 	}
 	w.Close()
 	// After a clean close there is nothing to recover.
-	w, err = Open(dir, Options{Key: testKey(t)})
+	w, err = Open(dir, Options{Key: logtest.Key(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,11 +165,11 @@ func TestRecoveryCutsRecordsAfterASeal(t *testing.T) {
 	}
 	lines := bytes.Split(bytes.TrimSuffix(orig, []byte("\n")), []byte("\n"))
 	n := int64(len(lines))
-	extra := relink(t, lines[5], lines[n-1], n)
+	extra := logtest.Relink(t, lines[5], lines[n-1], n)
 	if err := os.WriteFile(seg, append(append(bytes.Clone(orig), extra...), '\n'), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	w, err := Open(dir, Options{Key: testKey(t)})
+	w, err := Open(dir, Options{Key: logtest.Key(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"testing"
 
 	"filippo.io/age"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logtest"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
@@ -144,12 +145,12 @@ type failedBatch struct {
 // appends one call, then a second one with the file size limit set inside
 // the batch the second append writes, then a third, and reports.
 func failBatch(t *testing.T, c fileSizeChild, vault bool, limitOf func(seg, vault, line int64) int64) {
-	w, err := Open(c.Dir, Options{Key: testKey(t), CheckpointEvery: 2, CheckpointInterval: 1 << 40,
+	w, err := Open(c.Dir, Options{Key: logtest.Key(t), CheckpointEvery: 2, CheckpointInterval: 1 << 40,
 		Recipients: []string{c.Recipient}, Vault: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	first := sampleCall(w, 1)
+	first := logtest.SampleCall(w, 1)
 	if _, err := w.Append(context.Background(), first); err != nil {
 		t.Fatal(err)
 	}
@@ -167,12 +168,12 @@ func failBatch(t *testing.T, c fileSizeChild, vault bool, limitOf func(seg, vaul
 	}
 	var appendErr error
 	withFileSizeLimit(t, limit, func() {
-		_, appendErr = w.Append(context.Background(), sampleCall(w, 2))
+		_, appendErr = w.Append(context.Background(), logtest.SampleCall(w, 2))
 	})
 	var fe *FatalError
 	res.Err, res.Fatal, res.EFBIG = fmt.Sprint(appendErr), errors.As(appendErr, &fe), errors.Is(appendErr, syscall.EFBIG)
 	res.SegAfter, res.VaultAfter = fileSize(t, segPath), fileSize(t, vaultPath)
-	_, err = w.Append(context.Background(), sampleCall(w, 3))
+	_, err = w.Append(context.Background(), logtest.SampleCall(w, 3))
 	res.Next, res.NextSame = fmt.Sprint(err), err == appendErr
 	w.Close()
 	c.report(t, res)
@@ -226,7 +227,7 @@ func TestFailedBatchLeavesNoRecord(t *testing.T) {
 				t.Fatalf("append after the failed one: %s", res.Next)
 			}
 
-			w2, err := Open(dir, Options{Key: testKey(t)})
+			w2, err := Open(dir, Options{Key: logtest.Key(t)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -288,7 +289,7 @@ func TestFailedBatchLeavesNoRecord(t *testing.T) {
 // start's recovery cannot tell.
 func TestFailedSyncCutFailureIsReported(t *testing.T) {
 	dir := t.TempDir()
-	w, err := Open(dir, Options{Key: testKey(t)})
+	w, err := Open(dir, Options{Key: logtest.Key(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +301,7 @@ func TestFailedSyncCutFailureIsReported(t *testing.T) {
 	if err := syscall.Dup2(int(null.Fd()), int(w.f.Fd())); err != nil {
 		t.Fatal(err)
 	}
-	_, err = w.Append(context.Background(), sampleCall(w, 0))
+	_, err = w.Append(context.Background(), logtest.SampleCall(w, 0))
 	var fe *FatalError
 	if !errors.As(err, &fe) || !strings.Contains(err.Error(), "fdatasync") || !strings.Contains(err.Error(), "records whose append failed may remain") {
 		t.Fatalf("append whose sync and cut fail: %v", err)
@@ -338,7 +339,7 @@ func TestFailedStartLeavesNoEpoch(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if c, ok := asFileSizeChild(t); ok {
-				opts := Options{Key: testKey(t)}
+				opts := Options{Key: logtest.Key(t)}
 				if tc.vault {
 					opts.Recipients, opts.Vault = []string{id.Recipient().String()}, true
 				}
@@ -379,7 +380,7 @@ func TestFailedStartLeavesNoEpoch(t *testing.T) {
 					t.Fatalf("verify after the failed start: %v", err)
 				}
 			}
-			w, err := Open(dir, Options{Key: testKey(t)})
+			w, err := Open(dir, Options{Key: logtest.Key(t)})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -10,6 +10,7 @@ import (
 
 	"filippo.io/age"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logtest"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
@@ -33,7 +34,7 @@ func TestIntervalSyncCoversTheVault(t *testing.T) {
 	}
 	defer func() { logdir.TestHookSynced = nil }()
 	dir := t.TempDir()
-	w, err := Open(dir, Options{Key: testKey(t), Recipients: []string{id.Recipient().String()}, Vault: true,
+	w, err := Open(dir, Options{Key: logtest.Key(t), Recipients: []string{id.Recipient().String()}, Vault: true,
 		Durability: record.DurabilityInterval, SyncInterval: 20 * time.Millisecond, CheckpointInterval: time.Hour, CheckpointEvery: 1 << 20})
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"filippo.io/age"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logtest"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
@@ -30,7 +31,7 @@ func TestInlineAndQueuedAppends(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			dir := t.TempDir()
 			w, err := Open(dir, Options{
-				Key: testKey(t), Durability: mode,
+				Key: logtest.Key(t), Durability: mode,
 				CheckpointEvery: 37, CheckpointInterval: 3 * time.Millisecond, SyncInterval: 2 * time.Millisecond,
 				SegmentBytes: 24 << 10, Recipients: []string{id.Recipient().String()}, Vault: true,
 			})

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"filippo.io/age"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logtest"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
@@ -29,11 +30,11 @@ func TestFatalSyncError(t *testing.T) {
 		{"vault", func(w *Writer) *os.File { return w.vaultF }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			w, err := Open(t.TempDir(), Options{Key: testKey(t), Recipients: []string{id.Recipient().String()}, Vault: true, Durability: record.DurabilityStrict})
+			w, err := Open(t.TempDir(), Options{Key: logtest.Key(t), Recipients: []string{id.Recipient().String()}, Vault: true, Durability: record.DurabilityStrict})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := w.Append(context.Background(), sampleCall(w, 0)); err != nil {
+			if _, err := w.Append(context.Background(), logtest.SampleCall(w, 0)); err != nil {
 				t.Fatal(err)
 			}
 			pr, pw, err := os.Pipe()
@@ -45,13 +46,13 @@ func TestFatalSyncError(t *testing.T) {
 			if err := syscall.Dup2(int(pw.Fd()), int(tc.file(w).Fd())); err != nil {
 				t.Fatal(err)
 			}
-			_, err1 := w.Append(context.Background(), sampleCall(w, 1))
+			_, err1 := w.Append(context.Background(), logtest.SampleCall(w, 1))
 			var fe *FatalError
 			if !errors.As(err1, &fe) || !errors.Is(err1, syscall.EINVAL) {
 				t.Fatalf("append whose fdatasync fails: %v, want a FatalError (EINVAL)", err1)
 			}
 			for i := range 3 {
-				if _, err := w.Append(context.Background(), sampleCall(w, 2+i)); err != err1 {
+				if _, err := w.Append(context.Background(), logtest.SampleCall(w, 2+i)); err != err1 {
 					t.Fatalf("append %d after the fatal error: %v", i, err)
 				}
 			}

@@ -2,10 +2,7 @@ package auditlog
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
 	"errors"
-	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -15,59 +12,19 @@ import (
 
 	"filippo.io/age"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logtest"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
-	"github.com/confidential-mcp/cmcp/pkg/digest"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
 )
-
-func testKey(t testing.TB) ed25519.PrivateKey {
-	t.Helper()
-	_, k, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
-}
-
-func sampleCall(w *Writer, i int) *record.Call {
-	return &record.Call{
-		Session: "sess-1", Agent: "agent-a", Tool: "fs__read", Upstream: "fs", UpstreamTool: "read",
-		EvidenceClass: "spawn-measured", Args: w.Commit([]byte(fmt.Sprintf(`{"path":"/tmp/%d"}`, i))),
-		Decision: record.DecisionAllow, PolicyIDs: []string{"policy0"}, PolicyMode: "enforcing",
-		PolicyBundle: digest.Bytes([]byte("bundle")), Outcome: record.OutcomeForwarded,
-	}
-}
 
 // writeLog writes n call records with conc appenders and closes the writer.
 func writeLog(t testing.TB, dir string, opts Options, n, conc int) *Writer {
 	t.Helper()
 	if opts.Key == nil {
-		opts.Key = testKey(t)
+		opts.Key = logtest.Key(t)
 	}
-	w, err := Open(dir, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	per := n / conc
-	for g := range conc {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range per {
-				if _, err := w.Append(context.Background(), sampleCall(w, g*per+i)); err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return w
+	return logtest.WriteLog(t, func() (*Writer, error) { return Open(dir, opts) }, n, conc)
 }
 
 func TestWriterRoundTrip(t *testing.T) {
@@ -117,7 +74,7 @@ func TestWriterRoundTrip(t *testing.T) {
 				t.Fatalf("read %d calls, %d records; scan saw %d", calls, len(leaves), res.Records)
 			}
 			// The frontier agrees with x/mod's own tree hash.
-			th, err := tlog.TreeHash(int64(len(leaves)), memHashes(storedHashes(t, leaves)))
+			th, err := tlog.TreeHash(int64(len(leaves)), logtest.MemHashes(logtest.StoredHashes(t, leaves)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -128,35 +85,13 @@ func TestWriterRoundTrip(t *testing.T) {
 	}
 }
 
-type memHashes []tlog.Hash
-
-func (m memHashes) ReadHashes(idx []int64) ([]tlog.Hash, error) {
-	out := make([]tlog.Hash, len(idx))
-	for i, x := range idx {
-		out[i] = m[x]
-	}
-	return out, nil
-}
-
-func storedHashes(t testing.TB, leaves []tlog.Hash) []tlog.Hash {
-	var st memHashes
-	for i, l := range leaves {
-		hs, err := tlog.StoredHashesForRecordHash(int64(i), l, st)
-		if err != nil {
-			t.Fatal(err)
-		}
-		st = append(st, hs...)
-	}
-	return st
-}
-
 func TestCommitmentsAndVault(t *testing.T) {
 	id, err := age.GenerateX25519Identity()
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	w, err := Open(dir, Options{Key: testKey(t), Recipients: []string{id.Recipient().String()}, Vault: true})
+	w, err := Open(dir, Options{Key: logtest.Key(t), Recipients: []string{id.Recipient().String()}, Vault: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +144,7 @@ func TestReopenAfterCleanClose(t *testing.T) {
 }
 
 func TestAppendRefusesWriterKinds(t *testing.T) {
-	w, err := Open(t.TempDir(), Options{Key: testKey(t)})
+	w, err := Open(t.TempDir(), Options{Key: logtest.Key(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,12 +156,12 @@ func TestAppendRefusesWriterKinds(t *testing.T) {
 
 func TestSecondWriterRefused(t *testing.T) {
 	dir := t.TempDir()
-	w, err := Open(dir, Options{Key: testKey(t)})
+	w, err := Open(dir, Options{Key: logtest.Key(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	if _, err := Open(dir, Options{Key: testKey(t)}); err == nil {
+	if _, err := Open(dir, Options{Key: logtest.Key(t)}); err == nil {
 		t.Fatal("two writers on one directory")
 	}
 }
@@ -237,7 +172,7 @@ func TestCheckpointsAndClose(t *testing.T) {
 	dir := t.TempDir()
 	var mu sync.Mutex
 	var notes [][]byte
-	w, err := Open(dir, Options{Key: testKey(t), CheckpointEvery: 1 << 30, CheckpointInterval: time.Hour, OnCheckpoint: func(n []byte) {
+	w, err := Open(dir, Options{Key: logtest.Key(t), CheckpointEvery: 1 << 30, CheckpointInterval: time.Hour, OnCheckpoint: func(n []byte) {
 		mu.Lock()
 		notes = append(notes, n)
 		mu.Unlock()
@@ -246,7 +181,7 @@ func TestCheckpointsAndClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 3 {
-		if _, err := w.Append(context.Background(), sampleCall(w, i)); err != nil {
+		if _, err := w.Append(context.Background(), logtest.SampleCall(w, i)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -273,7 +208,7 @@ func TestCheckpointsAndClose(t *testing.T) {
 	if n != 3 { // after genesis, forced, final
 		t.Fatalf("OnCheckpoint saw %d checkpoints, want 3", n)
 	}
-	if _, err := w.Append(context.Background(), sampleCall(w, 9)); !errors.Is(err, ErrClosed) {
+	if _, err := w.Append(context.Background(), logtest.SampleCall(w, 9)); !errors.Is(err, ErrClosed) {
 		t.Fatalf("append after close: %v", err)
 	}
 	if err := w.Close(); !errors.Is(err, ErrClosed) {
@@ -285,14 +220,14 @@ func TestCheckpointsAndClose(t *testing.T) {
 }
 
 func TestAppendContextCancelled(t *testing.T) {
-	w, err := Open(t.TempDir(), Options{Key: testKey(t)})
+	w, err := Open(t.TempDir(), Options{Key: logtest.Key(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := w.Append(ctx, sampleCall(w, 0)); !errors.Is(err, context.Canceled) {
+	if _, err := w.Append(ctx, logtest.SampleCall(w, 0)); !errors.Is(err, context.Canceled) {
 		t.Fatalf("append with a cancelled context: %v", err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"filippo.io/age"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logtest"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
@@ -56,11 +57,11 @@ func TestNoRecordRefersToAVaultEntryNotWritten(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	w, err := Open(dir, Options{Key: testKey(t), Recipients: []string{id.Recipient().String()}, Vault: true, Durability: record.DurabilityStrict})
+	w, err := Open(dir, Options{Key: logtest.Key(t), Recipients: []string{id.Recipient().String()}, Vault: true, Durability: record.DurabilityStrict})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.Append(context.Background(), sampleCall(w, 0)); err != nil {
+	if _, err := w.Append(context.Background(), logtest.SampleCall(w, 0)); err != nil {
 		t.Fatal(err)
 	}
 	full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
@@ -71,7 +72,7 @@ func TestNoRecordRefersToAVaultEntryNotWritten(t *testing.T) {
 	if err := syscall.Dup2(int(full.Fd()), int(w.vaultF.Fd())); err != nil {
 		t.Fatal(err)
 	}
-	_, err = w.Append(context.Background(), sampleCall(w, 1))
+	_, err = w.Append(context.Background(), logtest.SampleCall(w, 1))
 	var fe *FatalError
 	if !errors.As(err, &fe) || !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("append with the vault on a full disk: %v, want a FatalError (ENOSPC)", err)
