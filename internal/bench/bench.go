@@ -44,6 +44,9 @@ type Result struct {
 	Calls       int
 	P50, P99    time.Duration
 	CallsPerSec float64
+	// ConnectP50 and FirstCallP50 split a new session (NewSessions):
+	// the p50 of its connect (the MCP handshake) and of its first call.
+	ConnectP50, FirstCallP50 time.Duration
 }
 
 // Measure runs l against connect. All sessions are opened before the clock
@@ -195,6 +198,7 @@ func Calls(ctx context.Context, sessions []*mcp.ClientSession, callers, calls, w
 // call (first gives its params), and closed untimed, gap before the next one opens.
 func NewSessions(ctx context.Context, connect Connector, n int, gap time.Duration, first func() *mcp.CallToolParams) (Result, error) {
 	lat := make([]time.Duration, 0, n)
+	conns, firsts := make([]time.Duration, 0, n), make([]time.Duration, 0, n)
 	t0 := time.Now()
 	for i := range n {
 		if i > 0 && gap > 0 {
@@ -205,6 +209,7 @@ func NewSessions(ctx context.Context, connect Connector, n int, gap time.Duratio
 		if err != nil {
 			return Result{}, fmt.Errorf("bench: new session %d: %w", i, err)
 		}
+		connected := time.Now()
 		p := first()
 		res, err := s.CallTool(ctx, p)
 		if err == nil && res.IsError {
@@ -214,14 +219,19 @@ func NewSessions(ctx context.Context, connect Connector, n int, gap time.Duratio
 			s.Close()
 			return Result{}, fmt.Errorf("bench: first call of new session %d: %w", i, err)
 		}
-		lat = append(lat, time.Since(start))
+		done := time.Now()
+		lat = append(lat, done.Sub(start))
+		conns, firsts = append(conns, connected.Sub(start)), append(firsts, done.Sub(connected))
 		if err := s.Close(); err != nil {
 			return Result{}, fmt.Errorf("bench: close new session %d: %w", i, err)
 		}
 	}
 	elapsed := time.Since(t0)
 	slices.Sort(lat)
-	return Result{Concurrency: 1, Calls: n, P50: percentile(lat, 0.50), P99: percentile(lat, 0.99), CallsPerSec: float64(n) / elapsed.Seconds()}, nil
+	slices.Sort(conns)
+	slices.Sort(firsts)
+	return Result{Concurrency: 1, Calls: n, P50: percentile(lat, 0.50), P99: percentile(lat, 0.99), CallsPerSec: float64(n) / elapsed.Seconds(),
+		ConnectP50: percentile(conns, 0.50), FirstCallP50: percentile(firsts, 0.50)}, nil
 }
 
 // SchedCPU returns the CPU time the threads of process pid have run so

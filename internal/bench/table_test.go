@@ -34,6 +34,8 @@ import (
 //     answer, sessions opened one after another, BENCH_SESSION_GAP_MS
 //     (default 50) apart, as agents that open a session per task would
 //     (closing and the gap are not timed; warm spares refill meanwhile);
+//     a line per mode after the table splits it into the connect's p50
+//     and the first call's;
 //   - 64 KiB p50: one session, one call at a time, 64 KiB of text echoed;
 //   - VmHWM: the gateway process's peak RSS once the 8 sessions of the
 //     first round are open, and at the end of the run;
@@ -527,6 +529,19 @@ func BenchmarkTable(b *testing.B) {
 			_, xFloor := added(m, floorRelayMode)
 			fmt.Printf("%s: added c1 p50 %v, %.2f × the no-op relay's, %.2f × the floor relay's (%v, Cedar and the audit log); c8 calls/s %.2f × the floor relay's\n",
 				m.name, a.Round(time.Microsecond), xRelay, xFloor, fa.Round(time.Microsecond), ratio(m.name, floorRelayMode, "c8", cps))
+		}
+	}
+	if slices.Contains(kinds, "new") {
+		// Where a new session's time goes: its connect (initialize, the
+		// initialized notification; go-sdk's client also opens the
+		// standalone GET stream of an HTTP session) and its first call.
+		for _, m := range modes {
+			var cs, fs []float64
+			for _, r := range res[key{m.name, "new"}] {
+				cs, fs = append(cs, float64(r.ConnectP50)), append(fs, float64(r.FirstCallP50))
+			}
+			fmt.Printf("%s: new session = connect p50 %v + first call p50 %v\n", m.name,
+				time.Duration(median(cs)).Round(time.Microsecond), time.Duration(median(fs)).Round(time.Microsecond))
 		}
 	}
 	fmt.Println("targets: new session ≤ 1.5 × http direct's (stdio per-session and HTTP upstreams), gateway CPU per new session < 2 ms; added c1 p50 ≤ 1.5 × the relay's (serve --stdio), ≤ 1.3 × the proxy's (HTTP front); c8 calls/s ≥ 0.9 × the relay's; VmHWM at 8 sessions < 24 MiB")
