@@ -69,7 +69,7 @@ func TestVerifyTakesEmptyNewestEpochAsAbortedStart(t *testing.T) {
 			if err != nil {
 				t.Fatalf("prove in the newest epoch: %v", err)
 			}
-			if cp, err := c2sp.ParseCheckpoint(p.Checkpoint); err != nil || epochOfOrigin(cp.Origin) != tc.epochs {
+			if cp, err := c2sp.ParseCheckpoint(p.Checkpoint); err != nil || logdir.EpochOfOrigin(cp.Origin) != tc.epochs {
 				t.Fatalf("proof against %+v (%v), want a checkpoint of epoch %d", cp, err, tc.epochs)
 			}
 			// The writer's recovery agrees: it moves the epoch aside and

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/merkle"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
@@ -65,7 +66,7 @@ func nodesOf(n int64) [][2]int64 {
 // the floor read the log's records from the audit directory.
 type LogTree struct {
 	dir    string
-	floor  frontier
+	floor  merkle.Frontier
 	leaves []tlog.Hash // entries [floor.n, floor.n+len(leaves))
 }
 
@@ -76,7 +77,7 @@ func NewLogTree(dir string, base int64, hashes []tlog.Hash) (*LogTree, error) {
 	for _, h := range hashes {
 		hs = append(hs, h[:])
 	}
-	f, err := frontierFrom(base, hs)
+	f, err := merkle.FrontierFrom(base, hs)
 	if err != nil {
 		return nil, err
 	}
@@ -84,47 +85,47 @@ func NewLogTree(dir string, base int64, hashes []tlog.Hash) (*LogTree, error) {
 }
 
 // Size is the number of entries the tree holds.
-func (t *LogTree) Size() int64 { return t.floor.n + int64(len(t.leaves)) }
+func (t *LogTree) Size() int64 { return t.floor.N + int64(len(t.leaves)) }
 
 // Append adds entries at the end.
 func (t *LogTree) Append(leaves ...tlog.Hash) { t.leaves = append(t.leaves, leaves...) }
 
 // Floor is the size below which proofs need the records on disk.
-func (t *LogTree) Floor() int64 { return t.floor.n }
+func (t *LogTree) Floor() int64 { return t.floor.N }
 
 // Trim forgets the entries before size to (it becomes the floor): proofs
 // from sizes at or above it stay in memory.
 func (t *LogTree) Trim(to int64) {
-	if to <= t.floor.n || to > t.Size() {
+	if to <= t.floor.N || to > t.Size() {
 		return
 	}
-	k := to - t.floor.n
+	k := to - t.floor.N
 	for _, h := range t.leaves[:k] {
-		t.floor.append(h)
+		t.floor.Append(h)
 	}
 	t.leaves = append([]tlog.Hash(nil), t.leaves[k:]...)
 }
 
 // Root returns the root of the first n entries (floor <= n <= Size).
 func (t *LogTree) Root(n int64) (tlog.Hash, error) {
-	if n < t.floor.n || n > t.Size() {
-		return tlog.Hash{}, fmt.Errorf("log tree root at %d: outside [%d, %d]", n, t.floor.n, t.Size())
+	if n < t.floor.N || n > t.Size() {
+		return tlog.Hash{}, fmt.Errorf("log tree root at %d: outside [%d, %d]", n, t.floor.N, t.Size())
 	}
-	f := t.floor.clone()
-	for _, h := range t.leaves[:n-t.floor.n] {
-		f.append(h)
+	f := t.floor.Clone()
+	for _, h := range t.leaves[:n-t.floor.N] {
+		f.Append(h)
 	}
-	return f.root(), nil
+	return f.Root(), nil
 }
 
 // node returns the hash of the perfect subtree over entries [lo, hi).
 func (t *LogTree) node(lo, hi int64) (tlog.Hash, error) {
-	fl := t.floor.n
+	fl := t.floor.N
 	switch {
 	case hi <= fl:
 		for i, nd := range nodesOf(fl) {
 			if nd[0] == lo && nd[1] == hi {
-				return t.floor.hashes[i], nil
+				return t.floor.Hashes[i], nil
 			}
 		}
 		return tlog.Hash{}, fmt.Errorf("log tree node [%d, %d) lies before the floor %d", lo, hi, fl)
@@ -177,12 +178,12 @@ func (t *LogTree) Prove(old, n int64) (tlog.TreeProof, error) {
 	if old <= 0 || old > n || n > t.Size() {
 		return nil, fmt.Errorf("log tree consistency proof %d -> %d: needs 0 < old <= new <= %d", old, n, t.Size())
 	}
-	if old >= t.floor.n {
+	if old >= t.floor.N {
 		return tlog.ProveTree(n, old, nodeReader{t})
 	}
-	leaves, err := ReadLogLeaves(t.dir, t.floor.n)
+	leaves, err := ReadLogLeaves(t.dir, t.floor.N)
 	if err != nil {
-		return nil, fmt.Errorf("log tree consistency proof from %d (before the floor %d): %w", old, t.floor.n, err)
+		return nil, fmt.Errorf("log tree consistency proof from %d (before the floor %d): %w", old, t.floor.N, err)
 	}
 	full := &LogTree{dir: t.dir, leaves: append(leaves, t.leaves...)}
 	return tlog.ProveTree(n, old, nodeReader{full})
@@ -296,25 +297,25 @@ func readCosigned(epochDir string) ([][]byte, error) {
 // the previous epoch's genesis gives the tree before it (or, when it has no
 // log member, the epochs before it are read), and the previous epoch's
 // records, as recovery left them (pred.Size), are folded in.
-func logBaseOf(dir string, pred *record.Predecessor) (frontier, error) {
+func logBaseOf(dir string, pred *record.Predecessor) (merkle.Frontier, error) {
 	if pred == nil {
-		return frontier{}, nil
+		return merkle.Frontier{}, nil
 	}
 	g, err := readGenesis(dir, pred.Epoch)
 	if err != nil {
-		return frontier{}, err
+		return merkle.Frontier{}, err
 	}
-	var f frontier
+	var f merkle.Frontier
 	var epochs []int
 	if g.Log != nil {
-		if f, err = frontierFrom(g.Log.Size, g.Log.Frontier); err != nil {
-			return frontier{}, fmt.Errorf("epoch %d's genesis: log frontier: %w", pred.Epoch, err)
+		if f, err = merkle.FrontierFrom(g.Log.Size, g.Log.Frontier); err != nil {
+			return merkle.Frontier{}, fmt.Errorf("epoch %d's genesis: log frontier: %w", pred.Epoch, err)
 		}
 		epochs = []int{pred.Epoch}
 	} else {
 		all, err := logdir.ListEpochs(dir)
 		if err != nil {
-			return frontier{}, err
+			return merkle.Frontier{}, err
 		}
 		for _, e := range all {
 			if e <= pred.Epoch {
@@ -329,10 +330,10 @@ func logBaseOf(dir string, pred *record.Predecessor) (frontier, error) {
 		}
 		n, err := foldEpochLeaves(filepath.Join(dir, logdir.EpochName(e)), limit, &f)
 		if err != nil {
-			return frontier{}, err
+			return merkle.Frontier{}, err
 		}
 		if limit >= 0 && n != limit {
-			return frontier{}, fmt.Errorf("epoch %d holds %d records, recovery found %d", e, n, limit)
+			return merkle.Frontier{}, fmt.Errorf("epoch %d holds %d records, recovery found %d", e, n, limit)
 		}
 	}
 	return f, nil
@@ -340,7 +341,7 @@ func logBaseOf(dir string, pred *record.Predecessor) (frontier, error) {
 
 // foldEpochLeaves appends the leaf hashes of an epoch's records (at most
 // limit of them, unless limit < 0) to f and returns how many.
-func foldEpochLeaves(edir string, limit int64, f *frontier) (int64, error) {
+func foldEpochLeaves(edir string, limit int64, f *merkle.Frontier) (int64, error) {
 	segs, err := logdir.ListSegments(edir)
 	if err != nil {
 		return 0, err
@@ -361,7 +362,7 @@ func foldEpochLeaves(edir string, limit int64, f *frontier) (int64, error) {
 				fh.Close()
 				return n, err
 			}
-			f.append(tlog.RecordHash(line[:len(line)-1]))
+			f.Append(tlog.RecordHash(line[:len(line)-1]))
 			n++
 		}
 		fh.Close()

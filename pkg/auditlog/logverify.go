@@ -10,6 +10,7 @@ import (
 
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/merkle"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
@@ -46,7 +47,7 @@ type WitnessedCheckpoint struct {
 type logCheck struct {
 	opt       *VerifyOptions
 	wits      []note.Verifier
-	fr        frontier
+	fr        merkle.Frontier
 	want      map[int64]*tlog.Hash
 	cosigned  []cosignedAt
 	bases     map[int]int64
@@ -101,16 +102,16 @@ func newLogCheck(opt *VerifyOptions, dir string, epochs []int) (*logCheck, error
 }
 
 func (lc *logCheck) leaf(h tlog.Hash) {
-	lc.fr.append(h)
-	if p, ok := lc.want[lc.fr.n]; ok && p == nil {
-		r := lc.fr.root()
-		lc.want[lc.fr.n] = &r
+	lc.fr.Append(h)
+	if p, ok := lc.want[lc.fr.N]; ok && p == nil {
+		r := lc.fr.Root()
+		lc.want[lc.fr.N] = &r
 	}
 }
 
 // genesis checks an epoch's log member against the log tree before it.
-func (lc *logCheck) genesis(res *EpochResult, base frontier) error {
-	lc.bases[res.Epoch] = base.n
+func (lc *logCheck) genesis(res *EpochResult, base merkle.Frontier) error {
+	lc.bases[res.Epoch] = base.N
 	g := res.Genesis
 	pos := record.Position{Epoch: res.Epoch, File: filepath.Join(res.Dir, logdir.SegmentName(1)), Line: 1, Index: 0, Kind: record.KindGenesis}
 	if g == nil || g.Log == nil {
@@ -129,12 +130,12 @@ func (lc *logCheck) genesis(res *EpochResult, base frontier) error {
 			Msg:  fmt.Sprintf("epoch %d names another log identity than epoch %d: a log keeps one origin and one log key", res.Epoch, lc.idEpoch),
 			Hint: "a new log identity is a new log: start it in a new audit directory"}
 	}
-	if l.Size != base.n {
-		return &record.VerifyError{Class: record.ClassIntegrity, Pos: pos, Expected: fmt.Sprint(l.Size), Computed: fmt.Sprint(base.n),
-			Msg: fmt.Sprintf("epoch %d's genesis says the earlier epochs hold %d records, they hold %d", res.Epoch, l.Size, base.n)}
+	if l.Size != base.N {
+		return &record.VerifyError{Class: record.ClassIntegrity, Pos: pos, Expected: fmt.Sprint(l.Size), Computed: fmt.Sprint(base.N),
+			Msg: fmt.Sprintf("epoch %d's genesis says the earlier epochs hold %d records, they hold %d", res.Epoch, l.Size, base.N)}
 	}
-	f, err := frontierFrom(l.Size, l.Frontier)
-	if err != nil || !slices.Equal(f.hashes, base.hashes) {
+	f, err := merkle.FrontierFrom(l.Size, l.Frontier)
+	if err != nil || !slices.Equal(f.Hashes, base.Hashes) {
 		return &record.VerifyError{Class: record.ClassIntegrity, Pos: pos, Msg: fmt.Sprintf("epoch %d's genesis log frontier does not match the earlier epochs' records", res.Epoch)}
 	}
 	lc.id, lc.idEpoch, lc.lastWithL = l, res.Epoch, res.Epoch
@@ -155,7 +156,7 @@ func (lc *logCheck) finish(rep *Report) error {
 		}
 		return nil
 	}
-	lr := &LogReport{Origin: lc.id.Origin, Key: lc.id.Key, Size: lc.fr.n}
+	lr := &LogReport{Origin: lc.id.Origin, Key: lc.id.Key, Size: lc.fr.N}
 	rep.Log = lr
 	lv, _ := note.NewVerifier(lc.id.Key)
 	vs := note.VerifierList(append([]note.Verifier{lv}, lc.wits...)...)
@@ -214,12 +215,12 @@ func (lc *logCheck) cosignedCheckpoint(rep *Report, c cosignedAt, vs note.Verifi
 	if c.cp.Origin != lc.id.Origin {
 		return &record.VerifyError{Class: record.ClassIntegrity, Pos: pos, Expected: lc.id.Origin, Computed: c.cp.Origin, Msg: "cosigned log checkpoint of another origin"}
 	}
-	if c.cp.Size > lc.fr.n {
-		return &record.VerifyError{Class: record.ClassTruncation, Pos: pos, Expected: fmt.Sprint(c.cp.Size), Computed: fmt.Sprint(lc.fr.n),
-			Msg:  fmt.Sprintf("a log checkpoint signed by the log key (and cosigned by %s) commits to %d records, but the log holds %d: %d records were cut from its tail (truncation or rollback)", witnessNames(n, lv), c.cp.Size, lc.fr.n, c.cp.Size-lc.fr.n),
+	if c.cp.Size > lc.fr.N {
+		return &record.VerifyError{Class: record.ClassTruncation, Pos: pos, Expected: fmt.Sprint(c.cp.Size), Computed: fmt.Sprint(lc.fr.N),
+			Msg:  fmt.Sprintf("a log checkpoint signed by the log key (and cosigned by %s) commits to %d records, but the log holds %d: %d records were cut from its tail (truncation or rollback)", witnessNames(n, lv), c.cp.Size, lc.fr.N, c.cp.Size-lc.fr.N),
 			Hint: "restore the log from a backup; the cosigned checkpoint proves the missing records existed"}
 	}
-	root := (&frontier{}).root()
+	root := (&merkle.Frontier{}).Root()
 	if r := lc.want[c.cp.Size]; r != nil {
 		root = *r
 	}

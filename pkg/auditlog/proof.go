@@ -58,7 +58,7 @@ func VerifyProof(text []byte, keys []string) (*ProofResult, error) {
 		return nil, &record.VerifyError{Class: record.ClassIntegrity, Pos: record.Position{Index: p.Index}, Msg: fmt.Sprintf("the proof's checkpoint: %v", err)}
 	}
 	res := &ProofResult{Index: p.Index, Checkpoint: cp, Record: p.Record}
-	pos := record.Position{Epoch: epochOfOrigin(cp.Origin), Index: p.Index, Record: excerpt(p.Record)}
+	pos := record.Position{Epoch: logdir.EpochOfOrigin(cp.Origin), Index: p.Index, Record: excerpt(p.Record)}
 	if p.Index >= cp.Size {
 		return res, &record.VerifyError{Class: record.ClassIntegrity, Pos: pos, Msg: fmt.Sprintf("record %d is not covered by the checkpoint (size %d)", p.Index, cp.Size)}
 	}
@@ -106,8 +106,9 @@ func Prove(dir string, epoch int, index int64, opt VerifyOptions) (*c2sp.Proof, 
 	// closed: a later epoch began after this one, so no checkpoint of its
 	// key will ever be added to it.
 	closed := epoch != epochs[len(epochs)-1]
-	res, err := scanEpoch(dir, epoch, scanOptions{trusted: trusted, keepLeaves: true, progress: opt.Progress, evidence: opt.VerifyEvidence})
-	if err != nil && res.empty && newest && len(epochs) > 1 {
+	var d detail
+	res, err := scanEpoch(dir, epoch, scanOptions{trusted: trusted, keepLeaves: true, progress: opt.Progress, evidence: opt.VerifyEvidence, detail: &d})
+	if err != nil && d.empty && newest && len(epochs) > 1 {
 		// An aborted start (see Verify): the newest epoch is the one before.
 		epoch = epochs[len(epochs)-2]
 		res, err = scanEpoch(dir, epoch, scanOptions{trusted: trusted, keepLeaves: true, progress: opt.Progress, evidence: opt.VerifyEvidence})

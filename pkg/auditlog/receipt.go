@@ -125,7 +125,8 @@ func MakeReceipts(dir string, epoch int, sessions []string, opt VerifyOptions) (
 	var genesisLine []byte
 	cpLines := map[int64][]byte{}
 	var cps []*c2sp.Checkpoint
-	res, err := scanEpoch(dir, epoch, scanOptions{trusted: trusted, keepLeaves: true, evidence: opt.VerifyEvidence, onCheckpoint: func(c *c2sp.Checkpoint) { cps = append(cps, c) }, onRecord: func(en *Entry) error {
+	var d detail
+	res, err := scanEpoch(dir, epoch, scanOptions{detail: &d, trusted: trusted, keepLeaves: true, evidence: opt.VerifyEvidence, onCheckpoint: func(c *c2sp.Checkpoint) { cps = append(cps, c) }, onRecord: func(en *Entry) error {
 		switch {
 		case en.Index == 0:
 			genesisLine = slices.Clone(en.Line)
@@ -139,7 +140,7 @@ func MakeReceipts(dir string, epoch int, sessions []string, opt VerifyOptions) (
 		return nil
 	}})
 	if err != nil {
-		if res != nil && res.empty {
+		if d.empty {
 			return nil, &record.VerifyError{Class: record.ClassNotLog, Pos: record.Position{Epoch: epoch}, Msg: fmt.Sprintf("epoch %d holds no record", epoch)}
 		}
 		return nil, err

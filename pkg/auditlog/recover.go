@@ -19,8 +19,9 @@ import (
 // tail is saved to "<segment>.torn-<time>", cut off and described in the
 // returned Recovery record. Damage before the last checkpoint is refused.
 func recoverEpoch(dir string, epoch int) (*record.Predecessor, *record.Recovery, error) {
-	res, err := scanEpoch(dir, epoch, scanOptions{tolerateTail: true})
-	if err != nil && res.empty {
+	var d detail
+	res, err := scanEpoch(dir, epoch, scanOptions{tolerateTail: true, detail: &d})
+	if err != nil && d.empty {
 		// The writer died before the genesis record was durable: nothing
 		// was ever acknowledged in this epoch. Move it aside and look at
 		// the one before.
@@ -37,10 +38,10 @@ func recoverEpoch(dir string, epoch int) (*record.Predecessor, *record.Recovery,
 		}
 		return recoverEpoch(dir, epochs[len(epochs)-1])
 	}
-	if err == nil && res.tailErr != nil && res.Records == 0 {
+	if err == nil && d.tailErr != nil && res.Records == 0 {
 		// A complete genesis line that does not verify is no crash's
 		// doing (a torn one is handled above): refuse to build on it.
-		err = res.tailErr
+		err = d.tailErr
 	}
 	if err != nil {
 		var ve *record.VerifyError
@@ -53,12 +54,12 @@ func recoverEpoch(dir string, epoch int) (*record.Predecessor, *record.Recovery,
 	if res.Sealed {
 		return pred, nil, nil
 	}
-	rec := &record.Recovery{Epoch: epoch, Origin: res.Origin, Records: res.Records, Unsealed: res.Unsealed, Root: res.Root[:], File: filepath.Base(res.lastFile)}
+	rec := &record.Recovery{Epoch: epoch, Origin: res.Origin, Records: res.Records, Unsealed: res.Unsealed, Root: res.Root[:], File: filepath.Base(d.lastFile)}
 	var cut int64 = -1
 	switch {
-	case res.tailErr != nil:
-		cut = res.tailStart
-		rec.Reason = "damaged record after the last checkpoint: " + res.tailErr.Msg
+	case d.tailErr != nil:
+		cut = d.tailStart
+		rec.Reason = "damaged record after the last checkpoint: " + d.tailErr.Msg
 	case res.TornBytes > 0:
 		cut = res.TornAt.Offset
 		rec.Reason = "incomplete final line (the writer stopped mid-write)"
@@ -66,9 +67,9 @@ func recoverEpoch(dir string, epoch int) (*record.Predecessor, *record.Recovery,
 		rec.Reason = "the epoch was not sealed (the writer stopped without closing); nothing to cut"
 	}
 	if cut >= 0 {
-		path := res.lastFile
-		if res.tailErr != nil {
-			path = res.tailErr.Pos.File
+		path := d.lastFile
+		if d.tailErr != nil {
+			path = d.tailErr.Pos.File
 		}
 		rec.File = filepath.Base(path)
 		rec.Offset = cut
@@ -79,7 +80,7 @@ func recoverEpoch(dir string, epoch int) (*record.Predecessor, *record.Recovery,
 		rec.DroppedBytes, rec.DroppedSHA256, rec.SavedAs = n, sum, saved
 		// What is left may be a sealed epoch with bytes appended after
 		// its final checkpoint: the predecessor is described as it is now.
-		pred.Sealed = res.endsSealed
+		pred.Sealed = d.endsSealed
 	}
 	return pred, rec, nil
 }

@@ -18,7 +18,11 @@ import (
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/jcs"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/merkle"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
+	"github.com/confidential-mcp/cmcp/pkg/digest"
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
 )
@@ -222,6 +226,7 @@ type scanOptions struct {
 	decode       func(k record.Kind) bool  // see VerifyOptions.Decode
 	onLeaf       func(h tlog.Hash)         // every record's leaf hash, in order
 	onCheckpoint func(cp *c2sp.Checkpoint) // every checkpoint that verified, in order
+	detail       *detail                   // if set, filled in (on error too)
 }
 
 // EpochResult is what verifying one epoch established.
@@ -250,16 +255,20 @@ type EpochResult struct {
 	Root                    tlog.Hash        `json:"-"`
 	Recovery                *record.Recovery `json:"-"` // recovery record in this epoch (about the previous one)
 	Leaves                  []tlog.Hash      `json:"-"`
+}
 
+// detail is what a scan found beyond its EpochResult: what the writer's
+// recovery, and the callers that set an epoch without records apart,
+// need.
+type detail struct {
+	empty bool // no complete record at all
 	// tail (writer recovery only): where a bad tail after the last checkpoint starts.
 	tailErr   *record.VerifyError
 	tailStart int64
 	// endsSealed: the records before any damaged or torn tail end with
 	// seal + checkpoint (what the epoch is once recovery cuts that tail).
 	endsSealed bool
-	lastFile   string
-	lastEnd    int64 // end offset of the last good line in the last file
-	empty      bool  // no complete record at all
+	lastFile   string // the file of the last good line (or of the torn one)
 }
 
 // scanEpoch verifies one epoch directory.
@@ -294,8 +303,8 @@ func scanEpoch(dir string, epoch int, opt scanOptions) (*EpochResult, error) {
 		}
 	}
 	sc.finish()
-	if sc.res.Records == 0 && sc.res.tailErr == nil {
-		sc.res.empty = true
+	if sc.res.Records == 0 && sc.det.tailErr == nil {
+		sc.det.empty = true
 		return sc.res, &record.VerifyError{Class: record.ClassIntegrity, Pos: record.Position{Epoch: epoch, File: filepath.Join(sc.edir, logdir.SegmentName(1))}, Msg: "epoch holds no complete record"}
 	}
 	return sc.res, nil
@@ -310,8 +319,9 @@ type epochScan struct {
 	segs      []int
 	lastCPOff int64 // tolerateTail: offset of the last checkpoint line of the last segment
 	res       *EpochResult
+	det       *detail
 
-	fr        frontier
+	fr        merkle.Frontier
 	lastKinds [2]record.Kind
 	sealAt    int64 // index of the seal record, if any (-1)
 	prev      tlog.Hash
@@ -332,7 +342,10 @@ type epochScan struct {
 func openEpochScan(dir string, epoch int, opt scanOptions) (*epochScan, error) {
 	edir := filepath.Join(dir, logdir.EpochName(epoch))
 	sc := &epochScan{opt: opt, epoch: epoch, edir: edir, lastCPOff: -1, sealAt: -1,
-		res: &EpochResult{Epoch: epoch, Dir: edir, LastCheckpointAt: -1}}
+		res: &EpochResult{Epoch: epoch, Dir: edir, LastCheckpointAt: -1}, det: opt.detail}
+	if sc.det == nil {
+		sc.det = new(detail)
+	}
 	fi, err := os.Stat(edir)
 	if err != nil {
 		return sc, record.IOFailure(record.Position{Epoch: epoch}, err)
@@ -345,7 +358,7 @@ func openEpochScan(dir string, epoch int, opt scanOptions) (*epochScan, error) {
 		return sc, record.IOFailure(record.Position{Epoch: epoch}, err)
 	}
 	if len(segs) == 0 {
-		sc.res.empty = true
+		sc.det.empty = true
 		return sc, &record.VerifyError{Class: record.ClassIntegrity, Pos: record.Position{Epoch: epoch}, Msg: fmt.Sprintf("epoch directory %s holds no segment files (seg-000001.jsonl ...)", edir)}
 	}
 	for i, n := range segs {
@@ -367,7 +380,7 @@ func (sc *epochScan) finish() {
 	res := sc.res
 	res.First, _ = time.Parse(time.RFC3339Nano, string(sc.firstTS))
 	res.Last, _ = time.Parse(time.RFC3339Nano, string(sc.lastTS))
-	res.Root = sc.fr.root()
+	res.Root = sc.fr.Root()
 	if res.LastCheckpointAt >= 0 {
 		res.Unsealed = res.Records - res.LastCheckpointAt - 1
 		res.SignedFirst = res.First
@@ -376,8 +389,8 @@ func (sc *epochScan) finish() {
 		res.Unsealed = res.Records
 	}
 	res.Signed = res.Records - res.Unsealed
-	res.endsSealed = sc.lastKinds == [2]record.Kind{record.KindSeal, record.KindCheckpoint}
-	res.Sealed = res.tailErr == nil && res.TornBytes == 0 && res.endsSealed
+	sc.det.endsSealed = sc.lastKinds == [2]record.Kind{record.KindSeal, record.KindCheckpoint}
+	res.Sealed = sc.det.tailErr == nil && res.TornBytes == 0 && sc.det.endsSealed
 }
 
 // scanned is the line being checked.
@@ -398,9 +411,9 @@ func (sc *epochScan) fail(ln *scanned, class record.Class, expected, computed, f
 		ve.LastGood = res.LastCheckpoint.Size
 	}
 	if sc.opt.tolerateTail && ln.b.seg == sc.segs[len(sc.segs)-1] && ln.l.off > sc.lastCPOff {
-		res.tailErr = ve
-		res.tailStart = ln.l.off
-		res.lastFile = ln.b.file
+		sc.det.tailErr = ve
+		sc.det.tailStart = ln.l.off
+		sc.det.lastFile = ln.b.file
 		sc.finish()
 		return true, nil
 	}
@@ -419,7 +432,7 @@ func (sc *epochScan) line(b *lineBatch, l *rawLine) (done bool, err error) {
 		res.TornBytes = int64(len(l.line))
 		p := ln.pos
 		res.TornAt = &p
-		res.lastFile = b.file
+		sc.det.lastFile = b.file
 		return false, nil
 	}
 	if l.tooLong {
@@ -534,7 +547,7 @@ func (sc *epochScan) genesis(ln *scanned) (done bool, err error) {
 	if v.Name() != g.Origin {
 		return sc.fail(ln, record.ClassIntegrity, g.Origin, v.Name(), "genesis key name differs from the origin")
 	}
-	if n := epochOfOrigin(g.Origin); n != epoch {
+	if n := logdir.EpochOfOrigin(g.Origin); n != epoch {
 		// Origins name their epoch: an epoch cannot borrow
 		// another's origin, key or saved checkpoints.
 		return sc.fail(ln, record.ClassIntegrity, fmt.Sprintf("<name>/%s-<8 hex digits>", logdir.EpochName(epoch)), g.Origin, "genesis origin %q does not name %s", g.Origin, logdir.EpochName(epoch))
@@ -595,7 +608,7 @@ func (sc *epochScan) checkpoint(ln *scanned, tsBefore []byte) (done bool, err er
 	if cp.Size != res.Records {
 		return sc.fail(ln, record.ClassIntegrity, fmt.Sprint(res.Records), fmt.Sprint(cp.Size), "checkpoint size does not match its position (it must cover exactly the records before it)")
 	}
-	if root := sc.fr.root(); root != cp.Root {
+	if root := sc.fr.Root(); root != cp.Root {
 		return sc.fail(ln, record.ClassIntegrity, b64(cp.Root), b64(root), "Merkle root mismatch at size %d: the checkpoint signs one root, the records hash to another", cp.Size)
 	}
 	res.LastCheckpoint = cp
@@ -630,8 +643,8 @@ func (sc *epochScan) segment(ln *scanned) (done bool, err error) {
 	case res.LastCheckpoint == nil || s.Checkpoint != string(res.LastCheckpoint.Note):
 		return sc.fail(ln, record.ClassIntegrity, "", "", "segment record does not carry the checkpoint that closed the previous segment")
 	}
-	sf, err := frontierFrom(res.Records, s.Frontier)
-	if err != nil || sf.root() != sc.fr.root() {
+	sf, err := merkle.FrontierFrom(res.Records, s.Frontier)
+	if err != nil || sf.Root() != sc.fr.Root() {
 		return sc.fail(ln, record.ClassIntegrity, "", "", "segment record's tree frontier does not match the records before it")
 	}
 	return false, nil
@@ -651,7 +664,7 @@ func (sc *epochScan) add(ln *scanned) (done bool, err error) {
 			return true, err
 		}
 	}
-	sc.fr.append(l.hash)
+	sc.fr.Append(l.hash)
 	if opt.onLeaf != nil {
 		opt.onLeaf(l.hash)
 	}
@@ -662,13 +675,12 @@ func (sc *epochScan) add(ln *scanned) (done bool, err error) {
 	res.Records++
 	if want := opt.wantRoots[res.Origin]; want != nil {
 		if p, ok := want[res.Records]; ok && p == nil {
-			r := sc.fr.root()
+			r := sc.fr.Root()
 			want[res.Records] = &r
 		}
 	}
 	sc.lastKinds[0], sc.lastKinds[1] = sc.lastKinds[1], e.Kind
-	res.lastFile = ln.b.file
-	res.lastEnd = l.off + int64(len(l.line)) + 1
+	sc.det.lastFile = ln.b.file
 	sc.sinceProg += int64(len(l.line)) + 1
 	return false, nil
 }
@@ -694,6 +706,22 @@ func sigNames(n *note.Note) string {
 		return "no key"
 	}
 	return b.String()
+}
+
+// StatementOf returns the statement digest of a genesis body: the digest of
+// its canonical JSON with the "statement" and "evidence" members removed.
+func StatementOf(body []byte) (digest.Digest, error) {
+	var m map[string]jsontext.Value
+	if err := jsonv2.Unmarshal(body, &m); err != nil {
+		return digest.Digest{}, fmt.Errorf("genesis statement: %w", err)
+	}
+	delete(m, "statement")
+	delete(m, "evidence")
+	raw, err := jsonv2.Marshal(m, jsonv2.Deterministic(true))
+	if err != nil {
+		return digest.Digest{}, fmt.Errorf("genesis statement: %w", err)
+	}
+	return digest.JSON(raw)
 }
 
 // lastCheckpointLine returns the offset of the start of the last complete

@@ -11,6 +11,7 @@ import (
 
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/merkle"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
@@ -74,7 +75,7 @@ func VerifySegment(path string, opt VerifyOptions) (*SegmentResult, error) {
 	sc := &segmentScan{path: path, trusted: trusted, vs: note.VerifierList(list...), res: res, lastCP: -1, sealAt: -1}
 	for {
 		raw, err := br.ReadSlice('\n')
-		if e := epochOfOrigin(res.Origin); e > 0 {
+		if e := logdir.EpochOfOrigin(res.Origin); e > 0 {
 			epoch = e
 		}
 		sc.raw = raw
@@ -104,7 +105,7 @@ type segmentScan struct {
 	vs      note.Verifiers
 	res     *SegmentResult
 
-	fr      frontier
+	fr      merkle.Frontier
 	prev    tlog.Hash
 	off, no int64
 	seq     int64
@@ -160,7 +161,7 @@ func (sc *segmentScan) record(raw []byte) error {
 			return err
 		}
 	}
-	sc.fr.append(h)
+	sc.fr.Append(h)
 	sc.prev = h
 	sc.seq++
 	res.Records++
@@ -196,7 +197,7 @@ func (sc *segmentScan) first(e *record.Envelope) error {
 		if s.FirstIndex != e.Seq || cp.Size != s.FirstIndex-1 {
 			return sc.fail(record.ClassIntegrity, fmt.Sprint(s.FirstIndex-1), fmt.Sprint(cp.Size), "the segment record's first index and checkpoint do not line up")
 		}
-		if sc.fr, err = frontierFrom(s.FirstIndex, s.Frontier); err != nil {
+		if sc.fr, err = merkle.FrontierFrom(s.FirstIndex, s.Frontier); err != nil {
 			return sc.fail(record.ClassIntegrity, "", "", "segment frontier: %v", err)
 		}
 		res.Origin = cp.Origin
@@ -224,7 +225,7 @@ func (sc *segmentScan) checkpoint(e *record.Envelope) error {
 	if cp.Origin != res.Origin || cp.Size != seq {
 		return sc.fail(record.ClassIntegrity, fmt.Sprintf("%s size %d", res.Origin, seq), fmt.Sprintf("%s size %d", cp.Origin, cp.Size), "checkpoint does not match its position")
 	}
-	if root := sc.fr.root(); root != cp.Root {
+	if root := sc.fr.Root(); root != cp.Root {
 		return sc.fail(record.ClassIntegrity, b64(cp.Root), b64(root), "Merkle root mismatch at size %d: the checkpoint signs one root, the frontier and records hash to another", cp.Size)
 	}
 	res.Checkpoints++

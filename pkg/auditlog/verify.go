@@ -11,6 +11,7 @@ import (
 
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/merkle"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
@@ -279,9 +280,10 @@ func (v *verification) scanEpochs() error {
 	dir, opt, rep, lc, epochs := v.dir, &v.opt, v.rep, v.lc, v.epochs
 	trusted, wantRoots := v.trusted, v.wantRoots
 	for i, e := range epochs {
-		base := lc.fr.clone()
-		res, err := scanEpoch(dir, e, scanOptions{trusted: trusted, wantRoots: wantRoots, progress: opt.Progress, evidence: opt.VerifyEvidence, onRecord: opt.OnRecord, decode: opt.Decode, onLeaf: lc.leaf})
-		if err != nil && res.empty && i > 0 && i == len(epochs)-1 {
+		base := lc.fr.Clone()
+		var d detail
+		res, err := scanEpoch(dir, e, scanOptions{trusted: trusted, wantRoots: wantRoots, progress: opt.Progress, evidence: opt.VerifyEvidence, onRecord: opt.OnRecord, decode: opt.Decode, onLeaf: lc.leaf, detail: &d})
+		if err != nil && d.empty && i > 0 && i == len(epochs)-1 {
 			// The newest epoch holds no complete record: a start that
 			// stopped before its genesis was durable (or one under way).
 			// Nothing in it was acknowledged, and the writer's recovery
@@ -295,7 +297,7 @@ func (v *verification) scanEpochs() error {
 		rep.Epochs = append(rep.Epochs, res)
 		if err != nil {
 			var ve *record.VerifyError
-			if res.empty && len(epochs) == 1 && errors.As(err, &ve) && ve.Hint == "" {
+			if d.empty && len(epochs) == 1 && errors.As(err, &ve) && ve.Hint == "" {
 				ve.Hint = "if the gateway's first start failed before its genesis record was durable (a full disk), this is what it left: the next start moves the epoch aside and begins again; there is no record to verify"
 			}
 			return err
@@ -410,7 +412,7 @@ func (v *verification) external() error {
 			if vs == nil {
 				ve.Msg += " (the checkpoint's signature was not checked: no --key and no epoch to take a key from)"
 			}
-			if n := epochOfOrigin(x.cp.Origin); n > 0 {
+			if n := logdir.EpochOfOrigin(x.cp.Origin); n > 0 {
 				for _, r := range rep.Epochs {
 					if r.Epoch == n {
 						ve.Class = record.ClassFork
@@ -431,7 +433,7 @@ func (v *verification) external() error {
 		}
 		var root tlog.Hash
 		if x.cp.Size == 0 {
-			root = (&frontier{}).root()
+			root = (&merkle.Frontier{}).Root()
 		} else if r := wantRoots[x.cp.Origin][x.cp.Size]; r != nil {
 			root = *r
 		}
@@ -535,18 +537,6 @@ func (v *verification) warn(last *EpochResult) {
 	if !last.Sealed {
 		rep.Warnings = append(rep.Warnings, fmt.Sprintf("epoch %d is not sealed: the gateway is still running, or it stopped without closing the log", last.Epoch))
 	}
-}
-
-func epochOfOrigin(origin string) int {
-	i := strings.LastIndex(origin, "/epoch-")
-	if i < 0 || len(origin) < i+13 {
-		return 0
-	}
-	n, ok := logdir.ParseNumbered(origin[i+1:i+13], "epoch-", "")
-	if !ok {
-		return 0
-	}
-	return n
 }
 
 func b64h(b []byte) string {

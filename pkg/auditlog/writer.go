@@ -21,10 +21,10 @@ import (
 	"filippo.io/age"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/merkle"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 	jsonv2 "github.com/go-json-experiment/json"
-	"github.com/go-json-experiment/json/jsontext"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
 )
@@ -217,7 +217,7 @@ type Writer struct {
 	segHash  hash.Hash
 	seq      int64
 	prev     tlog.Hash
-	fr       frontier
+	fr       merkle.Frontier
 	sinceCP  int64
 	lastNote string
 	buf      []byte
@@ -228,8 +228,8 @@ type Writer struct {
 	// log tree (Options.Log), guarded by cmu
 	logSigner note.Signer
 	logVkey   string
-	logBase   frontier
-	logFr     frontier
+	logBase   merkle.Frontier
+	logFr     merkle.Frontier
 	logLeaves []tlog.Hash     // leaves since the last log checkpoint made
 	logCPs    []LogCheckpoint // made, not yet published
 }
@@ -405,9 +405,9 @@ func (w *Writer) newIdentity(pred *record.Predecessor) (*record.LogInfo, error) 
 		if w.logBase, err = logBaseOf(dir, pred); err != nil {
 			return nil, fmt.Errorf("the log tree of the earlier epochs: %w", err)
 		}
-		w.logFr = w.logBase.clone()
-		logInfo = &record.LogInfo{Origin: opts.Log.Origin, Key: w.logVkey, Size: w.logBase.n, Frontier: [][]byte{}}
-		for _, h := range w.logBase.hashes {
+		w.logFr = w.logBase.Clone()
+		logInfo = &record.LogInfo{Origin: opts.Log.Origin, Key: w.logVkey, Size: w.logBase.N, Frontier: [][]byte{}}
+		for _, h := range w.logBase.Hashes {
 			logInfo.Frontier = append(logInfo.Frontier, append([]byte(nil), h[:]...))
 		}
 	}
@@ -514,22 +514,6 @@ func (w *Writer) start(g *record.Genesis, body []byte, recov *record.Recovery, c
 	return nil
 }
 
-// StatementOf returns the statement digest of a genesis body: the digest of
-// its canonical JSON with the "statement" and "evidence" members removed.
-func StatementOf(body []byte) (digest.Digest, error) {
-	var m map[string]jsontext.Value
-	if err := jsonv2.Unmarshal(body, &m); err != nil {
-		return digest.Digest{}, fmt.Errorf("genesis statement: %w", err)
-	}
-	delete(m, "statement")
-	delete(m, "evidence")
-	raw, err := jsonv2.Marshal(m, jsonv2.Deterministic(true))
-	if err != nil {
-		return digest.Digest{}, fmt.Errorf("genesis statement: %w", err)
-	}
-	return digest.JSON(raw)
-}
-
 func (w *Writer) openSegment(n int) error {
 	p := filepath.Join(w.epochDir, logdir.SegmentName(n))
 	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o600)
@@ -551,9 +535,9 @@ func (w *Writer) addLine(kind record.Kind, body []byte, ts string) Receipt {
 	h := tlog.RecordHash(w.buf[start:])
 	w.buf = append(w.buf, '\n')
 	r := Receipt{Epoch: w.epoch, Index: w.seq, Hash: h}
-	w.fr.append(h)
+	w.fr.Append(h)
 	if w.logSigner != nil {
-		w.logFr.append(h)
+		w.logFr.Append(h)
 		w.logLeaves = append(w.logLeaves, h)
 	}
 	w.prev = h
@@ -564,7 +548,7 @@ func (w *Writer) addLine(kind record.Kind, body []byte, ts string) Receipt {
 
 // addCheckpoint appends a signed checkpoint over every record so far.
 func (w *Writer) addCheckpoint() error {
-	text := c2sp.CheckpointBody(w.origin, w.fr.n, w.fr.root())
+	text := c2sp.CheckpointBody(w.origin, w.fr.N, w.fr.Root())
 	msg, err := note.Sign(&note.Note{Text: text}, w.signer)
 	if err != nil {
 		return fmt.Errorf("sign checkpoint: %w", err)
@@ -578,12 +562,12 @@ func (w *Writer) addCheckpoint() error {
 	w.lastNote = string(msg)
 	w.cpNotes = append(w.cpNotes, msg)
 	if w.logSigner != nil {
-		root := w.logFr.root()
-		lmsg, err := note.Sign(&note.Note{Text: c2sp.CheckpointBody(w.opts.Log.Origin, w.logFr.n, root)}, w.logSigner)
+		root := w.logFr.Root()
+		lmsg, err := note.Sign(&note.Note{Text: c2sp.CheckpointBody(w.opts.Log.Origin, w.logFr.N, root)}, w.logSigner)
 		if err != nil {
 			return fmt.Errorf("sign log checkpoint: %w", err)
 		}
-		w.logCPs = append(w.logCPs, LogCheckpoint{Note: lmsg, Size: w.logFr.n, Root: root, Leaves: w.logLeaves})
+		w.logCPs = append(w.logCPs, LogCheckpoint{Note: lmsg, Size: w.logFr.N, Root: root, Leaves: w.logLeaves})
 		w.logLeaves = nil
 	}
 	return nil
@@ -597,7 +581,7 @@ func (w *Writer) LogVerifierKey() string { return w.logVkey }
 // one: its size (the log index of this epoch's genesis) and compact range,
 // to start a LogTree that LogCheckpoint.Leaves then extend.
 func (w *Writer) LogBase() (int64, []tlog.Hash) {
-	return w.logBase.n, append([]tlog.Hash(nil), w.logBase.hashes...)
+	return w.logBase.N, append([]tlog.Hash(nil), w.logBase.Hashes...)
 }
 
 // flush writes the pending buffer (and the vault before it) in one write
@@ -1009,8 +993,8 @@ func (w *Writer) maybeRotate() error {
 		if err := w.openSegment(w.segNo + 1); err != nil {
 			return err
 		}
-		fr := make([][]byte, len(w.fr.hashes))
-		for i, h := range w.fr.hashes {
+		fr := make([][]byte, len(w.fr.Hashes))
+		for i, h := range w.fr.Hashes {
 			fr[i] = append([]byte(nil), h[:]...)
 		}
 		body, err := record.EncodeBody(&record.Segment{Number: w.segNo, FirstIndex: w.seq, PrevFile: prevName, PrevSHA256: prevSum, Checkpoint: w.lastNote, Frontier: fr})

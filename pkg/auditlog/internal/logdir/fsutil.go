@@ -81,6 +81,20 @@ func ParseNumbered(name, prefix, suffix string) (int, bool) {
 	return n, true
 }
 
+// EpochOfOrigin returns the epoch whose directory an origin names
+// ("<name>/epoch-NNNNNN-<8 hex digits>": an epoch's origin), or 0.
+func EpochOfOrigin(origin string) int {
+	i := strings.LastIndex(origin, "/epoch-")
+	if i < 0 || len(origin) < i+13 {
+		return 0
+	}
+	n, ok := ParseNumbered(origin[i+1:i+13], "epoch-", "")
+	if !ok {
+		return 0
+	}
+	return n
+}
+
 // ListEpochs returns the epoch numbers in dir, ascending.
 func ListEpochs(dir string) ([]int, error) {
 	ents, err := os.ReadDir(dir)
