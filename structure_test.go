@@ -200,6 +200,27 @@ func TestAuditlogFormatsStandAlone(t *testing.T) {
 	}
 }
 
+// TestAuditlogScannerStandsBelow: pkg/auditlog/internal/scan (the epoch
+// scanner and the Reader) and pkg/auditlog/internal/merkle (the log's
+// Merkle tree) sit below pkg/auditlog: they depend on no cmcp package but
+// the record format, c2sp, the directory layout and canonical JSON, never
+// on auditlog itself, so the writer, Verify and the packages above
+// auditlog (proofs, receipts) share one scanner.
+func TestAuditlogScannerStandsBelow(t *testing.T) {
+	const module = "github.com/confidential-mcp/cmcp/"
+	allowed := map[string]bool{}
+	for _, p := range []string{"pkg/auditlog/record", "pkg/auditlog/c2sp", "pkg/auditlog/internal/logdir", "pkg/auditlog/internal/jcs", "pkg/auditlog/internal/merkle", "pkg/digest"} {
+		allowed[module+p] = true
+	}
+	for _, p := range goList(t, module+"pkg/auditlog/internal/scan", module+"pkg/auditlog/internal/merkle") {
+		for _, d := range p.Deps {
+			if strings.HasPrefix(d, module) && !allowed[d] {
+				t.Errorf("%s depends on %s (see `go list -deps %s`); it must depend on no cmcp package but record, c2sp, logdir, jcs, merkle and pkg/digest (never pkg/auditlog)", p.ImportPath, d, p.ImportPath)
+			}
+		}
+	}
+}
+
 // TestAuditRecordFormatStandsAlone: pkg/auditlog/record (the record kinds,
 // their canonical encoding, the verification errors) sits below
 // pkg/auditlog: it depends on no cmcp package but internal/jcs and

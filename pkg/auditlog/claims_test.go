@@ -11,6 +11,7 @@ import (
 
 	"filippo.io/age"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logtest"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/scan"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
@@ -126,7 +127,7 @@ func TestVaultWrittenBeforeTheRecord(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The writer is still open: read what is on disk now.
-		res, err := scanEpoch(dir, 1, scanOptions{})
+		res, err := scan.Epoch(dir, 1, scan.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

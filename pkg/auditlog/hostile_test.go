@@ -14,6 +14,7 @@ import (
 
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logtest"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/scan"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
@@ -197,7 +198,7 @@ func TestLastCheckpointLineIsParsed(t *testing.T) {
 	dir := t.TempDir()
 	writeLog(t, dir, Options{}, 5, 1)
 	seg := filepath.Join(dir, logdir.EpochName(1), logdir.SegmentName(1))
-	want := lastCheckpointLine(seg)
+	want := scan.LastCheckpointLine(seg)
 	if want < 0 {
 		t.Fatal("no checkpoint found")
 	}
@@ -208,7 +209,7 @@ func TestLastCheckpointLineIsParsed(t *testing.T) {
 	}
 	f.Write(append(line, '\n'))
 	f.Close()
-	if got := lastCheckpointLine(seg); got != want {
+	if got := scan.LastCheckpointLine(seg); got != want {
 		t.Fatalf("last checkpoint at %d, want %d (a session record's body was taken for one)", got, want)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/scan"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
@@ -71,7 +72,7 @@ func checkpointedSegment(t *testing.T, cpEvery, n int) ([]byte, [][]byte) {
 // chunk size and for small ones that put many boundaries inside lines.
 func TestLastCheckpointLineAgreesWithTheWholeFileScan(t *testing.T) {
 	base, cps := checkpointedSegment(t, 7, 40)
-	const chunk = scanChunk
+	const chunk = scan.ScanChunk
 	pad := func(n int, c byte) []byte { return bytes.Repeat([]byte{c}, max(n, 0)) }
 	cat := func(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
 	variants := map[string][]byte{
@@ -101,7 +102,7 @@ func TestLastCheckpointLineAgreesWithTheWholeFileScan(t *testing.T) {
 			if size == 1 && len(b) > 1<<20 {
 				continue
 			}
-			if got := lastCheckpointIn(bytes.NewReader(b), int64(len(b)), size); got != want {
+			if got := scan.LastCheckpointIn(bytes.NewReader(b), int64(len(b)), size); got != want {
 				t.Errorf("%s, chunk %d: %d, the whole-file scan %d", name, size, got, want)
 			}
 		}
@@ -112,7 +113,7 @@ func TestLastCheckpointLineAgreesWithTheWholeFileScan(t *testing.T) {
 		if err := os.WriteFile(p, variants[name], 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if got, want := lastCheckpointLine(p), wholeFileLastCheckpoint(variants[name]); got != want {
+		if got, want := scan.LastCheckpointLine(p), wholeFileLastCheckpoint(variants[name]); got != want {
 			t.Errorf("%s from the file: %d, want %d", name, got, want)
 		}
 	}
@@ -137,15 +138,15 @@ func TestLastCheckpointLineReadsEachChunkOnce(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			b := append(append([]byte{}, base...), tc.tail...)
 			r := &countingReader{r: bytes.NewReader(b)}
-			got := lastCheckpointIn(r, int64(len(b)), scanChunk)
+			got := scan.LastCheckpointIn(r, int64(len(b)), scan.ScanChunk)
 			if want := wholeFileLastCheckpoint(b); got != want || got < 0 {
 				t.Fatalf("checkpoint at %d, want %d", got, want)
 			}
 			// What is scanned is the file after the checkpoint's line; the
 			// lines it parses are read again only where they cross a chunk.
 			scanned := int64(len(b)) - got
-			chunks := scanned/scanChunk + 2
-			if r.calls > 2*chunks+2 || r.bytes > 2*(chunks*scanChunk) {
+			chunks := scanned/scan.ScanChunk + 2
+			if r.calls > 2*chunks+2 || r.bytes > 2*(chunks*scan.ScanChunk) {
 				t.Fatalf("%d ReadAt calls reading %d bytes to scan %d bytes back (%d chunks)", r.calls, r.bytes, scanned, chunks)
 			}
 		})

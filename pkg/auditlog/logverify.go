@@ -11,6 +11,7 @@ import (
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/merkle"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/scan"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
@@ -199,7 +200,7 @@ func (lc *logCheck) cosignedCheckpoint(rep *Report, c cosignedAt, vs note.Verifi
 		case errors.As(err, &bad):
 			return &record.VerifyError{Class: record.ClassSignature, Pos: pos, Msg: fmt.Sprintf("log checkpoint of size %d: the signature of %s does not verify: a forged or altered cosignature", c.cp.Size, bad.Name)}
 		case errors.As(err, &uv):
-			return &record.VerifyError{Class: record.ClassKey, Pos: pos, Msg: fmt.Sprintf("log checkpoint of size %d is not signed by the log key %s (signed by %s)", c.cp.Size, lc.id.Origin, sigNames(uv.Note))}
+			return &record.VerifyError{Class: record.ClassKey, Pos: pos, Msg: fmt.Sprintf("log checkpoint of size %d is not signed by the log key %s (signed by %s)", c.cp.Size, lc.id.Origin, scan.SigNames(uv.Note))}
 		}
 		return &record.VerifyError{Class: record.ClassSignature, Pos: pos, Msg: fmt.Sprintf("log checkpoint of size %d: %v", c.cp.Size, err)}
 	}
@@ -225,7 +226,7 @@ func (lc *logCheck) cosignedCheckpoint(rep *Report, c cosignedAt, vs note.Verifi
 		root = *r
 	}
 	if root != c.cp.Root {
-		return &record.VerifyError{Class: record.ClassFork, Pos: pos, Expected: b64(c.cp.Root), Computed: b64(root),
+		return &record.VerifyError{Class: record.ClassFork, Pos: pos, Expected: scan.B64(c.cp.Root), Computed: scan.B64(root),
 			Msg:  fmt.Sprintf("SECURITY ERROR: fork: the first %d records of the log hash to another root than the log checkpoint cosigned by %s: this log is not the one the witnesses saw", c.cp.Size, witnessNames(n, lv)),
 			Hint: "the history was rewritten by someone holding the keys; keep this directory and the witnesses' state as evidence"}
 	}
@@ -276,7 +277,7 @@ func (lc *logCheck) witnessed(rep *Report, lv note.Verifier, bySize map[int64]*c
 	size := lc.bases[last.Epoch] + last.LastCheckpointAt + 1
 	wc := &WitnessedCheckpoint{Size: size, Epoch: last.Epoch, Index: last.LastCheckpointAt, Quorum: lc.opt.WitnessQuorum, Witnesses: []string{}}
 	if r := lc.want[size]; r != nil {
-		wc.Root = b64(*r)
+		wc.Root = scan.B64(*r)
 	}
 	var times []int64
 	if s := bySize[size]; s != nil {

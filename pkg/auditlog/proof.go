@@ -7,6 +7,7 @@ import (
 
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/scan"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
@@ -53,12 +54,12 @@ func VerifyProof(text []byte, keys []string) (*ProofResult, error) {
 		case errors.As(err, &bad):
 			return nil, &record.VerifyError{Class: record.ClassSignature, Pos: record.Position{Index: p.Index}, Msg: fmt.Sprintf("the proof's checkpoint signature does not verify: %v", err)}
 		case errors.As(err, &uv):
-			return nil, &record.VerifyError{Class: record.ClassKey, Pos: record.Position{Index: p.Index}, Msg: fmt.Sprintf("the proof's checkpoint is not signed by a trusted key (signed by %s)", sigNames(uv.Note))}
+			return nil, &record.VerifyError{Class: record.ClassKey, Pos: record.Position{Index: p.Index}, Msg: fmt.Sprintf("the proof's checkpoint is not signed by a trusted key (signed by %s)", scan.SigNames(uv.Note))}
 		}
 		return nil, &record.VerifyError{Class: record.ClassIntegrity, Pos: record.Position{Index: p.Index}, Msg: fmt.Sprintf("the proof's checkpoint: %v", err)}
 	}
 	res := &ProofResult{Index: p.Index, Checkpoint: cp, Record: p.Record}
-	pos := record.Position{Epoch: logdir.EpochOfOrigin(cp.Origin), Index: p.Index, Record: excerpt(p.Record)}
+	pos := record.Position{Epoch: logdir.EpochOfOrigin(cp.Origin), Index: p.Index, Record: scan.Excerpt(p.Record)}
 	if p.Index >= cp.Size {
 		return res, &record.VerifyError{Class: record.ClassIntegrity, Pos: pos, Msg: fmt.Sprintf("record %d is not covered by the checkpoint (size %d)", p.Index, cp.Size)}
 	}
@@ -71,7 +72,7 @@ func VerifyProof(text []byte, keys []string) (*ProofResult, error) {
 		return res, &record.VerifyError{Class: record.ClassIntegrity, Pos: pos, Expected: fmt.Sprint(p.Index), Computed: fmt.Sprint(env.Seq), Msg: "the record's seq differs from the proof's index"}
 	}
 	if err := tlog.CheckRecord(p.Hashes, cp.Size, cp.Root, p.Index, tlog.RecordHash(p.Record)); err != nil {
-		return res, &record.VerifyError{Class: record.ClassIntegrity, Pos: pos, Expected: b64(cp.Root), Msg: fmt.Sprintf("inclusion proof does not verify: the record, its index or the proof hashes were changed (%v)", err)}
+		return res, &record.VerifyError{Class: record.ClassIntegrity, Pos: pos, Expected: scan.B64(cp.Root), Msg: fmt.Sprintf("inclusion proof does not verify: the record, its index or the proof hashes were changed (%v)", err)}
 	}
 	return res, nil
 }
@@ -106,12 +107,12 @@ func Prove(dir string, epoch int, index int64, opt VerifyOptions) (*c2sp.Proof, 
 	// closed: a later epoch began after this one, so no checkpoint of its
 	// key will ever be added to it.
 	closed := epoch != epochs[len(epochs)-1]
-	var d detail
-	res, err := scanEpoch(dir, epoch, scanOptions{trusted: trusted, keepLeaves: true, progress: opt.Progress, evidence: opt.VerifyEvidence, detail: &d})
-	if err != nil && d.empty && newest && len(epochs) > 1 {
+	var d scan.Detail
+	res, err := scan.Epoch(dir, epoch, scan.Options{Trusted: trusted, KeepLeaves: true, Progress: opt.Progress, Evidence: opt.VerifyEvidence, Detail: &d})
+	if err != nil && d.Empty && newest && len(epochs) > 1 {
 		// An aborted start (see Verify): the newest epoch is the one before.
 		epoch = epochs[len(epochs)-2]
-		res, err = scanEpoch(dir, epoch, scanOptions{trusted: trusted, keepLeaves: true, progress: opt.Progress, evidence: opt.VerifyEvidence})
+		res, err = scan.Epoch(dir, epoch, scan.Options{Trusted: trusted, KeepLeaves: true, Progress: opt.Progress, Evidence: opt.VerifyEvidence})
 	}
 	if err != nil {
 		return nil, err

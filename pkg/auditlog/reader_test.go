@@ -12,6 +12,7 @@ import (
 
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logtest"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/scan"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
@@ -26,7 +27,7 @@ func TestReaderLongLines(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	long := strings.Repeat("s", 3*readerBuffer+17)
+	long := strings.Repeat("s", 3*scan.ReaderBuffer+17)
 	for _, id := range []string{"short", long, "after"} {
 		if _, err := w.Append(context.Background(), &record.Session{ID: id, Event: "start", Agent: "a"}); err != nil {
 			t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/scan"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	jsonv2 "github.com/go-json-experiment/json"
 	"golang.org/x/mod/sumdb/note"
@@ -125,8 +126,8 @@ func MakeReceipts(dir string, epoch int, sessions []string, opt VerifyOptions) (
 	var genesisLine []byte
 	cpLines := map[int64][]byte{}
 	var cps []*c2sp.Checkpoint
-	var d detail
-	res, err := scanEpoch(dir, epoch, scanOptions{detail: &d, trusted: trusted, keepLeaves: true, evidence: opt.VerifyEvidence, onCheckpoint: func(c *c2sp.Checkpoint) { cps = append(cps, c) }, onRecord: func(en *Entry) error {
+	var d scan.Detail
+	res, err := scan.Epoch(dir, epoch, scan.Options{Detail: &d, Trusted: trusted, KeepLeaves: true, Evidence: opt.VerifyEvidence, OnCheckpoint: func(c *c2sp.Checkpoint) { cps = append(cps, c) }, OnRecord: func(en *Entry) error {
 		switch {
 		case en.Index == 0:
 			genesisLine = slices.Clone(en.Line)
@@ -140,7 +141,7 @@ func MakeReceipts(dir string, epoch int, sessions []string, opt VerifyOptions) (
 		return nil
 	}})
 	if err != nil {
-		if d.empty {
+		if d.Empty {
 			return nil, &record.VerifyError{Class: record.ClassNotLog, Pos: record.Position{Epoch: epoch}, Msg: fmt.Sprintf("epoch %d holds no record", epoch)}
 		}
 		return nil, err
@@ -537,7 +538,7 @@ func checkReceiptLog(r *SessionReceipt, opt ReceiptOptions, g *record.Genesis, c
 	if err != nil || lcp.Origin != g.Log.Origin {
 		return receiptErr(record.ClassIntegrity, "the log checkpoint is not one of %s", g.Log.Origin)
 	}
-	wc := &WitnessedCheckpoint{Size: lcp.Size, Root: b64(lcp.Root), Epoch: r.Epoch, Index: cp.Size, Quorum: opt.WitnessQuorum, Witnesses: []string{}, Note: r.Log.Checkpoint}
+	wc := &WitnessedCheckpoint{Size: lcp.Size, Root: scan.B64(lcp.Root), Epoch: r.Epoch, Index: cp.Size, Quorum: opt.WitnessQuorum, Witnesses: []string{}, Note: r.Log.Checkpoint}
 	var newest int64
 	for _, s := range n.Sigs {
 		if s.Name == lv.Name() && s.Hash == lv.KeyHash() {

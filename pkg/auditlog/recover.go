@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/scan"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
@@ -19,9 +20,9 @@ import (
 // tail is saved to "<segment>.torn-<time>", cut off and described in the
 // returned Recovery record. Damage before the last checkpoint is refused.
 func recoverEpoch(dir string, epoch int) (*record.Predecessor, *record.Recovery, error) {
-	var d detail
-	res, err := scanEpoch(dir, epoch, scanOptions{tolerateTail: true, detail: &d})
-	if err != nil && d.empty {
+	var d scan.Detail
+	res, err := scan.Epoch(dir, epoch, scan.Options{TolerateTail: true, Detail: &d})
+	if err != nil && d.Empty {
 		// The writer died before the genesis record was durable: nothing
 		// was ever acknowledged in this epoch. Move it aside and look at
 		// the one before.
@@ -38,10 +39,10 @@ func recoverEpoch(dir string, epoch int) (*record.Predecessor, *record.Recovery,
 		}
 		return recoverEpoch(dir, epochs[len(epochs)-1])
 	}
-	if err == nil && d.tailErr != nil && res.Records == 0 {
+	if err == nil && d.TailErr != nil && res.Records == 0 {
 		// A complete genesis line that does not verify is no crash's
 		// doing (a torn one is handled above): refuse to build on it.
-		err = d.tailErr
+		err = d.TailErr
 	}
 	if err != nil {
 		var ve *record.VerifyError
@@ -54,12 +55,12 @@ func recoverEpoch(dir string, epoch int) (*record.Predecessor, *record.Recovery,
 	if res.Sealed {
 		return pred, nil, nil
 	}
-	rec := &record.Recovery{Epoch: epoch, Origin: res.Origin, Records: res.Records, Unsealed: res.Unsealed, Root: res.Root[:], File: filepath.Base(d.lastFile)}
+	rec := &record.Recovery{Epoch: epoch, Origin: res.Origin, Records: res.Records, Unsealed: res.Unsealed, Root: res.Root[:], File: filepath.Base(d.LastFile)}
 	var cut int64 = -1
 	switch {
-	case d.tailErr != nil:
-		cut = d.tailStart
-		rec.Reason = "damaged record after the last checkpoint: " + d.tailErr.Msg
+	case d.TailErr != nil:
+		cut = d.TailStart
+		rec.Reason = "damaged record after the last checkpoint: " + d.TailErr.Msg
 	case res.TornBytes > 0:
 		cut = res.TornAt.Offset
 		rec.Reason = "incomplete final line (the writer stopped mid-write)"
@@ -67,9 +68,9 @@ func recoverEpoch(dir string, epoch int) (*record.Predecessor, *record.Recovery,
 		rec.Reason = "the epoch was not sealed (the writer stopped without closing); nothing to cut"
 	}
 	if cut >= 0 {
-		path := d.lastFile
-		if d.tailErr != nil {
-			path = d.tailErr.Pos.File
+		path := d.LastFile
+		if d.TailErr != nil {
+			path = d.TailErr.Pos.File
 		}
 		rec.File = filepath.Base(path)
 		rec.Offset = cut
@@ -80,7 +81,7 @@ func recoverEpoch(dir string, epoch int) (*record.Predecessor, *record.Recovery,
 		rec.DroppedBytes, rec.DroppedSHA256, rec.SavedAs = n, sum, saved
 		// What is left may be a sealed epoch with bytes appended after
 		// its final checkpoint: the predecessor is described as it is now.
-		pred.Sealed = d.endsSealed
+		pred.Sealed = d.EndsSealed
 	}
 	return pred, rec, nil
 }

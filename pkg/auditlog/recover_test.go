@@ -16,6 +16,7 @@ import (
 
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logtest"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/scan"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
@@ -80,7 +81,7 @@ func TestRecoveryCutsTornTail(t *testing.T) {
 	if b, _ := os.ReadFile(saved[0]); !bytes.Equal(b, torn) {
 		t.Fatalf("saved %q", b)
 	}
-	res, err := scanEpoch(dir, 2, scanOptions{})
+	res, err := scan.Epoch(dir, 2, scan.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +113,7 @@ func TestRecoveryCutsDamagedLineAfterLastCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.Close()
-	res, err := scanEpoch(dir, 2, scanOptions{})
+	res, err := scan.Epoch(dir, 2, scan.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,7 +308,7 @@ func TestRecoveryOfAHugeTornTailIsBounded(t *testing.T) {
 	defer f.Close()
 	h := sha256.New()
 	n, _ := io.Copy(h, f)
-	res, err := scanEpoch(dir, 2, scanOptions{})
+	res, err := scan.Epoch(dir, 2, scan.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/merkle"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/scan"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
@@ -117,7 +118,7 @@ type segmentScan struct {
 }
 
 func (sc *segmentScan) fail(class record.Class, expected, computed, format string, args ...any) error {
-	sc.pos.Record = excerpt(sc.raw)
+	sc.pos.Record = scan.Excerpt(sc.raw)
 	return &record.VerifyError{Class: class, Pos: sc.pos, Expected: expected, Computed: computed, Msg: fmt.Sprintf(format, args...)}
 }
 
@@ -143,7 +144,7 @@ func (sc *segmentScan) record(raw []byte) error {
 		return sc.fail(record.ClassIntegrity, fmt.Sprint(seq), fmt.Sprint(e.Seq), "sequence number %d, expected %d: a record was removed, duplicated or reordered", e.Seq, seq)
 	}
 	if e.Prev != sc.prev {
-		return sc.fail(record.ClassIntegrity, b64(e.Prev), b64(sc.prev), "broken hash link: record %d was modified, or records between were removed", seq-1)
+		return sc.fail(record.ClassIntegrity, scan.B64(e.Prev), scan.B64(sc.prev), "broken hash link: record %d was modified, or records between were removed", seq-1)
 	}
 	if sc.no > 1 && (e.Kind == record.KindGenesis || e.Kind == record.KindSegment) {
 		return sc.fail(record.ClassIntegrity, "", string(e.Kind), "a %s record in the middle of a segment", e.Kind)
@@ -226,7 +227,7 @@ func (sc *segmentScan) checkpoint(e *record.Envelope) error {
 		return sc.fail(record.ClassIntegrity, fmt.Sprintf("%s size %d", res.Origin, seq), fmt.Sprintf("%s size %d", cp.Origin, cp.Size), "checkpoint does not match its position")
 	}
 	if root := sc.fr.Root(); root != cp.Root {
-		return sc.fail(record.ClassIntegrity, b64(cp.Root), b64(root), "Merkle root mismatch at size %d: the checkpoint signs one root, the frontier and records hash to another", cp.Size)
+		return sc.fail(record.ClassIntegrity, scan.B64(cp.Root), scan.B64(root), "Merkle root mismatch at size %d: the checkpoint signs one root, the frontier and records hash to another", cp.Size)
 	}
 	res.Checkpoints++
 	res.LastCheckpoint = cp

@@ -12,6 +12,7 @@ import (
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/merkle"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/scan"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
@@ -281,9 +282,9 @@ func (v *verification) scanEpochs() error {
 	trusted, wantRoots := v.trusted, v.wantRoots
 	for i, e := range epochs {
 		base := lc.fr.Clone()
-		var d detail
-		res, err := scanEpoch(dir, e, scanOptions{trusted: trusted, wantRoots: wantRoots, progress: opt.Progress, evidence: opt.VerifyEvidence, onRecord: opt.OnRecord, decode: opt.Decode, onLeaf: lc.leaf, detail: &d})
-		if err != nil && d.empty && i > 0 && i == len(epochs)-1 {
+		var d scan.Detail
+		res, err := scan.Epoch(dir, e, scan.Options{Trusted: trusted, WantRoots: wantRoots, Progress: opt.Progress, Evidence: opt.VerifyEvidence, OnRecord: opt.OnRecord, Decode: opt.Decode, OnLeaf: lc.leaf, Detail: &d})
+		if err != nil && d.Empty && i > 0 && i == len(epochs)-1 {
 			// The newest epoch holds no complete record: a start that
 			// stopped before its genesis was durable (or one under way).
 			// Nothing in it was acknowledged, and the writer's recovery
@@ -297,7 +298,7 @@ func (v *verification) scanEpochs() error {
 		rep.Epochs = append(rep.Epochs, res)
 		if err != nil {
 			var ve *record.VerifyError
-			if d.empty && len(epochs) == 1 && errors.As(err, &ve) && ve.Hint == "" {
+			if d.Empty && len(epochs) == 1 && errors.As(err, &ve) && ve.Hint == "" {
 				ve.Hint = "if the gateway's first start failed before its genesis record was durable (a full disk), this is what it left: the next start moves the epoch aside and begins again; there is no record to verify"
 			}
 			return err
@@ -353,7 +354,7 @@ func (v *verification) scanEpochs() error {
 			return &record.VerifyError{Class: record.ClassIntegrity, Pos: record.Position{Epoch: prev.Epoch, Index: p.Size}, Expected: fmt.Sprint(p.Size), Computed: fmt.Sprint(prev.Records),
 				Msg: fmt.Sprintf("epoch %d has %d records but had %d when epoch %d began: %d records were appended to it afterwards", prev.Epoch, prev.Records, p.Size, e, prev.Records-p.Size)}
 		case !bytes.Equal(p.Root, prev.Root[:]):
-			return &record.VerifyError{Class: record.ClassIntegrity, Pos: gpos, Expected: b64h(p.Root), Computed: b64(prev.Root),
+			return &record.VerifyError{Class: record.ClassIntegrity, Pos: gpos, Expected: b64h(p.Root), Computed: scan.B64(prev.Root),
 				Msg: fmt.Sprintf("epoch %d's records hash to another root than epoch %d's genesis recorded: epoch %d was changed after it ended", prev.Epoch, e, prev.Epoch)}
 		case p.Sealed != prev.Sealed:
 			return &record.VerifyError{Class: record.ClassIntegrity, Pos: gpos, Msg: fmt.Sprintf("epoch %d's genesis says epoch %d was sealed=%v, the log says %v", e, prev.Epoch, p.Sealed, prev.Sealed)}
@@ -370,7 +371,7 @@ func (v *verification) scanEpochs() error {
 func (v *verification) external() error {
 	rep, trusted, wantRoots := v.rep, v.trusted, v.wantRoots
 	for _, x := range v.exts {
-		ec := &ExternalCheck{Origin: x.cp.Origin, Size: x.cp.Size, Root: b64(x.cp.Root)}
+		ec := &ExternalCheck{Origin: x.cp.Origin, Size: x.cp.Size, Root: scan.B64(x.cp.Root)}
 		rep.External = append(rep.External, ec)
 		var er *EpochResult
 		for _, r := range rep.Epochs {
@@ -399,7 +400,7 @@ func (v *verification) external() error {
 				case errors.As(err, &bad):
 					return &record.VerifyError{Class: record.ClassSignature, Msg: fmt.Sprintf("the saved checkpoint (%s, size %d) has a bad signature: %v", x.cp.Origin, x.cp.Size, err)}
 				case errors.As(err, &uv):
-					return &record.VerifyError{Class: record.ClassKey, Msg: fmt.Sprintf("the saved checkpoint (%s, size %d) is not signed by a trusted key (signed by %s)", x.cp.Origin, x.cp.Size, sigNames(uv.Note))}
+					return &record.VerifyError{Class: record.ClassKey, Msg: fmt.Sprintf("the saved checkpoint (%s, size %d) is not signed by a trusted key (signed by %s)", x.cp.Origin, x.cp.Size, scan.SigNames(uv.Note))}
 				default:
 					return &record.VerifyError{Class: record.ClassSignature, Msg: fmt.Sprintf("the saved checkpoint: %v", err)}
 				}
@@ -438,7 +439,7 @@ func (v *verification) external() error {
 			root = *r
 		}
 		if root != x.cp.Root {
-			return &record.VerifyError{Class: record.ClassFork, Pos: record.Position{Epoch: er.Epoch, Index: x.cp.Size}, Expected: b64(x.cp.Root), Computed: b64(root),
+			return &record.VerifyError{Class: record.ClassFork, Pos: record.Position{Epoch: er.Epoch, Index: x.cp.Size}, Expected: scan.B64(x.cp.Root), Computed: scan.B64(root),
 				Msg:  fmt.Sprintf("SECURITY ERROR: fork: the first %d records of epoch %d hash to another root than the saved checkpoint signs; this log is not an extension of what was seen before.\nsaved checkpoint:\n%s", x.cp.Size, er.Epoch, indent(string(x.raw))),
 				Hint: "the history was rewritten by someone holding the key; keep both the saved checkpoint and this directory as evidence"}
 		}
@@ -543,7 +544,7 @@ func b64h(b []byte) string {
 	if len(b) != tlog.HashSize {
 		return fmt.Sprintf("%x", b)
 	}
-	return b64(tlog.Hash(b))
+	return scan.B64(tlog.Hash(b))
 }
 
 func indent(s string) string {

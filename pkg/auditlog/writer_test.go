@@ -13,6 +13,7 @@ import (
 	"filippo.io/age"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logtest"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/scan"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
@@ -32,7 +33,7 @@ func TestWriterRoundTrip(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			dir := t.TempDir()
 			w := writeLog(t, dir, Options{Durability: mode, CheckpointEvery: 50}, 400, 8)
-			res, err := scanEpoch(dir, 1, scanOptions{trusted: map[string]bool{w.VerifierKey(): true}})
+			res, err := scan.Epoch(dir, 1, scan.Options{Trusted: map[string]bool{w.VerifierKey(): true}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -103,7 +104,7 @@ func TestCommitmentsAndVault(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	res, err := scanEpoch(dir, 1, scanOptions{})
+	res, err := scan.Epoch(dir, 1, scan.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +135,7 @@ func TestReopenAfterCleanClose(t *testing.T) {
 	if e, _ := w2.Epoch(); e != 2 {
 		t.Fatalf("second epoch is %d", e)
 	}
-	res, err := scanEpoch(dir, 2, scanOptions{})
+	res, err := scan.Epoch(dir, 2, scan.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,10 @@
-package auditlog
+// Package scan reads an audit log's files: Epoch verifies one epoch
+// directory (its segments in order, parsed and hashed on all cores: the
+// chain, the kinds' places, the genesis, every checkpoint's signature and
+// root, the segment records), and the Reader iterates over every record
+// of a directory. Package auditlog builds on it (the writer's crash
+// recovery, Verify, proofs, receipts); it never imports auditlog.
+package scan
 
 import (
 	"bytes"
@@ -37,9 +43,9 @@ type rawLine struct {
 	env     record.Envelope
 	hash    tlog.Hash
 	perr    error
-	// With scanOptions.onRecord only:
+	// With Options.OnRecord only:
 	ts      time.Time
-	rec     record.Record // decoded body, if scanOptions.decode selected its kind
+	rec     record.Record // decoded body, if Options.Decode selected its kind
 	decErr  error
 	decoded bool
 }
@@ -60,7 +66,7 @@ const chunkSize = 4 << 20
 // their lines on all cores. Batches arrive on the returned channel in file
 // order; each is usable after its ready channel is closed. Closing stop
 // ends the stream early.
-func streamLines(epochDir string, segs []int, stop <-chan struct{}, opt *scanOptions) <-chan *lineBatch {
+func streamLines(epochDir string, segs []int, stop <-chan struct{}, opt *Options) <-chan *lineBatch {
 	out := make(chan *lineBatch, 16)
 	work := make(chan *lineBatch, 16)
 	workers := runtime.GOMAXPROCS(0)
@@ -77,11 +83,11 @@ func streamLines(epochDir string, segs []int, stop <-chan struct{}, opt *scanOpt
 					}
 					l.env, l.perr = record.ParseLine(l.line)
 					l.hash = tlog.RecordHash(l.line)
-					if opt.onRecord != nil && l.perr == nil {
+					if opt.OnRecord != nil && l.perr == nil {
 						if l.env.TS != nil {
 							l.ts, _ = time.Parse(time.RFC3339Nano, string(l.env.TS))
 						}
-						if opt.decode != nil && opt.decode(l.env.Kind) {
+						if opt.Decode != nil && opt.Decode(l.env.Kind) {
 							l.rec, l.decErr = record.DecodeBody(l.env.Kind, l.env.Body)
 							l.decoded = true
 						}
@@ -212,21 +218,21 @@ func readSegment(seg int, path string, hashFile bool, send func(*lineBatch) bool
 	}
 }
 
-// scanOptions control scanEpoch.
-type scanOptions struct {
-	trusted    map[string]bool                 // nil: trust the genesis key (reported by the caller)
-	wantRoots  map[string]map[int64]*tlog.Hash // by origin: sizes whose roots to keep
-	keepLeaves bool
-	progress   func(bytes int64)
-	evidence   func(g *record.Genesis) error
+// Options control Epoch.
+type Options struct {
+	Trusted    map[string]bool                 // nil: trust the genesis key (reported by the caller)
+	WantRoots  map[string]map[int64]*tlog.Hash // by origin: sizes whose roots to keep
+	KeepLeaves bool
+	Progress   func(bytes int64)
+	Evidence   func(g *record.Genesis) error
 	// tolerateTail: in the last segment, report an error after the last
 	// checkpoint as a cuttable tail instead of failing (writer recovery).
-	tolerateTail bool
-	onRecord     func(e *Entry) error      // see VerifyOptions.OnRecord
-	decode       func(k record.Kind) bool  // see VerifyOptions.Decode
-	onLeaf       func(h tlog.Hash)         // every record's leaf hash, in order
-	onCheckpoint func(cp *c2sp.Checkpoint) // every checkpoint that verified, in order
-	detail       *detail                   // if set, filled in (on error too)
+	TolerateTail bool
+	OnRecord     func(e *Entry) error      // see auditlog.VerifyOptions.OnRecord
+	Decode       func(k record.Kind) bool  // see auditlog.VerifyOptions.Decode
+	OnLeaf       func(h tlog.Hash)         // every record's leaf hash, in order
+	OnCheckpoint func(cp *c2sp.Checkpoint) // every checkpoint that verified, in order
+	Detail       *Detail                   // if set, filled in (on error too)
 }
 
 // EpochResult is what verifying one epoch established.
@@ -257,22 +263,22 @@ type EpochResult struct {
 	Leaves                  []tlog.Hash      `json:"-"`
 }
 
-// detail is what a scan found beyond its EpochResult: what the writer's
+// Detail is what a scan found beyond its EpochResult: what the writer's
 // recovery, and the callers that set an epoch without records apart,
 // need.
-type detail struct {
-	empty bool // no complete record at all
+type Detail struct {
+	Empty bool // no complete record at all
 	// tail (writer recovery only): where a bad tail after the last checkpoint starts.
-	tailErr   *record.VerifyError
-	tailStart int64
+	TailErr   *record.VerifyError
+	TailStart int64
 	// endsSealed: the records before any damaged or torn tail end with
 	// seal + checkpoint (what the epoch is once recovery cuts that tail).
-	endsSealed bool
-	lastFile   string // the file of the last good line (or of the torn one)
+	EndsSealed bool
+	LastFile   string // the file of the last good line (or of the torn one)
 }
 
-// scanEpoch verifies one epoch directory.
-func scanEpoch(dir string, epoch int, opt scanOptions) (*EpochResult, error) {
+// Epoch verifies one epoch directory.
+func Epoch(dir string, epoch int, opt Options) (*EpochResult, error) {
 	sc, err := openEpochScan(dir, epoch, opt)
 	if err != nil {
 		return sc.res, err
@@ -293,8 +299,8 @@ func scanEpoch(dir string, epoch int, opt scanOptions) (*EpochResult, error) {
 				return sc.res, err
 			}
 		}
-		if sc.opt.progress != nil && sc.sinceProg > 0 {
-			sc.opt.progress(sc.sinceProg)
+		if sc.opt.Progress != nil && sc.sinceProg > 0 {
+			sc.opt.Progress(sc.sinceProg)
 			sc.sinceProg = 0
 		}
 		if b.fileDone {
@@ -303,23 +309,23 @@ func scanEpoch(dir string, epoch int, opt scanOptions) (*EpochResult, error) {
 		}
 	}
 	sc.finish()
-	if sc.res.Records == 0 && sc.det.tailErr == nil {
-		sc.det.empty = true
+	if sc.res.Records == 0 && sc.det.TailErr == nil {
+		sc.det.Empty = true
 		return sc.res, &record.VerifyError{Class: record.ClassIntegrity, Pos: record.Position{Epoch: epoch, File: filepath.Join(sc.edir, logdir.SegmentName(1))}, Msg: "epoch holds no complete record"}
 	}
 	return sc.res, nil
 }
 
-// epochScan is one scanEpoch: the epoch's segments, what the records
+// epochScan is one Epoch: the epoch's segments, what the records
 // before the current one established, and the result so far.
 type epochScan struct {
-	opt       scanOptions
+	opt       Options
 	epoch     int
 	edir      string
 	segs      []int
 	lastCPOff int64 // tolerateTail: offset of the last checkpoint line of the last segment
 	res       *EpochResult
-	det       *detail
+	det       *Detail
 
 	fr        merkle.Frontier
 	lastKinds [2]record.Kind
@@ -339,12 +345,12 @@ type epochScan struct {
 
 // openEpochScan checks that the epoch directory holds segments numbered
 // from 1 without gaps. Its result (sc.res) is valid on error too.
-func openEpochScan(dir string, epoch int, opt scanOptions) (*epochScan, error) {
+func openEpochScan(dir string, epoch int, opt Options) (*epochScan, error) {
 	edir := filepath.Join(dir, logdir.EpochName(epoch))
 	sc := &epochScan{opt: opt, epoch: epoch, edir: edir, lastCPOff: -1, sealAt: -1,
-		res: &EpochResult{Epoch: epoch, Dir: edir, LastCheckpointAt: -1}, det: opt.detail}
+		res: &EpochResult{Epoch: epoch, Dir: edir, LastCheckpointAt: -1}, det: opt.Detail}
 	if sc.det == nil {
-		sc.det = new(detail)
+		sc.det = new(Detail)
 	}
 	fi, err := os.Stat(edir)
 	if err != nil {
@@ -358,7 +364,7 @@ func openEpochScan(dir string, epoch int, opt scanOptions) (*epochScan, error) {
 		return sc, record.IOFailure(record.Position{Epoch: epoch}, err)
 	}
 	if len(segs) == 0 {
-		sc.det.empty = true
+		sc.det.Empty = true
 		return sc, &record.VerifyError{Class: record.ClassIntegrity, Pos: record.Position{Epoch: epoch}, Msg: fmt.Sprintf("epoch directory %s holds no segment files (seg-000001.jsonl ...)", edir)}
 	}
 	for i, n := range segs {
@@ -369,8 +375,8 @@ func openEpochScan(dir string, epoch int, opt scanOptions) (*epochScan, error) {
 	}
 	sc.segs = segs
 	sc.res.Segments = len(segs)
-	if opt.tolerateTail {
-		sc.lastCPOff = lastCheckpointLine(filepath.Join(edir, logdir.SegmentName(segs[len(segs)-1])))
+	if opt.TolerateTail {
+		sc.lastCPOff = LastCheckpointLine(filepath.Join(edir, logdir.SegmentName(segs[len(segs)-1])))
 	}
 	return sc, nil
 }
@@ -389,8 +395,8 @@ func (sc *epochScan) finish() {
 		res.Unsealed = res.Records
 	}
 	res.Signed = res.Records - res.Unsealed
-	sc.det.endsSealed = sc.lastKinds == [2]record.Kind{record.KindSeal, record.KindCheckpoint}
-	res.Sealed = sc.det.tailErr == nil && res.TornBytes == 0 && sc.det.endsSealed
+	sc.det.EndsSealed = sc.lastKinds == [2]record.Kind{record.KindSeal, record.KindCheckpoint}
+	res.Sealed = sc.det.TailErr == nil && res.TornBytes == 0 && sc.det.EndsSealed
 }
 
 // scanned is the line being checked.
@@ -405,15 +411,15 @@ type scanned struct {
 // tail the writer's recovery cuts (done, no error).
 func (sc *epochScan) fail(ln *scanned, class record.Class, expected, computed, format string, args ...any) (done bool, err error) {
 	res := sc.res
-	ln.pos.Record = excerpt(ln.l.line)
+	ln.pos.Record = Excerpt(ln.l.line)
 	ve := &record.VerifyError{Class: class, Pos: ln.pos, Expected: expected, Computed: computed, Msg: fmt.Sprintf(format, args...)}
 	if res.LastCheckpoint != nil {
 		ve.LastGood = res.LastCheckpoint.Size
 	}
-	if sc.opt.tolerateTail && ln.b.seg == sc.segs[len(sc.segs)-1] && ln.l.off > sc.lastCPOff {
-		sc.det.tailErr = ve
-		sc.det.tailStart = ln.l.off
-		sc.det.lastFile = ln.b.file
+	if sc.opt.TolerateTail && ln.b.seg == sc.segs[len(sc.segs)-1] && ln.l.off > sc.lastCPOff {
+		sc.det.TailErr = ve
+		sc.det.TailStart = ln.l.off
+		sc.det.LastFile = ln.b.file
 		sc.finish()
 		return true, nil
 	}
@@ -432,7 +438,7 @@ func (sc *epochScan) line(b *lineBatch, l *rawLine) (done bool, err error) {
 		res.TornBytes = int64(len(l.line))
 		p := ln.pos
 		res.TornAt = &p
-		sc.det.lastFile = b.file
+		sc.det.LastFile = b.file
 		return false, nil
 	}
 	if l.tooLong {
@@ -494,7 +500,7 @@ func (sc *epochScan) place(ln *scanned) (done bool, err error) {
 		return sc.fail(ln, record.ClassIntegrity, fmt.Sprint(res.Records), fmt.Sprint(e.Seq), "sequence number %d, expected %d: a record was removed, duplicated or reordered", e.Seq, res.Records)
 	}
 	if e.Prev != sc.prev {
-		return sc.fail(ln, record.ClassIntegrity, b64(e.Prev), b64(sc.prev), "broken hash link: prev does not match the hash of record %d: record %d was modified, or records between were removed", res.Records-1, res.Records-1)
+		return sc.fail(ln, record.ClassIntegrity, B64(e.Prev), B64(sc.prev), "broken hash link: prev does not match the hash of record %d: record %d was modified, or records between were removed", res.Records-1, res.Records-1)
 	}
 	if res.Records == 0 && e.Kind != record.KindGenesis {
 		return sc.fail(ln, record.ClassIntegrity, string(record.KindGenesis), string(e.Kind), "the first record of an epoch must be genesis")
@@ -561,16 +567,16 @@ func (sc *epochScan) genesis(ln *scanned) (done bool, err error) {
 	if !st.Equal(g.Statement) {
 		return sc.fail(ln, record.ClassIntegrity, g.Statement.String(), st.String(), "genesis statement digest does not match its body")
 	}
-	if sc.opt.trusted != nil {
-		if !sc.opt.trusted[g.Key] {
+	if sc.opt.Trusted != nil {
+		if !sc.opt.Trusted[g.Key] {
 			ve := &record.VerifyError{Class: record.ClassKey, Pos: ln.pos, Computed: g.Key,
 				Msg:  fmt.Sprintf("epoch %d is signed by key %s+%08x, which is not among the trusted keys (--key)", epoch, v.Name(), v.KeyHash()),
 				Hint: "the log was written (or rewritten) with another key; pass the gateway's key with --key if it is genuine"}
 			return true, ve
 		}
 	}
-	if sc.opt.evidence != nil {
-		if err := sc.opt.evidence(g); err != nil {
+	if sc.opt.Evidence != nil {
+		if err := sc.opt.Evidence(g); err != nil {
 			return true, &record.VerifyError{Class: record.ClassKey, Pos: ln.pos, Msg: fmt.Sprintf("genesis evidence: %v", err), Err: err}
 		}
 	}
@@ -595,7 +601,7 @@ func (sc *epochScan) checkpoint(ln *scanned, tsBefore []byte) (done bool, err er
 		case errors.As(err, &bad):
 			return sc.fail(ln, record.ClassSignature, "", "", "checkpoint signature does not verify: %v", err)
 		case errors.As(err, &uv):
-			return sc.fail(ln, record.ClassKey, g.Key, sigNames(uv.Note), "checkpoint is not signed by the epoch's key (signed by %s)", sigNames(uv.Note))
+			return sc.fail(ln, record.ClassKey, g.Key, SigNames(uv.Note), "checkpoint is not signed by the epoch's key (signed by %s)", SigNames(uv.Note))
 		case errors.Is(err, c2sp.ErrMalformedCheckpoint):
 			return sc.fail(ln, record.ClassIntegrity, "", "", "%v", err)
 		default:
@@ -609,12 +615,12 @@ func (sc *epochScan) checkpoint(ln *scanned, tsBefore []byte) (done bool, err er
 		return sc.fail(ln, record.ClassIntegrity, fmt.Sprint(res.Records), fmt.Sprint(cp.Size), "checkpoint size does not match its position (it must cover exactly the records before it)")
 	}
 	if root := sc.fr.Root(); root != cp.Root {
-		return sc.fail(ln, record.ClassIntegrity, b64(cp.Root), b64(root), "Merkle root mismatch at size %d: the checkpoint signs one root, the records hash to another", cp.Size)
+		return sc.fail(ln, record.ClassIntegrity, B64(cp.Root), B64(root), "Merkle root mismatch at size %d: the checkpoint signs one root, the records hash to another", cp.Size)
 	}
 	res.LastCheckpoint = cp
 	res.LastCheckpointAt = res.Records
-	if sc.opt.onCheckpoint != nil {
-		sc.opt.onCheckpoint(cp)
+	if sc.opt.OnCheckpoint != nil {
+		sc.opt.OnCheckpoint(cp)
 	}
 	res.Checkpoints++
 	// Its own time is not signed: only the records before it are.
@@ -655,46 +661,51 @@ func (sc *epochScan) segment(ln *scanned) (done bool, err error) {
 func (sc *epochScan) add(ln *scanned) (done bool, err error) {
 	res, l, e := sc.res, ln.l, &ln.l.env
 	opt := &sc.opt
-	if opt.onRecord != nil {
+	if opt.OnRecord != nil {
 		p := ln.pos
 		p.Index, p.Kind = res.Records, e.Kind
 		sc.ent = Entry{Pos: p, Kind: e.Kind, Index: e.Seq, Time: l.ts, Hash: l.hash, Line: l.line, Body: e.Body,
 			rec: l.rec, decErr: l.decErr, decoded: l.decoded}
-		if err := opt.onRecord(&sc.ent); err != nil {
+		if err := opt.OnRecord(&sc.ent); err != nil {
 			return true, err
 		}
 	}
 	sc.fr.Append(l.hash)
-	if opt.onLeaf != nil {
-		opt.onLeaf(l.hash)
+	if opt.OnLeaf != nil {
+		opt.OnLeaf(l.hash)
 	}
 	sc.prev = l.hash
-	if opt.keepLeaves {
+	if opt.KeepLeaves {
 		res.Leaves = append(res.Leaves, l.hash)
 	}
 	res.Records++
-	if want := opt.wantRoots[res.Origin]; want != nil {
+	if want := opt.WantRoots[res.Origin]; want != nil {
 		if p, ok := want[res.Records]; ok && p == nil {
 			r := sc.fr.Root()
 			want[res.Records] = &r
 		}
 	}
 	sc.lastKinds[0], sc.lastKinds[1] = sc.lastKinds[1], e.Kind
-	sc.det.lastFile = ln.b.file
+	sc.det.LastFile = ln.b.file
 	sc.sinceProg += int64(len(l.line)) + 1
 	return false, nil
 }
 
-func b64(h tlog.Hash) string { return base64.StdEncoding.EncodeToString(h[:]) }
+// B64 is h in standard base64, as errors and reports show hashes.
+func B64(h tlog.Hash) string { return base64.StdEncoding.EncodeToString(h[:]) }
 
-func excerpt(b []byte) string {
+// Excerpt is the start of a line as an error shows it: valid UTF-8,
+// at most 160 bytes.
+func Excerpt(b []byte) string {
 	if len(b) > 160 {
 		return string(bytes.ToValidUTF8(b[:157], []byte("?"))) + "..."
 	}
 	return string(bytes.ToValidUTF8(b, []byte("?")))
 }
 
-func sigNames(n *note.Note) string {
+// SigNames names the keys (name+hash) that signed n but did not verify,
+// or "no key".
+func SigNames(n *note.Note) string {
 	var b bytes.Buffer
 	for i, s := range n.UnverifiedSigs {
 		if i > 0 {
@@ -724,13 +735,13 @@ func StatementOf(body []byte) (digest.Digest, error) {
 	return digest.JSON(raw)
 }
 
-// lastCheckpointLine returns the offset of the start of the last complete
+// LastCheckpointLine returns the offset of the start of the last complete
 // line of a segment that is a checkpoint record, or -1. Crash recovery cuts
 // only damage after it. The file is read backwards in chunks: a crash can
 // leave a tail of any length (a run of zero bytes), and memory stays
 // bounded by the chunk and one line (a line longer than MaxLineBytes is no
 // record, and is skipped unread).
-func lastCheckpointLine(path string) int64 {
+func LastCheckpointLine(path string) int64 {
 	f, err := logdir.OpenRegular(path)
 	if err != nil {
 		return -1 // the scan reports what the file is
@@ -740,18 +751,18 @@ func lastCheckpointLine(path string) int64 {
 	if err != nil {
 		return -1
 	}
-	return lastCheckpointIn(f, fi.Size(), scanChunk)
+	return LastCheckpointIn(f, fi.Size(), ScanChunk)
 }
 
-// scanChunk is the size of the chunks lastCheckpointLine reads.
-const scanChunk = 256 << 10
+// ScanChunk is the size of the chunks LastCheckpointLine reads.
+const ScanChunk = 256 << 10
 
-// lastCheckpointIn is lastCheckpointLine on the first size bytes of r,
+// LastCheckpointIn is LastCheckpointLine on the first size bytes of r,
 // read in chunks of chunkSize bytes. The chunk last read is kept and the
 // lines are found inside it, so each byte of the tail is read once (and a
 // line that crosses a chunk boundary once more, to parse it): a tail of
 // many short lines costs its length, not a chunk per line.
-func lastCheckpointIn(r io.ReaderAt, size int64, chunkSize int) int64 {
+func LastCheckpointIn(r io.ReaderAt, size int64, chunkSize int) int64 {
 	s := backScan{r: r, buf: make([]byte, chunkSize)}
 	var line []byte
 	end, err := s.newlineBefore(size)
