@@ -1,9 +1,12 @@
 package bench
 
 import (
+	"context"
 	"os"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 func TestPercentile(t *testing.T) {
@@ -64,5 +67,33 @@ func TestRatiosArePaired(t *testing.T) {
 	p50, cps := ratios(mode, ref)
 	if p50 != 1.5 || cps != 0.9 {
 		t.Fatalf("ratios = %v, %v; want 1.5 and 0.9 (per-round 1.5/1.5/1.1 and 0.9/0.9/0.8)", p50, cps)
+	}
+}
+
+// TestNewSessionsSplitsConnectAndFirstCall: the new-session split is of
+// the same sessions as the total (a go-sdk server whose tool takes 20 ms):
+// each part's p50 is at most the total's, and the first call's holds the
+// tool's time.
+func TestNewSessionsSplitsConnectAndFirstCall(t *testing.T) {
+	const toolTime = 20 * time.Millisecond
+	server := mcp.NewServer(&mcp.Implementation{Name: "split", Version: "1"}, nil)
+	mcp.AddTool(server, &mcp.Tool{Name: "slow"}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+		time.Sleep(toolTime)
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "done"}}}, nil, nil
+	})
+	ctx := context.Background()
+	connect := func(ctx context.Context) (*mcp.ClientSession, error) {
+		ct, st := mcp.NewInMemoryTransports()
+		if _, err := server.Connect(ctx, st, nil); err != nil {
+			return nil, err
+		}
+		return NewClient().Connect(ctx, ct, nil)
+	}
+	r, err := NewSessions(ctx, connect, 5, 0, func() *mcp.CallToolParams { return &mcp.CallToolParams{Name: "slow"} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.ConnectP50 <= 0 || r.FirstCallP50 < toolTime || r.P50 < r.FirstCallP50 || r.P50 < r.ConnectP50 {
+		t.Fatalf("new session p50 %v = connect p50 %v + first call p50 %v: want both parts > 0, the first call >= %v, each <= the total", r.P50, r.ConnectP50, r.FirstCallP50, toolTime)
 	}
 }
