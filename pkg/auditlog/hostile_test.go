@@ -14,7 +14,6 @@ import (
 
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logtest"
-	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/scan"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
@@ -189,27 +188,5 @@ func TestVaultTornLineIsReported(t *testing.T) {
 	}
 	if err := o.LoadVault(dir); err != nil || o.VaultTorn() != 0 {
 		t.Fatalf("whole vault: torn %d, %v", o.VaultTorn(), err)
-	}
-}
-
-// TestLastCheckpointLineIsParsed: crash recovery finds the last checkpoint
-// by its kind, not by a body that holds the same bytes.
-func TestLastCheckpointLineIsParsed(t *testing.T) {
-	dir := t.TempDir()
-	writeLog(t, dir, Options{}, 5, 1)
-	seg := filepath.Join(dir, logdir.EpochName(1), logdir.SegmentName(1))
-	want := scan.LastCheckpointLine(seg)
-	if want < 0 {
-		t.Fatal("no checkpoint found")
-	}
-	line := record.AppendLine(nil, record.KindSession, []byte(`{"x":{"a":1,"kind":"checkpoint","z":2}}`), [32]byte{}, 99, "2026-12-01T00:00:00Z")
-	f, err := os.OpenFile(seg, os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.Write(append(line, '\n'))
-	f.Close()
-	if got := scan.LastCheckpointLine(seg); got != want {
-		t.Fatalf("last checkpoint at %d, want %d (a session record's body was taken for one)", got, want)
 	}
 }

@@ -3,47 +3,21 @@ package auditlog
 import (
 	"bytes"
 	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"reflect"
 	"testing"
 
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logtest"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
-
-// readerEntries reads a log with a Reader (and decodes every record).
-func readerEntries(t *testing.T, dir string) ([]Entry, []record.Record) {
-	t.Helper()
-	r, err := NewReader(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	var es []Entry
-	var recs []record.Record
-	for {
-		e, err := r.Next()
-		if err == io.EOF {
-			return es, recs
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		rec, err := e.Decode()
-		if err != nil {
-			t.Fatal(err)
-		}
-		es, recs = append(es, *e), append(recs, rec)
-	}
-}
 
 // TestVerifyOnRecord checks that OnRecord sees exactly the records a Reader
 // returns, in order, with the same positions, times, hashes and decoded
 // bodies, whether decoded ahead or not.
 func TestVerifyOnRecord(t *testing.T) {
 	dir := filepath.Join(fixtureDir, "log")
-	want, wantRecs := readerEntries(t, dir)
+	want, wantRecs := logtest.ReaderEntries(t, dir)
 	for _, ahead := range []bool{false, true} {
 		var got []Entry
 		var gotRecs []record.Record

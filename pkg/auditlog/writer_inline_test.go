@@ -108,7 +108,7 @@ func TestInlineAndQueuedAppends(t *testing.T) {
 			if ep := rep.Epochs[0]; !ep.Sealed || ep.Segments < 2 {
 				t.Fatalf("sealed=%v segments=%d: want a sealed epoch that rotated", ep.Sealed, ep.Segments)
 			}
-			entries, recs := readerEntries(t, dir)
+			entries, recs := logtest.ReaderEntries(t, dir)
 			calls := 0
 			for _, r := range recs {
 				if _, ok := r.(*record.Call); ok {

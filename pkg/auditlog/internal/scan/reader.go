@@ -55,7 +55,7 @@ type Reader struct {
 	si     int
 	f      *os.File
 	br     *bufio.Reader // buf while a segment is open, else nil
-	buf    *bufio.Reader // one buffer of ReaderBuffer bytes for every segment
+	buf    *bufio.Reader // one buffer of readerBuffer bytes for every segment
 	off    int64
 	no     int64
 	file   string // path of segs[si]
@@ -131,10 +131,10 @@ func (r *Reader) pos() record.Position {
 	return p
 }
 
-// ReaderBuffer is the Reader's buffer: lines longer than it (up to
+// readerBuffer is the Reader's buffer: lines longer than it (up to
 // MaxLineBytes) are gathered in a slice of their own, so that reading a
 // log of short records costs 64 KiB, not the 4 MiB of the longest line.
-const ReaderBuffer = 64 << 10
+const readerBuffer = 64 << 10
 
 // advance opens the next segment file.
 func (r *Reader) advance() error {
@@ -157,7 +157,7 @@ func (r *Reader) advance() error {
 		return record.IOFailure(r.pos(), err)
 	}
 	if r.buf == nil {
-		r.buf = bufio.NewReaderSize(f, ReaderBuffer)
+		r.buf = bufio.NewReaderSize(f, readerBuffer)
 	} else {
 		r.buf.Reset(f)
 	}

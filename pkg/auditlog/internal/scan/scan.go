@@ -376,7 +376,7 @@ func openEpochScan(dir string, epoch int, opt Options) (*epochScan, error) {
 	sc.segs = segs
 	sc.res.Segments = len(segs)
 	if opt.TolerateTail {
-		sc.lastCPOff = LastCheckpointLine(filepath.Join(edir, logdir.SegmentName(segs[len(segs)-1])))
+		sc.lastCPOff = lastCheckpointLine(filepath.Join(edir, logdir.SegmentName(segs[len(segs)-1])))
 	}
 	return sc, nil
 }
@@ -735,13 +735,13 @@ func StatementOf(body []byte) (digest.Digest, error) {
 	return digest.JSON(raw)
 }
 
-// LastCheckpointLine returns the offset of the start of the last complete
+// lastCheckpointLine returns the offset of the start of the last complete
 // line of a segment that is a checkpoint record, or -1. Crash recovery cuts
 // only damage after it. The file is read backwards in chunks: a crash can
 // leave a tail of any length (a run of zero bytes), and memory stays
 // bounded by the chunk and one line (a line longer than MaxLineBytes is no
 // record, and is skipped unread).
-func LastCheckpointLine(path string) int64 {
+func lastCheckpointLine(path string) int64 {
 	f, err := logdir.OpenRegular(path)
 	if err != nil {
 		return -1 // the scan reports what the file is
@@ -751,18 +751,18 @@ func LastCheckpointLine(path string) int64 {
 	if err != nil {
 		return -1
 	}
-	return LastCheckpointIn(f, fi.Size(), ScanChunk)
+	return lastCheckpointIn(f, fi.Size(), scanChunk)
 }
 
-// ScanChunk is the size of the chunks LastCheckpointLine reads.
-const ScanChunk = 256 << 10
+// scanChunk is the size of the chunks lastCheckpointLine reads.
+const scanChunk = 256 << 10
 
-// LastCheckpointIn is LastCheckpointLine on the first size bytes of r,
+// lastCheckpointIn is lastCheckpointLine on the first size bytes of r,
 // read in chunks of chunkSize bytes. The chunk last read is kept and the
 // lines are found inside it, so each byte of the tail is read once (and a
 // line that crosses a chunk boundary once more, to parse it): a tail of
 // many short lines costs its length, not a chunk per line.
-func LastCheckpointIn(r io.ReaderAt, size int64, chunkSize int) int64 {
+func lastCheckpointIn(r io.ReaderAt, size int64, chunkSize int) int64 {
 	s := backScan{r: r, buf: make([]byte, chunkSize)}
 	var line []byte
 	end, err := s.newlineBefore(size)

@@ -1,4 +1,4 @@
-package auditlog
+package scan_test
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logtest"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/scan"
@@ -23,7 +24,7 @@ import (
 // refused as too long (MaxLineBytes of them are a torn write).
 func TestReaderLongLines(t *testing.T) {
 	dir := t.TempDir()
-	w, err := Open(dir, Options{Key: logtest.Key(t)})
+	w, err := auditlog.Open(dir, auditlog.Options{Key: logtest.Key(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +42,7 @@ func TestReaderLongLines(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	es, recs := readerEntries(t, dir)
+	es, recs := logtest.ReaderEntries(t, dir)
 	var ids []string
 	for i, e := range es {
 		if !bytes.Contains(file, append(append([]byte{}, e.Line...), '\n')) {
@@ -59,7 +60,7 @@ func TestReaderLongLines(t *testing.T) {
 		if err := os.WriteFile(seg, b, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		r, err := NewReader(dir)
+		r, err := scan.NewReader(dir)
 		if err != nil {
 			t.Fatal(err)
 		}

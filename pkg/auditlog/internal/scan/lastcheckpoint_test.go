@@ -1,4 +1,4 @@
-package auditlog
+package scan_test
 
 import (
 	"bytes"
@@ -9,7 +9,9 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logtest"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/scan"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
@@ -47,7 +49,7 @@ func (c *countingReader) ReadAt(p []byte, off int64) (int, error) {
 func checkpointedSegment(t *testing.T, cpEvery, n int) ([]byte, [][]byte) {
 	t.Helper()
 	dir := t.TempDir()
-	writeLog(t, dir, Options{CheckpointEvery: int64(cpEvery)}, n, 1)
+	writeLog(t, dir, auditlog.Options{CheckpointEvery: int64(cpEvery)}, n, 1)
 	base, err := os.ReadFile(filepath.Join(dir, logdir.EpochName(1), logdir.SegmentName(1)))
 	if err != nil {
 		t.Fatal(err)
@@ -151,4 +153,35 @@ func TestLastCheckpointLineReadsEachChunkOnce(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestLastCheckpointLineIsParsed: crash recovery finds the last checkpoint
+// by its kind, not by a body that holds the same bytes.
+func TestLastCheckpointLineIsParsed(t *testing.T) {
+	dir := t.TempDir()
+	writeLog(t, dir, auditlog.Options{}, 5, 1)
+	seg := filepath.Join(dir, logdir.EpochName(1), logdir.SegmentName(1))
+	want := scan.LastCheckpointLine(seg)
+	if want < 0 {
+		t.Fatal("no checkpoint found")
+	}
+	line := record.AppendLine(nil, record.KindSession, []byte(`{"x":{"a":1,"kind":"checkpoint","z":2}}`), [32]byte{}, 99, "2026-12-01T00:00:00Z")
+	f, err := os.OpenFile(seg, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write(append(line, '\n'))
+	f.Close()
+	if got := scan.LastCheckpointLine(seg); got != want {
+		t.Fatalf("last checkpoint at %d, want %d (a session record's body was taken for one)", got, want)
+	}
+}
+
+// writeLog writes n call records with conc appenders and closes the writer.
+func writeLog(t testing.TB, dir string, opts auditlog.Options, n, conc int) *auditlog.Writer {
+	t.Helper()
+	if opts.Key == nil {
+		opts.Key = logtest.Key(t)
+	}
+	return logtest.WriteLog(t, func() (*auditlog.Writer, error) { return auditlog.Open(dir, opts) }, n, conc)
 }
