@@ -42,11 +42,7 @@ func TestSessionToolsFollowTheNewestCatalog(t *testing.T) {
 		for _, e := range h.g.Catalog().Entries() {
 			want = append(want, e.Exposed)
 		}
-		s.mu.Lock()
-		for n := range s.visible {
-			got = append(got, n)
-		}
-		s.mu.Unlock()
+		got = s.tools.Names()
 		sort.Strings(want)
 		sort.Strings(got)
 		return want, got
@@ -79,7 +75,7 @@ func TestSessionToolsFollowTheNewestCatalog(t *testing.T) {
 		select {
 		case <-bDone:
 		default:
-			if !waitsForALockIn("(*session).syncTools") {
+			if !waitsForALockIn("toollist.(*List).Sync") {
 				if time.Now().After(deadline) {
 					t.Fatal("the second sync neither finished nor waits for the first")
 				}

@@ -357,7 +357,7 @@ func (s *session) recordRefusedCall(id jsonrpc.ID, tool, reason string) {
 	}
 	s.g.record(s.ctx, rec)
 	s.g.metricCall("", DecisionNone, OutcomeRefused, 0)
-	s.callsChanged()
+	s.tools.CallsChanged()
 }
 
 // sinkKey carries a fast HTTP call's response stream in the call's context,

@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -569,15 +568,6 @@ func (g *Gateway) record(ctx context.Context, rec record.Record) error {
 		g.logger.Error("audit append failed", "kind", rec.Kind(), "err", err)
 	}
 	return err
-}
-
-func sortedKeys[M ~map[string]V, V any](m M) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // counter counts work in flight. Unlike a WaitGroup it may be incremented

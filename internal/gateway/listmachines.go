@@ -56,7 +56,7 @@ func (c *callRun) listMachines(st *upState, tun *upstream.Tunnel, after *func(un
 	result := &record.Result{Call: receiptIndex(rcpt), Session: s.id, LatencyMicros: time.Since(c.start).Microseconds(),
 		Outcome: record.ResultOK, Result: g.log.Commit(res)}
 	g.metricCall(st.name, rec.Decision, result.Outcome, time.Since(c.start))
-	s.callsChanged()
+	s.tools.CallsChanged()
 	c.appendResult(result, after)
 	return res, nil
 }

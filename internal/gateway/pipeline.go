@@ -99,7 +99,7 @@ func (s *session) relay(ctx context.Context, params toolCall, after *func(undeli
 	result := &record.Result{Call: receiptIndex(rcpt), Session: s.id, LatencyMicros: time.Since(c.start).Microseconds()}
 	out, outErr := c.outcome(result, st, lv, toolName, res, callErr, sent, cctx)
 	g.metricCall(st.name, c.rec.Decision, result.Outcome, time.Since(c.start))
-	s.callsChanged() // the call may change what list_tools allows this session
+	s.tools.CallsChanged() // the call may change what list_tools allows this session
 	c.appendResult(result, after)
 	if refill := lv.refill.Swap(nil); refill != nil {
 		// The first call to a warm spare: its replacement is made once
@@ -167,7 +167,7 @@ func (c *callRun) refuse(err *jsonrpc.Error) error {
 		err = fault(CodeAuditUnavailable, "the audit log cannot record calls (%v): every call is refused until an operator fixes it", aerr)
 	}
 	g.metricCall(rec.Upstream, decision, refusalOutcome(err.Code), 0)
-	c.s.callsChanged()
+	c.s.tools.CallsChanged()
 	return err
 }
 
@@ -196,7 +196,7 @@ func (c *callRun) admit() (*upState, string, *live, error) {
 				return nil, "", nil, fault(CodeAuditUnavailable, "the audit log cannot record calls (%v): every call is refused until an operator fixes it", aerr)
 			}
 			g.metricCall(rec.Upstream, DecisionNone, "refused", 0)
-			s.callsChanged()
+			s.tools.CallsChanged()
 			return nil, "", nil, &toolAnswer{raw: toolError(why)}
 		}
 		c.args = routed

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,14 +13,13 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/confidential-mcp/cmcp/internal/catalog"
 	"github.com/confidential-mcp/cmcp/internal/credential"
 	"github.com/confidential-mcp/cmcp/internal/front/stdiofront"
-	"github.com/confidential-mcp/cmcp/internal/machines"
 	"github.com/confidential-mcp/cmcp/internal/oauth"
 	"github.com/confidential-mcp/cmcp/internal/route"
 	"github.com/confidential-mcp/cmcp/internal/rpcwire"
 	"github.com/confidential-mcp/cmcp/internal/toagent"
+	"github.com/confidential-mcp/cmcp/internal/toollist"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
@@ -93,10 +91,7 @@ func (s *session) authedWith(id *oauth.Identity, token credential.Secret) {
 // the groups a lock guards is set before the session is shared, or is an
 // atomic, or is safe for concurrent use by itself:
 //
-//   - mu guards the upstream group (the session's upstream connections
-//     and its tool registrations);
-//   - listMu guards listed (what tools/list last showed the agent);
-//   - syncMu guards no field: it runs one syncTools at a time;
+//   - mu guards the upstream group (the session's upstream connections);
 //   - httpState.streamMu guards streamTokens (the HTTP front's group);
 //   - fastCalls.mu guards the fast path's in-flight calls.
 //
@@ -132,21 +127,14 @@ type session struct {
 	// The upstream group, guarded by mu.
 	mu       sync.Mutex
 	lives    map[string]*live
-	visible  map[string]digest.Digest // registered tools: exposed name -> Definition
 	logLevel mcp.LoggingLevel
 	started  bool
 	ended    bool // no new upstream connections
 
-	syncMu sync.Mutex // one syncTools at a time
-	dummy  atomic.Uint64
-
-	// What tools/list last showed the agent (or what it was last told
-	// changed), as sorted names, once it has listed; see recheckList.
-	// listMu guards listed.
-	listMu    sync.Mutex
-	listed    string
-	hasListed atomic.Bool
-	recheck   atomic.Bool // a re-check is scheduled
+	// tools are the tools registered with srv, kept in step with the
+	// newest catalog (internal/toollist, under its own locks).
+	tools *toollist.List
+	dummy atomic.Uint64
 
 	// Requests in flight, in both directions, and the end that waits for
 	// them (each of these is safe for concurrent use).
@@ -204,7 +192,7 @@ type stdioState struct {
 // newSession builds the MCP server for one agent session. Nothing is
 // spawned until the session uses an upstream.
 func (g *Gateway) newSession(principal, front string) *session {
-	s := &session{g: g, principal: principal, front: front, lives: map[string]*live{}, visible: map[string]digest.Digest{}}
+	s := &session{g: g, principal: principal, front: front, lives: map[string]*live{}}
 	s.rt = route.New(routeSession{s})
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
 	s.serverReqs.Prefix = serverReqPrefix
@@ -230,6 +218,7 @@ func (g *Gateway) newSession(principal, front string) *session {
 	}
 	s.srv = mcp.NewServer(&mcp.Implementation{Name: g.opts.Name, Version: g.opts.Version}, opts)
 	s.srv.AddReceivingMiddleware(s.middleware)
+	s.tools = toollist.New(s.srv, s.toolHandler, listSession{s}, g.logger, g.opts.Filter != nil)
 	s.syncTools()
 	return s
 }
@@ -621,100 +610,13 @@ func (st *upState) sharedConnect(ctx context.Context, probe bool) (*live, error)
 	return v.(*live), nil
 }
 
-// testHookCatalogRead, set only by tests, runs in syncTools right after
-// the catalog is read: a test holds a sync there to order two of them.
-var testHookCatalogRead atomic.Pointer[func(*session)]
+// syncTools makes the session's registered tools match the newest catalog
+// (toollist.List.Sync).
+func (s *session) syncTools() { s.tools.Sync() }
 
-// syncTools makes the session's registered tools match the catalog minus the
-// tools its own connections refused for drift. Adding, removing or
-// replacing tools makes the SDK send notifications/tools/list_changed to
-// the agent. A tool whose definition changed (a shared upstream's tool
-// that drift: warn let through) is replaced: the agent is shown what the
-// policy decides on, and told that it changed.
-func (s *session) syncTools() {
-	// Serialised, with the catalog read inside: of two rebuilds syncing at
-	// once, the later sync reads the newest catalog, so an older list never
-	// lands last (found in review).
-	s.syncMu.Lock()
-	defer s.syncMu.Unlock()
-	cat := s.g.Catalog()
-	if h := testHookCatalogRead.Load(); h != nil {
-		(*h)(s)
-	}
-	want := map[string]*catalog.Entry{}
-	for _, e := range cat.Entries() {
-		s.mu.Lock()
-		lv := s.lives[e.Upstream]
-		s.mu.Unlock()
-		if lv != nil && !lv.allows(e.Name) {
-			continue
-		}
-		want[e.Exposed] = e
-	}
-	for _, up := range s.g.order {
-		if _, ok := s.g.ups[up].opts.Upstream.(*upstream.Tunnel); ok {
-			e := machines.Entry(up)
-			want[e.Exposed] = e // the gateway's, answered from its tunnels
-		}
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var gone []string
-	for name := range s.visible {
-		if _, ok := want[name]; !ok {
-			gone = append(gone, name)
-			delete(s.visible, name)
-		}
-	}
-	if len(gone) > 0 {
-		s.srv.RemoveTools(gone...)
-	}
-	for _, name := range sortedKeys(want) {
-		e := want[name]
-		if d, ok := s.visible[name]; ok && d.Equal(e.Definition) {
-			continue
-		}
-		if err := addTool(s.srv, s.g.exposedTool(e), s.toolHandler); err != nil {
-			s.g.logger.Error("expose tool", "tool", name, "err", err)
-			if _, ok := s.visible[name]; ok {
-				// Not the old definition instead of the new one.
-				s.srv.RemoveTools(name)
-				delete(s.visible, name)
-			}
-			continue
-		}
-		s.visible[name] = e.Definition
-	}
-}
-
-// notifyToolsChanged sends the agent notifications/tools/list_changed
-// although the registered tools did not change (what tools/list shows may
-// have: a new policy bundle). The SDK sends it when a tool is (re)added, so
-// one visible tool is registered again, unchanged.
-func (s *session) notifyToolsChanged() {
-	cat := s.g.Catalog()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, e := range cat.Entries() {
-		if _, ok := s.visible[e.Exposed]; !ok {
-			continue
-		}
-		if err := addTool(s.srv, s.g.exposedTool(e), s.toolHandler); err != nil {
-			s.g.logger.Error("notify tools/list_changed", "tool", e.Exposed, "err", err)
-		}
-		return
-	}
-}
-
-func addTool(srv *mcp.Server, t *mcp.Tool, h mcp.ToolHandler) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("tool %q refused by the MCP server library: %v", t.Name, r)
-		}
-	}()
-	srv.AddTool(t, h)
-	return nil
-}
+// notifyToolsChanged tells the agent to list its tools again
+// (toollist.List.NotifyChanged).
+func (s *session) notifyToolsChanged() { s.tools.NotifyChanged() }
 
 // toolHandler is reached only if the middleware did not take the call.
 func (s *session) toolHandler(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -773,7 +675,7 @@ func (s *session) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 			lr := res.(*mcp.ListToolsResult)
 			lr.Tools = s.g.opts.Filter.FilterTools(ctx, s.principal, s.info(), lr.Tools)
 			p, _ := req.GetParams().(*mcp.ListToolsParams)
-			s.noteListed(lr.Tools, lr.NextCursor == "" && (p == nil || p.Cursor == ""))
+			s.tools.Listed(lr.Tools, lr.NextCursor == "" && (p == nil || p.Cursor == ""))
 			return lr, nil
 		case "logging/setLevel":
 			if p, ok := req.GetParams().(*mcp.SetLoggingLevelParams); ok {
@@ -845,82 +747,6 @@ func (g *Gateway) applySharedLevel(ctx context.Context, lv *live) {
 	}
 }
 
-// listRecheckDelay coalesces the re-checks of one session's tool list after
-// its calls: at most one per delay, however many calls it makes.
-const listRecheckDelay = 200 * time.Millisecond
-
-// visibleNames is what tools/list would show the agent now: its registered
-// tools that the list filter lets it see, as sorted names.
-func (s *session) visibleNames() string {
-	cat := s.g.Catalog()
-	s.mu.Lock()
-	names := sortedKeys(s.visible)
-	s.mu.Unlock()
-	tools := make([]*mcp.Tool, 0, len(names))
-	for _, n := range names {
-		if st, _ := s.g.listMachinesOf(n); st != nil {
-			tools = append(tools, machines.Entry(st.name).Tool)
-		} else if e, ok := cat.Lookup(n); ok && e.Tool != nil {
-			tools = append(tools, e.Tool)
-		}
-	}
-	return toolNamesKey(s.g.opts.Filter.FilterTools(context.Background(), s.principal, s.info(), tools))
-}
-
-// toolNamesKey is a list of tools as its sorted names.
-func toolNamesKey(tools []*mcp.Tool) string {
-	names := make([]string, len(tools))
-	for i, t := range tools {
-		names[i] = t.Name
-	}
-	slices.Sort(names)
-	return strings.Join(names, "\x00")
-}
-
-// noteListed remembers what the agent was just shown: shown, when it was
-// the whole list (one page), else what the whole list is now.
-func (s *session) noteListed(shown []*mcp.Tool, whole bool) {
-	var v string
-	if whole {
-		v = toolNamesKey(shown)
-	} else {
-		v = s.visibleNames()
-	}
-	s.listMu.Lock()
-	s.listed = v
-	s.listMu.Unlock()
-	s.hasListed.Store(true)
-}
-
-// recheckList sends the agent notifications/tools/list_changed when what
-// it may see differs from what it was last shown: the policy's list_tools
-// decisions can depend on the session's own calls and on the time.
-func (s *session) recheckList() {
-	if s.g.opts.Filter == nil || !s.hasListed.Load() || s.downSession() == nil {
-		return
-	}
-	v := s.visibleNames()
-	s.listMu.Lock()
-	changed := v != s.listed
-	s.listed = v
-	s.listMu.Unlock()
-	if changed {
-		s.notifyToolsChanged()
-	}
-}
-
-// callsChanged schedules a re-check of the tool list after a call changed
-// the session's facts (calls made, tools used).
-func (s *session) callsChanged() {
-	if s.g.opts.Filter == nil || !s.hasListed.Load() || !s.recheck.CompareAndSwap(false, true) {
-		return
-	}
-	time.AfterFunc(listRecheckDelay, func() {
-		s.recheck.Store(false)
-		s.recheckList()
-	})
-}
-
 // watchLists re-checks every session's tool list every interval, for
 // policies whose list_tools decisions depend on the time.
 func (g *Gateway) watchLists(every time.Duration) {
@@ -932,7 +758,7 @@ func (g *Gateway) watchLists(every time.Duration) {
 		}
 		ss := g.sessionList()
 		for _, s := range ss {
-			s.recheckList()
+			s.tools.Recheck()
 		}
 	}
 }
