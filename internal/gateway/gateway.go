@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -332,10 +331,7 @@ func (st *upState) load(ctx context.Context) error {
 // replaces a newer one.
 func (g *Gateway) rebuildCatalog() {
 	g.rebuildMu.Lock()
-	cat := catalog.New()
-	//lint:ignore SA1019 go-sdk deprecates MCP logging (SEP-2577) with no replacement; clients still use it
-	caps := &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}, Logging: &mcp.LoggingCapabilities{}}
-	var instructions []string
+	cat, offer := catalog.New(), catalog.NewOffer(len(g.order))
 	for _, name := range g.order {
 		st := g.ups[name]
 		st.mu.Lock()
@@ -348,35 +344,10 @@ func (g *Gateway) rebuildCatalog() {
 		for _, d := range refused {
 			g.recordDrift(context.Background(), d, "refused", "")
 		}
-		if init != nil && init.Instructions != "" {
-			if len(g.order) == 1 {
-				instructions = append(instructions, init.Instructions)
-			} else {
-				instructions = append(instructions, fmt.Sprintf("Upstream %q (tools prefixed %s%s): %s", name, name, catalog.Separator, init.Instructions))
-			}
-		}
-		if init != nil && init.Capabilities != nil {
-			uc := init.Capabilities
-			if uc.Prompts != nil {
-				if caps.Prompts == nil {
-					caps.Prompts = &mcp.PromptCapabilities{}
-				}
-				caps.Prompts.ListChanged = true
-			}
-			if uc.Resources != nil {
-				if caps.Resources == nil {
-					caps.Resources = &mcp.ResourceCapabilities{}
-				}
-				caps.Resources.ListChanged = true
-				caps.Resources.Subscribe = caps.Resources.Subscribe || uc.Resources.Subscribe
-			}
-			if uc.Completions != nil {
-				caps.Completions = &mcp.CompletionCapabilities{}
-			}
-		}
+		offer.Add(name, init)
 	}
 	g.mu.Lock()
-	g.catalog, g.caps, g.instructions = cat, caps, strings.Join(instructions, "\n\n")
+	g.catalog, g.caps, g.instructions = cat, offer.Capabilities(), offer.Instructions()
 	sessions := make([]*session, 0, len(g.sessions))
 	for s := range g.sessions {
 		sessions = append(sessions, s)
