@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -64,27 +63,16 @@ func (st *upState) loadFor(ctx context.Context, s *session) error {
 }
 
 // credentialFault is the answer to an agent whose call needs it to sign in
-// at the upstream's authorization server first: the MCP URL elicitation
-// (-32042) if its client declared URL mode, else a fault whose message
-// names the sign-in link. Nil if err is not that.
+// at the upstream's authorization server first (credential.Fault), nil if
+// err is not that.
 func (s *session) credentialFault(err error) *jsonrpc.Error {
-	var ar *credential.AuthorizationRequiredError
-	if !errors.As(err, &ar) {
-		return nil
+	ss := s.downSession()
+	var ip *mcp.InitializeParams
+	if ss != nil {
+		ip = ss.InitializeParams()
 	}
-	if ss := s.downSession(); ss != nil {
-		if ip := ss.InitializeParams(); ip != nil && ip.Capabilities != nil && ip.Capabilities.Elicitation != nil && ip.Capabilities.Elicitation.URL != nil {
-			var je *jsonrpc.Error
-			if errors.As(ar.Elicitation(), &je) {
-				// The message (also the call record's reason) without
-				// the link, which only the elicitation carries.
-				e := *je
-				e.Message = fmt.Sprintf("upstream %q: %s has to sign in at the upstream's authorization server first; a URL elicitation with the sign-in link was sent", ar.Upstream, ar.Identity)
-				return &e
-			}
-		}
-	}
-	return fault(CodeUpstreamUnavailable, "%v", ar)
+	urlMode := ip != nil && ip.Capabilities != nil && ip.Capabilities.Elicitation != nil && ip.Capabilities.Elicitation.URL != nil
+	return credential.Fault(err, urlMode)
 }
 
 // NotifyElicitationComplete sends notifications/elicitation/complete for
