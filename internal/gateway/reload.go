@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -62,39 +61,15 @@ func (g *Gateway) ReloadTokens(ctx context.Context, next ReloadedTokens, rt *Rel
 	var nowOf map[digest.Digest]string // token -> identity, once tokens changed
 	if rt.Tokens != nil {
 		next := next.Agents
-		prev := rt.Tokens.Load()
-		switch {
-		case sameTokens(prev, next):
+		switch change := httpfront.CompareTokens(rt.Tokens.Load(), next); {
+		case change == nil:
 		case rt.Open:
 			*restart = append(*restart, "server.tokens (the gateway started without authentication)")
 		default:
 			rt.Tokens.Store(next)
-			was, now := identitiesOf(prev), identitiesOf(next)
-			for id := range was {
-				if !now[id] {
-					removed = append(removed, id)
-				}
-			}
-			slices.Sort(removed)
+			removed, nowOf = change.Removed, change.NowOf
 			g.forgetCredentials(removed)
-			nowOf = map[digest.Digest]string{}
-			for _, t := range next {
-				nowOf[t.Digest] = t.Identity
-			}
-			withdrawn := 0
-			for _, t := range prev {
-				if nowOf[t.Digest] != t.Identity {
-					withdrawn++
-				}
-			}
-			note := fmt.Sprintf("server.tokens: %d tokens for %d identities in force (were %d for %d)", len(next), len(now), len(prev), len(was))
-			if withdrawn > 0 {
-				note += fmt.Sprintf("; %d tokens withdrawn or moved to another identity, the sessions they opened ended", withdrawn)
-			}
-			if len(removed) > 0 {
-				note += fmt.Sprintf("; identities left without a token, their sessions ended: %s", strings.Join(removed, ", "))
-			}
-			notes = append(notes, note)
+			notes = append(notes, change.Note)
 			if len(next) == 0 {
 				g.logger.Warn("SIGHUP: server.tokens is empty now: every bearer token is refused until tokens are configured again (the gateway does not switch to unauthenticated development mode)")
 			}
@@ -132,30 +107,4 @@ func (g *Gateway) ReloadTokens(ctx context.Context, next ReloadedTokens, rt *Rel
 		}
 	}
 	return err
-}
-
-func identitiesOf(ts []httpfront.Token) map[string]bool {
-	out := map[string]bool{}
-	for _, t := range ts {
-		out[t.Identity] = true
-	}
-	return out
-}
-
-// sameTokens reports whether a and b map the same digests to the same
-// identities, in any order.
-func sameTokens(a, b []httpfront.Token) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	m := map[string]string{}
-	for _, t := range a {
-		m[t.Digest.String()] = t.Identity
-	}
-	for _, t := range b {
-		if id, ok := m[t.Digest.String()]; !ok || id != t.Identity {
-			return false
-		}
-	}
-	return true
 }
