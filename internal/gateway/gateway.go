@@ -23,6 +23,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/decide"
 	"github.com/confidential-mcp/cmcp/internal/killswitch"
 	"github.com/confidential-mcp/cmcp/internal/policy"
+	"github.com/confidential-mcp/cmcp/internal/sessionbounds"
 	"github.com/confidential-mcp/cmcp/internal/spares"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
@@ -127,7 +128,7 @@ type Gateway struct {
 	instructions string
 	sessions     map[*session]struct{}
 	byID         map[string]*session
-	slots        sessionSlots // the HTTP front's open sessions, against its bounds
+	slots        sessionbounds.Slots // the HTTP front's open sessions, against its bounds
 
 	ks       *killswitch.Switch // the kill switch
 	closing  atomic.Bool

@@ -44,7 +44,7 @@ func (c httpCore) SessionBound(maxSessions int) {
 }
 
 func (c httpCore) TakeSlot(who string, maxSessions, maxPerAgent int) (func(), string, int) {
-	return c.g.slots.take(who, maxSessions, maxPerAgent)
+	return c.g.slots.Take(who, maxSessions, maxPerAgent)
 }
 
 func (c httpCore) SessionRefused(limit string) {

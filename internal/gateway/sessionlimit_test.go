@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
@@ -224,28 +223,4 @@ func TestSessionBoundsFreedWhenSessionsEnd(t *testing.T) {
 			return ""
 		})
 	})
-}
-
-// TestWarnFileLimit: serve warns at start when the sessions it allows could
-// need more file descriptors than the process may open, naming the setting
-// and the remedy; without per-session stdio upstreams it says nothing.
-func TestWarnFileLimit(t *testing.T) {
-	for _, tc := range []struct {
-		name                  string
-		maxSessions, upstream int
-		warns                 bool
-	}{
-		{"more than any limit", 1 << 40, 1, true},
-		{"no per-session children", 1 << 40, 0, false},
-		{"few sessions", 1, 1, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			logs := &lockedWriter{}
-			WarnFileLimit(slog.New(slog.NewTextHandler(logs, nil)), tc.maxSessions, tc.upstream)
-			got := logs.String()
-			if warned := strings.Contains(got, "server.max_sessions") && strings.Contains(got, "ulimit -n"); warned != tc.warns {
-				t.Fatalf("warned %v, want %v: %q", warned, tc.warns, got)
-			}
-		})
-	}
 }

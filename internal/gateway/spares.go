@@ -38,9 +38,7 @@ import (
 // startSpares starts the warm spares of the per-session upstreams that
 // have them. Start calls it after the startup probes.
 func (g *Gateway) startSpares() {
-	g.slots.mu.Lock()
-	g.slots.released = g.fillSpares
-	g.slots.mu.Unlock()
+	g.slots.OnRelease(g.fillSpares)
 	for _, name := range g.order {
 		st := g.ups[name]
 		if st.opts.WarmSpares <= 0 || st.opts.Shared {
@@ -78,9 +76,7 @@ func (g *Gateway) reserveSpare() bool {
 	bound := g.spareBound.Load()
 	for {
 		n := g.spareCount.Load()
-		g.slots.mu.Lock()
-		open := int64(g.slots.total)
-		g.slots.mu.Unlock()
+		open := int64(g.slots.Open())
 		if open+n >= bound {
 			return false
 		}

@@ -42,6 +42,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/metrics"
 	"github.com/confidential-mcp/cmcp/internal/oauth"
 	"github.com/confidential-mcp/cmcp/internal/policy"
+	"github.com/confidential-mcp/cmcp/internal/sessionbounds"
 	"github.com/confidential-mcp/cmcp/internal/spawnaudit"
 	"github.com/confidential-mcp/cmcp/internal/tee"
 	"github.com/confidential-mcp/cmcp/internal/tunnel"
@@ -696,7 +697,7 @@ func (s *serve) serveHTTP() error {
 		mux.Handle(config.TunnelPath, s.hub)
 	}
 	maxSessions, _ := srvCfg.SessionBounds()
-	gateway.WarnFileLimit(logger, maxSessions, perSessionStdio(s.cfg))
+	sessionbounds.WarnFileLimit(logger, maxSessions, perSessionStdio(s.cfg))
 	// Requests other than the long-lived GET streams are counted, so that
 	// shutdown waits for them (their responses included) and not for idle
 	// notification streams.

@@ -1,7 +1,9 @@
 // Package sessionbounds holds the bounds on open agent sessions that the
 // configuration (server.max_sessions, server.max_sessions_per_agent) and
-// the HTTP front both apply: their defaults, and how an unset bound follows
-// from the other.
+// the HTTP front both apply: their defaults, how an unset bound follows
+// from the other, the count of open sessions held against them (Slots),
+// and the start-up warning when the process may open too few files for
+// them.
 package sessionbounds
 
 // The defaults. A live session holds memory and descriptors (a child per

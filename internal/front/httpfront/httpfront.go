@@ -91,8 +91,8 @@ const CodeTooManySessions = -32069
 
 // Which bound refused a session (Core.TakeSlot): the metric's limit label.
 const (
-	LimitTotal    = "total"
-	LimitPerAgent = "per_agent"
+	LimitTotal    = sessionbounds.LimitTotal
+	LimitPerAgent = sessionbounds.LimitPerAgent
 )
 
 // Core is the gateway core as the HTTP front uses it.

@@ -1,39 +1,44 @@
-package gateway
+package sessionbounds
 
 import (
 	"fmt"
 	"log/slog"
 	"sync"
 	"syscall"
-
-	"github.com/confidential-mcp/cmcp/internal/front/httpfront"
 )
 
-// sessionSlots counts the HTTP front's open sessions, in all and per
-// identity, against server.max_sessions and server.max_sessions_per_agent.
-// A slot is taken before a session is created and given back when it ends
-// (or, if no session came of its request, when the request is done), so
-// that requests racing to open sessions cannot pass the bound together.
-type sessionSlots struct {
+// Which bound refused a session (Slots.Take): the metric's limit label.
+const (
+	LimitTotal    = "total"
+	LimitPerAgent = "per_agent"
+)
+
+// Slots counts the HTTP front's open sessions, in all and per identity,
+// against server.max_sessions and server.max_sessions_per_agent. A slot
+// is taken before a session is created and given back when it ends (or,
+// if no session came of its request, when the request is done), so that
+// requests racing to open sessions cannot pass the bound together. The
+// zero Slots is ready for use.
+type Slots struct {
 	mu    sync.Mutex
 	total int
 	per   map[string]int
-	// released, if set, runs after a slot is given back (warm spares
-	// refill into the room).
+	// released, if set, runs after a slot is given back.
 	released func()
 }
 
-// take reserves a slot for a new session of who. It returns the function
+// Take reserves a slot for a new session of who. It returns the function
 // that gives the slot back (once, however often it is called), or the
-// bound that is reached and how many sessions hold it.
-func (ss *sessionSlots) take(who string, maxTotal, maxPer int) (release func(), limit string, open int) {
+// bound that is reached (LimitTotal, LimitPerAgent) and how many sessions
+// hold it.
+func (ss *Slots) Take(who string, maxTotal, maxPer int) (release func(), limit string, open int) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	switch {
 	case ss.per[who] >= maxPer:
-		return nil, httpfront.LimitPerAgent, ss.per[who]
+		return nil, LimitPerAgent, ss.per[who]
 	case ss.total >= maxTotal:
-		return nil, httpfront.LimitTotal, ss.total
+		return nil, LimitTotal, ss.total
 	}
 	if ss.per == nil {
 		ss.per = map[string]int{}
@@ -52,6 +57,21 @@ func (ss *sessionSlots) take(who string, maxTotal, maxPer int) (release func(), 
 			released()
 		}
 	}), "", 0
+}
+
+// Open is how many slots are taken.
+func (ss *Slots) Open() int {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.total
+}
+
+// OnRelease sets f to run after each slot is given back (the gateway's
+// warm spares refill into the room).
+func (ss *Slots) OnRelease(f func()) {
+	ss.mu.Lock()
+	ss.released = f
+	ss.mu.Unlock()
 }
 
 // WarnFileLimit logs a warning when the process may open fewer files than
