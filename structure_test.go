@@ -239,8 +239,8 @@ func TestAuditRecordFormatStandsAlone(t *testing.T) {
 }
 
 // TestPipelineStagesStandAlone: the stages cut out of the gateway core
-// (route, decide, toagent, toollist, machines, killswitch, faults,
-// toolprobe, spawnaudit) are imported by the core, which reaches them and is reached
+// (route, decide, toagent, toollist, callwire, machines, killswitch,
+// faults, toolprobe, spawnaudit) are imported by the core, which reaches them and is reached
 // by them only through small interfaces. None of them depends on the
 // core, the server assembly, the configuration or the command line, and
 // a stage imports another stage only where listed here, so each can be
@@ -252,6 +252,7 @@ func TestPipelineStagesStandAlone(t *testing.T) {
 		"decide":     {"faults", "route"}, // route.Access: what the router asks the gate
 		"toagent":    {"faults"},
 		"toollist":   nil,
+		"callwire":   nil,
 		"machines":   nil,
 		"killswitch": nil,
 		"faults":     nil,

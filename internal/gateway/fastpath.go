@@ -10,12 +10,12 @@ import (
 	"strings"
 	"sync"
 
-	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	segjson "github.com/segmentio/encoding/json"
 
+	"github.com/confidential-mcp/cmcp/internal/callwire"
 	"github.com/confidential-mcp/cmcp/internal/front/httpfront"
 	"github.com/confidential-mcp/cmcp/internal/front/stdiofront"
 	"github.com/confidential-mcp/cmcp/internal/rpcwire"
@@ -31,61 +31,6 @@ import (
 // agent sends, and every call made before the session is initialised,
 // still goes to go-sdk. Progress, logging, sampling and elicitation during
 // a fast call reach the agent exactly as before (see live.route).
-
-// decodeFastCall decodes a tools/call's params, or reports false when
-// go-sdk must answer the request (anything unusual: its errors are the
-// reference). params must be valid JSON in the strict sense (RFC 7493),
-// as in a message rpcwire.DecodeFast took, which both fronts make sure
-// of: its members are found without validating or decoding it again
-// (rpcwire.EachMember).
-func decodeFastCall(params json.RawMessage) (toolCall, bool) {
-	if len(params) == 0 || params[0] != '{' {
-		return toolCall{}, false
-	}
-	var call toolCall
-	var name, meta []byte
-	if !rpcwire.EachMember(params, func(n, v []byte) {
-		switch string(n) {
-		case "name":
-			name = v
-		case "arguments":
-			call.Args = v
-		case "_meta":
-			meta = v
-		}
-	}) {
-		return toolCall{}, false
-	}
-	if len(name) == 0 || name[0] != '"' || jsonv2.Unmarshal(name, &call.Name) != nil {
-		return toolCall{}, false
-	}
-	if len(call.Args) > 0 && call.Args[0] != '{' {
-		return toolCall{}, false
-	}
-	// _meta stays the bytes the agent sent (numbers beyond float64, member
-	// order, "<>&" unescaped): the upstream gets them as they are, with
-	// only the progress token replaced by the gateway's (spliceMeta), and
-	// the agent gets its own token back, as it spelled it, on progress.
-	switch {
-	case len(meta) == 0 || string(meta) == "null":
-	case meta[0] != '{':
-		return toolCall{}, false
-	default:
-		var tok []byte
-		if !rpcwire.EachMember(meta, func(n, v []byte) {
-			if string(n) == "progressToken" {
-				tok = v
-			}
-		}) {
-			return toolCall{}, false // a member name with an escape (it may spell progressToken): go-sdk decodes it
-		}
-		call.Meta = meta
-		if len(tok) > 0 && string(tok) != "null" {
-			call.Progress = json.RawMessage(tok)
-		}
-	}
-	return call, true
-}
 
 // fastCalls are the fast path's in-flight calls of one connection, by
 // request id, so that notifications/cancelled reaches them.
@@ -186,7 +131,7 @@ func (s *session) stdioFast(c *stdiofront.Conn) func(*jsonrpc.Request) (bool, fu
 		if !req.IsCall() || s.downSession() == nil {
 			return false, nil
 		}
-		call, ok := decodeFastCall(req.Params)
+		call, ok := callwire.Decode(req.Params)
 		call.ID = req.ID
 		if !ok {
 			return false, nil

@@ -11,6 +11,8 @@ import (
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
+	"github.com/confidential-mcp/cmcp/internal/callwire"
 )
 
 // TestOneLine: a result with line breaks (indented JSON from an HTTP
@@ -23,8 +25,8 @@ func TestOneLine(t *testing.T) {
 		{"{\n  \"content\": [\r\n    {\"type\": \"text\", \"text\": \"x y\"}\n  ]\n}", `{"content":[{"type":"text","text":"x y"}]}`},
 		{"{\n not json", "{\n not json"},
 	} {
-		if got := string(oneLine(json.RawMessage(tc.in))); got != tc.want {
-			t.Errorf("oneLine(%q) = %q, want %q", tc.in, got, tc.want)
+		if got := string(callwire.OneLine(json.RawMessage(tc.in))); got != tc.want {
+			t.Errorf("callwire.OneLine(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
 }
@@ -47,8 +49,8 @@ func TestSpliceMeta(t *testing.T) {
 		{"escaped names (go-sdk's encoding)", `{"\u003c":1,"progressToken":2}`, "cmcp-6", `{"<":1,"progressToken":"cmcp-6"}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := string(spliceMeta(json.RawMessage(tc.meta), tc.tok)); got != tc.want {
-				t.Errorf("spliceMeta(%s, %v) = %s, want %s", tc.meta, tc.tok, got, tc.want)
+			if got := string(callwire.SpliceMeta(json.RawMessage(tc.meta), tc.tok)); got != tc.want {
+				t.Errorf("callwire.SpliceMeta(%s, %v) = %s, want %s", tc.meta, tc.tok, got, tc.want)
 			}
 		})
 	}
@@ -80,13 +82,13 @@ func FuzzFastCall(f *testing.F) {
 			IsError bool `json:"isError"`
 		}
 		jerr := jsonv2.Unmarshal(result, &shape)
-		if got, err := resultIsError(result); (err == nil) != (jerr == nil) || (err == nil && got != shape.IsError) {
-			t.Fatalf("resultIsError(%q) = %v, %v; decoded %v, %v", result, got, err, shape.IsError, jerr)
+		if got, err := callwire.ResultIsError(result); (err == nil) != (jerr == nil) || (err == nil && got != shape.IsError) {
+			t.Fatalf("callwire.ResultIsError(%q) = %v, %v; decoded %v, %v", result, got, err, shape.IsError, jerr)
 		}
 		if !jsontext.Value(params).IsValid() {
 			return // decodeFastCall is given params of a strictly decoded message only
 		}
-		call, ok := decodeFastCall(params)
+		call, ok := callwire.Decode(params)
 		if !ok {
 			return
 		}
@@ -120,8 +122,8 @@ func FuzzFastCall(f *testing.F) {
 		// Upstream, the token is the gateway's and nothing else changes.
 		if call.Progress != nil {
 			var spliced map[string]jsontext.Value
-			if err := jsonv2.Unmarshal(spliceMeta(call.Meta, "cmcp-1"), &spliced); err != nil || string(spliced["progressToken"]) != `"cmcp-1"` || len(spliced) != len(meta) {
-				t.Fatalf("%q: spliced _meta %s (%v)", params, spliceMeta(call.Meta, "cmcp-1"), err)
+			if err := jsonv2.Unmarshal(callwire.SpliceMeta(call.Meta, "cmcp-1"), &spliced); err != nil || string(spliced["progressToken"]) != `"cmcp-1"` || len(spliced) != len(meta) {
+				t.Fatalf("%q: spliced _meta %s (%v)", params, callwire.SpliceMeta(call.Meta, "cmcp-1"), err)
 			}
 			for k, v := range meta {
 				if k != "progressToken" && !bytes.Equal(spliced[k], v) {
@@ -133,7 +135,7 @@ func FuzzFastCall(f *testing.F) {
 			return // the pipeline refuses a result that is not JSON
 		}
 		id, _ := jsonrpc.MakeID("x")
-		b := encodeResponse(id, oneLine(result), nil)
+		b := encodeResponse(id, callwire.OneLine(result), nil)
 		if bytes.ContainsAny(b, "\r\n") || !json.Valid(b) {
 			t.Fatalf("response %q is not one line of JSON", b)
 		}
@@ -147,8 +149,8 @@ func BenchmarkFastCallMeta(b *testing.B) {
 	params := json.RawMessage(`{"_meta":{"progressToken":42,"trace":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01","n":12345678901234567890},"name":"t__echo","arguments":{"text":"bench"}}`)
 	b.ReportAllocs()
 	for b.Loop() {
-		call, ok := decodeFastCall(params)
-		if !ok || len(spliceMeta(call.Meta, "cmcp-1")) == 0 {
+		call, ok := callwire.Decode(params)
+		if !ok || len(callwire.SpliceMeta(call.Meta, "cmcp-1")) == 0 {
 			b.Fatal("not taken")
 		}
 	}
@@ -163,14 +165,14 @@ func BenchmarkResultIsError(b *testing.B) {
 		res := json.RawMessage(`{"content":[{"type":"text","text":"` + strings.Repeat("x", n) + `"}],"isError":false}`)
 		b.Run(fmt.Sprintf("checked again/%dB", n), func(b *testing.B) {
 			for b.Loop() {
-				if _, err := resultIsError(res); err != nil {
+				if _, err := callwire.ResultIsError(res); err != nil {
 					b.Fatal(err)
 				}
 			}
 		})
 		b.Run(fmt.Sprintf("checked on arrival/%dB", n), func(b *testing.B) {
 			for b.Loop() {
-				if _, ok := checkedIsError(res); !ok {
+				if _, ok := callwire.CheckedIsError(res); !ok {
 					b.Fatal("not read")
 				}
 			}

@@ -12,6 +12,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/confidential-mcp/cmcp/internal/callwire"
 	"github.com/confidential-mcp/cmcp/internal/credential"
 	"github.com/confidential-mcp/cmcp/internal/front/httpfront"
 	"github.com/confidential-mcp/cmcp/internal/oauth"
@@ -126,7 +127,7 @@ func (h httpSession) Delete() func() {
 // upstream sends while working on it go there: sinkFrom), then answers it.
 func (h httpSession) Call(m *jsonrpc.Request, st *httpfront.Stream) bool {
 	s := h.s
-	call, ok := decodeFastCall(m.Params)
+	call, ok := callwire.Decode(m.Params)
 	call.ID = m.ID
 	if !ok {
 		s.recordUndecodableCall(m)

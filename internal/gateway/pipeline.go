@@ -8,12 +8,12 @@ import (
 	"fmt"
 	"time"
 
-	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/confidential-mcp/cmcp/internal/callwire"
 	"github.com/confidential-mcp/cmcp/internal/catalog"
 	"github.com/confidential-mcp/cmcp/internal/decide"
 	"github.com/confidential-mcp/cmcp/internal/machines"
@@ -23,14 +23,8 @@ import (
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
-// toolCall is one tools/call as the agent sent it.
-type toolCall struct {
-	Name     string
-	Args     json.RawMessage // the arguments object exactly as sent (empty: none)
-	Meta     json.RawMessage // the agent's _meta object exactly as sent (empty: none), forwarded
-	Progress any             // the agent's progress token (on the fast paths its exact bytes, a json.RawMessage), or nil
-	ID       jsonrpc.ID      // the JSON-RPC id, when the front read it (the fast paths)
-}
+// toolCall is one tools/call as the agent sent it (callwire.Call).
+type toolCall = callwire.Call
 
 // rawResult is a tools/call result forwarded to the agent as the exact
 // bytes the upstream sent.
@@ -253,7 +247,7 @@ func (c *callRun) checkArgs() error {
 		return c.refuse(fault(CodeShuttingDown, "the gateway is shutting down; reconnect and retry"))
 	}
 	if a := bytes.TrimLeft(c.args, " \t\r\n"); len(a) == 0 || a[0] != '{' {
-		return c.refuse(fault(jsonrpc.CodeInvalidParams, "tools/call arguments must be a JSON object (MCP), not %s; nothing was forwarded", jsonKind(a)))
+		return c.refuse(fault(jsonrpc.CodeInvalidParams, "tools/call arguments must be a JSON object (MCP), not %s; nothing was forwarded", callwire.Kind(a)))
 	}
 	// The fronts refuse such text in the whole message (refuseAmbiguousCall);
 	// this holds for any other way a call gets here.
@@ -339,7 +333,7 @@ func (c *callRun) forward(lv *live, toolName string) (res json.RawMessage, sent 
 			conn, callErr = lv.conn.OnMachine(cctx, c.rec.Machine)
 		}
 		if callErr == nil {
-			res, callErr = forwardCall(upstream.WithChecked(cctx, &c.checked), conn, toolName, c.args, spliceMeta(c.params.Meta, upTok))
+			res, callErr = forwardCall(upstream.WithChecked(cctx, &c.checked), conn, toolName, c.args, callwire.SpliceMeta(c.params.Meta, upTok))
 		}
 		cancel()
 		release()
@@ -355,16 +349,16 @@ func (c *callRun) outcome(result *record.Result, st *upState, lv *live, toolName
 	var outErr error
 	switch {
 	case callErr == nil:
-		res = oneLine(res)
+		res = callwire.OneLine(res)
 		// The commitment is to the exact bytes the agent receives.
 		result.Result = g.log.Commit(res)
 		isError, read := false, false
 		if c.checked {
-			isError, read = checkedIsError(res)
+			isError, read = callwire.CheckedIsError(res)
 		}
 		var err error
 		if !read {
-			isError, err = resultIsError(res)
+			isError, err = callwire.ResultIsError(res)
 		}
 		if err != nil {
 			f := fault(CodeUpstreamFailed, "upstream %q answered %q with a result that is not a tools/call result (%v); it was not forwarded", st.name, toolName, err)
@@ -438,130 +432,6 @@ func (c *callRun) appendResult(result *record.Result, after *func(undelivered st
 	} else {
 		go appendResult("")
 	}
-}
-
-// jsonKind names the kind of a JSON value by its first byte, for an error
-// message that must not repeat the value (arguments reach the log only as
-// commitments).
-func jsonKind(v []byte) string {
-	switch {
-	case len(v) == 0:
-		return "nothing"
-	case v[0] == '[':
-		return "an array"
-	case v[0] == '"':
-		return "a string"
-	case v[0] == 't' || v[0] == 'f':
-		return "a boolean"
-	default:
-		return "a number"
-	}
-}
-
-// resultIsError reads a tools/call result's isError, or fails if the
-// result is not a JSON object whose isError (if any) is a boolean or null.
-func resultIsError(res json.RawMessage) (bool, error) {
-	if len(res) > 0 && res[0] == '{' && jsontext.Value(res).IsValid() {
-		if isError, ok := checkedIsError(res); ok {
-			return isError, nil
-		}
-	}
-	// Anything else is decoded in full, for its error.
-	var shape struct {
-		IsError bool `json:"isError"`
-	}
-	err := jsonv2.Unmarshal(res, &shape)
-	return shape.IsError, err
-}
-
-// checkedIsError is resultIsError for a result known to be valid JSON in
-// the strict sense (RFC 7493: valid UTF-8, no repeated member names, so
-// isError is read one way by every reader): ok is false when it must be
-// decoded in full (not an object, a member name with an escape, an isError
-// that is not a boolean or null).
-func checkedIsError(res json.RawMessage) (isError, ok bool) {
-	if len(res) == 0 || res[0] != '{' {
-		return false, false
-	}
-	var v []byte
-	if !rpcwire.EachMember(res, func(name, value []byte) {
-		if string(name) == "isError" {
-			v = value
-		}
-	}) {
-		return false, false
-	}
-	switch string(v) {
-	case "true":
-		return true, true
-	case "", "false", "null":
-		return false, true
-	}
-	return false, false
-}
-
-// oneLine returns a result as the upstream sent it unless it holds line
-// breaks (an HTTP upstream may send indented JSON), which a line-framed
-// stdio agent cannot receive: then without its insignificant white space.
-// Invalid JSON is returned unchanged (the caller refuses it).
-func oneLine(res json.RawMessage) json.RawMessage {
-	if !bytes.ContainsAny(res, "\r\n") {
-		return res
-	}
-	var b bytes.Buffer
-	if json.Compact(&b, res) != nil {
-		return res
-	}
-	return b.Bytes()
-}
-
-// spliceMeta is the _meta to send upstream: the agent's bytes (an object,
-// or empty for none) with the value of progressToken replaced by the
-// gateway's own token upTok (nil: none; the agent sent none either), added
-// if the agent's _meta has none. Every other byte is the agent's.
-func spliceMeta(meta json.RawMessage, upTok any) json.RawMessage {
-	if upTok == nil {
-		return meta
-	}
-	tok, err := json.Marshal(upTok)
-	if err != nil {
-		return meta
-	}
-	if len(meta) == 0 || meta[0] != '{' {
-		return append(append([]byte(`{"progressToken":`), tok...), '}')
-	}
-	start, end := -1, -1
-	if !rpcwire.EachMember(meta, func(n, v []byte) {
-		if string(n) == "progressToken" {
-			// v is meta[start:end], a slice of meta's own array.
-			start = cap(meta) - cap(v)
-			end = start + len(v)
-		}
-	}) {
-		// A member name with an escape (only from go-sdk's encoding, the
-		// fast paths leave such calls to go-sdk): decoded and encoded.
-		var m map[string]jsontext.Value
-		if jsonv2.Unmarshal(meta, &m) != nil {
-			return meta
-		}
-		m["progressToken"] = tok
-		if b, err := jsonv2.Marshal(m, jsonv2.Deterministic(true)); err == nil {
-			return b
-		}
-		return meta
-	}
-	out := make([]byte, 0, len(meta)+len(tok)+20)
-	if start >= 0 {
-		out = append(out, meta[:start]...)
-		out = append(out, tok...)
-		return append(out, meta[end:]...)
-	}
-	// First, so that an empty object needs no comma.
-	out = append(append(out, `{"progressToken":`...), tok...)
-	if rest := bytes.TrimLeft(meta[1:], " \t\r\n"); len(rest) == 0 || rest[0] != '}' {
-		out = append(out, ',')
-	}
-	return append(out, meta[1:]...)
 }
 
 // forwardCall sends tools/call upstream as a raw call (both kinds of
