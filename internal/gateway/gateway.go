@@ -96,7 +96,7 @@ type Options struct {
 	// ListRecheck is how often every session's tools/list is re-filtered,
 	// so that an agent is sent list_changed when the time alone changes
 	// what the policy lets it see (0: 30 seconds). Changes caused by a
-	// session's own calls are found within listRecheckDelay of the call.
+	// session's own calls are found within toollist.RecheckDelay of the call.
 	ListRecheck time.Duration
 	// KillSwitchFile is where the engaged kill switch's state is kept
 	// (killswitch.Switch; server.Serve puts it in the audit directory). Start engages
