@@ -101,6 +101,17 @@ func TestRotatedTokenEndsItsSessions(t *testing.T) {
 			t.Fatalf("after the rotation %d sessions are alive; want only the one opened with the new token", len(ss))
 		}
 	}
+	// A list_changed sent to A before the rotation may still be on its
+	// way: wait until A's connection has ended (its GET stream closed by
+	// the gateway, delivered up to its end) before draining, so what A
+	// receives below can only be a message sent after the rotation.
+	ended := make(chan struct{})
+	go func() { csA.Wait(); close(ended) }()
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the session opened with the withdrawn token: its connection did not end after the rotation")
+	}
 	for len(gotA) > 0 {
 		<-gotA
 	}
