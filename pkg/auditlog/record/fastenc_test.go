@@ -78,14 +78,23 @@ func fastCases() map[string]Record {
 		"call/time-local":             &Call{PolicyInput: &PolicyInput{Time: time.Unix(1700000000, 123456789)}},
 		"result/full": &Result{Call: 12, Session: "s", Outcome: ResultUpstreamError, Result: Commitment{ID: 0, Size: 0, MAC: sampleMAC},
 			LatencyMicros: -5, ErrorCode: -32603, Reason: "internal error: \"x\"\n"},
-		"result/nil": (*Result)(nil),
-		"call/nil":   (*Call)(nil),
+		"result/nil":    (*Result)(nil),
+		"upstream/zero": &Upstream{},
+		"upstream/nil":  (*Upstream)(nil),
+		"upstream/assigned": &Upstream{Name: "t", Transport: "stdio", Endpoint: "pid 4242", EvidenceClass: "spawn-measured", Session: "3f1c",
+			Event: "assigned", Reason: "a warm spare, started and recorded before the session, now serves it alone"},
+		"upstream/full": &Upstream{Name: "web", Transport: "http", Endpoint: "https://127.0.0.1:8443/mcp", EvidenceClass: "tls-pinned", SPKI: sampleDigest,
+			ServerName: "srv", ServerVersion: "1.2.3", Tools: math.MaxInt64, Session: "s", Event: "connected", Reason: "r"},
+		"upstream/tools-negative": &Upstream{Tools: math.MinInt64, Event: "connected"},
+		"call/nil":                (*Call)(nil),
 	}
 	for i, s := range awkwardStrings {
 		cases[fmt.Sprintf("call/string-%d", i)] = &Call{Session: s, Agent: s, Tool: s, Upstream: s, UpstreamTool: s, EvidenceClass: s,
 			Decision: s, PolicyIDs: []string{s, s}, PolicyMode: s, Outcome: s, Reason: s,
 			PolicyInput: &PolicyInput{Groups: []string{s}, EvidenceClass: s, ToolsUsed: []string{s}, Errors: []string{s}}}
 		cases[fmt.Sprintf("result/string-%d", i)] = &Result{Session: s, Outcome: s, Reason: s}
+		cases[fmt.Sprintf("upstream/string-%d", i)] = &Upstream{Name: s, Transport: s, Endpoint: s, EvidenceClass: s, ServerName: s, ServerVersion: s,
+			Session: s, Event: s, Reason: s}
 	}
 	for _, id := range []string{``, `0`, `-1`, `9007199254740992`, `9007199254740993`, `-9007199254740993`, `1.5`, `1e3`, `-0`, `01`,
 		`"id"`, `"\u00e9"`, `"é"`, `"\/"`, `"a\nb"`, `"\u000a"`, `null`, `true`, `{"b":1,"a":2}`, `[1,2]`, ` 7`, `7 `, `"unterminated`,
@@ -96,8 +105,8 @@ func fastCases() map[string]Record {
 	return cases
 }
 
-// TestFastEncoding checks that the one-pass encoders of call and result
-// records write exactly the bytes of the general path (marshal,
+// TestFastEncoding checks that the one-pass encoders of call, result and
+// upstream records write exactly the bytes of the general path (marshal,
 // canonicalize, scan), and that the general path decides every case the
 // fast path leaves to it (errors included).
 func TestFastEncoding(t *testing.T) {
@@ -125,12 +134,13 @@ func TestFastEncoding(t *testing.T) {
 // must not fall back to the general path silently.
 func TestFastEncodingIsUsed(t *testing.T) {
 	c := fastCases()
-	for _, name := range []string{"call/full", "call/minimal", "call/machine", "result/full", "call/time-local", "call/string-4", "call/string-5"} {
+	for _, name := range []string{"call/full", "call/minimal", "call/machine", "result/full", "call/time-local", "call/string-4", "call/string-5",
+		"upstream/assigned", "upstream/full", "upstream/zero", "upstream/string-5"} {
 		if _, ok := appendFastBody(nil, c[name]); !ok {
 			t.Errorf("%s: fast path not taken", name)
 		}
 	}
-	for _, name := range []string{"call/time-year-10000", "call/request-id-1.5", "call/request-id-null", "call/nil"} {
+	for _, name := range []string{"call/time-year-10000", "call/request-id-1.5", "call/request-id-null", "call/nil", "upstream/nil"} {
 		if _, ok := appendFastBody(nil, c[name]); ok {
 			t.Errorf("%s: fast path taken for a value it must leave to the general path", name)
 		}
@@ -152,6 +162,8 @@ func FuzzFastEncoding(f *testing.F) {
 				Args: Commitment{ID: n, Size: n, MAC: []byte(s)}, PolicyIDs: []string{s}, PolicyMode: s, Outcome: s, Reason: s, UpstreamTool: s, Machine: s,
 				PolicyInput: &PolicyInput{Groups: []string{s}, EvidenceClass: s, SessionCalls: n, ToolsUsed: []string{s}, Time: tm, Errors: []string{s}}},
 			&Result{Call: n, Session: s, Outcome: s, Result: Commitment{ID: n, Size: n, MAC: []byte(s)}, LatencyMicros: n, ErrorCode: n, Reason: s},
+			&Upstream{Name: s, Transport: s, Endpoint: s, EvidenceClass: s, SPKI: digest.Bytes([]byte(s)), ServerName: s, ServerVersion: s, Tools: n,
+				Session: s, Event: s, Reason: s},
 		}
 		for _, r := range recs {
 			want, werr := encodeBodyGeneral(r)
