@@ -221,6 +221,37 @@ func TestAuditlogScannerStandsBelow(t *testing.T) {
 	}
 }
 
+// TestAuditlogExcerptsStandAbove: pkg/auditlog/excerpt (offline proofs,
+// session receipts, the check of one segment on its own) sits above
+// pkg/auditlog: it depends on no cmcp package outside pkg/auditlog but
+// pkg/digest, so an auditor's tool builds without the gateway, and no
+// other package under pkg/auditlog depends on it, so the writer and the
+// whole-log verifier build without it. The test kit
+// pkg/auditlog/internal/logtest is for tests only: no package's build
+// depends on it.
+func TestAuditlogExcerptsStandAbove(t *testing.T) {
+	const module = "github.com/confidential-mcp/cmcp/"
+	const excerpt, logtest = module + "pkg/auditlog/excerpt", module + "pkg/auditlog/internal/logtest"
+	seen := false
+	for _, p := range goList(t, "./...") {
+		for _, d := range p.Deps {
+			if d == logtest {
+				t.Errorf("%s depends on %s (see `go list -deps %s`); the test kit is for tests only", p.ImportPath, d, p.ImportPath)
+			}
+			if d == excerpt && strings.HasPrefix(p.ImportPath, module+"pkg/auditlog") {
+				t.Errorf("%s depends on %s (see `go list -deps %s`); excerpt sits above the rest of pkg/auditlog", p.ImportPath, d, p.ImportPath)
+			}
+			if p.ImportPath == excerpt && strings.HasPrefix(d, module) && !strings.HasPrefix(d, module+"pkg/auditlog") && d != module+"pkg/digest" {
+				t.Errorf("%s depends on %s (see `go list -deps %s`); it must depend on no cmcp package outside pkg/auditlog but pkg/digest", p.ImportPath, d, p.ImportPath)
+			}
+		}
+		seen = seen || p.ImportPath == excerpt
+	}
+	if !seen {
+		t.Fatalf("go list ./... did not list %s: the check saw nothing", excerpt)
+	}
+}
+
 // TestAuditRecordFormatStandsAlone: pkg/auditlog/record (the record kinds,
 // their canonical encoding, the verification errors) sits below
 // pkg/auditlog: it depends on no cmcp package but internal/jcs and

@@ -15,15 +15,14 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/confidential-mcp/cmcp/internal/config"
+	"github.com/confidential-mcp/cmcp/internal/ui"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/excerpt"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
+	"github.com/confidential-mcp/cmcp/pkg/evidence"
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/rogpeppe/go-internal/txtar"
 	"go.yaml.in/yaml/v3"
-
-	"github.com/confidential-mcp/cmcp/internal/config"
-	"github.com/confidential-mcp/cmcp/internal/ui"
-	"github.com/confidential-mcp/cmcp/pkg/auditlog"
-	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
-	"github.com/confidential-mcp/cmcp/pkg/evidence"
 )
 
 var updateSchemas = flag.Bool("update-schemas", false, "write docs/schema/*.schema.json from the Go types")
@@ -142,7 +141,7 @@ func schemaDocs(t testing.TB) []schemaDoc {
 	return []schemaDoc{
 		{"config", "cmcp.yaml", "The configuration cmcp serve, spawn-digest --check and connect read (YAML; this schema describes it as JSON). Reference: docs/configuration.md.", configSchema(t)},
 		{"audit-record", "cmcp audit record", "One line of an audit log segment (pkg/auditlog/FORMAT.md): the envelope and, by kind, its body. The line must also be in RFC 8785 canonical form, which a schema cannot say.", auditRecordSchema},
-		{"session-receipt", "cmcp session receipt", "What cmcp verify-chain --make-receipt writes and --receipt checks (docs/auditor.md).", jsonDoc(reflect.TypeFor[auditlog.SessionReceipt](), false)},
+		{"session-receipt", "cmcp session receipt", "What cmcp verify-chain --make-receipt writes and --receipt checks (docs/auditor.md).", jsonDoc(reflect.TypeFor[excerpt.SessionReceipt](), false)},
 		{"evidence-bundle", "cmcp evidence bundle", "What cmcp attest --out writes and attest verify and verify-chain read (docs/attest.md).", jsonDoc(reflect.TypeFor[evidence.Bundle](), false)},
 		{"verify-chain", "cmcp verify-chain --output json", "The result of cmcp verify-chain DIR -o json, verified or failed (docs/verify-chain.md).", jsonDoc(reflect.TypeFor[verifyChainDoc](), true)},
 		{"verify-chain-prove", "cmcp verify-chain --prove --output json", "The inclusion proof cmcp verify-chain DIR --prove N -o json prints (docs/verify-chain.md).", jsonDocs(reflect.TypeFor[proveDoc]())},

@@ -10,15 +10,15 @@ import (
 	"strings"
 	"time"
 
-	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
-
 	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/internal/ui"
 	"github.com/confidential-mcp/cmcp/pkg/attestedlog"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/excerpt"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 type verifyChainOptions struct {
@@ -310,7 +310,7 @@ type (
 	segmentDoc struct {
 		SchemaVersion int    `json:"schema_version"`
 		Status        string `json:"status"`
-		*auditlog.SegmentResult
+		*excerpt.SegmentResult
 		Newest   *checkpointDoc      `json:"newest_checkpoint,omitempty"`
 		Failure  *record.VerifyError `json:"failure,omitempty"`
 		ExitCode int                 `json:"exit_code"`
@@ -319,7 +319,7 @@ type (
 	receiptCheckDoc struct {
 		SchemaVersion int    `json:"schema_version"`
 		Status        string `json:"status"`
-		*auditlog.ReceiptResult
+		*excerpt.ReceiptResult
 		Checkpoint *checkpointDoc               `json:"checkpoint"`
 		Evidence   []*attestedlog.GenesisResult `json:"evidence"`
 	}
@@ -626,7 +626,7 @@ func runProve(p *ui.Printer, dir string, o *verifyChainOptions, keys []string) e
 		return exitcode.Errorf(exitcode.ExitUsage, "--prove makes a proof; run --checkpoint and --save-checkpoint separately")
 	}
 	prog := p.Progress("verifying", auditlog.LogBytes(dir))
-	pr, err := auditlog.Prove(dir, o.Epoch, o.Prove, auditlog.VerifyOptions{Keys: keys, Progress: prog.Add})
+	pr, err := excerpt.Prove(dir, o.Epoch, o.Prove, auditlog.VerifyOptions{Keys: keys, Progress: prog.Add})
 	prog.Done()
 	if err != nil {
 		return verifyErr(err)
@@ -644,7 +644,7 @@ func runVerifyProof(p *ui.Printer, file string, keys []string) error {
 	if err != nil {
 		return exitcode.Errorf(exitcode.ExitIO, "--proof: %w", err)
 	}
-	res, err := auditlog.VerifyProof(b, keys)
+	res, err := excerpt.VerifyProof(b, keys)
 	if err != nil {
 		var ve *record.VerifyError
 		if errors.As(err, &ve) && ve.Class == record.ClassUsage {
@@ -672,7 +672,7 @@ func plural(n int, word string) string {
 }
 
 func runVerifySegment(p *ui.Printer, file string, keys []string) error {
-	res, err := auditlog.VerifySegment(file, auditlog.VerifyOptions{Keys: keys})
+	res, err := excerpt.VerifySegment(file, auditlog.VerifyOptions{Keys: keys})
 	var ve *record.VerifyError
 	if err != nil && !errors.As(err, &ve) {
 		return verifyErr(err)
@@ -774,7 +774,7 @@ func runMakeReceipt(p *ui.Printer, dir string, o *verifyChainOptions, keys []str
 	if err != nil {
 		return err
 	}
-	r, err := auditlog.MakeReceipt(dir, o.MakeReceipt, auditlog.VerifyOptions{Keys: keys, VerifyEvidence: ce.Check})
+	r, err := excerpt.MakeReceipt(dir, o.MakeReceipt, auditlog.VerifyOptions{Keys: keys, VerifyEvidence: ce.Check})
 	if err != nil {
 		return verifyErr(err)
 	}
@@ -799,8 +799,8 @@ func runVerifyReceipt(p *ui.Printer, o *verifyChainOptions, keys []string) error
 	if err != nil {
 		return err
 	}
-	opt := auditlog.ReceiptOptions{Keys: keys, Witnesses: wits, WitnessQuorum: o.WitnessQuorum, VerifyEvidence: ce.Check}
-	res, err := auditlog.VerifyReceipt(b, opt)
+	opt := excerpt.ReceiptOptions{Keys: keys, Witnesses: wits, WitnessQuorum: o.WitnessQuorum, VerifyEvidence: ce.Check}
+	res, err := excerpt.VerifyReceipt(b, opt)
 	if err != nil {
 		var ve *record.VerifyError
 		if errors.As(err, &ve) && ve.Class == record.ClassUsage {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/confidential-mcp/cmcp/internal/witness"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/excerpt"
 )
 
 // receipter writes the receipt of every session that ends (audit.receipts)
@@ -98,7 +99,7 @@ func (r *receipter) run() {
 
 // make returns the receipts of sessions of the current epoch, after a
 // checkpoint that covers their records.
-func (r *receipter) make(ids []string) (map[string]*auditlog.SessionReceipt, error) {
+func (r *receipter) make(ids []string) (map[string]*excerpt.SessionReceipt, error) {
 	if err := r.w.Checkpoint(); err != nil {
 		return nil, fmt.Errorf("sign a checkpoint for the receipt: %w", err)
 	}
@@ -109,7 +110,7 @@ func (r *receipter) make(ids []string) (map[string]*auditlog.SessionReceipt, err
 		r.logger.Warn("a receipt is made before every witness cosigned its checkpoint")
 	}
 	epoch, _ := r.w.Epoch()
-	return auditlog.MakeReceipts(r.dir, epoch, ids, auditlog.VerifyOptions{Keys: []string{r.w.VerifierKey()}})
+	return excerpt.MakeReceipts(r.dir, epoch, ids, auditlog.VerifyOptions{Keys: []string{r.w.VerifierKey()}})
 }
 
 var plainID = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)

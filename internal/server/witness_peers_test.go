@@ -16,6 +16,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/witness/litewitness"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/excerpt"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
 
@@ -56,7 +57,7 @@ upstreams:
 `, freePort(t), lw.URL, lw.Vkey, adminAddr, httpfront.TokenDigest(testAdminToken), exe, childEnv, pin)), 0o600)
 	auditDir := filepath.Join(dir, "audit")
 	readyz := "http://" + adminAddr + "/readyz"
-	witnessOpt := auditlog.ReceiptOptions{Witnesses: []string{lw.Vkey}, WitnessQuorum: 1}
+	witnessOpt := excerpt.ReceiptOptions{Witnesses: []string{lw.Vkey}, WitnessQuorum: 1}
 
 	for run := 1; run <= 2; run++ {
 		cmd, endpoint, stderr := startGatewayProcess(t, cfgPath)
@@ -90,7 +91,7 @@ upstreams:
 		if code != 200 {
 			t.Fatalf("receipt on request: %d %s", code, body)
 		}
-		res, err := auditlog.VerifyReceipt([]byte(body), witnessOpt)
+		res, err := excerpt.VerifyReceipt([]byte(body), witnessOpt)
 		if err != nil {
 			t.Fatalf("the receipt served on request: %v", err)
 		}
@@ -114,7 +115,7 @@ upstreams:
 			return ""
 		})
 		b, _ := os.ReadFile(rfile)
-		if res, err := auditlog.VerifyReceipt(b, witnessOpt); err != nil || res.Kinds[record.KindSession] != 2 {
+		if res, err := excerpt.VerifyReceipt(b, witnessOpt); err != nil || res.Kinds[record.KindSession] != 2 {
 			t.Fatalf("the receipt written at session end: %v %+v", err, res)
 		}
 

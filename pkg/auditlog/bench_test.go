@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logtest"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
@@ -22,16 +21,9 @@ import (
 // benchLog returns a directory holding a sealed log of n call records,
 // building it once per machine under the temp dir.
 func benchLog(b *testing.B, n int) (string, string) {
-	dir := filepath.Join(os.TempDir(), fmt.Sprintf("cmcp-auditlog-bench-%d", n))
-	if kb, err := os.ReadFile(dir + ".vkey"); err == nil {
-		return dir, string(kb)
-	}
-	os.RemoveAll(dir)
-	w := writeLog(b, dir, Options{Durability: record.DurabilityInterval, SegmentBytes: 128 << 20}, n, 8)
-	if err := os.WriteFile(dir+".vkey", []byte(w.VerifierKey()), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	return dir, w.VerifierKey()
+	return logtest.BenchLog(b, n, func(dir string) string {
+		return writeLog(b, dir, Options{Durability: record.DurabilityInterval, SegmentBytes: 128 << 20}, n, 8).VerifierKey()
+	})
 }
 
 // BenchmarkVerify1M verifies a 1,000,000-record log (target: under 10 s on
@@ -50,42 +42,6 @@ func BenchmarkVerify1M(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Seconds())/float64(b.N), "s/verify")
-}
-
-// BenchmarkProofVerify measures checking one offline proof (signature +
-// inclusion) in a 1M-record epoch.
-func BenchmarkProofVerify(b *testing.B) {
-	dir, key := benchLog(b, 1_000_000)
-	pr, err := Prove(dir, 1, 654321, VerifyOptions{Keys: []string{key}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	text := pr.Format()
-	b.ReportMetric(float64(len(pr.Hashes)), "hashes")
-	b.ReportMetric(float64(len(text)), "proof-bytes")
-	b.ResetTimer()
-	for range b.N {
-		if _, err := VerifyProof(text, []string{key}); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-// BenchmarkInclusionOnly isolates tlog.CheckRecord from the signature check.
-func BenchmarkInclusionOnly(b *testing.B) {
-	dir, key := benchLog(b, 1_000_000)
-	pr, err := Prove(dir, 1, 654321, VerifyOptions{Keys: []string{key}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	cp, _ := c2sp.ParseCheckpoint(pr.Checkpoint)
-	leaf := tlog.RecordHash(pr.Record)
-	b.ResetTimer()
-	for range b.N {
-		if err := tlog.CheckRecord(pr.Hashes, cp.Size, cp.Root, pr.Index, leaf); err != nil {
-			b.Fatal(err)
-		}
-	}
 }
 
 // BenchmarkAppend measures Append throughput and latency for each

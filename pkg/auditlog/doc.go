@@ -7,4 +7,6 @@
 // The C2SP formats it uses (checkpoints, note keys, cosignatures, proofs)
 // are package c2sp; the record kinds, their encoding and the verification
 // errors are package record; the directory layout is internal/logdir.
+// What verifies without the whole log (offline proofs, session receipts,
+// one segment on its own) is package excerpt, above this one.
 package auditlog

@@ -2,7 +2,6 @@ package auditlog
 
 import (
 	"bufio"
-	"bytes"
 	"crypto/ed25519"
 	"errors"
 	"fmt"
@@ -241,9 +240,7 @@ func ReadLogLeaves(dir string, n int64) ([]tlog.Hash, error) {
 const WitnessFile = logdir.WitnessFile
 
 // CosignedLine is one line of witness.jsonl.
-type CosignedLine struct {
-	Note string `json:"note"` // a log checkpoint: the log key's signature and one or more cosignatures
-}
+type CosignedLine = logdir.CosignedLine
 
 // AppendCosigned appends a cosigned log checkpoint to the epoch directory's
 // witness.jsonl and syncs it.
@@ -265,32 +262,6 @@ func AppendCosigned(epochDir string, signed []byte) error {
 		return fmt.Errorf("write %s: %w", filepath.Join(epochDir, WitnessFile), err)
 	}
 	return nil
-}
-
-// readCosigned reads an epoch's witness.jsonl (absent: none).
-func readCosigned(epochDir string) ([][]byte, error) {
-	b, err := os.ReadFile(filepath.Join(epochDir, WitnessFile))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var out [][]byte
-	for i, line := range bytes.Split(b, []byte("\n")) {
-		if len(line) == 0 {
-			if i == bytes.Count(b, []byte("\n")) {
-				break
-			}
-			return nil, fmt.Errorf("%s line %d is empty", WitnessFile, i+1)
-		}
-		var c CosignedLine
-		if err := jsonv2.Unmarshal(line, &c, jsonv2.RejectUnknownMembers(true)); err != nil {
-			return nil, fmt.Errorf("%s line %d: %w", WitnessFile, i+1, err)
-		}
-		out = append(out, []byte(c.Note))
-	}
-	return out, nil
 }
 
 // logBaseOf returns the log tree of every record before the new epoch:

@@ -86,7 +86,7 @@ func newLogCheck(opt *VerifyOptions, dir string, epochs []int) (*logCheck, error
 		opt.WitnessQuorum = len(lc.wits)
 	}
 	for _, e := range epochs {
-		notes, err := readCosigned(filepath.Join(dir, logdir.EpochName(e)))
+		notes, err := logdir.ReadCosigned(filepath.Join(dir, logdir.EpochName(e)))
 		if err != nil {
 			return nil, &record.VerifyError{Class: record.ClassIntegrity, Pos: record.Position{Epoch: e, File: filepath.Join(dir, logdir.EpochName(e), WitnessFile)}, Msg: err.Error()}
 		}

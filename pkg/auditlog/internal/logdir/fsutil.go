@@ -2,7 +2,8 @@
 // epoch-NNNNNN directories, their seg-NNNNNN.jsonl segments, vault.jsonl
 // and witness.jsonl, the writer's lock, and the file operations that
 // reading and writing it share (listing, opening without blocking on a
-// FIFO, syncing). It knows nothing of the records inside the files.
+// FIFO, syncing, reading witness.jsonl's notes). It knows nothing of the
+// records inside the files.
 package logdir
 
 import (

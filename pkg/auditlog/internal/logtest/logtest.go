@@ -14,6 +14,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +23,7 @@ import (
 	"time"
 
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 	"golang.org/x/mod/sumdb/note"
@@ -216,4 +219,45 @@ func Relink(t *testing.T, line, prevLine []byte, seq int64) []byte {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// AbortedStart is a log of Epochs complete epochs and then epoch Empty
+// without one complete record: what a start that stopped before its
+// genesis record was durable leaves (Make empties the epoch directory).
+type AbortedStart struct {
+	Name   string
+	Epochs int               // complete epochs written
+	Empty  int               // the epoch emptied
+	Make   func(edir string) // how it is emptied
+	Fail   bool              // Verify fails (it is not the newest epoch, or the only one)
+}
+
+// AbortedStarts returns the aborted starts Verify and Prove are tested
+// with.
+func AbortedStarts() []AbortedStart {
+	return []AbortedStart{
+		{"newest with an empty segment", 2, 3, func(edir string) { os.WriteFile(filepath.Join(edir, logdir.SegmentName(1)), nil, 0o600) }, false},
+		{"newest without segments", 2, 3, func(edir string) {}, false},
+		{"newest with a torn genesis", 1, 2, func(edir string) {
+			os.WriteFile(filepath.Join(edir, logdir.SegmentName(1)), []byte(`{"body":{"checkpoint_every":"10`), 0o600)
+		}, false},
+		{"before the newest", 3, 2, func(edir string) { os.Truncate(filepath.Join(edir, logdir.SegmentName(1)), 0) }, true},
+		{"the only epoch", 0, 1, func(edir string) { os.WriteFile(filepath.Join(edir, logdir.SegmentName(1)), nil, 0o600) }, true},
+	}
+}
+
+// BenchLog returns a directory holding a sealed log of n call records and
+// its verifier key, building it with write (which returns the key) once
+// per machine under the temp dir.
+func BenchLog(b *testing.B, n int, write func(dir string) (vkey string)) (string, string) {
+	dir := filepath.Join(os.TempDir(), fmt.Sprintf("cmcp-auditlog-bench-%d", n))
+	if kb, err := os.ReadFile(dir + ".vkey"); err == nil {
+		return dir, string(kb)
+	}
+	os.RemoveAll(dir)
+	vkey := write(dir)
+	if err := os.WriteFile(dir+".vkey", []byte(vkey), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	return dir, vkey
 }

@@ -1,4 +1,4 @@
-package auditlog
+package excerpt
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logtest"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 )
@@ -18,9 +19,9 @@ import (
 func TestSessionReceipt(t *testing.T) {
 	dir := t.TempDir()
 	logKey := logtest.Key(t)
-	var cps []LogCheckpoint
-	w, err := Open(dir, Options{Key: logtest.Key(t), Name: "test.example/audit", CheckpointEvery: 4,
-		Log: &LogIdentity{Origin: "test.example/gw1", Key: logKey, OnCheckpoint: func(c LogCheckpoint) { cps = append(cps, c) }}})
+	var cps []auditlog.LogCheckpoint
+	w, err := auditlog.Open(dir, auditlog.Options{Key: logtest.Key(t), Name: "test.example/audit", CheckpointEvery: 4,
+		Log: &auditlog.LogIdentity{Origin: "test.example/gw1", Key: logKey, OnCheckpoint: func(c auditlog.LogCheckpoint) { cps = append(cps, c) }}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,11 +47,11 @@ func TestSessionReceipt(t *testing.T) {
 	}
 	wit := logtest.NewCosigner(t, "w1.example/w")
 	for _, c := range cps {
-		if err := AppendCosigned(ed, logtest.Cosign(t, c.Note, wit)); err != nil {
+		if err := auditlog.AppendCosigned(ed, logtest.Cosign(t, c.Note, wit)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	r, err := MakeReceipt(dir, "s1", VerifyOptions{Keys: []string{vkey}})
+	r, err := MakeReceipt(dir, "s1", auditlog.VerifyOptions{Keys: []string{vkey}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +80,7 @@ func TestSessionReceipt(t *testing.T) {
 		out, _ := c.Encode()
 		return out
 	}
-	other, err := MakeReceipt(dir, "s2", VerifyOptions{})
+	other, err := MakeReceipt(dir, "s2", auditlog.VerifyOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +115,7 @@ func TestSessionReceipt(t *testing.T) {
 			logtest.WantClass(t, err, tc.c, tc.want)
 		})
 	}
-	if _, err := MakeReceipt(dir, "nobody", VerifyOptions{}); err == nil || !strings.Contains(err.Error(), "no record of session") {
+	if _, err := MakeReceipt(dir, "nobody", auditlog.VerifyOptions{}); err == nil || !strings.Contains(err.Error(), "no record of session") {
 		t.Fatalf("unknown session: %v", err)
 	}
 }
@@ -126,9 +127,9 @@ func TestSessionReceipt(t *testing.T) {
 // (which made a receipt on request fail --witness under load).
 func TestReceiptPrefersTheCosignedCheckpoint(t *testing.T) {
 	dir := t.TempDir()
-	var cps []LogCheckpoint
-	w, err := Open(dir, Options{Key: logtest.Key(t), Name: "test.example/audit", CheckpointEvery: 1000,
-		Log: &LogIdentity{Origin: "test.example/gw1", Key: logtest.Key(t), OnCheckpoint: func(c LogCheckpoint) { cps = append(cps, c) }}})
+	var cps []auditlog.LogCheckpoint
+	w, err := auditlog.Open(dir, auditlog.Options{Key: logtest.Key(t), Name: "test.example/audit", CheckpointEvery: 1000,
+		Log: &auditlog.LogIdentity{Origin: "test.example/gw1", Key: logtest.Key(t), OnCheckpoint: func(c auditlog.LogCheckpoint) { cps = append(cps, c) }}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,11 +157,11 @@ func TestReceiptPrefersTheCosignedCheckpoint(t *testing.T) {
 	if len(cps) != 4 {
 		t.Fatalf("%d log checkpoints", len(cps))
 	}
-	if err := AppendCosigned(ed, logtest.Cosign(t, cps[1].Note, wit)); err != nil {
+	if err := auditlog.AppendCosigned(ed, logtest.Cosign(t, cps[1].Note, wit)); err != nil {
 		t.Fatal(err)
 	}
 	opt := ReceiptOptions{Keys: []string{vkey}, Witnesses: []string{wit.Vkey()}, WitnessQuorum: 1}
-	r, err := MakeReceipt(dir, "s1", VerifyOptions{Keys: []string{vkey}})
+	r, err := MakeReceipt(dir, "s1", auditlog.VerifyOptions{Keys: []string{vkey}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +171,7 @@ func TestReceiptPrefersTheCosignedCheckpoint(t *testing.T) {
 	}
 	// s2's records are after the cosigned checkpoint: its receipt rests on
 	// the epoch key and says so when a witness is required.
-	r, err = MakeReceipt(dir, "s2", VerifyOptions{Keys: []string{vkey}})
+	r, err = MakeReceipt(dir, "s2", auditlog.VerifyOptions{Keys: []string{vkey}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package auditlog
+package excerpt
 
 import (
 	"bufio"
@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/merkle"
@@ -45,9 +46,9 @@ type SegmentResult struct {
 // checkpoint are reported as unsealed. A file without a checkpoint of its
 // own is not verified: it returns the result and a ClassUnsigned error, as
 // the carried checkpoint signs none of the file's records.
-func VerifySegment(path string, opt VerifyOptions) (*SegmentResult, error) {
+func VerifySegment(path string, opt auditlog.VerifyOptions) (*SegmentResult, error) {
 	res := &SegmentResult{File: path}
-	trusted, err := ParseKeys(opt.Keys)
+	trusted, err := auditlog.ParseKeys(opt.Keys)
 	if err != nil {
 		return res, err
 	}

@@ -1,10 +1,11 @@
-package auditlog
+package excerpt
 
 import (
 	"errors"
 	"fmt"
 	"slices"
 
+	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/scan"
@@ -34,7 +35,7 @@ func VerifyProof(text []byte, keys []string) (*ProofResult, error) {
 	if err != nil {
 		return nil, &record.VerifyError{Class: record.ClassIntegrity, Msg: err.Error(), Err: err}
 	}
-	set, err := ParseKeys(keys)
+	set, err := auditlog.ParseKeys(keys)
 	if err != nil {
 		return nil, err
 	}
@@ -80,7 +81,7 @@ func VerifyProof(text []byte, keys []string) (*ProofResult, error) {
 // Prove builds an offline proof for record index of the given epoch (0:
 // the newest) against the newest checkpoint of that epoch. The epoch is
 // verified first; opt is as for Verify.
-func Prove(dir string, epoch int, index int64, opt VerifyOptions) (*c2sp.Proof, error) {
+func Prove(dir string, epoch int, index int64, opt auditlog.VerifyOptions) (*c2sp.Proof, error) {
 	if epoch < 0 {
 		return nil, &record.VerifyError{Class: record.ClassUsage, Msg: fmt.Sprintf("epoch %d: epochs are numbered from 1 (0: the newest)", epoch)}
 	}
@@ -100,7 +101,7 @@ func Prove(dir string, epoch int, index int64, opt VerifyOptions) (*c2sp.Proof, 
 	var trusted map[string]bool
 	if len(opt.Keys) > 0 {
 		var err error
-		if trusted, err = ParseKeys(opt.Keys); err != nil {
+		if trusted, err = auditlog.ParseKeys(opt.Keys); err != nil {
 			return nil, err
 		}
 	}
@@ -175,7 +176,7 @@ func (m memStore) ReadHashes(idx []int64) ([]tlog.Hash, error) {
 
 // readRecordLine returns the line of record index in an epoch.
 func readRecordLine(dir string, epoch int, index int64) ([]byte, error) {
-	r, err := NewReader(dir)
+	r, err := auditlog.NewReader(dir)
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package auditlog
+package excerpt
 
 import (
 	"bytes"
@@ -7,15 +7,20 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 
+	"github.com/confidential-mcp/cmcp/pkg/auditlog"
+	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logtest"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/record"
 	"golang.org/x/mod/sumdb/tlog"
 )
 
 func TestVerifySegmentAlone(t *testing.T) {
 	dir := t.TempDir()
-	w := writeLog(t, dir, Options{SegmentBytes: 8 << 10, CheckpointEvery: 7, Durability: record.DurabilityInterval}, 200, 1)
+	w := writeLog(t, dir, auditlog.Options{SegmentBytes: 8 << 10, CheckpointEvery: 7, Durability: record.DurabilityInterval}, 200, 1)
 	keys := []string{w.VerifierKey()}
 	segs, _ := filepath.Glob(filepath.Join(dir, "epoch-000001", "seg-*.jsonl"))
 	if len(segs) < 4 {
@@ -23,7 +28,7 @@ func TestVerifySegmentAlone(t *testing.T) {
 	}
 	var total int64
 	for _, s := range segs {
-		r, err := VerifySegment(s, VerifyOptions{Keys: keys})
+		r, err := VerifySegment(s, auditlog.VerifyOptions{Keys: keys})
 		if err != nil {
 			t.Fatalf("%s: %v", s, err)
 		}
@@ -32,7 +37,7 @@ func TestVerifySegmentAlone(t *testing.T) {
 		}
 		total += r.Records
 	}
-	if rep, err := Verify(dir, VerifyOptions{Keys: keys}); err != nil || rep.Records != total {
+	if rep, err := auditlog.Verify(dir, auditlog.VerifyOptions{Keys: keys}); err != nil || rep.Records != total {
 		t.Fatalf("whole epoch %d records (%v), segments add up to %d", rep.Records, err, total)
 	}
 
@@ -57,15 +62,15 @@ func TestVerifySegmentAlone(t *testing.T) {
 		}
 	}
 	os.WriteFile(p, append(bytes.Join(lines, []byte("\n")), '\n'), 0o600)
-	_, err := VerifySegment(p, VerifyOptions{Keys: keys})
+	_, err := VerifySegment(p, auditlog.VerifyOptions{Keys: keys})
 	var ve *record.VerifyError
 	if !errors.As(err, &ve) || ve.Class != record.ClassIntegrity || ve.Pos.Kind != record.KindCheckpoint {
 		t.Fatalf("forged frontier: %v", err)
 	}
-	if _, err := VerifySegment(segs[1], VerifyOptions{}); err == nil {
+	if _, err := VerifySegment(segs[1], auditlog.VerifyOptions{}); err == nil {
 		t.Fatal("a segment verified without a trusted key")
 	}
-	if _, err := VerifySegment(segs[1], VerifyOptions{Keys: []string{writeLog(t, t.TempDir(), Options{}, 1, 1).VerifierKey()}}); !errors.As(err, &ve) || ve.Class != record.ClassKey {
+	if _, err := VerifySegment(segs[1], auditlog.VerifyOptions{Keys: []string{writeLog(t, t.TempDir(), auditlog.Options{}, 1, 1).VerifierKey()}}); !errors.As(err, &ve) || ve.Class != record.ClassKey {
 		t.Fatalf("foreign key: %v", err)
 	}
 }
@@ -77,10 +82,10 @@ func hashOf(line []byte) tlog.Hash { return tlog.RecordHash(line) }
 // first record of a segment said "record 0".
 func TestVerifySegmentErrorPosition(t *testing.T) {
 	dir := t.TempDir()
-	writeLog(t, dir, Options{SegmentBytes: 8 << 10, CheckpointEvery: 7, Durability: record.DurabilityInterval}, 100, 1)
+	writeLog(t, dir, auditlog.Options{SegmentBytes: 8 << 10, CheckpointEvery: 7, Durability: record.DurabilityInterval}, 100, 1)
 	seg := filepath.Join(dir, "epoch-000001", "seg-000003.jsonl")
 	// A key that is not the epoch's: the carried checkpoint fails on record 0 of the file.
-	_, err := VerifySegment(seg, VerifyOptions{Keys: []string{writeLog(t, t.TempDir(), Options{Key: otherKey(t), Durability: record.DurabilityInterval}, 1, 1).VerifierKey()}})
+	_, err := VerifySegment(seg, auditlog.VerifyOptions{Keys: []string{writeLog(t, t.TempDir(), auditlog.Options{Key: otherKey(t), Durability: record.DurabilityInterval}, 1, 1).VerifierKey()}})
 	var ve *record.VerifyError
 	b, _ := os.ReadFile(seg)
 	e, _ := record.ParseLine(bytes.SplitN(b, []byte("\n"), 2)[0])
@@ -92,7 +97,7 @@ func TestVerifySegmentErrorPosition(t *testing.T) {
 	lines[3] = bytes.Replace(lines[3], []byte(`"seq":"`), []byte(`"seq":"9`), 1)
 	out := filepath.Join(t.TempDir(), "copy.jsonl")
 	os.WriteFile(out, append(bytes.Join(lines, []byte("\n")), '\n'), 0o600)
-	_, err = VerifySegment(out, VerifyOptions{Keys: []string{keyOf(t, dir)}})
+	_, err = VerifySegment(out, auditlog.VerifyOptions{Keys: []string{keyOf(t, dir)}})
 	if !errors.As(err, &ve) || ve.Pos.Epoch != 1 || ve.Pos.Line != 4 {
 		t.Fatalf("copied segment: %v (position %+v)", err, ve.Pos)
 	}
@@ -107,7 +112,7 @@ func otherKey(t *testing.T) ed25519.PrivateKey {
 }
 
 func keyOf(t *testing.T, dir string) string {
-	rep, err := Verify(dir, VerifyOptions{})
+	rep, err := auditlog.Verify(dir, auditlog.VerifyOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,10 +126,10 @@ func keyOf(t *testing.T, dir string) string {
 // checkpoints reports the records its last one covers.
 func TestVerifySegmentNeedsACheckpointInTheFile(t *testing.T) {
 	dir := t.TempDir()
-	w := writeLog(t, dir, Options{SegmentBytes: 8 << 10, CheckpointEvery: 7, Durability: record.DurabilityInterval}, 100, 1)
+	w := writeLog(t, dir, auditlog.Options{SegmentBytes: 8 << 10, CheckpointEvery: 7, Durability: record.DurabilityInterval}, 100, 1)
 	keys := []string{w.VerifierKey()}
 	seg := filepath.Join(dir, "epoch-000001", "seg-000002.jsonl")
-	r, err := VerifySegment(seg, VerifyOptions{Keys: keys})
+	r, err := VerifySegment(seg, auditlog.VerifyOptions{Keys: keys})
 	if err != nil || r.CoveredThrough == nil || *r.CoveredThrough != r.LastCheckpoint.Size-1 || r.LastCheckpoint.Size <= r.FirstIndex {
 		t.Fatalf("intact segment: %+v, %v", r, err)
 	}
@@ -141,7 +146,7 @@ func TestVerifySegmentNeedsACheckpointInTheFile(t *testing.T) {
 		forged = append(forged, record.AppendLine(nil, tmpl.Kind, tmpl.Body, hashOf(forged[i]), first.Seq+1+int64(i), "2099-01-01T00:00:00Z"))
 	}
 	os.WriteFile(seg, append(bytes.Join(forged, []byte("\n")), '\n'), 0o600)
-	r, err = VerifySegment(seg, VerifyOptions{Keys: keys})
+	r, err = VerifySegment(seg, auditlog.VerifyOptions{Keys: keys})
 	var ve *record.VerifyError
 	if !errors.As(err, &ve) || ve.Class != record.ClassUnsigned || r.Checkpoints != 0 || r.CoveredThrough != nil || r.Records != 4 {
 		t.Fatalf("segment without a checkpoint: %+v, %v", r, err)
@@ -158,8 +163,66 @@ func TestVerifySegmentNeedsACheckpointInTheFile(t *testing.T) {
 		forged = append(forged, record.AppendLine(nil, tmpl.Kind, tmpl.Body, hashOf(forged[i]), first.Seq+1+int64(i), "2099-01-01T00:00:00Z"))
 	}
 	os.WriteFile(seg1, append(bytes.Join(forged, []byte("\n")), '\n'), 0o600)
-	r, err = VerifySegment(seg1, VerifyOptions{Keys: keys})
+	r, err = VerifySegment(seg1, auditlog.VerifyOptions{Keys: keys})
 	if !errors.As(err, &ve) || ve.Class != record.ClassUnsigned || r.Checkpoints != 0 || r.CoveredThrough != nil || r.Records != 4 {
 		t.Fatalf("first segment without a checkpoint: %+v, %v", r, err)
+	}
+}
+
+// TestVerifySegmentRefusesAFIFO: a FIFO where a segment should be is
+// refused by the single-segment check, instead of blocking it for ever in
+// open (auditlog's TestFIFOInPlaceOfASegmentIsRefused: the verifier, the
+// reader and the writer's recovery).
+func TestVerifySegmentRefusesAFIFO(t *testing.T) {
+	dir := t.TempDir()
+	writeLog(t, dir, auditlog.Options{}, 20, 1)
+	segs, _ := filepath.Glob(filepath.Join(dir, "epoch-*", "seg-*.jsonl"))
+	last := segs[len(segs)-1]
+	if err := os.Remove(last); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(last, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := logtest.Within(t, 10*time.Second, "VerifySegment", func() error {
+		_, err := VerifySegment(last, auditlog.VerifyOptions{})
+		return err
+	})
+	if err == nil {
+		t.Fatal("VerifySegment accepted a FIFO")
+	}
+}
+
+// TestVerifySegmentRefusesRecordsAfterSeal: unsigned records appended after
+// a closed epoch's seal and final checkpoint fail the check of their file
+// on its own (verify-chain --segment), as they fail Verify
+// (TestRecordsAfterSeal).
+func TestVerifySegmentRefusesRecordsAfterSeal(t *testing.T) {
+	dir := t.TempDir()
+	writeLog(t, dir, auditlog.Options{CheckpointEvery: 40, Durability: record.DurabilityInterval}, 100, 1)
+	seg := filepath.Join(dir, "epoch-000001", "seg-000001.jsonl")
+	orig, err := os.ReadFile(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := bytes.Split(bytes.TrimSuffix(orig, []byte("\n")), []byte("\n"))
+	n := int64(len(lines))
+	call := lines[5]
+	if !bytes.Contains(call, []byte(`"kind":"call"`)) {
+		t.Fatalf("line 5 is not a call: %s", call)
+	}
+	extra := logtest.Relink(t, call, lines[n-1], n)
+	if err := os.WriteFile(seg, append(append(bytes.Clone(orig), extra...), '\n'), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := auditlog.Verify(dir, auditlog.VerifyOptions{})
+	var ve *record.VerifyError
+	if !errors.As(err, &ve) || ve.Class != record.ClassIntegrity || !strings.Contains(err.Error(), "a call record after the epoch's seal") || ve.Pos.Index != n {
+		t.Fatalf("Verify = %v, want an integrity failure at record %d", err, n)
+	}
+	// The same file checked on its own (verify-chain --segment).
+	_, err = VerifySegment(seg, auditlog.VerifyOptions{Keys: []string{rep.Epochs[0].Key}})
+	if !errors.As(err, &ve) || ve.Class != record.ClassIntegrity || !strings.Contains(err.Error(), "a call record after the epoch's seal") {
+		t.Fatalf("VerifySegment = %v, want an integrity failure", err)
 	}
 }

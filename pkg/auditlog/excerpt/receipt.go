@@ -1,4 +1,4 @@
-package auditlog
+package excerpt
 
 import (
 	"bytes"
@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/confidential-mcp/cmcp/pkg/auditlog"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/c2sp"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/logdir"
 	"github.com/confidential-mcp/cmcp/pkg/auditlog/internal/scan"
@@ -79,7 +80,7 @@ func sessionOf(k record.Kind, body []byte) string {
 // identity, the receipt rests on the newest checkpoint that covers them and
 // that a cosigned log checkpoint covers, if there is one. opt is as for
 // Verify (Keys, VerifyEvidence).
-func MakeReceipt(dir, session string, opt VerifyOptions) (*SessionReceipt, error) {
+func MakeReceipt(dir, session string, opt auditlog.VerifyOptions) (*SessionReceipt, error) {
 	if session == "" {
 		return nil, &record.VerifyError{Class: record.ClassUsage, Msg: "receipt: no session id given"}
 	}
@@ -106,11 +107,11 @@ func MakeReceipt(dir, session string, opt VerifyOptions) (*SessionReceipt, error
 // MakeReceipts builds the receipts of several sessions of one epoch with
 // one reading of it (the gateway batches the sessions that ended). A
 // session without a record in the epoch has no receipt in the map.
-func MakeReceipts(dir string, epoch int, sessions []string, opt VerifyOptions) (map[string]*SessionReceipt, error) {
+func MakeReceipts(dir string, epoch int, sessions []string, opt auditlog.VerifyOptions) (map[string]*SessionReceipt, error) {
 	var trusted map[string]bool
 	if len(opt.Keys) > 0 {
 		var err error
-		if trusted, err = ParseKeys(opt.Keys); err != nil {
+		if trusted, err = auditlog.ParseKeys(opt.Keys); err != nil {
 			return nil, err
 		}
 	}
@@ -127,7 +128,7 @@ func MakeReceipts(dir string, epoch int, sessions []string, opt VerifyOptions) (
 	cpLines := map[int64][]byte{}
 	var cps []*c2sp.Checkpoint
 	var d scan.Detail
-	res, err := scan.Epoch(dir, epoch, scan.Options{Detail: &d, Trusted: trusted, KeepLeaves: true, Evidence: opt.VerifyEvidence, OnCheckpoint: func(c *c2sp.Checkpoint) { cps = append(cps, c) }, OnRecord: func(en *Entry) error {
+	res, err := scan.Epoch(dir, epoch, scan.Options{Detail: &d, Trusted: trusted, KeepLeaves: true, Evidence: opt.VerifyEvidence, OnCheckpoint: func(c *c2sp.Checkpoint) { cps = append(cps, c) }, OnRecord: func(en *auditlog.Entry) error {
 		switch {
 		case en.Index == 0:
 			genesisLine = slices.Clone(en.Line)
@@ -224,7 +225,7 @@ func MakeReceipts(dir string, epoch int, sessions []string, opt VerifyOptions) (
 // cosignedSize returns the size of the largest cosigned log checkpoint
 // kept in the epoch's directory (0 if none).
 func cosignedSize(dir string, epoch int) (int64, error) {
-	notes, err := readCosigned(fmt.Sprintf("%s/%s", dir, logdir.EpochName(epoch)))
+	notes, err := logdir.ReadCosigned(fmt.Sprintf("%s/%s", dir, logdir.EpochName(epoch)))
 	if err != nil {
 		return 0, err
 	}
@@ -240,7 +241,7 @@ func cosignedSize(dir string, epoch int) (int64, error) {
 // receiptLog proves the epoch checkpoint record at index n in the log tree
 // against the smallest cosigned log checkpoint that covers it.
 func receiptLog(dir string, epoch int, li *record.LogInfo, n int64, cpLine []byte) (*ReceiptLog, error) {
-	notes, err := readCosigned(fmt.Sprintf("%s/%s", dir, logdir.EpochName(epoch)))
+	notes, err := logdir.ReadCosigned(fmt.Sprintf("%s/%s", dir, logdir.EpochName(epoch)))
 	if err != nil {
 		return nil, err
 	}
@@ -274,7 +275,7 @@ func receiptLog(dir string, epoch int, li *record.LogInfo, n int64, cpLine []byt
 		}
 	}
 	merged := string(text) + "\n\n" + strings.Join(sigs, "")
-	leaves, err := ReadLogLeaves(dir, bestSize)
+	leaves, err := auditlog.ReadLogLeaves(dir, bestSize)
 	if err != nil {
 		return nil, err
 	}
@@ -321,17 +322,17 @@ type ReceiptOptions struct {
 
 // ReceiptResult is what VerifyReceipt established.
 type ReceiptResult struct {
-	Session     string               `json:"session"`
-	Epoch       int                  `json:"epoch"`
-	Origin      string               `json:"origin"`
-	Records     int                  `json:"records"`
-	Kinds       map[record.Kind]int  `json:"kinds"`
-	Checkpoint  *c2sp.Checkpoint     `json:"-"`
-	KeysTrusted bool                 `json:"keys_trusted"`
-	Attested    bool                 `json:"attested"` // the genesis evidence was checked
-	Log         *WitnessedCheckpoint `json:"witnessed,omitempty"`
-	LogOrigin   string               `json:"log_origin,omitempty"`
-	Warnings    []string             `json:"warnings"`
+	Session     string                        `json:"session"`
+	Epoch       int                           `json:"epoch"`
+	Origin      string                        `json:"origin"`
+	Records     int                           `json:"records"`
+	Kinds       map[record.Kind]int           `json:"kinds"`
+	Checkpoint  *c2sp.Checkpoint              `json:"-"`
+	KeysTrusted bool                          `json:"keys_trusted"`
+	Attested    bool                          `json:"attested"` // the genesis evidence was checked
+	Log         *auditlog.WitnessedCheckpoint `json:"witnessed,omitempty"`
+	LogOrigin   string                        `json:"log_origin,omitempty"`
+	Warnings    []string                      `json:"warnings"`
 }
 
 // VerifyReceipt checks a session receipt offline: every record line is
@@ -391,7 +392,7 @@ func receiptGenesis(r *SessionReceipt, opt ReceiptOptions, res *ReceiptResult) (
 		return nil, receiptErr(record.ClassIntegrity, "genesis: %v", err)
 	}
 	g := gr.(*record.Genesis)
-	if st, err := StatementOf(ge.Body); err != nil || st != g.Statement {
+	if st, err := auditlog.StatementOf(ge.Body); err != nil || st != g.Statement {
 		return nil, receiptErr(record.ClassIntegrity, "the genesis statement does not match its body")
 	}
 	if g.Epoch != r.Epoch {
@@ -399,7 +400,7 @@ func receiptGenesis(r *SessionReceipt, opt ReceiptOptions, res *ReceiptResult) (
 	}
 	res.Origin = g.Origin
 	if len(opt.Keys) > 0 {
-		set, err := ParseKeys(opt.Keys)
+		set, err := auditlog.ParseKeys(opt.Keys)
 		if err != nil {
 			return nil, err
 		}
@@ -538,7 +539,7 @@ func checkReceiptLog(r *SessionReceipt, opt ReceiptOptions, g *record.Genesis, c
 	if err != nil || lcp.Origin != g.Log.Origin {
 		return receiptErr(record.ClassIntegrity, "the log checkpoint is not one of %s", g.Log.Origin)
 	}
-	wc := &WitnessedCheckpoint{Size: lcp.Size, Root: scan.B64(lcp.Root), Epoch: r.Epoch, Index: cp.Size, Quorum: opt.WitnessQuorum, Witnesses: []string{}, Note: r.Log.Checkpoint}
+	wc := &auditlog.WitnessedCheckpoint{Size: lcp.Size, Root: scan.B64(lcp.Root), Epoch: r.Epoch, Index: cp.Size, Quorum: opt.WitnessQuorum, Witnesses: []string{}, Note: r.Log.Checkpoint}
 	var newest int64
 	for _, s := range n.Sigs {
 		if s.Name == lv.Name() && s.Hash == lv.KeyHash() {
@@ -580,4 +581,11 @@ func checkReceiptLog(r *SessionReceipt, opt ReceiptOptions, g *record.Genesis, c
 		res.Warnings = append(res.Warnings, fmt.Sprintf("the log checkpoint carries cosignatures of %s, not checked: pass their keys with --witness", strings.Join(wc.Witnesses, ", ")))
 	}
 	return nil
+}
+
+func clip(s string) string {
+	if len(s) > 80 {
+		return s[:77] + "..."
+	}
+	return s
 }
