@@ -142,13 +142,9 @@ func Prove(dir string, epoch int, index int64, opt auditlog.VerifyOptions) (*c2s
 		return nil, &record.VerifyError{Class: record.ClassUsage, Pos: record.Position{Epoch: epoch, Index: index},
 			Msg: fmt.Sprintf("record %d is in the unsealed tail of epoch %d: no checkpoint covers it yet (the last one covers records 0-%d)", index, epoch, cp.Size-1)}
 	}
-	st := make(memStore, 0, 2*cp.Size)
-	for i := int64(0); i < cp.Size; i++ {
-		hs, err := tlog.StoredHashesForRecordHash(i, res.Leaves[i], st)
-		if err != nil {
-			return nil, err
-		}
-		st = append(st, hs...)
+	st, err := storeOf(res.Leaves[:cp.Size])
+	if err != nil {
+		return nil, err
 	}
 	hashes, err := tlog.ProveRecord(cp.Size, index, st)
 	if err != nil {
@@ -161,7 +157,21 @@ func Prove(dir string, epoch int, index int64, opt auditlog.VerifyOptions) (*c2s
 	return &c2sp.Proof{Record: line, Index: index, Hashes: hashes, Checkpoint: cp.Note}, nil
 }
 
+// memStore is a tlog.HashReader over the stored hashes of a tree.
 type memStore []tlog.Hash
+
+// storeOf returns the stored hashes of the tree over leaves.
+func storeOf(leaves []tlog.Hash) (memStore, error) {
+	st := make(memStore, 0, 2*len(leaves))
+	for i, l := range leaves {
+		hs, err := tlog.StoredHashesForRecordHash(int64(i), l, st)
+		if err != nil {
+			return nil, err
+		}
+		st = append(st, hs...)
+	}
+	return st, nil
+}
 
 func (m memStore) ReadHashes(idx []int64) ([]tlog.Hash, error) {
 	out := make([]tlog.Hash, len(idx))

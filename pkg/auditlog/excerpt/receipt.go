@@ -104,10 +104,26 @@ func MakeReceipt(dir, session string, opt auditlog.VerifyOptions) (*SessionRecei
 	return nil, &record.VerifyError{Class: record.ClassUsage, Msg: fmt.Sprintf("receipt: no record of session %q in %s", session, dir)}
 }
 
-// MakeReceipts builds the receipts of several sessions of one epoch with
-// one reading of it (the gateway batches the sessions that ended). A
-// session without a record in the epoch has no receipt in the map.
-func MakeReceipts(dir string, epoch int, sessions []string, opt auditlog.VerifyOptions) (map[string]*SessionReceipt, error) {
+// receiptHit is a record of a session a receipt is made for.
+type receiptHit struct {
+	idx  int64
+	line []byte
+}
+
+// receiptScan is what one reading of an epoch gives MakeReceipts: the
+// epoch's result, its genesis line, its checkpoint records and the
+// records of the sessions asked for.
+type receiptScan struct {
+	res         *scan.EpochResult
+	genesisLine []byte
+	cpLines     map[int64][]byte
+	cps         []*c2sp.Checkpoint
+	hits        map[string][]receiptHit
+}
+
+// scanForReceipts verifies the epoch (opt as for Verify) and keeps what
+// the receipts of sessions need.
+func scanForReceipts(dir string, epoch int, sessions []string, opt auditlog.VerifyOptions) (*receiptScan, error) {
 	var trusted map[string]bool
 	if len(opt.Keys) > 0 {
 		var err error
@@ -119,24 +135,17 @@ func MakeReceipts(dir string, epoch int, sessions []string, opt auditlog.VerifyO
 	for _, s := range sessions {
 		want[s] = true
 	}
-	type hit struct {
-		idx  int64
-		line []byte
-	}
-	hits := map[string][]hit{}
-	var genesisLine []byte
-	cpLines := map[int64][]byte{}
-	var cps []*c2sp.Checkpoint
+	rs := &receiptScan{cpLines: map[int64][]byte{}, hits: map[string][]receiptHit{}}
 	var d scan.Detail
-	res, err := scan.Epoch(dir, epoch, scan.Options{Detail: &d, Trusted: trusted, KeepLeaves: true, Evidence: opt.VerifyEvidence, OnCheckpoint: func(c *c2sp.Checkpoint) { cps = append(cps, c) }, OnRecord: func(en *auditlog.Entry) error {
+	res, err := scan.Epoch(dir, epoch, scan.Options{Detail: &d, Trusted: trusted, KeepLeaves: true, Evidence: opt.VerifyEvidence, OnCheckpoint: func(c *c2sp.Checkpoint) { rs.cps = append(rs.cps, c) }, OnRecord: func(en *auditlog.Entry) error {
 		switch {
 		case en.Index == 0:
-			genesisLine = slices.Clone(en.Line)
+			rs.genesisLine = slices.Clone(en.Line)
 		case en.Kind == record.KindCheckpoint:
-			cpLines[en.Index] = slices.Clone(en.Line)
+			rs.cpLines[en.Index] = slices.Clone(en.Line)
 		default:
 			if s := sessionOf(en.Kind, en.Body); s != "" && want[s] {
-				hits[s] = append(hits[s], hit{en.Index, slices.Clone(en.Line)})
+				rs.hits[s] = append(rs.hits[s], receiptHit{en.Index, slices.Clone(en.Line)})
 			}
 		}
 		return nil
@@ -147,6 +156,19 @@ func MakeReceipts(dir string, epoch int, sessions []string, opt auditlog.VerifyO
 		}
 		return nil, err
 	}
+	rs.res = res
+	return rs, nil
+}
+
+// MakeReceipts builds the receipts of several sessions of one epoch with
+// one reading of it (the gateway batches the sessions that ended). A
+// session without a record in the epoch has no receipt in the map.
+func MakeReceipts(dir string, epoch int, sessions []string, opt auditlog.VerifyOptions) (map[string]*SessionReceipt, error) {
+	rs, err := scanForReceipts(dir, epoch, sessions, opt)
+	if err != nil {
+		return nil, err
+	}
+	res, hits, cps, cpLines, genesisLine := rs.res, rs.hits, rs.cps, rs.cpLines, rs.genesisLine
 	out := map[string]*SessionReceipt{}
 	if len(hits) == 0 {
 		return out, nil
@@ -184,13 +206,9 @@ func MakeReceipts(dir string, epoch int, sessions []string, opt auditlog.VerifyO
 			return nil, err
 		}
 	}
-	st := make(memStore, 0, 2*cp.Size)
-	for j := int64(0); j < cp.Size; j++ {
-		hs, err := tlog.StoredHashesForRecordHash(j, res.Leaves[j], st)
-		if err != nil {
-			return nil, err
-		}
-		st = append(st, hs...)
+	st, err := storeOf(res.Leaves[:cp.Size])
+	if err != nil {
+		return nil, err
 	}
 	prove := func(idx int64, line []byte) (ReceiptRecord, error) {
 		p, err := tlog.ProveRecord(cp.Size, idx, st)
@@ -279,13 +297,9 @@ func receiptLog(dir string, epoch int, li *record.LogInfo, n int64, cpLine []byt
 	if err != nil {
 		return nil, err
 	}
-	st := make(memStore, 0, 2*len(leaves))
-	for j, l := range leaves {
-		hs, err := tlog.StoredHashesForRecordHash(int64(j), l, st)
-		if err != nil {
-			return nil, err
-		}
-		st = append(st, hs...)
+	st, err := storeOf(leaves)
+	if err != nil {
+		return nil, err
 	}
 	p, err := tlog.ProveRecord(bestSize, at, st)
 	if err != nil {
