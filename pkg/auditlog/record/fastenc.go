@@ -12,9 +12,9 @@ import (
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
-// The gateway writes a call and a result record for every tools/call, and
-// an upstream record ("assigned") on a session's first call that takes a
-// warm spare. Their bodies are written here directly in RFC 8785 form,
+// The gateway writes a call and a result record for every tools/call, a
+// session record at every initialize, and an upstream record ("assigned")
+// on a session's first call that takes a warm spare. Their bodies are written here directly in RFC 8785 form,
 // members in sorted order, instead of marshalling, canonicalizing and
 // scanning them (the general path, cold at a session's first call, took
 // tens of microseconds of it). The
@@ -39,8 +39,54 @@ func appendFastBody(dst []byte, r Record) ([]byte, bool) {
 		if r != nil {
 			return r.appendCanonical(dst), true
 		}
+	case *Session:
+		if r != nil {
+			return r.appendCanonical(dst), true
+		}
 	}
 	return dst, false
+}
+
+func (s *Session) appendCanonical(b []byte) []byte {
+	b = append(b, `{"agent":`...)
+	b = appendJSONString(b, s.Agent)
+	if s.ClientName != "" {
+		b = append(b, `,"client_name":`...)
+		b = appendJSONString(b, s.ClientName)
+	}
+	if s.ClientVersion != "" {
+		b = append(b, `,"client_version":`...)
+		b = appendJSONString(b, s.ClientVersion)
+	}
+	b = append(b, `,"event":`...)
+	b = appendJSONString(b, s.Event)
+	if s.Front != "" {
+		b = append(b, `,"front":`...)
+		b = appendJSONString(b, s.Front)
+	}
+	if s.Groups != nil {
+		b = append(b, `,"groups":`...)
+		b = appendStrings(b, s.Groups)
+	}
+	b = append(b, `,"id":`...)
+	b = appendJSONString(b, s.ID)
+	if s.Issuer != "" {
+		b = append(b, `,"issuer":`...)
+		b = appendJSONString(b, s.Issuer)
+	}
+	if s.Protocol != "" {
+		b = append(b, `,"protocol":`...)
+		b = appendJSONString(b, s.Protocol)
+	}
+	if s.Reason != "" {
+		b = append(b, `,"reason":`...)
+		b = appendJSONString(b, s.Reason)
+	}
+	if s.TokenID != "" {
+		b = append(b, `,"token_id":`...)
+		b = appendJSONString(b, s.TokenID)
+	}
+	return append(b, '}')
 }
 
 func (u *Upstream) appendCanonical(b []byte) []byte {

@@ -78,7 +78,14 @@ func fastCases() map[string]Record {
 		"call/time-local":             &Call{PolicyInput: &PolicyInput{Time: time.Unix(1700000000, 123456789)}},
 		"result/full": &Result{Call: 12, Session: "s", Outcome: ResultUpstreamError, Result: Commitment{ID: 0, Size: 0, MAC: sampleMAC},
 			LatencyMicros: -5, ErrorCode: -32603, Reason: "internal error: \"x\"\n"},
-		"result/nil":    (*Result)(nil),
+		"result/nil":           (*Result)(nil),
+		"session/zero":         &Session{},
+		"session/nil":          (*Session)(nil),
+		"session/empty-groups": &Session{ID: "s", Event: "start", Agent: "a", Groups: []string{}},
+		"session/start": &Session{ID: "3f1c", Event: "start", Agent: "anonymous", Front: "http", ClientName: "claude-code", ClientVersion: "1.0",
+			Protocol: "2025-06-18"},
+		"session/full": &Session{ID: "s", Event: "token", Agent: "alice", Front: "stdio", ClientName: "c", ClientVersion: "v", Protocol: "p", Reason: "r",
+			Issuer: "https://op.example", TokenID: "jti-1", Groups: []string{"ops", "dev", "ops"}},
 		"upstream/zero": &Upstream{},
 		"upstream/nil":  (*Upstream)(nil),
 		"upstream/assigned": &Upstream{Name: "t", Transport: "stdio", Endpoint: "pid 4242", EvidenceClass: "spawn-measured", Session: "3f1c",
@@ -93,6 +100,8 @@ func fastCases() map[string]Record {
 			Decision: s, PolicyIDs: []string{s, s}, PolicyMode: s, Outcome: s, Reason: s,
 			PolicyInput: &PolicyInput{Groups: []string{s}, EvidenceClass: s, ToolsUsed: []string{s}, Errors: []string{s}}}
 		cases[fmt.Sprintf("result/string-%d", i)] = &Result{Session: s, Outcome: s, Reason: s}
+		cases[fmt.Sprintf("session/string-%d", i)] = &Session{ID: s, Event: s, Agent: s, Front: s, ClientName: s, ClientVersion: s, Protocol: s,
+			Reason: s, Issuer: s, TokenID: s, Groups: []string{s, s}}
 		cases[fmt.Sprintf("upstream/string-%d", i)] = &Upstream{Name: s, Transport: s, Endpoint: s, EvidenceClass: s, ServerName: s, ServerVersion: s,
 			Session: s, Event: s, Reason: s}
 	}
@@ -105,8 +114,8 @@ func fastCases() map[string]Record {
 	return cases
 }
 
-// TestFastEncoding checks that the one-pass encoders of call, result and
-// upstream records write exactly the bytes of the general path (marshal,
+// TestFastEncoding checks that the one-pass encoders of call, result,
+// session and upstream records write exactly the bytes of the general path (marshal,
 // canonicalize, scan), and that the general path decides every case the
 // fast path leaves to it (errors included).
 func TestFastEncoding(t *testing.T) {
@@ -135,12 +144,13 @@ func TestFastEncoding(t *testing.T) {
 func TestFastEncodingIsUsed(t *testing.T) {
 	c := fastCases()
 	for _, name := range []string{"call/full", "call/minimal", "call/machine", "result/full", "call/time-local", "call/string-4", "call/string-5",
-		"upstream/assigned", "upstream/full", "upstream/zero", "upstream/string-5"} {
+		"upstream/assigned", "upstream/full", "upstream/zero", "upstream/string-5",
+		"session/start", "session/full", "session/zero", "session/string-5"} {
 		if _, ok := appendFastBody(nil, c[name]); !ok {
 			t.Errorf("%s: fast path not taken", name)
 		}
 	}
-	for _, name := range []string{"call/time-year-10000", "call/request-id-1.5", "call/request-id-null", "call/nil", "upstream/nil"} {
+	for _, name := range []string{"call/time-year-10000", "call/request-id-1.5", "call/request-id-null", "call/nil", "upstream/nil", "session/nil"} {
 		if _, ok := appendFastBody(nil, c[name]); ok {
 			t.Errorf("%s: fast path taken for a value it must leave to the general path", name)
 		}
@@ -164,6 +174,7 @@ func FuzzFastEncoding(f *testing.F) {
 			&Result{Call: n, Session: s, Outcome: s, Result: Commitment{ID: n, Size: n, MAC: []byte(s)}, LatencyMicros: n, ErrorCode: n, Reason: s},
 			&Upstream{Name: s, Transport: s, Endpoint: s, EvidenceClass: s, SPKI: digest.Bytes([]byte(s)), ServerName: s, ServerVersion: s, Tools: n,
 				Session: s, Event: s, Reason: s},
+			&Session{ID: s, Event: s, Agent: s, Front: s, ClientName: s, ClientVersion: s, Protocol: s, Reason: s, Issuer: s, TokenID: s, Groups: []string{s}},
 		}
 		for _, r := range recs {
 			want, werr := encodeBodyGeneral(r)
