@@ -201,164 +201,229 @@ func (c *Config) Upstream(name string) *Upstream {
 	return nil
 }
 
+// upstreamEntry is where one upstream entry is in the file, for errors:
+// its YAML node (nil when there is none) and its field name, like
+// "upstreams[2] (files)".
+type upstreamEntry struct {
+	n *yaml.Node
+	f string
+}
+
+// newUpstreamEntry locates upstream i (u) in seq, the upstreams section.
+func newUpstreamEntry(seq *yaml.Node, i int, u *Upstream) upstreamEntry {
+	e := upstreamEntry{f: fmt.Sprintf("upstreams[%d]", i)}
+	if seq != nil && i < len(seq.Content) {
+		e.n = seq.Content[i]
+	}
+	if u.Name != "" {
+		e.f = fmt.Sprintf("upstreams[%d] (%s)", i, u.Name)
+	}
+	return e
+}
+
+// at is the node of the entry's key, or the entry's when the key is absent.
+func (e upstreamEntry) at(key string) *yaml.Node {
+	if v := valueNode(e.n, key); v != nil {
+		return v
+	}
+	return e.n
+}
+
+// in is the node of key in the entry's section, or the section's (or the
+// entry's) when absent.
+func (e upstreamEntry) in(section, key string) *yaml.Node {
+	if v := valueNode(valueNode(e.n, section), key); v != nil {
+		return v
+	}
+	return e.at(section)
+}
+
 // validateUpstreams checks the upstreams section; seq is its YAML node.
 func (l *loader) validateUpstreams(c *Config, seq *yaml.Node, dir string) {
 	seen := map[string]*yaml.Node{}
 	creds := credentialEnv(c)
 	for i := range c.Upstreams {
 		u := &c.Upstreams[i]
-		var n *yaml.Node
-		if seq != nil && i < len(seq.Content) {
-			n = seq.Content[i]
+		e := newUpstreamEntry(seq, i, u)
+		l.validateUpstreamName(e, u, seen)
+		l.validateUpstreamLifecycle(e, u, len(c.Upstreams))
+		if !l.validateUpstreamKind(e, u) {
+			continue
 		}
-		at := func(key string) *yaml.Node {
-			if v := valueNode(n, key); v != nil {
-				return v
-			}
-			return n
-		}
-		in := func(section, key string) *yaml.Node {
-			if v := valueNode(valueNode(n, section), key); v != nil {
-				return v
-			}
-			return at(section)
-		}
-		f := fmt.Sprintf("upstreams[%d]", i)
-		if u.Name != "" {
-			f = fmt.Sprintf("upstreams[%d] (%s)", i, u.Name)
-		}
-		if err := ValidateName(u.Name); err != nil {
-			l.errorf(at("name"), f+".name", "upstream names become tool prefixes: name__tool", "%v", err)
-		} else if prev, dup := seen[u.Name]; dup {
-			l.errorf(at("name"), f+".name", "give every upstream its own name", "upstream %q is defined twice (first at line %d)", u.Name, prev.Line)
-		} else {
-			seen[u.Name] = at("name")
-		}
-		if !u.Namespaced() && len(c.Upstreams) > 1 {
-			l.errorf(at("namespace"), f+".namespace", "remove namespace: false: with more than one upstream every tool is exposed as <upstream>__<tool>",
-				"namespace: false is only allowed with a single upstream (there are %d): unprefixed tool names of several upstreams could collide", len(c.Upstreams))
-		}
-		switch u.Lifecycle {
-		case "", LifecyclePerSession, LifecycleShared:
+		switch {
+		case u.Tunnel != nil:
+			l.validateTunnel(e.n, e.f, u)
+		case u.HTTP != nil:
+			l.validateHTTPUpstream(e, u, dir)
 		default:
-			l.errorf(at("lifecycle"), f+".lifecycle", "", "%q: want per-session or shared", u.Lifecycle)
-		}
-		kinds := 0
-		for _, set := range []bool{u.Stdio != nil, u.HTTP != nil, u.Tunnel != nil} {
-			if set {
-				kinds++
-			}
-		}
-		switch {
-		case u.WarmSpares < 0 || u.WarmSpares > MaxWarmSpares:
-			l.errorf(at("warm_spares"), f+".warm_spares", "", "%d: want 0 (none) to %d", u.WarmSpares, MaxWarmSpares)
-		case u.WarmSpares > 0 && u.Shared():
-			l.errorf(at("warm_spares"), f+".warm_spares", "remove warm_spares, or use lifecycle: per-session",
-				"a shared upstream has one connection for every session: warm spares are for per-session upstreams")
-		case u.WarmSpares > 0 && u.HTTP != nil && u.HTTP.Credential != nil && u.HTTP.Credential.PerIdentity():
-			l.errorf(at("warm_spares"), f+".warm_spares", "remove warm_spares",
-				"credentials of source %s are minted for the identity of each session, which a connection made before any session cannot carry", u.HTTP.Credential.Source)
-		}
-		switch {
-		case kinds == 0:
-			l.errorf(n, f, "add a stdio:, an http: or a tunnel: section", "neither stdio, http nor tunnel: say how to reach the upstream")
-			continue
-		case kinds > 1:
-			l.errorf(n, f, "split it into several upstreams", "more than one of stdio, http and tunnel: an upstream is one of them")
-			continue
-		}
-		if u.Tunnel != nil {
-			l.validateTunnel(n, f, u)
-			continue
-		}
-		if u.HTTP != nil {
-			if u.Pin != nil {
-				l.errorf(at("pin"), f+".pin", "pin an HTTP upstream's key with http.tls_pin", "a code pin applies to stdio upstreams only")
-			}
-			if u.AllowUnmeasured {
-				l.errorf(at("allow_unmeasured"), f+".allow_unmeasured", "", "applies to stdio upstreams only")
-			}
-			if u.AllowCodeEnv {
-				l.errorf(at("allow_code_env"), f+".allow_code_env", "", "applies to stdio upstreams only")
-			}
-			h := u.HTTP
-			pu, err := url.Parse(h.URL)
-			switch {
-			case h.URL == "":
-				l.errorf(at("http"), f+".http.url", "", "missing: the upstream's MCP endpoint URL")
-			case err != nil:
-				// Not err itself: *url.Error repeats the url, whose
-				// query may hold a secret.
-				var ue *url.Error
-				if errors.As(err, &ue) {
-					err = ue.Err
-				}
-				l.errorf(in("http", "url"), f+".http.url", "", "%v", err)
-			case pu.Scheme != "https" && pu.Scheme != "http" || pu.Host == "":
-				l.errorf(in("http", "url"), f+".http.url", "", "%q: want an http:// or https:// URL with a host", RedactedURL(pu))
-			case pu.Scheme == "http" && !h.TLSPin.IsZero():
-				l.errorf(in("http", "tls_pin"), f+".http.tls_pin", "use an https:// URL", "a TLS pin needs https://")
-			}
-			if err == nil && pu.Scheme == "http" {
-				if h.CAFile != "" {
-					l.errorf(in("http", "ca_file"), f+".http.ca_file", "use an https:// URL, or remove ca_file", "a CA file needs https://: plaintext http:// has no certificate to verify")
-				}
-				if !h.AllowRemotePlaintext && !IsLoopbackHost(pu.Hostname()) {
-					l.errorf(in("http", "url"), f+".http.url",
-						"use https:// (pin the server's key with tls_pin), or set allow_remote_plaintext: true to accept an unauthenticated, unencrypted link",
-						"plaintext http:// to %s, which is not a loopback address (127.0.0.0/8, ::1 or localhost)", pu.Host)
-				}
-			}
-			if h.BearerTokenEnv != "" && !envNameRE.MatchString(h.BearerTokenEnv) {
-				l.errorf(in("http", "bearer_token_env"), f+".http.bearer_token_env", "", "%q is not a valid environment variable name", h.BearerTokenEnv)
-			}
-			l.validateHeaders(valueNode(n, "http"), f, h)
-			if h.BearerTokenEnv != "" && h.BearerTokenFile != "" {
-				l.errorf(in("http", "bearer_token_file"), f+".http", "", "set bearer_token_env or bearer_token_file, not both")
-			}
-			if h.CAFile != "" && !h.TLSPin.IsZero() {
-				l.errorf(in("http", "ca_file"), f+".http.ca_file", "remove ca_file or tls_pin", "has no effect with tls_pin: a pinned key is accepted without a CA chain")
-			}
-			if h.ConnectTimeout < 0 {
-				l.errorf(in("http", "connect_timeout"), f+".http.connect_timeout", "", "negative duration")
-			}
-			l.validateCredential(valueNode(n, "http"), f, u, dir)
-			h.CAFile = absPath(dir, h.CAFile)
-			h.BearerTokenFile = absPath(dir, h.BearerTokenFile)
-			for k, v := range h.HeadersFromFile {
-				h.HeadersFromFile[k] = absPath(dir, v)
-			}
-			continue
-		}
-		s := u.Stdio
-		if s.Command == "" {
-			l.errorf(at("stdio"), f+".stdio.command", "", "missing: the program to run")
-		}
-		l.validateChildEnv(n, f, u, creds)
-		if strings.ContainsRune(s.Command, '/') {
-			s.Command = absPath(dir, s.Command)
-		}
-		s.Dir = absPath(dir, s.Dir)
-		switch {
-		case u.Pin == nil && !u.AllowUnmeasured:
-			l.errorf(n, f, fmt.Sprintf("run: cmcp spawn-digest -- %s, and paste its pin: section here (or set allow_unmeasured: true to run it as spawn-unmeasured)", s.Command),
-				"a stdio upstream needs a pin: the gateway refuses to run unmeasured code")
-		case u.Pin != nil && u.AllowUnmeasured:
-			l.errorf(at("allow_unmeasured"), f+".allow_unmeasured", "remove allow_unmeasured or the pin", "has no effect on a pinned upstream")
-		case u.Pin != nil:
-			p := u.Pin
-			if p.Command.IsZero() {
-				l.errorf(at("pin"), f+".pin.command", "run cmcp spawn-digest to compute it", "missing: the digest of the command file")
-			}
-			if p.Target != "" && p.TargetDigest.IsZero() {
-				l.errorf(in("pin", "target"), f+".pin.target_digest", "run cmcp spawn-digest --target to compute it", "missing: a target needs its digest")
-			}
-			if p.Target == "" && !p.TargetDigest.IsZero() {
-				l.errorf(in("pin", "target_digest"), f+".pin.target", "", "missing: a target digest needs its target path")
-			}
-			p.Target = absPath(dir, p.Target)
+			l.validateStdioUpstream(e, u, dir, creds)
 		}
 	}
+}
+
+// validateUpstreamName checks u's name and that no earlier upstream (seen:
+// name -> its node) has it, and adds it to seen.
+func (l *loader) validateUpstreamName(e upstreamEntry, u *Upstream, seen map[string]*yaml.Node) {
+	if err := ValidateName(u.Name); err != nil {
+		l.errorf(e.at("name"), e.f+".name", "upstream names become tool prefixes: name__tool", "%v", err)
+	} else if prev, dup := seen[u.Name]; dup {
+		l.errorf(e.at("name"), e.f+".name", "give every upstream its own name", "upstream %q is defined twice (first at line %d)", u.Name, prev.Line)
+	} else {
+		seen[u.Name] = e.at("name")
+	}
+}
+
+// validateUpstreamLifecycle checks the settings of how u's connections
+// are kept, whatever its kind: namespace (count is the number of
+// upstreams), lifecycle and warm_spares.
+func (l *loader) validateUpstreamLifecycle(e upstreamEntry, u *Upstream, count int) {
+	if !u.Namespaced() && count > 1 {
+		l.errorf(e.at("namespace"), e.f+".namespace", "remove namespace: false: with more than one upstream every tool is exposed as <upstream>__<tool>",
+			"namespace: false is only allowed with a single upstream (there are %d): unprefixed tool names of several upstreams could collide", count)
+	}
+	switch u.Lifecycle {
+	case "", LifecyclePerSession, LifecycleShared:
+	default:
+		l.errorf(e.at("lifecycle"), e.f+".lifecycle", "", "%q: want per-session or shared", u.Lifecycle)
+	}
+	switch {
+	case u.WarmSpares < 0 || u.WarmSpares > MaxWarmSpares:
+		l.errorf(e.at("warm_spares"), e.f+".warm_spares", "", "%d: want 0 (none) to %d", u.WarmSpares, MaxWarmSpares)
+	case u.WarmSpares > 0 && u.Shared():
+		l.errorf(e.at("warm_spares"), e.f+".warm_spares", "remove warm_spares, or use lifecycle: per-session",
+			"a shared upstream has one connection for every session: warm spares are for per-session upstreams")
+	case u.WarmSpares > 0 && u.HTTP != nil && u.HTTP.Credential != nil && u.HTTP.Credential.PerIdentity():
+		l.errorf(e.at("warm_spares"), e.f+".warm_spares", "remove warm_spares",
+			"credentials of source %s are minted for the identity of each session, which a connection made before any session cannot carry", u.HTTP.Credential.Source)
+	}
+}
+
+// validateUpstreamKind checks that u is exactly one of stdio, http and
+// tunnel, and reports whether it is.
+func (l *loader) validateUpstreamKind(e upstreamEntry, u *Upstream) bool {
+	kinds := 0
+	for _, set := range []bool{u.Stdio != nil, u.HTTP != nil, u.Tunnel != nil} {
+		if set {
+			kinds++
+		}
+	}
+	switch {
+	case kinds == 0:
+		l.errorf(e.n, e.f, "add a stdio:, an http: or a tunnel: section", "neither stdio, http nor tunnel: say how to reach the upstream")
+		return false
+	case kinds > 1:
+		l.errorf(e.n, e.f, "split it into several upstreams", "more than one of stdio, http and tunnel: an upstream is one of them")
+		return false
+	}
+	return true
+}
+
+// validateHTTPUpstream checks an http: upstream and makes its file paths
+// absolute (relative to dir).
+func (l *loader) validateHTTPUpstream(e upstreamEntry, u *Upstream, dir string) {
+	if u.Pin != nil {
+		l.errorf(e.at("pin"), e.f+".pin", "pin an HTTP upstream's key with http.tls_pin", "a code pin applies to stdio upstreams only")
+	}
+	if u.AllowUnmeasured {
+		l.errorf(e.at("allow_unmeasured"), e.f+".allow_unmeasured", "", "applies to stdio upstreams only")
+	}
+	if u.AllowCodeEnv {
+		l.errorf(e.at("allow_code_env"), e.f+".allow_code_env", "", "applies to stdio upstreams only")
+	}
+	h := u.HTTP
+	l.validateHTTPURL(e, h)
+	if h.BearerTokenEnv != "" && !envNameRE.MatchString(h.BearerTokenEnv) {
+		l.errorf(e.in("http", "bearer_token_env"), e.f+".http.bearer_token_env", "", "%q is not a valid environment variable name", h.BearerTokenEnv)
+	}
+	l.validateHeaders(valueNode(e.n, "http"), e.f, h)
+	if h.BearerTokenEnv != "" && h.BearerTokenFile != "" {
+		l.errorf(e.in("http", "bearer_token_file"), e.f+".http", "", "set bearer_token_env or bearer_token_file, not both")
+	}
+	if h.CAFile != "" && !h.TLSPin.IsZero() {
+		l.errorf(e.in("http", "ca_file"), e.f+".http.ca_file", "remove ca_file or tls_pin", "has no effect with tls_pin: a pinned key is accepted without a CA chain")
+	}
+	if h.ConnectTimeout < 0 {
+		l.errorf(e.in("http", "connect_timeout"), e.f+".http.connect_timeout", "", "negative duration")
+	}
+	l.validateCredential(valueNode(e.n, "http"), e.f, u, dir)
+	h.CAFile = absPath(dir, h.CAFile)
+	h.BearerTokenFile = absPath(dir, h.BearerTokenFile)
+	for k, v := range h.HeadersFromFile {
+		h.HeadersFromFile[k] = absPath(dir, v)
+	}
+}
+
+// validateHTTPURL checks an http: upstream's url and what its scheme
+// allows: tls_pin and ca_file need https://, and plaintext http:// goes
+// to a loopback address unless allow_remote_plaintext says otherwise.
+func (l *loader) validateHTTPURL(e upstreamEntry, h *HTTP) {
+	pu, err := url.Parse(h.URL)
+	switch {
+	case h.URL == "":
+		l.errorf(e.at("http"), e.f+".http.url", "", "missing: the upstream's MCP endpoint URL")
+	case err != nil:
+		// Not err itself: *url.Error repeats the url, whose
+		// query may hold a secret.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		l.errorf(e.in("http", "url"), e.f+".http.url", "", "%v", err)
+	case pu.Scheme != "https" && pu.Scheme != "http" || pu.Host == "":
+		l.errorf(e.in("http", "url"), e.f+".http.url", "", "%q: want an http:// or https:// URL with a host", RedactedURL(pu))
+	case pu.Scheme == "http" && !h.TLSPin.IsZero():
+		l.errorf(e.in("http", "tls_pin"), e.f+".http.tls_pin", "use an https:// URL", "a TLS pin needs https://")
+	}
+	if err != nil || pu.Scheme != "http" {
+		return
+	}
+	if h.CAFile != "" {
+		l.errorf(e.in("http", "ca_file"), e.f+".http.ca_file", "use an https:// URL, or remove ca_file", "a CA file needs https://: plaintext http:// has no certificate to verify")
+	}
+	if !h.AllowRemotePlaintext && !IsLoopbackHost(pu.Hostname()) {
+		l.errorf(e.in("http", "url"), e.f+".http.url",
+			"use https:// (pin the server's key with tls_pin), or set allow_remote_plaintext: true to accept an unauthenticated, unencrypted link",
+			"plaintext http:// to %s, which is not a loopback address (127.0.0.0/8, ::1 or localhost)", pu.Host)
+	}
+}
+
+// validateStdioUpstream checks a stdio: upstream (creds: the variables
+// holding other upstreams' credentials, see credentialEnv) and makes its
+// paths absolute (relative to dir).
+func (l *loader) validateStdioUpstream(e upstreamEntry, u *Upstream, dir string, creds map[string]string) {
+	s := u.Stdio
+	if s.Command == "" {
+		l.errorf(e.at("stdio"), e.f+".stdio.command", "", "missing: the program to run")
+	}
+	l.validateChildEnv(e.n, e.f, u, creds)
+	if strings.ContainsRune(s.Command, '/') {
+		s.Command = absPath(dir, s.Command)
+	}
+	s.Dir = absPath(dir, s.Dir)
+	switch {
+	case u.Pin == nil && !u.AllowUnmeasured:
+		l.errorf(e.n, e.f, fmt.Sprintf("run: cmcp spawn-digest -- %s, and paste its pin: section here (or set allow_unmeasured: true to run it as spawn-unmeasured)", s.Command),
+			"a stdio upstream needs a pin: the gateway refuses to run unmeasured code")
+	case u.Pin != nil && u.AllowUnmeasured:
+		l.errorf(e.at("allow_unmeasured"), e.f+".allow_unmeasured", "remove allow_unmeasured or the pin", "has no effect on a pinned upstream")
+	case u.Pin != nil:
+		l.validatePin(e, u.Pin, dir)
+	}
+}
+
+// validatePin checks a stdio upstream's pin: and makes its target
+// absolute (relative to dir).
+func (l *loader) validatePin(e upstreamEntry, p *Pin, dir string) {
+	if p.Command.IsZero() {
+		l.errorf(e.at("pin"), e.f+".pin.command", "run cmcp spawn-digest to compute it", "missing: the digest of the command file")
+	}
+	if p.Target != "" && p.TargetDigest.IsZero() {
+		l.errorf(e.in("pin", "target"), e.f+".pin.target_digest", "run cmcp spawn-digest --target to compute it", "missing: a target needs its digest")
+	}
+	if p.Target == "" && !p.TargetDigest.IsZero() {
+		l.errorf(e.in("pin", "target_digest"), e.f+".pin.target", "", "missing: a target digest needs its target path")
+	}
+	p.Target = absPath(dir, p.Target)
 }
 
 // validateHeaders checks the header names and sources of an http: section
