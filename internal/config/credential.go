@@ -96,6 +96,28 @@ const (
 // each identity (all but client_credentials).
 func (c *CredentialSource) PerIdentity() bool { return c.Source != SourceClientCredentials }
 
+// credentialEntry is where an http: section's credential: is in the file,
+// for errors: its YAML node (nil when there is none) and its field name,
+// like "upstreams[0] (api).http.credential".
+type credentialEntry struct {
+	cn *yaml.Node
+	f  string
+}
+
+// at is the node at path below the credential: node, or the deepest one
+// of path that is there.
+func (e credentialEntry) at(path ...string) *yaml.Node {
+	n := e.cn
+	for _, p := range path {
+		v := valueNode(n, p)
+		if v == nil {
+			return n
+		}
+		n = v
+	}
+	return n
+}
+
 // validateCredential checks an http: section's credential: (hn is the
 // http: node, f the field prefix, dir the configuration's directory).
 func (l *loader) validateCredential(hn *yaml.Node, f string, u *Upstream, dir string) {
@@ -103,150 +125,195 @@ func (l *loader) validateCredential(hn *yaml.Node, f string, u *Upstream, dir st
 	if c == nil {
 		return
 	}
-	cn := valueNode(hn, "credential")
-	at := func(path ...string) *yaml.Node {
-		n := cn
-		for _, p := range path {
-			v := valueNode(n, p)
-			if v == nil {
-				return n
-			}
-			n = v
-		}
-		return n
+	e := credentialEntry{cn: valueNode(hn, "credential"), f: f + ".http.credential"}
+	if !l.validateCredentialKind(e, c) {
+		return
 	}
-	f += ".http.credential"
-	h := u.HTTP
+	l.validateCredentialAuthorization(e, u)
+	l.validateCredentialSettings(e, c)
+	if c.Source == SourceExec {
+		l.validateExecCredential(e, c, dir)
+		return
+	}
+	l.validateOAuthCredential(e, u, dir)
+}
+
+// validateCredentialKind checks the source: and reports whether it is one
+// cmcp knows.
+func (l *loader) validateCredentialKind(e credentialEntry, c *CredentialSource) bool {
 	switch c.Source {
 	case SourceExec, SourceClientCredentials, SourceTokenExchange, SourceAuthorizationCode:
+		return true
 	case "":
-		l.errorf(cn, f+".source", "", "missing: exec, client_credentials, token_exchange or authorization_code")
-		return
+		l.errorf(e.cn, e.f+".source", "", "missing: exec, client_credentials, token_exchange or authorization_code")
 	default:
-		l.errorf(at("source"), f+".source", "", "%q: want exec, client_credentials, token_exchange or authorization_code", c.Source)
-		return
+		l.errorf(e.at("source"), e.f+".source", "", "%q: want exec, client_credentials, token_exchange or authorization_code", c.Source)
 	}
+	return false
+}
+
+// validateCredentialAuthorization checks that nothing else of u sets the
+// Authorization header the source sets, and that a credential minted per
+// identity is not used on a shared connection.
+func (l *loader) validateCredentialAuthorization(e credentialEntry, u *Upstream) {
+	h, c := u.HTTP, u.HTTP.Credential
 	if h.BearerTokenEnv != "" || h.BearerTokenFile != "" {
-		l.errorf(cn, f, "remove bearer_token_env / bearer_token_file: the source sets Authorization for each call",
+		l.errorf(e.cn, e.f, "remove bearer_token_env / bearer_token_file: the source sets Authorization for each call",
 			"a credential source and a static bearer token both set Authorization")
 	}
 	for name := range h.HeadersFromEnv {
 		if strings.EqualFold(name, "Authorization") {
-			l.errorf(cn, f, "remove the Authorization header", "a credential source and headers_from_env both set Authorization")
+			l.errorf(e.cn, e.f, "remove the Authorization header", "a credential source and headers_from_env both set Authorization")
 		}
 	}
 	for name := range h.HeadersFromFile {
 		if strings.EqualFold(name, "Authorization") {
-			l.errorf(cn, f, "remove the Authorization header", "a credential source and headers_from_file both set Authorization")
+			l.errorf(e.cn, e.f, "remove the Authorization header", "a credential source and headers_from_file both set Authorization")
 		}
 	}
 	if c.PerIdentity() && u.Shared() {
-		l.errorf(cn, f, "use lifecycle: per-session (the default), or source: client_credentials for one service identity",
+		l.errorf(e.cn, e.f, "use lifecycle: per-session (the default), or source: client_credentials for one service identity",
 			"a %s credential is minted per identity, which a shared connection (lifecycle: shared) cannot carry", c.Source)
 	}
+}
+
+// validateCredentialSettings checks the settings every source has: how many
+// identities' credentials are kept and when they are minted again, the
+// retry of a 401, and the audience.
+func (l *loader) validateCredentialSettings(e credentialEntry, c *CredentialSource) {
 	if c.CacheSize < 0 || c.CacheSize > 1_000_000 {
-		l.errorf(at("cache_size"), f+".cache_size", "", "%d: want 1 to 1000000 (default 1024)", c.CacheSize)
+		l.errorf(e.at("cache_size"), e.f+".cache_size", "", "%d: want 1 to 1000000 (default 1024)", c.CacheSize)
 	}
 	if c.RefreshSkew < 0 {
-		l.errorf(at("refresh_skew"), f+".refresh_skew", "", "negative duration")
+		l.errorf(e.at("refresh_skew"), e.f+".refresh_skew", "", "negative duration")
 	}
 	if r := c.Retry; r != nil {
 		if r.Attempts < 0 || r.Attempts > 20 {
-			l.errorf(at("retry", "attempts"), f+".retry.attempts", "", "%d: want 0 to 20 (default 6)", r.Attempts)
+			l.errorf(e.at("retry", "attempts"), e.f+".retry.attempts", "", "%d: want 0 to 20 (default 6)", r.Attempts)
 		}
 		if r.Initial < 0 || r.Max < 0 {
-			l.errorf(at("retry"), f+".retry", "", "negative duration")
+			l.errorf(e.at("retry"), e.f+".retry", "", "negative duration")
 		} else if r.Initial > 0 && r.Max > 0 && r.Max < r.Initial {
-			l.errorf(at("retry", "max"), f+".retry.max", "", "%s is less than initial %s", r.Max, r.Initial)
+			l.errorf(e.at("retry", "max"), e.f+".retry.max", "", "%s is less than initial %s", r.Max, r.Initial)
 		}
 	}
 	if c.Audience != "" {
 		if pu, err := url.Parse(c.Audience); err != nil || pu.Scheme == "" {
-			l.errorf(at("audience"), f+".audience", "", "%q: want an absolute URI", c.Audience)
+			l.errorf(e.at("audience"), e.f+".audience", "", "%q: want an absolute URI", c.Audience)
 		}
 	}
-	if c.Source == SourceExec {
-		if c.OAuth != nil {
-			l.errorf(at("oauth"), f+".oauth", "remove it", "applies to the OAuth sources, not exec")
-		}
-		e := c.Exec
-		if e == nil || e.Command == "" {
-			l.errorf(at("exec"), f+".exec.command", "", "missing: the helper program to run")
-			return
-		}
-		if strings.ContainsRune(e.Command, '/') {
-			e.Command = absPath(dir, e.Command)
-		}
-		if e.Timeout < 0 {
-			l.errorf(at("exec", "timeout"), f+".exec.timeout", "", "negative duration")
-		}
-		for _, k := range slices.Sorted(maps.Keys(e.Env)) {
-			if !envNameRE.MatchString(k) {
-				l.errorf(at("exec", "env"), f+".exec.env", "", "%q is not a valid environment variable name", k)
-			}
-		}
+}
+
+// validateExecCredential checks the exec source's helper program and
+// makes a relative path to it absolute (relative to dir).
+func (l *loader) validateExecCredential(e credentialEntry, c *CredentialSource, dir string) {
+	if c.OAuth != nil {
+		l.errorf(e.at("oauth"), e.f+".oauth", "remove it", "applies to the OAuth sources, not exec")
+	}
+	x := c.Exec
+	if x == nil || x.Command == "" {
+		l.errorf(e.at("exec"), e.f+".exec.command", "", "missing: the helper program to run")
 		return
 	}
+	if strings.ContainsRune(x.Command, '/') {
+		x.Command = absPath(dir, x.Command)
+	}
+	if x.Timeout < 0 {
+		l.errorf(e.at("exec", "timeout"), e.f+".exec.timeout", "", "negative duration")
+	}
+	for _, k := range slices.Sorted(maps.Keys(x.Env)) {
+		if !envNameRE.MatchString(k) {
+			l.errorf(e.at("exec", "env"), e.f+".exec.env", "", "%q is not a valid environment variable name", k)
+		}
+	}
+}
+
+// validateOAuthCredential checks the OAuth client of the
+// client_credentials, token_exchange and authorization_code sources and
+// makes its client secret file absolute (relative to dir).
+func (l *loader) validateOAuthCredential(e credentialEntry, u *Upstream, dir string) {
+	c := u.HTTP.Credential
 	if c.Exec != nil {
-		l.errorf(at("exec"), f+".exec", "remove it", "applies to source: exec only")
+		l.errorf(e.at("exec"), e.f+".exec", "remove it", "applies to source: exec only")
 	}
 	o := c.OAuth
 	if o == nil {
-		l.errorf(cn, f+".oauth", "", "missing: the OAuth client (client_id, and issuer or token_endpoint)")
+		l.errorf(e.cn, e.f+".oauth", "", "missing: the OAuth client (client_id, and issuer or token_endpoint)")
 		return
 	}
 	if o.ClientID == "" {
-		l.errorf(at("oauth"), f+".oauth.client_id", "", "missing: the client id registered at the authorization server")
+		l.errorf(e.at("oauth"), e.f+".oauth.client_id", "", "missing: the client id registered at the authorization server")
 	}
 	if o.Issuer == "" && o.TokenEndpoint == "" && c.Source != SourceAuthorizationCode {
-		l.errorf(at("oauth"), f+".oauth", "", "missing: issuer (its metadata is discovered) or token_endpoint")
+		l.errorf(e.at("oauth"), e.f+".oauth", "", "missing: issuer (its metadata is discovered) or token_endpoint")
 	}
-	if c.Source == SourceAuthorizationCode {
+	l.validateOAuthLogin(e, c.Source, o, u.Name)
+	l.validateOAuthEndpoints(e, o)
+	l.validateOAuthSecret(e, c.Source, o)
+	o.ClientSecretFile = absPath(dir, o.ClientSecretFile)
+}
+
+// validateOAuthLogin checks what the authorization_code source (and only
+// it) needs to send a person to sign in: its endpoints and login_url
+// (name is the upstream's).
+func (l *loader) validateOAuthLogin(e credentialEntry, source string, o *CredentialOAuth, name string) {
+	if source == SourceAuthorizationCode {
 		// Without issuer and endpoints: discovered from the upstream's
 		// 401 and its protected resource metadata (RFC 9728).
 		if o.TokenEndpoint != "" && o.AuthorizationEndpoint == "" && o.Issuer == "" {
-			l.errorf(at("oauth"), f+".oauth.authorization_endpoint", "", "missing: authorization_code needs it with token_endpoint (or give issuer)")
+			l.errorf(e.at("oauth"), e.f+".oauth.authorization_endpoint", "", "missing: authorization_code needs it with token_endpoint (or give issuer)")
 		}
 		if o.LoginURL == "" {
-			l.errorf(at("oauth"), f+".oauth.login_url", "e.g. https://gateway.example/oauth/upstream/"+u.Name+" (register <login_url>/callback at the authorization server)",
+			l.errorf(e.at("oauth"), e.f+".oauth.login_url", "e.g. https://gateway.example/oauth/upstream/"+name+" (register <login_url>/callback at the authorization server)",
 				"missing: the gateway's URL of the sign-in pages a URL elicitation sends a person to")
 		}
 	} else if o.LoginURL != "" {
-		l.errorf(at("oauth", "login_url"), f+".oauth.login_url", "remove it", "applies to source: authorization_code only")
+		l.errorf(e.at("oauth", "login_url"), e.f+".oauth.login_url", "remove it", "applies to source: authorization_code only")
 	}
 	if o.LoginURL != "" {
 		if pu, err := url.Parse(o.LoginURL); err == nil && (pu.Path == "" || pu.Path == "/" || strings.HasSuffix(pu.Path, "/") || pu.RawQuery != "" || pu.Fragment != "") {
-			l.errorf(at("oauth", "login_url"), f+".oauth.login_url", "", "%q: want a path of its own without a trailing slash, query or fragment, e.g. /oauth/upstream/%s", o.LoginURL, u.Name)
+			l.errorf(e.at("oauth", "login_url"), e.f+".oauth.login_url", "", "%q: want a path of its own without a trailing slash, query or fragment, e.g. /oauth/upstream/%s", o.LoginURL, name)
 		}
 	}
-	for _, e := range []struct{ key, v string }{{"issuer", o.Issuer}, {"token_endpoint", o.TokenEndpoint}, {"authorization_endpoint", o.AuthorizationEndpoint}, {"login_url", o.LoginURL}} {
-		if e.v == "" {
+}
+
+// validateOAuthEndpoints checks the OAuth client's URLs: https://, or
+// plaintext http:// to a loopback address unless allow_plaintext, and no
+// user info or query.
+func (l *loader) validateOAuthEndpoints(e credentialEntry, o *CredentialOAuth) {
+	for _, ep := range []struct{ key, v string }{{"issuer", o.Issuer}, {"token_endpoint", o.TokenEndpoint}, {"authorization_endpoint", o.AuthorizationEndpoint}, {"login_url", o.LoginURL}} {
+		if ep.v == "" {
 			continue
 		}
-		pu, err := url.Parse(e.v)
+		pu, err := url.Parse(ep.v)
 		switch {
 		case err != nil || pu.Host == "" || (pu.Scheme != "https" && pu.Scheme != "http"):
-			l.errorf(at("oauth", e.key), f+".oauth."+e.key, "", "%q: want an https:// URL", e.v)
+			l.errorf(e.at("oauth", ep.key), e.f+".oauth."+ep.key, "", "%q: want an https:// URL", ep.v)
 		case pu.Scheme == "http" && !o.AllowPlaintext && !IsLoopbackHost(pu.Hostname()):
-			l.errorf(at("oauth", e.key), f+".oauth."+e.key, "use https://, or set allow_plaintext: true",
+			l.errorf(e.at("oauth", ep.key), e.f+".oauth."+ep.key, "use https://, or set allow_plaintext: true",
 				"plaintext http:// to %s, which is not a loopback address, would send credentials in the clear", pu.Host)
 		case pu.User != nil || pu.RawQuery != "":
-			l.errorf(at("oauth", e.key), f+".oauth."+e.key, "", "carries user info or a query; put the client secret in client_secret_env / client_secret_file")
+			l.errorf(e.at("oauth", ep.key), e.f+".oauth."+ep.key, "", "carries user info or a query; put the client secret in client_secret_env / client_secret_file")
 		}
 	}
+}
+
+// validateOAuthSecret checks where the OAuth client's secret is, that the
+// sources of a confidential client (client_credentials, token_exchange)
+// have one, and that subject_token_type is given to token_exchange only.
+func (l *loader) validateOAuthSecret(e credentialEntry, source string, o *CredentialOAuth) {
 	if o.ClientSecretEnv != "" && o.ClientSecretFile != "" {
-		l.errorf(at("oauth", "client_secret_file"), f+".oauth", "", "set client_secret_env or client_secret_file, not both")
+		l.errorf(e.at("oauth", "client_secret_file"), e.f+".oauth", "", "set client_secret_env or client_secret_file, not both")
 	}
 	if o.ClientSecretEnv != "" && !envNameRE.MatchString(o.ClientSecretEnv) {
-		l.errorf(at("oauth", "client_secret_env"), f+".oauth.client_secret_env", "", "%q is not a valid environment variable name", o.ClientSecretEnv)
+		l.errorf(e.at("oauth", "client_secret_env"), e.f+".oauth.client_secret_env", "", "%q is not a valid environment variable name", o.ClientSecretEnv)
 	}
-	if (c.Source == SourceClientCredentials || c.Source == SourceTokenExchange) && o.ClientSecretEnv == "" && o.ClientSecretFile == "" {
-		l.errorf(at("oauth"), f+".oauth.client_secret_env", "", "missing: %s authenticates the gateway as a confidential client (client_secret_env or client_secret_file)", c.Source)
+	if (source == SourceClientCredentials || source == SourceTokenExchange) && o.ClientSecretEnv == "" && o.ClientSecretFile == "" {
+		l.errorf(e.at("oauth"), e.f+".oauth.client_secret_env", "", "missing: %s authenticates the gateway as a confidential client (client_secret_env or client_secret_file)", source)
 	}
-	if o.SubjectTokenType != "" && c.Source != SourceTokenExchange {
-		l.errorf(at("oauth", "subject_token_type"), f+".oauth.subject_token_type", "remove it", "applies to source: token_exchange only")
+	if o.SubjectTokenType != "" && source != SourceTokenExchange {
+		l.errorf(e.at("oauth", "subject_token_type"), e.f+".oauth.subject_token_type", "remove it", "applies to source: token_exchange only")
 	}
-	o.ClientSecretFile = absPath(dir, o.ClientSecretFile)
 }
 
 // credentialSourceEnv adds the client secrets' variables to creds.
