@@ -294,60 +294,108 @@ func (h *Hub) event(ev Event) error {
 	return nil
 }
 
+// serve runs one tunnel from its first frame to its end: the connector
+// registers (after a hello, if it asks for evidence), takes its place
+// among the upstream's machines, is admitted and then served until it
+// goes.
 func (h *Hub) serve(c *websocket.Conn, tlsState *tls.ConnectionState, remote string) {
 	ev := Event{Remote: remote}
 	ctx, cancel := context.WithTimeout(context.Background(), h.o.RegisterTimeout)
 	defer cancel()
-	f, err := ReadFrame(ctx, c)
-	if err != nil {
-		h.refuse(c, ev, wire.CodeBadFrame, fmt.Sprintf("no register frame within %v: %v", h.o.RegisterTimeout, err))
+	reg := h.readRegister(ctx, c, tlsState, &ev)
+	if reg == nil {
 		return
 	}
+	m := h.claim(c, reg, &ev)
+	if m == nil {
+		return
+	}
+	cancel()
+	if err := m.write(wire.Encode(&wire.Frame{T: wire.TRegistered, HeartbeatMS: h.o.Heartbeat.Milliseconds()})); err != nil {
+		m.drop(err, websocket.StatusInternalError)
+		m.forget()
+		return
+	}
+	go m.heartbeat()
+	if !h.run(m, &ev) {
+		return
+	}
+	h.gone(m, &ev)
+}
+
+// readRegister reads the connector's register frame (within ctx), after
+// answering a hello with the gateway's evidence; ev learns what the
+// connector says. On anything else it refuses the tunnel and returns nil.
+func (h *Hub) readRegister(ctx context.Context, c *websocket.Conn, tlsState *tls.ConnectionState, ev *Event) *wire.Register {
+	f, err := ReadFrame(ctx, c)
+	if err != nil {
+		h.refuse(c, *ev, wire.CodeBadFrame, fmt.Sprintf("no register frame within %v: %v", h.o.RegisterTimeout, err))
+		return nil
+	}
 	if f.T == wire.THello {
-		if h.o.Attest == nil {
-			h.refuse(c, ev, wire.CodeBadFrame, "this gateway gives no evidence to connectors (it has no attestation configured); run the connector without --require-attested only if you trust this gateway otherwise")
-			return
-		}
-		st, err := wire.ChannelStatement(tlsState)
-		if err != nil {
-			h.refuse(c, ev, wire.CodeBadFrame, "no evidence: "+err.Error())
-			return
-		}
-		bundle, err := h.o.Attest(ctx, f.Nonce, st)
-		if err != nil {
-			h.refuse(c, ev, wire.CodeBadFrame, "the gateway could not produce evidence: "+err.Error())
-			return
-		}
-		if err := c.Write(ctx, websocket.MessageText, wire.Encode(&wire.Frame{T: wire.TEvidence, Bundle: json.RawMessage(bundle)})); err != nil {
-			return
-		}
-		ev.Attested = true
-		if f, err = ReadFrame(ctx, c); err != nil {
-			h.refuse(c, ev, wire.CodeBadFrame, fmt.Sprintf("no register frame after the evidence within %v: %v", h.o.RegisterTimeout, err))
-			return
+		if f = h.hello(ctx, c, tlsState, f, ev); f == nil {
+			return nil
 		}
 	}
 	if f.T != wire.TRegister {
-		h.refuse(c, ev, wire.CodeBadFrame, fmt.Sprintf("the first frame must be register (or hello), not %s", f.T))
-		return
+		h.refuse(c, *ev, wire.CodeBadFrame, fmt.Sprintf("the first frame must be register (or hello), not %s", f.T))
+		return nil
 	}
 	reg := f.Register
 	ev.Upstream, ev.MachineID, ev.Name, ev.Server, ev.Host, ev.Version = reg.Upstream, reg.MachineID, reg.Name, reg.Server, reg.Host, reg.Version
+	return reg
+}
+
+// hello answers the hello frame f with the gateway's evidence, bound to
+// the tunnel's TLS channel, and returns the frame that follows it; on an
+// error it refuses the tunnel (or, if the evidence could not be sent,
+// just ends) and returns nil.
+func (h *Hub) hello(ctx context.Context, c *websocket.Conn, tlsState *tls.ConnectionState, f *wire.Frame, ev *Event) *wire.Frame {
+	if h.o.Attest == nil {
+		h.refuse(c, *ev, wire.CodeBadFrame, "this gateway gives no evidence to connectors (it has no attestation configured); run the connector without --require-attested only if you trust this gateway otherwise")
+		return nil
+	}
+	st, err := wire.ChannelStatement(tlsState)
+	if err != nil {
+		h.refuse(c, *ev, wire.CodeBadFrame, "no evidence: "+err.Error())
+		return nil
+	}
+	bundle, err := h.o.Attest(ctx, f.Nonce, st)
+	if err != nil {
+		h.refuse(c, *ev, wire.CodeBadFrame, "the gateway could not produce evidence: "+err.Error())
+		return nil
+	}
+	if err := c.Write(ctx, websocket.MessageText, wire.Encode(&wire.Frame{T: wire.TEvidence, Bundle: json.RawMessage(bundle)})); err != nil {
+		return nil
+	}
+	ev.Attested = true
+	if f, err = ReadFrame(ctx, c); err != nil {
+		h.refuse(c, *ev, wire.CodeBadFrame, fmt.Sprintf("no register frame after the evidence within %v: %v", h.o.RegisterTimeout, err))
+		return nil
+	}
+	return f
+}
+
+// claim checks reg's token and takes the machine's place among its
+// upstream's machines (pending: not yet routable). It refuses the tunnel
+// and returns nil if the token is not the upstream's, the machine id is
+// taken or the upstream is full.
+func (h *Hub) claim(c *websocket.Conn, reg *wire.Register, ev *Event) *Machine {
 	u := h.up[reg.Upstream]
 	if u == nil {
 		// Said the same way as a wrong token: the names of upstreams are
 		// not for whoever holds no token.
-		h.refuse(c, ev, wire.CodeUnauthorized, fmt.Sprintf("the token is not a machine token of upstream %q for machine %q; check --token-file and the upstream's tunnel.tokens", reg.Upstream, reg.MachineID))
-		return
+		h.refuse(c, *ev, wire.CodeUnauthorized, fmt.Sprintf("the token is not a machine token of upstream %q for machine %q; check --token-file and the upstream's tunnel.tokens", reg.Upstream, reg.MachineID))
+		return nil
 	}
 	tok := authorized(u, reg.Token, reg.MachineID)
 	if tok < 0 {
-		h.refuse(c, ev, wire.CodeUnauthorized, fmt.Sprintf("the token is not a machine token of upstream %q for machine %q; check --token-file and the upstream's tunnel.tokens", reg.Upstream, reg.MachineID))
-		return
+		h.refuse(c, *ev, wire.CodeUnauthorized, fmt.Sprintf("the token is not a machine token of upstream %q for machine %q; check --token-file and the upstream's tunnel.tokens", reg.Upstream, reg.MachineID))
+		return nil
 	}
 	ev.TokenID = fmt.Sprintf("tokens[%d]", tok)
 	m := &Machine{
-		hub: h, c: c, ID: reg.MachineID, Name: reg.Name, Upstream: reg.Upstream, Remote: remote,
+		hub: h, c: c, ID: reg.MachineID, Name: reg.Name, Upstream: reg.Upstream, Remote: ev.Remote,
 		Version: reg.Version, Server: reg.Server, Attested: ev.Attested, Since: time.Now(),
 		sessions: map[string]*Session{}, done: make(chan struct{}),
 	}
@@ -358,23 +406,24 @@ func (h *Hub) serve(c *websocket.Conn, tlsState *tls.ConnectionState, remote str
 	ms := h.machines[reg.Upstream]
 	if old := ms[reg.MachineID]; old != nil {
 		h.mu.Unlock()
-		h.refuse(c, ev, wire.CodeDuplicate, fmt.Sprintf("machine id %q of upstream %q is held by another connector (from %s, connected since %s); stop that one or give this one another --machine-id", reg.MachineID, reg.Upstream, old.Remote, old.Since.UTC().Format(time.RFC3339)))
-		return
+		h.refuse(c, *ev, wire.CodeDuplicate, fmt.Sprintf("machine id %q of upstream %q is held by another connector (from %s, connected since %s); stop that one or give this one another --machine-id", reg.MachineID, reg.Upstream, old.Remote, old.Since.UTC().Format(time.RFC3339)))
+		return nil
 	}
 	if len(ms) >= u.MaxMachines {
 		h.mu.Unlock()
-		h.refuse(c, ev, wire.CodeFull, fmt.Sprintf("upstream %q has %d machines, the most it may have", reg.Upstream, u.MaxMachines))
-		return
+		h.refuse(c, *ev, wire.CodeFull, fmt.Sprintf("upstream %q has %d machines, the most it may have", reg.Upstream, u.MaxMachines))
+		return nil
 	}
 	ms[reg.MachineID] = m
 	h.mu.Unlock()
-	cancel()
-	if err := m.write(wire.Encode(&wire.Frame{T: wire.TRegistered, HeartbeatMS: h.o.Heartbeat.Milliseconds()})); err != nil {
-		m.drop(err, websocket.StatusInternalError)
-		m.forget()
-		return
-	}
-	go m.heartbeat()
+	return m
+}
+
+// run admits the registered machine m (Options.Admit, then the
+// registration event) while reading its tunnel, makes it routable, and
+// serves it until the tunnel ends. It reports false if m was refused at
+// admission: the refusal is its event, and no gone event follows.
+func (h *Hub) run(m *Machine, ev *Event) bool {
 	admitted := make(chan error, 1)
 	go func() {
 		if h.o.Admit == nil {
@@ -392,28 +441,34 @@ func (h *Hub) serve(c *websocket.Conn, tlsState *tls.ConnectionState, remote str
 		code := wire.CodeTools
 		if err == nil {
 			ev.Kind = EventRegistered
-			if rerr := h.event(ev); rerr != nil {
+			if rerr := h.event(*ev); rerr != nil {
 				code, err = wire.CodeUnavailable, fmt.Errorf("the gateway could not record the registration: %w", rerr)
 			}
 		}
 		if err != nil {
-			m.forgetWith(func() { h.refuse(c, ev, code, err.Error()) })
+			m.forgetWith(func() { h.refuse(m.c, *ev, code, err.Error()) })
 			<-readDone
 			m.drop(err, websocket.StatusPolicyViolation)
-			return
+			return false
 		}
 		m.registered.Store(time.Now().UnixNano())
 		h.mu.Lock()
 		m.live.Store(true)
 		h.notifyLocked()
 		h.mu.Unlock()
-		h.o.Log.Info("tunnel: machine registered", "upstream", m.Upstream, "machine", m.ID, "name", m.Name, "remote", remote, "attested", m.Attested)
+		h.o.Log.Info("tunnel: machine registered", "upstream", m.Upstream, "machine", m.ID, "name", m.Name, "remote", m.Remote, "attested", m.Attested)
 		err = <-readDone
 		m.drop(err, websocket.StatusInternalError)
 	case err := <-readDone:
 		m.drop(err, websocket.StatusInternalError)
 		<-admitted
 	}
+	return true
+}
+
+// gone removes the ended machine m from its upstream and tells of its end
+// (the event, ev, and the log).
+func (h *Hub) gone(m *Machine, ev *Event) {
 	m.forget()
 	ev.Kind, ev.Code, ev.Reason = EventGone, "", m.Err().Error()
 	if m.registered.Load() != 0 {
@@ -421,7 +476,7 @@ func (h *Hub) serve(c *websocket.Conn, tlsState *tls.ConnectionState, remote str
 	} else {
 		ev.Reason = "before it was admitted: " + ev.Reason
 	}
-	h.event(ev)
+	h.event(*ev)
 	h.o.Log.Info("tunnel: machine gone", "upstream", m.Upstream, "machine", m.ID, "reason", ev.Reason)
 }
 
