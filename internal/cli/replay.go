@@ -217,112 +217,152 @@ inconsistent.`,
 	return cmd
 }
 
+// replayTables prints the tables of a replay. Every row of an unverified
+// log is marked; otherwise, if some records are unsigned, a column marks
+// theirs.
+type replayTables struct {
+	p   *ui.Printer
+	rep *replay.Report
+	o   *replayOptions
+	// unsigned: the log verified and some of its records are unsigned.
+	unsigned bool
+	// consistency: a column of its own says a call record is
+	// inconsistent. With --policy the REPLAY column says it; without it a
+	// column does, when there is one.
+	consistency bool
+}
+
 func printReplay(p *ui.Printer, rep *replay.Report, o *replayOptions) {
-	// Every line of an unverified log is marked; otherwise, if some
-	// records are unsigned, a column marks theirs.
-	unsigned := rep.Unverified == "" && (rep.Summary.Unsigned > 0 || slices.ContainsFunc(rep.Sessions, func(s *replay.Session) bool { return s.Unsigned }))
-	mark := func(row []string, u bool) []string {
-		switch {
-		case rep.Unverified != "":
-			return append([]string{"UNVERIFIED"}, row...)
-		case unsigned && u:
-			return append([]string{p.Warn("UNSIGNED")}, row...)
-		case unsigned:
-			return append([]string{""}, row...)
-		}
-		return row
-	}
-	head := func(h ...string) []string {
-		switch {
-		case rep.Unverified != "":
-			return append([]string{"UNVERIFIED"}, h...)
-		case unsigned:
-			return append([]string{"UNSIGNED"}, h...)
-		}
-		return h
-	}
+	t := &replayTables{p: p, rep: rep, o: o,
+		unsigned:    rep.Unverified == "" && (rep.Summary.Unsigned > 0 || slices.ContainsFunc(rep.Sessions, func(s *replay.Session) bool { return s.Unsigned })),
+		consistency: len(o.policies) == 0 && rep.Summary.Inconsistent > 0}
 	checking := len(o.policies) > 0 || o.whatIf != ""
 	// The tables are streamed (TableRows): a log may hold millions of calls.
-	if !checking && len(rep.Sessions) > 0 {
-		fleet := rep.Sessions[0].Gateway != ""
-		h := []string{"SESSION", "AGENT", "FRONT", "CLIENT", "START", "END", "CALLS"}
-		if fleet {
-			h = append([]string{"GATEWAY"}, h...)
-		}
-		p.TableRows(head(h...), len(rep.Sessions), func(i int) []string {
-			s := rep.Sessions[i]
-			row := []string{ui.Clean(s.ID), ui.Clean(s.Agent), ui.Clean(s.Front), ui.Clean(s.Client), stamp(s.Start), stamp(s.End), fmt.Sprint(s.Calls)}
-			if fleet {
-				row = append([]string{ui.Clean(s.Gateway)}, row...)
-			}
-			return mark(row, s.Unsigned)
-		})
+	if !checking {
+		t.sessions()
 	}
-	// With --policy the REPLAY column says inconsistent; without it a
-	// column of its own does, when there is one.
-	consistency := len(o.policies) == 0 && rep.Summary.Inconsistent > 0
-	listed := rep.Calls
-	if checking && !o.all {
+	t.calls(checking)
+	printNotChecked(p, rep.Calls, o.all)
+	p.Printf("%s\n", replaySummary(rep, o))
+}
+
+// mark marks a row of an unverified log, or of an unsigned record (u).
+func (t *replayTables) mark(row []string, u bool) []string {
+	switch {
+	case t.rep.Unverified != "":
+		return append([]string{"UNVERIFIED"}, row...)
+	case t.unsigned && u:
+		return append([]string{t.p.Warn("UNSIGNED")}, row...)
+	case t.unsigned:
+		return append([]string{""}, row...)
+	}
+	return row
+}
+
+// head is the header of a table whose rows mark marks.
+func (t *replayTables) head(h ...string) []string {
+	switch {
+	case t.rep.Unverified != "":
+		return append([]string{"UNVERIFIED"}, h...)
+	case t.unsigned:
+		return append([]string{"UNSIGNED"}, h...)
+	}
+	return h
+}
+
+// sessions prints the table of sessions, if there is one.
+func (t *replayTables) sessions() {
+	rep := t.rep
+	if len(rep.Sessions) == 0 {
+		return
+	}
+	fleet := rep.Sessions[0].Gateway != ""
+	h := []string{"SESSION", "AGENT", "FRONT", "CLIENT", "START", "END", "CALLS"}
+	if fleet {
+		h = append([]string{"GATEWAY"}, h...)
+	}
+	t.p.TableRows(t.head(h...), len(rep.Sessions), func(i int) []string {
+		s := rep.Sessions[i]
+		row := []string{ui.Clean(s.ID), ui.Clean(s.Agent), ui.Clean(s.Front), ui.Clean(s.Client), stamp(s.Start), stamp(s.End), fmt.Sprint(s.Calls)}
+		if fleet {
+			row = append([]string{ui.Clean(s.Gateway)}, row...)
+		}
+		return t.mark(row, s.Unsigned)
+	})
+}
+
+// calls prints the table of calls: all of them, or when checking (and not
+// --all) those with a finding or an unsigned record.
+func (t *replayTables) calls(checking bool) {
+	listed := t.rep.Calls
+	if checking && !t.o.all {
 		listed = nil
-		for _, c := range rep.Calls {
+		for _, c := range t.rep.Calls {
 			if finding(c) || c.Unsigned {
 				listed = append(listed, c)
 			}
 		}
 	}
-	callRow := func(i int) []string {
-		c := listed[i]
-		outcome := c.Outcome
-		if c.Result != "" {
-			outcome += "/" + c.Result
-		}
-		latency := ""
-		if c.LatencyMicros > 0 {
-			latency = (time.Duration(c.LatencyMicros) * time.Microsecond).String()
-		}
-		tool := c.Tool
-		if c.Action != "" {
-			// An access: its method, and the prompt's name (a URI is
-			// only committed to).
-			tool = strings.TrimSpace(c.Method + " " + c.Prompt)
-		}
-		// Every text from the log goes through ui.Clean, before it is
-		// styled: an agent or a forged record chooses it.
-		at := fmt.Sprintf("%d:%d", c.Epoch, c.Index)
-		if c.Gateway != "" {
-			at = ui.Clean(c.Gateway) + " " + at // a fleet: the gateway's log
-		}
-		row := []string{at, stamp(c.Time), ui.Clean(c.Session), ui.Clean(c.Agent), ui.Clean(tool), ui.Clean(c.EvidenceClass),
-			decisionWord(p, c.Decision), ui.Clean(strings.Join(c.PolicyIDs, ",")), ui.Clean(c.Mode), ui.Clean(outcome), latency}
-		if len(o.policies) > 0 {
-			row = append(row, checkWord(p, c.Replay))
-		}
-		if o.whatIf != "" {
-			row = append(row, checkWord(p, c.WhatIf))
-		}
-		if consistency {
-			row = append(row, "")
-			if c.Inconsistent != "" {
-				row[len(row)-1] = p.Bad(ui.Clean(replay.StatusInconsistent + ": " + c.Inconsistent))
-			}
-		}
-		return mark(row, c.Unsigned)
-	}
 	h := []string{"RECORD", "TIME", "SESSION", "AGENT", "TOOL", "CLASS", "DECISION", "POLICIES", "MODE", "OUTCOME", "LATENCY"}
-	if len(o.policies) > 0 {
+	if len(t.o.policies) > 0 {
 		h = append(h, "REPLAY")
 	}
-	if o.whatIf != "" {
+	if t.o.whatIf != "" {
 		h = append(h, "WHAT-IF")
 	}
-	if consistency {
+	if t.consistency {
 		h = append(h, "RECORD CHECK")
 	}
 	if len(listed) > 0 {
-		p.TableRows(head(h...), len(listed), callRow)
+		t.p.TableRows(t.head(h...), len(listed), func(i int) []string { return t.callRow(listed[i]) })
 	}
-	for _, g := range notChecked(rep.Calls) {
-		if o.all {
+}
+
+// callRow is the row of a call in the table of calls.
+func (t *replayTables) callRow(c *replay.Call) []string {
+	p, o := t.p, t.o
+	outcome := c.Outcome
+	if c.Result != "" {
+		outcome += "/" + c.Result
+	}
+	latency := ""
+	if c.LatencyMicros > 0 {
+		latency = (time.Duration(c.LatencyMicros) * time.Microsecond).String()
+	}
+	tool := c.Tool
+	if c.Action != "" {
+		// An access: its method, and the prompt's name (a URI is
+		// only committed to).
+		tool = strings.TrimSpace(c.Method + " " + c.Prompt)
+	}
+	// Every text from the log goes through ui.Clean, before it is
+	// styled: an agent or a forged record chooses it.
+	at := fmt.Sprintf("%d:%d", c.Epoch, c.Index)
+	if c.Gateway != "" {
+		at = ui.Clean(c.Gateway) + " " + at // a fleet: the gateway's log
+	}
+	row := []string{at, stamp(c.Time), ui.Clean(c.Session), ui.Clean(c.Agent), ui.Clean(tool), ui.Clean(c.EvidenceClass),
+		decisionWord(p, c.Decision), ui.Clean(strings.Join(c.PolicyIDs, ",")), ui.Clean(c.Mode), ui.Clean(outcome), latency}
+	if len(o.policies) > 0 {
+		row = append(row, checkWord(p, c.Replay))
+	}
+	if o.whatIf != "" {
+		row = append(row, checkWord(p, c.WhatIf))
+	}
+	if t.consistency {
+		row = append(row, "")
+		if c.Inconsistent != "" {
+			row[len(row)-1] = p.Bad(ui.Clean(replay.StatusInconsistent + ": " + c.Inconsistent))
+		}
+	}
+	return t.mark(row, c.Unsigned)
+}
+
+// printNotChecked prints the calls that could not be checked, a line per
+// cause (with their first records unless all lists them).
+func printNotChecked(p *ui.Printer, calls []*replay.Call, all bool) {
+	for _, g := range notChecked(calls) {
+		if all {
 			p.Printf("%d %s: %s\n", g.n, g.label, g.why)
 			continue
 		}
@@ -332,6 +372,10 @@ func printReplay(p *ui.Printer, rep *replay.Report, o *replayOptions) {
 		}
 		p.Printf("%d %s: %s (records %s%s; --all lists them)\n", g.n, g.label, g.why, strings.Join(g.first, ", "), more)
 	}
+}
+
+// replaySummary is the line that sums a replay up.
+func replaySummary(rep *replay.Report, o *replayOptions) string {
 	s := rep.Summary
 	line := fmt.Sprintf("%d records, %d calls", s.Records, s.Calls)
 	if s.Accesses > 0 {
@@ -364,7 +408,7 @@ func printReplay(p *ui.Printer, rep *replay.Report, o *replayOptions) {
 	if rep.Unverified != "" {
 		line = "UNVERIFIED " + line
 	}
-	p.Printf("%s\n", line)
+	return line
 }
 
 func finding(c *replay.Call) bool {

@@ -334,33 +334,72 @@ type policyState struct {
 // Run reads the log in dir, verifying it first, and replays it.
 func Run(ctx context.Context, dir string, opts Options) (*Report, error) {
 	rep := &Report{Log: dir, Bundles: map[string]string{}}
-	bundles := map[digest.Digest]*policy.Bundle{}
-	for _, p := range opts.Policies {
-		b, err := policy.Load(ctx, p, policy.LoadOptions{})
-		if err != nil {
-			return nil, err
-		}
-		bundles[b.Digest()] = b
-		rep.Bundles[b.Digest().String()] = p
+	bundles, whatIf, err := loadBundles(ctx, &opts, rep)
+	if err != nil {
+		return nil, err
 	}
-	var whatIf *policy.Bundle
-	if opts.WhatIf != "" {
-		b, err := policy.Load(ctx, opts.WhatIf, policy.LoadOptions{})
-		if err != nil {
-			return nil, err
-		}
-		whatIf = b
-		rep.WhatIf = b.Digest().String() + " (" + opts.WhatIf + ")"
-	}
-
-	// Read the log once: the records are replayed as Verify reaches them
-	// (decoded ahead on all cores), and the report is only returned once
-	// Verify has accepted the whole log.
 	// A what-if bundle that reads tools_used is simulated over every
 	// decided call of a session, those a filter leaves out of the report
 	// too (readState.hidden).
 	simulate := whatIf != nil && whatIf.ReadsToolsUsed()
-	st := newReadState(rep, &opts, simulate)
+	st, vrep, err := readLog(ctx, dir, &opts, rep, simulate)
+	if err != nil {
+		return nil, err
+	}
+	rep = st.rep
+	verified := verification(rep, vrep)
+	used := st.sessionUses()
+	st.warnStrays()
+	st.warnUnregistered()
+	checkRecords(rep, used)
+	slices.Sort(rep.Warnings)
+	rep.Warnings = append(verified, rep.Warnings...)
+	runChecks(st.checks, bundles, whatIf)
+	if simulate {
+		// Only tools_used depends on the outcomes of the session's earlier
+		// calls: session_calls counts every decided call, so a bundle that
+		// reads only context.session.calls or .id is decided call by call.
+		hidden := st.hiddenOf(st.checks)
+		runChecks(hidden, nil, whatIf)
+		whatIfSessions(st.checks, hidden, used, whatIf)
+	}
+	summarize(rep, st.checks)
+	if err := checkRecorded(rep, bundles, st.recorded); err != nil {
+		return nil, err
+	}
+	return rep, nil
+}
+
+// loadBundles loads the bundles of --policy, by digest, and the what-if
+// bundle (nil without one), naming them in rep.
+func loadBundles(ctx context.Context, opts *Options, rep *Report) (map[digest.Digest]*policy.Bundle, *policy.Bundle, error) {
+	bundles := map[digest.Digest]*policy.Bundle{}
+	for _, p := range opts.Policies {
+		b, err := policy.Load(ctx, p, policy.LoadOptions{})
+		if err != nil {
+			return nil, nil, err
+		}
+		bundles[b.Digest()] = b
+		rep.Bundles[b.Digest().String()] = p
+	}
+	if opts.WhatIf == "" {
+		return bundles, nil, nil
+	}
+	b, err := policy.Load(ctx, opts.WhatIf, policy.LoadOptions{})
+	if err != nil {
+		return nil, nil, err
+	}
+	rep.WhatIf = b.Digest().String() + " (" + opts.WhatIf + ")"
+	return bundles, b, nil
+}
+
+// readLog reads the log once: the records are replayed as Verify reaches them
+// (decoded ahead on all cores), and the report is only returned once Verify
+// has accepted the whole log. A log that does not verify is an error unless
+// opts.Unverified: it is then read again without the chain checks, into a
+// new report (the readState's).
+func readLog(ctx context.Context, dir string, opts *Options, rep *Report, simulate bool) (*readState, *auditlog.Report, error) {
+	st := newReadState(rep, opts, simulate)
 	vo := opts.Verify
 	vo.Progress = nil
 	vo.Decode = replayed
@@ -374,27 +413,34 @@ func Run(ctx context.Context, dir string, opts Options) (*Report, error) {
 	vrep, verr := auditlog.Verify(dir, vo)
 	if verr != nil {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if !opts.Unverified {
-			return nil, &NotVerifiedError{Err: verr}
+			return nil, nil, &NotVerifiedError{Err: verr}
 		}
 		// Replay what the log holds anyway, every line marked: the records
 		// after the failure too, read without the chain checks.
 		rep = &Report{Log: dir, Bundles: rep.Bundles, WhatIf: rep.WhatIf, Unverified: verr.Error()}
-		st = newReadState(rep, &opts, simulate)
+		st = newReadState(rep, opts, simulate)
 		if err := st.readAll(ctx, dir); err != nil && st.failed == nil {
 			st.failed = err
 		}
 	}
 	if st.failed != nil {
 		if errors.Is(st.failed, context.Canceled) || errors.Is(st.failed, context.DeadlineExceeded) {
-			return nil, st.failed
+			return nil, nil, st.failed
 		}
-		return nil, &ReadError{Err: st.failed, Unverified: rep.Unverified != ""}
+		return nil, nil, &ReadError{Err: st.failed, Unverified: rep.Unverified != ""}
 	}
-	recorded, facts, checks := st.recorded, st.facts, st.checks
-	var verified []string
+	return st, vrep, nil
+}
+
+// verification carries the verification's outcome over to the replay: an
+// unverified log marks every session and call; otherwise what the
+// verification could not establish holds for the replay too (a tail no
+// signature covers, a log that may have been cut), and verification
+// returns its warnings, to come first.
+func verification(rep *Report, vrep *auditlog.Report) []string {
 	if rep.Unverified != "" {
 		for _, s := range rep.Sessions {
 			s.Unverified = true
@@ -402,30 +448,45 @@ func Run(ctx context.Context, dir string, opts Options) (*Report, error) {
 		for _, c := range rep.Calls {
 			c.Unverified = true
 		}
-	} else {
-		// What the verification could not establish holds for the replay
-		// too: a tail no signature covers, a log that may have been cut.
-		for _, w := range vrep.Warnings {
-			verified = append(verified, VerifyWarning+w)
-		}
-		unsigned(rep, vrep)
+		return nil
 	}
-	// The gateway counts a session's decided calls: whatever order the
-	// records landed in, their session_calls must be 0, 1, ..., n-1.
+	var verified []string
+	for _, w := range vrep.Warnings {
+		verified = append(verified, VerifyWarning+w)
+	}
+	unsigned(rep, vrep)
+	return verified
+}
+
+// sessionUses returns what each session's decided calls say about the
+// decision inputs of its later ones. The gateway counts a session's decided
+// calls: whatever order the records landed in, their session_calls must be
+// 0, 1, ..., n-1 (warned of when they are not).
+func (st *readState) sessionUses() map[sessionKey]*sessionUse {
 	used := map[sessionKey]*sessionUse{}
-	for k, calls := range facts {
+	for k, calls := range st.facts {
 		u := newSessionUse(calls)
 		used[k] = u
 		if u.contiguous < len(calls) {
-			rep.Warnings = append(rep.Warnings, fmt.Sprintf("epoch %d, session %s: the recorded session_calls are not 0..%d (a decided call is missing from the log, or its facts were altered)", k.epoch, k.id, len(calls)-1))
+			st.rep.Warnings = append(st.rep.Warnings, fmt.Sprintf("epoch %d, session %s: the recorded session_calls are not 0..%d (a decided call is missing from the log, or its facts were altered)", k.epoch, k.id, len(calls)-1))
 		}
 	}
+	return used
+}
+
+// warnStrays counts the result records that fit no call beyond those
+// listed.
+func (st *readState) warnStrays() {
 	if st.strays > maxStrays {
-		rep.Warnings = append(rep.Warnings, fmt.Sprintf("result records that fit no call: %d more than the %d listed", st.strays-maxStrays, maxStrays))
+		st.rep.Warnings = append(st.rep.Warnings, fmt.Sprintf("result records that fit no call: %d more than the %d listed", st.strays-maxStrays, maxStrays))
 	}
-	// A gateway that records machines records a registration before any
-	// call can go to that machine (epochs of older gateways hold no
-	// machine record and are not checked).
+}
+
+// warnUnregistered warns of the forwarded calls to a tunnel machine that
+// is not registered. A gateway that records machines records a
+// registration before any call can go to that machine (epochs of older
+// gateways hold no machine record and are not checked).
+func (st *readState) warnUnregistered() {
 	var unreg []string
 	n := 0
 	for _, u := range st.unregistered {
@@ -439,8 +500,14 @@ func Run(ctx context.Context, dir string, opts Options) (*Report, error) {
 		if n > len(unreg) {
 			unreg = append(unreg, "...")
 		}
-		rep.Warnings = append(rep.Warnings, fmt.Sprintf("forwarded calls to a tunnel machine no machine record of their epoch registered before them: %d (epoch:record upstream/machine %s); the registration record is missing or the call's machine was altered", n, strings.Join(unreg, ", ")))
+		st.rep.Warnings = append(st.rep.Warnings, fmt.Sprintf("forwarded calls to a tunnel machine no machine record of their epoch registered before them: %d (epoch:record upstream/machine %s); the registration record is missing or the call's machine was altered", n, strings.Join(unreg, ", ")))
 	}
+}
+
+// checkRecords checks every call's record against its epoch and session
+// (Call.Inconsistent), and marks and warns of the forwarded calls without
+// a result record.
+func checkRecords(rep *Report, used map[sessionKey]*sessionUse) {
 	var noResult []string
 	for _, c := range rep.Calls {
 		if c.acc == nil && c.Outcome == record.OutcomeForwarded && c.Result == "" {
@@ -464,17 +531,11 @@ func Run(ctx context.Context, dir string, opts Options) (*Report, error) {
 		// leaves a forwarded call without one, as does a call in progress.
 		rep.Warnings = append(rep.Warnings, fmt.Sprintf("forwarded calls without a result record: %d (epoch:record %s); the call was still in progress, the gateway stopped before it ended, or the result record was removed", n, strings.Join(noResult, ", ")))
 	}
-	slices.Sort(rep.Warnings)
-	rep.Warnings = append(verified, rep.Warnings...)
-	runChecks(checks, bundles, whatIf)
-	if simulate {
-		// Only tools_used depends on the outcomes of the session's earlier
-		// calls: session_calls counts every decided call, so a bundle that
-		// reads only context.session.calls or .id is decided call by call.
-		hidden := st.hiddenOf(checks)
-		runChecks(hidden, nil, whatIf)
-		whatIfSessions(checks, hidden, used, whatIf)
-	}
+}
+
+// summarize counts the outcomes of the checks and the calls and accesses
+// reported, and lets go of the records the calls kept.
+func summarize(rep *Report, checks []*Call) {
 	for _, c := range checks {
 		if c.Replay != nil {
 			rep.Summary.count(c.Replay.Status)
@@ -502,6 +563,11 @@ func Run(ctx context.Context, dir string, opts Options) (*Report, error) {
 		c.rec, c.acc, c.ep = nil, nil, nil
 	}
 	rep.Summary.Calls = len(rep.Calls) - rep.Summary.Accesses
+}
+
+// checkRecorded refuses a --policy bundle whose digest the log never
+// recorded: it cannot have decided any call.
+func checkRecorded(rep *Report, bundles map[digest.Digest]*policy.Bundle, recorded map[digest.Digest]bool) error {
 	for d, b := range bundles {
 		if !recorded[d] {
 			var have []string
@@ -512,11 +578,11 @@ func Run(ctx context.Context, dir string, opts Options) (*Report, error) {
 			if len(have) == 0 {
 				have = []string{"none"}
 			}
-			return nil, exitcode.Errorf(exitcode.ExitMismatch, "policy bundle %s has digest %s, which the log never recorded (recorded: %s)", rep.Bundles[d.String()], d, strings.Join(have, ", ")).
+			return exitcode.Errorf(exitcode.ExitMismatch, "policy bundle %s has digest %s, which the log never recorded (recorded: %s)", rep.Bundles[d.String()], d, strings.Join(have, ", ")).
 				Hint("--policy replays the bundle that decided the calls; to try another bundle use --what-if %s", b.Dir())
 		}
 	}
-	return rep, nil
+	return nil
 }
 
 // unsigned marks the calls and sessions whose records (a call's, or its
@@ -965,7 +1031,8 @@ func replayed(k record.Kind) bool {
 	return false
 }
 
-// add replays one record.
+// add replays one record: it counts it, decodes it and hands it to the
+// method of its kind.
 func (st *readState) add(e *auditlog.Entry) {
 	rep, opts := st.rep, st.opts
 	rep.Summary.Records++
@@ -980,187 +1047,246 @@ func (st *readState) add(e *auditlog.Entry) {
 		st.failed = err
 		return
 	}
-	pos := &e.Pos
 	switch rec := r.(type) {
 	case *record.Genesis:
-		ep := &epochState{epoch: pos.Epoch, dir: filepath.Dir(pos.File), genesis: rec, calls: map[int64]*Call{}}
-		st.ep = ep
-		if !rec.PolicyDigest.IsZero() {
-			st.recorded[rec.PolicyDigest] = true
-			ep.policies = append(ep.policies, policyState{rec.PolicyDigest, rec.PolicyMode, pos.Index})
-		}
-		if len(opts.Identities) > 0 {
-			ep.opener, ep.openErr = openVault(rec, ep.dir, opts.Identities)
-			if ep.openErr != nil {
-				w := fmt.Sprintf("epoch %d: the payload vault cannot be opened with the --identity given: %v; its calls whose decision reads the arguments (or a resource URI) are not replayable", pos.Epoch, ep.openErr)
-				var nm *age.NoIdentityMatchError
-				if errors.As(ep.openErr, &nm) {
-					w += " (" + whyNoIdentity + ")"
-				}
-				rep.Warnings = append(rep.Warnings, w)
-			} else {
-				if n := ep.opener.VaultTorn(); n > 0 {
-					rep.Warnings = append(rep.Warnings, fmt.Sprintf("epoch %d: the payload vault %s ends with an incomplete line of %d bytes (the gateway stopped while writing it): that payload is lost, and a call that needs it is not replayable", pos.Epoch, filepath.Join(ep.dir, auditlog.VaultFile), n))
-				}
-			}
-		}
+		st.genesis(e, rec)
 	case *record.Policy:
-		if !rec.Bundle.IsZero() {
-			st.recorded[rec.Bundle] = true
-			// A rejected reload names no bundle; the one in force stays.
-			if st.ep != nil && (rec.Event == "loaded" || rec.Event == "reloaded") {
-				st.ep.policies = append(st.ep.policies, policyState{rec.Bundle, rec.Mode, pos.Index})
-			}
-		}
+		st.policy(e, rec)
 	case *record.Machine:
-		if ep := st.ep; ep != nil {
-			ep.machineRecords = true
-			if rec.Event == record.MachineRegistered {
-				if ep.machines == nil {
-					ep.machines = map[string]bool{}
-				}
-				ep.machines[rec.Upstream+"\x00"+rec.Machine] = true
-			}
-		}
+		st.machine(rec)
 	case *record.Admin:
-		if st.ep != nil {
-			switch rec.Action {
-			case "kill_switch_on":
-				if st.ep.killedAt == 0 {
-					st.ep.killedAt = pos.Index + 1
-				}
-			case "kill_switch_off":
-				st.ep.killedAt = 0
-			}
-		}
+		st.admin(e, rec)
 	case *record.Session:
-		key := sessionKey{pos.Epoch, rec.ID}
-		s := st.sessions[key]
-		if s == nil {
-			s = &Session{Epoch: pos.Epoch, ID: rec.ID, Agent: rec.Agent, Front: rec.Front, Client: strings.TrimSpace(rec.ClientName + " " + rec.ClientVersion)}
-			st.sessions[key] = s
-			rep.Sessions = append(rep.Sessions, s)
-		}
-		switch rec.Event {
-		case "start":
-			s.Start = e.Time
-		case "end":
-			s.End = e.Time
-		}
-		s.last = pos.Index
+		st.session(e, rec)
 	case *record.Call:
-		ep := st.ep
-		if ep == nil {
-			st.failed = fmt.Errorf("%s: call record before any genesis record", pos)
-			return
-		}
-		// A call record's own bundle is not "recorded": only the genesis
-		// and policy records say which bundles the gateway put in force
-		// (inconsistency reports a call that names another).
-		ep.isCall.set(pos.Index)
-		if rec.Machine != "" && rec.Outcome == record.OutcomeForwarded && !ep.machines[rec.Upstream+"\x00"+rec.Machine] {
-			st.unregistered = append(st.unregistered, unregisteredCall{ep, fmt.Sprintf("%d:%d %s/%s", pos.Epoch, pos.Index, rec.Upstream, rec.Machine)})
-		}
-		contra := ep.killed(rec.Outcome)
-		if ep.commit(rec.Args) {
-			contra = reusedMsg("its arguments'", rec.Args)
-		}
-		key := sessionKey{pos.Epoch, rec.Session}
-		if rec.PolicyInput != nil {
-			// The engine adds the tool to the session's tools_used unless
-			// the policy refused the call (policy.Engine.DecideCall).
-			refused := rec.Decision != record.DecisionAllow && rec.PolicyMode == string(policy.Enforcing)
-			st.facts[key] = append(st.facts[key], decided{rec.PolicyInput.SessionCalls, rec.Tool, !refused, pos.Index})
-		}
-		c := &Call{Epoch: pos.Epoch, Index: pos.Index, Time: e.Time, Session: rec.Session, Agent: rec.Agent, Tool: rec.Tool,
-			Upstream: rec.Upstream, EvidenceClass: rec.EvidenceClass, Decision: rec.Decision, PolicyIDs: rec.PolicyIDs,
-			Mode: rec.PolicyMode, Outcome: rec.Outcome, Reason: rec.Reason, rec: rec, ep: ep, npol: len(ep.policies), contra: contra}
-		if !rec.PolicyBundle.IsZero() {
-			if !rec.PolicyBundle.Equal(st.lastBundle) {
-				st.lastBundle, st.lastBundleStr = rec.PolicyBundle, rec.PolicyBundle.String()
-			}
-			c.Bundle = st.lastBundleStr
-		}
-		if s := st.sessions[key]; s != nil {
-			s.Calls++
-		}
-		if !opts.Filter.match(c) {
-			if st.keepHidden && rec.PolicyInput != nil {
-				st.hidden = append(st.hidden, c)
-			}
-			return
-		}
-		ep.calls[pos.Index] = c
-		rep.Calls = append(rep.Calls, c)
-		if st.checking {
-			st.checks = append(st.checks, c)
-		}
+		st.call(e, rec)
 	case *record.Access:
-		ep := st.ep
-		if ep == nil {
-			st.failed = fmt.Errorf("%s: access record before any genesis record", pos)
-			return
-		}
-		contra := ep.killed(rec.Outcome)
-		if ep.commit(rec.URI) {
-			contra = reusedMsg("its URI's", rec.URI)
-		}
-		if ep.commit(rec.Args) {
-			contra = reusedMsg("its arguments'", rec.Args)
-		}
-		// The decision's fields in the shape of a call record, so that the
-		// checks and the consistency rules of calls apply as they are; Args
-		// is the URI's commitment. Accesses do not count in the session's
-		// calls (session_calls counts tools/call only).
-		crec := &record.Call{Session: rec.Session, Agent: rec.Agent, Upstream: rec.Upstream, EvidenceClass: rec.EvidenceClass,
-			Args: rec.URI, Decision: rec.Decision, PolicyIDs: rec.PolicyIDs, PolicyMode: rec.PolicyMode, PolicyBundle: rec.PolicyBundle,
-			Outcome: rec.Outcome, Reason: rec.Reason}
-		if in := rec.PolicyInput; in != nil {
-			crec.PolicyInput = &record.PolicyInput{Groups: in.Groups, EvidenceClass: in.EvidenceClass, SessionCalls: in.SessionCalls,
-				ToolsUsed: in.ToolsUsed, Time: in.Time, Errors: in.Errors}
-		}
-		c := &Call{Epoch: pos.Epoch, Index: pos.Index, Time: e.Time, Session: rec.Session, Agent: rec.Agent,
-			Action: rec.Action, Method: rec.Method, Prompt: rec.Prompt,
-			Upstream: rec.Upstream, EvidenceClass: rec.EvidenceClass, Decision: rec.Decision, PolicyIDs: rec.PolicyIDs,
-			Mode: rec.PolicyMode, Outcome: rec.Outcome, Reason: rec.Reason, rec: crec, acc: rec, ep: ep, npol: len(ep.policies), contra: contra}
-		if !rec.PolicyBundle.IsZero() {
-			if !rec.PolicyBundle.Equal(st.lastBundle) {
-				st.lastBundle, st.lastBundleStr = rec.PolicyBundle, rec.PolicyBundle.String()
-			}
-			c.Bundle = st.lastBundleStr
-		}
-		if !opts.Filter.match(c) {
-			return
-		}
-		rep.Calls = append(rep.Calls, c)
-		if st.checking {
-			st.checks = append(st.checks, c)
-		}
+		st.access(e, rec)
 	case *record.Result:
-		ep := st.ep
-		if ep == nil {
-			return
+		st.result(e, rec)
+	}
+}
+
+// genesis starts an epoch: the bundle and mode it puts in force, and its
+// payload vault, opened with the --identity given (warned of when it cannot
+// be).
+func (st *readState) genesis(e *auditlog.Entry, rec *record.Genesis) {
+	rep, opts, pos := st.rep, st.opts, &e.Pos
+	ep := &epochState{epoch: pos.Epoch, dir: filepath.Dir(pos.File), genesis: rec, calls: map[int64]*Call{}}
+	st.ep = ep
+	if !rec.PolicyDigest.IsZero() {
+		st.recorded[rec.PolicyDigest] = true
+		ep.policies = append(ep.policies, policyState{rec.PolicyDigest, rec.PolicyMode, pos.Index})
+	}
+	if len(opts.Identities) == 0 {
+		return
+	}
+	ep.opener, ep.openErr = openVault(rec, ep.dir, opts.Identities)
+	if ep.openErr != nil {
+		w := fmt.Sprintf("epoch %d: the payload vault cannot be opened with the --identity given: %v; its calls whose decision reads the arguments (or a resource URI) are not replayable", pos.Epoch, ep.openErr)
+		var nm *age.NoIdentityMatchError
+		if errors.As(ep.openErr, &nm) {
+			w += " (" + whyNoIdentity + ")"
 		}
-		// The gateway writes one result for each forwarded call, after it.
-		// A result that names no call, or a second one, is not shown as the
-		// call's (the first is kept); a crash cannot cause either, but they
-		// hide nothing that a call record says, so they are warnings.
-		if ep.commit(rec.Result) {
-			if c := ep.calls[rec.Call]; c != nil {
-				c.contra = reusedMsg(fmt.Sprintf("its result (record %d) uses", pos.Index), rec.Result)
-			}
+		rep.Warnings = append(rep.Warnings, w)
+		return
+	}
+	if n := ep.opener.VaultTorn(); n > 0 {
+		rep.Warnings = append(rep.Warnings, fmt.Sprintf("epoch %d: the payload vault %s ends with an incomplete line of %d bytes (the gateway stopped while writing it): that payload is lost, and a call that needs it is not replayable", pos.Epoch, filepath.Join(ep.dir, auditlog.VaultFile), n))
+	}
+}
+
+// policy records a bundle the log names, and the state a load or reload
+// puts in force.
+func (st *readState) policy(e *auditlog.Entry, rec *record.Policy) {
+	if rec.Bundle.IsZero() {
+		return
+	}
+	st.recorded[rec.Bundle] = true
+	// A rejected reload names no bundle; the one in force stays.
+	if st.ep != nil && (rec.Event == "loaded" || rec.Event == "reloaded") {
+		st.ep.policies = append(st.ep.policies, policyState{rec.Bundle, rec.Mode, e.Pos.Index})
+	}
+}
+
+// machine records a tunnel machine's registration in the epoch.
+func (st *readState) machine(rec *record.Machine) {
+	ep := st.ep
+	if ep == nil {
+		return
+	}
+	ep.machineRecords = true
+	if rec.Event == record.MachineRegistered {
+		if ep.machines == nil {
+			ep.machines = map[string]bool{}
 		}
-		switch {
-		case rec.Call >= pos.Index || !ep.isCall.has(rec.Call):
-			st.stray(fmt.Sprintf("epoch %d: result record %d (%s) names record %d, which is no call record before it: the result belongs to no call", pos.Epoch, pos.Index, rec.Outcome, rec.Call))
-		case ep.answered.has(rec.Call):
-			st.stray(fmt.Sprintf("epoch %d: result record %d (%s) is a second result for call %d: only the first is shown", pos.Epoch, pos.Index, rec.Outcome, rec.Call))
-		default:
-			ep.answered.set(rec.Call)
-			if c := ep.calls[rec.Call]; c != nil {
-				c.Result, c.LatencyMicros, c.resultAt = rec.Outcome, rec.LatencyMicros, pos.Index
-				delete(ep.calls, rec.Call)
-			}
+		ep.machines[rec.Upstream+"\x00"+rec.Machine] = true
+	}
+}
+
+// admin follows the epoch's kill switch.
+func (st *readState) admin(e *auditlog.Entry, rec *record.Admin) {
+	if st.ep == nil {
+		return
+	}
+	switch rec.Action {
+	case "kill_switch_on":
+		if st.ep.killedAt == 0 {
+			st.ep.killedAt = e.Pos.Index + 1
+		}
+	case "kill_switch_off":
+		st.ep.killedAt = 0
+	}
+}
+
+// session adds a session to the timeline at its first record, and its
+// start and end.
+func (st *readState) session(e *auditlog.Entry, rec *record.Session) {
+	pos := &e.Pos
+	key := sessionKey{pos.Epoch, rec.ID}
+	s := st.sessions[key]
+	if s == nil {
+		s = &Session{Epoch: pos.Epoch, ID: rec.ID, Agent: rec.Agent, Front: rec.Front, Client: strings.TrimSpace(rec.ClientName + " " + rec.ClientVersion)}
+		st.sessions[key] = s
+		st.rep.Sessions = append(st.rep.Sessions, s)
+	}
+	switch rec.Event {
+	case "start":
+		s.Start = e.Time
+	case "end":
+		s.End = e.Time
+	}
+	s.last = pos.Index
+}
+
+// call adds a tools/call to the timeline (if the filter selects it), and
+// what it says of its epoch and session: a machine it was forwarded to, a
+// commitment number, the session's decided calls.
+func (st *readState) call(e *auditlog.Entry, rec *record.Call) {
+	pos, ep := &e.Pos, st.ep
+	if ep == nil {
+		st.failed = fmt.Errorf("%s: call record before any genesis record", pos)
+		return
+	}
+	// A call record's own bundle is not "recorded": only the genesis
+	// and policy records say which bundles the gateway put in force
+	// (inconsistency reports a call that names another).
+	ep.isCall.set(pos.Index)
+	if rec.Machine != "" && rec.Outcome == record.OutcomeForwarded && !ep.machines[rec.Upstream+"\x00"+rec.Machine] {
+		st.unregistered = append(st.unregistered, unregisteredCall{ep, fmt.Sprintf("%d:%d %s/%s", pos.Epoch, pos.Index, rec.Upstream, rec.Machine)})
+	}
+	contra := ep.killed(rec.Outcome)
+	if ep.commit(rec.Args) {
+		contra = reusedMsg("its arguments'", rec.Args)
+	}
+	key := sessionKey{pos.Epoch, rec.Session}
+	if rec.PolicyInput != nil {
+		// The engine adds the tool to the session's tools_used unless
+		// the policy refused the call (policy.Engine.DecideCall).
+		refused := rec.Decision != record.DecisionAllow && rec.PolicyMode == string(policy.Enforcing)
+		st.facts[key] = append(st.facts[key], decided{rec.PolicyInput.SessionCalls, rec.Tool, !refused, pos.Index})
+	}
+	c := &Call{Epoch: pos.Epoch, Index: pos.Index, Time: e.Time, Session: rec.Session, Agent: rec.Agent, Tool: rec.Tool,
+		Upstream: rec.Upstream, EvidenceClass: rec.EvidenceClass, Decision: rec.Decision, PolicyIDs: rec.PolicyIDs,
+		Mode: rec.PolicyMode, Outcome: rec.Outcome, Reason: rec.Reason, rec: rec, ep: ep, npol: len(ep.policies), contra: contra}
+	c.Bundle = st.bundleString(rec.PolicyBundle)
+	if s := st.sessions[key]; s != nil {
+		s.Calls++
+	}
+	if !st.opts.Filter.match(c) {
+		if st.keepHidden && rec.PolicyInput != nil {
+			st.hidden = append(st.hidden, c)
+		}
+		return
+	}
+	ep.calls[pos.Index] = c
+	st.report(c)
+}
+
+// access adds an access (resources/read, prompts/get, ...) to the timeline
+// if the filter selects it, as a call whose decision is in the shape of a
+// call record's.
+func (st *readState) access(e *auditlog.Entry, rec *record.Access) {
+	pos, ep := &e.Pos, st.ep
+	if ep == nil {
+		st.failed = fmt.Errorf("%s: access record before any genesis record", pos)
+		return
+	}
+	contra := ep.killed(rec.Outcome)
+	if ep.commit(rec.URI) {
+		contra = reusedMsg("its URI's", rec.URI)
+	}
+	if ep.commit(rec.Args) {
+		contra = reusedMsg("its arguments'", rec.Args)
+	}
+	// The decision's fields in the shape of a call record, so that the
+	// checks and the consistency rules of calls apply as they are; Args
+	// is the URI's commitment. Accesses do not count in the session's
+	// calls (session_calls counts tools/call only).
+	crec := &record.Call{Session: rec.Session, Agent: rec.Agent, Upstream: rec.Upstream, EvidenceClass: rec.EvidenceClass,
+		Args: rec.URI, Decision: rec.Decision, PolicyIDs: rec.PolicyIDs, PolicyMode: rec.PolicyMode, PolicyBundle: rec.PolicyBundle,
+		Outcome: rec.Outcome, Reason: rec.Reason}
+	if in := rec.PolicyInput; in != nil {
+		crec.PolicyInput = &record.PolicyInput{Groups: in.Groups, EvidenceClass: in.EvidenceClass, SessionCalls: in.SessionCalls,
+			ToolsUsed: in.ToolsUsed, Time: in.Time, Errors: in.Errors}
+	}
+	c := &Call{Epoch: pos.Epoch, Index: pos.Index, Time: e.Time, Session: rec.Session, Agent: rec.Agent,
+		Action: rec.Action, Method: rec.Method, Prompt: rec.Prompt,
+		Upstream: rec.Upstream, EvidenceClass: rec.EvidenceClass, Decision: rec.Decision, PolicyIDs: rec.PolicyIDs,
+		Mode: rec.PolicyMode, Outcome: rec.Outcome, Reason: rec.Reason, rec: crec, acc: rec, ep: ep, npol: len(ep.policies), contra: contra}
+	c.Bundle = st.bundleString(rec.PolicyBundle)
+	if !st.opts.Filter.match(c) {
+		return
+	}
+	st.report(c)
+}
+
+// bundleString returns a call's bundle digest as a string ("" for none), the
+// same string for the calls of a bundle.
+func (st *readState) bundleString(d digest.Digest) string {
+	if d.IsZero() {
+		return ""
+	}
+	if !d.Equal(st.lastBundle) {
+		st.lastBundle, st.lastBundleStr = d, d.String()
+	}
+	return st.lastBundleStr
+}
+
+// report lists a call or access the filter selected, and checks it when
+// there is a bundle to check it against.
+func (st *readState) report(c *Call) {
+	st.rep.Calls = append(st.rep.Calls, c)
+	if st.checking {
+		st.checks = append(st.checks, c)
+	}
+}
+
+// result gives a call its result and latency: the gateway writes one
+// result for each forwarded call, after it.
+func (st *readState) result(e *auditlog.Entry, rec *record.Result) {
+	pos, ep := &e.Pos, st.ep
+	if ep == nil {
+		return
+	}
+	// A result that names no call, or a second one, is not shown as the
+	// call's (the first is kept); a crash cannot cause either, but they
+	// hide nothing that a call record says, so they are warnings.
+	if ep.commit(rec.Result) {
+		if c := ep.calls[rec.Call]; c != nil {
+			c.contra = reusedMsg(fmt.Sprintf("its result (record %d) uses", pos.Index), rec.Result)
+		}
+	}
+	switch {
+	case rec.Call >= pos.Index || !ep.isCall.has(rec.Call):
+		st.stray(fmt.Sprintf("epoch %d: result record %d (%s) names record %d, which is no call record before it: the result belongs to no call", pos.Epoch, pos.Index, rec.Outcome, rec.Call))
+	case ep.answered.has(rec.Call):
+		st.stray(fmt.Sprintf("epoch %d: result record %d (%s) is a second result for call %d: only the first is shown", pos.Epoch, pos.Index, rec.Outcome, rec.Call))
+	default:
+		ep.answered.set(rec.Call)
+		if c := ep.calls[rec.Call]; c != nil {
+			c.Result, c.LatencyMicros, c.resultAt = rec.Outcome, rec.LatencyMicros, pos.Index
+			delete(ep.calls, rec.Call)
 		}
 	}
 }
