@@ -61,9 +61,27 @@ func (o *verifyChainOptions) AddFlags(fs *pflag.FlagSet) {
 func newVerifyChainCmd(e *env) *cobra.Command {
 	o := &verifyChainOptions{}
 	cmd := &cobra.Command{
-		Use:   "verify-chain DIR... | --proof FILE --key KEY | --segment FILE --key KEY | --receipt FILE",
-		Short: "Verify an audit log offline: canonical records, hash links, Merkle tree, signed checkpoints",
-		Long: `verify-chain verifies every epoch and segment of an audit directory: the
+		Use:     "verify-chain DIR... | --proof FILE --key KEY | --segment FILE --key KEY | --receipt FILE",
+		Short:   "Verify an audit log offline: canonical records, hash links, Merkle tree, signed checkpoints",
+		Long:    verifyChainLong,
+		Example: verifyChainExample,
+		Args:    usageArgs(cobra.ArbitraryArgs),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := o.parseProve(cmd); err != nil {
+				return err
+			}
+			keys, err := o.loadKeys()
+			if err != nil {
+				return err
+			}
+			return o.dispatch(e.printer(), args, keys)
+		},
+	}
+	o.AddFlags(cmd.Flags())
+	return cmd
+}
+
+const verifyChainLong = `verify-chain verifies every epoch and segment of an audit directory: the
 canonical form of every line, sequence numbers, hash links, the RFC 6962
 tree, every checkpoint signature and root, the epoch chain, and, with
 --checkpoint, that the log extends a checkpoint saved earlier (truncation,
@@ -108,76 +126,76 @@ the class of failure:
   11 bad signature, or records no signature covers (--require-signed;
      --segment: a file without a checkpoint)
   12 untrusted key or rejected genesis evidence   13 truncation or rollback
-  14 fork   2 usage   3 I/O`,
-		Example: `  cmcp verify-chain /var/lib/cmcp/audit --key "$(cat gateway.vkey)" --save-checkpoint seen.cp
+  14 fork   2 usage   3 I/O`
+
+const verifyChainExample = `  cmcp verify-chain /var/lib/cmcp/audit --key "$(cat gateway.vkey)" --save-checkpoint seen.cp
   cmcp verify-chain /var/lib/cmcp/audit --key gateway.vkey --checkpoint seen.cp
   cmcp verify-chain /var/lib/cmcp/audit --key gateway.vkey --witness w1.vkey --witness w2.vkey --witness-quorum 2
   cmcp verify-chain /var/lib/cmcp/audit --prove 4321 > r4321.proof
   cmcp verify-chain --proof r4321.proof --key gateway.vkey
   cmcp verify-chain /var/lib/cmcp/audit --make-receipt 01JB7Q... > session.receipt
   cmcp verify-chain --receipt session.receipt --key gateway.vkey --witness w1.vkey
-  cmcp verify-chain --segment /var/lib/cmcp/audit/epoch-000003/seg-000007.jsonl --key gateway.vkey`,
-		Args: usageArgs(cobra.ArbitraryArgs),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			o.Prove = -1
-			if o.prove != "" {
-				n, err := strconv.ParseInt(o.prove, 10, 64)
-				if err != nil || n < 0 {
-					return exitcode.Errorf(exitcode.ExitUsage, "--prove %q: want a record index (0, 1, ...)", o.prove)
-				}
-				o.Prove = n
-			}
-			if cmd.Flags().Changed("epoch") {
-				if o.Prove < 0 {
-					return exitcode.Errorf(exitcode.ExitUsage, "--epoch selects the epoch of the record that --prove proves: give --prove N with it")
-				}
-				if o.Epoch < 1 {
-					return exitcode.Errorf(exitcode.ExitUsage, "--epoch %d: epochs are numbered from 1 (without --epoch: the newest)", o.Epoch)
-				}
-			}
-			keys, err := o.loadKeys()
-			if err != nil {
-				return err
-			}
-			p := e.printer()
-			if o.Segment != "" {
-				if len(args) > 0 || o.Proof != "" || o.Prove >= 0 || len(o.Checkpoints) > 0 || o.SaveCheckpoint != "" {
-					return exitcode.Errorf(exitcode.ExitUsage, "--segment verifies one file on its own: give no DIR, --proof, --prove, --checkpoint or --save-checkpoint with it")
-				}
-				return runVerifySegment(p, o.Segment, keys)
-			}
-			if o.Receipt != "" {
-				if len(args) > 0 || o.Proof != "" || o.Prove >= 0 || len(o.Checkpoints) > 0 || o.SaveCheckpoint != "" || o.MakeReceipt != "" {
-					return exitcode.Errorf(exitcode.ExitUsage, "--receipt checks a receipt on its own: give no DIR, --proof, --prove, --make-receipt, --checkpoint or --save-checkpoint with it")
-				}
-				return runVerifyReceipt(p, o, keys)
-			}
-			if o.Proof != "" {
-				if len(args) > 0 || o.Prove >= 0 || len(o.Checkpoints) > 0 || o.SaveCheckpoint != "" {
-					return exitcode.Errorf(exitcode.ExitUsage, "--proof checks a proof on its own: give no DIR, --prove, --checkpoint or --save-checkpoint with it")
-				}
-				return runVerifyProof(p, o.Proof, keys)
-			}
-			if len(args) > 1 {
-				if o.Prove >= 0 || o.MakeReceipt != "" || len(o.Checkpoints) > 0 || o.SaveCheckpoint != "" {
-					return exitcode.Errorf(exitcode.ExitUsage, "several audit directories (a fleet) are verified together: give no --prove, --make-receipt, --checkpoint or --save-checkpoint with them")
-				}
-				return runVerifyFleet(p, args, o, keys)
-			}
-			if len(args) != 1 {
-				return exitcode.Errorf(exitcode.ExitUsage, "give the audit directory to verify (or --proof FILE)")
-			}
-			if o.Prove >= 0 {
-				return runProve(p, args[0], o, keys)
-			}
-			if o.MakeReceipt != "" {
-				return runMakeReceipt(p, args[0], o, keys)
-			}
-			return runVerifyChain(p, args[0], o, keys)
-		},
+  cmcp verify-chain --segment /var/lib/cmcp/audit/epoch-000003/seg-000007.jsonl --key gateway.vkey`
+
+// parseProve reads --prove into o.Prove (-1 when not given) and checks
+// that --epoch comes with it and names an epoch.
+func (o *verifyChainOptions) parseProve(cmd *cobra.Command) error {
+	o.Prove = -1
+	if o.prove != "" {
+		n, err := strconv.ParseInt(o.prove, 10, 64)
+		if err != nil || n < 0 {
+			return exitcode.Errorf(exitcode.ExitUsage, "--prove %q: want a record index (0, 1, ...)", o.prove)
+		}
+		o.Prove = n
 	}
-	o.AddFlags(cmd.Flags())
-	return cmd
+	if cmd.Flags().Changed("epoch") {
+		if o.Prove < 0 {
+			return exitcode.Errorf(exitcode.ExitUsage, "--epoch selects the epoch of the record that --prove proves: give --prove N with it")
+		}
+		if o.Epoch < 1 {
+			return exitcode.Errorf(exitcode.ExitUsage, "--epoch %d: epochs are numbered from 1 (without --epoch: the newest)", o.Epoch)
+		}
+	}
+	return nil
+}
+
+// dispatch runs the mode the flags and arguments select, after checking
+// that no flag of another mode comes with it.
+func (o *verifyChainOptions) dispatch(p *ui.Printer, args []string, keys []string) error {
+	if o.Segment != "" {
+		if len(args) > 0 || o.Proof != "" || o.Prove >= 0 || len(o.Checkpoints) > 0 || o.SaveCheckpoint != "" {
+			return exitcode.Errorf(exitcode.ExitUsage, "--segment verifies one file on its own: give no DIR, --proof, --prove, --checkpoint or --save-checkpoint with it")
+		}
+		return runVerifySegment(p, o.Segment, keys)
+	}
+	if o.Receipt != "" {
+		if len(args) > 0 || o.Proof != "" || o.Prove >= 0 || len(o.Checkpoints) > 0 || o.SaveCheckpoint != "" || o.MakeReceipt != "" {
+			return exitcode.Errorf(exitcode.ExitUsage, "--receipt checks a receipt on its own: give no DIR, --proof, --prove, --make-receipt, --checkpoint or --save-checkpoint with it")
+		}
+		return runVerifyReceipt(p, o, keys)
+	}
+	if o.Proof != "" {
+		if len(args) > 0 || o.Prove >= 0 || len(o.Checkpoints) > 0 || o.SaveCheckpoint != "" {
+			return exitcode.Errorf(exitcode.ExitUsage, "--proof checks a proof on its own: give no DIR, --prove, --checkpoint or --save-checkpoint with it")
+		}
+		return runVerifyProof(p, o.Proof, keys)
+	}
+	if len(args) > 1 {
+		if o.Prove >= 0 || o.MakeReceipt != "" || len(o.Checkpoints) > 0 || o.SaveCheckpoint != "" {
+			return exitcode.Errorf(exitcode.ExitUsage, "several audit directories (a fleet) are verified together: give no --prove, --make-receipt, --checkpoint or --save-checkpoint with them")
+		}
+		return runVerifyFleet(p, args, o, keys)
+	}
+	if len(args) != 1 {
+		return exitcode.Errorf(exitcode.ExitUsage, "give the audit directory to verify (or --proof FILE)")
+	}
+	if o.Prove >= 0 {
+		return runProve(p, args[0], o, keys)
+	}
+	if o.MakeReceipt != "" {
+		return runMakeReceipt(p, args[0], o, keys)
+	}
+	return runVerifyChain(p, args[0], o, keys)
 }
 
 // loadKeys expands --key values that name files.
