@@ -398,43 +398,9 @@ func (o *verifyChainOptions) loadWitnesses() ([]string, error) {
 }
 
 func runVerifyChain(p *ui.Printer, dir string, o *verifyChainOptions, keys []string) error {
-	opt := auditlog.VerifyOptions{Keys: keys, RequireSigned: o.RequireSigned || o.Evidence.RequireAttested, Strict: o.Strict}
-	wits, err := o.loadWitnesses()
+	opt, ce, err := o.verifyOptions(keys)
 	if err != nil {
 		return err
-	}
-	opt.Witnesses, opt.WitnessQuorum, opt.WitnessMaxAge = wits, o.WitnessQuorum, o.WitnessMaxAge
-	ce, err := newChainEvidence(&o.Evidence)
-	if err != nil {
-		return err
-	}
-	opt.VerifyEvidence = ce.Check
-	for _, f := range o.Checkpoints {
-		b, err := readInput(f)
-		if err != nil {
-			return exitcode.Errorf(exitcode.ExitIO, "--checkpoint: %w", err)
-		}
-		if _, err := c2sp.ParseCheckpoint(b); err != nil {
-			return exitcode.Errorf(exitcode.ExitUsage, "--checkpoint %s: %v", f, err).
-				Hint("give a checkpoint note saved earlier with --save-checkpoint (origin, size, root hash, a blank line, signatures)")
-		}
-		opt.Checkpoints = append(opt.Checkpoints, b)
-	}
-	// A checkpoint already saved in the --save-checkpoint file is checked
-	// before it is replaced: otherwise a log rolled back since would
-	// overwrite the one record that proves the rollback.
-	if o.SaveCheckpoint != "" && !slices.ContainsFunc(o.Checkpoints, func(f string) bool { return sameFile(f, o.SaveCheckpoint) }) {
-		b, err := os.ReadFile(o.SaveCheckpoint)
-		switch {
-		case err == nil:
-			if _, perr := c2sp.ParseCheckpoint(b); perr != nil {
-				return exitcode.Errorf(exitcode.ExitUsage, "--save-checkpoint %s: the file exists and holds no checkpoint: %v", o.SaveCheckpoint, perr).
-					Hint("choose another file, or remove this one if it is not a checkpoint you saved")
-			}
-			opt.Checkpoints = append(opt.Checkpoints, b)
-		case !errors.Is(err, os.ErrNotExist):
-			return exitcode.Errorf(exitcode.ExitIO, "--save-checkpoint: %w", err)
-		}
 	}
 	prog := p.Progress("verifying", auditlog.LogBytes(dir))
 	opt.Progress = prog.Add
@@ -461,33 +427,7 @@ func runVerifyChain(p *ui.Printer, dir string, o *verifyChainOptions, keys []str
 		code = failureCode(unsigned)
 	}
 	if p.JSONOut {
-		doc := verifyChainDoc{SchemaVersion: ui.SchemaVersion, Status: "verified", Dir: dir, Epochs: rep.Epochs, Records: rep.SignedRecords, UnsignedRecords: rep.Records - rep.SignedRecords,
-			Checkpoints: rep.Checkpoints, KeysTrusted: rep.KeysTrusted, Newest: cpDoc(rep.Newest), NewestEpoch: rep.NewestEpoch, Unsealed: rep.Unsealed, Unsigned: rep.Unsigned,
-			External: rep.External, Log: rep.Log, TailProtected: tailProtection(rep), Warnings: rep.Warnings, Stray: rep.Stray, Evidence: ce.Results, Failure: ve, ExitCode: code}
-		if doc.Epochs == nil {
-			doc.Epochs = []*auditlog.EpochResult{}
-		}
-		if doc.External == nil {
-			doc.External = []*auditlog.ExternalCheck{}
-		}
-		if doc.Warnings == nil {
-			doc.Warnings = []string{}
-		}
-		if doc.Stray == nil {
-			doc.Stray = []string{}
-		}
-		if doc.Unsigned == nil {
-			doc.Unsigned = []auditlog.UnsignedRange{}
-		}
-		if !rep.SignedFirst.IsZero() {
-			doc.First, doc.Last = &rep.SignedFirst, &rep.SignedLast
-		}
-		if ve != nil {
-			doc.Status = "failed"
-		} else if unsigned != nil {
-			doc.Status, doc.Failure = "failed", unsigned
-		}
-		if err := p.JSON(doc); err != nil {
+		if err := p.JSON(newVerifyChainDoc(dir, rep, ce, ve, unsigned, code)); err != nil {
 			return exitcode.WithCode(exitcode.ExitIO, err)
 		}
 	} else if ve != nil {
@@ -505,15 +445,111 @@ func runVerifyChain(p *ui.Printer, dir string, o *verifyChainOptions, keys []str
 		return exitcode.WithCode(code, unsigned)
 	}
 	if o.SaveCheckpoint != "" {
-		if rep.Newest == nil {
-			return exitcode.Errorf(exitcode.ExitIO, "--save-checkpoint: the log has no checkpoint to save")
+		return saveCheckpoint(p, o.SaveCheckpoint, rep)
+	}
+	return nil
+}
+
+// verifyOptions turns the flags into auditlog's options: the keys, the
+// witnesses, the genesis evidence check (returned too, for its report)
+// and the checkpoints the log must extend.
+func (o *verifyChainOptions) verifyOptions(keys []string) (auditlog.VerifyOptions, *chainEvidence, error) {
+	opt := auditlog.VerifyOptions{Keys: keys, RequireSigned: o.RequireSigned || o.Evidence.RequireAttested, Strict: o.Strict}
+	wits, err := o.loadWitnesses()
+	if err != nil {
+		return opt, nil, err
+	}
+	opt.Witnesses, opt.WitnessQuorum, opt.WitnessMaxAge = wits, o.WitnessQuorum, o.WitnessMaxAge
+	ce, err := newChainEvidence(&o.Evidence)
+	if err != nil {
+		return opt, nil, err
+	}
+	opt.VerifyEvidence = ce.Check
+	opt.Checkpoints, err = o.loadCheckpoints()
+	if err != nil {
+		return opt, nil, err
+	}
+	return opt, ce, nil
+}
+
+// loadCheckpoints reads the --checkpoint files and the checkpoint
+// already in the --save-checkpoint file, if any.
+func (o *verifyChainOptions) loadCheckpoints() ([][]byte, error) {
+	var out [][]byte
+	for _, f := range o.Checkpoints {
+		b, err := readInput(f)
+		if err != nil {
+			return nil, exitcode.Errorf(exitcode.ExitIO, "--checkpoint: %w", err)
 		}
-		if err := writeFileAtomic(o.SaveCheckpoint, rep.Newest.Note); err != nil {
-			return exitcode.Errorf(exitcode.ExitIO, "--save-checkpoint: %w", err)
+		if _, err := c2sp.ParseCheckpoint(b); err != nil {
+			return nil, exitcode.Errorf(exitcode.ExitUsage, "--checkpoint %s: %v", f, err).
+				Hint("give a checkpoint note saved earlier with --save-checkpoint (origin, size, root hash, a blank line, signatures)")
 		}
-		if !p.JSONOut {
-			p.Printf("Saved checkpoint %s size %d to %s\n", rep.Newest.Origin, rep.Newest.Size, o.SaveCheckpoint)
+		out = append(out, b)
+	}
+	// A checkpoint already saved in the --save-checkpoint file is checked
+	// before it is replaced: otherwise a log rolled back since would
+	// overwrite the one record that proves the rollback.
+	if o.SaveCheckpoint != "" && !slices.ContainsFunc(o.Checkpoints, func(f string) bool { return sameFile(f, o.SaveCheckpoint) }) {
+		b, err := os.ReadFile(o.SaveCheckpoint)
+		switch {
+		case err == nil:
+			if _, perr := c2sp.ParseCheckpoint(b); perr != nil {
+				return nil, exitcode.Errorf(exitcode.ExitUsage, "--save-checkpoint %s: the file exists and holds no checkpoint: %v", o.SaveCheckpoint, perr).
+					Hint("choose another file, or remove this one if it is not a checkpoint you saved")
+			}
+			out = append(out, b)
+		case !errors.Is(err, os.ErrNotExist):
+			return nil, exitcode.Errorf(exitcode.ExitIO, "--save-checkpoint: %w", err)
 		}
+	}
+	return out, nil
+}
+
+// newVerifyChainDoc is the JSON document of a verified or failed log:
+// empty lists as [], not null; unsigned, when the log holds no
+// checkpoint, is its failure.
+func newVerifyChainDoc(dir string, rep *auditlog.Report, ce *chainEvidence, ve, unsigned *record.VerifyError, code int) verifyChainDoc {
+	doc := verifyChainDoc{SchemaVersion: ui.SchemaVersion, Status: "verified", Dir: dir, Epochs: rep.Epochs, Records: rep.SignedRecords, UnsignedRecords: rep.Records - rep.SignedRecords,
+		Checkpoints: rep.Checkpoints, KeysTrusted: rep.KeysTrusted, Newest: cpDoc(rep.Newest), NewestEpoch: rep.NewestEpoch, Unsealed: rep.Unsealed, Unsigned: rep.Unsigned,
+		External: rep.External, Log: rep.Log, TailProtected: tailProtection(rep), Warnings: rep.Warnings, Stray: rep.Stray, Evidence: ce.Results, Failure: ve, ExitCode: code}
+	if doc.Epochs == nil {
+		doc.Epochs = []*auditlog.EpochResult{}
+	}
+	if doc.External == nil {
+		doc.External = []*auditlog.ExternalCheck{}
+	}
+	if doc.Warnings == nil {
+		doc.Warnings = []string{}
+	}
+	if doc.Stray == nil {
+		doc.Stray = []string{}
+	}
+	if doc.Unsigned == nil {
+		doc.Unsigned = []auditlog.UnsignedRange{}
+	}
+	if !rep.SignedFirst.IsZero() {
+		doc.First, doc.Last = &rep.SignedFirst, &rep.SignedLast
+	}
+	if ve != nil {
+		doc.Status = "failed"
+	} else if unsigned != nil {
+		doc.Status, doc.Failure = "failed", unsigned
+	}
+	return doc
+}
+
+// saveCheckpoint writes the newest verified checkpoint to file
+// (--save-checkpoint).
+func saveCheckpoint(p *ui.Printer, file string, rep *auditlog.Report) error {
+	if rep.Newest == nil {
+		return exitcode.Errorf(exitcode.ExitIO, "--save-checkpoint: the log has no checkpoint to save")
+	}
+	if err := writeFileAtomic(file, rep.Newest.Note); err != nil {
+		return exitcode.Errorf(exitcode.ExitIO, "--save-checkpoint: %w", err)
+	}
+	if !p.JSONOut {
+		p.Printf("Saved checkpoint %s size %d to %s\n", rep.Newest.Origin, rep.Newest.Size, file)
 	}
 	return nil
 }
