@@ -112,27 +112,60 @@ cmcp attest verify. SIGTERM or SIGINT stops the connector and its children.`,
 }
 
 func runConnect(cmd *cobra.Command, e *env, o *connectOptions, args []string) error {
+	co, err := o.options(e, args)
+	if err != nil {
+		return err
+	}
+	c, err := connect.New(co)
+	if err != nil {
+		return connectNewErr(err)
+	}
+	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := c.Run(ctx); err != nil {
+		return connectRunErr(err)
+	}
+	return nil
+}
+
+// options checks the flags and turns them into the connector's options,
+// reading the token, the server's spec, the CA roots and the reference
+// values.
+func (o *connectOptions) options(e *env, args []string) (connect.Options, error) {
 	for _, f := range []struct{ flag, v string }{{"--gateway", o.Gateway}, {"--token-file", o.TokenFile}, {"--name", o.Name}, {"--machine-id", o.MachineID}} {
 		if f.v == "" {
-			return exitcode.Errorf(exitcode.ExitUsage, "%s is required", f.flag)
+			return connect.Options{}, exitcode.Errorf(exitcode.ExitUsage, "%s is required", f.flag)
 		}
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(o.LogLevel)); err != nil {
-		return exitcode.Errorf(exitcode.ExitUsage, "--log-level %q: want debug, info, warn or error", o.LogLevel)
+		return connect.Options{}, exitcode.Errorf(exitcode.ExitUsage, "--log-level %q: want debug, info, warn or error", o.LogLevel)
 	}
 	b, err := os.ReadFile(o.TokenFile)
 	if err != nil {
-		return exitcode.Errorf(exitcode.ExitIO, "--token-file: %w", err)
+		return connect.Options{}, exitcode.Errorf(exitcode.ExitIO, "--token-file: %w", err)
 	}
 	token, err := config.Credential(b)
 	if err != nil {
-		return exitcode.Errorf(exitcode.ExitConfig, "--token-file %s: %w", o.TokenFile, err)
+		return connect.Options{}, exitcode.Errorf(exitcode.ExitConfig, "--token-file %s: %w", o.TokenFile, err)
 	}
 	co := connect.Options{Gateway: o.Gateway, Token: token, Upstream: o.Name, MachineID: o.MachineID, MachineName: o.MachineName,
 		Environ: e.environ, HTTP: o.HTTP, RequireAttested: o.RequireAttested, AllowSoftware: o.AllowSoftware,
 		InitialBackoff: o.BackoffInitial, MaxBackoff: o.BackoffMax,
 		Log: slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))}
+	if co.Stdio, err = o.stdioSpec(args); err != nil {
+		return connect.Options{}, err
+	}
+	if err := o.gatewayTrust(&co); err != nil {
+		return connect.Options{}, err
+	}
+	return co, nil
+}
+
+// stdioSpec is the server to spawn per session: the command after --
+// with the pin flags, or the stdio upstream --name of -c; nil for --http.
+// Exactly one of the three must be given.
+func (o *connectOptions) stdioSpec(args []string) (*upstream.StdioSpec, error) {
 	sources := 0
 	for _, set := range []bool{len(args) > 0, o.HTTP != "", o.Config != ""} {
 		if set {
@@ -140,50 +173,70 @@ func runConnect(cmd *cobra.Command, e *env, o *connectOptions, args []string) er
 		}
 	}
 	if sources != 1 {
-		return exitcode.Errorf(exitcode.ExitUsage, "give the server one way: a command after --, --http URL, or -c cmcp.yaml")
+		return nil, exitcode.Errorf(exitcode.ExitUsage, "give the server one way: a command after --, --http URL, or -c cmcp.yaml")
 	}
 	if o.Config != "" && (o.Pin != "" || o.Target != "" || o.TargetPin != "" || o.InterpreterPin != "" || o.AllowUnmeasured) {
-		return exitcode.Errorf(exitcode.ExitUsage, "-c takes the pins from the configuration: drop --pin, --target, --target-pin, --interpreter-pin and --allow-unmeasured")
+		return nil, exitcode.Errorf(exitcode.ExitUsage, "-c takes the pins from the configuration: drop --pin, --target, --target-pin, --interpreter-pin and --allow-unmeasured")
 	}
 	switch {
 	case len(args) > 0:
-		spec := &upstream.StdioSpec{Name: o.Name, Command: args[0], Args: args[1:], AllowUnmeasured: o.AllowUnmeasured, StopGrace: 5 * time.Second, MeasurePath: o.Target}
-		for _, p := range []struct {
-			flag, v string
-			to      *digest.Digest
-		}{{"--pin", o.Pin, &spec.Pin}, {"--target-pin", o.TargetPin, &spec.MeasurePin}, {"--interpreter-pin", o.InterpreterPin, &spec.InterpreterPin}} {
-			if p.v == "" {
-				continue
-			}
-			if *p.to, err = digest.Parse(p.v); err != nil {
-				return exitcode.Errorf(exitcode.ExitUsage, "%s: %w", p.flag, err)
-			}
-		}
-		if (o.Target == "") != (o.TargetPin == "") {
-			return exitcode.Errorf(exitcode.ExitUsage, "--target and --target-pin go together")
-		}
-		co.Stdio = spec
+		return o.commandSpec(args)
 	case o.Config != "":
-		cfg, err := config.Load(o.Config)
-		if err != nil {
-			return err
-		}
-		var u *config.Upstream
-		for i := range cfg.Upstreams {
-			if cfg.Upstreams[i].Name == o.Name {
-				u = &cfg.Upstreams[i]
-			}
-		}
-		if u == nil || u.Stdio == nil {
-			return exitcode.Errorf(exitcode.ExitConfig, "%s has no stdio upstream named %q", o.Config, o.Name)
-		}
-		spec := &upstream.StdioSpec{Name: u.Name, Command: u.Stdio.Command, Args: u.Stdio.Args, Dir: u.Stdio.Dir, Env: u.Stdio.Env, EnvAllow: u.Stdio.EnvAllow,
-			Sealed: u.Stdio.Sealed, AllowUnmeasured: u.AllowUnmeasured, AllowCodeEnv: u.AllowCodeEnv, StopGrace: 5 * time.Second}
-		if u.Pin != nil {
-			spec.Pin, spec.MeasurePath, spec.MeasurePin, spec.InterpreterPin = u.Pin.Command, u.Pin.Target, u.Pin.TargetDigest, u.Pin.Interpreter
-		}
-		co.Stdio = spec
+		return o.configSpec()
 	}
+	return nil, nil
+}
+
+// commandSpec is the spec of the command after --, pinned by --pin,
+// --target-pin and --interpreter-pin.
+func (o *connectOptions) commandSpec(args []string) (*upstream.StdioSpec, error) {
+	spec := &upstream.StdioSpec{Name: o.Name, Command: args[0], Args: args[1:], AllowUnmeasured: o.AllowUnmeasured, StopGrace: 5 * time.Second, MeasurePath: o.Target}
+	for _, p := range []struct {
+		flag, v string
+		to      *digest.Digest
+	}{{"--pin", o.Pin, &spec.Pin}, {"--target-pin", o.TargetPin, &spec.MeasurePin}, {"--interpreter-pin", o.InterpreterPin, &spec.InterpreterPin}} {
+		if p.v == "" {
+			continue
+		}
+		var err error
+		if *p.to, err = digest.Parse(p.v); err != nil {
+			return nil, exitcode.Errorf(exitcode.ExitUsage, "%s: %w", p.flag, err)
+		}
+	}
+	if (o.Target == "") != (o.TargetPin == "") {
+		return nil, exitcode.Errorf(exitcode.ExitUsage, "--target and --target-pin go together")
+	}
+	return spec, nil
+}
+
+// configSpec is the spec of the stdio upstream --name of -c cmcp.yaml,
+// with the pins the configuration gives it.
+func (o *connectOptions) configSpec() (*upstream.StdioSpec, error) {
+	cfg, err := config.Load(o.Config)
+	if err != nil {
+		return nil, err
+	}
+	var u *config.Upstream
+	for i := range cfg.Upstreams {
+		if cfg.Upstreams[i].Name == o.Name {
+			u = &cfg.Upstreams[i]
+		}
+	}
+	if u == nil || u.Stdio == nil {
+		return nil, exitcode.Errorf(exitcode.ExitConfig, "%s has no stdio upstream named %q", o.Config, o.Name)
+	}
+	spec := &upstream.StdioSpec{Name: u.Name, Command: u.Stdio.Command, Args: u.Stdio.Args, Dir: u.Stdio.Dir, Env: u.Stdio.Env, EnvAllow: u.Stdio.EnvAllow,
+		Sealed: u.Stdio.Sealed, AllowUnmeasured: u.AllowUnmeasured, AllowCodeEnv: u.AllowCodeEnv, StopGrace: 5 * time.Second}
+	if u.Pin != nil {
+		spec.Pin, spec.MeasurePath, spec.MeasurePin, spec.InterpreterPin = u.Pin.Command, u.Pin.Target, u.Pin.TargetDigest, u.Pin.Interpreter
+	}
+	return spec, nil
+}
+
+// gatewayTrust sets how the connector trusts the gateway: the roots of
+// --ca-file and, with --require-attested, the --reference values its
+// evidence must match.
+func (o *connectOptions) gatewayTrust(co *connect.Options) error {
 	if o.CAFile != "" {
 		pem, err := os.ReadFile(o.CAFile)
 		if err != nil {
@@ -196,6 +249,7 @@ func runConnect(cmd *cobra.Command, e *env, o *connectOptions, args []string) er
 		co.TLS = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}
 	if o.Reference != "" {
+		var err error
 		if co.Reference, err = evidence.ReadReferenceFile(o.Reference); err != nil {
 			return exitcode.Errorf(exitcode.ExitConfig, "--reference: %w", err)
 		}
@@ -206,29 +260,34 @@ func runConnect(cmd *cobra.Command, e *env, o *connectOptions, args []string) er
 	if !o.RequireAttested && (o.Reference != "" || o.AllowSoftware) {
 		return exitcode.Errorf(exitcode.ExitUsage, "--reference and --allow-software apply only with --require-attested")
 	}
-	c, err := connect.New(co)
-	if err != nil {
-		code := exitcode.ExitConfig
-		if errors.Is(err, upstream.ErrPinMismatch) || errors.Is(err, upstream.ErrUnpinned) {
-			code = exitcode.ExitMismatch
-		}
-		ue := exitcode.WithCode(code, err).(*exitcode.Error)
-		if errors.Is(err, upstream.ErrUnpinned) {
-			ue.Hint("pin it: cmcp spawn-digest -- %s (then --pin), or run it unpinned with --allow-unmeasured", "COMMAND")
-		}
-		return ue
-	}
-	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	if err := c.Run(ctx); err != nil {
-		var ve *connect.VerifyError
-		if errors.As(err, &ve) && ve.Result != nil {
-			var ae *exitcode.Error
-			if errors.As(attestVerifyErr(ve.Result), &ae) {
-				return &exitcode.Error{Code: ae.Code, Err: err, Hints: ae.Hints}
-			}
-		}
-		return exitcode.WithCode(exitcode.ExitEvidence, err)
-	}
 	return nil
+}
+
+// connectNewErr gives an error of connect.New its exit code: a server
+// that does not match its pin, or has none, is a mismatch (with a hint
+// for the unpinned one); anything else a configuration error.
+func connectNewErr(err error) error {
+	code := exitcode.ExitConfig
+	if errors.Is(err, upstream.ErrPinMismatch) || errors.Is(err, upstream.ErrUnpinned) {
+		code = exitcode.ExitMismatch
+	}
+	ue := exitcode.WithCode(code, err).(*exitcode.Error)
+	if errors.Is(err, upstream.ErrUnpinned) {
+		ue.Hint("pin it: cmcp spawn-digest -- %s (then --pin), or run it unpinned with --allow-unmeasured", "COMMAND")
+	}
+	return ue
+}
+
+// connectRunErr gives the error that ended the connector its exit code:
+// a gateway whose evidence did not verify exits as cmcp attest verify
+// would; anything else with the evidence code.
+func connectRunErr(err error) error {
+	var ve *connect.VerifyError
+	if errors.As(err, &ve) && ve.Result != nil {
+		var ae *exitcode.Error
+		if errors.As(attestVerifyErr(ve.Result), &ae) {
+			return &exitcode.Error{Code: ae.Code, Err: err, Hints: ae.Hints}
+		}
+	}
+	return exitcode.WithCode(exitcode.ExitEvidence, err)
 }
