@@ -445,94 +445,115 @@ func (c *converter) value(depth int, want *argType) (cedar.Value, error) {
 	case '0':
 		return number(tok.String()), nil
 	case '{':
-		m := cedar.RecordMap{}
-		var present []bool // want's required attributes, by index
-		if want != nil && len(want.required) > 0 {
-			present = make([]bool, len(want.required))
-		}
-		for c.dec.PeekKind() != '}' {
-			k, err := c.dec.ReadToken()
-			if err != nil {
-				return nil, c.syntaxError(err, depth)
-			}
-			var name cedar.String
-			if !c.check || want != nil {
-				name = cedar.String(k.String()) // valid until the next read
-			}
-			var attr argAttr
-			if want != nil {
-				attr = want.attrs[string(name)]
-			}
-			if attr.t != nil {
-				c.path = append(c.path, string(name))
-				if attr.index >= 0 {
-					if c.dec.PeekKind() == 'n' {
-						return nil, missing(attr.t, c.path)
-					}
-					present[attr.index] = true
-				}
-			}
-			if want != nil && attr.t == nil {
-				// A member the declared record does not declare: read
-				// (the limits and the syntax hold for it too) and left
-				// out, as a null is (see argtypes.go).
-				if err := c.skip(depth + 1); err != nil {
-					return nil, err
-				}
-				continue
-			}
-			v, err := c.value(depth+1, attr.t)
-			if err != nil {
-				return nil, err
-			}
-			if attr.t != nil {
-				c.path = c.path[:len(c.path)-1]
-			}
-			if v != nil {
-				m[name] = v
-			}
-		}
-		if _, err := c.dec.ReadToken(); err != nil {
-			return nil, c.syntaxError(err, depth)
-		}
-		for i, ok := range present {
-			if !ok {
-				name := want.required[i]
-				return nil, missing(want.attrs[name].t, append(c.path, name))
-			}
-		}
-		if c.check {
-			return nil, nil
-		}
-		return cedar.NewRecord(m), nil
+		return c.object(depth, want)
 	case '[':
-		var s []cedar.Value
-		var elem *argType
-		if want != nil {
-			elem = want.elem
-			c.path = append(c.path, "[]")
-		}
-		for c.dec.PeekKind() != ']' {
-			v, err := c.value(depth+1, elem)
-			if err != nil {
-				return nil, err
-			}
-			if v != nil {
-				s = append(s, v)
-			}
-		}
-		if want != nil {
-			c.path = c.path[:len(c.path)-1]
-		}
-		if _, err := c.dec.ReadToken(); err != nil {
-			return nil, c.syntaxError(err, depth)
-		}
-		if c.check {
-			return nil, nil
-		}
-		return cedar.NewSet(s...), nil
+		return c.array(depth, want)
 	}
 	return nil, &ArgumentsError{Reason: fmt.Sprintf("unexpected JSON token %v", tok.Kind())}
+}
+
+// object reads the members of an object at depth, whose '{' value read,
+// and its '}', and converts it to a record; want is its declared type
+// (nil: undeclared), whose required attributes must all be there.
+func (c *converter) object(depth int, want *argType) (cedar.Value, error) {
+	m := cedar.RecordMap{}
+	var present []bool // want's required attributes, by index
+	if want != nil && len(want.required) > 0 {
+		present = make([]bool, len(want.required))
+	}
+	for c.dec.PeekKind() != '}' {
+		if err := c.member(depth, want, m, present); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := c.dec.ReadToken(); err != nil {
+		return nil, c.syntaxError(err, depth)
+	}
+	for i, ok := range present {
+		if !ok {
+			name := want.required[i]
+			return nil, missing(want.attrs[name].t, append(c.path, name))
+		}
+	}
+	if c.check {
+		return nil, nil
+	}
+	return cedar.NewRecord(m), nil
+}
+
+// member reads one member of the object at depth being read into m (a
+// null or a member want does not declare is left out), marking in
+// present the required attribute of want it is.
+func (c *converter) member(depth int, want *argType, m cedar.RecordMap, present []bool) error {
+	k, err := c.dec.ReadToken()
+	if err != nil {
+		return c.syntaxError(err, depth)
+	}
+	var name cedar.String
+	if !c.check || want != nil {
+		name = cedar.String(k.String()) // valid until the next read
+	}
+	var attr argAttr
+	if want != nil {
+		attr = want.attrs[string(name)]
+	}
+	if attr.t != nil {
+		c.path = append(c.path, string(name))
+		if attr.index >= 0 {
+			if c.dec.PeekKind() == 'n' {
+				return missing(attr.t, c.path)
+			}
+			present[attr.index] = true
+		}
+	}
+	if want != nil && attr.t == nil {
+		// A member the declared record does not declare: read (the
+		// limits and the syntax hold for it too) and left out, as a
+		// null is (see argtypes.go).
+		return c.skip(depth + 1)
+	}
+	v, err := c.value(depth+1, attr.t)
+	if err != nil {
+		return err
+	}
+	if attr.t != nil {
+		c.path = c.path[:len(c.path)-1]
+	}
+	if v != nil {
+		m[name] = v
+	}
+	return nil
+}
+
+// array reads the elements of an array at depth, whose '[' value read,
+// and its ']', and converts it to a set; want is its declared type (nil:
+// undeclared).
+func (c *converter) array(depth int, want *argType) (cedar.Value, error) {
+	var s []cedar.Value
+	var elem *argType
+	if want != nil {
+		elem = want.elem
+		c.path = append(c.path, "[]")
+	}
+	for c.dec.PeekKind() != ']' {
+		v, err := c.value(depth+1, elem)
+		if err != nil {
+			return nil, err
+		}
+		if v != nil {
+			s = append(s, v)
+		}
+	}
+	if want != nil {
+		c.path = c.path[:len(c.path)-1]
+	}
+	if _, err := c.dec.ReadToken(); err != nil {
+		return nil, c.syntaxError(err, depth)
+	}
+	if c.check {
+		return nil, nil
+	}
+	return cedar.NewSet(s...), nil
 }
 
 // skip reads one JSON value as value does, checking the limits and the
