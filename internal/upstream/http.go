@@ -86,20 +86,9 @@ func NewHTTP(o HTTPOptions) (*HTTPUpstream, error) {
 	errf := func(format string, args ...any) error {
 		return fmt.Errorf("upstream %q: "+format, append([]any{o.Name}, args...)...)
 	}
-	u, err := url.Parse(o.URL)
+	u, err := parseHTTPURL(o.URL, errf)
 	if err != nil {
-		// *url.Error repeats the url, query and all.
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return nil, errf("url: %w", err)
-	}
-	if u.Host == "" || u.Hostname() == "" {
-		return nil, errf("url %q has no host; write it as https://host:port/mcp", config.RedactedURL(u))
-	}
-	if u.User != nil {
-		return nil, errf("url %q carries user info; put credentials in bearer_token_env / bearer_token_file instead", config.RedactedURL(u))
+		return nil, err
 	}
 	endpoint := *u
 	endpoint.RawQuery, endpoint.ForceQuery, endpoint.Fragment, endpoint.RawFragment = "", false, "", ""
@@ -117,58 +106,8 @@ func NewHTTP(o HTTPOptions) (*HTTPUpstream, error) {
 		IdleConnTimeout:     90 * time.Second,
 		ForceAttemptHTTP2:   true,
 	}
-	switch u.Scheme {
-	case "https":
-		if o.TLSPin != "" {
-			pin, err := ParsePin(o.TLSPin)
-			if err != nil {
-				return nil, errf("%w", err)
-			}
-			if o.CAFile != "" {
-				return nil, errf("both tls_pin and ca_file are set; a pin already names the one key to accept, remove ca_file")
-			}
-			up.pin, up.verify.want, up.class = pin, pin, ClassTLSPinned
-			tr.TLSClientConfig = pinnedTLSConfig(up.verify, u.Hostname())
-		} else {
-			var roots *x509.CertPool
-			if o.CAFile != "" {
-				pem, err := os.ReadFile(o.CAFile)
-				if err != nil {
-					return nil, errf("ca_file: %w", err)
-				}
-				roots = x509.NewCertPool()
-				if !roots.AppendCertsFromPEM(pem) {
-					return nil, errf("ca_file %s holds no PEM certificate", o.CAFile)
-				}
-			}
-			up.class = ClassTLSCA
-			tr.TLSClientConfig = caTLSConfig(up.verify, u.Hostname(), roots)
-		}
-	case "http":
-		if o.TLSPin != "" || o.CAFile != "" {
-			return nil, errf("tls_pin / ca_file set on an http:// url %q; use https:// or remove them", config.RedactedURL(u))
-		}
-		up.class = ClassPlaintext
-		if !o.AllowRemotePlaintext {
-			if !config.IsLoopbackHost(u.Hostname()) {
-				return nil, errf("plaintext http:// to %s, which is not a loopback address; use https:// with tls_pin, "+
-					"or set allow_remote_plaintext: true to accept an unauthenticated, unencrypted link", u.Host)
-			}
-			// Also check the address actually dialled, so that a name which
-			// resolves elsewhere (or changes its mind) is refused.
-			dialer.Control = func(network, address string, _ syscall.RawConn) error {
-				host, _, err := net.SplitHostPort(address)
-				if err != nil {
-					return err
-				}
-				if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
-					return errf("plaintext connection to %s refused: not a loopback address", address)
-				}
-				return nil
-			}
-		}
-	default:
-		return nil, errf("url scheme %q is not supported; use https:// (or http:// on loopback)", u.Scheme)
+	if err := up.secure(o, u, tr, dialer, errf); err != nil {
+		return nil, err
 	}
 
 	hdr, err := readCredentials(o, errf)
@@ -192,6 +131,88 @@ func NewHTTP(o HTTPOptions) (*HTTPUpstream, error) {
 		o.Credentials.UseUpstreamClient(up.client)
 	}
 	return up, nil
+}
+
+// parseHTTPURL parses an upstream's URL, which must name a host and carry
+// no user info. No error quotes its query, which may hold a secret.
+func parseHTTPURL(raw string, errf func(string, ...any) error) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		// *url.Error repeats the url, query and all.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, errf("url: %w", err)
+	}
+	if u.Host == "" || u.Hostname() == "" {
+		return nil, errf("url %q has no host; write it as https://host:port/mcp", config.RedactedURL(u))
+	}
+	if u.User != nil {
+		return nil, errf("url %q carries user info; put credentials in bearer_token_env / bearer_token_file instead", config.RedactedURL(u))
+	}
+	return u, nil
+}
+
+// secure sets h.class and how tr checks the upstream by u's scheme: an
+// https:// server's key against the pin, or its chain against the CA file
+// or the system roots; an http:// one only on a loopback address (dialer
+// checks the address dialled), unless o allows remote plaintext.
+func (h *HTTPUpstream) secure(o HTTPOptions, u *url.URL, tr *http.Transport, dialer *net.Dialer, errf func(string, ...any) error) error {
+	switch u.Scheme {
+	case "https":
+		if o.TLSPin != "" {
+			pin, err := ParsePin(o.TLSPin)
+			if err != nil {
+				return errf("%w", err)
+			}
+			if o.CAFile != "" {
+				return errf("both tls_pin and ca_file are set; a pin already names the one key to accept, remove ca_file")
+			}
+			h.pin, h.verify.want, h.class = pin, pin, ClassTLSPinned
+			tr.TLSClientConfig = pinnedTLSConfig(h.verify, u.Hostname())
+		} else {
+			var roots *x509.CertPool
+			if o.CAFile != "" {
+				pem, err := os.ReadFile(o.CAFile)
+				if err != nil {
+					return errf("ca_file: %w", err)
+				}
+				roots = x509.NewCertPool()
+				if !roots.AppendCertsFromPEM(pem) {
+					return errf("ca_file %s holds no PEM certificate", o.CAFile)
+				}
+			}
+			h.class = ClassTLSCA
+			tr.TLSClientConfig = caTLSConfig(h.verify, u.Hostname(), roots)
+		}
+	case "http":
+		if o.TLSPin != "" || o.CAFile != "" {
+			return errf("tls_pin / ca_file set on an http:// url %q; use https:// or remove them", config.RedactedURL(u))
+		}
+		h.class = ClassPlaintext
+		if !o.AllowRemotePlaintext {
+			if !config.IsLoopbackHost(u.Hostname()) {
+				return errf("plaintext http:// to %s, which is not a loopback address; use https:// with tls_pin, "+
+					"or set allow_remote_plaintext: true to accept an unauthenticated, unencrypted link", u.Host)
+			}
+			// Also check the address actually dialled, so that a name which
+			// resolves elsewhere (or changes its mind) is refused.
+			dialer.Control = func(network, address string, _ syscall.RawConn) error {
+				host, _, err := net.SplitHostPort(address)
+				if err != nil {
+					return err
+				}
+				if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+					return errf("plaintext connection to %s refused: not a loopback address", address)
+				}
+				return nil
+			}
+		}
+	default:
+		return errf("url scheme %q is not supported; use https:// (or http:// on loopback)", u.Scheme)
+	}
+	return nil
 }
 
 // Name is the upstream's configured name.
