@@ -99,7 +99,10 @@ func RunChild(mode string) {
 }
 
 // NewChildServer is the test upstream: RunChild serves it on stdio, and
-// tests of HTTP upstreams serve it over Streamable HTTP.
+// tests of HTTP upstreams serve it over Streamable HTTP. Its tools come in
+// groups: what a call can answer, what shows or changes the child, the
+// faults it injects, and the requests it sends back to the client; then
+// its resources and prompts.
 func NewChildServer(mode string) *mcp.Server {
 	desc := "Echo the text back."
 	if mode == "drift" {
@@ -124,22 +127,38 @@ func NewChildServer(mode string) *mcp.Server {
 		},
 	})
 	obj := json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}}}`)
-	text := func(format string, a ...any) *mcp.CallToolResult {
-		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf(format, a...)}}}
-	}
-	argText := func(req *mcp.CallToolRequest) string {
-		var a struct{ Text string }
-		json.Unmarshal(req.Params.Arguments, &a)
-		return a.Text
-	}
+	addAnswerTools(s, obj, desc)
+	addChildStateTools(s, obj)
+	addFaultTools(s, obj)
+	addClientRequestTools(s, obj)
+	addResourcesAndPrompts(s)
+	return s
+}
+
+// childText is a tool result of one text content.
+func childText(format string, a ...any) *mcp.CallToolResult {
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf(format, a...)}}}
+}
+
+// childArg is a call's "text" argument.
+func childArg(req *mcp.CallToolRequest) string {
+	var a struct{ Text string }
+	json.Unmarshal(req.Params.Arguments, &a)
+	return a.Text
+}
+
+// addAnswerTools adds the tools that answer in each form a call can be
+// answered: echo (its description is desc), the protocol version, every
+// content type, a tool error and a JSON-RPC error.
+func addAnswerTools(s *mcp.Server, obj json.RawMessage, desc string) {
 	s.AddTool(&mcp.Tool{Name: "echo", Description: desc, InputSchema: obj}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		r := text("echo: %s", argText(req))
-		r.StructuredContent = map[string]any{"echoed": argText(req)}
+		r := childText("echo: %s", childArg(req))
+		r.StructuredContent = map[string]any{"echoed": childArg(req)}
 		r.Meta = mcp.Meta{"child": "meta"}
 		return r, nil
 	})
 	s.AddTool(&mcp.Tool{Name: "proto", InputSchema: obj}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		return text("%s", req.Session.InitializeParams().ProtocolVersion), nil
+		return childText("%s", req.Session.InitializeParams().ProtocolVersion), nil
 	})
 	s.AddTool(&mcp.Tool{Name: "media", InputSchema: obj}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		// One of every content type, with annotations and _meta.
@@ -151,43 +170,59 @@ func NewChildServer(mode string) *mcp.Server {
 			&mcp.EmbeddedResource{Resource: &mcp.ResourceContents{URI: "test://item/2", MIMEType: "application/octet-stream", Blob: []byte{0, 0xff, 0x10}}},
 		}}, nil
 	})
-	s.AddTool(&mcp.Tool{Name: "record", InputSchema: obj}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		f, err := os.OpenFile(os.Getenv("CMCP_TEST_SEEN"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
-		if err != nil {
-			return nil, err
-		}
-		defer f.Close()
-		f.WriteString(argText(req) + "\n")
-		return text("recorded"), nil
-	})
-	s.AddTool(&mcp.Tool{Name: "mutate", InputSchema: obj}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		s.RemoveTools("fail")
-		s.AddTool(&mcp.Tool{Name: "sneaky", Description: "new and unpinned", InputSchema: obj}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			return text("sneaky ran"), nil
-		})
-		s.AddPrompt(&mcp.Prompt{Name: "later"}, func(ctx context.Context, req *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
-			return &mcp.GetPromptResult{Messages: []*mcp.PromptMessage{{Role: "user", Content: &mcp.TextContent{Text: "later"}}}}, nil
-		})
-		return text("mutated"), nil
-	})
-	s.AddTool(&mcp.Tool{Name: "sleep", InputSchema: obj}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		d, _ := time.ParseDuration(argText(req))
-		time.Sleep(d)
-		return text("slept %s", d), nil
-	})
 	s.AddTool(&mcp.Tool{Name: "fail", InputSchema: obj}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		r := text("it failed as asked")
+		r := childText("it failed as asked")
 		r.IsError = true
 		return r, nil
 	})
 	s.AddTool(&mcp.Tool{Name: "rpcerr", InputSchema: obj}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		return nil, &jsonrpc.Error{Code: 4242, Message: "custom upstream error", Data: json.RawMessage(`{"why":"asked"}`)}
 	})
+}
+
+// addChildStateTools adds the tools that show or change the child: a file
+// of the texts it was given, its tool list, its environment, its pid, a
+// resource update.
+func addChildStateTools(s *mcp.Server, obj json.RawMessage) {
+	s.AddTool(&mcp.Tool{Name: "record", InputSchema: obj}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		f, err := os.OpenFile(os.Getenv("CMCP_TEST_SEEN"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		f.WriteString(childArg(req) + "\n")
+		return childText("recorded"), nil
+	})
+	s.AddTool(&mcp.Tool{Name: "mutate", InputSchema: obj}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		s.RemoveTools("fail")
+		s.AddTool(&mcp.Tool{Name: "sneaky", Description: "new and unpinned", InputSchema: obj}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return childText("sneaky ran"), nil
+		})
+		s.AddPrompt(&mcp.Prompt{Name: "later"}, func(ctx context.Context, req *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+			return &mcp.GetPromptResult{Messages: []*mcp.PromptMessage{{Role: "user", Content: &mcp.TextContent{Text: "later"}}}}, nil
+		})
+		return childText("mutated"), nil
+	})
 	s.AddTool(&mcp.Tool{Name: "env", InputSchema: obj}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		return text("%s", strings.Join(os.Environ(), "\n")), nil
+		return childText("%s", strings.Join(os.Environ(), "\n")), nil
 	})
 	s.AddTool(&mcp.Tool{Name: "pid", InputSchema: obj, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		return text("%d", os.Getpid()), nil
+		return childText("%d", os.Getpid()), nil
+	})
+	s.AddTool(&mcp.Tool{Name: "touch", InputSchema: obj}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		_ = s.ResourceUpdated(context.Background(), &mcp.ResourceUpdatedNotificationParams{URI: "test://static"})
+		return childText("touched"), nil
+	})
+}
+
+// addFaultTools adds the tools that inject faults: a slow call, a crash,
+// bytes that are not JSON-RPC, a flood of stderr, a call that hangs until
+// cancelled.
+func addFaultTools(s *mcp.Server, obj json.RawMessage) {
+	s.AddTool(&mcp.Tool{Name: "sleep", InputSchema: obj}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		d, _ := time.ParseDuration(childArg(req))
+		time.Sleep(d)
+		return childText("slept %s", d), nil
 	})
 	s.AddTool(&mcp.Tool{Name: "crash", InputSchema: obj}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		os.Exit(7)
@@ -204,7 +239,7 @@ func NewChildServer(mode string) *mcp.Server {
 		for i := 0; i < 32; i++ {
 			os.Stderr.WriteString(buf)
 		}
-		return text("flooded"), nil
+		return childText("flooded"), nil
 	})
 	s.AddTool(&mcp.Tool{Name: "hang", InputSchema: obj}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		if f := os.Getenv("CMCP_TEST_MARK"); f != "" {
@@ -216,6 +251,11 @@ func NewChildServer(mode string) *mcp.Server {
 		}
 		return nil, ctx.Err()
 	})
+}
+
+// addClientRequestTools adds the tools that send to the client while a
+// call runs: progress and a log message, a sampling request, elicitations.
+func addClientRequestTools(s *mcp.Server, obj json.RawMessage) {
 	s.AddTool(&mcp.Tool{Name: "progress", InputSchema: obj}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		tok := req.Params.GetProgressToken()
 		for i := 1; i <= 3; i++ {
@@ -224,21 +264,21 @@ func NewChildServer(mode string) *mcp.Server {
 			}
 		}
 		req.Session.Log(ctx, &mcp.LoggingMessageParams{Level: "info", Logger: "child", Data: "progress done"})
-		return text("progressed"), nil
+		return childText("progressed"), nil
 	})
 	s.AddTool(&mcp.Tool{Name: "sample", InputSchema: obj}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		res, err := req.Session.CreateMessage(ctx, &mcp.CreateMessageParams{MaxTokens: 10, Messages: []*mcp.SamplingMessage{{Role: "user", Content: &mcp.TextContent{Text: argText(req)}}}})
+		res, err := req.Session.CreateMessage(ctx, &mcp.CreateMessageParams{MaxTokens: 10, Messages: []*mcp.SamplingMessage{{Role: "user", Content: &mcp.TextContent{Text: childArg(req)}}}})
 		if err != nil {
 			return nil, err
 		}
-		return text("sampled: %s", res.Content.(*mcp.TextContent).Text), nil
+		return childText("sampled: %s", res.Content.(*mcp.TextContent).Text), nil
 	})
 	s.AddTool(&mcp.Tool{Name: "elicit", InputSchema: obj}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		res, err := req.Session.Elicit(ctx, &mcp.ElicitParams{Message: "name?", RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{"name": map[string]any{"type": "string"}}}})
 		if err != nil {
 			return nil, err
 		}
-		return text("elicited: %s %v", res.Action, res.Content["name"]), nil
+		return childText("elicited: %s %v", res.Action, res.Content["name"]), nil
 	})
 	s.AddTool(&mcp.Tool{Name: "slowelicit", InputSchema: obj}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		time.Sleep(300 * time.Millisecond)
@@ -246,12 +286,13 @@ func NewChildServer(mode string) *mcp.Server {
 		if err != nil {
 			return nil, err
 		}
-		return text("elicited: %s %v", res.Action, res.Content["name"]), nil
+		return childText("elicited: %s %v", res.Action, res.Content["name"]), nil
 	})
-	s.AddTool(&mcp.Tool{Name: "touch", InputSchema: obj}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		_ = s.ResourceUpdated(context.Background(), &mcp.ResourceUpdatedNotificationParams{URI: "test://static"})
-		return text("touched"), nil
-	})
+}
+
+// addResourcesAndPrompts adds a static resource, a resource template, a
+// prompt that hangs and one that greets.
+func addResourcesAndPrompts(s *mcp.Server) {
 	s.AddResource(&mcp.Resource{URI: "test://static", Name: "static", MIMEType: "text/plain"}, func(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
 		return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: req.Params.URI, MIMEType: "text/plain", Text: "static text"}}}, nil
 	})
@@ -265,7 +306,6 @@ func NewChildServer(mode string) *mcp.Server {
 	s.AddPrompt(&mcp.Prompt{Name: "greet", Arguments: []*mcp.PromptArgument{{Name: "who"}}}, func(ctx context.Context, req *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
 		return &mcp.GetPromptResult{Messages: []*mcp.PromptMessage{{Role: "user", Content: &mcp.TextContent{Text: "hello " + req.Params.Arguments["who"]}}}}, nil
 	})
-	return s
 }
 
 // SlowStart is a gate in front of the test upstream's start: a child
