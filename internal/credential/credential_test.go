@@ -15,6 +15,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/confidential-mcp/cmcp/internal/contain"
 	"github.com/confidential-mcp/cmcp/internal/credential"
 	"github.com/confidential-mcp/cmcp/internal/credential/credtest"
 )
@@ -432,4 +433,24 @@ func FuzzExecOutput(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestExecHelperIsNotTakenForAnOrphan: in a gateway that reaps the
+// orphans it adopts (contain.Setup: a subreaper), a credential helper runs
+// in a process group of its own, like an orphan's; its exit must not be
+// reaped by the orphan reaper before Mint waits for it ("could not run:
+// waitid: no child processes", seen once under load in
+// TestServeMintsAnUpstreamCredentialPerAgent). Many short helpers in a row
+// give the reaper every chance to win the race.
+func TestExecHelperIsNotTakenForAnOrphan(t *testing.T) {
+	if info := contain.Setup(); info.Mode == contain.ModeNone {
+		t.Skipf("no subreaper here: %s", info.Why)
+	}
+	e := &credential.Exec{Command: "/bin/sh", Args: []string{"-c", `printf '{"token":"t-%s","expires_at":"2099-01-01T00:00:00Z"}' "$$"`}}
+	req := credential.Request{Identity: credential.Identity{Name: "alice"}, Upstream: "remote"}
+	for i := range 300 {
+		if _, err := e.Mint(context.Background(), req); err != nil {
+			t.Fatalf("mint %d: %v", i, err)
+		}
+	}
 }

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/confidential-mcp/cmcp/internal/contain"
 )
 
 // Exec is the exec source: a helper program, started without a shell,
@@ -92,7 +94,7 @@ func (e *Exec) Mint(ctx context.Context, r Request) (Token, error) {
 		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	}
 	cmd.WaitDelay = time.Second
-	err = cmd.Run()
+	err = run(cmd)
 	stderrNote := ""
 	if errs.n > 0 {
 		stderrNote = fmt.Sprintf(" (it wrote %d bytes to stderr, not shown: they may hold a credential; run it by hand to read them)", errs.n)
@@ -112,6 +114,23 @@ func (e *Exec) Mint(ctx context.Context, r Request) (Token, error) {
 		return Token{}, fail("printed more than %d bytes on stdout; it must print one JSON object {\"token\", \"expires_at\"}", MaxExecOutput)
 	}
 	return parseExecOutput(out.buf.Bytes(), time.Now(), func(msg string) error { return fail("%s", msg) })
+}
+
+// run runs a helper registered with the gateway's orphan reaper: the
+// helper has a process group of its own, as an adopted orphan has, and
+// unregistered its exit could be reaped as an orphan's before Wait takes
+// it ("waitid: no child processes"; TestExecHelperIsNotTakenForAnOrphan).
+func run(cmd *exec.Cmd) error {
+	release := contain.Starting()
+	if err := cmd.Start(); err != nil {
+		release()
+		return err
+	}
+	pid := cmd.Process.Pid
+	contain.OwnLocked(pid)
+	release()
+	defer contain.Disown(pid)
+	return cmd.Wait()
 }
 
 // parseExecOutput reads the helper's stdout. Its errors never quote it:
