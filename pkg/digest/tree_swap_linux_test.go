@@ -35,12 +35,16 @@ func TestDirSwappedForAFIFODoesNotHang(t *testing.T) {
 		t.Fatal(err)
 	}
 	var stop atomic.Bool
+	swapped := make(chan struct{})
 	go func() {
+		defer close(swapped)
 		for !stop.Load() {
 			unix.Renameat2(unix.AT_FDCWD, sub, unix.AT_FDCWD, alt, unix.RENAME_EXCHANGE)
 		}
 	}()
-	defer stop.Store(true)
+	// The swapper ends before TempDir's cleanup removes the tree: a swap
+	// during RemoveAll fails it ("unlinkat .../zfifo: not a directory").
+	defer func() { stop.Store(true); <-swapped }()
 	for i := 0; i < 500; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		done := make(chan error, 1)
