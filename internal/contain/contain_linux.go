@@ -154,7 +154,11 @@ func (g *Group) Apply(attr *syscall.SysProcAttr) {
 
 // Kill ends every process in the cgroup (cgroup.kill), waits until it is
 // empty (at most wait) and removes it. The gateway reaps them (its
-// orphans) or their parents do.
+// orphans) or their parents do. A cgroup already empty (the usual case:
+// the child was reaped and left nothing behind) is removed without the
+// write to cgroup.kill: nothing can join a cgroup that has no process
+// but through the gateway's own descriptor of it, used only to start the
+// child.
 func (g *Group) Kill(wait time.Duration) error {
 	if g == nil {
 		return nil
@@ -162,14 +166,18 @@ func (g *Group) Kill(wait time.Duration) error {
 	if g.f != nil {
 		defer g.f.Close()
 	}
-	err := os.WriteFile(filepath.Join(g.path, "cgroup.kill"), []byte("1"), 0)
-	deadline := time.Now().Add(wait)
-	for {
-		b, rerr := os.ReadFile(filepath.Join(g.path, "cgroup.events"))
-		if rerr != nil || bytes.Contains(b, []byte("populated 0")) || time.Now().After(deadline) {
-			break
+	events := filepath.Join(g.path, "cgroup.events")
+	var err error
+	if b, rerr := os.ReadFile(events); rerr != nil || !bytes.Contains(b, []byte("populated 0")) {
+		err = os.WriteFile(filepath.Join(g.path, "cgroup.kill"), []byte("1"), 0)
+		deadline := time.Now().Add(wait)
+		for {
+			b, rerr := os.ReadFile(events)
+			if rerr != nil || bytes.Contains(b, []byte("populated 0")) || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
 	if rerr := os.Remove(g.path); rerr != nil && err == nil && !errors.Is(rerr, os.ErrNotExist) {
 		err = rerr
