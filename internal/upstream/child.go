@@ -23,6 +23,7 @@ import (
 	"github.com/confidential-mcp/cmcp/internal/config"
 	"github.com/confidential-mcp/cmcp/internal/contain"
 	"github.com/confidential-mcp/cmcp/internal/reaper"
+	"github.com/confidential-mcp/cmcp/internal/upstream/execimage"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
@@ -231,7 +232,7 @@ type Child struct {
 	// keys are the stats of the files measured to run it (the command, a
 	// script's interpreter) before they were measured: changed says so
 	// once one differs at its path.
-	keys  map[string]fileKey
+	keys  map[string]execimage.FileKey
 	class string
 	cmd   *exec.Cmd
 	pid   int
@@ -268,7 +269,7 @@ type Child struct {
 	// ev is the spawn event recorded, for a refusal after the handshake;
 	// watches are what verifyMeasured re-checks then (recheck.go).
 	ev        SpawnEvent
-	watches   []watch
+	watches   []execimage.Watch
 	watchOnce sync.Once
 }
 
@@ -285,7 +286,7 @@ const changedHint = "retry once the files are no longer being changed; if the ch
 func (c *Child) verifyMeasured() error {
 	defer c.closeWatches()
 	for _, w := range c.watches {
-		why, hint := w.changed()
+		why, hint := w.Changed()
 		if why == "" {
 			continue
 		}
@@ -312,7 +313,7 @@ func (c *Child) verifyMeasured() error {
 func (c *Child) closeWatches() {
 	c.watchOnce.Do(func() {
 		for _, w := range c.watches {
-			w.close()
+			w.Close()
 		}
 	})
 }
@@ -331,7 +332,7 @@ func (c *Child) assign(session string) { c.session.Store(&session) }
 // before it was measured, or is "".
 func (c *Child) changed() string {
 	for _, p := range slices.Sorted(maps.Keys(c.keys)) {
-		if k, err := statKey(p); err != nil || k != c.keys[p] {
+		if k, err := execimage.StatKey(p); err != nil || k != c.keys[p] {
 			return fmt.Sprintf("%s changed on disk after the child was measured and started", p)
 		}
 	}

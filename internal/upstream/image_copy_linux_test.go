@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/confidential-mcp/cmcp/internal/upstream/execimage"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
@@ -20,7 +21,7 @@ import (
 func TestSealedCopyOfAFileChangedAfterItsDigestIsRefused(t *testing.T) {
 	p, pin := writeScript(t, "#!/bin/sh\nexit 4\n")
 	tampered := "#!/bin/sh\nexit 9\n"
-	testHookBeforeSealedCopy = func(path string) {
+	execimage.TestHookBeforeSealedCopy = func(path string) {
 		f, err := os.OpenFile(path, os.O_WRONLY, 0)
 		if err != nil {
 			t.Error(err)
@@ -29,7 +30,7 @@ func TestSealedCopyOfAFileChangedAfterItsDigestIsRefused(t *testing.T) {
 		f.WriteAt([]byte(tampered), 0)
 		f.Close()
 	}
-	t.Cleanup(func() { testHookBeforeSealedCopy = nil })
+	t.Cleanup(func() { execimage.TestHookBeforeSealedCopy = nil })
 	var events []SpawnEvent
 	hooks := Hooks{Spawn: func(ev SpawnEvent) error { events = append(events, ev); return nil }}
 	c, err := Spawn(context.Background(), StdioSpec{Name: "s", Command: p, Pin: pin, InterpreterPin: shPin(t), Sealed: true, StopGrace: time.Second}, os.Environ(), hooks, "per-session")

@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/confidential-mcp/cmcp/internal/upstream/execimage"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
@@ -207,41 +208,8 @@ func TestSpawnReusesTheSealedCopy(t *testing.T) {
 	if err != nil || !digest.Bytes(b).Equal(newPin) {
 		t.Fatalf("the new copy holds %q (%v)", b, err)
 	}
-	images.mu.Lock()
-	kept := images.m[p]
-	images.mu.Unlock()
-	if kept == nil || !kept.d.Equal(newPin) {
-		t.Fatalf("kept copy of %s: %+v, want one with digest %s", p, kept, newPin)
-	}
-}
-
-// TestSealedCopiesAreBounded: at most maxImages paths keep a sealed copy;
-// the least recently used is dropped first.
-func TestSealedCopiesAreBounded(t *testing.T) {
-	var paths []string
-	for i := 0; i < maxImages+2; i++ {
-		p, _ := writeScript(t, fmt.Sprintf("#!/bin/sh\nexit %d\n", i))
-		f, _, err := sealedImage(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.Close()
-		paths = append(paths, p)
-		if i == 0 {
-			continue
-		}
-		// paths[0] is used again each time: it stays, paths[1] goes first.
-		f, _, err = sealedImage(paths[0])
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.Close()
-	}
-	images.mu.Lock()
-	defer images.mu.Unlock()
-	if len(images.m) != maxImages || images.m[paths[0]] == nil || images.m[paths[1]] != nil || images.m[paths[len(paths)-1]] == nil {
-		t.Fatalf("%d copies kept; first kept %v, second kept %v, last kept %v", len(images.m),
-			images.m[paths[0]] != nil, images.m[paths[1]] != nil, images.m[paths[len(paths)-1]] != nil)
+	if kept, ok := execimage.Kept(p); !ok || !kept.Equal(newPin) {
+		t.Fatalf("kept copy of %s: %v (kept %v), want one with digest %s", p, kept, ok, newPin)
 	}
 }
 
@@ -267,8 +235,8 @@ func TestSpawnRefusedWithoutSealedCopy(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			marker := filepath.Join(t.TempDir(), "ran")
 			p, pin := writeScript(t, "#!/bin/sh\ntouch "+marker+"\n")
-			memfdCreate = tc.create
-			t.Cleanup(func() { memfdCreate = unix.MemfdCreate })
+			execimage.MemfdCreate = tc.create
+			t.Cleanup(func() { execimage.MemfdCreate = unix.MemfdCreate })
 			var ev SpawnEvent
 			exits := make(chan ExitEvent, 1)
 			hooks := Hooks{Spawn: func(e SpawnEvent) error { ev = e; return nil }, Exit: func(e ExitEvent) { exits <- e }}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/confidential-mcp/cmcp/internal/upstream/execimage"
 )
 
 // selfDigestSpawner spawns, sealed and pinned, a copy of the test binary
@@ -71,17 +73,17 @@ func (s *selfDigestSpawner) ranPinned(stderr string) {
 // runs: it runs the measured copy. The next spawn sees the file changed,
 // measures it again and refuses it under the pin, naming the new digest.
 func TestSealedSpawnMeasuresOnceAndRunsTheCopyAfterTheFileIsReplaced(t *testing.T) {
-	stampMargin = 0 // the test's file was written just now
-	t.Cleanup(func() { stampMargin = 2 * time.Second })
+	execimage.StampMargin = 0 // the test's file was written just now
+	t.Cleanup(func() { execimage.StampMargin = 2 * time.Second })
 	s := newSelfDigestSpawner(t)
 
-	n0 := imageMeasures.Load()
+	n0 := execimage.Measures.Load()
 	out, err := s.spawn()
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.ranPinned(out)
-	if got := imageMeasures.Load() - n0; got != 1 {
+	if got := execimage.Measures.Load() - n0; got != 1 {
 		t.Fatalf("first spawn measured the file %d times, want 1", got)
 	}
 	out, err = s.spawn()
@@ -89,7 +91,7 @@ func TestSealedSpawnMeasuresOnceAndRunsTheCopyAfterTheFileIsReplaced(t *testing.
 		t.Fatal(err)
 	}
 	s.ranPinned(out)
-	if got := imageMeasures.Load() - n0; got != 1 {
+	if got := execimage.Measures.Load() - n0; got != 1 {
 		t.Fatalf("a second spawn of the unchanged file measured it again (%d measurements)", got)
 	}
 
@@ -128,7 +130,7 @@ func TestSealedSpawnMeasuresOnceAndRunsTheCopyAfterTheFileIsReplaced(t *testing.
 	if ev := s.events[len(s.events)-1]; !ev.Refused || !ev.Digest.Equal(newDigest) {
 		t.Fatalf("refusal event %+v, want one naming digest %s", ev, newDigest)
 	}
-	if got := imageMeasures.Load() - n0; got != 2 {
+	if got := execimage.Measures.Load() - n0; got != 2 {
 		t.Fatalf("%d measurements, want 2 (the first spawn and the one after the change)", got)
 	}
 }
@@ -139,8 +141,8 @@ func TestSealedSpawnMeasuresOnceAndRunsTheCopyAfterTheFileIsReplaced(t *testing.
 // modification time restored: the next spawn measures it again and refuses
 // it under the pin.
 func TestSealedSpawnNoticesAWriteThatRestoresSizeAndTimes(t *testing.T) {
-	stampMargin = 0
-	t.Cleanup(func() { stampMargin = 2 * time.Second })
+	execimage.StampMargin = 0
+	t.Cleanup(func() { execimage.StampMargin = 2 * time.Second })
 	s := newSelfDigestSpawner(t)
 	out, err := s.spawn()
 	if err != nil {
@@ -167,25 +169,25 @@ func TestSealedSpawnNoticesAWriteThatRestoresSizeAndTimes(t *testing.T) {
 	if st2, err := os.Stat(s.path); err != nil || st2.Size() != st.Size() || !st2.ModTime().Equal(st.ModTime()) {
 		t.Fatalf("size and modification time not restored: %v", err)
 	}
-	n0 := imageMeasures.Load()
+	n0 := execimage.Measures.Load()
 	_, err = s.spawn()
 	if !errors.Is(err, ErrPinMismatch) {
 		t.Fatalf("spawn of the rewritten file: %v, want refused under the pin", err)
 	}
-	if imageMeasures.Load() == n0 {
+	if execimage.Measures.Load() == n0 {
 		t.Fatal("the rewritten file was not measured again")
 	}
 }
 
 // TestSealedSpawnMeasuresARecentlyChangedFileAgain: a file that changed
-// less than stampMargin before it was measured may change again within the
+// less than execimage.StampMargin before it was measured may change again within the
 // same tick of its file system's clock without its stat moving, so its
 // stat does not stand for its bytes: every spawn measures it again.
 func TestSealedSpawnMeasuresARecentlyChangedFileAgain(t *testing.T) {
-	stampMargin = time.Hour
-	t.Cleanup(func() { stampMargin = 2 * time.Second })
+	execimage.StampMargin = time.Hour
+	t.Cleanup(func() { execimage.StampMargin = 2 * time.Second })
 	s := newSelfDigestSpawner(t)
-	n0 := imageMeasures.Load()
+	n0 := execimage.Measures.Load()
 	for range 2 {
 		out, err := s.spawn()
 		if err != nil {
@@ -193,7 +195,7 @@ func TestSealedSpawnMeasuresARecentlyChangedFileAgain(t *testing.T) {
 		}
 		s.ranPinned(out)
 	}
-	if got := imageMeasures.Load() - n0; got != 2 {
+	if got := execimage.Measures.Load() - n0; got != 2 {
 		t.Fatalf("%d measurements of a file changed within the margin, want 2", got)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/confidential-mcp/cmcp/internal/contain"
 	"github.com/confidential-mcp/cmcp/internal/reaper"
+	"github.com/confidential-mcp/cmcp/internal/upstream/execimage"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
 )
 
@@ -70,14 +71,14 @@ type spawn struct {
 	path string // the resolved command
 	// keys are the stats of the files measured, from before they were
 	// measured (Child.keys).
-	keys   map[string]fileKey
-	f      *os.File     // the command's image, executed (or given) as the child's fd 3
-	before stamp        // f's stamp before its digest (without spec.Sealed)
-	in     *interpreter // a "#!" script's measured interpreter, or nil
-	ierr   error        // why a "#!" script's interpreter cannot be measured
+	keys   map[string]execimage.FileKey
+	f      *os.File               // the command's image, executed (or given) as the child's fd 3
+	before execimage.Stamp        // f's stamp before its digest (without spec.Sealed)
+	in     *execimage.Interpreter // a "#!" script's measured interpreter, or nil
+	ierr   error                  // why a "#!" script's interpreter cannot be measured
 	// watches are what is re-checked after the start and the handshake;
 	// release closes them unless a started child took them (handed).
-	watches []watch
+	watches []execimage.Watch
 	handed  bool
 
 	cmd *exec.Cmd
@@ -98,11 +99,11 @@ func newSpawn(ctx context.Context, spec StdioSpec, environ []string, hooks Hooks
 // the interpreter's descriptor, the watches, the command's image.
 func (s *spawn) release() {
 	if s.in != nil {
-		s.in.f.Close()
+		s.in.File.Close()
 	}
 	if !s.handed {
 		for _, w := range s.watches {
-			w.close()
+			w.Close()
 		}
 	}
 	if s.f != nil {
@@ -126,7 +127,7 @@ func (s *spawn) refuse(reason, hint string, err error) error {
 // descriptor that is executed, and checks the digest against the pin.
 func (s *spawn) measureCommand() error {
 	spec := s.spec
-	if err := platformSupportsStdio(); err != nil {
+	if err := execimage.Supported(); err != nil {
 		return s.refuse(err.Error(), "run the gateway on Linux for stdio upstreams; HTTP upstreams work everywhere", err)
 	}
 	path, err := digest.ResolveCommand(spec.Command, lookupEnv(s.env, "PATH"))
@@ -136,20 +137,20 @@ func (s *spawn) measureCommand() error {
 	s.path, s.ev.Path = path, path
 	// What the file at path is before it is measured: a child made ahead
 	// of demand is not handed out once it changed (Conn.Changed).
-	s.keys = map[string]fileKey{}
-	if k, err := statKey(path); err == nil {
+	s.keys = map[string]execimage.FileKey{}
+	if k, err := execimage.StatKey(path); err == nil {
 		s.keys[path] = k
 	}
 	var f *os.File
 	var d digest.Digest
 	if spec.Sealed {
-		f, d, err = sealedImage(path)
+		f, d, err = execimage.Sealed(path)
 	} else {
-		f, d, s.before, err = fileImage(path)
+		f, d, s.before, err = execimage.Open(path)
 	}
-	var se *sealError
+	var se *execimage.SealError
 	if errors.As(err, &se) {
-		return s.refuse(fmt.Sprintf("cannot make a sealed copy of %s to execute: %v", path, err), se.hint(), err)
+		return s.refuse(fmt.Sprintf("cannot make a sealed copy of %s to execute: %v", path, err), se.Hint(), err)
 	}
 	if err != nil {
 		return s.refuse(fmt.Sprintf("measure %s: %v", path, err), "", err)
@@ -183,7 +184,7 @@ func (s *spawn) checkTarget() error {
 	if spec.MeasurePath == "" {
 		return nil
 	}
-	md, tw, err := measureTarget(s.ctx, spec.MeasurePath)
+	md, tw, err := execimage.MeasureTarget(s.ctx, spec.MeasurePath)
 	if err != nil {
 		return s.refuse(fmt.Sprintf("measure %s: %v", spec.MeasurePath, err), "", err)
 	}
@@ -209,16 +210,16 @@ func (s *spawn) checkTarget() error {
 // measured and pinned too, and executed through its descriptor
 // (interp.go). Why it cannot be is kept for checkInterpreter.
 func (s *spawn) openInterpreter() error {
-	s.in, s.ierr = openInterpreter(s.f, lookupEnv(s.env, "PATH"))
+	s.in, s.ierr = execimage.OpenInterpreter(s.f, lookupEnv(s.env, "PATH"))
 	if s.in == nil || s.spec.Sealed {
 		return nil
 	}
 	// The interpreter is given the script as /proc/self/fd/3, but
 	// node reads it by the path that link names.
-	dup, err := dupFile(s.f)
+	dup, err := execimage.DupFile(s.f)
 	if err == nil {
-		var w *fileWatch
-		if w, err = newFileWatch("the script", s.path, dup, s.before); err == nil {
+		var w *execimage.FileWatch
+		if w, err = execimage.NewFileWatch("the script", s.path, dup, s.before); err == nil {
 			s.watches = append(s.watches, w)
 		}
 	}
@@ -247,24 +248,24 @@ func (s *spawn) checkInterpreter() error {
 		s.ev.Class = ClassSpawnUnmeasured
 		s.ev.Reason = fmt.Sprintf("%s is a #! script whose interpreter cannot be measured (%v)", path, ierr)
 	case in != nil:
-		s.ev.Interpreter, s.ev.InterpreterDig, s.ev.InterpreterPin = in.script.Resolved, in.d, spec.InterpreterPin
-		if k, _, err := fdKey(in.f); err == nil {
-			s.keys[in.script.Resolved] = k
+		s.ev.Interpreter, s.ev.InterpreterDig, s.ev.InterpreterPin = in.Script.Resolved, in.Digest, spec.InterpreterPin
+		if k, _, err := execimage.FdKey(in.File); err == nil {
+			s.keys[in.Script.Resolved] = k
 		}
 		switch {
 		case !spec.InterpreterPin.IsZero():
-			if !in.d.Equal(spec.InterpreterPin) {
+			if !in.Digest.Equal(spec.InterpreterPin) {
 				s.ev.Class = ""
-				return s.refuse(fmt.Sprintf("interpreter %s of the #! script %s has digest %s but the pin is %s", in.script.Describe(), path, in.d, spec.InterpreterPin),
+				return s.refuse(fmt.Sprintf("interpreter %s of the #! script %s has digest %s but the pin is %s", in.Script.Describe(), path, in.Digest, spec.InterpreterPin),
 					"if this change is intended, run 'cmcp spawn-digest' and update the pin's interpreter", ErrPinMismatch)
 			}
 		case spec.AllowUnmeasured:
 			s.ev.Class = ClassSpawnUnmeasured
-			s.ev.Reason = fmt.Sprintf("%s is a #! script for %s, which no pin covers", path, in.script.Describe())
+			s.ev.Reason = fmt.Sprintf("%s is a #! script for %s, which no pin covers", path, in.Script.Describe())
 		default:
 			s.ev.Class = ""
-			return s.refuse(fmt.Sprintf("%s is a #! script for %s (digest %s), which no pin covers", path, in.script.Describe(), in.d),
-				fmt.Sprintf("add 'interpreter: %s' to the upstream's pin after checking the file (cmcp spawn-digest prints it)", in.d), ErrUnpinned)
+			return s.refuse(fmt.Sprintf("%s is a #! script for %s (digest %s), which no pin covers", path, in.Script.Describe(), in.Digest),
+				fmt.Sprintf("add 'interpreter: %s' to the upstream's pin after checking the file (cmcp spawn-digest prints it)", in.Digest), ErrUnpinned)
 		}
 	case !spec.InterpreterPin.IsZero():
 		s.ev.Class = ""
@@ -305,7 +306,7 @@ func (s *spawn) prepare() error {
 	if s.in != nil {
 		// The script stays the child's fd 3; the measured interpreter is
 		// fd 4, executed with the script as its argument.
-		s.cmd.Path, s.cmd.ExtraFiles, s.cmd.Args = "/proc/self/fd/4", []*os.File{s.f, s.in.f}, s.in.argv(spec.Args)
+		s.cmd.Path, s.cmd.ExtraFiles, s.cmd.Args = "/proc/self/fd/4", []*os.File{s.f, s.in.File}, s.in.Argv(spec.Args)
 	}
 	// Pipes are made here, not by os/exec, so that Wait never closes the
 	// gateway's ends under a reader: stdout and stderr end with EOF when
@@ -436,22 +437,22 @@ func (s *spawn) recheckMeasured() error {
 	if !s.spec.Sealed {
 		// The child has the file now: one written between the digest and
 		// here may be running other bytes than measured.
-		if after, err := stampOf(s.f); err != nil || after != s.before {
+		if after, err := execimage.StampOf(s.f); err != nil || after != s.before {
 			c.Stop()
 			return s.refuse(fmt.Sprintf("%s was written while it was measured and started; the child was stopped", s.path),
 				"retry once the file is no longer being changed; set sealed: true on the upstream to run a sealed copy", ErrPinMismatch)
 		}
 	}
 	if in := s.in; in != nil {
-		if after, err := stampOf(in.f); err != nil || after != in.before {
+		if after, err := execimage.StampOf(in.File); err != nil || after != in.Before {
 			c.Stop()
-			return s.refuse(fmt.Sprintf("the interpreter %s was written while it was measured and started; the child was stopped", in.script.Resolved),
+			return s.refuse(fmt.Sprintf("the interpreter %s was written while it was measured and started; the child was stopped", in.Script.Resolved),
 				"retry once the file is no longer being changed", ErrPinMismatch)
 		}
 	}
 	for _, w := range s.watches {
-		if fw, ok := w.(*fileWatch); ok {
-			if why, _ := fw.changed(); why != "" {
+		if fw, ok := w.(*execimage.FileWatch); ok {
+			if why, _ := fw.Changed(); why != "" {
 				c.Stop()
 				return s.refuse(why+"; the child was stopped", changedHint, ErrPinMismatch)
 			}

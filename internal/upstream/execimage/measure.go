@@ -1,4 +1,4 @@
-package upstream
+package execimage
 
 import (
 	"context"
@@ -26,10 +26,10 @@ type treeWatch struct {
 
 type treeStat struct {
 	rel string
-	key fileKey
+	key FileKey
 }
 
-func (w *treeWatch) changed() (why, hint string) {
+func (w *treeWatch) Changed() (why, hint string) {
 	if w.unknown {
 		return fmt.Sprintf("measure target %s cannot be checked", w.path), ""
 	}
@@ -96,7 +96,7 @@ func (w *treeWatch) added(root, rel string) []string {
 	return out
 }
 
-func (w *treeWatch) close() {}
+func (w *treeWatch) Close() {}
 
 // treeRoot is the directory digest.Tree measures for path.
 func treeRoot(path string) (string, error) {
@@ -107,10 +107,10 @@ func treeRoot(path string) (string, error) {
 	return filepath.Abs(root)
 }
 
-// measureTarget digests a pinned measure target: a file (a script), or a
+// MeasureTarget digests a pinned measure target: a file (a script), or a
 // directory (a package tree, every file counted) as a tree digest. The
 // watch it returns re-checks it later.
-func measureTarget(ctx context.Context, path string) (digest.Digest, watch, error) {
+func MeasureTarget(ctx context.Context, path string) (digest.Digest, Watch, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return digest.Digest{}, nil, err
@@ -132,11 +132,11 @@ func measureTarget(ctx context.Context, path string) (digest.Digest, watch, erro
 		slices.SortFunc(w.entries, func(a, b treeStat) int { return strings.Compare(a.rel, b.rel) })
 		return d, w, nil
 	}
-	f, d, before, err := fileImage(path)
+	f, d, before, err := Open(path)
 	if err != nil {
 		return digest.Digest{}, nil, err
 	}
-	w, err := newFileWatch("measure target", path, f, before)
+	w, err := NewFileWatch("measure target", path, f, before)
 	if err != nil {
 		return digest.Digest{}, nil, err
 	}

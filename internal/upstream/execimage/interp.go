@@ -1,4 +1,4 @@
-package upstream
+package execimage
 
 import (
 	"fmt"
@@ -20,24 +20,24 @@ import (
 // every module it loads. So the script's file is re-checked at its path
 // after the start and once the child answered the MCP handshake (a file
 // renamed over, moved or written gets the child stopped and the spawn
-// refused: recheck.go, Child.verifyMeasured); what node reads later
+// refused: recheck.go, upstream.Child.verifyMeasured); what node reads later
 // (modules it loads on demand) is covered by a --target tree only as far
 // as that re-check goes.
 
-// interpreter is the measured interpreter of a "#!" command.
-type interpreter struct {
-	script *digest.Script
-	f      *os.File // executed as the child's fd 4
-	d      digest.Digest
-	before stamp
+// Interpreter is the measured interpreter of a "#!" command.
+type Interpreter struct {
+	Script *digest.Script
+	File   *os.File // executed as the child's fd 4
+	Digest digest.Digest
+	Before Stamp // File's stamp before its digest
 }
 
-// openInterpreter reads the "#!" line of the command file cmd, resolves its
+// OpenInterpreter reads the "#!" line of the command file cmd, resolves its
 // interpreter on pathEnv, and opens and digests it. It returns nil and no
 // error when cmd is not a script. An interpreter that is itself a "#!"
 // script is refused: the kernel would run a second interpreter, which no
 // pin covers.
-func openInterpreter(cmd *os.File, pathEnv string) (*interpreter, error) {
+func OpenInterpreter(cmd *os.File, pathEnv string) (*Interpreter, error) {
 	s, err := digest.ParseScript(cmd)
 	if err != nil || s == nil {
 		return nil, err
@@ -45,7 +45,7 @@ func openInterpreter(cmd *os.File, pathEnv string) (*interpreter, error) {
 	if err := s.Resolve(pathEnv); err != nil {
 		return nil, err
 	}
-	f, d, before, err := fileImage(s.Resolved)
+	f, d, before, err := Open(s.Resolved)
 	if err != nil {
 		return nil, err
 	}
@@ -55,20 +55,20 @@ func openInterpreter(cmd *os.File, pathEnv string) (*interpreter, error) {
 		//lint:ignore ST1005 the message ends with the "#!" it asks the reader to fix
 		return nil, fmt.Errorf("%w: %s (digest %s, the interpreter of #!%s) starts with \"#!\": name the real interpreter after #!", digest.ErrNestedInterpreter, s.Resolved, d, s.Line)
 	}
-	return &interpreter{script: s, f: f, d: d, before: before}, nil
+	return &Interpreter{Script: s, File: f, Digest: d, Before: before}, nil
 }
 
-// argv is the child's argument list: the interpreter, its one optional
+// Argv is the child's argument list: the interpreter, its one optional
 // argument, the script (the child's fd 3) and the command's arguments, as
 // the kernel would build it.
-func (in *interpreter) argv(args []string) []string {
+func (in *Interpreter) Argv(args []string) []string {
 	// argv[0] is what the kernel or env would pass: the path as written,
 	// or env's NAME. Programs read it (Python finds its prefix, and so a
 	// virtual environment on PATH, through it; busybox picks its applet by
 	// it); the bytes run are the measured descriptor whatever it says.
-	out := []string{in.script.Interpreter}
-	if in.script.Arg != "" {
-		out = append(out, in.script.Arg)
+	out := []string{in.Script.Interpreter}
+	if in.Script.Arg != "" {
+		out = append(out, in.Script.Arg)
 	}
 	out = append(out, "/proc/self/fd/3")
 	return append(out, args...)

@@ -1,4 +1,4 @@
-package upstream
+package execimage
 
 import (
 	"fmt"
@@ -16,49 +16,49 @@ import (
 // the MCP handshake, by which time an interpreter has read its main
 // module.
 
-// watch re-checks a measured file or tree.
-type watch interface {
-	// changed says what changed since the measurement, or "", and what
+// Watch re-checks a measured file or tree.
+type Watch interface {
+	// Changed says what changed since the measurement, or "", and what
 	// to do about it when there is more to say than changedHint.
-	changed() (why, hint string)
-	close()
+	Changed() (why, hint string)
+	Close()
 }
 
-// fileWatch is a measured file: the descriptor it was measured through,
+// FileWatch is a measured file: the descriptor it was measured through,
 // its stamp before the digest, and its identity.
-type fileWatch struct {
+type FileWatch struct {
 	what, path string
 	f          *os.File // owned by the watch
-	before     stamp
-	id         fileKey
+	before     Stamp
+	id         FileKey
 }
 
-// newFileWatch watches the file measured through f (which the watch then
+// NewFileWatch watches the file measured through f (which the watch then
 // owns) at path; before is its stamp taken before the digest.
-func newFileWatch(what, path string, f *os.File, before stamp) (*fileWatch, error) {
-	id, _, err := fdKey(f)
+func NewFileWatch(what, path string, f *os.File, before Stamp) (*FileWatch, error) {
+	id, _, err := FdKey(f)
 	if err != nil {
 		f.Close()
 		return nil, err
 	}
-	return &fileWatch{what: what, path: path, f: f, before: before, id: id}, nil
+	return &FileWatch{what: what, path: path, f: f, before: before, id: id}, nil
 }
 
-func (w *fileWatch) changed() (why, hint string) {
-	id, nlink, err := fdKey(w.f)
+func (w *FileWatch) Changed() (why, hint string) {
+	id, nlink, err := FdKey(w.f)
 	if err != nil {
 		return fmt.Sprintf("%s %s cannot be checked (%v)", w.what, w.path, err), ""
 	}
 	if nlink == 0 {
 		return fmt.Sprintf("%s %s was removed or replaced (renamed over) after it was measured", w.what, w.path), ""
 	}
-	if at, err := statKey(w.path); err != nil || at.dev != id.dev || at.ino != id.ino {
+	if at, err := StatKey(w.path); err != nil || at.dev != id.dev || at.ino != id.ino {
 		return fmt.Sprintf("%s %s is no longer the file measured at that path (it was replaced or moved)", w.what, w.path), ""
 	}
-	if after, err := stampOf(w.f); err != nil || after != w.before {
+	if after, err := StampOf(w.f); err != nil || after != w.before {
 		return fmt.Sprintf("%s %s was changed (written, renamed or linked) after it was measured", w.what, w.path), ""
 	}
 	return "", ""
 }
 
-func (w *fileWatch) close() { w.f.Close() }
+func (w *FileWatch) Close() { w.f.Close() }

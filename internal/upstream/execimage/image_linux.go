@@ -1,4 +1,4 @@
-package upstream
+package execimage
 
 import (
 	"crypto/sha256"
@@ -30,7 +30,7 @@ import (
 // cost time and memory (a 12 MB server took milliseconds of the gateway's
 // CPU per new session), so the last sealed copy of each resolved path is
 // kept, with what the file on disk was when it was measured (device,
-// inode, size, modification and status change times: fileKey). A spawn
+// inode, size, modification and status change times: FileKey). A spawn
 // stats the path: if the file is still that one, unchanged, the kept copy
 // is executed without reading the file or hashing anything. Otherwise the
 // file is measured again: hashed on disk, and the kept copy executed only
@@ -42,7 +42,7 @@ import (
 //
 // A file's times move with every write, but only at the file system's
 // granularity (a clock tick, a second on some), so a file changed less
-// than stampMargin before it was measured, or changed while it was, is not
+// than StampMargin before it was measured, or changed while it was, is not
 // taken as unchanged by its stat: it is measured again at the next spawn.
 // A write through a shared writable mapping on tmpfs moves no time at all:
 // the copy still runs the bytes measured, but such a change is noticed
@@ -52,12 +52,12 @@ import (
 // recently used is dropped first (its running children keep their own).
 const maxImages = 16
 
-// stampMargin is how long before its measurement a file must have last
+// StampMargin is how long before its measurement a file must have last
 // changed for its stat to stand for its bytes at later spawns.
-var stampMargin = 2 * time.Second
+var StampMargin = 2 * time.Second
 
-// imageMeasures counts the files sealedImage read and hashed (tests).
-var imageMeasures atomic.Int64
+// Measures counts the files Sealed read and hashed (tests).
+var Measures atomic.Int64
 
 // images is the process's cache of sealed copies, shared by every upstream
 // (two upstreams running node share one copy of it).
@@ -74,21 +74,21 @@ type image struct {
 	d    digest.Digest
 	used uint64
 	// key is the file on disk when it was last measured, and keyed says
-	// it may stand for the bytes at the next spawn (see stampMargin).
-	key   fileKey
+	// it may stand for the bytes at the next spawn (see StampMargin).
+	key   FileKey
 	keyed bool
 }
 
-// memfdCreate is unix.MemfdCreate; tests replace it to see a refusal.
-var memfdCreate = unix.MemfdCreate
+// MemfdCreate is unix.MemfdCreate; tests replace it to see a refusal.
+var MemfdCreate = unix.MemfdCreate
 
-// testHookBeforeSealedCopy, if set, runs after the file is opened (and,
+// TestHookBeforeSealedCopy, if set, runs after the file is opened (and,
 // if a copy of its path is kept, hashed) and before it is copied into the
 // memfd, which measures it.
-var testHookBeforeSealedCopy func(path string)
+var TestHookBeforeSealedCopy func(path string)
 
-// hint says what an operator can do about a sealError.
-func (e *sealError) hint() string {
+// Hint says what an operator can do about a SealError.
+func (e *SealError) Hint() string {
 	h := "sealed: true runs a stdio server from a sealed in-memory copy of the measured file (memfd_create with sealing, Linux 3.17 or later)"
 	switch {
 	case errors.Is(e.err, unix.EACCES) && e.op == "memfd_create":
@@ -104,7 +104,7 @@ func (e *sealError) hint() string {
 	return h
 }
 
-// sealedImage returns a sealed copy of the file at path to execute, with
+// Sealed returns a sealed copy of the file at path to execute, with
 // the digest of exactly the copy's bytes: the kept copy if the file is
 // unchanged since it was measured, else the file measured again (and
 // copied if its bytes changed). The caller owns f (close-on-exec; pass it
@@ -115,7 +115,7 @@ func (e *sealError) hint() string {
 // digest is the copy's without reading it back. Only when a copy of the
 // path is kept already (the file's stat changed, its bytes most likely
 // did not) is the file hashed first, to run the kept copy without copying.
-func sealedImage(path string) (f *os.File, d digest.Digest, err error) {
+func Sealed(path string) (f *os.File, d digest.Digest, err error) {
 	if f, d, ok := images.unchanged(path); ok {
 		return f, d, nil
 	}
@@ -125,11 +125,11 @@ func sealedImage(path string) (f *os.File, d digest.Digest, err error) {
 		return nil, digest.Digest{}, fmt.Errorf("open %s: %w", path, err)
 	}
 	defer disk.Close()
-	key, _, err := fdKey(disk)
+	key, _, err := FdKey(disk)
 	if err != nil {
 		return nil, digest.Digest{}, fmt.Errorf("stat %s: %w", path, err)
 	}
-	imageMeasures.Add(1)
+	Measures.Add(1)
 	var dd digest.Digest // the file's digest on disk, if it was hashed before its copy
 	if images.has(path) {
 		if dd, err = digest.File(disk); err != nil {
@@ -146,8 +146,8 @@ func sealedImage(path string) (f *os.File, d digest.Digest, err error) {
 		}
 		return nil, digest.Digest{}, err
 	}
-	if testHookBeforeSealedCopy != nil {
-		testHookBeforeSealedCopy(path)
+	if TestHookBeforeSealedCopy != nil {
+		TestHookBeforeSealedCopy(path)
 	}
 	// The file may change while it is copied: the copy's own bytes, hashed
 	// as they are written and sealed now, are what will run.
@@ -158,7 +158,7 @@ func sealedImage(path string) (f *os.File, d digest.Digest, err error) {
 	f, err = dupCloexec(m)
 	if err != nil {
 		m.Close()
-		return nil, digest.Digest{}, &sealError{op: "dup", err: err}
+		return nil, digest.Digest{}, &SealError{op: "dup", err: err}
 	}
 	// The key stands for the copy only if the file did not change from
 	// before it was read to after its copy (and, if it was hashed first,
@@ -169,13 +169,13 @@ func sealedImage(path string) (f *os.File, d digest.Digest, err error) {
 
 // stableSince reports whether the file open as disk, whose key was key
 // before it was read, is still that file at path with that key, and last
-// changed at least stampMargin before measured (when it was first read).
-func stableSince(disk *os.File, path string, key fileKey, measured time.Time) bool {
-	after, nlink, err := fdKey(disk)
+// changed at least StampMargin before measured (when it was first read).
+func stableSince(disk *os.File, path string, key FileKey, measured time.Time) bool {
+	after, nlink, err := FdKey(disk)
 	if err != nil || after != key || nlink == 0 {
 		return false
 	}
-	if at, err := statKey(path); err != nil || at != key {
+	if at, err := StatKey(path); err != nil || at != key {
 		return false
 	}
 	changed := time.Unix(key.ctime.Unix())
@@ -183,7 +183,7 @@ func stableSince(disk *os.File, path string, key fileKey, measured time.Time) bo
 	if mtime.After(changed) {
 		changed = mtime
 	}
-	return changed.Add(stampMargin).Before(measured)
+	return changed.Add(StampMargin).Before(measured)
 }
 
 // sealedCopy copies src from offset 0 into a new memfd, hashing the bytes
@@ -195,18 +195,18 @@ func sealedCopy(src *os.File, name string) (m *os.File, d digest.Digest, err err
 		name = name[:200]
 	}
 	name = "cmcp:" + name
-	fd, err := memfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING|unix.MFD_EXEC)
+	fd, err := MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING|unix.MFD_EXEC)
 	if errors.Is(err, unix.EINVAL) {
 		// Kernels before 6.3 know no MFD_EXEC; their memfds are executable.
-		fd, err = memfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+		fd, err = MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	}
 	if err != nil {
-		return nil, d, &sealError{op: "memfd_create", err: err}
+		return nil, d, &SealError{op: "memfd_create", err: err}
 	}
 	m = os.NewFile(uintptr(fd), "memfd:"+name)
 	fail := func(op string, err error) (*os.File, digest.Digest, error) {
 		m.Close()
-		return nil, digest.Digest{}, &sealError{op: op, err: err}
+		return nil, digest.Digest{}, &SealError{op: op, err: err}
 	}
 	// At most the size the file has now: one that keeps growing cannot fill
 	// the gateway's memory. The copy's digest decides whether it runs.
@@ -276,7 +276,7 @@ func dupCloexec(f *os.File) (*os.File, error) {
 // if the file at path is, by its stat, the one measured and unchanged
 // since (image.keyed).
 func (c *imageCache) unchanged(path string) (*os.File, digest.Digest, bool) {
-	k, err := statKey(path)
+	k, err := StatKey(path)
 	if err != nil {
 		return nil, digest.Digest{}, false
 	}
@@ -293,6 +293,16 @@ func (c *imageCache) unchanged(path string) (*os.File, digest.Digest, bool) {
 	c.tick++
 	im.used = c.tick
 	return f, im.d, true
+}
+
+// Kept returns the digest of the sealed copy kept for path, if one is.
+func Kept(path string) (digest.Digest, bool) {
+	images.mu.Lock()
+	defer images.mu.Unlock()
+	if im := images.m[path]; im != nil {
+		return im.d, true
+	}
+	return digest.Digest{}, false
 }
 
 // has reports whether a copy of path is kept.
@@ -321,7 +331,7 @@ func (c *imageCache) get(path string, d digest.Digest) (*os.File, bool) {
 
 // rekey records that the file at path was measured again with key (keyed:
 // it may stand for the bytes) and still hashes to the kept copy's digest d.
-func (c *imageCache) rekey(path string, d digest.Digest, key fileKey, keyed bool) {
+func (c *imageCache) rekey(path string, d digest.Digest, key FileKey, keyed bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if im := c.m[path]; im != nil && im.d.Equal(d) {
@@ -332,7 +342,7 @@ func (c *imageCache) rekey(path string, d digest.Digest, key fileKey, keyed bool
 // put keeps f (digest d, measured from the file with key) as the copy of
 // path, closing the one it replaces and, past maxImages paths, the least
 // recently used.
-func (c *imageCache) put(path string, f *os.File, d digest.Digest, key fileKey, keyed bool) {
+func (c *imageCache) put(path string, f *os.File, d digest.Digest, key FileKey, keyed bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.tick++
@@ -352,20 +362,20 @@ func (c *imageCache) put(path string, f *os.File, d digest.Digest, key fileKey, 
 	}
 }
 
-// stamp is what changes when a file is written in place through any
+// Stamp is what changes when a file is written in place through any
 // descriptor: its status change time (which no one can set back),
 // modification time and size.
-type stamp struct {
+type Stamp struct {
 	size         int64
 	ctime, mtime unix.Timespec
 }
 
-func stampOf(f *os.File) (stamp, error) {
+func StampOf(f *os.File) (Stamp, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-		return stamp{}, err
+		return Stamp{}, err
 	}
-	return stamp{size: st.Size, ctime: st.Ctim, mtime: st.Mtim}, nil
+	return Stamp{size: st.Size, ctime: st.Ctim, mtime: st.Mtim}, nil
 }
 
-func platformSupportsStdio() error { return nil }
+func Supported() error { return nil }
