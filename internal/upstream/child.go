@@ -568,6 +568,10 @@ func (c *Child) reap() {
 // Done is closed when the child has exited and been reaped.
 func (c *Child) Done() <-chan struct{} { return c.done }
 
+// stderrReaders are the children's stderr read buffers: a child per
+// session would otherwise allocate (and clear) 64 KiB at every new session.
+var stderrReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 64<<10) }}
+
 func (c *Child) pumpStderr(r io.ReadCloser, spec StdioSpec) {
 	defer close(c.stderrDone)
 	defer r.Close()
@@ -579,7 +583,12 @@ func (c *Child) pumpStderr(r io.ReadCloser, spec StdioSpec) {
 	if perSec <= 0 {
 		perSec = 100
 	}
-	br := bufio.NewReaderSize(r, 64<<10)
+	br := stderrReaders.Get().(*bufio.Reader)
+	br.Reset(r)
+	defer func() {
+		br.Reset(nil)
+		stderrReaders.Put(br) // lines are copied out: the buffer serves the next child
+	}()
 	window := time.Now()
 	inWindow := 0
 	var line []byte

@@ -73,6 +73,8 @@ type childConn struct {
 func (c *childConn) readLoop() {
 	r := framing.NewReader(c.child.stdout, maxFrame)
 	r.AllowInvalidUTF8 = true // notUTF8 decides about such a line
+	// Its read buffer serves the next child once this one's stdout is done.
+	defer r.Release()
 	for {
 		line, err := r.Read()
 		var msg jsonrpc.Message

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -95,14 +96,44 @@ func NewReader(r io.Reader, maxSize int) *Reader {
 	if maxSize <= 0 {
 		maxSize = DefaultMaxSize
 	}
-	size := 64 << 10
+	size := pooledSize
 	if maxSize+1 < size {
 		size = maxSize + 1
 	}
 	if size < 16 {
 		size = 16
 	}
+	if size == pooledSize {
+		br := readers.Get().(*bufio.Reader)
+		br.Reset(r)
+		return &Reader{br: br, max: maxSize}
+	}
 	return &Reader{br: bufio.NewReaderSize(r, size), max: maxSize}
+}
+
+// pooledSize is the size of the read buffers that Release gives back for
+// later Readers: a stream per child process, one child per session,
+// would otherwise allocate (and clear) 64 KiB at every new session.
+const pooledSize = 64 << 10
+
+var readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, pooledSize) }}
+
+// errReleased is what Read returns after Release.
+var errReleased = errors.New("framing: read after Release")
+
+// Release gives the Reader's read buffer back for reuse by later Readers,
+// once its stream is done with; Read then fails. The messages Read
+// returned are copies and stay valid.
+func (r *Reader) Release() {
+	br := r.br
+	if br == nil {
+		return
+	}
+	r.br, r.err = nil, errReleased
+	if br.Size() == pooledSize {
+		br.Reset(nil)
+		readers.Put(br)
+	}
 }
 
 // Offset returns the byte offset of the next line in the stream.

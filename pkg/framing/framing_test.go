@@ -163,3 +163,39 @@ func FuzzReader(f *testing.F) {
 		}
 	})
 }
+
+// TestReleaseReusesTheBufferCleanly: after Release, Read fails, the
+// messages read before stay intact, and a Reader that gets the released
+// buffer reads its own stream only, even where the released Reader had
+// bytes buffered that it never returned.
+func TestReleaseReusesTheBufferCleanly(t *testing.T) {
+	first := `{"jsonrpc":"2.0","id":1,"result":{}}` + "\n"
+	unread := `{"jsonrpc":"2.0","id":2,"result":{"left":"behind"}}` + "\n"
+	for range 20 { // the pool may hand out any buffer: try a few times
+		r := NewReader(strings.NewReader(first+unread), 0)
+		msg, err := r.Read()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Release()
+		if _, err := r.Read(); err == nil {
+			t.Fatal("Read after Release succeeded")
+		}
+		r.Release() // twice is harmless
+		next := NewReader(strings.NewReader(`{"jsonrpc":"2.0","method":"m"}`+"\n"), 0)
+		got, err := next.Read()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != `{"jsonrpc":"2.0","method":"m"}` {
+			t.Fatalf("the next Reader read %q", got)
+		}
+		if _, err := next.Read(); err != io.EOF {
+			t.Fatalf("the next Reader's stream went on: %v", err)
+		}
+		if string(msg) != strings.TrimSuffix(first, "\n") {
+			t.Fatalf("a message read before Release changed: %q", msg)
+		}
+		next.Release()
+	}
+}
