@@ -2,15 +2,8 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
-	"regexp"
 	"strings"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -133,7 +126,7 @@ type spawnDigestDoc struct {
 func runSpawnDigest(ctx context.Context, e *env, p *ui.Printer, o *spawnDigestOptions, args []string) error {
 	name := o.Name
 	if name == "" {
-		name = nameFromCommand(args[0])
+		name = measure.NameFromCommand(args[0])
 	}
 	if err := config.ValidateName(name); err != nil {
 		return exitcode.Errorf(exitcode.ExitUsage, "--name: %w", err)
@@ -143,7 +136,7 @@ func runSpawnDigest(ctx context.Context, e *env, p *ui.Printer, o *spawnDigestOp
 		if i == 0 {
 			what = "COMMAND"
 		}
-		if err := validUTF8(what, a); err != nil {
+		if err := measure.ValidUTF8(what, a); err != nil {
 			return err
 		}
 	}
@@ -153,16 +146,16 @@ func runSpawnDigest(ctx context.Context, e *env, p *ui.Printer, o *spawnDigestOp
 	if err != nil {
 		return err
 	}
-	u := upstreamEntry(name, r)
+	u := measure.Entry(name, r)
 	if !o.Namespace {
 		u.Namespace = &o.Namespace
 	}
 	for _, v := range [][2]string{{"the command", u.Stdio.Command}, {"the directory", u.Stdio.Dir}, {"--target", u.Pin.Target}} {
-		if err := validUTF8(v[0], v[1]); err != nil {
+		if err := measure.ValidUTF8(v[0], v[1]); err != nil {
 			return err
 		}
 	}
-	y := entryYAML(u, r)
+	y := measure.EntryYAML(u, r)
 	doc := spawnDigestDoc{SchemaVersion: ui.SchemaVersion, Result: r, Upstream: u, YAML: y}
 	if o.Tools {
 		pins, err := toolPins(ctx, e, name, r, o.Namespace)
@@ -177,17 +170,17 @@ func runSpawnDigest(ctx context.Context, e *env, p *ui.Printer, o *spawnDigestOp
 	// Everything printed is YAML (the facts are comments), so the whole
 	// output can be appended under "upstreams:" in cmcp.yaml.
 	// The facts are comments, and their values too are written through
-	// commentText: a file name holding a line break must not end a
+	// measure.CommentText: a file name holding a line break must not end a
 	// comment and start YAML of its own.
-	p.Printf("%s %s\n", p.Dim("# command "), commentText(r.Command))
-	p.Printf("%s %s (%s)\n", p.Dim("# resolved"), commentText(r.Resolved), sizeText(r.CommandBytes))
+	p.Printf("%s %s\n", p.Dim("# command "), measure.CommentText(r.Command))
+	p.Printf("%s %s (%s)\n", p.Dim("# resolved"), measure.CommentText(r.Resolved), measure.SizeText(r.CommandBytes))
 	p.Printf("%s %s\n", p.Dim("# digest  "), p.Bold(r.CommandDigest.String()))
 	if sc := r.Script; sc != nil {
-		p.Printf("%s %s (%s; %s)\n", p.Dim("# interp  "), commentText(sc.Resolved), scriptText(sc), sizeText(sc.Bytes))
+		p.Printf("%s %s (%s; %s)\n", p.Dim("# interp  "), measure.CommentText(sc.Resolved), measure.ScriptText(sc), measure.SizeText(sc.Bytes))
 		p.Printf("%s %s\n", p.Dim("# digest  "), p.Bold(sc.Digest.String()))
 	}
 	if t := r.Target; t != nil {
-		p.Printf("%s %s (%s)\n", p.Dim("# target  "), commentText(t.Path), targetText(t))
+		p.Printf("%s %s (%s)\n", p.Dim("# target  "), measure.CommentText(t.Path), measure.TargetText(t))
 		p.Printf("%s %s\n", p.Dim("# digest  "), p.Bold(t.Digest.String()))
 	}
 	p.Printf("%s\n%s", p.Dim("# cmcp.yaml entry: paste under upstreams:"), y)
@@ -195,182 +188,6 @@ func runSpawnDigest(ctx context.Context, e *env, p *ui.Printer, o *spawnDigestOp
 		p.Printf("\n%s\n%s", p.Dim("# cmcp.yaml: tool definition pins (merge into catalog:)"), doc.ToolsYAML)
 	}
 	return nil
-}
-
-// upstreamEntry is the config entry that pins r.
-func upstreamEntry(name string, r *measure.Result) config.Upstream {
-	cmd := r.Command
-	if strings.ContainsRune(cmd, '/') && !filepath.IsAbs(cmd) {
-		// Relative paths in cmcp.yaml are relative to the file, not to
-		// where spawn-digest ran: write it absolute.
-		cmd, _ = filepath.Abs(cmd)
-	}
-	u := config.Upstream{Name: name, Stdio: &config.Stdio{Command: cmd, Args: r.Args}, Pin: &config.Pin{Command: r.CommandDigest}}
-	if len(r.Args) == 0 {
-		u.Stdio.Args = nil
-	}
-	if r.Target != nil {
-		u.Pin.Target, u.Pin.TargetDigest = r.Target.Path, r.Target.Digest
-	}
-	if r.Script != nil {
-		u.Pin.Interpreter = r.Script.Digest
-	}
-	if relativeFileArg(r.Args) {
-		// A relative argument naming a file (node ./dist/index.js) would
-		// resolve against the gateway's working directory, not where the
-		// pins were taken: the target would be checked here and another
-		// file run there. The child is started where spawn-digest ran.
-		u.Stdio.Dir, _ = os.Getwd()
-	}
-	return u
-}
-
-// relativeFileArg reports whether an argument is a relative path to
-// something that exists (from the current directory).
-func relativeFileArg(args []string) bool {
-	for _, a := range args {
-		if a == "" || strings.HasPrefix(a, "-") || filepath.IsAbs(a) {
-			continue
-		}
-		if _, err := os.Lstat(a); err == nil {
-			return true
-		}
-	}
-	return false
-}
-
-// entryYAML renders u as a list item to paste under "upstreams:", with
-// comments saying what each digest covers. No value is written raw:
-// strings are double-quoted (yamlQuote), values in comments go through
-// commentText, and digests are cmcp's own text.
-func entryYAML(u config.Upstream, r *measure.Result) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "  - name: %s\n    stdio:\n      command: %s\n", yamlQuote(u.Name), yamlQuote(u.Stdio.Command))
-	if len(u.Stdio.Args) > 0 {
-		// Double-quoted, every one: a plain scalar in a flow list ends
-		// at "," or "]" ("--filter=a,b" would load as two arguments).
-		q := make([]string, len(u.Stdio.Args))
-		for i, a := range u.Stdio.Args {
-			q[i] = yamlQuote(a)
-		}
-		fmt.Fprintf(&b, "      args: [%s]\n", strings.Join(q, ", "))
-	}
-	if u.Stdio.Dir != "" {
-		fmt.Fprintf(&b, "      dir: %s  # relative arguments resolve here, where the pins were taken\n", yamlQuote(u.Stdio.Dir))
-	}
-	fmt.Fprintf(&b, "    pin:\n      command: %s  # %s\n", u.Pin.Command, commentText(r.Resolved))
-	if sc := r.Script; sc != nil {
-		fmt.Fprintf(&b, "      interpreter: %s  # %s (%s)\n", sc.Digest, commentText(sc.Resolved), scriptText(sc))
-	}
-	if t := r.Target; t != nil {
-		fmt.Fprintf(&b, "      target: %s\n      target_digest: %s  # %s\n", yamlQuote(t.Path), t.Digest, targetText(t))
-	}
-	if !u.Namespaced() {
-		b.WriteString("    namespace: false  # tools exposed by their own names: only with a single upstream\n")
-	}
-	return b.String()
-}
-
-// yamlQuote writes s as a YAML double-quoted scalar on one line, in any
-// context (block or flow): '"' and '\\' are escaped, and so is every
-// character that is not printable, line breaks of every kind (\n, \r,
-// U+0085, U+2028, U+2029) included. A byte that is not UTF-8 is written
-// \xNN, which YAML reads as the character U+00NN: a value that must load
-// back as written is checked to be UTF-8 first (validUTF8).
-func yamlQuote(s string) string {
-	var b strings.Builder
-	b.WriteByte('"')
-	for len(s) > 0 {
-		r, n := utf8.DecodeRuneInString(s)
-		switch {
-		case r == utf8.RuneError && n == 1:
-			fmt.Fprintf(&b, "\\x%02x", s[0])
-		case r == '"' || r == '\\':
-			b.WriteByte('\\')
-			b.WriteRune(r)
-		case r == '\n':
-			b.WriteString("\\n")
-		case r == '\t':
-			b.WriteString("\\t")
-		case r == '\r':
-			b.WriteString("\\r")
-		case r == ' ' || unicode.IsPrint(r):
-			b.WriteString(s[:n])
-		case r <= 0xffff:
-			fmt.Fprintf(&b, "\\u%04x", r)
-		default:
-			fmt.Fprintf(&b, "\\U%08x", r)
-		}
-		s = s[n:]
-	}
-	b.WriteByte('"')
-	return b.String()
-}
-
-// commentText is s to write in a YAML comment: as it is when every
-// character is printable, else quoted (yamlQuote), so that no line break
-// of any kind (\n, \r, U+0085, U+2028, U+2029) ends the comment.
-func commentText(s string) string {
-	for _, r := range s {
-		if r == utf8.RuneError || (r != ' ' && !unicode.IsPrint(r)) {
-			return yamlQuote(s)
-		}
-	}
-	return s
-}
-
-// validUTF8 refuses a value that cmcp.yaml cannot hold: YAML text is
-// Unicode, so bytes that are not UTF-8 would load back as other bytes.
-func validUTF8(what, s string) error {
-	if !utf8.ValidString(s) {
-		return exitcode.Errorf(exitcode.ExitUsage, "%s %s is not UTF-8: cmcp.yaml cannot hold it", what, yamlQuote(s))
-	}
-	return nil
-}
-
-var nameBad = regexp.MustCompile(`[^A-Za-z0-9_-]+`)
-
-// nameFromCommand derives an upstream name from a command.
-func nameFromCommand(c string) string {
-	n := nameBad.ReplaceAllString(filepath.Base(c), "-")
-	for strings.Contains(n, "__") {
-		n = strings.ReplaceAll(n, "__", "_")
-	}
-	n = strings.Trim(n, "-")
-	if len(n) > config.MaxNameLen {
-		n = n[:config.MaxNameLen]
-	}
-	if n == "" {
-		n = "upstream"
-	}
-	return n
-}
-
-// scriptText says where a "#!" command's interpreter comes from.
-func scriptText(sc *measure.Script) string {
-	if sc.Env {
-		return commentText("#!"+sc.Line) + ", found on PATH"
-	}
-	return commentText("#!" + sc.Line)
-}
-
-func targetText(t *measure.Target) string {
-	if t.Kind == measure.KindTree {
-		return fmt.Sprintf("tree: %d files, %s", t.Files, sizeText(t.Bytes))
-	}
-	return "file: " + sizeText(t.Bytes)
-}
-
-func sizeText(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d bytes", n)
 }
 
 // progressAdapter shows the progress of tree measurements on a terminal:
@@ -388,7 +205,7 @@ func (a *progressAdapter) add(path string, files, bytes int64) {
 		a.cur.Done()
 		a.cur, a.path = a.p.Progress("measuring "+path+":", 0), path
 	}
-	a.cur.Status(fmt.Sprintf("%d files, %s", files, sizeText(bytes)))
+	a.cur.Status(fmt.Sprintf("%d files, %s", files, measure.SizeText(bytes)))
 }
 
 func (a *progressAdapter) done() { a.cur.Done() }
@@ -408,34 +225,9 @@ func runSpawnCheck(ctx context.Context, e *env, p *ui.Printer, path string) erro
 	if err != nil {
 		return err
 	}
-	// What serve would refuse at start that can be seen from here: a
-	// file it reads (TLS, CA and credential files) that is there but
-	// unusable is an error. One that is not there, or not readable here,
-	// is a warning, as is a credential variable unset in this
-	// environment: secrets are often deployed only where serve runs, and
-	// the pins are what this gate checks.
-	warnings := []string{}
-	if err := c.CheckFiles(); err != nil {
-		var all, bad config.Errors
-		if !errors.As(err, &all) {
-			return err
-		}
-		for _, fe := range all {
-			if errors.Is(fe, fs.ErrNotExist) || errors.Is(fe, fs.ErrPermission) {
-				warnings = append(warnings, fmt.Sprintf("%v; not checked here: cmcp serve refuses to start unless it can read it", fe))
-				continue
-			}
-			bad = append(bad, fe)
-		}
-		if len(bad) > 0 {
-			return bad
-		}
-	}
-	var unset config.Errors
-	if errors.As(c.CheckEnv(func(k string) (string, bool) { v := e.getenv(k); return v, v != "" }, "this environment; cmcp serve needs it in its own"), &unset) {
-		for _, u := range unset {
-			warnings = append(warnings, u.Error())
-		}
+	warnings, err := measure.Preflight(c, e.getenv)
+	if err != nil {
+		return err
 	}
 	for _, w := range warnings {
 		p.Warnf("%s", w)

@@ -70,7 +70,7 @@ const probeTimeout = 60 * time.Second
 
 // toolsYAML renders pins as a catalog: section to paste into cmcp.yaml.
 // The tool names are the server's: quoted as keys, and in the comment
-// naming a refused tool (commentText), never written raw. When no tool is
+// naming a refused tool (measure.CommentText), never written raw. When no tool is
 // pinned (the server lists none, or the gateway would refuse each) the
 // entry is "tools: {}", which refuses every tool: "tools:" with nothing
 // after it is refused at load.
@@ -80,13 +80,13 @@ func toolsYAML(name string, pins []toolprobe.ToolPin) string {
 	if slices.ContainsFunc(pins, func(p toolprobe.ToolPin) bool { return p.Error == "" }) {
 		tools = "tools:"
 	}
-	fmt.Fprintf(&b, "catalog:\n  upstreams:\n    %s:\n      %s\n", yamlQuote(name), tools)
+	fmt.Fprintf(&b, "catalog:\n  upstreams:\n    %s:\n      %s\n", measure.YAMLQuote(name), tools)
 	for _, p := range pins {
 		if p.Error != "" {
-			fmt.Fprintf(&b, "        # %s: refused by the gateway: %s\n", commentText(p.Name), commentText(p.Error))
+			fmt.Fprintf(&b, "        # %s: refused by the gateway: %s\n", measure.CommentText(p.Name), measure.CommentText(p.Error))
 			continue
 		}
-		fmt.Fprintf(&b, "        %s: %s\n", yamlQuote(p.Name), p.Pin)
+		fmt.Fprintf(&b, "        %s: %s\n", measure.YAMLQuote(p.Name), p.Pin)
 	}
 	return b.String()
 }
@@ -96,7 +96,7 @@ func toolsFlow(pins []toolprobe.ToolPin) string {
 	var parts []string
 	for _, p := range pins {
 		if p.Error == "" {
-			parts = append(parts, fmt.Sprintf("%s: %s", yamlQuote(p.Name), p.Pin))
+			parts = append(parts, fmt.Sprintf("%s: %s", measure.YAMLQuote(p.Name), p.Pin))
 		}
 	}
 	return "{" + strings.Join(parts, ", ") + "}"

@@ -51,7 +51,7 @@ func TestSpawnDigestArgsRoundTrip(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			r := &measure.Result{Command: "/bin/echo", Args: args, Resolved: "/bin/echo", CommandDigest: digest.FromSum([32]byte{1})}
-			y := entryYAML(upstreamEntry("a", r), r)
+			y := measure.EntryYAML(measure.Entry("a", r), r)
 			c, err := loadPasted(t, y)
 			if err != nil {
 				t.Fatalf("the printed entry does not load: %v\n%s", err, y)
@@ -161,7 +161,7 @@ func TestSpawnDigestToolsOutputCarriesNoYAML(t *testing.T) {
 		pins = append(pins, toolprobe.ToolPin{Name: h, Error: "refused: " + h})
 	}
 	r := &measure.Result{Command: "/bin/echo", Resolved: "/bin/echo", CommandDigest: pin}
-	text := entryYAML(upstreamEntry("s", r), r) + toolsYAML("s", pins)
+	text := measure.EntryYAML(measure.Entry("s", r), r) + toolsYAML("s", pins)
 	// The catalog section is printed to be merged at the top level.
 	entry, cat, _ := strings.Cut(text, "catalog:\n")
 	p := filepath.Join(t.TempDir(), "cmcp.yaml")

@@ -334,6 +334,39 @@ func finish(r Row, err error) Row {
 	return r
 }
 
+// Preflight is what serve would refuse at start that spawn-digest --check
+// can see from here: a file it reads (TLS, CA and credential files) that
+// is there but unusable is an error. One that is not there, or not
+// readable here, is a warning, as is a credential variable unset in this
+// environment (getenv): secrets are often deployed only where serve runs,
+// and the pins are what the check gates.
+func Preflight(c *config.Config, getenv func(string) string) (warnings []string, err error) {
+	warnings = []string{}
+	if err := c.CheckFiles(); err != nil {
+		var all, bad config.Errors
+		if !errors.As(err, &all) {
+			return nil, err
+		}
+		for _, fe := range all {
+			if errors.Is(fe, fs.ErrNotExist) || errors.Is(fe, fs.ErrPermission) {
+				warnings = append(warnings, fmt.Sprintf("%v; not checked here: cmcp serve refuses to start unless it can read it", fe))
+				continue
+			}
+			bad = append(bad, fe)
+		}
+		if len(bad) > 0 {
+			return nil, bad
+		}
+	}
+	var unset config.Errors
+	if errors.As(c.CheckEnv(func(k string) (string, bool) { v := getenv(k); return v, v != "" }, "this environment; cmcp serve needs it in its own"), &unset) {
+		for _, u := range unset {
+			warnings = append(warnings, u.Error())
+		}
+	}
+	return warnings, nil
+}
+
 // CheckError summarises the failed rows: it names every upstream with its
 // pinned and actual digests. Its exit code is exitcode.ExitMismatch if a pin
 // mismatched or a file is missing, else exitcode.ExitIO.
