@@ -243,7 +243,7 @@ func printReplay(p *ui.Printer, rep *replay.Report, o *replayOptions) {
 	}
 	t.calls(checking)
 	printNotChecked(p, rep.Calls, o.all)
-	p.Printf("%s\n", replaySummary(rep, o))
+	p.Printf("%s\n", rep.SummaryLine(len(o.policies) > 0, o.whatIf != ""))
 }
 
 // mark marks a row of an unverified log, or of an unsigned record (u).
@@ -298,7 +298,7 @@ func (t *replayTables) calls(checking bool) {
 	if checking && !t.o.all {
 		listed = nil
 		for _, c := range t.rep.Calls {
-			if finding(c) || c.Unsigned {
+			if c.Finding() || c.Unsigned {
 				listed = append(listed, c)
 			}
 		}
@@ -361,111 +361,17 @@ func (t *replayTables) callRow(c *replay.Call) []string {
 // printNotChecked prints the calls that could not be checked, a line per
 // cause (with their first records unless all lists them).
 func printNotChecked(p *ui.Printer, calls []*replay.Call, all bool) {
-	for _, g := range notChecked(calls) {
+	for _, g := range replay.NotChecked(calls) {
 		if all {
-			p.Printf("%d %s: %s\n", g.n, g.label, g.why)
+			p.Printf("%d %s: %s\n", g.N, g.Label, g.Why)
 			continue
 		}
 		more := ""
-		if g.n > len(g.first) {
+		if g.N > len(g.First) {
 			more = ", ..."
 		}
-		p.Printf("%d %s: %s (records %s%s; --all lists them)\n", g.n, g.label, g.why, strings.Join(g.first, ", "), more)
+		p.Printf("%d %s: %s (records %s%s; --all lists them)\n", g.N, g.Label, g.Why, strings.Join(g.First, ", "), more)
 	}
-}
-
-// replaySummary is the line that sums a replay up.
-func replaySummary(rep *replay.Report, o *replayOptions) string {
-	s := rep.Summary
-	line := fmt.Sprintf("%d records, %d calls", s.Records, s.Calls)
-	if s.Accesses > 0 {
-		line += fmt.Sprintf(", %d resource or prompt accesses", s.Accesses)
-	}
-	if len(o.policies) > 0 {
-		line += fmt.Sprintf("; replay: %d same, %d differ, %d not replayable, %d tampered, %d without a decision", s.Same, s.Differs, s.NotReplayable, s.Tampered, s.NoDecision)
-		if s.NoBundle > 0 {
-			line += fmt.Sprintf(", %d decided by a bundle not given", s.NoBundle)
-		}
-		if s.Incomplete > 0 {
-			line += fmt.Sprintf(", %d incomplete", s.Incomplete)
-		}
-	}
-	if s.Inconsistent > 0 {
-		line += fmt.Sprintf("; %d inconsistent call record(s)", s.Inconsistent)
-	}
-	if s.NoResult > 0 {
-		line += fmt.Sprintf("; %d forwarded without a result record", s.NoResult)
-	}
-	if s.Unsigned > 0 {
-		line += fmt.Sprintf("; %d in UNSIGNED records (no proof)", s.Unsigned)
-	}
-	if o.whatIf != "" {
-		line += fmt.Sprintf("; what-if %s: %d would change", rep.WhatIf, s.Changes)
-		if s.WhatIfNotEvaluated > 0 {
-			line += fmt.Sprintf(", %d could not be evaluated", s.WhatIfNotEvaluated)
-		}
-	}
-	if rep.Unverified != "" {
-		line = "UNVERIFIED " + line
-	}
-	return line
-}
-
-func finding(c *replay.Call) bool {
-	if c.Inconsistent != "" {
-		return true
-	}
-	for _, ck := range []*replay.Check{c.Replay, c.WhatIf} {
-		// A call that could not be checked (Why) is no finding: it is
-		// counted with the others of its cause (notChecked).
-		if ck != nil && ck.Status != replay.StatusSame && ck.Status != replay.StatusUnchanged && ck.Status != replay.StatusNoDecision && ck.Why == "" {
-			return true
-		}
-	}
-	return false
-}
-
-// notCheckedGroup is the calls that could not be checked for one cause.
-type notCheckedGroup struct {
-	label, why string
-	n          int
-	first      []string // the first records, epoch:index
-}
-
-// notChecked groups the calls whose replay or what-if could not be checked
-// (not replayable, decided by a bundle not given) by cause, in the order
-// first met.
-func notChecked(calls []*replay.Call) []*notCheckedGroup {
-	var groups []*notCheckedGroup
-	byKey := map[[2]string]*notCheckedGroup{}
-	for _, c := range calls {
-		for _, x := range []struct {
-			ck       *replay.Check
-			whatIfOf bool
-		}{{c.Replay, false}, {c.WhatIf, true}} {
-			if x.ck == nil || x.ck.Why == "" {
-				continue
-			}
-			label := "not replayable"
-			switch {
-			case x.whatIfOf:
-				label = "what-if not evaluated"
-			case x.ck.Status == replay.StatusNoBundle:
-				label = "not replayed"
-			}
-			k := [2]string{label, x.ck.Why}
-			g := byKey[k]
-			if g == nil {
-				g = &notCheckedGroup{label: label, why: x.ck.Why}
-				byKey[k] = g
-				groups = append(groups, g)
-			}
-			if g.n++; len(g.first) < 3 {
-				g.first = append(g.first, fmt.Sprintf("%d:%d", c.Epoch, c.Index))
-			}
-		}
-	}
-	return groups
 }
 
 func stamp(t time.Time) string {
