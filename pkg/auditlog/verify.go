@@ -382,12 +382,7 @@ func (v *verification) external() error {
 		var vs note.Verifiers
 		switch {
 		case trusted != nil:
-			var list []note.Verifier
-			for k := range trusted {
-				v, _ := note.NewVerifier(k)
-				list = append(list, v)
-			}
-			vs = note.VerifierList(list...)
+			vs = scan.Verifiers(trusted)
 		case er != nil:
 			v, _ := note.NewVerifier(er.Key)
 			vs = note.VerifierList(v)

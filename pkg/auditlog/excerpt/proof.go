@@ -42,12 +42,7 @@ func VerifyProof(text []byte, keys []string) (*ProofResult, error) {
 	if len(set) == 0 {
 		return nil, &record.VerifyError{Class: record.ClassUsage, Msg: "checking a proof needs the trusted key (--key): the proof carries no key of its own"}
 	}
-	var list []note.Verifier
-	for k := range set {
-		v, _ := note.NewVerifier(k)
-		list = append(list, v)
-	}
-	cp, err := c2sp.OpenCheckpoint(p.Checkpoint, note.VerifierList(list...))
+	cp, err := c2sp.OpenCheckpoint(p.Checkpoint, scan.Verifiers(set))
 	if err != nil {
 		var uv *note.UnverifiedNoteError
 		var bad *note.InvalidSignatureError

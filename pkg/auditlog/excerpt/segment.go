@@ -55,11 +55,6 @@ func VerifySegment(path string, opt auditlog.VerifyOptions) (*SegmentResult, err
 	if len(trusted) == 0 {
 		return res, &record.VerifyError{Class: record.ClassUsage, Msg: "verifying a segment on its own needs the trusted key (--key): the genesis record is in another file"}
 	}
-	var list []note.Verifier
-	for k := range trusted {
-		v, _ := note.NewVerifier(k)
-		list = append(list, v)
-	}
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0) // a FIFO must not block: refused below
 	if err != nil {
 		return res, record.IOFailure(record.Position{File: path}, err)
@@ -74,7 +69,7 @@ func VerifySegment(path string, opt auditlog.VerifyOptions) (*SegmentResult, err
 	// The epoch, for error positions: from the directory the file is in,
 	// then from the origin its first record names.
 	epoch, _ := logdir.ParseNumbered(filepath.Base(filepath.Dir(path)), "epoch-", "")
-	sc := &segmentScan{path: path, trusted: trusted, vs: note.VerifierList(list...), res: res, lastCP: -1, sealAt: -1}
+	sc := &segmentScan{path: path, trusted: trusted, vs: scan.Verifiers(trusted), res: res, lastCP: -1, sealAt: -1}
 	for {
 		raw, err := br.ReadSlice('\n')
 		if e := logdir.EpochOfOrigin(res.Origin); e > 0 {

@@ -703,6 +703,17 @@ func Excerpt(b []byte) string {
 	return string(bytes.ToValidUTF8(b, []byte("?")))
 }
 
+// Verifiers verifies a note's signatures by the trusted keys (vkeys, as
+// auditlog.ParseKeys returns them: each already parsed once).
+func Verifiers(trusted map[string]bool) note.Verifiers {
+	var list []note.Verifier
+	for k := range trusted {
+		v, _ := note.NewVerifier(k)
+		list = append(list, v)
+	}
+	return note.VerifierList(list...)
+}
+
 // SigNames names the keys (name+hash) that signed n but did not verify,
 // or "no key".
 func SigNames(n *note.Note) string {
