@@ -28,24 +28,10 @@ import (
 func TestRecordsAfterSeal(t *testing.T) {
 	dir := t.TempDir()
 	w := writeLog(t, dir, Options{CheckpointEvery: 40, Durability: record.DurabilityInterval}, 100, 1)
-	seg := filepath.Join(dir, "epoch-000001", "seg-000001.jsonl")
-	orig, err := os.ReadFile(seg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := bytes.Split(bytes.TrimSuffix(orig, []byte("\n")), []byte("\n"))
-	n := int64(len(lines))
-	call := lines[5]
-	if !bytes.Contains(call, []byte(`"kind":"call"`)) {
-		t.Fatalf("line 5 is not a call: %s", call)
-	}
 
 	// Unsigned records after the final checkpoint: refused (they once were
 	// only a warning, and the log verified).
-	extra := logtest.Relink(t, call, lines[n-1], n)
-	if err := os.WriteFile(seg, append(append(bytes.Clone(orig), extra...), '\n'), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	seg, orig, lines, n := logtest.AppendAfterSeal(t, dir)
 	rep, err := Verify(dir, VerifyOptions{})
 	var ve *record.VerifyError
 	if !errors.As(err, &ve) || ve.Class != record.ClassIntegrity || !strings.Contains(err.Error(), "a call record after the epoch's seal") || ve.Pos.Index != n {

@@ -200,21 +200,7 @@ func TestVerifySegmentRefusesAFIFO(t *testing.T) {
 func TestVerifySegmentRefusesRecordsAfterSeal(t *testing.T) {
 	dir := t.TempDir()
 	writeLog(t, dir, auditlog.Options{CheckpointEvery: 40, Durability: record.DurabilityInterval}, 100, 1)
-	seg := filepath.Join(dir, "epoch-000001", "seg-000001.jsonl")
-	orig, err := os.ReadFile(seg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := bytes.Split(bytes.TrimSuffix(orig, []byte("\n")), []byte("\n"))
-	n := int64(len(lines))
-	call := lines[5]
-	if !bytes.Contains(call, []byte(`"kind":"call"`)) {
-		t.Fatalf("line 5 is not a call: %s", call)
-	}
-	extra := logtest.Relink(t, call, lines[n-1], n)
-	if err := os.WriteFile(seg, append(append(bytes.Clone(orig), extra...), '\n'), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	seg, _, _, n := logtest.AppendAfterSeal(t, dir)
 	rep, err := auditlog.Verify(dir, auditlog.VerifyOptions{})
 	var ve *record.VerifyError
 	if !errors.As(err, &ve) || ve.Class != record.ClassIntegrity || !strings.Contains(err.Error(), "a call record after the epoch's seal") || ve.Pos.Index != n {

@@ -6,6 +6,7 @@
 package logtest
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -219,6 +220,30 @@ func Relink(t *testing.T, line, prevLine []byte, seq int64) []byte {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// AppendAfterSeal appends to the first segment of the closed log in dir
+// (epoch 1, sealed) a copy of its call record at line 5, relinked without
+// the key after its last record, at index n (the records it held). It
+// returns the segment's path, its bytes and lines from before, and n.
+func AppendAfterSeal(t *testing.T, dir string) (seg string, orig []byte, lines [][]byte, n int64) {
+	t.Helper()
+	seg = filepath.Join(dir, "epoch-000001", "seg-000001.jsonl")
+	orig, err := os.ReadFile(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines = bytes.Split(bytes.TrimSuffix(orig, []byte("\n")), []byte("\n"))
+	n = int64(len(lines))
+	call := lines[5]
+	if !bytes.Contains(call, []byte(`"kind":"call"`)) {
+		t.Fatalf("line 5 is not a call: %s", call)
+	}
+	extra := Relink(t, call, lines[n-1], n)
+	if err := os.WriteFile(seg, append(append(bytes.Clone(orig), extra...), '\n'), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return seg, orig, lines, n
 }
 
 // AbortedStart is a log of Epochs complete epochs and then epoch Empty
