@@ -135,4 +135,18 @@ func BenchmarkNewSessionCPU(b *testing.B) {
 		}
 		fmt.Printf("  %s beyond the floors: %v\n", t.name, med(own))
 	}
+	for r := range rounds {
+		fmt.Printf("  round %d:", r+1)
+		for _, t := range targets {
+			fmt.Printf(" %v", time.Duration(cpu[t.name][r]).Round(10*time.Microsecond))
+		}
+		fmt.Println()
+	}
+	if len(targets) == 4 {
+		var xs []float64
+		for r := range rounds {
+			xs = append(xs, cpu[targets[2].name][r]/cpu[targets[3].name][r])
+		}
+		fmt.Printf("  this checkout / before: %.3f × (median of the rounds' ratios)\n", median(xs))
+	}
 }
