@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -28,7 +29,8 @@ import (
 //     as it is not for the gateway);
 //   - `cmcp serve` with a per-session, pinned and sealed stdio upstream
 //     with warm_spares: 2 (the sum of its threads' schedstat), and the
-//     same for BENCH_CMCP_BEFORE's binary if set.
+//     same for BENCH_CMCP_BEFORE's binary if set (the two gateways take
+//     turns at going first).
 //
 // It prints the medians and what cmcp spends beyond the two floors. With
 // BENCH_PERF=<file> the first round of this checkout's gateway runs
@@ -88,7 +90,11 @@ func BenchmarkNewSessionCPU(b *testing.B) {
 	cpu, p50 := map[string][]float64{}, map[string][]float64{}
 	for b.Loop() {
 		for r := range rounds {
-			for i, t := range targets {
+			order := slices.Clone(targets)
+			if r%2 == 1 {
+				slices.Reverse(order[2:]) // neither gateway always goes first
+			}
+			for i, t := range order {
 				if _, err := NewSessions(ctx, t.connect, 5, gap, first); err != nil { // warm up
 					b.Fatalf("%s: %v", t.name, err)
 				}
