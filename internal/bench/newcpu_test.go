@@ -32,7 +32,9 @@ import (
 //     same for BENCH_CMCP_BEFORE's binary if set (the two gateways take
 //     turns at going first).
 //
-// It prints the medians and what cmcp spends beyond the two floors. With
+// It prints the medians and what cmcp spends beyond the two floors, and
+// the part of the client's floor that is the spawn alone (starting the
+// server and waiting for its exit, no MCP). With
 // BENCH_PERF=<file> the first round of this checkout's gateway runs
 // under `perf record -g -p <gateway>` writing to that file.
 //
@@ -126,11 +128,36 @@ func BenchmarkNewSessionCPU(b *testing.B) {
 			}
 		}
 	}
+	// The spawn alone: start the echo server with its three pipes, close
+	// its stdin (it exits at EOF) and wait for it, this process's CPU.
+	var spawn []float64
+	for range rounds {
+		c0, _ := SchedCPU(os.Getpid())
+		for range n {
+			cmd := exec.Command(echo)
+			cmd.Env = env
+			in, err := cmd.StdinPipe()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := cmd.StdoutPipe(); err != nil {
+				b.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				b.Fatal(err)
+			}
+			in.Close()
+			cmd.Wait()
+		}
+		c1, _ := SchedCPU(os.Getpid())
+		spawn = append(spawn, float64((c1-c0)/time.Duration(n)))
+	}
 	med := func(xs []float64) time.Duration { return time.Duration(median(xs)).Round(10 * time.Microsecond) }
 	fmt.Printf("\nCPU per new session (%d sessions %v apart, connect + one call + close; median of %d interleaved rounds):\n", n, gap, rounds)
 	for _, t := range targets {
 		fmt.Printf("  %s: %v (new session p50 %v)\n", t.name, med(cpu[t.name]), med(p50[t.name]))
 	}
+	fmt.Printf("  of the client's: starting a stdio server and waiting for its exit, no MCP: %v\n", med(spawn))
 	floor := med(cpu[targets[0].name]) + med(cpu[targets[1].name])
 	fmt.Printf("  the two floors together: %v\n", floor)
 	for _, t := range targets[2:] {
