@@ -22,13 +22,19 @@ import (
 // Separator joins an upstream name and a tool name.
 const Separator = "__"
 
-var nameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+// nameRE is checked with the length apart (validName): a counted
+// repetition compiles to one instruction per count, kept in the heap
+// from package initialisation on.
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+
+// validName reports whether name is 1-64 characters of [A-Za-z0-9_-].
+func validName(name string) bool { return len(name) <= 64 && nameRE.MatchString(name) }
 
 // CheckUpstreamName returns an error unless name can prefix tool names: 1-64
 // characters of [A-Za-z0-9_-] without "__" (so that exposed names split
 // unambiguously).
 func CheckUpstreamName(name string) error {
-	if !nameRE.MatchString(name) {
+	if !validName(name) {
 		return fmt.Errorf("upstream name %q must be 1-64 characters of A-Z, a-z, 0-9, '_' and '-'", name)
 	}
 	if strings.Contains(name, Separator) {
@@ -43,7 +49,7 @@ func Exposed(upstream, tool string, namespaced bool) (string, error) {
 	if namespaced {
 		name = upstream + Separator + tool
 	}
-	if !nameRE.MatchString(name) {
+	if !validName(name) {
 		return "", fmt.Errorf("tool %q of upstream %q would be exposed as %q, which is not 1-64 characters of A-Z, a-z, 0-9, '_' and '-'", tool, upstream, name)
 	}
 	return name, nil

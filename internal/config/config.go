@@ -825,7 +825,8 @@ func (l *loader) decodeInto(n *yaml.Node, t reflect.Type, field string) {
 var (
 	durationType = reflect.TypeFor[time.Duration]()
 	digestType   = reflect.TypeFor[digest.Digest]()
-	hex64RE      = regexp.MustCompile(`^(?:sha256:)?([0-9a-fA-F]{64})$`)
+	// hex64RE is 64 hex digits, the count checked apart (decodeHint).
+	hex64RE = regexp.MustCompile(`^(?:sha256:)?([0-9a-fA-F]+)$`)
 )
 
 // decodeHint says what to write for a value of type t that n does not
@@ -839,7 +840,7 @@ func decodeHint(n *yaml.Node, t reflect.Type) string {
 		v := strings.TrimSpace(n.Value)
 		first, _, _ := strings.Cut(v, " ")
 		m := hex64RE.FindStringSubmatch(first)
-		if m == nil {
+		if m == nil || len(m[1]) != 64 {
 			break
 		}
 		sum := digest.Prefix + strings.ToLower(m[1])

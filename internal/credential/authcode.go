@@ -9,7 +9,8 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"html/template"
+	"html"
+	"io"
 	"net/http"
 	"net/url"
 	"sync"
@@ -330,15 +331,16 @@ func (s *AuthorizationCode) callback(w http.ResponseWriter, r *http.Request) {
 	page(w, http.StatusOK, "Signed in to "+s.Client.Upstream+" as "+p.identity+".", "You can close this page and call the tool again.")
 }
 
-var pageTmpl = template.Must(template.New("p").Parse(`<!doctype html><html><head><meta charset="utf-8"><title>cmcp</title></head>` +
-	`<body><h1>{{.Title}}</h1><p>{{.Detail}}</p></body></html>`))
-
 func page(w http.ResponseWriter, status int, title, detail string) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("Content-Security-Policy", "default-src 'none'")
 	w.WriteHeader(status)
-	_ = pageTmpl.Execute(w, struct{ Title, Detail string }{title, detail})
+	// Both go into element text, where escaping <, >, &, ' and " is
+	// all it takes (html/template, which would do the same here, is not
+	// linked into the gateway for one page).
+	_, _ = io.WriteString(w, `<!doctype html><html><head><meta charset="utf-8"><title>cmcp</title></head><body><h1>`+
+		html.EscapeString(title)+`</h1><p>`+html.EscapeString(detail)+`</p></body></html>`)
 }
 
 func joinScopes(s []string) string {

@@ -159,11 +159,13 @@ type Host struct {
 	Sessions int     `json:"sessions"`
 }
 
-var machineIDRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+// machineIDRe is a machine id without its bound, checked apart (a
+// counted repetition compiles to one instruction per count).
+var machineIDRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 
 // ValidMachineID reports whether id is a machine id: 1 to 64 of
 // [A-Za-z0-9._-], starting with a letter or digit.
-func ValidMachineID(id string) bool { return machineIDRe.MatchString(id) }
+func ValidMachineID(id string) bool { return len(id) <= 64 && machineIDRe.MatchString(id) }
 
 // Bounds of the text fields.
 const (
