@@ -15,6 +15,7 @@ import (
 
 	"github.com/confidential-mcp/cmcp/internal/config"
 	"github.com/confidential-mcp/cmcp/internal/connect"
+	"github.com/confidential-mcp/cmcp/internal/exepages"
 	"github.com/confidential-mcp/cmcp/internal/exitcode"
 	"github.com/confidential-mcp/cmcp/internal/upstream"
 	"github.com/confidential-mcp/cmcp/pkg/digest"
@@ -122,6 +123,12 @@ func runConnect(cmd *cobra.Command, e *env, o *connectOptions, args []string) er
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	// Start-up is over: its pages of the executable go back, as a
+	// serving gateway's do (internal/exepages; CMCP_KEEP_EXE_PAGES=1
+	// keeps them).
+	if _, _, err := exepages.ReleaseFor(e.environ); err != nil {
+		co.Log.Warn("the executable's start-up pages stay resident", "err", err)
+	}
 	if err := c.Run(ctx); err != nil {
 		return connectRunErr(err)
 	}

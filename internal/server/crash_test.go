@@ -61,16 +61,16 @@ func freePort(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// startGatewayProcess runs the gateway as a separate process and returns its
-// endpoint.
-func startGatewayProcess(t *testing.T, cfgPath string) (*exec.Cmd, string, *lockedWriter) {
+// startGatewayProcess runs the gateway as a separate process, with env
+// added to this process's environment, and returns its endpoint.
+func startGatewayProcess(t *testing.T, cfgPath string, env ...string) (*exec.Cmd, string, *lockedWriter) {
 	t.Helper()
 	exe, err := os.Executable() // the -race test binary, not the upstream's (selfDigest)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), gatewayEnv+"="+cfgPath)
+	cmd.Env = append(append(os.Environ(), gatewayEnv+"="+cfgPath), env...)
 	out, _ := cmd.StdoutPipe()
 	stderr := &lockedWriter{}
 	cmd.Stderr = stderr

@@ -112,6 +112,7 @@ func Serve(ctx context.Context, cfg *config.Config, o ServeOptions) (err error) 
 		s.startGateway,
 		s.startReload,
 		s.startAdmin,
+		s.releaseStartPages,
 	} {
 		if err := phase(); err != nil {
 			return err

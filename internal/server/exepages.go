@@ -1,0 +1,35 @@
+package server
+
+import (
+	"time"
+
+	"github.com/confidential-mcp/cmcp/internal/exepages"
+)
+
+// releaseStartPages gives back the pages of the executable that start-up
+// touched (package initialisation, configuration, policy, the audit
+// log's opening) and serving may never use again: the gateway's peak RSS
+// at 8 sessions fell from ~31 to ~21 MiB (internal/bench/BENCHMARKS.md).
+// CMCP_KEEP_EXE_PAGES=1 keeps them. It takes ~5-20 ms (one madvise per
+// page of text): with --stdio an agent waits for its first answer, so
+// there it runs while the session is served. Failing to release is no
+// reason to stop: it is logged.
+func (s *serve) releaseStartPages() error {
+	if s.o.Stdio {
+		go s.release()
+	} else {
+		s.release()
+	}
+	return nil
+}
+
+func (s *serve) release() {
+	began := time.Now()
+	st, released, err := exepages.ReleaseFor(s.o.Environ)
+	switch {
+	case err != nil:
+		s.logger.Warn("the executable's start-up pages stay resident", "err", err)
+	case released:
+		s.logger.Debug("the executable's start-up pages released", "bytes", st.Bytes, "mappings", st.Mappings, "pieces", st.Pieces, "skipped", st.Skipped, "took", time.Since(began))
+	}
+}
