@@ -4,7 +4,6 @@ package exepages
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"os"
 	"strconv"
@@ -72,12 +71,26 @@ func releaseFile(dev, ino uint64) (Stats, error) {
 		return st, err
 	}
 	devName := fmt.Sprintf("%02x:%02x", unix.Major(dev), unix.Minor(dev))
+	// Adjacent releasable mappings (the pieces of an earlier split) are
+	// released with one call.
+	var runStart, runEnd uintptr
+	flush := func() error {
+		if runEnd == runStart {
+			return nil
+		}
+		err := madvise(runStart, runEnd, unix.MADV_DONTNEED)
+		runStart, runEnd = 0, 0
+		return err
+	}
 	for _, m := range maps {
 		if m.inode != ino || m.dev != devName {
 			continue
 		}
 		if !releasable(m) {
 			st.Skipped++
+			if err := flush(); err != nil {
+				return st, err
+			}
 			continue
 		}
 		cut, err := split(m.start, m.end, len(maps)+st.Pieces)
@@ -87,13 +100,17 @@ func releaseFile(dev, ino uint64) (Stats, error) {
 		if cut {
 			st.Pieces += int((m.end - m.start) / uintptr(os.Getpagesize()))
 		}
-		if err := madvise(m.start, m.end, unix.MADV_DONTNEED); err != nil {
-			return st, err
+		if runEnd != m.start {
+			if err := flush(); err != nil {
+				return st, err
+			}
+			runStart = m.start
 		}
+		runEnd = m.end
 		st.Mappings++
 		st.Bytes += m.rss
 	}
-	return st, nil
+	return st, flush()
 }
 
 // releasable reports whether m is safe to drop: private, never writable,
@@ -105,14 +122,19 @@ func releasable(m mapping) bool {
 
 // readSmaps parses the mappings of an smaps file.
 func readSmaps(path string) ([]mapping, error) {
-	data, err := os.ReadFile(path)
+	// Streamed: once split, smaps holds ~5,000 entries of ~1 KB.
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
+	defer f.Close()
 	var out []mapping
-	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		line := sc.Text()
+		if key, _, _ := strings.Cut(line, " "); strings.HasSuffix(key, ":") && key != "Rss:" && key != "Anonymous:" && key != "Swap:" && key != "VmFlags:" {
+			continue // a field not needed: not split into words
+		}
 		f := strings.Fields(line)
 		if len(f) == 0 {
 			continue
@@ -199,6 +221,9 @@ func parseHeader(f []string) (mapping, error) {
 // the process past half of vm.max_map_count.
 func split(start, end uintptr, mappings int) (bool, error) {
 	page := uintptr(os.Getpagesize())
+	if end-start <= page {
+		return false, nil // a piece already
+	}
 	if limit := maxMapCount(); mappings+int((end-start)/page) > limit/2 {
 		return false, nil
 	}
