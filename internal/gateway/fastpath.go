@@ -118,9 +118,12 @@ func encodeResponse(id jsonrpc.ID, result json.RawMessage, err error) []byte {
 // of an initialised session, returning the call to run (a worker of the
 // connection runs it while the agent's next messages are read), and the
 // cancellations of those calls; it reports whether it took the request.
-func (s *session) stdioFast(c *stdiofront.Conn) func(*jsonrpc.Request) (bool, func()) {
+// The worker takes the call as far as its upstream (relayThen): a stdio
+// child's read loop answers it once the child does, with no goroutine
+// waiting for it meanwhile.
+func (s *session) stdioFast(c *stdiofront.Conn) func(*jsonrpc.Request) (bool, func(over func())) {
 	calls := &s.fast
-	return func(req *jsonrpc.Request) (bool, func()) {
+	return func(req *jsonrpc.Request) (bool, func(over func())) {
 		switch req.Method {
 		case "notifications/cancelled":
 			return !req.IsCall() && calls.cancel(req.Params), nil
@@ -146,26 +149,25 @@ func (s *session) stdioFast(c *stdiofront.Conn) func(*jsonrpc.Request) (bool, fu
 		// pipeline returns: shutdown, and the session's end, wait for both.
 		s.g.inflight.Add(1)
 		s.answering.Add(1)
-		return true, func() {
-			defer s.g.inflight.Done()
-			defer cancel()
-			// Out of the in-flight table before the answer is written: the
-			// agent may send its next request with this id as soon as it
-			// reads the answer (TestReusedIDIsNotInFlight).
-			done := sync.OnceFunc(func() { calls.remove(req.ID) })
-			defer done()
-			var appendResult func(undelivered string)
-			res, err := s.relay(context.WithValue(cctx, stdioKey{}, c), call, &appendResult)
-			done()
-			// Cancelled by the agent: no response. Cut by the session's
-			// end: err says why, and the connection is still open.
-			if cctx.Err() == nil || sessionEndOf(cctx) != nil {
-				_ = c.WriteLine(encodeResponse(req.ID, res, err))
-			}
-			s.answering.Done()
-			if appendResult != nil {
-				appendResult("")
-			}
+		return true, func(over func()) {
+			s.relayThen(context.WithValue(cctx, stdioKey{}, c), call, func(res json.RawMessage, err error, appendResult func(undelivered string)) {
+				// Out of the in-flight table before the answer is written:
+				// the agent may send its next request with this id as soon
+				// as it reads the answer (TestReusedIDIsNotInFlight).
+				calls.remove(req.ID)
+				// Cancelled by the agent: no response. Cut by the session's
+				// end: err says why, and the connection is still open.
+				if cctx.Err() == nil || sessionEndOf(cctx) != nil {
+					_ = c.WriteLine(encodeResponse(req.ID, res, err))
+				}
+				s.answering.Done()
+				if appendResult != nil {
+					appendResult("")
+				}
+				cancel()
+				s.g.inflight.Done()
+				over()
+			})
 		}
 	}
 }

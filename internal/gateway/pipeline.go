@@ -72,30 +72,83 @@ func (s *session) relay(ctx context.Context, params toolCall, after *func(undeli
 	g := s.g
 	g.inflight.Add(1)
 	defer g.inflight.Done()
-	c := s.newCallRun(ctx, params)
-	if st, tun := g.listMachinesOf(params.Name); st != nil {
-		return c.listMachines(st, tun, after)
+	c, fwd, out, err := s.admitCall(ctx, params, after)
+	if fwd == nil {
+		return out, err
+	}
+	res, sent, cctx, callErr := c.forward(fwd.lv, fwd.toolName)
+	return c.finish(fwd, res, sent, cctx, callErr, after)
+}
+
+// relayThen is relay whose end runs done, with the answer and the append
+// of the result record (nil if there is none; see relay's after), instead
+// of returning: for a call forwarded on a stdio child's connection, in the
+// child's read loop once the answer is read (or in the goroutine of the
+// call's end: its cancellation, its timeout, the connection's failure),
+// so that no goroutine waits for the upstream; otherwise before relayThen
+// returns. The call record is durable before the call is forwarded, as in
+// relay.
+func (s *session) relayThen(ctx context.Context, params toolCall, done func(out json.RawMessage, err error, after func(undelivered string))) {
+	g := s.g
+	g.inflight.Add(1)
+	var after func(undelivered string)
+	c, fwd, out, err := s.admitCall(ctx, params, &after)
+	if fwd == nil {
+		g.inflight.Done()
+		done(out, err, after)
+		return
+	}
+	c.forwardThen(fwd.lv, fwd.toolName, func(res json.RawMessage, sent bool, cctx context.Context, callErr error) {
+		out, err := c.finish(fwd, res, sent, cctx, callErr, &after)
+		g.inflight.Done()
+		done(out, err, after)
+	})
+}
+
+// forwarding is an admitted call on its way upstream: its record's
+// receipt, its upstream and connection.
+type forwarding struct {
+	rcpt     auditlog.Receipt
+	st       *upState
+	toolName string
+	lv       *live
+}
+
+// admitCall takes a call through the pipeline up to its forwarding: route,
+// kill switch, policy, upstream, and the durable call record. A call it
+// answers itself (refused, or a tunnel's machine list) has fwd nil and the
+// answer in out and err.
+func (s *session) admitCall(ctx context.Context, params toolCall, after *func(undelivered string)) (c *callRun, fwd *forwarding, out json.RawMessage, err error) {
+	c = s.newCallRun(ctx, params)
+	if st, tun := s.g.listMachinesOf(params.Name); st != nil {
+		out, err = c.listMachines(st, tun, after)
+		return c, nil, out, err
 	}
 	st, toolName, lv, err := c.admit()
 	if err != nil {
 		var ta *toolAnswer
 		if errors.As(err, &ta) {
-			return ta.raw, nil // refused, recorded, answered as a tool error
+			return c, nil, ta.raw, nil // refused, recorded, answered as a tool error
 		}
-		return nil, err // refused and recorded
+		return c, nil, nil, err // refused and recorded
 	}
 	rcpt, err := c.recordForwarded()
 	if err != nil {
-		return nil, err
+		return c, nil, nil, err
 	}
-	// From here on the call gets exactly one result record.
-	res, sent, cctx, callErr := c.forward(lv, toolName)
-	result := &record.Result{Call: receiptIndex(rcpt), Session: s.id, LatencyMicros: time.Since(c.start).Microseconds()}
-	out, outErr := c.outcome(result, st, lv, toolName, res, callErr, sent, cctx)
-	g.metricCall(st.name, c.rec.Decision, result.Outcome, time.Since(c.start))
+	return c, &forwarding{rcpt: rcpt, st: st, toolName: toolName, lv: lv}, nil, nil
+}
+
+// finish ends a forwarded call: its result record (exactly one per
+// forwarded call), metrics, and the agent's answer.
+func (c *callRun) finish(fwd *forwarding, res json.RawMessage, sent bool, cctx context.Context, callErr error, after *func(undelivered string)) (json.RawMessage, error) {
+	s, g := c.s, c.s.g
+	result := &record.Result{Call: receiptIndex(fwd.rcpt), Session: s.id, LatencyMicros: time.Since(c.start).Microseconds()}
+	out, outErr := c.outcome(result, fwd.st, fwd.lv, fwd.toolName, res, callErr, sent, cctx)
+	g.metricCall(fwd.st.name, c.rec.Decision, result.Outcome, time.Since(c.start))
 	s.tools.CallsChanged() // the call may change what list_tools allows this session
 	c.appendResult(result, after)
-	if refill := lv.refill.Swap(nil); refill != nil {
+	if refill := fwd.lv.refill.Swap(nil); refill != nil {
 		// The first call to a warm spare: its replacement is made once
 		// the answer is on its way.
 		if after != nil && *after != nil {
@@ -318,27 +371,52 @@ func (c *callRun) recordForwarded() (auditlog.Receipt, error) {
 // forward sends the call upstream, bounded by the call timeout, unless the
 // agent cancelled it while its record was written (sent false).
 func (c *callRun) forward(lv *live, toolName string) (res json.RawMessage, sent bool, cctx context.Context, callErr error) {
+	c.forwardWith(lv, toolName, false, func(r json.RawMessage, s bool, cc context.Context, err error) {
+		res, sent, cctx, callErr = r, s, cc, err
+	})
+	return res, sent, cctx, callErr
+}
+
+// forwardThen is forward whose end runs done (see relayThen).
+func (c *callRun) forwardThen(lv *live, toolName string, done func(res json.RawMessage, sent bool, cctx context.Context, callErr error)) {
+	c.forwardWith(lv, toolName, true, done)
+}
+
+// forwardWith sends the call and runs done with its end: if async, in the
+// goroutine Conn.RawCallThen picks; otherwise before it returns.
+func (c *callRun) forwardWith(lv *live, toolName string, async bool, done func(json.RawMessage, bool, context.Context, error)) {
 	ctx, g := c.ctx, c.s.g
-	callErr = ctx.Err() // cancelled while its record was written: not sent
-	sent = callErr == nil
-	cctx = ctx
-	if sent {
-		upTok, release := lv.track(ctx, c.s, c.params.Progress)
-		var cancel context.CancelFunc
-		cctx, cancel = context.WithTimeout(ctx, g.opts.CallTimeout)
-		conn := lv.conn
-		if c.rec.Machine != "" && conn.Machine != c.rec.Machine {
-			// The session's connection is on another machine of the
-			// tunnel upstream: the call goes to a session of its own there.
-			conn, callErr = lv.conn.OnMachine(cctx, c.rec.Machine)
-		}
-		if callErr == nil {
-			res, callErr = forwardCall(upstream.WithChecked(cctx, &c.checked), conn, toolName, c.args, callwire.SpliceMeta(c.params.Meta, upTok))
-		}
+	if err := ctx.Err(); err != nil { // cancelled while its record was written: not sent
+		done(nil, false, ctx, err)
+		return
+	}
+	upTok, release := lv.track(ctx, c.s, c.params.Progress)
+	cctx, cancel := context.WithTimeout(ctx, g.opts.CallTimeout)
+	end := func(res json.RawMessage, callErr error) {
 		cancel()
 		release()
+		done(res, true, cctx, callErr)
 	}
-	return res, sent, cctx, callErr
+	conn := lv.conn
+	if c.rec.Machine != "" && conn.Machine != c.rec.Machine {
+		// The session's connection is on another machine of the
+		// tunnel upstream: the call goes to a session of its own there.
+		var err error
+		if conn, err = lv.conn.OnMachine(cctx, c.rec.Machine); err != nil {
+			end(nil, err)
+			return
+		}
+	}
+	uctx := upstream.WithChecked(cctx, &c.checked)
+	b, err := toolsCallParams(toolName, c.args, callwire.SpliceMeta(c.params.Meta, upTok))
+	switch {
+	case err != nil:
+		end(nil, err)
+	case async:
+		conn.RawCallThen(uctx, "tools/call", b, end)
+	default:
+		end(conn.RawCall(uctx, "tools/call", b))
+	}
 }
 
 // outcome fills in the result record of a forwarded call and returns the
@@ -434,10 +512,10 @@ func (c *callRun) appendResult(result *record.Result, after *func(undelivered st
 	}
 }
 
-// forwardCall sends tools/call upstream as a raw call (both kinds of
-// upstream connection make them) and returns the result's exact bytes.
-// meta is the _meta object to send (empty: none).
-func forwardCall(ctx context.Context, conn *upstream.Conn, tool string, args, meta json.RawMessage) (json.RawMessage, error) {
+// toolsCallParams are the params of tools/call sent upstream as a raw
+// call (both kinds of upstream connection make them), whose result comes
+// back as its exact bytes. meta is the _meta object to send (empty: none).
+func toolsCallParams(tool string, args, meta json.RawMessage) (json.RawMessage, error) {
 	name, err := json.Marshal(tool)
 	if err != nil {
 		return nil, err
@@ -449,7 +527,7 @@ func forwardCall(ctx context.Context, conn *upstream.Conn, tool string, args, me
 	}
 	b = append(append(b, `"name":`...), name...)
 	b = append(append(append(b, `,"arguments":`...), args...), '}')
-	return conn.RawCall(ctx, "tools/call", b)
+	return b, nil
 }
 
 // route maps an exposed tool name to its upstream, the upstream's tool name

@@ -16,7 +16,7 @@ type Pending struct {
 
 	mu   sync.Mutex
 	next uint64
-	m    map[string]chan *jsonrpc.Response
+	m    map[string]waiter
 	err  error            // the connection failed: every request fails with this
 	one  map[string]error // requests failed alone (FailOne), until ErrOf reads them
 	// Dropped, if set, is told of an answer whose request no longer
@@ -24,29 +24,56 @@ type Pending struct {
 	Dropped func(id string)
 }
 
+// waiter is one request's wait: a channel (Register) or a function
+// (RegisterFunc).
+type waiter struct {
+	ch chan *jsonrpc.Response
+	f  func(*jsonrpc.Response, error)
+}
+
 // Register returns a fresh request id and the channel its response arrives
 // on (closed if the table fails first), or the table's failure.
 func (p *Pending) Register() (string, <-chan *jsonrpc.Response, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.err != nil {
-		return "", nil, p.err
-	}
-	if p.m == nil {
-		p.m = map[string]chan *jsonrpc.Response{}
-	}
-	p.next++
-	id := p.Prefix + strconv.FormatUint(p.next, 10)
 	ch := make(chan *jsonrpc.Response, 1)
-	p.m[id] = ch
+	id, err := p.register(waiter{ch: ch})
+	if err != nil {
+		return "", nil, err
+	}
 	return id, ch, nil
 }
 
-// Forget gives up waiting for id.
-func (p *Pending) Forget(id string) {
+// RegisterFunc returns a fresh request id whose end runs f once, in the
+// goroutine that ends it: with the response (in the read loop that calls
+// Deliver), or with why there is none (Fail, FailOne). A request given up
+// with Forget, which reports true then, does not run f. f is never called
+// with the table's lock held.
+func (p *Pending) RegisterFunc(f func(*jsonrpc.Response, error)) (string, error) {
+	return p.register(waiter{f: f})
+}
+
+func (p *Pending) register(w waiter) (string, error) {
 	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.err != nil {
+		return "", p.err
+	}
+	if p.m == nil {
+		p.m = map[string]waiter{}
+	}
+	p.next++
+	id := p.Prefix + strconv.FormatUint(p.next, 10)
+	p.m[id] = w
+	return id, nil
+}
+
+// Forget gives up waiting for id; it reports whether id was waiting (so
+// that nothing else ends its wait).
+func (p *Pending) Forget(id string) bool {
+	p.mu.Lock()
+	_, ok := p.m[id]
 	delete(p.m, id)
 	p.mu.Unlock()
+	return ok
 }
 
 // Deliver hands resp to the request it answers; it reports whether resp
@@ -58,28 +85,41 @@ func (p *Pending) Deliver(resp *jsonrpc.Response) bool {
 		return false
 	}
 	p.mu.Lock()
-	ch := p.m[id]
+	w, ok := p.m[id]
 	delete(p.m, id)
 	p.mu.Unlock()
-	if ch != nil {
-		ch <- resp
-	} else if p.Dropped != nil {
+	switch {
+	case w.f != nil:
+		w.f(resp, nil)
+	case ok:
+		w.ch <- resp
+	case p.Dropped != nil:
 		p.Dropped(id)
 	}
 	return true
 }
 
-// Fail ends every waiting request (its channel is closed) and makes every
+// Fail ends every waiting request (its channel is closed, or its function
+// runs with err once the lock is let go) and makes every
 // later Register fail with err. The first failure is kept.
 func (p *Pending) Fail(err error) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if p.err == nil {
 		p.err = err
 	}
-	for id, ch := range p.m {
-		close(ch)
+	err = p.err
+	var fs []func(*jsonrpc.Response, error)
+	for id, w := range p.m {
+		if w.f != nil {
+			fs = append(fs, w.f)
+		} else {
+			close(w.ch)
+		}
 		delete(p.m, id)
+	}
+	p.mu.Unlock()
+	for _, f := range fs {
+		f(nil, err)
 	}
 }
 
@@ -87,17 +127,23 @@ func (p *Pending) Fail(err error) {
 // ErrOf(id) gives err. It reports whether id was waiting.
 func (p *Pending) FailOne(id string, err error) bool {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	ch := p.m[id]
-	if ch == nil {
+	w, ok := p.m[id]
+	if !ok {
+		p.mu.Unlock()
 		return false
 	}
 	delete(p.m, id)
+	if w.f != nil {
+		p.mu.Unlock()
+		w.f(nil, err)
+		return true
+	}
 	if p.one == nil {
 		p.one = map[string]error{}
 	}
 	p.one[id] = err
-	close(ch)
+	close(w.ch)
+	p.mu.Unlock()
 	return true
 }
 

@@ -193,7 +193,7 @@ func (s *Stdio) Connect(ctx context.Context, client *mcp.Client, opts ConnectOpt
 	}
 	ref := fmt.Sprintf("pid %d", child.pid)
 	conn := NewConn(cs, child.class, ref, child.Stop, child.Fault)
-	conn.raw = t.conn.rawCall
+	conn.raw, conn.rawThen = t.conn.rawCall, t.conn.rawCallThen
 	conn.assign, conn.changed = child.assign, child.changed
 	return conn, nil
 }

@@ -59,6 +59,7 @@ type Conn struct {
 	close     func() error
 	fault     func() error
 	raw       func(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error)
+	rawThen   func(ctx context.Context, method string, params json.RawMessage, done func(json.RawMessage, error))
 	machine   func(ctx context.Context, id string) (*Conn, error)
 	assign    func(session string)
 	changed   func() string

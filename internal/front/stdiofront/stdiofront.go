@@ -42,8 +42,10 @@ type Transport struct {
 	// Fast, if set, returns the fast path of the connection: it sees every
 	// request first, in the order read, and reports whether it took it,
 	// with the work to run for it, if any (the gateway's fastpath.go),
-	// which runs while the next messages are read.
-	Fast func(*Conn) func(*jsonrpc.Request) (bool, func())
+	// which runs while the next messages are read. The work calls over
+	// once, when the call is over (answered, or cancelled by the agent),
+	// from whichever goroutine ends it: it may return before that.
+	Fast func(*Conn) func(*jsonrpc.Request) (bool, func(over func()))
 	// Passed, if set, sees every request the fast path did not take, just
 	// before go-sdk gets it.
 	Passed func(*jsonrpc.Request)
@@ -86,7 +88,7 @@ type Conn struct {
 	in             io.ReadCloser  // t.In, reopened by pollableReader if it could be
 	out            io.WriteCloser // t.Out, reopened by pollableWriter if it could be
 	wmu            sync.Mutex
-	fast           func(*jsonrpc.Request) (bool, func())
+	fast           func(*jsonrpc.Request) (bool, func(over func()))
 	unanswered     *Unanswered
 	// work hands a fast call to a waiting worker; idle counts them.
 	work      chan func()
@@ -141,10 +143,11 @@ func (c *Conn) read(br *bufio.Reader, n int) {
 						mine := c.unanswered.read(req.ID)
 						id := req.ID
 						c.dispatch(func() {
-							run()
-							if mine { // a duplicate id leaves the first request's entry alone
-								c.unanswered.answered(id) // or cancelled by the agent: no answer is due
-							}
+							run(func() {
+								if mine { // a duplicate id leaves the first request's entry alone
+									c.unanswered.answered(id) // or cancelled by the agent: no answer is due
+								}
+							})
 						})
 					}
 					continue
