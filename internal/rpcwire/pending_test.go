@@ -79,3 +79,39 @@ func TestPendingFailOne(t *testing.T) {
 		t.Fatal("the other request did not get its answer")
 	}
 }
+
+// TestPendingFunc: a request registered with a function ends exactly once,
+// whichever ends it: its answer, FailOne, Fail, or Forget (which reports
+// that it took the request, and then the function never runs).
+func TestPendingFunc(t *testing.T) {
+	p := &Pending{Prefix: "x-"}
+	var got []string
+	f := func(tag string) func(*jsonrpc.Response, error) {
+		return func(r *jsonrpc.Response, err error) {
+			if r != nil {
+				got = append(got, tag+":answer")
+			} else {
+				got = append(got, tag+":"+err.Error())
+			}
+		}
+	}
+	answered, _ := p.RegisterFunc(f("a"))
+	one, _ := p.RegisterFunc(f("b"))
+	forgotten, _ := p.RegisterFunc(f("c"))
+	_, _ = p.RegisterFunc(f("d"))
+	id, _ := jsonrpc.MakeID(answered)
+	if !p.Deliver(&jsonrpc.Response{ID: id}) || !p.Deliver(&jsonrpc.Response{ID: id}) {
+		t.Fatal("an answer with the table's prefix was not taken")
+	}
+	if !p.FailOne(one, errors.New("bad")) || p.FailOne(one, errors.New("again")) {
+		t.Fatal("FailOne did not end the request exactly once")
+	}
+	if !p.Forget(forgotten) || p.Forget(forgotten) {
+		t.Fatal("Forget must report that it took the request, once")
+	}
+	p.Fail(errors.New("gone"))
+	p.Fail(errors.New("twice"))
+	if want := []string{"a:answer", "b:bad", "d:gone"}; len(got) != len(want) || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
+		t.Fatalf("ends: %q, want %q (and none for the forgotten %s)", got, want, forgotten)
+	}
+}
