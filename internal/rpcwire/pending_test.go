@@ -100,8 +100,10 @@ func TestPendingFunc(t *testing.T) {
 	forgotten, _ := p.RegisterFunc(f("c"))
 	_, _ = p.RegisterFunc(f("d"))
 	id, _ := jsonrpc.MakeID(answered)
-	if !p.Deliver(&jsonrpc.Response{ID: id}) || !p.Deliver(&jsonrpc.Response{ID: id}) {
-		t.Fatal("an answer with the table's prefix was not taken")
+	for range 2 { // the second is a late answer: taken and dropped
+		if !p.Deliver(&jsonrpc.Response{ID: id}) {
+			t.Fatal("an answer with the table's prefix was not taken")
+		}
 	}
 	if !p.FailOne(one, errors.New("bad")) || p.FailOne(one, errors.New("again")) {
 		t.Fatal("FailOne did not end the request exactly once")
