@@ -178,19 +178,9 @@ func runAttest(cmd *cobra.Command, e *env, o *attestOptions) error {
 	if err != nil {
 		return err
 	}
-	var certs [][]byte
-	for _, f := range o.Certs {
-		data, err := readInput(f)
-		if err != nil {
-			return exitcode.WithCode(exitcode.ExitIO, fmt.Errorf("--cert: %w", err))
-		}
-		parsed, err := evidence.ParseCertificates(data)
-		if err != nil {
-			return exitcode.Errorf(exitcode.ExitUsage, "--cert %s: %v", f, err)
-		}
-		for _, c := range parsed {
-			certs = append(certs, c.Raw)
-		}
+	certs, err := readCertificates(o.Certs)
+	if err != nil {
+		return err
 	}
 	var pub ed25519.PublicKey
 	if o.Key != "" {
@@ -250,21 +240,46 @@ func runAttest(cmd *cobra.Command, e *env, o *attestOptions) error {
 	if p.JSONOut {
 		return p.JSON(doc)
 	}
-	label := p.OK(b.Platform)
-	if !b.Attested {
-		label = p.Warn(b.Platform + " (UNATTESTED, development only)")
+	printAttest(p, doc)
+	return nil
+}
+
+// printAttest says what attest wrote (doc) for people.
+func printAttest(p *ui.Printer, doc attestDoc) {
+	label := p.OK(doc.Platform)
+	if !doc.Attested {
+		label = p.Warn(doc.Platform + " (UNATTESTED, development only)")
 	}
-	p.Printf("%s evidence written to %s (via %s)\n", label, p.Bold(o.Out), b.Collector)
+	p.Printf("%s evidence written to %s (via %s)\n", label, p.Bold(doc.Out), doc.Collector)
 	p.Printf("  key:         %s\n", doc.PublicKey)
-	if keyFile != "" {
-		p.Printf("  private key: %s (generated, mode 0600)\n", keyFile)
+	if doc.KeyFile != "" {
+		p.Printf("  private key: %s (generated, mode 0600)\n", doc.KeyFile)
 	}
 	p.Printf("  nonce:       %s\n", doc.Nonce)
 	if doc.Statement != "" {
 		p.Printf("  statement:   %s\n", doc.Statement)
 	}
 	p.Printf("  report data: %s\n", doc.ReportData)
-	return nil
+}
+
+// readCertificates reads the --cert files: the DER of every certificate
+// they hold, in order.
+func readCertificates(files []string) ([][]byte, error) {
+	var certs [][]byte
+	for _, f := range files {
+		data, err := readInput(f)
+		if err != nil {
+			return nil, exitcode.WithCode(exitcode.ExitIO, fmt.Errorf("--cert: %w", err))
+		}
+		parsed, err := evidence.ParseCertificates(data)
+		if err != nil {
+			return nil, exitcode.Errorf(exitcode.ExitUsage, "--cert %s: %v", f, err)
+		}
+		for _, c := range parsed {
+			certs = append(certs, c.Raw)
+		}
+	}
+	return certs, nil
 }
 
 func writePrivateKey(path string, priv ed25519.PrivateKey) error {
@@ -388,41 +403,9 @@ affirming or warning, 20 bad evidence, 21 reference value or policy mismatch,
 
 func runAttestVerify(e *env, o *attestVerifyOptions, args []string) error {
 	p := e.printer()
-	var opts evidence.VerifyOptions
-	var err error
-	if opts.ExpectNonce, err = o.Nonce.get(); err != nil {
+	opts, err := o.verifyOptions()
+	if err != nil {
 		return err
-	}
-	if o.Key != "" {
-		if opts.ExpectKey, err = readPublicKey(o.Key); err != nil {
-			return err
-		}
-	}
-	if opts.ExpectStatement, err = parseStatement(o.Statement); err != nil {
-		return err
-	}
-	opts.AllowSoftware = o.AllowSoftware
-	if o.At != "" {
-		if opts.Now, err = time.Parse(time.RFC3339, o.At); err != nil {
-			return exitcode.Errorf(exitcode.ExitUsage, "--at: %v", err)
-		}
-	}
-	if o.Reference != "" {
-		if opts.Reference, err = evidence.ReadReferenceFile(o.Reference); err != nil {
-			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
-				return exitcode.WithCode(exitcode.ExitIO, fmt.Errorf("--reference: %w", err))
-			}
-			return exitcode.WithCode(exitcode.ExitUsage, fmt.Errorf("--reference: %w", err))
-		}
-	}
-	if o.Roots != "" {
-		data, err := readInput(o.Roots)
-		if err != nil {
-			return exitcode.WithCode(exitcode.ExitIO, fmt.Errorf("--roots: %w", err))
-		}
-		if opts.Roots, err = evidence.ParseRoots(data, o.Roots); err != nil {
-			return exitcode.Errorf(exitcode.ExitUsage, "--roots %s: %v", o.Roots, err)
-		}
 	}
 	var res *evidence.Result
 	file := o.RawReport
@@ -471,6 +454,47 @@ func runAttestVerify(e *env, o *attestVerifyOptions, args []string) error {
 		printResult(p, file, res)
 	}
 	return attestVerifyErr(res)
+}
+
+// verifyOptions are the checks the flags ask of the evidence.
+func (o *attestVerifyOptions) verifyOptions() (evidence.VerifyOptions, error) {
+	var opts evidence.VerifyOptions
+	var err error
+	if opts.ExpectNonce, err = o.Nonce.get(); err != nil {
+		return opts, err
+	}
+	if o.Key != "" {
+		if opts.ExpectKey, err = readPublicKey(o.Key); err != nil {
+			return opts, err
+		}
+	}
+	if opts.ExpectStatement, err = parseStatement(o.Statement); err != nil {
+		return opts, err
+	}
+	opts.AllowSoftware = o.AllowSoftware
+	if o.At != "" {
+		if opts.Now, err = time.Parse(time.RFC3339, o.At); err != nil {
+			return opts, exitcode.Errorf(exitcode.ExitUsage, "--at: %v", err)
+		}
+	}
+	if o.Reference != "" {
+		if opts.Reference, err = evidence.ReadReferenceFile(o.Reference); err != nil {
+			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
+				return opts, exitcode.WithCode(exitcode.ExitIO, fmt.Errorf("--reference: %w", err))
+			}
+			return opts, exitcode.WithCode(exitcode.ExitUsage, fmt.Errorf("--reference: %w", err))
+		}
+	}
+	if o.Roots != "" {
+		data, err := readInput(o.Roots)
+		if err != nil {
+			return opts, exitcode.WithCode(exitcode.ExitIO, fmt.Errorf("--roots: %w", err))
+		}
+		if opts.Roots, err = evidence.ParseRoots(data, o.Roots); err != nil {
+			return opts, exitcode.Errorf(exitcode.ExitUsage, "--roots %s: %v", o.Roots, err)
+		}
+	}
+	return opts, nil
 }
 
 func attestVerifyErr(res *evidence.Result) error {

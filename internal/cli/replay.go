@@ -115,7 +115,21 @@ func newReplayCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "replay LOGDIR...",
 		Short: "Rebuild sessions and calls from an audit log and re-check every policy decision",
-		Long: `replay verifies an audit log (as verify-chain does), then prints its
+		Long:  replayLong,
+		Example: `  cmcp replay /var/lib/cmcp/audit
+  cmcp replay /var/lib/cmcp/audit --policy policy/ --identity auditor.key
+  cmcp replay /var/lib/cmcp/audit --what-if policy-next/ --agent alice`,
+		Args: usageArgs(cobra.MinimumNArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runReplay(cmd, e, o, args)
+		},
+	}
+	o.AddFlags(cmd.Flags())
+	return cmd
+}
+
+// replayLong is replay's help text.
+const replayLong = `replay verifies an audit log (as verify-chain does), then prints its
 timeline: sessions, agents, calls, upstreams and their evidence classes,
 decisions, latencies and outcomes. Reads of resources and prompts
 (resources/read, resources/subscribe, prompts/get, completion/complete) are
@@ -158,63 +172,57 @@ call names its gateway's log, calls in time order.
 
 Exit status 30 when a decision differs, a payload was tampered with, a
 record names a bundle without the decision's input, or a call record is
-inconsistent.`,
-		Example: `  cmcp replay /var/lib/cmcp/audit
-  cmcp replay /var/lib/cmcp/audit --policy policy/ --identity auditor.key
-  cmcp replay /var/lib/cmcp/audit --what-if policy-next/ --agent alice`,
-		Args: usageArgs(cobra.MinimumNArgs(1)),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			opts, err := o.options()
-			if err != nil {
-				return err
-			}
-			// A batch over up to millions of records: trade memory for
-			// fewer garbage collections (measured: BenchmarkReplay100k).
-			defer debug.SetGCPercent(debug.SetGCPercent(400))
-			p := e.printer()
-			prog := p.Progress("reading records", 0)
-			opts.Progress = func(n int64) { prog.Add(4096) }
-			var reps []*replay.Report
-			for _, dir := range args {
-				r, err := replay.Run(cmd.Context(), dir, opts)
-				if err != nil {
-					prog.Done()
-					return err
-				}
-				reps = append(reps, r)
-			}
-			prog.Done()
-			rep := reps[0]
-			if len(reps) > 1 {
-				// A fleet: one timeline of every gateway's log.
-				rep = replay.Merge(reps)
-			}
-			if rep.Unverified != "" {
-				p.Warnf("UNVERIFIED: the log does not verify (%s); every line below is marked", rep.Unverified)
-			}
-			for _, w := range rep.Warnings {
-				p.Warnf("%s", w)
-			}
-			if p.JSONOut {
-				if err := p.JSON(replayDoc{SchemaVersion: ui.SchemaVersion, Report: rep}); err != nil {
-					return err
-				}
-			} else {
-				printReplay(p, rep, o)
-			}
-			s := rep.Summary
-			if rep.Findings() {
-				return exitcode.Errorf(exitcode.ExitReplay, "replay found %d decision(s) that differ from the record, %d tampered payload(s), %d incomplete record(s), %d inconsistent call record(s)", s.Differs, s.Tampered, s.Incomplete, s.Inconsistent)
-			}
-			if o.requireSign && s.Unsigned > 0 {
-				return exitcode.Errorf(exitcode.ExitLogSig, "%d of the calls are in records no checkpoint of their epoch's key signs (--require-signed)", s.Unsigned).
-					Hint("the newest epoch's tail is signed at its next checkpoint (or at shutdown); a crashed epoch's tail never is: whether to trust it depends on who could write the audit disk while the gateway was down")
-			}
-			return nil
-		},
+inconsistent.`
+
+// runReplay verifies and replays the logs in args and prints the timeline.
+func runReplay(cmd *cobra.Command, e *env, o *replayOptions, args []string) error {
+	opts, err := o.options()
+	if err != nil {
+		return err
 	}
-	o.AddFlags(cmd.Flags())
-	return cmd
+	// A batch over up to millions of records: trade memory for
+	// fewer garbage collections (measured: BenchmarkReplay100k).
+	defer debug.SetGCPercent(debug.SetGCPercent(400))
+	p := e.printer()
+	prog := p.Progress("reading records", 0)
+	opts.Progress = func(n int64) { prog.Add(4096) }
+	var reps []*replay.Report
+	for _, dir := range args {
+		r, err := replay.Run(cmd.Context(), dir, opts)
+		if err != nil {
+			prog.Done()
+			return err
+		}
+		reps = append(reps, r)
+	}
+	prog.Done()
+	rep := reps[0]
+	if len(reps) > 1 {
+		// A fleet: one timeline of every gateway's log.
+		rep = replay.Merge(reps)
+	}
+	if rep.Unverified != "" {
+		p.Warnf("UNVERIFIED: the log does not verify (%s); every line below is marked", rep.Unverified)
+	}
+	for _, w := range rep.Warnings {
+		p.Warnf("%s", w)
+	}
+	if p.JSONOut {
+		if err := p.JSON(replayDoc{SchemaVersion: ui.SchemaVersion, Report: rep}); err != nil {
+			return err
+		}
+	} else {
+		printReplay(p, rep, o)
+	}
+	s := rep.Summary
+	if rep.Findings() {
+		return exitcode.Errorf(exitcode.ExitReplay, "replay found %d decision(s) that differ from the record, %d tampered payload(s), %d incomplete record(s), %d inconsistent call record(s)", s.Differs, s.Tampered, s.Incomplete, s.Inconsistent)
+	}
+	if o.requireSign && s.Unsigned > 0 {
+		return exitcode.Errorf(exitcode.ExitLogSig, "%d of the calls are in records no checkpoint of their epoch's key signs (--require-signed)", s.Unsigned).
+			Hint("the newest epoch's tail is signed at its next checkpoint (or at shutdown); a crashed epoch's tail never is: whether to trust it depends on who could write the audit disk while the gateway was down")
+	}
+	return nil
 }
 
 // replayTables prints the tables of a replay. Every row of an unverified

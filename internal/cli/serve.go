@@ -38,7 +38,26 @@ func newServeCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "serve [-c cmcp.yaml] [--stdio] [--listen host:port]",
 		Short: "Run the gateway: agents speak MCP to it, every call is decided and audited",
-		Long: `Run the cmcp gateway.
+		Long:  serveLong,
+		Example: `  bash scripts/quickstart.sh       # pins the sample server into .quickstart/cmcp.yaml and serves it
+  cmcp serve -c .quickstart/cmcp.yaml
+  cmcp serve -c cmcp.yaml --listen 127.0.0.1:9000
+  cmcp serve -c cmcp.yaml --stdio      # in an MCP client's server command`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runServe(cmd, e, o)
+		},
+	}
+	o.AddFlags(cmd.Flags())
+	_ = cmd.RegisterFlagCompletionFunc("log-level", cobra.FixedCompletions([]string{"debug", "info", "warn", "error"}, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("config", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+		return []string{"yaml", "yml"}, cobra.ShellCompDirectiveFilterFileExt
+	})
+	return cmd
+}
+
+// serveLong is serve's help text.
+const serveLong = `Run the cmcp gateway.
 
 Agents connect to the Streamable HTTP endpoint /mcp (server.listen, default
 127.0.0.1:8080), or, with --stdio, a local MCP client spawns cmcp and talks on
@@ -79,55 +98,45 @@ The kill switch (admin: listener) refuses every tools/call, resources/read,
 resources/subscribe, prompts/get and completion/complete while it is
 engaged, and is kept in AUDIT_DIR/kill-switch.json meanwhile: a gateway
 restarted on that directory starts engaged, and records so, until an
-operator clears it.`,
-		Example: `  bash scripts/quickstart.sh       # pins the sample server into .quickstart/cmcp.yaml and serves it
-  cmcp serve -c .quickstart/cmcp.yaml
-  cmcp serve -c cmcp.yaml --listen 127.0.0.1:9000
-  cmcp serve -c cmcp.yaml --stdio      # in an MCP client's server command`,
-		Args: usageArgs(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := config.Load(o.Config)
-			if err != nil {
-				return err
-			}
-			var level slog.Level
-			if err := level.UnmarshalText([]byte(o.LogLevel)); err != nil {
-				return exitcode.Errorf(exitcode.ExitUsage, "--log-level %q: want debug, info, warn or error", o.LogLevel)
-			}
-			logger := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
-			server.TuneGC(e.environ)
-			// A gateway whose log reader went away (`cmcp serve 2>&1 |
-			// head`, a restarted log shipper) keeps serving: otherwise Go
-			// kills a process whose write to stderr meets a closed pipe,
-			// mid-call and with its audit epoch unsealed. With --stdio, a
-			// closed stdout is the agent leaving, seen as a write error.
-			// Notify, not Ignore: an ignored signal stays ignored in the
-			// children the gateway executes; a caught one does not.
-			signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
-			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
-			defer stop()
-			// A path argument is relative to the working directory, as
-			// verify-chain's and replay's are; audit.dir in the file is
-			// relative to the file (server.Serve resolves it so).
-			auditDir := o.AuditDir
-			if auditDir != "" {
-				if auditDir, err = filepath.Abs(auditDir); err != nil {
-					return exitcode.Errorf(exitcode.ExitIO, "--audit-dir %s: %w", o.AuditDir, err)
-				}
-			}
-			so := server.ServeOptions{Stdio: o.Stdio, Listen: o.Listen, AuditDir: auditDir, Environ: e.environ, Logger: logger, Metrics: metrics.New()}
-			if o.Stdio {
-				so.Stdin, so.Stdout = readCloser(e.stdin), writeCloser(e.stdout)
-			}
-			return server.Serve(ctx, cfg, so)
-		},
+operator clears it.`
+
+// runServe loads the configuration and serves it until a signal or, with
+// --stdio, the end of stdin.
+func runServe(cmd *cobra.Command, e *env, o *serveOptions) error {
+	cfg, err := config.Load(o.Config)
+	if err != nil {
+		return err
 	}
-	o.AddFlags(cmd.Flags())
-	_ = cmd.RegisterFlagCompletionFunc("log-level", cobra.FixedCompletions([]string{"debug", "info", "warn", "error"}, cobra.ShellCompDirectiveNoFileComp))
-	_ = cmd.RegisterFlagCompletionFunc("config", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
-		return []string{"yaml", "yml"}, cobra.ShellCompDirectiveFilterFileExt
-	})
-	return cmd
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.LogLevel)); err != nil {
+		return exitcode.Errorf(exitcode.ExitUsage, "--log-level %q: want debug, info, warn or error", o.LogLevel)
+	}
+	logger := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
+	server.TuneGC(e.environ)
+	// A gateway whose log reader went away (`cmcp serve 2>&1 |
+	// head`, a restarted log shipper) keeps serving: otherwise Go
+	// kills a process whose write to stderr meets a closed pipe,
+	// mid-call and with its audit epoch unsealed. With --stdio, a
+	// closed stdout is the agent leaving, seen as a write error.
+	// Notify, not Ignore: an ignored signal stays ignored in the
+	// children the gateway executes; a caught one does not.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	// A path argument is relative to the working directory, as
+	// verify-chain's and replay's are; audit.dir in the file is
+	// relative to the file (server.Serve resolves it so).
+	auditDir := o.AuditDir
+	if auditDir != "" {
+		if auditDir, err = filepath.Abs(auditDir); err != nil {
+			return exitcode.Errorf(exitcode.ExitIO, "--audit-dir %s: %w", o.AuditDir, err)
+		}
+	}
+	so := server.ServeOptions{Stdio: o.Stdio, Listen: o.Listen, AuditDir: auditDir, Environ: e.environ, Logger: logger, Metrics: metrics.New()}
+	if o.Stdio {
+		so.Stdin, so.Stdout = readCloser(e.stdin), writeCloser(e.stdout)
+	}
+	return server.Serve(ctx, cfg, so)
 }
 
 func readCloser(r io.Reader) io.ReadCloser {

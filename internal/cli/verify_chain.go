@@ -970,40 +970,46 @@ func runVerifyFleet(p *ui.Printer, dirs []string, o *verifyChainOptions, keys []
 			return exitcode.WithCode(exitcode.ExitIO, err)
 		}
 	} else {
-		p.Printf("Fleet of %s\n", plural(len(rows), "audit log"))
-		tr := make([][]string, 0, len(rows))
-		for _, r := range rows {
-			verdict := p.OK("VERIFIED")
-			if r.Failure != nil {
-				verdict = p.Bad("FAIL " + string(r.Failure.Class))
-			}
-			wit := "-"
-			if len(r.Witnessed) > 0 {
-				wit = strings.Join(r.Witnessed, ", ")
-			}
-			origin := r.Origin
-			if origin == "" {
-				origin = "-"
-			}
-			tr = append(tr, []string{r.Dir, origin, fmt.Sprint(r.Epochs), fmt.Sprint(r.Records), wit, verdict})
-		}
-		p.Table([]string{"gateway log", "log origin", "epochs", "records", "witnessed by", "verdict"}, tr)
-		for _, r := range rows {
-			if r.Failure != nil {
-				p.Printf("  %s %s: %s\n", p.Bad("✗"), r.Dir, r.Failure.Error())
-			}
-			for _, w := range r.Warnings {
-				p.Printf("  %s %s: %s\n", p.Warn("!"), r.Dir, w)
-			}
-		}
-		if first == nil {
-			p.Printf("Result: %s: all %s\n", p.OK("VERIFIED"), plural(len(rows), "audit log"))
-		} else {
-			p.Printf("Result: %s\n", p.Bad("NOT VERIFIED"))
-		}
+		printFleet(p, rows, first == nil)
 	}
 	if first != nil {
 		return exitcode.WithCode(code, first)
 	}
 	return nil
+}
+
+// printFleet prints the fleet's table, each log's failure and warnings, and
+// the result (verified: every log verified).
+func printFleet(p *ui.Printer, rows []*fleetRow, verified bool) {
+	p.Printf("Fleet of %s\n", plural(len(rows), "audit log"))
+	tr := make([][]string, 0, len(rows))
+	for _, r := range rows {
+		verdict := p.OK("VERIFIED")
+		if r.Failure != nil {
+			verdict = p.Bad("FAIL " + string(r.Failure.Class))
+		}
+		wit := "-"
+		if len(r.Witnessed) > 0 {
+			wit = strings.Join(r.Witnessed, ", ")
+		}
+		origin := r.Origin
+		if origin == "" {
+			origin = "-"
+		}
+		tr = append(tr, []string{r.Dir, origin, fmt.Sprint(r.Epochs), fmt.Sprint(r.Records), wit, verdict})
+	}
+	p.Table([]string{"gateway log", "log origin", "epochs", "records", "witnessed by", "verdict"}, tr)
+	for _, r := range rows {
+		if r.Failure != nil {
+			p.Printf("  %s %s: %s\n", p.Bad("✗"), r.Dir, r.Failure.Error())
+		}
+		for _, w := range r.Warnings {
+			p.Printf("  %s %s: %s\n", p.Warn("!"), r.Dir, w)
+		}
+	}
+	if verified {
+		p.Printf("Result: %s: all %s\n", p.OK("VERIFIED"), plural(len(rows), "audit log"))
+	} else {
+		p.Printf("Result: %s\n", p.Bad("NOT VERIFIED"))
+	}
 }
