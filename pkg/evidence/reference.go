@@ -121,40 +121,48 @@ func ParseReferenceValues(data []byte) (*ReferenceValues, error) {
 		}
 	}
 	if t := rv.TDX; t != nil {
-		for name, list := range map[string][]HexBytes{"mr_td": t.MRTD, "mr_seam": t.MRSeam} {
-			for i, m := range list {
-				if len(m) != 48 {
-					return nil, fmt.Errorf("reference values: tdx.%s[%d] is %d bytes, want 48", name, i, len(m))
-				}
-			}
-		}
-		if len(t.RTMRs) > 4 {
-			return nil, fmt.Errorf("reference values: tdx.rtmrs has %d entries, at most 4", len(t.RTMRs))
-		}
-		given := 0
-		for i, m := range t.RTMRs {
-			if len(m) != 0 && len(m) != 48 {
-				return nil, fmt.Errorf("reference values: tdx.rtmrs[%d] is %d bytes, want 48 (or \"\" to skip)", i, len(m))
-			}
-			if len(m) != 0 {
-				given++
-			}
-		}
-		// "" skips one RTMR; a list of nothing but "" skips them all, which
-		// is an empty member like the others above.
-		if len(t.RTMRs) > 0 && given == 0 {
-			return nil, fmt.Errorf(`reference values: tdx.rtmrs has only "" entries, which check nothing: give at least one RTMR, or leave the member out to skip the check`)
-		}
-		for name, v := range map[string]struct {
-			b    HexBytes
-			size int
-		}{"mr_config_id": {t.MRConfigID, 48}, "td_attributes": {t.TDAttributes, 8}, "xfam": {t.XFAM, 8}, "minimum_tee_tcb_svn": {t.MinimumTEETCBSVN, 16}} {
-			if len(v.b) != 0 && len(v.b) != v.size {
-				return nil, fmt.Errorf("reference values: tdx.%s is %d bytes, want %d", name, len(v.b), v.size)
-			}
+		if err := t.checkSizes(); err != nil {
+			return nil, err
 		}
 	}
 	return &rv, nil
+}
+
+// checkSizes checks the size of every value t gives.
+func (t *TDXReference) checkSizes() error {
+	for name, list := range map[string][]HexBytes{"mr_td": t.MRTD, "mr_seam": t.MRSeam} {
+		for i, m := range list {
+			if len(m) != 48 {
+				return fmt.Errorf("reference values: tdx.%s[%d] is %d bytes, want 48", name, i, len(m))
+			}
+		}
+	}
+	if len(t.RTMRs) > 4 {
+		return fmt.Errorf("reference values: tdx.rtmrs has %d entries, at most 4", len(t.RTMRs))
+	}
+	given := 0
+	for i, m := range t.RTMRs {
+		if len(m) != 0 && len(m) != 48 {
+			return fmt.Errorf("reference values: tdx.rtmrs[%d] is %d bytes, want 48 (or \"\" to skip)", i, len(m))
+		}
+		if len(m) != 0 {
+			given++
+		}
+	}
+	// "" skips one RTMR; a list of nothing but "" skips them all, which
+	// is an empty member like those ParseReferenceValues refuses.
+	if len(t.RTMRs) > 0 && given == 0 {
+		return fmt.Errorf(`reference values: tdx.rtmrs has only "" entries, which check nothing: give at least one RTMR, or leave the member out to skip the check`)
+	}
+	for name, v := range map[string]struct {
+		b    HexBytes
+		size int
+	}{"mr_config_id": {t.MRConfigID, 48}, "td_attributes": {t.TDAttributes, 8}, "xfam": {t.XFAM, 8}, "minimum_tee_tcb_svn": {t.MinimumTEETCBSVN, 16}} {
+		if len(v.b) != 0 && len(v.b) != v.size {
+			return fmt.Errorf("reference values: tdx.%s is %d bytes, want %d", name, len(v.b), v.size)
+		}
+	}
+	return nil
 }
 
 // ReadReferenceFile reads reference values from a file.
