@@ -185,23 +185,9 @@ func Tree(ctx context.Context, dir string, opt TreeOptions) (Digest, error) {
 // readTree walks dir and hashes (or reads, when kept) its files, and
 // returns its entries sorted by path.
 func readTree(ctx context.Context, dir string, opt ReadTreeOptions) ([]*TreeEntry, error) {
-	root, err := filepath.EvalSymlinks(dir)
+	root, err := resolveTreeRoot(dir)
 	if err != nil {
-		if isLoop(err) {
-			return nil, fmt.Errorf("tree %s: %w: %v", dir, ErrSymlinkLoop, err)
-		}
-		return nil, fmt.Errorf("tree %s: %w", dir, err)
-	}
-	root, err = filepath.Abs(root)
-	if err != nil {
-		return nil, fmt.Errorf("tree %s: %w", dir, err)
-	}
-	fi, err := os.Stat(root)
-	if err != nil {
-		return nil, fmt.Errorf("tree %s: %w", dir, err)
-	}
-	if !fi.IsDir() {
-		return nil, fmt.Errorf("tree %s: %w (it is a %s); measure a single file as a file target", dir, ErrNotDirectory, typeName(fi.Mode()))
+		return nil, err
 	}
 
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -271,6 +257,30 @@ func readTree(ctx context.Context, dir string, opt ReadTreeOptions) ([]*TreeEntr
 	}
 	slices.SortFunc(entries, func(a, b *TreeEntry) int { return strings.Compare(a.Path, b.Path) })
 	return entries, nil
+}
+
+// resolveTreeRoot is the absolute directory dir resolves to (its symlinks
+// followed), or why it cannot be measured as a tree.
+func resolveTreeRoot(dir string) (string, error) {
+	root, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		if isLoop(err) {
+			return "", fmt.Errorf("tree %s: %w: %v", dir, ErrSymlinkLoop, err)
+		}
+		return "", fmt.Errorf("tree %s: %w", dir, err)
+	}
+	root, err = filepath.Abs(root)
+	if err != nil {
+		return "", fmt.Errorf("tree %s: %w", dir, err)
+	}
+	fi, err := os.Stat(root)
+	if err != nil {
+		return "", fmt.Errorf("tree %s: %w", dir, err)
+	}
+	if !fi.IsDir() {
+		return "", fmt.Errorf("tree %s: %w (it is a %s); measure a single file as a file target", dir, ErrNotDirectory, typeName(fi.Mode()))
+	}
+	return root, nil
 }
 
 // appendTreeLine encodes e as one manifest line (see TREE.md).
