@@ -306,21 +306,7 @@ func (v *verification) scanEpochs() error {
 		if err := lc.genesis(res, base); err != nil {
 			return err
 		}
-		rep.Records += res.Records
-		rep.Checkpoints += res.Checkpoints
-		if rep.First.IsZero() {
-			rep.First = res.First
-		}
-		if !res.Last.IsZero() {
-			rep.Last = res.Last
-		}
-		rep.SignedRecords += res.Signed
-		if rep.SignedFirst.IsZero() {
-			rep.SignedFirst = res.SignedFirst
-		}
-		if !res.SignedLast.IsZero() {
-			rep.SignedLast = res.SignedLast
-		}
+		rep.count(res)
 		g := res.Genesis
 		gpos := record.Position{Epoch: e, File: filepath.Join(res.Dir, logdir.SegmentName(1)), Line: 1, Index: 0, Kind: record.KindGenesis}
 		if i == 0 {
@@ -364,6 +350,25 @@ func (v *verification) scanEpochs() error {
 		}
 	}
 	return nil
+}
+
+// count adds an epoch's records, checkpoints and times to the report's.
+func (rep *Report) count(res *EpochResult) {
+	rep.Records += res.Records
+	rep.Checkpoints += res.Checkpoints
+	if rep.First.IsZero() {
+		rep.First = res.First
+	}
+	if !res.Last.IsZero() {
+		rep.Last = res.Last
+	}
+	rep.SignedRecords += res.Signed
+	if rep.SignedFirst.IsZero() {
+		rep.SignedFirst = res.SignedFirst
+	}
+	if !res.SignedLast.IsZero() {
+		rep.SignedLast = res.SignedLast
+	}
 }
 
 // external checks the saved checkpoints (--checkpoint) against the

@@ -179,22 +179,7 @@ func readSegment(seg int, path string, hashFile bool, send func(*lineBatch) bool
 		}
 		b := newBatch()
 		b.lines = make([]rawLine, 0, bytes.Count(buf, []byte{'\n'})+1)
-		rest := buf
-		for {
-			i := bytes.IndexByte(rest, '\n')
-			if i < 0 {
-				break
-			}
-			no++
-			b.lines = append(b.lines, rawLine{line: rest[:i], off: off, no: no})
-			if i > record.MaxLineBytes {
-				b.lines[len(b.lines)-1].tooLong = true
-				b.lines[len(b.lines)-1].line = rest[:256]
-			}
-			off += int64(i + 1)
-			rest = rest[i+1:]
-		}
-		carry = rest
+		carry, off, no = b.appendLines(buf, off, no)
 		if len(carry) > record.MaxLineBytes {
 			no++
 			b.lines = append(b.lines, rawLine{line: carry[:256], off: off, no: no, tooLong: true})
@@ -215,6 +200,27 @@ func readSegment(seg int, path string, hashFile bool, send func(*lineBatch) bool
 		if len(b.lines) > 0 && !send(b) {
 			return false
 		}
+	}
+}
+
+// appendLines appends to b the complete lines of buf, which starts at
+// offset off of the file after line no, and returns what follows its last
+// line break with the offset and number of the line that starts it.
+func (b *lineBatch) appendLines(buf []byte, off, no int64) ([]byte, int64, int64) {
+	rest := buf
+	for {
+		i := bytes.IndexByte(rest, '\n')
+		if i < 0 {
+			return rest, off, no
+		}
+		no++
+		b.lines = append(b.lines, rawLine{line: rest[:i], off: off, no: no})
+		if i > record.MaxLineBytes {
+			b.lines[len(b.lines)-1].tooLong = true
+			b.lines[len(b.lines)-1].line = rest[:256]
+		}
+		off += int64(i + 1)
+		rest = rest[i+1:]
 	}
 }
 
