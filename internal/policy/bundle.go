@@ -238,25 +238,9 @@ var parsePos = regexp.MustCompile(`^(?:parser error: )?parse error at <input>:(\
 // compile parses the schema and the policies and validates each policy
 // against the schema with cedar-go's validator (strict mode).
 func compile(dir string, snap *snapshot) (*Bundle, error) {
-	schemaPath := filepath.Join(dir, filepath.FromSlash(snap.schema.rel))
-	var sch schema.Schema
-	sch.SetFilename(schemaPath)
-	if err := sch.UnmarshalCedar(snap.schema.data); err != nil {
-		return nil, schemaParseError(schemaPath, err)
-	}
-	resolved, err := sch.Resolve()
+	v, argTypes, err := compileSchema(dir, snap)
 	if err != nil {
-		return nil, &LoadError{File: schemaPath, Reason: fmt.Sprintf("schema: %v", err)}
-	}
-	v := validate.New(resolved)
-	if err := checkEntityModel(v); err != nil {
-		return nil, &LoadError{File: schemaPath, Reason: "the schema does not describe the gateway's entity model: " + err.Error(),
-			Hint: "start from examples/policy/schema.cedarschema; see internal/policy's documentation for the entity model"}
-	}
-	argTypes, err := callArgsType(resolved)
-	if err != nil {
-		return nil, &LoadError{File: schemaPath, Reason: "context.arguments: " + err.Error(),
-			Hint: "declare it a String (or a Long, Bool, decimal, set or record), the types a JSON argument converts to; see examples/policy/README.md"}
+		return nil, err
 	}
 
 	b := &Bundle{
@@ -332,6 +316,33 @@ func compile(dir string, snap *snapshot) (*Bundle, error) {
 		b.argTypes = argTypes
 	}
 	return b, nil
+}
+
+// compileSchema parses and resolves the bundle's schema, checks that it
+// describes the gateway's entity model, and returns the validator of the
+// policies and the types of context.arguments it declares.
+func compileSchema(dir string, snap *snapshot) (*validate.Validator, *argType, error) {
+	schemaPath := filepath.Join(dir, filepath.FromSlash(snap.schema.rel))
+	var sch schema.Schema
+	sch.SetFilename(schemaPath)
+	if err := sch.UnmarshalCedar(snap.schema.data); err != nil {
+		return nil, nil, schemaParseError(schemaPath, err)
+	}
+	resolved, err := sch.Resolve()
+	if err != nil {
+		return nil, nil, &LoadError{File: schemaPath, Reason: fmt.Sprintf("schema: %v", err)}
+	}
+	v := validate.New(resolved)
+	if err := checkEntityModel(v); err != nil {
+		return nil, nil, &LoadError{File: schemaPath, Reason: "the schema does not describe the gateway's entity model: " + err.Error(),
+			Hint: "start from examples/policy/schema.cedarschema; see internal/policy's documentation for the entity model"}
+	}
+	argTypes, err := callArgsType(resolved)
+	if err != nil {
+		return nil, nil, &LoadError{File: schemaPath, Reason: "context.arguments: " + err.Error(),
+			Hint: "declare it a String (or a Long, Bool, decimal, set or record), the types a JSON argument converts to; see examples/policy/README.md"}
+	}
+	return v, argTypes, nil
 }
 
 var schemaPos = regexp.MustCompile(`^(.*):(\d+):(\d+): (.*)$`)
