@@ -725,43 +725,7 @@ func (l *loader) check(n *yaml.Node, t reflect.Type, field string) {
 	}
 	switch t.Kind() {
 	case reflect.Struct:
-		if n.Kind != yaml.MappingNode {
-			l.errorf(n, field, "", "want a mapping of settings, got a %s", kindName(n))
-			return
-		}
-		fields := map[string]reflect.StructField{}
-		var known []string
-		for i := range t.NumField() {
-			f := t.Field(i)
-			if name := yamlName(f); name != "" {
-				fields[name] = f
-				known = append(known, name)
-			}
-		}
-		seen := map[string]*yaml.Node{}
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k, v := n.Content[i], n.Content[i+1]
-			sub := join(field, k.Value)
-			if k.Value == "<<" {
-				l.errorf(k, field, "write the settings out in full", "YAML merge keys (<<) are not accepted")
-				continue
-			}
-			if prev, dup := seen[k.Value]; dup {
-				l.errorf(k, sub, "remove one of them", "duplicate key (first at line %d)", prev.Line)
-				continue
-			}
-			seen[k.Value] = k
-			f, ok := fields[k.Value]
-			if !ok {
-				where := "at the top level"
-				if field != "" {
-					where = "in " + field
-				}
-				l.errorf(k, "", suggest(k.Value, known), "unknown key %q %s", k.Value, where)
-				continue
-			}
-			l.check(v, f.Type, sub)
-		}
+		l.checkStruct(n, t, field)
 	case reflect.Map:
 		if n.Kind != yaml.MappingNode {
 			l.errorf(n, field, "", "want a mapping, got a %s", kindName(n))
@@ -796,6 +760,48 @@ func (l *loader) check(n *yaml.Node, t reflect.Type, field string) {
 			return
 		}
 		l.decodeInto(n, t, field)
+	}
+}
+
+// checkStruct checks the mapping n against the settings of struct type t:
+// every key known, none twice, no merge keys, each value checked.
+func (l *loader) checkStruct(n *yaml.Node, t reflect.Type, field string) {
+	if n.Kind != yaml.MappingNode {
+		l.errorf(n, field, "", "want a mapping of settings, got a %s", kindName(n))
+		return
+	}
+	fields := map[string]reflect.StructField{}
+	var known []string
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if name := yamlName(f); name != "" {
+			fields[name] = f
+			known = append(known, name)
+		}
+	}
+	seen := map[string]*yaml.Node{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		sub := join(field, k.Value)
+		if k.Value == "<<" {
+			l.errorf(k, field, "write the settings out in full", "YAML merge keys (<<) are not accepted")
+			continue
+		}
+		if prev, dup := seen[k.Value]; dup {
+			l.errorf(k, sub, "remove one of them", "duplicate key (first at line %d)", prev.Line)
+			continue
+		}
+		seen[k.Value] = k
+		f, ok := fields[k.Value]
+		if !ok {
+			where := "at the top level"
+			if field != "" {
+				where = "in " + field
+			}
+			l.errorf(k, "", suggest(k.Value, known), "unknown key %q %s", k.Value, where)
+			continue
+		}
+		l.check(v, f.Type, sub)
 	}
 }
 
