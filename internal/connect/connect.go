@@ -194,28 +194,9 @@ func New(o Options) (*Connector, error) {
 	case o.Stdio != nil && o.HTTP != "":
 		return nil, errors.New("a server command and --http both given: serve one server")
 	case o.Stdio != nil:
-		path, err := digest.ResolveCommand(o.Stdio.Command, lookupEnv(o.Environ, "PATH"))
-		if err != nil {
-			return nil, fmt.Errorf("server command: %w", err)
-		}
-		f, d, err := digest.OpenFile(path)
-		if err != nil {
-			return nil, fmt.Errorf("measure %s: %w", path, err)
-		}
-		f.Close()
-		c.server = wire.Server{Kind: "stdio", Command: path, Digest: d.String(), Class: upstream.ClassSpawnMeasured}
-		if !o.Stdio.Pin.IsZero() {
-			c.server.Pin = o.Stdio.Pin.String()
-			if !o.Stdio.Pin.Equal(d) {
-				return nil, fmt.Errorf("%s measures %s, not its pin %s: %w", path, d, o.Stdio.Pin, upstream.ErrPinMismatch)
-			}
-		} else if !o.Stdio.AllowUnmeasured {
-			return nil, fmt.Errorf("the server %s has no pin (%s measures %s): %w", o.Stdio.Command, path, d, upstream.ErrUnpinned)
-		} else {
-			c.server.Class = upstream.ClassSpawnUnmeasured
-		}
-		if o.Stdio.AllowCodeEnv {
-			c.server.Class = upstream.ClassSpawnUnmeasured
+		var err error
+		if c.server, err = stdioServer(o); err != nil {
+			return nil, err
 		}
 	case o.HTTP != "":
 		if !strings.HasPrefix(o.HTTP, "http://") && !strings.HasPrefix(o.HTTP, "https://") {
@@ -233,6 +214,35 @@ func New(o Options) (*Connector, error) {
 		return nil, errors.New("no server: give a command after -- or --http URL")
 	}
 	return c, nil
+}
+
+// stdioServer resolves and measures the server command o.Stdio names and
+// checks it against its pin: what the connector tells the gateway.
+func stdioServer(o Options) (wire.Server, error) {
+	path, err := digest.ResolveCommand(o.Stdio.Command, lookupEnv(o.Environ, "PATH"))
+	if err != nil {
+		return wire.Server{}, fmt.Errorf("server command: %w", err)
+	}
+	f, d, err := digest.OpenFile(path)
+	if err != nil {
+		return wire.Server{}, fmt.Errorf("measure %s: %w", path, err)
+	}
+	f.Close()
+	srv := wire.Server{Kind: "stdio", Command: path, Digest: d.String(), Class: upstream.ClassSpawnMeasured}
+	if !o.Stdio.Pin.IsZero() {
+		srv.Pin = o.Stdio.Pin.String()
+		if !o.Stdio.Pin.Equal(d) {
+			return wire.Server{}, fmt.Errorf("%s measures %s, not its pin %s: %w", path, d, o.Stdio.Pin, upstream.ErrPinMismatch)
+		}
+	} else if !o.Stdio.AllowUnmeasured {
+		return wire.Server{}, fmt.Errorf("the server %s has no pin (%s measures %s): %w", o.Stdio.Command, path, d, upstream.ErrUnpinned)
+	} else {
+		srv.Class = upstream.ClassSpawnUnmeasured
+	}
+	if o.Stdio.AllowCodeEnv {
+		srv.Class = upstream.ClassSpawnUnmeasured
+	}
+	return srv, nil
 }
 
 // Server is what the connector tells the gateway about its server.
