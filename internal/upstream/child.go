@@ -383,18 +383,28 @@ func (c *Child) write(ctx context.Context, b []byte) error {
 		return err
 	}
 	b = append(b, '\n')
-	interrupted := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() {
-		c.stdin.SetWriteDeadline(time.Now()) // wakes the blocked write
-		close(interrupted)
-	})
-	n, err := c.stdin.Write(b)
-	if !stop() {
-		<-interrupted
-		c.stdin.SetWriteDeadline(time.Time{})
-	}
-	if err == nil {
+	n, whole, err := c.writeNow(b)
+	if whole && err == nil {
 		return nil
+	}
+	if !whole {
+		// The pipe is full: the rest waits for the child to read, until
+		// ctx ends.
+		interrupted := make(chan struct{})
+		stop := context.AfterFunc(ctx, func() {
+			c.stdin.SetWriteDeadline(time.Now()) // wakes the blocked write
+			close(interrupted)
+		})
+		var m int
+		m, err = c.stdin.Write(b[n:])
+		n += m
+		if !stop() {
+			<-interrupted
+			c.stdin.SetWriteDeadline(time.Time{})
+		}
+		if err == nil {
+			return nil
+		}
 	}
 	select {
 	case <-c.stopping:
@@ -408,6 +418,45 @@ func (c *Child) write(ctx context.Context, b []byte) error {
 		return c.gaveUp(call)
 	}
 	return err
+}
+
+// writeNow writes b to the child's stdin as far as the pipe takes it
+// without waiting (one write(2), with no context watching it: the common
+// case, a pipe with room, costs no timer or AfterFunc). whole is false when
+// b[n:] is left to write, waiting for the child to read (write does it);
+// err is the write's failure (the child gone); when stdin cannot be
+// written this way (closed by Stop), whole is false and the ordinary write
+// reports it.
+func (c *Child) writeNow(b []byte) (n int, whole bool, err error) {
+	rc, err := c.stdin.SyscallConn()
+	if err != nil {
+		return 0, false, nil
+	}
+	werr := rc.Write(func(fd uintptr) bool {
+		for n < len(b) {
+			m, e := syscall.Write(int(fd), b[n:])
+			switch {
+			case e == syscall.EINTR:
+				continue
+			case e == syscall.EAGAIN:
+				return true
+			case e != nil:
+				err = &os.PathError{Op: "write", Path: c.stdin.Name(), Err: e}
+				return true
+			case m <= 0:
+				return true
+			}
+			n += m
+		}
+		return true
+	})
+	if werr != nil {
+		return n, false, nil // stdin closed: the ordinary write says so
+	}
+	if err != nil {
+		return n, true, err
+	}
+	return n, n == len(b), nil
 }
 
 // writeRefused says why nothing more is written to the child, or is nil.
