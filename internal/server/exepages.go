@@ -1,6 +1,7 @@
 package server
 
 import (
+	"sync"
 	"time"
 
 	"github.com/confidential-mcp/cmcp/internal/exepages"
@@ -13,15 +14,22 @@ import (
 // CMCP_KEEP_EXE_PAGES=1 keeps them. It takes ~5-20 ms (one madvise per
 // page of text): with --stdio an agent waits for its first answer, so
 // there it runs while the session is served. Failing to release is no
-// reason to stop: it is logged.
+// reason to stop: it is logged. It runs once per process: the pages a
+// second Serve in the same process (tests run many) would give back are
+// the ones serving uses, and each release makes them fault in again, page
+// by page (internal/server's tests took a third more CPU with a release
+// per Serve).
 func (s *serve) releaseStartPages() error {
 	if s.o.Stdio {
-		go s.release()
+		go releaseOnce.Do(s.release)
 	} else {
-		s.release()
+		releaseOnce.Do(s.release)
 	}
 	return nil
 }
+
+// releaseOnce makes the release once per process.
+var releaseOnce sync.Once
 
 func (s *serve) release() {
 	began := time.Now()
