@@ -245,10 +245,7 @@ func (h *harness) tryConnect(token string, opts *mcp.ClientOptions) (*mcp.Client
 }
 
 func (h *harness) tryConnectClient(token string, c *mcp.Client) (*mcp.ClientSession, error) {
-	hc := &http.Client{Transport: http.DefaultTransport}
-	if token != "" {
-		hc.Transport = gwtest.Bearer{Tok: token, Base: http.DefaultTransport}
-	}
+	hc := gwtest.AgentClient(token)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	return c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: h.url, HTTPClient: hc, MaxRetries: -1}, nil)
