@@ -121,7 +121,8 @@ go build -o "$summary/testsummary" scripts/testsummary.go
 # tests take 116 s but 61 CPU-s alone), so two at a time left the cores
 # idle. On 2 cores, fresh clones: one CPU hog 410 -> 300 s, two hogs
 # 524-704 -> 368 s, every test passing.
-jobs=$(( 2 * $(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2) ))
+# nproc: the CPUs this process may run on, as go test counts its default.
+jobs=$(( 2 * $(nproc 2>/dev/null || echo 2) ))
 first=()
 for d in internal/gateway internal/server pkg/auditlog internal/cli . internal/upstream internal/policy pkg/digest internal/replay; do
   if [ -d "$d" ]; then first+=("./$d"); fi

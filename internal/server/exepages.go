@@ -21,19 +21,31 @@ import (
 // per Serve).
 func (s *serve) releaseStartPages() error {
 	if s.o.Stdio {
-		go releaseOnce.Do(s.release)
+		go s.release()
 	} else {
-		releaseOnce.Do(s.release)
+		s.release()
 	}
 	return nil
 }
 
-// releaseOnce makes the release once per process.
-var releaseOnce sync.Once
+// releaseMu guards releasedOnce, set once a release has been made in
+// this process. A Serve that keeps the pages (CMCP_KEEP_EXE_PAGES=1) or
+// is refused (a bad value, said in its log) does not count: the next
+// Serve still releases them.
+var (
+	releaseMu    sync.Mutex
+	releasedOnce bool
+)
 
 func (s *serve) release() {
+	releaseMu.Lock()
+	defer releaseMu.Unlock()
+	if releasedOnce {
+		return
+	}
 	began := time.Now()
 	st, released, err := exepages.ReleaseFor(s.o.Environ)
+	releasedOnce = released
 	switch {
 	case err != nil:
 		s.logger.Warn("the executable's start-up pages stay resident", "err", err)
