@@ -413,10 +413,19 @@ func TestChildDiesMidCall(t *testing.T) {
 	if pid2 == pid1 {
 		t.Fatal("the dead child was not replaced")
 	}
+	// Result records are written as calls end, not in call order: the
+	// crash's is the one naming the second call record.
+	h.g.results.Wait()
 	rs := h.records()
-	res := kinds(rs, "result")
-	if res[1].Body["outcome"] != "upstream_error" {
-		t.Fatalf("crash result: %v", res[1].Body)
+	crash := kinds(rs, "call")[1].Seq
+	var res rec
+	for _, r := range kinds(rs, "result") {
+		if fmt.Sprint(r.Body["call"]) == crash {
+			res = r
+		}
+	}
+	if res.Body["outcome"] != "upstream_error" {
+		t.Fatalf("crash result: %v", res.Body)
 	}
 	started := 0
 	for _, s := range kinds(rs, "spawn") {
